@@ -1,0 +1,465 @@
+package fsm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"sort"
+	"strings"
+
+	"meshd/catalogue"
+)
+
+var nodeNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Apply applies one encoded command to the record. It returns what the command produced (an
+// enrolled node, for example) or the reason it was refused; a refused command leaves r unchanged.
+func Apply(r *Record, data []byte) (any, error) {
+	var c Command
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, refuse("", "", "", "not a command: %v", err)
+	}
+	if c.V < 1 || c.V > Version {
+		return nil, refuse(c.Op, "", "", "command version %d is not one this server applies (it applies 1 to %d); upgrade this server", c.V, Version)
+	}
+	decode := func(v any) error {
+		if err := json.Unmarshal(c.Body, v); err != nil {
+			return refuse(c.Op, "", "", "malformed %s command: %v", c.Op, err)
+		}
+		return nil
+	}
+	if c.Op != OpGenesis && r.Genesis == nil {
+		return nil, refuse(c.Op, "", "", "the mesh has had no genesis yet")
+	}
+	switch c.Op {
+	case OpGenesis:
+		var b Genesis
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyGenesis(r, &c, &b)
+	case OpNodeEnrol:
+		var b Enrol
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyEnrol(r, &c, &b)
+	case OpModeSet:
+		var b SetMode
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applySetMode(r, &c, &b)
+	case OpSettingsSet:
+		var b SetSettings
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applySettings(r, &c, &b)
+	case OpModuleAssign, OpModuleUnassign, OpModuleTake:
+		var b ModuleOnNode
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyModule(r, &c, &b)
+	case OpCatalogueAdd:
+		var b CatalogueAdd
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyCatalogueAdd(r, &c, &b)
+	case OpTokenCreate:
+		var b TokenCreate
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyTokenCreate(r, &c, &b)
+	}
+	return nil, refuse(c.Op, "", "", "unknown command %q", c.Op)
+}
+
+func applyGenesis(r *Record, c *Command, b *Genesis) (any, error) {
+	if r.Genesis != nil {
+		return nil, refuse(c.Op, b.Node, "", "the mesh already began on %s at %s; genesis runs once", r.Genesis.ControlNode, r.Genesis.At.Format("2006-01-02 15:04:05Z07:00"))
+	}
+	if !nodeNameRe.MatchString(b.Node) {
+		return nil, refuse(c.Op, b.Node, "", "%q is not a node name (lower-case letters, digits and '-')", b.Node)
+	}
+	if b.ID == "" {
+		return nil, refuse(c.Op, b.Node, "", "a node needs its persistent ID")
+	}
+	if !b.Mode.valid() {
+		return nil, refuse(c.Op, b.Node, "", "mode %q is not adopted or converged", b.Mode)
+	}
+	cat := catalogue.Catalogue{}
+	var errs catalogue.Errors
+	for _, s := range b.Catalogue {
+		m, err := catalogue.Parse(s.File, []byte(s.Data))
+		if err != nil {
+			errs = appendErrs(errs, err)
+			continue
+		}
+		if err := cat.CheckAdd(m); err != nil {
+			errs = appendErrs(errs, err)
+			continue
+		}
+		cat[m.Name] = m
+	}
+	if len(errs) > 0 {
+		return nil, refuse(c.Op, b.Node, "", "the catalogue is refused:\n%v", errs)
+	}
+	n := &Node{Name: b.Node, ID: b.ID, Mode: b.Mode, Server: true, Advertise: b.Advertise,
+		Assigned: []string{}, Taken: []string{}, EnrolledAt: c.At, ModeSince: c.At}
+	if err := setValues(cat, n, b.Settings, c.Op); err != nil {
+		return nil, err
+	}
+	for _, m := range b.Assign {
+		if cat[m] == nil {
+			return nil, refuse(c.Op, b.Node, m, "not in the catalogue")
+		}
+		n.Assigned = insert(n.Assigned, m)
+	}
+	if err := checkNode(cat, n, c.Op, ""); err != nil {
+		return nil, err
+	}
+	rng, err := tunnelRange(cat, n)
+	if err != nil {
+		return nil, refuse(c.Op, b.Node, "", "%v", err)
+	}
+	hub := rng.Addr().Next()
+	n.Address = hub.String()
+	// Everything checked: now change the record.
+	r.Genesis = &GenesisInfo{ControlNode: b.Node, At: c.At}
+	r.Catalogue = cat
+	r.Nodes[n.Name] = n
+	r.Tunnel = Tunnel{Range: rng.String(), Hub: n.Name, HubAddress: n.Address}
+	return n, nil
+}
+
+func appendErrs(errs catalogue.Errors, err error) catalogue.Errors {
+	var more catalogue.Errors
+	if errors.As(err, &more) {
+		return append(errs, more...)
+	}
+	return append(errs, &catalogue.FieldError{Msg: err.Error()})
+}
+
+// tunnelRange reads the private network's range from the node's mesh settings.
+func tunnelRange(cat catalogue.Catalogue, n *Node) (netip.Prefix, error) {
+	mesh := cat[catalogue.MeshModule]
+	if mesh == nil {
+		return netip.Prefix{}, fmt.Errorf("the catalogue has no %s module to take the private network's range from", catalogue.MeshModule)
+	}
+	s := mesh.Values(nodeValues(n, catalogue.MeshModule))["range"]
+	p, err := netip.ParsePrefix(s)
+	if err != nil || !p.Addr().Is4() || p.Bits() > 30 {
+		return netip.Prefix{}, fmt.Errorf("setting mesh.range: %q is not an IPv4 range of at least 4 addresses, such as 10.99.0.0/24", s)
+	}
+	return p.Masked(), nil
+}
+
+func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
+	if !nodeNameRe.MatchString(b.Node) {
+		return nil, refuse(c.Op, b.Node, "", "%q is not a node name (lower-case letters, digits and '-')", b.Node)
+	}
+	if r.Nodes[b.Node] != nil {
+		return nil, refuse(c.Op, b.Node, "", "a node of that name is already enrolled (id %s)", r.Nodes[b.Node].ID)
+	}
+	for _, name := range r.NodeNames() {
+		if b.ID != "" && r.Nodes[name].ID == b.ID {
+			return nil, refuse(c.Op, b.Node, "", "id %s is already node %s's", b.ID, name)
+		}
+	}
+	if b.ID == "" {
+		return nil, refuse(c.Op, b.Node, "", "a node needs its persistent ID")
+	}
+	tok := r.Tokens[b.TokenHash]
+	switch {
+	case tok == nil:
+		return nil, refuse(c.Op, b.Node, "", "the token is not one this mesh issued")
+	case tok.UsedBy != "":
+		return nil, refuse(c.Op, b.Node, "", "the token was already used by node %s at %s", tok.UsedBy, tok.UsedAt.Format("2006-01-02 15:04:05Z07:00"))
+	case !c.At.Before(tok.Expires):
+		return nil, refuse(c.Op, b.Node, "", "the token expired at %s", tok.Expires.Format("2006-01-02 15:04:05Z07:00"))
+	}
+	n := &Node{Name: b.Node, ID: b.ID, Mode: tok.Mode, Server: b.Server, Advertise: b.Advertise, PublicKey: b.PublicKey,
+		Assigned: []string{}, Taken: []string{}, EnrolledAt: c.At, ModeSince: c.At}
+	if err := setValues(r.Catalogue, n, b.Settings, c.Op); err != nil {
+		return nil, err
+	}
+	carried := -1
+	for i, p := range r.Tunnel.Carried {
+		if b.PublicKey != "" && p.PublicKey == b.PublicKey {
+			carried = i
+		}
+	}
+	if carried >= 0 {
+		n.Address = strings.Split(r.Tunnel.Carried[carried].Address, "/")[0]
+	} else {
+		addr, err := AssignAddress(r)
+		if err != nil {
+			return nil, refuse(c.Op, b.Node, "", "%v", err)
+		}
+		n.Address = addr
+	}
+	r.Nodes[n.Name] = n
+	if carried >= 0 {
+		r.Tunnel.Carried = append(r.Tunnel.Carried[:carried:carried], r.Tunnel.Carried[carried+1:]...)
+	}
+	tok.UsedBy, tok.UsedAt = n.Name, c.At
+	return n, nil
+}
+
+// AssignAddress picks the lowest free address of the private network's range: not the network's
+// own, not the broadcast, not the hub's, not any node's, not any carried peer's.
+func AssignAddress(r *Record) (string, error) {
+	rng, err := netip.ParsePrefix(r.Tunnel.Range)
+	if err != nil {
+		return "", fmt.Errorf("the private network has no range: %q", r.Tunnel.Range)
+	}
+	used := map[string]bool{r.Tunnel.HubAddress: true}
+	for _, n := range r.Nodes {
+		used[strings.Split(n.Address, "/")[0]] = true
+	}
+	for _, p := range r.Tunnel.Carried {
+		used[strings.Split(p.Address, "/")[0]] = true
+	}
+	for a := rng.Addr().Next(); rng.Contains(a); a = a.Next() {
+		if !rng.Contains(a.Next()) {
+			break // the broadcast address
+		}
+		if !used[a.String()] {
+			return a.String(), nil
+		}
+	}
+	return "", fmt.Errorf("the private network's range %s has no free address", rng)
+}
+
+func applySetMode(r *Record, c *Command, b *SetMode) (any, error) {
+	n := r.Nodes[b.Node]
+	if n == nil {
+		return nil, unknownNode(r, c.Op, b.Node)
+	}
+	if !b.Mode.valid() {
+		return nil, refuse(c.Op, b.Node, "", "mode %q is not adopted or converged", b.Mode)
+	}
+	if n.Mode == b.Mode {
+		return nil, refuse(c.Op, b.Node, "", "already %s (since %s)", n.Mode, n.ModeSince.Format("2006-01-02 15:04:05Z07:00"))
+	}
+	// Converging takes every module not yet taken; returning to adopted keeps them taken.
+	n.Taken = append([]string{}, n.Assigned...)
+	n.Mode = b.Mode
+	n.ModeSince = c.At
+	return n, nil
+}
+
+func applySettings(r *Record, c *Command, b *SetSettings) (any, error) {
+	n := r.Nodes[b.Node]
+	if n == nil {
+		return nil, unknownNode(r, c.Op, b.Node)
+	}
+	trial := *n
+	trial.Settings = copyMap(n.Settings)
+	if err := setValues(r.Catalogue, &trial, b.Values, c.Op); err != nil {
+		return nil, err
+	}
+	if err := checkNode(r.Catalogue, &trial, c.Op, ""); err != nil {
+		return nil, err
+	}
+	if _, err := tunnelRange(r.Catalogue, &trial); err != nil && n.Name == r.Tunnel.Hub {
+		return nil, refuse(c.Op, n.Name, "", "%v", err)
+	}
+	n.Settings = trial.Settings
+	return n, nil
+}
+
+// setValues validates and stores settings given as "module.setting" (or as the short names the
+// catalogue knows) on n; an empty value deletes the setting.
+func setValues(cat catalogue.Catalogue, n *Node, values map[string]string, op Op) error {
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		full, err := cat.SettingKey(k)
+		if err != nil {
+			return refuse(op, n.Name, "", "%v", err)
+		}
+		if n.Settings == nil {
+			n.Settings = map[string]string{}
+		}
+		if values[k] == "" {
+			delete(n.Settings, full)
+		} else {
+			n.Settings[full] = values[k]
+		}
+	}
+	if len(n.Settings) == 0 {
+		n.Settings = nil
+	}
+	return nil
+}
+
+// nodeValues returns the node's settings for one module, by setting name.
+func nodeValues(n *Node, module string) map[string]string {
+	out := map[string]string{}
+	prefix := module + "."
+	for k, v := range n.Settings {
+		if s, ok := strings.CutPrefix(k, prefix); ok {
+			out[s] = v
+		}
+	}
+	return out
+}
+
+// checkNode resolves every module assigned to n with n's settings and refuses a bad value or two
+// modules that would publish the same port. focus names the module a command is about, if any.
+func checkNode(cat catalogue.Catalogue, n *Node, op Op, focus string) error {
+	holders := map[string]string{}
+	for _, name := range n.Assigned {
+		m := cat[name]
+		if m == nil {
+			continue
+		}
+		res, err := m.Resolve(nodeValues(n, name))
+		if err != nil {
+			return refuse(op, n.Name, name, "with this node's settings: %v", err)
+		}
+		claim := func(key, what string) error {
+			if prev, ok := holders[key]; ok {
+				mod := focus
+				if mod == "" {
+					mod = name
+				}
+				return refuse(op, n.Name, mod, "port %s would be used twice on the node: by %s and by %s", key, prev, what)
+			}
+			holders[key] = what
+			return nil
+		}
+		for _, ct := range res.Containers {
+			for _, p := range ct.Ports {
+				pm, _ := catalogue.ParsePortMapping(p)
+				if err := claim(fmt.Sprintf("%d/%s", pm.HostPort, pm.Proto), fmt.Sprintf("module %s (container %s)", name, ct.Name)); err != nil {
+					return err
+				}
+			}
+		}
+		if name == catalogue.MeshModule {
+			for _, o := range res.Openings {
+				if err := claim(fmt.Sprintf("%d/%s", o.Port, o.Proto), "module "+name+" (meshd itself)"); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func applyModule(r *Record, c *Command, b *ModuleOnNode) (any, error) {
+	n := r.Nodes[b.Node]
+	if n == nil {
+		return nil, unknownNode(r, c.Op, b.Node)
+	}
+	if r.Catalogue[b.Module] == nil {
+		msg := "not in the catalogue"
+		if s := r.Catalogue.Suggest(b.Module); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		} else {
+			msg += " (it has: " + strings.Join(r.Catalogue.Names(), ", ") + ")"
+		}
+		return nil, refuse(c.Op, b.Node, b.Module, "%s", msg)
+	}
+	assigned := has(n.Assigned, b.Module)
+	switch c.Op {
+	case OpModuleAssign:
+		if assigned {
+			return nil, refuse(c.Op, b.Node, b.Module, "already assigned")
+		}
+		trial := *n
+		trial.Assigned = insert(append([]string{}, n.Assigned...), b.Module)
+		if err := checkNode(r.Catalogue, &trial, c.Op, b.Module); err != nil {
+			return nil, err
+		}
+		n.Assigned = trial.Assigned
+		if n.Mode == Converged {
+			n.Taken = insert(n.Taken, b.Module)
+		}
+	case OpModuleUnassign:
+		if !assigned {
+			return nil, refuse(c.Op, b.Node, b.Module, "not assigned")
+		}
+		n.Assigned = remove(n.Assigned, b.Module)
+		n.Taken = remove(n.Taken, b.Module)
+	case OpModuleTake:
+		switch {
+		case !assigned:
+			return nil, refuse(c.Op, b.Node, b.Module, "not assigned, so there is nothing to take; assign it first (meshd module assign %s %s)", b.Node, b.Module)
+		case n.Mode == Converged:
+			return nil, refuse(c.Op, b.Node, b.Module, "the node is converged: every assigned module is already taken")
+		case has(n.Taken, b.Module):
+			return nil, refuse(c.Op, b.Node, b.Module, "already taken")
+		}
+		n.Taken = insert(n.Taken, b.Module)
+	}
+	return n, nil
+}
+
+func applyCatalogueAdd(r *Record, c *Command, b *CatalogueAdd) (any, error) {
+	m, err := catalogue.Parse(b.Source.File, []byte(b.Source.Data))
+	if err != nil {
+		return nil, refuse(c.Op, "", "", "%v", err)
+	}
+	if err := r.Catalogue.CheckAdd(m); err != nil {
+		return nil, refuse(c.Op, "", m.Name, "%v", err)
+	}
+	trial := catalogue.Catalogue{}
+	for k, v := range r.Catalogue {
+		trial[k] = v
+	}
+	trial[m.Name] = m
+	for _, name := range r.NodeNames() {
+		n := r.Nodes[name]
+		if has(n.Assigned, m.Name) {
+			if err := checkNode(trial, n, c.Op, m.Name); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r.Catalogue[m.Name] = m
+	return m, nil
+}
+
+func applyTokenCreate(r *Record, c *Command, b *TokenCreate) (any, error) {
+	switch {
+	case b.Hash == "":
+		return nil, refuse(c.Op, "", "", "a token needs its hash")
+	case r.Tokens[b.Hash] != nil:
+		return nil, refuse(c.Op, "", "", "a token with this hash already exists")
+	case !b.Mode.valid():
+		return nil, refuse(c.Op, "", "", "mode %q is not adopted or converged", b.Mode)
+	case !b.Expires.After(c.At):
+		return nil, refuse(c.Op, "", "", "the token would expire before it was made")
+	}
+	t := &Token{Hash: b.Hash, Mode: b.Mode, Expires: b.Expires, Created: c.At}
+	r.Tokens[b.Hash] = t
+	return t, nil
+}
+
+func unknownNode(r *Record, op Op, name string) error {
+	names := r.NodeNames()
+	return refuse(op, name, "", "no such node (the record has: %s)", strings.Join(names, ", "))
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

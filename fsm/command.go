@@ -1,0 +1,99 @@
+package fsm
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"meshd/catalogue"
+)
+
+// Version is the newest command version this build applies. A server meeting a newer command
+// refuses it rather than guess, so a mixed-version group never diverges silently.
+const Version = 1
+
+// Op names a command.
+type Op string
+
+// The commands.
+const (
+	OpGenesis        Op = "genesis"
+	OpNodeEnrol      Op = "node.enrol"
+	OpModeSet        Op = "node.mode"
+	OpSettingsSet    Op = "node.settings"
+	OpModuleAssign   Op = "module.assign"
+	OpModuleUnassign Op = "module.unassign"
+	OpModuleTake     Op = "module.take"
+	OpCatalogueAdd   Op = "catalogue.add"
+	OpTokenCreate    Op = "token.create"
+)
+
+// Command is one entry of the Raft log: an op, the proposer's clock, and the op's body.
+type Command struct {
+	V    int             `json:"v"`
+	Op   Op              `json:"op"`
+	At   time.Time       `json:"at"`
+	Body json.RawMessage `json:"body"`
+}
+
+// Genesis starts the mesh on its control-node.
+type Genesis struct {
+	Node      string             `json:"node"`
+	ID        string             `json:"id"`
+	Mode      Mode               `json:"mode"`
+	Advertise string             `json:"advertise"`
+	Settings  map[string]string  `json:"settings,omitempty"`
+	Catalogue []catalogue.Source `json:"catalogue"`
+	// Assign lists the modules assigned to the control-node at genesis (the foundation).
+	Assign []string `json:"assign"`
+}
+
+// Enrol adds a node, spending a token.
+type Enrol struct {
+	Node      string            `json:"node"`
+	ID        string            `json:"id"`
+	TokenHash string            `json:"token_hash"`
+	PublicKey string            `json:"public_key,omitempty"`
+	Advertise string            `json:"advertise,omitempty"`
+	Server    bool              `json:"server,omitempty"`
+	Settings  map[string]string `json:"settings,omitempty"`
+}
+
+// SetMode moves a node between adopted and converged.
+type SetMode struct {
+	Node string `json:"node"`
+	Mode Mode   `json:"mode"`
+}
+
+// SetSettings changes a node's settings; an empty value returns a setting to its default.
+type SetSettings struct {
+	Node   string            `json:"node"`
+	Values map[string]string `json:"values"`
+}
+
+// ModuleOnNode names a module on a node, for assign, unassign and take.
+type ModuleOnNode struct {
+	Node   string `json:"node"`
+	Module string `json:"module"`
+}
+
+// CatalogueAdd adds or updates a module from its manifest's source.
+type CatalogueAdd struct {
+	Source catalogue.Source `json:"source"`
+}
+
+// TokenCreate records an enrolment token's hash.
+type TokenCreate struct {
+	Hash    string    `json:"hash"`
+	Mode    Mode      `json:"mode"`
+	Expires time.Time `json:"expires"`
+}
+
+// Encode wraps a body in a versioned command.
+func Encode(op Op, at time.Time, body any) ([]byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", op, err)
+	}
+	return json.Marshal(Command{V: Version, Op: op, At: at.UTC(), Body: b})
+}

@@ -1,0 +1,114 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+
+	"meshd/catalogue"
+)
+
+// Declaration is what the controller tells one node: exactly what the host reconciler acts on.
+type Declaration struct {
+	Node string `json:"node"`
+	Mode Mode   `json:"mode"`
+	// Assigned and Taken are sorted module names. On a converged node every assigned module is
+	// taken.
+	Assigned []string `json:"assigned"`
+	Taken    []string `json:"taken"`
+	// Settings are the effective values, by "module.setting", of every assigned module.
+	Settings  map[string]string `json:"settings"`
+	Address   string            `json:"address,omitempty"`
+	Tunnel    TunnelView        `json:"tunnel"`
+	Resources []Resource        `json:"resources"`
+}
+
+// TunnelView is what a node needs to know of the private network.
+type TunnelView struct {
+	Range      string `json:"range,omitempty"`
+	Hub        string `json:"hub,omitempty"`
+	HubAddress string `json:"hub_address,omitempty"`
+	Port       uint16 `json:"port,omitempty"`
+}
+
+// Resource kinds.
+const (
+	KindFile      = "file"
+	KindContainer = "container"
+	KindOpening   = "opening"
+)
+
+// Resource is one resource of an assigned module, filled in with the node's settings. Taken says
+// whether it converges (its module is taken) or is only prepared (found is held).
+type Resource struct {
+	Module    string                 `json:"module"`
+	Kind      string                 `json:"kind"`
+	Taken     bool                   `json:"taken"`
+	File      *catalogue.File        `json:"file,omitempty"`
+	Container *catalogue.Container   `json:"container,omitempty"`
+	Opening   *catalogue.PortOpening `json:"opening,omitempty"`
+}
+
+// ID names the resource within its node: "file:/etc/x", "container:webapp", "opening:8080/tcp/forwarded/anywhere".
+func (r Resource) ID() string {
+	switch {
+	case r.File != nil:
+		return KindFile + ":" + r.File.Path
+	case r.Container != nil:
+		return KindContainer + ":" + r.Container.Name
+	case r.Opening != nil:
+		o := r.Opening
+		return fmt.Sprintf("%s:%d/%s/%s/%s", KindOpening, o.Port, o.Proto, o.Path, o.From)
+	}
+	return r.Kind
+}
+
+// Compose returns the declaration for node. It fails only for a node the record does not know or
+// a module that no longer resolves, which Apply refuses to let happen.
+func Compose(r *Record, node string) (*Declaration, error) {
+	n := r.Nodes[node]
+	if n == nil {
+		return nil, unknownNode(r, "", node)
+	}
+	d := &Declaration{
+		Node:      n.Name,
+		Mode:      n.Mode,
+		Assigned:  append([]string{}, n.Assigned...),
+		Taken:     n.EffectiveTaken(),
+		Settings:  map[string]string{},
+		Address:   n.Address,
+		Tunnel:    TunnelView{Range: r.Tunnel.Range, Hub: r.Tunnel.Hub, HubAddress: r.Tunnel.HubAddress},
+		Resources: []Resource{},
+	}
+	if hub := r.Nodes[r.Tunnel.Hub]; hub != nil {
+		if mesh := r.Catalogue[catalogue.MeshModule]; mesh != nil {
+			if p, err := catalogue.ParsePort(mesh.Values(nodeValues(hub, catalogue.MeshModule))["tunnel"]); err == nil {
+				d.Tunnel.Port = p
+			}
+		}
+	}
+	sort.Strings(d.Taken)
+	for _, name := range n.Assigned {
+		m := r.Catalogue[name]
+		if m == nil {
+			return nil, refuse("", n.Name, name, "assigned but no longer in the catalogue")
+		}
+		res, err := m.Resolve(nodeValues(n, name))
+		if err != nil {
+			return nil, refuse("", n.Name, name, "does not resolve with this node's settings: %v", err)
+		}
+		for k, v := range res.Settings {
+			d.Settings[name+"."+k] = v
+		}
+		taken := n.IsTaken(name)
+		for i := range res.Files {
+			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindFile, Taken: taken, File: &res.Files[i]})
+		}
+		for i := range res.Containers {
+			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindContainer, Taken: taken, Container: &res.Containers[i]})
+		}
+		for i := range res.Openings {
+			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindOpening, Taken: taken, Opening: &res.Openings[i]})
+		}
+	}
+	return d, nil
+}

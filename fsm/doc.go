@@ -1,0 +1,13 @@
+// Package fsm owns the record: the controller's authoritative state, changed only by typed,
+// versioned commands applied through Raft, and the declarations composed from it.
+//
+// Apply is pure. It reads no clock, does no I/O and draws no random numbers: a time or an ID a
+// command needs is decided by whoever proposes it and carried in the command, so every server that
+// applies the same log holds the same record, byte for byte. Apply validates before it changes
+// anything; a refused command leaves the record exactly as it was and says which node and which
+// module it was about.
+//
+// Compose(record, node) is the only place that decides what a node is told: its mode, its
+// assigned and taken modules, and every resource of its assigned modules with the node's settings
+// filled in. Every declaration says the mode and the taken modules (ADR 0100).
+package fsm

@@ -1,0 +1,161 @@
+package fsm
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+
+	"meshd/catalogue"
+)
+
+// Mode is a node's mode: adopted (what is found is kept until its module is taken) or converged
+// (everything declared converges).
+type Mode string
+
+// The two modes.
+const (
+	Adopted   Mode = "adopted"
+	Converged Mode = "converged"
+)
+
+func (m Mode) valid() bool { return m == Adopted || m == Converged }
+
+// Record is the controller's authoritative state.
+type Record struct {
+	// Genesis is set by the first command and never again.
+	Genesis   *GenesisInfo        `json:"genesis,omitempty"`
+	Nodes     map[string]*Node    `json:"nodes"`
+	Catalogue catalogue.Catalogue `json:"catalogue"`
+	Tunnel    Tunnel              `json:"tunnel"`
+	Tokens    map[string]*Token   `json:"tokens,omitempty"`
+}
+
+// GenesisInfo says when and where the mesh began.
+type GenesisInfo struct {
+	ControlNode string    `json:"control_node"`
+	At          time.Time `json:"at"`
+}
+
+// Node is a machine known to the record.
+type Node struct {
+	Name string `json:"name"`
+	// ID is the node's persistent identity, made once when it first runs.
+	ID   string `json:"id"`
+	Mode Mode   `json:"mode"`
+	// Server nodes vote in Raft; the others are clients.
+	Server bool `json:"server,omitempty"`
+	// Settings are the node's values by "module.setting"; a setting not here takes the
+	// catalogue's default.
+	Settings map[string]string `json:"settings,omitempty"`
+	Assigned []string          `json:"assigned"`
+	Taken    []string          `json:"taken"`
+	// Address is the node's address on the private network.
+	Address string `json:"address,omitempty"`
+	// Advertise is the node's address on the underlay, where its bus and raft ports are reached.
+	Advertise  string    `json:"advertise,omitempty"`
+	PublicKey  string    `json:"public_key,omitempty"`
+	EnrolledAt time.Time `json:"enrolled_at"`
+	ModeSince  time.Time `json:"mode_since"`
+}
+
+// Tunnel is the private network.
+type Tunnel struct {
+	Range      string `json:"range,omitempty"`
+	Hub        string `json:"hub,omitempty"`
+	HubAddress string `json:"hub_address,omitempty"`
+	// Carried are peers of an adopted tunnel that have not enrolled as nodes yet.
+	Carried []CarriedPeer `json:"carried,omitempty"`
+}
+
+// CarriedPeer is a peer of an adopted tunnel: known by key and address, not yet a node.
+type CarriedPeer struct {
+	PublicKey string `json:"public_key"`
+	Address   string `json:"address"`
+}
+
+// Token is an enrolment token, recorded by hash only.
+type Token struct {
+	Hash    string    `json:"hash"`
+	Mode    Mode      `json:"mode"`
+	Expires time.Time `json:"expires"`
+	Created time.Time `json:"created"`
+	UsedBy  string    `json:"used_by,omitempty"`
+	UsedAt  time.Time `json:"used_at"`
+}
+
+// NewRecord returns an empty record.
+func NewRecord() *Record {
+	return &Record{Nodes: map[string]*Node{}, Catalogue: catalogue.Catalogue{}, Tokens: map[string]*Token{}}
+}
+
+// Marshal encodes the record deterministically: maps by sorted key, slices kept sorted by Apply.
+func (r *Record) Marshal() ([]byte, error) { return json.Marshal(r) }
+
+// UnmarshalRecord decodes a record written by Marshal.
+func UnmarshalRecord(b []byte) (*Record, error) {
+	r := NewRecord()
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, err
+	}
+	if r.Nodes == nil {
+		r.Nodes = map[string]*Node{}
+	}
+	if r.Catalogue == nil {
+		r.Catalogue = catalogue.Catalogue{}
+	}
+	if r.Tokens == nil {
+		r.Tokens = map[string]*Token{}
+	}
+	return r, nil
+}
+
+// NodeNames returns the nodes' names, sorted.
+func (r *Record) NodeNames() []string {
+	out := make([]string, 0, len(r.Nodes))
+	for n := range r.Nodes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// IsTaken says whether module counts as taken on node: taken explicitly on an adopted node, or
+// merely assigned on a converged one.
+func (n *Node) IsTaken(module string) bool {
+	if !has(n.Assigned, module) {
+		return false
+	}
+	return n.Mode == Converged || has(n.Taken, module)
+}
+
+// EffectiveTaken lists the modules that count as taken on the node.
+func (n *Node) EffectiveTaken() []string {
+	if n.Mode == Converged {
+		return append([]string{}, n.Assigned...)
+	}
+	return append([]string{}, n.Taken...)
+}
+
+func has(xs []string, x string) bool {
+	i := sort.SearchStrings(xs, x)
+	return i < len(xs) && xs[i] == x
+}
+
+func insert(xs []string, x string) []string {
+	i := sort.SearchStrings(xs, x)
+	if i < len(xs) && xs[i] == x {
+		return xs
+	}
+	xs = append(xs, "")
+	copy(xs[i+1:], xs[i:])
+	xs[i] = x
+	return xs
+}
+
+func remove(xs []string, x string) []string {
+	i := sort.SearchStrings(xs, x)
+	if i < len(xs) && xs[i] == x {
+		return append(xs[:i:i], xs[i+1:]...)
+	}
+	return xs
+}
