@@ -6,6 +6,10 @@
 // with its greeting and the name it was given, so a test can tell which container answered.
 //
 //	labsvc serve --listen :8080 [--listen :9090] [--name webapp]
+//	labsvc probe --target http://10.44.0.1:8080/ [--every 250ms] [--timeout 1s] [--out FILE]
+//
+// probe is the lab's instrument: it calls a target continuously and records every success and
+// failure with a timestamp (see probe.go).
 //
 // GREETING in the environment sets the greeting (default "hello").
 package main
@@ -30,8 +34,15 @@ func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "probe" {
+		if err := probe(os.Args[2:]); err != nil {
+			log.Fatalf("labsvc: %v", err)
+		}
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "serve" {
 		fmt.Fprintln(os.Stderr, "usage: labsvc serve --listen ADDR [--listen ADDR ...] [--name NAME]")
+		fmt.Fprintln(os.Stderr, "       labsvc probe --target URL [--every DUR] [--timeout DUR] [--out FILE]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
