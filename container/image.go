@@ -17,9 +17,10 @@ import (
 
 // ImportImage makes the image ref from one static binary, the way `docker import` does: a root
 // filesystem holding the binary at /<its base name> and an empty /tmp, with entrypoint as the
-// image's ENTRYPOINT. Nothing can be pulled on these machines, so this is how every image the lab
+// image's ENTRYPOINT, and changes (Dockerfile instructions `docker import --change` takes: ENV,
+// LABEL, CMD, EXPOSE, WORKDIR, USER) applied after it. Nothing can be pulled on these machines, so this is how every image the lab
 // and the tests run gets onto an engine. It returns the new image's id.
-func (e *Engine) ImportImage(ctx context.Context, ref, binaryPath string, entrypoint []string) (string, error) {
+func (e *Engine) ImportImage(ctx context.Context, ref, binaryPath string, entrypoint []string, changes ...string) (string, error) {
 	f, err := os.Open(binaryPath)
 	if err != nil {
 		return "", fmt.Errorf("import image %s: %w", ref, err)
@@ -42,7 +43,7 @@ func (e *Engine) ImportImage(ctx context.Context, ref, binaryPath string, entryp
 	defer pr.Close()
 
 	body, err := e.cli.ImageImport(ctx, image.ImportSource{Source: pr, SourceName: "-"}, ref,
-		image.ImportOptions{Changes: []string{"ENTRYPOINT " + string(ep)}})
+		image.ImportOptions{Changes: append([]string{"ENTRYPOINT " + string(ep)}, changes...)})
 	if err != nil {
 		return "", e.wrap(fmt.Sprintf("import image %s from %s", ref, binaryPath), err)
 	}

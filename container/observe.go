@@ -209,7 +209,7 @@ func maps0(m map[string]string) map[string]string {
 func declaredOnly(all, fromImage map[string]string, imageKnown bool) map[string]string {
 	out := map[string]string{}
 	for k, v := range all {
-		if iv, ok := fromImage[k]; imageKnown && ok && iv == v {
+		if imageKnown && inherited(k, v, fromImage, true) {
 			continue
 		}
 		out[k] = v
@@ -337,8 +337,12 @@ func inherited(k, v string, fromImage map[string]string, imageKnown bool) bool {
 		return true
 	}
 	iv, ok := fromImage[k]
-	return ok && iv == v
+	return ok && iv == v || !ok && k == "PATH" && v == enginePath
 }
+
+// enginePath is the PATH an engine puts into a container whose image sets none (some versions
+// write it into the container's configuration).
+const enginePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 func setDiff(field string, want map[string]bool, have []string, missing, extra string) []string {
 	var d []string
