@@ -1,0 +1,262 @@
+package netfilter
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/google/nftables"
+)
+
+// ErrUnsupported is wrapped by Detect's refusals: a found firewall meshd does not speak, or
+// cannot read. Adoption refuses on it rather than adopt a machine with nothing protecting
+// the mesh's ports.
+var ErrUnsupported = errors.New("found firewall is not one meshd speaks")
+
+// Paths where found firewalls keep their configuration.
+const (
+	ufwDir       = "/etc/ufw"
+	ufwConf      = "/etc/ufw/ufw.conf"
+	ufwUserRules = "/etc/ufw/user.rules"
+	ufwUser6     = "/etc/ufw/user6.rules"
+	nftConf      = "/etc/nftables.conf"
+	iptRulesV4   = "/etc/iptables/rules.v4"
+)
+
+// xtTableNames are the table names iptables-nft manages inside nftables.
+var xtTableNames = map[string]bool{"filter": true, "nat": true, "mangle": true, "raw": true, "security": true, "broute": true}
+
+// ownTable says whether an nftables table is meshd's own, Docker's or iptables-nft's, i.e. not
+// part of a found nftables ruleset.
+func ownTable(t *nftables.Table) bool {
+	if strings.HasPrefix(t.Name, "meshd") || strings.HasPrefix(t.Name, "docker") {
+		return true
+	}
+	return t.Family != nftables.TableFamilyINet && xtTableNames[t.Name]
+}
+
+// nftView is a read of the nftables ruleset: the found tables' filter chains at the input and
+// forward hooks, in priority order.
+type nftView struct {
+	tables  []*nftables.Table
+	input   []*nftables.Chain
+	forward []*nftables.Chain
+	all     []*nftables.Table
+}
+
+func readNftView(c *nftables.Conn, env Env) (*nftView, error) {
+	tables, err := c.ListTables()
+	if err != nil {
+		return nil, fmt.Errorf("nftables ruleset in %s is unreadable: %w: %w", env.nsName(), err, ErrUnsupported)
+	}
+	chains, err := c.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("nftables chains in %s are unreadable: %w: %w", env.nsName(), err, ErrUnsupported)
+	}
+	v := &nftView{all: tables}
+	for _, t := range tables {
+		if !ownTable(t) {
+			v.tables = append(v.tables, t)
+		}
+	}
+	for _, ch := range chains {
+		if ownTable(ch.Table) || ch.Hooknum == nil || ch.Type != nftables.ChainTypeFilter {
+			continue
+		}
+		switch *ch.Hooknum {
+		case *nftables.ChainHookInput:
+			v.input = append(v.input, ch)
+		case *nftables.ChainHookForward:
+			v.forward = append(v.forward, ch)
+		}
+	}
+	return v, nil
+}
+
+// Detect reports the firewall found in env. firewalld, two firewalls at once, or a ruleset it
+// cannot read are errors wrapping ErrUnsupported and naming what was found.
+func Detect(ctx context.Context, env Env) (Found, error) {
+	c, closeConn, err := env.nftConn()
+	if err != nil {
+		return Found{}, err
+	}
+	defer closeConn()
+	v, err := readNftView(c, env)
+	if err != nil {
+		return Found{}, err
+	}
+	for _, t := range v.all {
+		if t.Name == "firewalld" {
+			return Found{}, fmt.Errorf("firewalld is active (nftables table %s) in %s: %w", tableName(t), env.nsName(), ErrUnsupported)
+		}
+	}
+	if _, ok, _ := env.readFile(ctx, "/run/firewalld/firewalld.pid"); ok {
+		return Found{}, fmt.Errorf("firewalld is running (/run/firewalld/firewalld.pid) in %s: %w", env.nsName(), ErrUnsupported)
+	}
+
+	var dumps []*xtDump
+	for _, b := range []string{"nft", "legacy"} {
+		d, ok, err := readXT(ctx, env, b)
+		if err != nil {
+			return Found{}, fmt.Errorf("%w: %w", err, ErrUnsupported)
+		}
+		if ok {
+			dumps = append(dumps, d)
+		}
+	}
+
+	// ufw: its chains loaded in a backend, or enabled in its config.
+	conf, _, err := env.readFile(ctx, ufwConf)
+	if err != nil {
+		return Found{}, err
+	}
+	ufwEnabled := bytes.Contains(conf, []byte("\nENABLED=yes")) || bytes.HasPrefix(conf, []byte("ENABLED=yes"))
+	for _, d := range dumps {
+		if d.has("ufw-user-input") || (ufwEnabled && d.Backend == "nft" && len(dumps) == 1) {
+			f := Found{Kind: KindUFW, Backend: d.Backend, Active: ufwEnabled && d.has("ufw-user-input"), Config: ufwDir, DockerUser: d.has("DOCKER-USER")}
+			if err := countUFW(ctx, env, &f); err != nil {
+				return Found{}, err
+			}
+			return f, nil
+		}
+	}
+	if ufwEnabled {
+		return Found{Kind: KindUFW, Backend: "nft", Config: ufwDir}, nil
+	}
+
+	// a plain nftables ruleset: found tables with filter chains at input or forward.
+	var nf *Found
+	if len(v.input)+len(v.forward) > 0 {
+		f := Found{Kind: KindNftables, Active: true}
+		for _, t := range v.tables {
+			f.Tables = append(f.Tables, tableName(t))
+		}
+		sort.Strings(f.Tables)
+		if f.Incoming, err = countNft(c, v.input); err != nil {
+			return Found{}, err
+		}
+		if f.Forwarded, err = countNft(c, v.forward); err != nil {
+			return Found{}, err
+		}
+		if _, ok, _ := env.readFile(ctx, nftConf); ok {
+			f.Config = nftConf
+		}
+		for _, d := range dumps {
+			if d.has("DOCKER-USER") {
+				f.DockerUser, f.Backend = true, d.Backend
+			}
+		}
+		nf = &f
+	}
+
+	// plain iptables: rules of its own besides Docker's, or a closed INPUT policy.
+	var xf *Found
+	for _, d := range dumps {
+		f := Found{Kind: KindIptables, Backend: d.Backend, DockerUser: d.has("DOCKER-USER")}
+		for _, r := range d.Rules {
+			if r.Mark != "" {
+				continue
+			}
+			switch {
+			case r.Chain == "INPUT":
+				f.Incoming++
+			case r.Chain == "FORWARD" && !isDockerRule(r):
+				f.Forwarded++
+			case r.Chain == "DOCKER-USER" && !strings.HasSuffix(r.Line, "-j RETURN"):
+				f.Forwarded++
+			}
+		}
+		if f.Incoming+f.Forwarded > 0 || (d.Policies["INPUT"] != "" && d.Policies["INPUT"] != "ACCEPT") {
+			f.Active = true
+			if _, ok, _ := env.readFile(ctx, iptRulesV4); ok {
+				f.Config = iptRulesV4
+			}
+			xf = &f
+			break
+		}
+	}
+	switch {
+	case nf != nil && xf != nil:
+		return Found{}, fmt.Errorf("two firewalls found in %s: an nftables ruleset (%s) and iptables-%s rules (%d incoming, %d forwarded): %w",
+			env.nsName(), strings.Join(nf.Tables, ", "), xf.Backend, xf.Incoming, xf.Forwarded, ErrUnsupported)
+	case nf != nil:
+		return *nf, nil
+	case xf != nil:
+		return *xf, nil
+	}
+	return Found{Kind: KindNone}, nil
+}
+
+func countNft(c *nftables.Conn, chains []*nftables.Chain) (int, error) {
+	n := 0
+	for _, ch := range chains {
+		rules, err := c.GetRules(ch.Table, ch)
+		if err != nil {
+			return 0, fmt.Errorf("nftables chain %s %s is unreadable: %w: %w", tableName(ch.Table), ch.Name, err, ErrUnsupported)
+		}
+		for _, r := range rules {
+			if _, ok := parseMark(ruleComment(r)); !ok {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// ufwTuple is one rule of ufw's user.rules, from its "### tuple ###" line.
+type ufwTuple struct {
+	Text    string // the tuple without its comment
+	Comment string // decoded
+	Route   bool
+}
+
+func readUFWTuples(ctx context.Context, env Env) ([]ufwTuple, error) {
+	var out []ufwTuple
+	for _, p := range []string{ufwUserRules, ufwUser6} {
+		b, _, err := env.readFile(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			l := sc.Text()
+			if !strings.HasPrefix(l, "### tuple ### ") {
+				continue
+			}
+			t := ufwTuple{Text: strings.TrimPrefix(l, "### tuple ### ")}
+			if i := strings.Index(t.Text, " comment="); i >= 0 {
+				c, err := hex.DecodeString(t.Text[i+len(" comment="):])
+				if err != nil {
+					return nil, fmt.Errorf("%s: comment of %q is not hex: %w: %w", p, l, err, ErrUnsupported)
+				}
+				t.Comment, t.Text = string(c), t.Text[:i]
+			}
+			t.Route = strings.HasPrefix(t.Text, "route:")
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func countUFW(ctx context.Context, env Env, f *Found) error {
+	ts, err := readUFWTuples(ctx, env)
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if strings.HasPrefix(t.Comment, markPrefix) {
+			continue
+		}
+		if t.Route {
+			f.Forwarded++
+		} else {
+			f.Incoming++
+		}
+	}
+	return nil
+}

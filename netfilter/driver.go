@@ -1,0 +1,113 @@
+package netfilter
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// NewDriver returns the driver for the found firewall. priv is the private network, needed
+// for openings from "private". A found kind meshd does not speak is an error.
+func NewDriver(env Env, found Found, priv Private) (Driver, error) {
+	switch found.Kind {
+	case KindNftables:
+		return &nftDriver{base: newBase(env, priv), found: found}, nil
+	case KindIptables:
+		return &xtDriver{base: newBase(env, priv), backend: found.Backend}, nil
+	case KindUFW:
+		return &ufwDriver{base: newBase(env, priv), found: found}, nil
+	case KindNone:
+		return &noneDriver{base: newBase(env, priv)}, nil
+	}
+	return nil, fmt.Errorf("found firewall %q: %w", found.Kind, ErrUnsupported)
+}
+
+// base holds what every driver remembers between calls: when each opening was put in
+// force, so a later call that finds it missing reports it restored.
+type base struct {
+	mu    sync.Mutex
+	env   Env
+	priv  Private
+	since map[string]time.Time
+	now   func() time.Time
+}
+
+func newBase(env Env, priv Private) base {
+	return base{env: env, priv: priv, since: map[string]time.Time{}, now: time.Now}
+}
+
+// dedupe validates desired and keys it by mark, in a stable order.
+func dedupe(desired []Opening) (map[string]Opening, []string, error) {
+	m := map[string]Opening{}
+	for _, o := range desired {
+		if err := o.Validate(); err != nil {
+			return nil, nil, err
+		}
+		m[o.Mark()] = o
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return m, keys, nil
+}
+
+// settle builds the report from what the final read showed. present says whether an opening
+// is in force; missingBefore says whether the first read of this call lacked it; failed
+// gives a reason for openings that could not be put in force.
+func (b *base) settle(kind Kind, keys []string, want map[string]Opening, present, missingBefore map[string]bool, failed map[string]string, added, removed int) Report {
+	r := Report{Kind: kind, Added: added, Removed: removed}
+	now := b.now()
+	for k := range b.since {
+		if _, ok := want[k]; !ok {
+			delete(b.since, k)
+		}
+	}
+	for _, k := range keys {
+		st := OpeningState{Opening: want[k]}
+		switch {
+		case present[k]:
+			at, known := b.since[k]
+			st.State = InForce
+			if !known || missingBefore[k] {
+				if known {
+					st.State = Restored
+				}
+				at = now
+				b.since[k] = at
+			}
+			st.At = at
+		default:
+			st.State = Failed
+			st.Reason = failed[k]
+			if st.Reason == "" {
+				st.Reason = "not found in the firewall after applying"
+			}
+			delete(b.since, k)
+		}
+		r.Openings = append(r.Openings, st)
+	}
+	return r
+}
+
+// noneDriver: nothing filters, so every opening is in force as it is.
+type noneDriver struct{ base }
+
+func (d *noneDriver) Kind() Kind { return KindNone }
+
+func (d *noneDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	want, keys, err := dedupe(desired)
+	if err != nil {
+		return Report{}, err
+	}
+	present := map[string]bool{}
+	for _, k := range keys {
+		present[k] = true
+	}
+	return d.settle(KindNone, keys, want, present, nil, nil, 0, 0), nil
+}

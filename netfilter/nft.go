@@ -1,0 +1,211 @@
+package netfilter
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// nlBuffer is the netlink socket buffer size. google/nftables v0.3.0 asks the kernel to echo
+// every rule of a batch; with the default buffers one Flush of ~150 rules overruns the read
+// buffer (ENOBUFS), sometimes after the kernel committed. 32 MiB carries thousands of rules.
+const nlBuffer = 32 << 20
+
+// bigBuffers forces large send and receive buffers (the *FORCE options pass rmem_max; we
+// run as root). Without privilege it falls back to the capped ordinary options.
+func bigBuffers(c *netlink.Conn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, nlBuffer); e != nil {
+			serr = c.SetReadBuffer(nlBuffer)
+		}
+		if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, nlBuffer); e != nil && serr == nil {
+			serr = c.SetWriteBuffer(nlBuffer)
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// nftConn opens a google/nftables connection in env's network namespace, with big buffers.
+// The returned close func releases the namespace handle and the socket.
+func (e Env) nftConn() (*nftables.Conn, func(), error) {
+	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
+	var f *os.File
+	if e.NetNS != "" {
+		var err error
+		f, err = os.Open(e.NetNS)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open network namespace %s: %w", e.NetNS, err)
+		}
+		opts = append(opts, nftables.WithNetNSFd(int(f.Fd())))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, nil, fmt.Errorf("netlink to nftables in %s: %w", e.nsName(), err)
+	}
+	return c, func() {
+		_ = c.CloseLasting()
+		if f != nil {
+			f.Close()
+		}
+	}, nil
+}
+
+func (e Env) nsName() string {
+	if e.NetNS == "" {
+		return "the machine's network namespace"
+	}
+	return "network namespace " + e.NetNS
+}
+
+func familyName(f nftables.TableFamily) string {
+	switch f {
+	case nftables.TableFamilyINet:
+		return "inet"
+	case nftables.TableFamilyIPv4:
+		return "ip"
+	case nftables.TableFamilyIPv6:
+		return "ip6"
+	case nftables.TableFamilyARP:
+		return "arp"
+	case nftables.TableFamilyBridge:
+		return "bridge"
+	case nftables.TableFamilyNetdev:
+		return "netdev"
+	}
+	return fmt.Sprintf("family%d", f)
+}
+
+func tableName(t *nftables.Table) string { return familyName(t.Family) + " " + t.Name }
+
+// ruleComment returns the comment nft stores in a rule's user data.
+func ruleComment(r *nftables.Rule) string {
+	s, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+	return s
+}
+
+func commentData(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
+
+func ifname(n string) []byte {
+	b := make([]byte, 16)
+	copy(b, n)
+	return b
+}
+
+func protoNum(p string) byte {
+	if p == "udp" {
+		return unix.IPPROTO_UDP
+	}
+	return unix.IPPROTO_TCP
+}
+
+// matchIIF matches (or, with neq, excludes) an input interface.
+func matchIIF(name string, neq bool) []expr.Any {
+	op := expr.CmpOpEq
+	if neq {
+		op = expr.CmpOpNeq
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: ifname(name)},
+	}
+}
+
+// matchSource matches a source prefix; in an inet table it first pins the address family.
+func matchSource(fam nftables.TableFamily, p netip.Prefix) []expr.Any {
+	p = p.Masked()
+	var out []expr.Any
+	off, l, nfp := uint32(12), uint32(4), byte(unix.NFPROTO_IPV4)
+	if p.Addr().Is6() {
+		off, l, nfp = 8, 16, unix.NFPROTO_IPV6
+	}
+	if fam == nftables.TableFamilyINet {
+		out = append(out,
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfp}})
+	}
+	mask := make([]byte, l)
+	for i := 0; i < p.Bits(); i++ {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	out = append(out,
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: l},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: l, Mask: mask, Xor: make([]byte, l)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()})
+	return out
+}
+
+// matchPort matches l4 protocol and destination port. original matches the port the client
+// addressed before any DNAT (conntrack's original tuple), which is what a forwarded opening
+// to a published container port needs: Docker rewrote the port in nat PREROUTING.
+func matchPort(proto string, port uint16, original bool) []expr.Any {
+	out := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{protoNum(proto)}},
+	}
+	if original {
+		out = append(out, &expr.Ct{Key: expr.CtKeyPROTODST, Register: 1, Direction: 0})
+	} else {
+		out = append(out, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+	}
+	return append(out, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)})
+}
+
+// openingExprs is the match-and-accept of an opening in a chain of family fam.
+func openingExprs(fam nftables.TableFamily, o Opening, priv Private) ([]expr.Any, error) {
+	var out []expr.Any
+	switch o.From {
+	case FromAnywhere:
+	case FromPrivate:
+		if priv.Interface == "" && !priv.Range.IsValid() {
+			return nil, fmt.Errorf("opening %s: from private, but no private network is known", o)
+		}
+		if priv.Interface != "" {
+			out = append(out, matchIIF(priv.Interface, false)...)
+		}
+		if priv.Range.IsValid() {
+			if !famFits(fam, priv.Range) {
+				return nil, nil
+			}
+			out = append(out, matchSource(fam, priv.Range)...)
+		}
+	default:
+		p, err := netip.ParsePrefix(o.From)
+		if err != nil {
+			return nil, fmt.Errorf("opening %s: %w", o, err)
+		}
+		if !famFits(fam, p) {
+			return nil, nil
+		}
+		out = append(out, matchSource(fam, p)...)
+	}
+	out = append(out, matchPort(o.Proto, o.Port, o.Path == PathForwarded)...)
+	return append(out, &expr.Verdict{Kind: expr.VerdictAccept}), nil
+}
+
+// famFits says whether a prefix can be matched in a table of family fam.
+func famFits(fam nftables.TableFamily, p netip.Prefix) bool {
+	switch fam {
+	case nftables.TableFamilyIPv4:
+		return p.Addr().Is4()
+	case nftables.TableFamilyIPv6:
+		return p.Addr().Is6()
+	}
+	return true
+}

@@ -1,0 +1,272 @@
+package netfilter
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+)
+
+// Port is a protocol and port of the mesh's own (store, broker management, bus, …).
+type Port struct {
+	Proto string
+	Port  uint16
+}
+
+func (p Port) String() string { return fmt.Sprintf("%s/%d", p.Proto, p.Port) }
+
+// ownChain and ownRule describe one of meshd's own tables. Every rule carries a comment
+// saying what it is, so a read can compare it with the desired table without decoding
+// expressions.
+type ownChain struct {
+	name   string
+	hook   *nftables.ChainHook
+	prio   nftables.ChainPriority
+	policy nftables.ChainPolicy
+	rules  []ownRule
+}
+
+type ownRule struct {
+	comment string
+	exprs   []expr.Any
+}
+
+// loadOwnTable makes meshd's own table equal to chains, in one batch: the table is deleted
+// and built anew inside one transaction, so there is no moment without it. When the table
+// already reads as desired nothing is written. wrote says whether it wrote.
+func loadOwnTable(env Env, name string, chains []ownChain) (wrote bool, err error) {
+	c, closeConn, err := env.nftConn()
+	if err != nil {
+		return false, err
+	}
+	defer closeConn()
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	same, err := ownTableIs(c, t, chains)
+	if err != nil {
+		return false, err
+	}
+	if same {
+		return false, nil
+	}
+	c.AddTable(t)
+	c.DelTable(t)
+	c.AddTable(t)
+	for _, oc := range chains {
+		pol := oc.policy
+		ch := c.AddChain(&nftables.Chain{Name: oc.name, Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: oc.hook, Priority: nftables.ChainPriorityRef(oc.prio), Policy: &pol})
+		for _, r := range oc.rules {
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r.exprs, UserData: commentData(r.comment)})
+		}
+	}
+	ferr := c.Flush()
+	// Re-read whatever happened: a batch can fail after the kernel committed it.
+	same, rerr := ownTableIs(c, t, chains)
+	switch {
+	case rerr != nil:
+		return true, fmt.Errorf("load nftables table inet %s in %s: %w (re-read: %v)", name, env.nsName(), ferr, rerr)
+	case !same && ferr != nil:
+		return true, fmt.Errorf("load nftables table inet %s in %s: %w", name, env.nsName(), ferr)
+	case !same:
+		return true, fmt.Errorf("load nftables table inet %s in %s: it does not read back as loaded", name, env.nsName())
+	}
+	return true, nil
+}
+
+func ownTableIs(c *nftables.Conn, t *nftables.Table, chains []ownChain) (bool, error) {
+	tables, err := c.ListTablesOfFamily(t.Family)
+	if err != nil {
+		return false, fmt.Errorf("list nftables tables: %w", err)
+	}
+	found := false
+	for _, x := range tables {
+		found = found || x.Name == t.Name
+	}
+	if !found {
+		return false, nil
+	}
+	have, err := c.ListChainsOfTableFamily(t.Family)
+	if err != nil {
+		return false, fmt.Errorf("list chains of table inet %s: %w", t.Name, err)
+	}
+	n := 0
+	for _, ch := range have {
+		if ch.Table.Name != t.Name {
+			continue
+		}
+		n++
+		var want *ownChain
+		for i := range chains {
+			if chains[i].name == ch.Name {
+				want = &chains[i]
+			}
+		}
+		if want == nil || ch.Hooknum == nil || *ch.Hooknum != *want.hook || ch.Priority == nil ||
+			*ch.Priority != want.prio || ch.Policy == nil || *ch.Policy != want.policy {
+			return false, nil
+		}
+		rules, err := c.GetRules(t, ch)
+		if err != nil {
+			return false, fmt.Errorf("read chain inet %s %s: %w", t.Name, ch.Name, err)
+		}
+		if len(rules) != len(want.rules) {
+			return false, nil
+		}
+		for i, r := range rules {
+			if ruleComment(r) != want.rules[i].comment {
+				return false, nil
+			}
+		}
+	}
+	return n == len(chains), nil
+}
+
+// removeOwnTable deletes one of meshd's own tables if it exists.
+func removeOwnTable(env Env, name string) error {
+	c, closeConn, err := env.nftConn()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	c.AddTable(t)
+	c.DelTable(t)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("remove nftables table inet %s in %s: %w", name, env.nsName(), err)
+	}
+	return nil
+}
+
+func accept() expr.Any { return &expr.Verdict{Kind: expr.VerdictAccept} }
+
+func ctEstablished() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		accept(),
+	}
+}
+
+// Table names of meshd's own tables.
+const (
+	GuardTable  = "meshd_guard"
+	FilterTable = "meshd_filter"
+)
+
+// GuardSpec says what the refuse-only guard protects: the ports (the store's, the broker's
+// management port) and who may still reach them besides the machine itself (loopback): the
+// private network's interface and any Trusted interface.
+type GuardSpec struct {
+	Private Private
+	Ports   []Port
+	Trusted []string
+}
+
+// Guard loads the refuse-only guard on an adopted node: meshd's own table whose one chain,
+// at prerouting priority -150 (ahead of dstnat at -100, so it sees the port the client
+// addressed before Docker's DNAT), drops traffic to the guarded ports from any interface but
+// loopback, the private network's and the trusted ones. Its policy is accept and it holds no
+// accept rule: it never lets anything through the found firewall, and the found firewall,
+// in other tables, cannot undo its drop. Nothing is written when it is already loaded as
+// spec says; wrote says whether it wrote.
+func Guard(ctx context.Context, env Env, spec GuardSpec) (wrote bool, err error) {
+	if spec.Private.Interface == "" {
+		return false, fmt.Errorf("guard: the private network's interface is not known")
+	}
+	allowed := append([]string{"lo", spec.Private.Interface}, spec.Trusted...)
+	var rules []ownRule
+	for _, p := range spec.Ports {
+		var ex []expr.Any
+		for _, i := range allowed {
+			ex = append(ex, matchIIF(i, true)...)
+		}
+		ex = append(ex, matchPort(p.Proto, p.Port, false)...)
+		ex = append(ex, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
+		rules = append(rules, ownRule{comment: fmt.Sprintf("meshd:guard:%s:only-from:%v", p, allowed), exprs: ex})
+	}
+	return loadOwnTable(env, GuardTable, []ownChain{{
+		name: "prerouting", hook: nftables.ChainHookPrerouting, prio: -150,
+		policy: nftables.ChainPolicyAccept, rules: rules,
+	}})
+}
+
+// RemoveGuard removes the guard's table.
+func RemoveGuard(ctx context.Context, env Env) error { return removeOwnTable(env, GuardTable) }
+
+// FilterSpec composes the derived filter of a converged node.
+type FilterSpec struct {
+	Private Private
+	// MeshPorts are the mesh's own ports, accepted from the private network (input, and
+	// forwarded to a published container by its original port).
+	MeshPorts []Port
+	// Openings are every opening of the node's assigned modules.
+	Openings []Opening
+	// ForwardFrom are interfaces whose traffic may be forwarded out (container bridges).
+	ForwardFrom []string
+}
+
+// LoadFilter loads meshd's derived filter on a converged node: its own table with input and
+// forward chains that drop by default and accept established/related traffic, loopback, the
+// private network for the mesh's own ports, and every opening. One batch; nothing is written
+// when it already reads as spec says.
+func LoadFilter(ctx context.Context, env Env, spec FilterSpec) (wrote bool, err error) {
+	lo := ownRule{comment: "meshd:filter:loopback", exprs: append(matchIIF("lo", false), accept())}
+	est := ownRule{comment: "meshd:filter:established", exprs: ctEstablished()}
+	input := []ownRule{est, lo}
+	forward := []ownRule{est}
+	for _, i := range spec.ForwardFrom {
+		forward = append(forward, ownRule{comment: "meshd:filter:forward-from:" + i, exprs: append(matchIIF(i, false), accept())})
+	}
+	add := func(o Opening) error {
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		ex, err := openingExprs(nftables.TableFamilyINet, o, spec.Private)
+		if err != nil {
+			return err
+		}
+		r := ownRule{comment: o.Mark(), exprs: ex}
+		if o.Path == PathIncoming {
+			input = append(input, r)
+		} else {
+			forward = append(forward, r)
+		}
+		return nil
+	}
+	for _, p := range spec.MeshPorts {
+		for _, path := range []string{PathIncoming, PathForwarded} {
+			if err := add(Opening{Module: "mesh", Proto: p.Proto, Port: p.Port, From: FromPrivate, Path: path}); err != nil {
+				return false, err
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, o := range spec.Openings {
+		if !seen[o.Mark()] {
+			seen[o.Mark()] = true
+			if err := add(o); err != nil {
+				return false, err
+			}
+		}
+	}
+	return loadOwnTable(env, FilterTable, []ownChain{
+		{name: "input", hook: nftables.ChainHookInput, prio: 0, policy: nftables.ChainPolicyDrop, rules: input},
+		{name: "forward", hook: nftables.ChainHookForward, prio: 0, policy: nftables.ChainPolicyDrop, rules: forward},
+	})
+}
+
+// LoadBaseRuleset loads the base ruleset a converged genesis raises before anything listens:
+// the derived filter with only the mesh's own ports and the openings genesis declares (the
+// bus, the tunnel, …).
+func LoadBaseRuleset(ctx context.Context, env Env, spec FilterSpec) error {
+	_, err := LoadFilter(ctx, env, spec)
+	return err
+}
+
+// RemoveFilter removes the derived filter's table (returning a node to adopted).
+func RemoveFilter(ctx context.Context, env Env) error { return removeOwnTable(env, FilterTable) }

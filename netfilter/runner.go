@@ -1,0 +1,99 @@
+package netfilter
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// Runner runs a command (ufw, iptables, nft, cat) where the firewall lives and returns its
+// standard output. An error carries the command and its standard error.
+type Runner interface {
+	Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
+}
+
+// ExecRunner runs commands with os/exec, each prefixed by Prefix (for example
+// nsenter --net=/run/netns/x --mount=/proc/123/ns/mnt --). The zero value runs them in the
+// caller's own namespaces.
+type ExecRunner struct {
+	Prefix []string
+}
+
+// NSEnter returns an ExecRunner entering the network namespace at netns and, if mountns is
+// not empty, the mount namespace at mountns (so ufw reads its own /etc/ufw there).
+func NSEnter(netns, mountns string) ExecRunner {
+	p := []string{"nsenter"}
+	if netns != "" {
+		p = append(p, "--net="+netns)
+	}
+	if mountns != "" {
+		p = append(p, "--mount="+mountns)
+	}
+	return ExecRunner{Prefix: append(p, "--")}
+}
+
+// Run implements Runner.
+func (r ExecRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	argv := append(append(append([]string{}, r.Prefix...), name), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.Bytes(), nil
+}
+
+// Env says where the firewall is: the network namespace for netlink, the runner for
+// commands. The zero value is the machine's own namespaces.
+type Env struct {
+	// NetNS is the path of a network namespace file (/run/netns/x, /proc/PID/ns/net); empty
+	// means the caller's own.
+	NetNS string
+	// Runner runs commands in the same network namespace (and the mount namespace that holds
+	// the firewall's configuration); nil means ExecRunner{}.
+	Runner Runner
+	// StateDir, if set, is where Retire keeps what Restore needs (besides returning it).
+	StateDir string
+	Log      *slog.Logger
+}
+
+func (e Env) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return e.runIn(ctx, nil, name, args...)
+}
+
+func (e Env) runIn(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	r := e.Runner
+	if r == nil {
+		r = ExecRunner{}
+	}
+	return r.Run(ctx, stdin, name, args...)
+}
+
+func (e Env) log() *slog.Logger {
+	if e.Log != nil {
+		return e.Log
+	}
+	return slog.Default()
+}
+
+// readFile reads a file where the firewall lives (through the runner, so a mount namespace
+// is honoured). ok is false when it does not exist.
+func (e Env) readFile(ctx context.Context, path string) (data []byte, ok bool, err error) {
+	if _, err := e.run(ctx, "test", "-e", path); err != nil {
+		return nil, false, nil
+	}
+	b, err := e.run(ctx, "cat", path)
+	if err != nil {
+		return nil, true, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, true, nil
+}
