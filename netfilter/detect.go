@@ -137,10 +137,10 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 			f.Tables = append(f.Tables, tableName(t))
 		}
 		sort.Strings(f.Tables)
-		if f.Incoming, err = countNft(c, v.input); err != nil {
+		if f.Incoming, err = countNft(env, v.input); err != nil {
 			return Found{}, err
 		}
-		if f.Forwarded, err = countNft(c, v.forward); err != nil {
+		if f.Forwarded, err = countNft(env, v.forward); err != nil {
 			return Found{}, err
 		}
 		if _, ok, _ := env.readFile(ctx, nftConf); ok {
@@ -158,6 +158,7 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 	var xf *Found
 	for _, d := range dumps {
 		f := Found{Kind: KindIptables, Backend: d.Backend, DockerUser: d.has("DOCKER-USER")}
+		bridges := d.dockerBridges()
 		for _, r := range d.Rules {
 			if r.Mark != "" {
 				continue
@@ -165,7 +166,7 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 			switch {
 			case r.Chain == "INPUT":
 				f.Incoming++
-			case r.Chain == "FORWARD" && !isDockerRule(r):
+			case r.Chain == "FORWARD" && !isDockerRule(r, bridges):
 				f.Forwarded++
 			case r.Chain == "DOCKER-USER" && !strings.HasSuffix(r.Line, "-j RETURN"):
 				f.Forwarded++
@@ -192,15 +193,15 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 	return Found{Kind: KindNone}, nil
 }
 
-func countNft(c *nftables.Conn, chains []*nftables.Chain) (int, error) {
+func countNft(env Env, chains []*nftables.Chain) (int, error) {
 	n := 0
 	for _, ch := range chains {
-		rules, err := c.GetRules(ch.Table, ch)
+		rules, err := env.listRules(ch)
 		if err != nil {
 			return 0, fmt.Errorf("nftables chain %s %s is unreadable: %w: %w", tableName(ch.Table), ch.Name, err, ErrUnsupported)
 		}
 		for _, r := range rules {
-			if _, ok := parseMark(ruleComment(r)); !ok {
+			if _, ok := parseMark(r.Comment); !ok {
 				n++
 			}
 		}

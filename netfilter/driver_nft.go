@@ -28,17 +28,16 @@ func (s nftSlot) key() string {
 }
 
 // nftRead reads the marked rules of the target chains.
-func nftRead(c *nftables.Conn, chains []*nftables.Chain) (map[string]*nftables.Rule, error) {
+func nftRead(env Env, chains []*nftables.Chain) (map[string]*nftables.Rule, error) {
 	have := map[string]*nftables.Rule{}
 	for _, ch := range chains {
-		rules, err := c.GetRules(ch.Table, ch)
+		rules, err := env.listRules(ch)
 		if err != nil {
-			return nil, fmt.Errorf("read nftables chain %s %s: %w", tableName(ch.Table), ch.Name, err)
+			return nil, err
 		}
 		for _, r := range rules {
-			if m := ruleComment(r); len(m) > len(markPrefix) && m[:len(markPrefix)] == markPrefix {
-				r.Table, r.Chain = ch.Table, ch
-				have[nftSlot{ch, m}.key()] = r
+			if m := r.Comment; len(m) > len(markPrefix) && m[:len(markPrefix)] == markPrefix {
+				have[nftSlot{ch, m}.key()] = &nftables.Rule{Table: ch.Table, Chain: ch, Handle: r.Handle, UserData: commentData(m)}
 			}
 		}
 	}
@@ -62,7 +61,7 @@ func (d *nftDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 		return Report{}, err
 	}
 	chains := append(append([]*nftables.Chain{}, v.input...), v.forward...)
-	have, err := nftRead(c, chains)
+	have, err := nftRead(d.env, chains)
 	if err != nil {
 		return Report{}, err
 	}
@@ -132,7 +131,7 @@ func (d *nftDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 			d.env.log().Warn("nftables batch failed, re-reading", "adds", len(adds), "deletes", len(dels), "err", ferr)
 		}
 		// Always re-read: a failed batch may still have committed.
-		after, rerr := nftRead(c, chains)
+		after, rerr := nftRead(d.env, chains)
 		if rerr != nil {
 			return Report{}, errors.Join(ferr, rerr)
 		}

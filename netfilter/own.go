@@ -43,7 +43,7 @@ func loadOwnTable(env Env, name string, chains []ownChain) (wrote bool, err erro
 	}
 	defer closeConn()
 	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
-	same, err := ownTableIs(c, t, chains)
+	same, err := ownTableIs(env, c, t, chains)
 	if err != nil {
 		return false, err
 	}
@@ -63,7 +63,7 @@ func loadOwnTable(env Env, name string, chains []ownChain) (wrote bool, err erro
 	}
 	ferr := c.Flush()
 	// Re-read whatever happened: a batch can fail after the kernel committed it.
-	same, rerr := ownTableIs(c, t, chains)
+	same, rerr := ownTableIs(env, c, t, chains)
 	switch {
 	case rerr != nil:
 		return true, fmt.Errorf("load nftables table inet %s in %s: %w (re-read: %v)", name, env.nsName(), ferr, rerr)
@@ -75,7 +75,7 @@ func loadOwnTable(env Env, name string, chains []ownChain) (wrote bool, err erro
 	return true, nil
 }
 
-func ownTableIs(c *nftables.Conn, t *nftables.Table, chains []ownChain) (bool, error) {
+func ownTableIs(env Env, c *nftables.Conn, t *nftables.Table, chains []ownChain) (bool, error) {
 	tables, err := c.ListTablesOfFamily(t.Family)
 	if err != nil {
 		return false, fmt.Errorf("list nftables tables: %w", err)
@@ -107,7 +107,7 @@ func ownTableIs(c *nftables.Conn, t *nftables.Table, chains []ownChain) (bool, e
 			*ch.Priority != want.prio || ch.Policy == nil || *ch.Policy != want.policy {
 			return false, nil
 		}
-		rules, err := c.GetRules(t, ch)
+		rules, err := env.listRules(ch)
 		if err != nil {
 			return false, fmt.Errorf("read chain inet %s %s: %w", t.Name, ch.Name, err)
 		}
@@ -115,7 +115,7 @@ func ownTableIs(c *nftables.Conn, t *nftables.Table, chains []ownChain) (bool, e
 			return false, nil
 		}
 		for i, r := range rules {
-			if ruleComment(r) != want.rules[i].comment {
+			if r.Comment != want.rules[i].comment {
 				return false, nil
 			}
 		}

@@ -44,16 +44,17 @@ func xtBin(backend, tool string) string {
 // absent or the backend holds no filter table. An iptables-nft table that nft rules made
 // unreadable to iptables is an error naming it.
 func readXT(ctx context.Context, env Env, backend string) (*xtDump, bool, error) {
-	out, err := env.run(ctx, xtBin(backend, "iptables-save"), "-t", "filter")
+	// stderr too: iptables-nft-save warns there, exiting 0, about a table it cannot show.
+	out, err := env.run(ctx, "sh", "-c", xtBin(backend, "iptables-save")+" -t filter 2>&1")
 	if err != nil {
-		if strings.Contains(err.Error(), "executable file not found") || strings.Contains(err.Error(), "No such file") {
+		if strings.Contains(err.Error(), "exit status 127") || strings.Contains(err.Error(), "not found") {
 			return nil, false, nil
 		}
 		if strings.Contains(err.Error(), "incompatible") {
 			return nil, false, fmt.Errorf("iptables-%s filter table is unreadable (changed by a tool meshd does not speak): %w", backend, err)
 		}
 		// legacy: no filter table loaded ("Table does not exist")
-		if strings.Contains(err.Error(), "does not exist") {
+		if strings.Contains(err.Error(), "does not exist") || bytes.Contains(out, []byte("does not exist")) {
 			return nil, false, nil
 		}
 		return nil, false, fmt.Errorf("read iptables-%s filter table: %w", backend, err)
@@ -125,10 +126,36 @@ func xtComment(l string) string {
 	return ""
 }
 
-// isDockerRule says whether a FORWARD/INPUT rule belongs to Docker's own plumbing.
-func isDockerRule(r xtRule) bool {
-	return strings.Contains(r.Line, "-j DOCKER") || strings.Contains(r.Line, "docker") ||
-		strings.HasPrefix(r.Chain, "DOCKER")
+// dockerBridges are the interfaces Docker's DOCKER chain forwards to (docker0, br-…).
+func (d *xtDump) dockerBridges() map[string]bool {
+	m := map[string]bool{"docker0": true}
+	for _, r := range d.Rules {
+		if r.Chain != "DOCKER" {
+			continue
+		}
+		f := strings.Fields(r.Line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "-o" {
+				m[f[i+1]] = true
+			}
+		}
+	}
+	return m
+}
+
+// isDockerRule says whether a FORWARD/INPUT rule belongs to Docker's own plumbing: a jump to
+// one of its chains, or a rule for one of its bridges.
+func isDockerRule(r xtRule, bridges map[string]bool) bool {
+	if strings.Contains(r.Line, "-j DOCKER") || strings.HasPrefix(r.Chain, "DOCKER") {
+		return true
+	}
+	f := strings.Fields(r.Line)
+	for i := 0; i+1 < len(f); i++ {
+		if (f[i] == "-o" || f[i] == "-i") && bridges[f[i+1]] {
+			return true
+		}
+	}
+	return false
 }
 
 // xtOpeningArgs is the iptables rule (without -A/-I and chain) that implements o.

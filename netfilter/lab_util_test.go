@@ -1,0 +1,7 @@
+package netfilter
+
+import "net/netip"
+
+type netipPrefix = netip.Prefix
+
+func mustParsePrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
