@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"meshd/fsm"
+)
+
+// DefaultSocket is where the operator's API listens unless --socket or MESHD_SOCKET says otherwise.
+const DefaultSocket = "/run/meshd/meshd.sock"
+
+// DefaultDataDir is where a node keeps its identity, its Raft log and its record store.
+const DefaultDataDir = "/var/lib/meshd"
+
+// Config is how an agent runs.
+type Config struct {
+	DataDir string `yaml:"data_dir"`
+	Socket  string `yaml:"socket"`
+	// ReconcileInterval is how often the host re-checks the machine without a new declaration.
+	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
+	LogLevel          string        `yaml:"log_level"`
+	// LogOutput receives Raft's own log; nil means stderr.
+	LogOutput io.Writer `yaml:"-"`
+}
+
+// Agent is a running node.
+type Agent struct {
+	cfg  Config
+	node *NodeFile
+	log  *slog.Logger
+	fsm  *fsm.FSM
+	raft *raftNode
+	http *http.Server
+	ln   net.Listener
+
+	// declarations receives the node's own declaration each time it changes.
+	declarations chan *fsm.Declaration
+}
+
+// Start opens the node's data dir, starts Raft (on a server) and the operator API, and begins
+// watching the node's own declaration. It returns once the API is listening.
+func Start(cfg Config, log *slog.Logger) (*Agent, error) {
+	if cfg.DataDir == "" {
+		cfg.DataDir = DefaultDataDir
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = DefaultSocket
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = 10 * time.Second
+	}
+	if cfg.LogOutput == nil {
+		cfg.LogOutput = os.Stderr
+	}
+	n, err := ReadNodeFile(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if !n.Server {
+		return nil, fmt.Errorf("node %s is a client; clients enrol with `meshd join` and are not built yet", n.Name)
+	}
+	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), fsm: fsm.NewFSM(), declarations: make(chan *fsm.Declaration, 1)}
+	a.raft, err = openRaft(cfg.DataDir, n, a.fsm, cfg.LogOutput)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := listenSocket(cfg.Socket)
+	if err != nil {
+		a.raft.shutdown(a.log)
+		return nil, err
+	}
+	a.ln = ln
+	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("operator API stopped", "socket", cfg.Socket, "err", err)
+		}
+	}()
+	a.log.Info("agent started", "id", n.ID, "data_dir", cfg.DataDir, "socket", cfg.Socket,
+		"raft", fmt.Sprintf("%s:%d", n.Advertise, n.RaftPort))
+	return a, nil
+}
+
+// listenSocket opens the operator's unix socket, root only: the directory 0700, the socket 0600.
+// A socket left by an agent that died is replaced; one another agent is serving is not.
+func listenSocket(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create socket dir %s: %w", filepath.Dir(path), err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket %s is served by another agent; stop it or give this one --socket", path)
+		}
+		os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// Run watches the node's declaration until ctx is done, then stops the agent cleanly.
+func (a *Agent) Run(ctx context.Context) error {
+	go a.watchOwnDeclaration(ctx)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case d := <-a.declarations:
+				a.log.Info("declaration", "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
+			}
+		}
+	}()
+	<-ctx.Done()
+	return a.Stop()
+}
+
+// Stop closes the API and shuts Raft down, leaving everything on disk for the next start.
+func (a *Agent) Stop() error {
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = a.http.Shutdown(sctx)
+	os.Remove(a.cfg.Socket)
+	a.raft.shutdown(a.log)
+	a.log.Info("agent stopped")
+	return nil
+}
+
+// watchOwnDeclaration composes the node's declaration each time the record changes and passes it
+// on when it differs from the last one.
+func (a *Agent) watchOwnDeclaration(ctx context.Context) {
+	var last []byte
+	var index uint64
+	for ctx.Err() == nil {
+		var d *fsm.Declaration
+		var err error
+		a.fsm.Read(func(r *fsm.Record, i uint64) {
+			index = i
+			if r.Nodes[a.node.Name] != nil {
+				d, err = fsm.Compose(r, a.node.Name)
+			}
+		})
+		if err != nil {
+			a.log.Error("compose own declaration", "err", err)
+		}
+		if d != nil {
+			b, _ := json.Marshal(d)
+			if !bytes.Equal(b, last) {
+				last = b
+				select {
+				case a.declarations <- d:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		a.fsm.Wait(ctx, index)
+	}
+}

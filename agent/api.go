@@ -1,0 +1,377 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+)
+
+// The API's views: what the operator's commands print.
+
+// StatusView is `meshd status`.
+type StatusView struct {
+	Leader LeaderView    `json:"leader"`
+	Index  uint64        `json:"index"`
+	Nodes  []NodeSummary `json:"nodes"`
+}
+
+// LeaderView names the Raft leader.
+type LeaderView struct {
+	Node    string `json:"node,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Address string `json:"address,omitempty"`
+}
+
+// NodeSummary is one node's line in the status.
+type NodeSummary struct {
+	Name        string    `json:"name"`
+	Mode        fsm.Mode  `json:"mode"`
+	ModeSince   time.Time `json:"mode_since"`
+	ControlNode bool      `json:"control_node,omitempty"`
+	Server      bool      `json:"server,omitempty"`
+	Address     string    `json:"address,omitempty"`
+	Assigned    int       `json:"assigned"`
+	Taken       int       `json:"taken"`
+}
+
+// NodeView is `meshd node show`.
+type NodeView struct {
+	Node        *fsm.Node `json:"node"`
+	ControlNode bool      `json:"control_node,omitempty"`
+	Taken       []string  `json:"taken_effective"`
+}
+
+// ModuleView is a catalogue module and the nodes it is assigned to.
+type ModuleView struct {
+	*catalogue.Module
+	AssignedTo []string `json:"assigned_to"`
+	TakenOn    []string `json:"taken_on"`
+}
+
+// DeclarationView is a declaration with the record index it was composed at.
+type DeclarationView struct {
+	Index       uint64           `json:"index"`
+	Declaration *fsm.Declaration `json:"declaration"`
+}
+
+// PeerView is one Raft server.
+type PeerView struct {
+	Node     string `json:"node,omitempty"`
+	ID       string `json:"id"`
+	Address  string `json:"address"`
+	Suffrage string `json:"suffrage"`
+	Leader   bool   `json:"leader"`
+}
+
+// ModuleAddRequest carries a manifest to the record.
+type ModuleAddRequest struct {
+	Source catalogue.Source `json:"source"`
+}
+
+// apiError is how every error travels: a message that names the thing.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+const applyTimeout = 15 * time.Second
+
+func (a *Agent) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", a.getStatus)
+	mux.HandleFunc("GET /v1/nodes/{node}", a.getNode)
+	mux.HandleFunc("GET /v1/modules", a.listModules)
+	mux.HandleFunc("GET /v1/modules/{module}", a.getModule)
+	mux.HandleFunc("POST /v1/modules", a.addModule)
+	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", a.moduleAction)
+	mux.HandleFunc("GET /v1/declaration/{node}", a.getDeclaration)
+	mux.HandleFunc("GET /v1/raft/peers", a.raftPeers)
+	mux.HandleFunc("GET /v1/snapshot", a.snapshotSave)
+	mux.HandleFunc("POST /v1/snapshot", a.snapshotRestore)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	var ref *fsm.Refusal
+	var nl *NotLeaderError
+	var nf notFound
+	switch {
+	case errors.As(err, &ref):
+		code = http.StatusUnprocessableEntity
+	case errors.As(err, &nl):
+		code = http.StatusServiceUnavailable
+	case errors.As(err, &nf):
+		code = http.StatusNotFound
+	}
+	writeJSON(w, code, apiError{Error: err.Error()})
+}
+
+type notFound string
+
+func (e notFound) Error() string { return string(e) }
+
+func (a *Agent) leader() LeaderView {
+	addr, id := a.raft.raft.LeaderWithID()
+	lv := LeaderView{ID: string(id), Address: string(addr)}
+	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+		for _, n := range r.Nodes {
+			if n.ID == lv.ID {
+				lv.Node = n.Name
+			}
+		}
+	})
+	return lv
+}
+
+func (a *Agent) getStatus(w http.ResponseWriter, _ *http.Request) {
+	st := StatusView{Leader: a.leader(), Nodes: []NodeSummary{}}
+	a.fsm.Read(func(r *fsm.Record, index uint64) {
+		st.Index = index
+		for _, name := range r.NodeNames() {
+			n := r.Nodes[name]
+			st.Nodes = append(st.Nodes, NodeSummary{Name: n.Name, Mode: n.Mode, ModeSince: n.ModeSince,
+				ControlNode: r.Genesis != nil && r.Genesis.ControlNode == n.Name, Server: n.Server,
+				Address: n.Address, Assigned: len(n.Assigned), Taken: len(n.EffectiveTaken())})
+		}
+	})
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (a *Agent) getNode(w http.ResponseWriter, req *http.Request) {
+	name := req.PathValue("node")
+	var v *NodeView
+	var err error
+	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+		n := r.Nodes[name]
+		if n == nil {
+			err = notFound(fmt.Sprintf("node %s: no such node (the record has: %v)", name, r.NodeNames()))
+			return
+		}
+		cp := *n
+		v = &NodeView{Node: &cp, ControlNode: r.Genesis != nil && r.Genesis.ControlNode == n.Name, Taken: n.EffectiveTaken()}
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func moduleView(r *fsm.Record, m *catalogue.Module) ModuleView {
+	v := ModuleView{Module: m, AssignedTo: []string{}, TakenOn: []string{}}
+	for _, name := range r.NodeNames() {
+		n := r.Nodes[name]
+		for _, a := range n.Assigned {
+			if a == m.Name {
+				v.AssignedTo = append(v.AssignedTo, name)
+				if n.IsTaken(a) {
+					v.TakenOn = append(v.TakenOn, name)
+				}
+			}
+		}
+	}
+	return v
+}
+
+func (a *Agent) listModules(w http.ResponseWriter, _ *http.Request) {
+	out := []ModuleView{}
+	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+		for _, name := range r.Catalogue.Names() {
+			out = append(out, moduleView(r, r.Catalogue[name]))
+		}
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Agent) getModule(w http.ResponseWriter, req *http.Request) {
+	name := req.PathValue("module")
+	var v *ModuleView
+	var err error
+	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+		m := r.Catalogue[name]
+		if m == nil {
+			msg := fmt.Sprintf("module %s: not in the catalogue", name)
+			if s := r.Catalogue.Suggest(name); len(s) > 0 {
+				msg += fmt.Sprintf("; did you mean %v?", s)
+			}
+			err = notFound(msg)
+			return
+		}
+		mv := moduleView(r, m)
+		v = &mv
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (a *Agent) addModule(w http.ResponseWriter, req *http.Request) {
+	var body ModuleAddRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 4<<20)).Decode(&body); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad request: " + err.Error()})
+		return
+	}
+	// Refuse a bad manifest before it reaches the log; Apply checks again.
+	if _, err := catalogue.Parse(body.Source.File, []byte(body.Source.Data)); err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, apiError{Error: err.Error()})
+		return
+	}
+	v, err := a.raft.apply(fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source}, applyTimeout)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (a *Agent) moduleAction(w http.ResponseWriter, req *http.Request) {
+	ops := map[string]fsm.Op{"assign": fsm.OpModuleAssign, "unassign": fsm.OpModuleUnassign, "take": fsm.OpModuleTake}
+	op, ok := ops[req.PathValue("action")]
+	if !ok {
+		writeJSON(w, http.StatusNotFound, apiError{Error: "unknown action " + req.PathValue("action")})
+		return
+	}
+	v, err := a.raft.apply(op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}, applyTimeout)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// getDeclaration serves a node's declaration. With ?index=N it blocks until the record has moved
+// past N (or ?wait= passes, default 5 minutes), so a node learns of a change at once.
+func (a *Agent) getDeclaration(w http.ResponseWriter, req *http.Request) {
+	name := req.PathValue("node")
+	if s := req.URL.Query().Get("index"); s != "" {
+		index, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: "index: " + err.Error()})
+			return
+		}
+		wait := 5 * time.Minute
+		if s := req.URL.Query().Get("wait"); s != "" {
+			if wait, err = time.ParseDuration(s); err != nil {
+				writeJSON(w, http.StatusBadRequest, apiError{Error: "wait: " + err.Error()})
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), wait)
+		a.fsm.Wait(ctx, index)
+		cancel()
+	}
+	var v DeclarationView
+	var err error
+	a.fsm.Read(func(r *fsm.Record, index uint64) {
+		v.Index = index
+		v.Declaration, err = fsm.Compose(r, name)
+	})
+	if err != nil {
+		// Compose fails for an unknown node; a module that no longer resolves is the record's fault.
+		var ref *fsm.Refusal
+		if errors.As(err, &ref) && ref.Module == "" {
+			err = notFound(err.Error())
+		}
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("X-Meshd-Index", strconv.FormatUint(v.Index, 10))
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (a *Agent) raftPeers(w http.ResponseWriter, _ *http.Request) {
+	fut := a.raft.raft.GetConfiguration()
+	if err := fut.Error(); err != nil {
+		writeErr(w, fmt.Errorf("raft configuration: %w", err))
+		return
+	}
+	leader := a.leader()
+	out := []PeerView{}
+	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+		names := map[string]string{}
+		for _, n := range r.Nodes {
+			names[n.ID] = n.Name
+		}
+		for _, s := range fut.Configuration().Servers {
+			out = append(out, PeerView{Node: names[string(s.ID)], ID: string(s.ID), Address: string(s.Address),
+				Suffrage: s.Suffrage.String(), Leader: string(s.ID) == leader.ID})
+		}
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
+// snapshotSave writes the record as committed: a barrier first, so every acknowledged command is in.
+func (a *Agent) snapshotSave(w http.ResponseWriter, _ *http.Request) {
+	if err := a.raft.raft.Barrier(applyTimeout).Error(); err != nil {
+		if err == raft.ErrNotLeader {
+			addr, id := a.raft.raft.LeaderWithID()
+			err = &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
+		}
+		writeErr(w, err)
+		return
+	}
+	snap, err := a.fsm.Snapshot()
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var buf memSink
+	if err := snap.Persist(&buf); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// snapshotRestore replaces the record with a saved one, through Raft, so every server gets it.
+func (a *Agent) snapshotRestore(w http.ResponseWriter, req *http.Request) {
+	data, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if _, _, err := fsm.DecodeSnapshot(bytes.NewReader(data)); err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, apiError{Error: err.Error()})
+		return
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(data))}
+	if err := a.raft.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
+		if err == raft.ErrNotLeader {
+			addr, id := a.raft.raft.LeaderWithID()
+			err = &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
+		}
+		writeErr(w, fmt.Errorf("restore: %w", err))
+		return
+	}
+	out := map[string]any{"restored": true}
+	a.fsm.Read(func(r *fsm.Record, index uint64) { out["index"], out["nodes"] = index, len(r.Nodes) })
+	writeJSON(w, http.StatusOK, out)
+}
+
+type memSink struct{ bytes.Buffer }
+
+func (s *memSink) ID() string    { return "api" }
+func (s *memSink) Cancel() error { return nil }
+func (s *memSink) Close() error  { return nil }

@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"meshd/fsm"
+)
+
+// raftNode is a running Raft server with the stores it owns.
+type raftNode struct {
+	raft      *raft.Raft
+	store     *raftboltdb.BoltStore
+	transport *raft.NetworkTransport
+}
+
+func raftDir(dataDir string) string { return filepath.Join(dataDir, "raft") }
+
+// openRaft starts Raft for node n on its data dir. The log and stable store are one bolt file;
+// snapshots are files beside it.
+func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, logOut io.Writer) (*raftNode, error) {
+	dir := raftDir(dataDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	store, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+	if err != nil {
+		return nil, fmt.Errorf("open raft log %s: %w", filepath.Join(dir, "raft.db"), err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(dir, 3, logOut)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("open raft snapshots in %s: %w", dir, err)
+	}
+	addr := net.JoinHostPort(n.Advertise, strconv.Itoa(int(n.RaftPort)))
+	adv, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raft address %s: %w", addr, err)
+	}
+	transport, err := raft.NewTCPTransport(addr, adv, 3, 10*time.Second, logOut)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raft port %s: %w", addr, err)
+	}
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = raft.ServerID(n.ID)
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Output: logOut, Level: hclog.Warn})
+	cfg.HeartbeatTimeout = 500 * time.Millisecond
+	cfg.ElectionTimeout = 500 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 250 * time.Millisecond
+	cfg.SnapshotThreshold = 1024
+	r, err := raft.NewRaft(cfg, f, store, store, snaps, transport)
+	if err != nil {
+		transport.Close()
+		store.Close()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	return &raftNode{raft: r, store: store, transport: transport}, nil
+}
+
+// waitLeader waits until some server leads, up to d.
+func (rn *raftNode) waitLeader(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if addr, _ := rn.raft.LeaderWithID(); addr != "" {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("no raft leader after %s", d)
+}
+
+func (rn *raftNode) shutdown(log *slog.Logger) {
+	if err := rn.raft.Shutdown().Error(); err != nil {
+		log.Warn("raft shutdown", "err", err)
+	}
+	rn.transport.Close()
+	if err := rn.store.Close(); err != nil {
+		log.Warn("raft store close", "err", err)
+	}
+}
+
+// apply proposes a command and waits until it is committed and applied, returning what the record
+// said.
+func (rn *raftNode) apply(op fsm.Op, body any, timeout time.Duration) (any, error) {
+	b, err := fsm.Encode(op, time.Now(), body)
+	if err != nil {
+		return nil, err
+	}
+	fut := rn.raft.Apply(b, timeout)
+	if err := fut.Error(); err != nil {
+		if err == raft.ErrNotLeader {
+			addr, id := rn.raft.LeaderWithID()
+			return nil, &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
+		}
+		return nil, fmt.Errorf("raft did not commit %s: %w", op, err)
+	}
+	res, ok := fut.Response().(fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("raft returned %T for %s", fut.Response(), op)
+	}
+	return res.Value, res.Err
+}
+
+// NotLeaderError says a write reached a server that does not lead.
+type NotLeaderError struct{ Leader, LeaderID string }
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "no raft leader right now; try again in a moment"
+	}
+	return fmt.Sprintf("this server does not lead; the leader is at %s", e.Leader)
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"meshd/agent"
+)
+
+func agentCmd(g *globals) *cobra.Command {
+	var (
+		configFile string
+		cfg        agent.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "agent [--config FILE] [--data-dir DIR] [--socket PATH]",
+		Short: "Run this machine's node",
+		Long: `The agent runs the node kept in the data dir: on a server, Raft and the controller; on every node,
+the operator's socket and the watch on the node's own declaration. SIGTERM or SIGINT stops it cleanly;
+everything is kept on disk for the next start.
+
+--config names a YAML file with any of: data_dir, socket, reconcile_interval (e.g. 10s), log_level
+(debug, info, warn, error). Flags given on the command line win over the file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fileCfg := agent.Config{}
+			if configFile != "" {
+				b, err := os.ReadFile(configFile)
+				if err != nil {
+					return fmt.Errorf("config: %w", err)
+				}
+				dec := yaml.NewDecoder(strings.NewReader(string(b)))
+				dec.KnownFields(true)
+				if err := dec.Decode(&fileCfg); err != nil {
+					return fmt.Errorf("config %s: %w", configFile, err)
+				}
+			}
+			if !cmd.Flags().Changed("data-dir") && fileCfg.DataDir != "" {
+				cfg.DataDir = fileCfg.DataDir
+			}
+			if !cmd.Flags().Changed("socket") && os.Getenv("MESHD_SOCKET") == "" && fileCfg.Socket != "" {
+				g.socket = fileCfg.Socket
+			}
+			if !cmd.Flags().Changed("reconcile-interval") && fileCfg.ReconcileInterval != 0 {
+				cfg.ReconcileInterval = fileCfg.ReconcileInterval
+			}
+			if !cmd.Flags().Changed("log-level") && fileCfg.LogLevel != "" {
+				cfg.LogLevel = fileCfg.LogLevel
+			}
+			cfg.Socket = g.socket
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+				return fmt.Errorf("log level %q: use debug, info, warn or error", cfg.LogLevel)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			a, err := agent.Start(cfg, log)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return a.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "a YAML config file")
+	f.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir, "the node's data dir")
+	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often the host re-checks the machine without a new declaration")
+	f.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

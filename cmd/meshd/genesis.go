@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"meshd/agent"
+	"meshd/fsm"
+)
+
+func genesisCmd(g *globals) *cobra.Command {
+	var (
+		opts    agent.GenesisOptions
+		adopted bool
+		ports   []string
+		images  []string
+		sets    []string
+	)
+	cmd := &cobra.Command{
+		Use:   "genesis --name NAME [--adopted] [--data-dir DIR] [--port KEY=N ...]",
+		Short: "Begin a mesh on this machine, its control-node",
+		Long: `Genesis makes this machine the control-node of a new mesh: it gives the node its identity,
+bootstraps a one-server Raft group in the data dir and records the node, its mode, its settings and
+the catalogue, with the foundation (mesh, store, broker, registry) assigned. Then it exits; start the
+node with ` + "`meshd agent --data-dir DIR`" + `.
+
+--adopted raises the node adopted: what meshd finds on the machine is held, not replaced, until each
+module is taken. Use it on a machine that is already serving.
+
+Every foundation port is an input (the catalogue's numbers are only defaults) and becomes this node's
+setting in the record: --port registry=5001, --port bus=7070, --port broker.management=15673.
+Port names: store, broker, broker.management, registry, bus, raft, gossip, tunnel.`,
+		Example: `  meshd genesis --name hub --adopted --port registry=5001
+  meshd genesis --name hub --data-dir /tmp/hub --advertise 127.0.0.1 --port raft=17071`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if opts.Ports, err = keyValues("--port", ports); err != nil {
+				return err
+			}
+			if opts.Images, err = keyValues("--image", images); err != nil {
+				return err
+			}
+			if opts.Settings, err = keyValues("--set", sets); err != nil {
+				return err
+			}
+			opts.Mode = fsm.Converged
+			if adopted {
+				opts.Mode = fsm.Adopted
+			}
+			var raftLog io.Writer = io.Discard
+			if os.Getenv("MESHD_DEBUG") != "" {
+				raftLog = os.Stderr
+			}
+			opts.LogOutput = raftLog
+			res, err := agent.Genesis(opts, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			if err != nil {
+				return err
+			}
+			return g.emit(res, func(w io.Writer) {
+				n := res.Node
+				fmt.Fprintf(w, "genesis: node %s is the control-node, %s\n", n.Name, modeWord(n.Mode))
+				fmt.Fprintf(w, "id\t%s\n", n.ID)
+				fmt.Fprintf(w, "data dir\t%s\n", res.DataDir)
+				fmt.Fprintf(w, "private address\t%s\n", n.Address)
+				fmt.Fprintf(w, "assigned\t%s\n", list(n.Assigned))
+				if len(n.Settings) > 0 {
+					var kv []string
+					for _, k := range sortedKeys(n.Settings) {
+						kv = append(kv, k+"="+n.Settings[k])
+					}
+					fmt.Fprintf(w, "settings\t%s\n", strings.Join(kv, " "))
+				}
+				fmt.Fprintf(w, "\nstart it with: meshd agent --data-dir %s\n", res.DataDir)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Name, "name", "", "this node's name (required)")
+	f.BoolVar(&adopted, "adopted", false, "raise the node adopted: keep what is found until each module is taken")
+	f.StringVar(&opts.DataDir, "data-dir", agent.DefaultDataDir, "where the node keeps its identity and record")
+	f.StringArrayVar(&ports, "port", nil, "a foundation port, KEY=N (repeatable)")
+	f.StringArrayVar(&images, "image", nil, "a foundation module's image, MODULE=REF (repeatable)")
+	f.StringArrayVar(&sets, "set", nil, "any other setting, MODULE.SETTING=VALUE (repeatable), e.g. mesh.range=10.99.0.0/24")
+	f.StringVar(&opts.Advertise, "advertise", "", "the address other servers reach this one at (default: the first global IPv4 address)")
+	_ = cmd.MarkFlagRequired("name")
+	return cmd
+}
+
+func keyValues(flag string, in []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, s := range in {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("%s %q: write KEY=VALUE", flag, s)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("%s %s is given twice", flag, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func modeWord(m fsm.Mode) string {
+	if m == fsm.Adopted {
+		return "ADOPTED (what is found is held until its module is taken)"
+	}
+	return string(m)
+}

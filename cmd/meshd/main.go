@@ -1,0 +1,98 @@
+// Command meshd is the one binary of the mesh: `meshd agent` runs a node, and every other
+// subcommand is the operator's, talking to the local agent over its unix socket.
+//
+// Every read command takes --json; every command exits 0 on success and 1 on error, with a
+// message that names the thing.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"meshd/agent"
+)
+
+type globals struct {
+	socket string
+	json   bool
+	out    io.Writer
+}
+
+func main() {
+	g := &globals{out: os.Stdout}
+	root := newRoot(g)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "meshd: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "meshd",
+		Short: "meshd takes a fleet over from a predecessor mesh while it keeps serving",
+		Long: `meshd takes a fleet of machines over from a predecessor mesh, machine by machine and module by
+module, while the machines keep serving. Every machine runs ` + "`meshd agent`" + `; the control-node leads a
+Raft group holding the record (each node's mode, modules assigned and taken, settings, the tunnel).
+
+A node in use is adopted first: what meshd finds on it is held, not replaced, until the operator
+takes each module. The operator converges the node when its migration is done.
+
+The operator's commands talk to the local agent over its socket (` + agent.DefaultSocket + `;
+--socket or MESHD_SOCKET to change it).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	def := os.Getenv("MESHD_SOCKET")
+	if def == "" {
+		def = agent.DefaultSocket
+	}
+	root.PersistentFlags().StringVar(&g.socket, "socket", def, "the agent's operator socket (env MESHD_SOCKET)")
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text")
+	root.AddCommand(genesisCmd(g), agentCmd(g), statusCmd(g), nodeCmd(g), moduleCmd(g), declarationCmd(g),
+		operatorCmd(g), snapshotCmd(g))
+	return root
+}
+
+func (g *globals) client() *agent.Client { return agent.NewClient(g.socket) }
+
+func (g *globals) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 60*time.Second)
+}
+
+// emit prints v as JSON with --json, else calls text.
+func (g *globals) emit(v any, text func(w io.Writer)) error {
+	if g.json {
+		enc := json.NewEncoder(g.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+	text(tw)
+	return tw.Flush()
+}
+
+func list(xs []string) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	return strings.Join(xs, ", ")
+}
+
+// exactArgs is cobra.ExactArgs with a message that says what the arguments are.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != len(names) {
+			return fmt.Errorf("%s takes %d argument(s): %s (got %d); see `%s --help`", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"meshd/fsm"
+)
+
+var meshdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "meshd-bin-")
+	if err != nil {
+		panic(err)
+	}
+	meshdBin = filepath.Join(dir, "meshd")
+	out, err := exec.Command("go", "build", "-o", meshdBin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build meshd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// node is one meshd data dir and the agent running on it.
+type node struct {
+	t       *testing.T
+	dir     string
+	socket  string
+	agent   *exec.Cmd
+	agentLg *bytes.Buffer
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func newNode(t *testing.T) *node {
+	dir := t.TempDir()
+	return &node{t: t, dir: filepath.Join(dir, "data"), socket: filepath.Join(dir, "meshd.sock")}
+}
+
+// run runs meshd with the node's socket and returns stdout, stderr and the exit code.
+func (n *node) run(args ...string) (string, string, int) {
+	n.t.Helper()
+	cmd := exec.Command(meshdBin, args...)
+	cmd.Env = append(os.Environ(), "MESHD_SOCKET="+n.socket)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		n.t.Fatalf("run meshd %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// ok runs meshd and fails the test unless it exits 0.
+func (n *node) ok(args ...string) string {
+	n.t.Helper()
+	out, errs, code := n.run(args...)
+	if code != 0 {
+		n.t.Fatalf("meshd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+// jsonOf runs a read command with --json and decodes it.
+func (n *node) jsonOf(v any, args ...string) {
+	n.t.Helper()
+	out := n.ok(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		n.t.Fatalf("meshd %v --json printed no JSON: %v\n%s", args, err, out)
+	}
+}
+
+func (n *node) startAgent() {
+	n.t.Helper()
+	n.agentLg = &bytes.Buffer{}
+	n.agent = exec.Command(meshdBin, "agent", "--data-dir", n.dir, "--socket", n.socket)
+	n.agent.Stdout, n.agent.Stderr = n.agentLg, n.agentLg
+	if err := n.agent.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	cmd := n.agent
+	n.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var st struct {
+			Leader struct{ ID string } `json:"leader"`
+		}
+		out, _, code := n.run("status", "--json")
+		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Leader.ID != "" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	n.t.Fatalf("agent did not become ready:\n%s", n.agentLg)
+}
+
+func (n *node) kill(sig syscall.Signal) {
+	n.t.Helper()
+	if err := n.agent.Process.Signal(sig); err != nil {
+		n.t.Fatal(err)
+	}
+	_ = n.agent.Wait()
+}
+
+func (n *node) genesis(args ...string) string {
+	n.t.Helper()
+	base := []string{"genesis", "--name", "hub", "--data-dir", n.dir, "--advertise", "127.0.0.1",
+		"--port", fmt.Sprintf("raft=%d", freePort(n.t))}
+	return n.ok(append(base, args...)...)
+}
+
+// The issue's process test: genesis on disk, a real agent, assign and take through the CLI, SIGKILL,
+// restart; the record and the declaration are intact.
+func TestProcessGenesisAssignTakeKillRestart(t *testing.T) {
+	n := newNode(t)
+	n.genesis("--adopted", "--port", "registry=5001")
+	n.startAgent()
+
+	n.ok("module", "assign", "hub", "webapp")
+	n.ok("module", "take", "hub", "webapp")
+	n.ok("module", "assign", "hub", "notes")
+
+	var before fsm.Declaration
+	n.jsonOf(&before, "declaration", "hub")
+	if before.Mode != fsm.Adopted || fmt.Sprint(before.Taken) != "[webapp]" {
+		t.Fatalf("declaration before the kill: mode %s taken %v", before.Mode, before.Taken)
+	}
+	beforeStatus := n.ok("status", "--json")
+
+	n.kill(syscall.SIGKILL)
+	if _, errs, code := n.run("status"); code != 1 || !strings.Contains(errs, n.socket) {
+		t.Fatalf("status with the agent dead: exit %d, %q; want exit 1 naming the socket", code, errs)
+	}
+	n.startAgent()
+
+	var after fsm.Declaration
+	n.jsonOf(&after, "declaration", "hub")
+	b1, _ := json.Marshal(before)
+	b2, _ := json.Marshal(after)
+	if !bytes.Equal(b1, b2) {
+		t.Fatalf("declaration changed across SIGKILL and restart:\n%s\n%s", b1, b2)
+	}
+	afterStatus := n.ok("status", "--json")
+	if stripIndex(beforeStatus) != stripIndex(afterStatus) {
+		t.Fatalf("status changed across restart:\n%s\n%s", beforeStatus, afterStatus)
+	}
+	// The declaration has the fields scripts rely on, and the registry on the port genesis gave.
+	var raw map[string]any
+	n.jsonOf(&raw, "declaration", "hub")
+	for _, k := range []string{"node", "mode", "assigned", "taken", "resources"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("declaration --json lacks %q", k)
+		}
+	}
+	if !strings.Contains(n.ok("declaration", "hub"), "5001:5000/tcp") {
+		t.Error("declaration does not carry the registry on port 5001")
+	}
+
+	// A graceful stop, then a start: still intact, and the record moves on.
+	n.kill(syscall.SIGTERM)
+	n.startAgent()
+	n.ok("module", "take", "hub", "notes")
+	var last fsm.Declaration
+	n.jsonOf(&last, "declaration", "hub")
+	if fmt.Sprint(last.Taken) != "[notes webapp]" {
+		t.Fatalf("after restart, taken = %v", last.Taken)
+	}
+}
+
+func stripIndex(s string) string {
+	var v map[string]any
+	_ = json.Unmarshal([]byte(s), &v)
+	delete(v, "index")
+	delete(v, "leader") // the leader's address is the same; its election time is not part of it
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// Refusals exit 1 with a message naming the node and module, and change nothing.
+func TestCLIRefusals(t *testing.T) {
+	n := newNode(t)
+	n.genesis()
+	n.startAgent()
+	before := n.ok("declaration", "hub", "--json")
+	cases := []struct {
+		args []string
+		says []string
+	}{
+		{[]string{"module", "take", "hub", "webapp"}, []string{"node hub", "module webapp", "not assigned"}},
+		{[]string{"module", "assign", "hub", "webap"}, []string{"module webap", "did you mean webapp"}},
+		{[]string{"module", "assign", "nosuch", "webapp"}, []string{"node nosuch", "no such node"}},
+		{[]string{"node", "show", "nosuch"}, []string{"node nosuch"}},
+		{[]string{"module", "show", "nosuch"}, []string{"module nosuch"}},
+		{[]string{"declaration", "nosuch"}, []string{"node nosuch"}},
+		{[]string{"module", "take", "hub"}, []string{"NODE MODULE"}},
+	}
+	for _, c := range cases {
+		out, errs, code := n.run(c.args...)
+		if code != 1 {
+			t.Errorf("meshd %v: exit %d, want 1 (%s%s)", c.args, code, out, errs)
+		}
+		for _, s := range c.says {
+			if !strings.Contains(errs, s) {
+				t.Errorf("meshd %v: stderr %q does not say %q", c.args, errs, s)
+			}
+		}
+	}
+	// A converged node: an assigned module counts as taken; take is refused.
+	n.ok("module", "assign", "hub", "webapp")
+	if _, errs, code := n.run("module", "take", "hub", "webapp"); code != 1 || !strings.Contains(errs, "converged") {
+		t.Errorf("take on a converged node: exit %d %q", code, errs)
+	}
+	n.ok("module", "unassign", "hub", "webapp")
+	if after := n.ok("declaration", "hub", "--json"); after != before {
+		t.Errorf("declaration changed by refusals:\n%s\n%s", before, after)
+	}
+	// Genesis twice on the same data dir is refused, naming the node.
+	n.kill(syscall.SIGTERM)
+	if _, errs, code := n.run("genesis", "--name", "other", "--data-dir", n.dir); code != 1 || !strings.Contains(errs, "already holds node hub") {
+		t.Errorf("second genesis: exit %d %q", code, errs)
+	}
+}
+
+// module add: a good manifest is recorded and assignable; a bad one is refused with file, line
+// and field, and nothing is stored.
+func TestCLIModuleAdd(t *testing.T) {
+	n := newNode(t)
+	n.genesis("--adopted")
+	n.startAgent()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "cache.yaml")
+	os.WriteFile(good, []byte("name: cache\nsettings: {port: 11211}\ncontainers:\n  - {name: cache, image: lab/echo:1, ports: [\"${port}:8080/tcp\"]}\nopenings:\n  - {port: \"${port}\", from: private, path: forwarded}\n"), 0o644)
+	bad := filepath.Join(dir, "broken.yaml")
+	os.WriteFile(bad, []byte("name: broken\nfiles:\n  - path: etc/broken.conf\n    contents: x\n"), 0o644)
+
+	n.ok("module", "add", good)
+	var mods []struct{ Name string }
+	n.jsonOf(&mods, "module", "list")
+	if !strings.Contains(fmt.Sprint(mods), "cache") {
+		t.Fatalf("cache not listed: %v", mods)
+	}
+	_, errs, code := n.run("module", "add", bad)
+	if code != 1 || !strings.Contains(errs, "broken.yaml:4: files[0].contents: unknown field") {
+		t.Fatalf("bad manifest: exit %d, %q", code, errs)
+	}
+	if _, _, code := n.run("module", "show", "broken"); code != 1 {
+		t.Fatal("a refused manifest was stored")
+	}
+	n.ok("module", "assign", "hub", "cache")
+	if !strings.Contains(n.ok("declaration", "hub"), "11211:8080/tcp") {
+		t.Fatal("assigned module's resources not in the declaration")
+	}
+}
+
+// snapshot save and restore: the record comes back exactly as saved.
+func TestCLISnapshot(t *testing.T) {
+	n := newNode(t)
+	n.genesis("--adopted")
+	n.startAgent()
+	n.ok("module", "assign", "hub", "webapp")
+	saved := n.ok("declaration", "hub", "--json")
+	file := filepath.Join(t.TempDir(), "record.snap")
+	n.ok("snapshot", "save", file)
+	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("snapshot file: %v %v", st, err)
+	}
+	n.ok("module", "take", "hub", "webapp")
+	n.ok("module", "assign", "hub", "notes")
+	n.ok("snapshot", "restore", file)
+	if got := n.ok("declaration", "hub", "--json"); got != saved {
+		t.Fatalf("restored declaration differs:\n%s\n%s", saved, got)
+	}
+	// And it survives a restart.
+	n.kill(syscall.SIGKILL)
+	n.startAgent()
+	if got := n.ok("declaration", "hub", "--json"); got != saved {
+		t.Fatalf("restored declaration lost across restart:\n%s\n%s", saved, got)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.snap")
+	os.WriteFile(bad, []byte("{}"), 0o600)
+	if _, errs, code := n.run("snapshot", "restore", bad); code != 1 || !strings.Contains(errs, "bad.snap") {
+		t.Fatalf("bad snapshot: exit %d %q", code, errs)
+	}
+}
+
+// The watch: a blocking declaration query returns as soon as the record changes.
+func TestDeclarationWatch(t *testing.T) {
+	n := newNode(t)
+	n.genesis("--adopted")
+	n.startAgent()
+	var v struct{ Index uint64 }
+	out := n.ok("status", "--json")
+	_ = json.Unmarshal([]byte(out), &v)
+	done := make(chan string, 1)
+	go func() {
+		o, _, _ := n.run("declaration", "hub", "--wait-index", fmt.Sprint(v.Index), "--json")
+		done <- o
+	}()
+	select {
+	case o := <-done:
+		t.Fatalf("watch returned before any change: %s", o)
+	case <-time.After(300 * time.Millisecond):
+	}
+	n.ok("module", "assign", "hub", "webapp")
+	select {
+	case o := <-done:
+		if !strings.Contains(o, "webapp") {
+			t.Fatalf("watch returned without the change: %s", o)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not return after the record changed")
+	}
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"meshd/agent"
+	"meshd/fsm"
+)
+
+func statusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the mesh: every node's mode, the leader, assigned and taken counts",
+		Long: `Status lists every node with its mode. An adopted node is marked ADOPTED: the firewall and files
+found on it stay in force until its modules are taken and it is converged, so a node left behind is
+visible here.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			var st agent.StatusView
+			if err := g.client().Get(ctx, "/v1/status", &st); err != nil {
+				return err
+			}
+			return g.emit(st, func(w io.Writer) {
+				leader := st.Leader.Node
+				if leader == "" {
+					leader = "(none)"
+				}
+				fmt.Fprintf(w, "leader: %s %s\trecord index: %d\n\n", leader, st.Leader.Address, st.Index)
+				fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tASSIGNED\tTAKEN")
+				adopted := 0
+				for _, n := range st.Nodes {
+					mode := string(n.Mode)
+					if n.Mode == fsm.Adopted {
+						mode = "ADOPTED"
+						adopted++
+					}
+					role := "client"
+					if n.Server {
+						role = "server"
+					}
+					if n.ControlNode {
+						role += ",control"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\n", n.Name, mode, role, n.Address, n.Assigned, n.Taken)
+				}
+				if adopted > 0 {
+					fmt.Fprintf(w, "\n%d node(s) ADOPTED: what was found on them is held until each module is taken.\n", adopted)
+				}
+			})
+		},
+	}
+}
+
+func nodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "Inspect nodes"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "show NODE",
+		Short: "Show one node: mode, settings, modules assigned and taken",
+		Args:  exactArgs("NODE"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			var v agent.NodeView
+			if err := g.client().Get(ctx, "/v1/nodes/"+url.PathEscape(args[0]), &v); err != nil {
+				return err
+			}
+			return g.emit(v, func(w io.Writer) {
+				n := v.Node
+				mode := string(n.Mode)
+				if n.Mode == fsm.Adopted {
+					mode = "ADOPTED (found files and containers are held until their module is taken)"
+				}
+				fmt.Fprintf(w, "node\t%s\n", n.Name)
+				fmt.Fprintf(w, "id\t%s\n", n.ID)
+				fmt.Fprintf(w, "mode\t%s, since %s\n", mode, n.ModeSince.Format("2006-01-02 15:04:05Z07:00"))
+				role := "client"
+				if n.Server {
+					role = "server"
+				}
+				if v.ControlNode {
+					role += ", control-node"
+				}
+				fmt.Fprintf(w, "role\t%s\n", role)
+				fmt.Fprintf(w, "address\t%s\n", n.Address)
+				fmt.Fprintf(w, "advertise\t%s\n", n.Advertise)
+				fmt.Fprintf(w, "assigned\t%s\n", list(n.Assigned))
+				fmt.Fprintf(w, "taken\t%s\n", list(v.Taken))
+				for i, k := range sortedKeys(n.Settings) {
+					label := ""
+					if i == 0 {
+						label = "settings"
+					}
+					fmt.Fprintf(w, "%s\t%s=%s\n", label, k, n.Settings[k])
+				}
+			})
+		},
+	})
+	return cmd
+}
+
+func declarationCmd(g *globals) *cobra.Command {
+	var index uint64
+	cmd := &cobra.Command{
+		Use:   "declaration NODE",
+		Short: "Print exactly what the controller sends a node",
+		Long: `The declaration is what the controller composes for one node: its mode, its assigned and taken
+modules, and every resource of its assigned modules with the node's settings filled in. A resource
+marked taken converges; one not taken is only prepared (what is found is held).
+
+--wait-index N blocks until the record has moved past index N, the way a node watches.`,
+		Args: exactArgs("NODE"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			path := "/v1/declaration/" + url.PathEscape(args[0])
+			if index > 0 {
+				path += fmt.Sprintf("?index=%d&wait=50s", index)
+			}
+			var v agent.DeclarationView
+			if err := g.client().Get(ctx, path, &v); err != nil {
+				return err
+			}
+			d := v.Declaration
+			if g.json {
+				return g.emit(d, nil)
+			}
+			return g.emit(d, func(w io.Writer) {
+				mode := string(d.Mode)
+				if d.Mode == fsm.Adopted {
+					mode = "ADOPTED"
+				}
+				fmt.Fprintf(w, "node\t%s\nmode\t%s\nindex\t%d\naddress\t%s\nassigned\t%s\ntaken\t%s\n\n", d.Node, mode, v.Index, d.Address, list(d.Assigned), list(d.Taken))
+				fmt.Fprintln(w, "MODULE\tKIND\tSTATE\tRESOURCE")
+				for _, r := range d.Resources {
+					state := "prepare (hold if found)"
+					if r.Taken {
+						state = "converge"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.Module, r.Kind, state, describe(r))
+				}
+			})
+		},
+	}
+	cmd.Flags().Uint64Var(&index, "wait-index", 0, "block until the record moves past this index")
+	return cmd
+}
+
+func describe(r fsm.Resource) string {
+	switch {
+	case r.File != nil:
+		return fmt.Sprintf("%s (mode %s)", r.File.Path, r.File.Mode)
+	case r.Container != nil:
+		return fmt.Sprintf("%s image %s ports %s", r.Container.Name, r.Container.Image, list(r.Container.Ports))
+	case r.Opening != nil:
+		o := r.Opening
+		g := ""
+		if o.Guarded {
+			g = ", guarded"
+		}
+		return fmt.Sprintf("%d/%s from %s, %s%s", o.Port, o.Proto, o.From, o.Path, g)
+	}
+	return ""
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func operatorCmd(g *globals) *cobra.Command {
+	op := &cobra.Command{Use: "operator", Short: "Operate the control plane itself"}
+	rf := &cobra.Command{Use: "raft", Short: "Inspect the Raft group"}
+	rf.AddCommand(&cobra.Command{
+		Use:   "list-peers",
+		Short: "List the Raft servers, their addresses and which one leads",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			var peers []agent.PeerView
+			if err := g.client().Get(ctx, "/v1/raft/peers", &peers); err != nil {
+				return err
+			}
+			return g.emit(peers, func(w io.Writer) {
+				fmt.Fprintln(w, "NODE\tID\tADDRESS\tSUFFRAGE\tSTATE")
+				for _, p := range peers {
+					state := "follower"
+					if p.Leader {
+						state = "leader"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Node, p.ID, p.Address, strings.ToLower(p.Suffrage), state)
+				}
+			})
+		},
+	})
+	op.AddCommand(rf)
+	return op
+}
