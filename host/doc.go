@@ -1,0 +1,62 @@
+// Package host is the host reconciler: it turns a node's declaration (fsm.Declaration) into the
+// machine's state, remembers in its record store what it wrote and what it found, and reports what
+// it saw. It owns the words found, held and taken on the machine (ADR 0100); it knows no firewall
+// or container syntax — those kinds plug in as a Driver (container/, netfilter/), called with the
+// declared resources of their kind on every pass. Files are its own first kind.
+//
+// # The record store
+//
+// bbolt at DATA/host.db. For each declared path (never the root prefix) it keeps what the host
+// wrote (module, content hash, when) and what it found (module, hash, when, and the original
+// bytes, kept after the file is replaced). Every write transaction is committed and fsync'd
+// before the host acts on it. A file the host wrote in an earlier life of the node has a written
+// record, so it is not found after a restart.
+//
+// # Files
+//
+// Found means present at a declared path with no record. On an adopted node, for a module not yet
+// taken:
+//   - a found file's original is recorded first, then the file is held: never touched, reported
+//     in Report.Held with the recorded and the current hash; one whose content changes is reported
+//     "changed by something else" (Changed) and never reverted;
+//   - a declared file that does not exist is created (assigning prepares) and recorded as written.
+//
+// Taking a module (Resource.Taken), and every module on a converged node, converges its files: a
+// found file is recorded first, then replaced; a held file is replaced only now, its original kept
+// (Original). A write is atomic: the written record is committed, a temporary file in the same
+// directory is written, given the declared mode and owner and fsync'd, renamed over the file, and
+// the directory fsync'd. create_once files are written when missing and never rewritten.
+//
+// When a module is unassigned, a held file stays where it is (still reported held, Unassigned)
+// and is never removed; a file the host created is removed and its record dropped; a file that
+// replaced a found one stays, its original kept.
+//
+// A declared path that is a directory, a symlink leading out of the declared path's directory
+// (never followed), something other than a regular file, unreadable, or on a read-only file
+// system fails on its own, named with its reason in Report.Errors; every other resource still
+// converges and nothing recorded is lost.
+//
+// # The loop
+//
+// Run is level-triggered: it reconciles on every new declaration and on a timer (Config.Interval,
+// 10 s by default). A pass with nothing to do changes nothing: no file is written and no record
+// store write transaction is begun (records are read in one read-only transaction per pass).
+//
+// # Crash points
+//
+// For crash-safety tests, setting the environment variable MESHD_TEST_CRASH_AT (CrashEnv) to a
+// point's name makes the process SIGKILL itself when it reaches that point ("name#n": the n-th
+// time). The points, in the order a write passes them:
+//
+//	hold.before-record-original   a found file on an adopted node, before its original is recorded
+//	hold.after-record-original    its original recorded (committed), before it is reported held
+//	take.before-record-original   a found file about to be replaced, before its original is recorded
+//	take.after-record-original    its original recorded (committed), nothing written yet
+//	take.after-record-written     the written record committed, the file not yet touched
+//	take.after-temp-write         the temporary file written and fsync'd, not yet renamed
+//	take.after-rename             renamed over the file, the directory not yet fsync'd
+//	take.after-dir-sync           the write complete
+//	unassign.after-remove         a created file removed, its written record not yet dropped
+//
+// The take.* points are on every write (a create on assignment too); a take is where they matter.
+package host

@@ -1,0 +1,343 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"meshd/fsm"
+)
+
+// fileCtx is one file pass: the records read at its start and the report it fills.
+type fileCtx struct {
+	written map[string]writtenRecord
+	found   map[string]foundRecord
+	rep     *Report
+}
+
+// files reconciles the declared files, then what the records know of files no longer declared.
+func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource, rep *Report) {
+	written, found, err := h.st.records()
+	if err != nil {
+		for _, r := range rs {
+			rep.Errors = append(rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module, Reason: err.Error()})
+		}
+		return
+	}
+	fc := &fileCtx{written: written, found: found, rep: rep}
+	declared := map[string]string{} // path -> module declaring it
+	for _, r := range rs {
+		if ctx.Err() != nil {
+			return
+		}
+		if r.File == nil {
+			rep.Errors = append(rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module, Reason: "a file resource without a file"})
+			continue
+		}
+		p := r.File.Path
+		if other, dup := declared[p]; dup {
+			h.fail(fc, r, fmt.Errorf("is declared also by module %s; one module a path", other))
+			continue
+		}
+		declared[p] = r.Module
+		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+			h.fail(fc, r, errors.New("is not a clean absolute path"))
+			continue
+		}
+		taken := r.Taken || d.Mode == fsm.Converged
+		if err := h.file(fc, r, taken); err != nil {
+			h.fail(fc, r, err)
+		}
+	}
+	// Files no longer declared: what the host created goes; what it found stays.
+	var gone []string
+	for p := range written {
+		if _, ok := declared[p]; !ok {
+			gone = append(gone, p)
+		}
+	}
+	sort.Strings(gone)
+	for _, p := range gone {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, wasFound := found[p]; wasFound {
+			continue // it replaced a found file: left as it is, its original kept
+		}
+		if err := h.removeCreated(fc, p, written[p]); err != nil {
+			rep.Errors = append(rep.Errors, ResourceError{Resource: fsm.KindFile + ":" + p, Module: written[p].Module,
+				Reason: fmt.Sprintf("file %s, created for a module no longer assigned, cannot be removed: %v", p, err)})
+		}
+	}
+	var held []string
+	for p := range found {
+		if _, ok := declared[p]; !ok {
+			if _, replaced := written[p]; !replaced {
+				held = append(held, p)
+			}
+		}
+	}
+	sort.Strings(held)
+	for _, p := range held {
+		fr := found[p]
+		hf := HeldFile{Path: p, Module: fr.Module, RecordedHash: fr.Hash, Since: fr.At, Unassigned: true}
+		loc, err := locate(h.root, p)
+		if err != nil {
+			hf.Changed, hf.Reason = true, fmt.Sprintf("%s: %v", ChangedBySomethingElse, err)
+		} else {
+			h.observeHeld(&hf, loc)
+		}
+		rep.Held = append(rep.Held, hf)
+	}
+}
+
+func (h *Host) fail(fc *fileCtx, r fsm.Resource, err error) {
+	reason := fmt.Sprintf("file %s %v", r.File.Path, err)
+	fc.rep.Errors = append(fc.rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module, Reason: reason})
+	h.log.Warn("file failed", "path", r.File.Path, "module", r.Module, "reason", err)
+}
+
+func (h *Host) observeHeld(hf *HeldFile, loc located) {
+	if !loc.exists {
+		hf.Changed, hf.Reason = true, RemovedBySomethingElse
+		return
+	}
+	hf.CurrentHash = hashOf(loc.content)
+	if hf.CurrentHash != hf.RecordedHash {
+		hf.Changed, hf.Reason = true, ChangedBySomethingElse
+	}
+}
+
+// file reconciles one declared file. taken says it converges; otherwise what is found is held.
+func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
+	f := r.File
+	p := f.Path
+	loc, err := locate(h.root, p)
+	if err != nil {
+		return err
+	}
+	w, ours := fc.written[p]
+	fr, wasFound := fc.found[p]
+
+	if !ours && !taken {
+		switch {
+		case wasFound: // held: observed, never touched
+			hf := HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, Since: fr.At}
+			h.observeHeld(&hf, loc)
+			if hf.Changed {
+				h.log.Warn("held file "+hf.Reason, "path", p, "module", r.Module, "recorded", fr.Hash, "current", hf.CurrentHash)
+			}
+			fc.rep.Held = append(fc.rep.Held, hf)
+			return nil
+		case loc.exists: // found: its original recorded before anything else, then held
+			h.crash("hold.before-record-original")
+			fr, err := h.recordFound(fc, r, loc)
+			if err != nil {
+				return err
+			}
+			h.crash("hold.after-record-original")
+			h.log.Info("found file held", "path", p, "module", r.Module, "hash", fr.Hash)
+			fc.rep.Held = append(fc.rep.Held, HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, CurrentHash: fr.Hash, Since: fr.At})
+			return nil
+		}
+		// Not found: assigning prepares, so it is created below.
+	}
+	if !ours && !wasFound && loc.exists {
+		// Found on a take or on a converged node: recorded first, then replaced.
+		h.crash("take.before-record-original")
+		if _, err := h.recordFound(fc, r, loc); err != nil {
+			return err
+		}
+		h.crash("take.after-record-original")
+	}
+
+	want := []byte(f.Content)
+	wantHash := hashOf(want)
+	if f.CreateOnce && loc.exists {
+		hash := hashOf(loc.content)
+		fc.rep.Written = append(fc.rep.Written, WrittenFile{Path: p, Module: r.Module, Hash: hash, At: w.At, Kept: !ours || w.Hash != hash})
+		return nil // written when missing, never rewritten
+	}
+	mode, err := fileMode(f.Mode)
+	if err != nil {
+		return err
+	}
+	owner, err := h.owner(f.Owner)
+	if err != nil {
+		return err
+	}
+	if ours && loc.exists && bytes.Equal(loc.content, want) {
+		if err := h.fixMeta(fc, p, loc, mode, owner); err != nil {
+			return err
+		}
+		if w.Module != r.Module {
+			w.Module = r.Module
+			if err := h.st.putWritten(p, w); err != nil {
+				return err
+			}
+			fc.rep.Changes++
+		}
+		fc.rep.Written = append(fc.rep.Written, WrittenFile{Path: p, Module: r.Module, Hash: w.Hash, At: w.At})
+		return nil
+	}
+	// Write: the record first (so a file holding this hash is known as the host's after a
+	// crash), then the content, atomically.
+	w = writtenRecord{Module: r.Module, Hash: wantHash, At: time.Now().UTC()}
+	if err := h.st.putWritten(p, w); err != nil {
+		return err
+	}
+	fc.written[p] = w
+	fc.rep.Changes++
+	h.crash("take.after-record-written")
+	if err := h.writeAtomic(loc.target, want, mode, owner); err != nil {
+		return err
+	}
+	fc.rep.Changes++
+	what := "file written"
+	if wasFound && !ours {
+		what = "held file replaced; its original is kept"
+	}
+	h.log.Info(what, "path", p, "module", r.Module, "hash", wantHash)
+	fc.rep.Written = append(fc.rep.Written, WrittenFile{Path: p, Module: r.Module, Hash: wantHash, At: w.At})
+	return nil
+}
+
+// recordFound durably records a found file's original before anything else happens to it.
+func (h *Host) recordFound(fc *fileCtx, r fsm.Resource, loc located) (foundRecord, error) {
+	fr := foundRecord{Module: r.Module, Hash: hashOf(loc.content), Size: len(loc.content), At: time.Now().UTC()}
+	if err := h.st.putFound(r.File.Path, fr, loc.content); err != nil {
+		return fr, err
+	}
+	fc.found[r.File.Path] = fr
+	fc.rep.Changes++
+	return fr, nil
+}
+
+func (h *Host) owner(s string) (ids, error) {
+	if o, ok := h.owners[s]; ok {
+		return o, nil
+	}
+	o, err := lookupOwner(s)
+	if err != nil {
+		return ids{}, err
+	}
+	h.owners[s] = o
+	return o, nil
+}
+
+// fixMeta gives a file whose content is right its declared mode and owner, touching nothing when
+// they are right already.
+func (h *Host) fixMeta(fc *fileCtx, p string, loc located, mode fs.FileMode, owner ids) error {
+	if got, ok := statIDs(loc.info); ok && got != owner {
+		if err := os.Lchown(loc.target, owner.uid, owner.gid); err != nil {
+			return fmt.Errorf("cannot be given owner %d:%d: %w", owner.uid, owner.gid, err)
+		}
+		fc.rep.Changes++
+		h.log.Info("file owner set", "path", p, "uid", owner.uid, "gid", owner.gid)
+	}
+	if loc.info.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != mode {
+		if err := os.Chmod(loc.target, mode); err != nil {
+			return fmt.Errorf("cannot be given mode %o: %w", mode, err)
+		}
+		fc.rep.Changes++
+		h.log.Info("file mode set", "path", p, "mode", fmt.Sprintf("%#o", mode.Perm()))
+	}
+	return nil
+}
+
+// writeAtomic replaces target with data: a temporary file in the same directory, written, given
+// its mode and owner and fsync'd, renamed over target, and the directory fsync'd. A crash leaves
+// the old content or the new, never a mix or nothing.
+func (h *Host) writeAtomic(target string, data []byte, mode fs.FileMode, owner ids) error {
+	dir := filepath.Dir(target)
+	if err := makeDir(dir); err != nil {
+		return fmt.Errorf("cannot be written: its directory: %w", err)
+	}
+	// Temporary files a crash left behind are the host's own; they go first.
+	if stale, _ := filepath.Glob(filepath.Join(dir, globEscape(tempPrefix(target))+"*")); len(stale) > 0 {
+		for _, s := range stale {
+			_ = os.Remove(s)
+		}
+	}
+	tmp, err := os.CreateTemp(dir, tempPrefix(target))
+	if err != nil {
+		return fmt.Errorf("cannot be written: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("cannot be written: %w", err)
+	}
+	if err := tmp.Chown(owner.uid, owner.gid); err != nil {
+		return fmt.Errorf("cannot be given owner %d:%d: %w", owner.uid, owner.gid, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return fmt.Errorf("cannot be given mode %o: %w", mode, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("cannot be written: fsync: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("cannot be written: %w", err)
+	}
+	h.crash("take.after-temp-write")
+	if err := os.Rename(tmp.Name(), target); err != nil {
+		return fmt.Errorf("cannot be written: %w", err)
+	}
+	done = true
+	h.crash("take.after-rename")
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("cannot be written: %w", err)
+	}
+	h.crash("take.after-dir-sync")
+	return nil
+}
+
+func globEscape(s string) string {
+	var b bytes.Buffer
+	for _, c := range s {
+		switch c {
+		case '*', '?', '[', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// removeCreated removes a file the host created for a module no longer assigned, then its record.
+func (h *Host) removeCreated(fc *fileCtx, p string, w writtenRecord) error {
+	loc, err := locate(h.root, p)
+	if err != nil {
+		return err
+	}
+	if loc.exists {
+		if err := os.Remove(loc.target); err != nil {
+			return err
+		}
+		if err := syncDir(filepath.Dir(loc.target)); err != nil {
+			return err
+		}
+		fc.rep.Changes++
+		h.crash("unassign.after-remove")
+		h.log.Info("file removed: created for a module no longer assigned", "path", p, "module", w.Module)
+	}
+	if err := h.st.deleteWritten(p); err != nil {
+		return err
+	}
+	delete(fc.written, p)
+	fc.rep.Changes++
+	return nil
+}

@@ -1,0 +1,230 @@
+package host
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// hashOf names content the way the report and the record store do.
+func hashOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// located is what is at a declared path: the file the path leads to (through symlinks that stay in
+// the declared directory) and, when it exists, its content.
+type located struct {
+	// target is the real path of the file on this machine (root prefix included).
+	target  string
+	exists  bool
+	content []byte
+	info    fs.FileInfo
+}
+
+// maxHops bounds how many symlinks a declared path may pass through.
+const maxHops = 8
+
+// within says whether p is base or under it.
+func within(base, p string) bool {
+	if base == "/" {
+		return strings.HasPrefix(p, "/")
+	}
+	return p == base || strings.HasPrefix(p, base+"/")
+}
+
+// locate finds what is at the declared path p under root, refusing what the host must not touch:
+// a directory, a symlink leading out of the declared directory (never followed), anything that is
+// not a regular file, and a file that cannot be read.
+func locate(root, p string) (located, error) {
+	full := filepath.Join(root, p)
+	dir := filepath.Dir(full)
+	realDir, err := filepath.EvalSymlinks(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return located{target: full}, nil // its directory is created when the file is written
+	}
+	if err != nil {
+		return located{}, fmt.Errorf("its directory %s: %w", filepath.Dir(p), err)
+	}
+	if realRoot, err := filepath.EvalSymlinks(root); err == nil && !within(realRoot, realDir) {
+		return located{}, fmt.Errorf("its directory %s resolves to %s, outside %s", filepath.Dir(p), realDir, realRoot)
+	}
+	target := filepath.Join(realDir, filepath.Base(full))
+	var fi fs.FileInfo
+	for hops := 0; ; hops++ {
+		fi, err = os.Lstat(target)
+		if errors.Is(err, fs.ErrNotExist) {
+			return located{target: target}, nil
+		}
+		if err != nil {
+			return located{}, fmt.Errorf("cannot be examined: %w", err)
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			break
+		}
+		if hops == maxHops {
+			return located{}, fmt.Errorf("passes through more than %d symlinks; refused", maxHops)
+		}
+		dest, err := os.Readlink(target)
+		if err != nil {
+			return located{}, fmt.Errorf("is a symlink that cannot be read: %w", err)
+		}
+		if !filepath.IsAbs(dest) {
+			dest = filepath.Join(filepath.Dir(target), dest)
+		}
+		dest = filepath.Clean(dest)
+		destDir, err := filepath.EvalSymlinks(filepath.Dir(dest))
+		if err != nil || !within(realDir, destDir) {
+			return located{}, fmt.Errorf("is a symlink to %s, outside %s: refused, not followed", dest, filepath.Dir(p))
+		}
+		target = filepath.Join(destDir, filepath.Base(dest))
+	}
+	switch {
+	case fi.IsDir():
+		return located{}, errors.New("is a directory, not a file")
+	case !fi.Mode().IsRegular():
+		return located{}, fmt.Errorf("cannot be read as a file: it is %s", describeType(fi.Mode()))
+	}
+	f, err := os.OpenFile(target, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return located{}, fmt.Errorf("cannot be read: %w", err)
+	}
+	defer f.Close()
+	fi, err = f.Stat()
+	if err != nil {
+		return located{}, fmt.Errorf("cannot be read: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return located{}, fmt.Errorf("cannot be read as a file: it is %s", describeType(fi.Mode()))
+	}
+	content, err := io.ReadAll(f)
+	if err != nil {
+		return located{}, fmt.Errorf("cannot be read: %w", err)
+	}
+	return located{target: target, exists: true, content: content, info: fi}, nil
+}
+
+func describeType(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "not a regular file (" + m.Type().String() + ")"
+}
+
+// fileMode parses a declared octal mode; empty means 0644.
+func fileMode(s string) (fs.FileMode, error) {
+	if s == "" {
+		return 0o644, nil
+	}
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v > 0o7777 {
+		return 0, fmt.Errorf("mode %q is not an octal file mode such as \"0644\"", s)
+	}
+	m := fs.FileMode(v & 0o777)
+	if v&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if v&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if v&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m, nil
+}
+
+// ids is a declared owner in numbers.
+type ids struct{ uid, gid int }
+
+// lookupOwner resolves "user[:group]" (names or numbers); empty means root. A user given alone
+// gets its primary group.
+func lookupOwner(owner string) (ids, error) {
+	if owner == "" {
+		return ids{0, 0}, nil
+	}
+	name, group, hasGroup := strings.Cut(owner, ":")
+	var out ids
+	if n, err := strconv.Atoi(name); err == nil {
+		out.uid, out.gid = n, n
+	} else {
+		u, err := user.Lookup(name)
+		if err != nil {
+			return ids{}, fmt.Errorf("owner %q: %w", owner, err)
+		}
+		out.uid, _ = strconv.Atoi(u.Uid)
+		out.gid, _ = strconv.Atoi(u.Gid)
+	}
+	if hasGroup {
+		if n, err := strconv.Atoi(group); err == nil {
+			out.gid = n
+		} else {
+			g, err := user.LookupGroup(group)
+			if err != nil {
+				return ids{}, fmt.Errorf("owner %q: %w", owner, err)
+			}
+			out.gid, _ = strconv.Atoi(g.Gid)
+		}
+	}
+	return out, nil
+}
+
+// statIDs returns a file's owner.
+func statIDs(fi fs.FileInfo) (ids, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ids{}, false
+	}
+	return ids{int(st.Uid), int(st.Gid)}, true
+}
+
+// syncDir fsyncs a directory so a rename or removal in it survives a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync of %s: %w", dir, err)
+	}
+	return nil
+}
+
+// tempPrefix names the host's temporary files beside the file they become.
+func tempPrefix(target string) string { return "." + filepath.Base(target) + ".meshd-tmp-" }
+
+// makeDir creates a file's missing directories and makes their entries durable.
+func makeDir(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	// Find the topmost missing directory so its parent can be fsync'd after.
+	top := dir
+	for {
+		parent := filepath.Dir(top)
+		if _, err := os.Stat(parent); err == nil || parent == top {
+			break
+		}
+		top = parent
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(top))
+}

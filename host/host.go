@@ -1,0 +1,342 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"meshd/fsm"
+)
+
+// DefaultInterval is how often the loop reconciles when no new declaration arrives.
+const DefaultInterval = 10 * time.Second
+
+// Config is how the agent opens the host.
+type Config struct {
+	// DataDir is the node's data dir; the record store is DataDir/host.db.
+	DataDir string
+	// Root prefixes every declared path: "/etc/x" is Root/etc/x. Empty means "/" (production);
+	// tests give a temporary directory.
+	Root string
+	// Interval is the timer of the level-triggered loop; zero means DefaultInterval.
+	Interval time.Duration
+	// Logger receives what the host does; nil means slog.Default().
+	Logger *slog.Logger
+	// Drivers converge the resource kinds other than files (container, opening). Each is called
+	// on every pass with the declared resources of its kind.
+	Drivers []Driver
+}
+
+// Driver converges the resources of one kind. The reconciler calls Reconcile on every pass with
+// every declared resource of that kind, taken or not (Resource.Taken says whether it converges or
+// is only prepared, what is found being held), and puts the outcome in the report. A pass with
+// nothing to do must change nothing.
+type Driver interface {
+	// Kind is the resource kind it converges: fsm.KindContainer or fsm.KindOpening.
+	Kind() string
+	Reconcile(ctx context.Context, pass Pass) Outcome
+}
+
+// Pass is what one driver gets in one pass.
+type Pass struct {
+	Declaration *fsm.Declaration
+	// Resources are the declared resources of the driver's kind, in declaration order.
+	Resources []fsm.Resource
+	// Records is the driver's own durable memory in the record store.
+	Records *Records
+}
+
+// Outcome is what a driver reports of one pass.
+type Outcome struct {
+	// Errors name each resource that failed and why; the others still converged.
+	Errors []ResourceError
+	// Changes counts what the pass changed on the machine or in the record store.
+	Changes int
+	// Detail is the driver's part of the report (held containers, openings in force, …), put in
+	// Report.Kinds under the driver's kind. It must encode as JSON.
+	Detail any
+}
+
+// Report is what the host saw and did in one pass: what the agent serves for `meshd node show`.
+type Report struct {
+	Node string    `json:"node"`
+	Mode fsm.Mode  `json:"mode"`
+	When time.Time `json:"when"`
+	// Held are found files kept as they are until their module is taken, including those whose
+	// module has been unassigned since (they stay, never removed).
+	Held []HeldFile `json:"held"`
+	// Written are the declared files the host wrote (or, create_once, keeps as they are).
+	Written []WrittenFile `json:"written"`
+	// Errors are the resources that failed this pass, each with why.
+	Errors []ResourceError `json:"errors"`
+	// Changes counts the files written or removed and records stored this pass; 0 is a pass that
+	// wrote nothing.
+	Changes int `json:"changes"`
+	// Kinds holds the other drivers' parts of the report, by resource kind.
+	Kinds map[string]any `json:"kinds,omitempty"`
+}
+
+// ChangedBySomethingElse is a held file's reason when its content is not what was recorded.
+const ChangedBySomethingElse = "changed by something else"
+
+// RemovedBySomethingElse is a held file's reason when it is gone.
+const RemovedBySomethingElse = "removed by something else"
+
+// HeldFile is a found file kept as it is.
+type HeldFile struct {
+	Path   string `json:"path"`
+	Module string `json:"module"`
+	// RecordedHash is the hash of the original recorded when it was found; CurrentHash is the
+	// hash now ("" when the file is gone).
+	RecordedHash string `json:"recorded_hash"`
+	CurrentHash  string `json:"current_hash"`
+	Changed      bool   `json:"changed"`
+	// Reason says why Changed: ChangedBySomethingElse or RemovedBySomethingElse.
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
+	// Unassigned is true once no assigned module declares the file: it stays where it is.
+	Unassigned bool `json:"unassigned,omitempty"`
+}
+
+// WrittenFile is a declared file the host converges.
+type WrittenFile struct {
+	Path   string    `json:"path"`
+	Module string    `json:"module"`
+	Hash   string    `json:"hash"`
+	At     time.Time `json:"at,omitzero"`
+	// Kept is true for a create_once file that was there already: it is never rewritten.
+	Kept bool `json:"kept,omitempty"`
+}
+
+// ResourceError is one resource that failed, and why.
+type ResourceError struct {
+	Resource string `json:"resource"`
+	Module   string `json:"module"`
+	Reason   string `json:"reason"`
+}
+
+func (e ResourceError) Error() string {
+	return fmt.Sprintf("%s (module %s): %s", e.Resource, e.Module, e.Reason)
+}
+
+// Host is the host reconciler of one node.
+type Host struct {
+	root     string
+	interval time.Duration
+	log      *slog.Logger
+	st       *store
+	drivers  []Driver
+
+	pass sync.Mutex // one pass at a time
+
+	mu   sync.Mutex
+	last Report
+
+	owners map[string]ids // resolved owners, guarded by pass
+
+	crashAt   string // CrashEnv's point, "" in production
+	crashNth  int
+	crashHits int
+}
+
+// Open opens the record store in cfg.DataDir and returns the host, which does nothing until
+// Reconcile or Run.
+func Open(cfg Config) (*Host, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("host: no data dir given")
+	}
+	root := cfg.Root
+	if root == "" {
+		root = "/"
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("host: root %s: %w", cfg.Root, err)
+	}
+	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("host: root %s is not a directory", root)
+	}
+	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}}
+	if h.interval <= 0 {
+		h.interval = DefaultInterval
+	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	kinds := map[string]bool{fsm.KindFile: true}
+	for _, d := range cfg.Drivers {
+		if kinds[d.Kind()] {
+			return nil, fmt.Errorf("host: a second driver for resource kind %q", d.Kind())
+		}
+		kinds[d.Kind()] = true
+		h.drivers = append(h.drivers, d)
+	}
+	h.crashAt, h.crashNth = parseCrash(os.Getenv(CrashEnv))
+	if err := ensureDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	if h.st, err = openStore(storePath(cfg.DataDir)); err != nil {
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	return h, nil
+}
+
+// Close closes the record store; a pass running finishes first.
+func (h *Host) Close() error {
+	h.pass.Lock()
+	defer h.pass.Unlock()
+	return h.st.close()
+}
+
+// Report returns the report of the last pass (the zero Report before the first).
+func (h *Host) Report() Report {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
+}
+
+// Original returns the recorded original of a file the host found at the declared path p, held or
+// since replaced.
+func (h *Host) Original(p string) ([]byte, error) {
+	b, ok, err := h.st.original(path.Clean(p))
+	if err != nil {
+		return nil, fmt.Errorf("original of %s: %w", p, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("no original recorded for %s: the host found no file there", p)
+	}
+	return b, nil
+}
+
+// Run is the level-triggered loop: it reconciles on every declaration received and, with the
+// last one, on every tick of the interval, until ctx ends. A closed channel keeps the timer going.
+func (h *Host) Run(ctx context.Context, decls <-chan *fsm.Declaration) error {
+	t := time.NewTicker(h.interval)
+	defer t.Stop()
+	var last *fsm.Declaration
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case d, ok := <-decls:
+			if !ok {
+				decls = nil
+				continue
+			}
+			if d == nil {
+				continue
+			}
+			last = d
+			h.Reconcile(ctx, last)
+			t.Reset(h.interval)
+		case <-t.C:
+			if last != nil {
+				h.Reconcile(ctx, last)
+			}
+		}
+	}
+}
+
+// Reconcile runs one pass: it brings the machine to d where d says so, keeps what is held, and
+// returns (and keeps, for Report) what it saw.
+func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
+	h.pass.Lock()
+	defer h.pass.Unlock()
+	rep := Report{When: time.Now().UTC(), Held: []HeldFile{}, Written: []WrittenFile{}, Errors: []ResourceError{}}
+	if d == nil {
+		rep.Errors = append(rep.Errors, ResourceError{Resource: "declaration", Reason: "no declaration to reconcile"})
+		return rep
+	}
+	rep.Node, rep.Mode = d.Node, d.Mode
+	byKind := map[string][]fsm.Resource{}
+	for _, r := range d.Resources {
+		byKind[r.Kind] = append(byKind[r.Kind], r)
+	}
+	h.files(ctx, d, byKind[fsm.KindFile], &rep)
+	for _, drv := range h.drivers {
+		if ctx.Err() != nil {
+			break
+		}
+		out := drv.Reconcile(ctx, Pass{Declaration: d, Resources: byKind[drv.Kind()],
+			Records: &Records{s: h.st, kind: []byte(drv.Kind())}})
+		rep.Errors = append(rep.Errors, out.Errors...)
+		rep.Changes += out.Changes
+		if out.Detail != nil {
+			if rep.Kinds == nil {
+				rep.Kinds = map[string]any{}
+			}
+			rep.Kinds[drv.Kind()] = out.Detail
+		}
+	}
+	for kind, rs := range byKind {
+		if kind == fsm.KindFile || h.hasDriver(kind) {
+			continue
+		}
+		for _, r := range rs {
+			rep.Errors = append(rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module,
+				Reason: fmt.Sprintf("no driver for resource kind %q on this host", kind)})
+		}
+	}
+	if ctx.Err() != nil {
+		rep.Errors = append(rep.Errors, ResourceError{Resource: "pass", Reason: "interrupted: " + ctx.Err().Error()})
+	}
+	if len(rep.Errors) > 0 {
+		h.log.Warn("host pass finished with failed resources", "node", rep.Node, "failed", len(rep.Errors), "changes", rep.Changes)
+	} else if rep.Changes > 0 {
+		h.log.Info("host pass changed the machine", "node", rep.Node, "changes", rep.Changes)
+	}
+	h.mu.Lock()
+	h.last = rep
+	h.mu.Unlock()
+	return rep
+}
+
+func (h *Host) hasDriver(kind string) bool {
+	for _, d := range h.drivers {
+		if d.Kind() == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// CrashEnv names the environment variable that arms a crash point (see the package doc): its value
+// is a point's name, or "name#n" to crash at the n-th time the point is reached.
+const CrashEnv = "MESHD_TEST_CRASH_AT"
+
+func parseCrash(v string) (string, int) {
+	if v == "" {
+		return "", 0
+	}
+	name, nth, ok := strings.Cut(v, "#")
+	n := 1
+	if ok {
+		if x, err := strconv.Atoi(nth); err == nil && x > 0 {
+			n = x
+		}
+	}
+	return name, n
+}
+
+// crash SIGKILLs the process when point is the armed crash point.
+func (h *Host) crash(point string) {
+	if h.crashAt != point {
+		return
+	}
+	h.crashHits++
+	if h.crashHits < h.crashNth {
+		return
+	}
+	h.log.Warn("crash point reached: killing the process", "point", point)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal arrives; nothing after this point runs
+}

@@ -1,0 +1,259 @@
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Buckets of the record store. Written and found are keyed by the declared path (never the root
+// prefix); originals hold the found bytes apart from their metadata so that a pass, which reads
+// every record, does not decode every original.
+var (
+	bucketWritten   = []byte("written")
+	bucketFound     = []byte("found")
+	bucketOriginals = []byte("originals")
+	bucketDrivers   = []byte("drivers")
+)
+
+// writtenRecord says the host wrote a path: the hash is what it wrote (or is about to write: the
+// record is committed before the rename, so a file holding this hash is the host's).
+type writtenRecord struct {
+	Module string    `json:"module"`
+	Hash   string    `json:"hash"`
+	At     time.Time `json:"at"`
+}
+
+// foundRecord says a path held a file the host had no record of; its bytes are in originals.
+type foundRecord struct {
+	Module string    `json:"module"`
+	Hash   string    `json:"hash"`
+	Size   int       `json:"size"`
+	At     time.Time `json:"at"`
+}
+
+// store is the host's record store: bbolt in the data dir, every write transaction committed and
+// fsync'd before the call returns.
+type store struct {
+	db   *bolt.DB
+	path string
+	// updates counts committed write transactions, so a test can prove a no-op pass wrote none.
+	updates atomic.Uint64
+}
+
+func openStore(path string) (*store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("record store %s: held by another process (is another agent running?): %w", path, err)
+		}
+		return nil, fmt.Errorf("record store %s: %w", path, err)
+	}
+	s := &store{db: db, path: path}
+	missing := false
+	_ = db.View(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketWritten, bucketFound, bucketOriginals, bucketDrivers} {
+			if tx.Bucket(b) == nil {
+				missing = true
+			}
+		}
+		return nil
+	})
+	if missing {
+		err = s.update(func(tx *bolt.Tx) error {
+			for _, b := range [][]byte{bucketWritten, bucketFound, bucketOriginals, bucketDrivers} {
+				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("record store %s: creating buckets: %w", path, err)
+		}
+	}
+	return s, nil
+}
+
+func (s *store) close() error { return s.db.Close() }
+
+// update runs one write transaction; bbolt commits it with an fsync before returning.
+func (s *store) update(fn func(tx *bolt.Tx) error) error {
+	err := s.db.Update(fn)
+	if err == nil {
+		s.updates.Add(1)
+	}
+	return err
+}
+
+// records reads every written and found record in one read-only transaction.
+func (s *store) records() (map[string]writtenRecord, map[string]foundRecord, error) {
+	written := map[string]writtenRecord{}
+	found := map[string]foundRecord{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketWritten).ForEach(func(k, v []byte) error {
+			var r writtenRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("written record %s: %w", k, err)
+			}
+			written[string(k)] = r
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketFound).ForEach(func(k, v []byte) error {
+			var r foundRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("found record %s: %w", k, err)
+			}
+			found[string(k)] = r
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("record store %s: %w", s.path, err)
+	}
+	return written, found, nil
+}
+
+// putFound records a found file's original and its metadata in one committed transaction.
+func (s *store) putFound(path string, r foundRecord, original []byte) error {
+	meta, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketOriginals).Put([]byte(path), original); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketFound).Put([]byte(path), meta)
+	})
+	if err != nil {
+		return fmt.Errorf("record store %s: recording the original of %s: %w", s.path, path, err)
+	}
+	return nil
+}
+
+func (s *store) putWritten(path string, r writtenRecord) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketWritten).Put([]byte(path), v) }); err != nil {
+		return fmt.Errorf("record store %s: recording %s as written: %w", s.path, path, err)
+	}
+	return nil
+}
+
+func (s *store) deleteWritten(path string) error {
+	if err := s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketWritten).Delete([]byte(path)) }); err != nil {
+		return fmt.Errorf("record store %s: dropping the written record of %s: %w", s.path, path, err)
+	}
+	return nil
+}
+
+// original returns the recorded original of path.
+func (s *store) original(path string) ([]byte, bool, error) {
+	var out []byte
+	ok := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketOriginals).Get([]byte(path)); v != nil {
+			out = append([]byte{}, v...)
+			ok = true
+		}
+		return nil
+	})
+	return out, ok, err
+}
+
+// Records is a driver's own durable memory in the record store: keys and values of its choosing,
+// kept in a bucket named after its kind. A driver uses it to tell what it created from what it
+// found, the way the file driver does with its written and found records.
+type Records struct {
+	s    *store
+	kind []byte
+}
+
+// Get returns the value under key, and whether there is one.
+func (r *Records) Get(key string) ([]byte, bool, error) {
+	var out []byte
+	ok := false
+	err := r.s.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketDrivers).Bucket(r.kind); b != nil {
+			if v := b.Get([]byte(key)); v != nil {
+				out, ok = append([]byte{}, v...), true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("record store %s: %s record %s: %w", r.s.path, r.kind, key, err)
+	}
+	return out, ok, nil
+}
+
+// Keys lists every key, sorted.
+func (r *Records) Keys() ([]string, error) {
+	var keys []string
+	err := r.s.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketDrivers).Bucket(r.kind); b != nil {
+			return b.ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record store %s: %s records: %w", r.s.path, r.kind, err)
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// Put stores value under key, durably (committed and fsync'd) before it returns.
+func (r *Records) Put(key string, value []byte) error {
+	err := r.s.update(func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bucketDrivers).CreateBucketIfNotExists(r.kind)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(key), value)
+	})
+	if err != nil {
+		return fmt.Errorf("record store %s: %s record %s: %w", r.s.path, r.kind, key, err)
+	}
+	return nil
+}
+
+// Delete drops key; dropping a key that is not there writes nothing.
+func (r *Records) Delete(key string) error {
+	if _, ok, err := r.Get(key); err != nil || !ok {
+		return err
+	}
+	err := r.s.update(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketDrivers).Bucket(r.kind); b != nil {
+			return b.Delete([]byte(key))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record store %s: %s record %s: %w", r.s.path, r.kind, key, err)
+	}
+	return nil
+}
+
+// storePath is where the record store lives in a data dir.
+func storePath(dataDir string) string { return filepath.Join(dataDir, "host.db") }
+
+func ensureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	return nil
+}
