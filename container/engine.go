@@ -152,12 +152,11 @@ func (e *Engine) ImageID(ctx context.Context, ref string) (string, error) {
 }
 
 func (e *Engine) checkImage(ctx context.Context, spec Spec) error {
-	_, err := e.ImageID(ctx, spec.Image)
-	var missing *ImageMissingError
-	if errors.As(err, &missing) {
-		missing.Container = spec.Name
+	_, err := e.cli.ImageInspect(ctx, spec.Image)
+	if cerrdefs.IsNotFound(err) {
+		return &ImageMissingError{Image: spec.Image, Container: spec.Name, Host: e.host}
 	}
-	return err
+	return e.wrap(fmt.Sprintf("container %s: inspect image %s", spec.Name, spec.Image), err)
 }
 
 // Create creates the container spec declares and starts it, returning its id. The image must be
