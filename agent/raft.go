@@ -94,6 +94,10 @@ func (rn *raftNode) shutdown(log *slog.Logger) {
 // apply proposes a command and waits until it is committed and applied, returning what the record
 // said.
 func (rn *raftNode) apply(op fsm.Op, body any, timeout time.Duration) (any, error) {
+	// Right after a start the group may still be electing: give it a moment rather than fail.
+	if addr, _ := rn.raft.LeaderWithID(); addr == "" {
+		_ = rn.waitLeader(5 * time.Second)
+	}
 	b, err := fsm.Encode(op, time.Now(), body)
 	if err != nil {
 		return nil, err
