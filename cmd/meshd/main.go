@@ -51,6 +51,7 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.CompletionOptions.DisableDefaultCmd = true
 	def := os.Getenv("MESHD_SOCKET")
 	if def == "" {
 		def = agent.DefaultSocket
