@@ -114,13 +114,9 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 		return Report{}, err
 	}
 	userOwned := map[string]bool{} // tuple texts of the found firewall's own rules
-	have := map[string]string{}    // mark -> tuple text
+	have := markedTuples(tuples)   // mark -> tuple text
 	for _, t := range tuples {
-		if strings.HasPrefix(t.Comment, markPrefix) {
-			if _, dup := have[t.Comment]; !dup || !strings.Contains(t.Text, "::/0") {
-				have[t.Comment] = t.Text
-			}
-		} else {
+		if !strings.HasPrefix(t.Comment, markPrefix) {
 			userOwned[t.Text] = true
 		}
 	}
@@ -189,12 +185,7 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 		if err != nil {
 			return Report{}, err
 		}
-		have = map[string]string{}
-		for _, t := range tuples {
-			if strings.HasPrefix(t.Comment, markPrefix) {
-				have[t.Comment] = t.Text
-			}
-		}
+		have = markedTuples(tuples)
 	}
 
 	// DOCKER-USER, in ufw's iptables backend.
@@ -247,4 +238,19 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 		}
 	}
 	return r, nil
+}
+
+// markedTuples maps each meshd mark to its tuple; a rule from anywhere is in both user.rules
+// and user6.rules, and the IPv4 one names it.
+func markedTuples(tuples []ufwTuple) map[string]string {
+	have := map[string]string{}
+	for _, t := range tuples {
+		if !strings.HasPrefix(t.Comment, markPrefix) {
+			continue
+		}
+		if _, dup := have[t.Comment]; !dup || !strings.Contains(t.Text, "::/0") {
+			have[t.Comment] = t.Text
+		}
+	}
+	return have
 }

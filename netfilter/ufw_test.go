@@ -1,0 +1,188 @@
+package netfilter
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newUFWLab raises a found ufw the way a predecessor that filters Docker's published ports
+// leaves one (the ufw-docker recipe): ufw active, deny incoming and routed, 22/tcp allowed,
+// and after.rules sending DOCKER-USER through ufw-user-forward, dropping the rest from the
+// outside to the container bridge. Docker starts after ufw.
+func newUFWLab(t *testing.T) *lab {
+	l := newLab(t)
+	p := filepath.Join(l.dir, "etc-ufw", "after.rules")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.LastIndex(s, "COMMIT")
+	s = s[:i] + ":ufw-user-forward - [0:0]\n:DOCKER-USER - [0:0]\n" +
+		"-A DOCKER-USER -j ufw-user-forward\n" +
+		"-A DOCKER-USER -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN\n" +
+		"-A DOCKER-USER -i " + l.upIf + " -o " + l.brIf + " -j DROP\n" +
+		"-A DOCKER-USER -j RETURN\n" + s[i:]
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.sh("ufw allow 22/tcp >/dev/null && ufw --force enable >/dev/null")
+	l.docker()
+	l.serve(l.host, "0.0.0.0:7000")
+	l.serve(l.host, "0.0.0.0:7001")
+	l.serve(l.ctr, "0.0.0.0:80")
+	return l
+}
+
+var counters = regexp.MustCompile(`\[\d+:\d+\]`)
+
+// ufwState is the found ufw as a person would compare it: its rule tuples, and the kernel's
+// filter table outside the chains ufw derives from those tuples.
+func ufwState(l *lab) (tuples, kernel string) {
+	tuples = l.sh("grep -h '^### tuple' /etc/ufw/user.rules /etc/ufw/user6.rules || true")
+	var k []string
+	for _, line := range strings.Split(l.sh("iptables-save -t filter | grep -v '^#'"), "\n") {
+		if strings.HasPrefix(line, "-A ufw-user-input ") || strings.HasPrefix(line, "-A ufw-user-forward ") ||
+			strings.HasPrefix(line, "-A ufw6-user") {
+			continue
+		}
+		k = append(k, counters.ReplaceAllString(line, ""))
+	}
+	return tuples, strings.Join(k, "\n")
+}
+
+func assertTuplesOnlyMarked(t *testing.T, before, after string) {
+	t.Helper()
+	added, removed := diffLines(before, after)
+	if len(removed) > 0 {
+		t.Fatalf("ufw rules removed that meshd did not mark: %q", removed)
+	}
+	for _, a := range added {
+		if !strings.Contains(a, " comment=6d657368643a") { // hex of "meshd:"
+			t.Fatalf("an unmarked ufw rule appeared: %q", a)
+		}
+	}
+}
+
+func TestUFWOpenings(t *testing.T) {
+	l := newUFWLab(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f, err := Detect(ctx, l.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("found: %s", f)
+	if f.Kind != KindUFW || f.Backend != "nft" || !f.Active || f.Incoming != 2 || f.Config != ufwDir || !f.DockerUser {
+		t.Fatalf("detected %+v", f)
+	}
+	pub := l.hostAddr + ":8080"
+	l.wantReach(l.cli, l.hostAddr+":7000", false)
+	l.wantReach(l.cli, pub, false)
+
+	tb, kb := ufwState(l)
+	d, _ := NewDriver(l.env, f, l.private)
+	want := []Opening{
+		{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming},
+		{Module: "store", Proto: "tcp", Port: 7001, From: FromPrivate, Path: PathIncoming},
+		{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded},
+		{Module: "ssh", Proto: "tcp", Port: 22, From: FromAnywhere, Path: PathIncoming},
+	}
+	r := mustConverge(t, d, want)
+	for _, o := range r.Openings {
+		t.Logf("%s: %s %s", o.Opening, o.State, o.Reason)
+	}
+	l.wantReach(l.cli, l.hostAddr+":7000", true)
+	l.wantReach(l.cli, pub, true)
+	l.wantReach(l.peer, l.peerHost+":7001", true)
+	l.wantReach(l.cli, l.hostAddr+":7001", false)
+	ta, ka := ufwState(l)
+	assertTuplesOnlyMarked(t, tb, ta)
+	assertOnlyMarked(t, "kernel outside ufw's user chains", kb, ka)
+	if strings.Count(ta, "allow tcp 22 ") != strings.Count(tb, "allow tcp 22 ") {
+		t.Fatal("the found firewall's own 22/tcp rule was rewritten")
+	}
+
+	r = mustConverge(t, d, want)
+	if r.Added+r.Removed != 0 {
+		t.Fatalf("no-op converge wrote %d/%d", r.Added, r.Removed)
+	}
+
+	// ufw reload and a reboot each lose no opening for longer than 2 s.
+	go Watch(ctx, l.env, 500*time.Millisecond, func(ctx context.Context) { d.Converge(ctx, want) })
+	pIn := startProbe(l.cli, l.hostAddr+":7000")
+	defer pIn.close()
+	pFwd := startProbe(l.cli, pub)
+	defer pFwd.close()
+	l.wantReach(l.cli, pub, true)
+	for _, step := range []struct{ name, cmd string }{
+		{"ufw reload", "ufw reload >/dev/null"},
+		{"reboot (flush everything, ufw.service, then Docker)", "nft flush ruleset && /lib/ufw/ufw-init start >/dev/null"},
+	} {
+		l.sh(step.cmd)
+		if strings.HasPrefix(step.name, "reboot") {
+			l.docker()
+		}
+		for name, p := range map[string]*probe{"incoming 7000": pIn, "forwarded 8080": pFwd} {
+			worst, fails := p.settle(t, 3*time.Second)
+			t.Logf("%s: %s: longest outage %v (%d failed probes)", step.name, name, worst, fails)
+			if worst > 2*time.Second {
+				t.Fatalf("%s: %s unreachable for %v", step.name, name, worst)
+			}
+		}
+		l.wantReach(l.cli, l.hostAddr+":7000", true)
+		l.wantReach(l.cli, pub, true)
+	}
+	cancel()
+	pIn.close()
+	pFwd.close()
+	pIn.stop, pFwd.stop = make(chan struct{}), make(chan struct{})
+	pIn.stopped, pFwd.stopped = closedChan(), closedChan()
+
+	// Unassigning a module removes its openings and nothing else.
+	tm, km := ufwState(l)
+	r = mustConverge(t, d, want[:2])
+	if r.Removed != 2 { // its ufw route rule and its DOCKER-USER rule
+		t.Fatalf("removed %d rules, want 2", r.Removed)
+	}
+	l.wantReach(l.cli, pub, false)
+	l.wantReach(l.cli, l.hostAddr+":7000", true)
+	tr, kr := ufwState(l)
+	// the route rule, from anywhere, is one ufw rule held in user.rules and user6.rules
+	if added, removed := diffLines(tm, tr); len(added) != 0 || len(removed) != 2 ||
+		!strings.Contains(removed[0], "route:allow tcp 8080") || !strings.Contains(removed[1], "route:allow tcp 8080") {
+		t.Fatalf("ufw rules changed: +%q -%q", added, removed)
+	}
+	if added, removed := diffLines(km, kr); len(added) != 0 || len(removed) != 1 || !strings.Contains(removed[0], want[2].Mark()) {
+		t.Fatalf("kernel rules changed: +%q -%q", added, removed)
+	}
+
+	// Retire then restore gives back the same ufw, Docker's rules intact.
+	files := l.sh("cat /etc/ufw/user.rules /etc/ufw/user6.rules /etc/ufw/after.rules")
+	_, kernel := ufwState(l)
+	ret, err := Retire(context.Background(), l.env, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.sh("cat /etc/ufw/user.rules /etc/ufw/user6.rules /etc/ufw/after.rules") != files {
+		t.Fatal("retire changed ufw's rule files")
+	}
+	if !strings.Contains(l.sh("iptables-save -t nat"), "--to-destination 192.0.2.2:80") {
+		t.Fatal("retire removed Docker's DNAT")
+	}
+	if err := Restore(context.Background(), l.env, ret); err != nil {
+		t.Fatal(err)
+	}
+	if _, k := ufwState(l); k != kernel {
+		added, removed := diffLines(kernel, k)
+		t.Fatalf("restore differs: +%q -%q", added, removed)
+	}
+	l.wantReach(l.cli, l.hostAddr+":7000", true)
+}
+
+func closedChan() chan struct{} { c := make(chan struct{}); close(c); return c }
