@@ -11,7 +11,7 @@ import (
 // until ctx is done. Changes are nftables netlink events, which nft, iptables-nft and ufw over
 // iptables-nft all raise, so a reload (ufw reload, nft -f /etc/nftables.conf and its flush
 // ruleset) is repaired within milliseconds; the interval covers iptables-legacy, which raises
-// none, and a lost event. recheck is typically a Driver's Converge with the desired set; a
+// none, and a lost event. It calls recheck once as soon as it is subscribed. recheck is typically a Driver's Converge with the desired set; a
 // converge with nothing to change writes nothing, so meshd's own writes settle after one
 // more call.
 func Watch(ctx context.Context, env Env, interval time.Duration, recheck func(context.Context)) error {
@@ -48,6 +48,7 @@ func Watch(ctx context.Context, env Env, interval time.Duration, recheck func(co
 	defer func() { stop() }()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	recheck(ctx) // once at the start, with the monitor already subscribed
 	for {
 		select {
 		case <-ctx.Done():
