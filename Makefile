@@ -16,12 +16,13 @@ deps:
 build: deps
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/...
 
-vet:
+vet: deps
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	"$$($(GO) env GOPATH)/bin/staticcheck" ./...
 
-test: deps vet
+test: vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee /tmp/meshd-test.log; exit $${PIPESTATUS[0]}
 
 bench: deps

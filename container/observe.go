@@ -114,9 +114,7 @@ func observe(c dcontainer.InspectResponse, raw []byte, img *image.InspectRespons
 		for _, b := range bindingsOf(hc.PortBindings) {
 			o.Spec.Ports = append(o.Spec.Ports, b.String())
 		}
-		for _, v := range volumesOf(hc) {
-			o.Spec.Volumes = append(o.Spec.Volumes, v)
-		}
+		o.Spec.Volumes = append(o.Spec.Volumes, volumesOf(hc)...)
 		o.Spec.Restart = formatRestart(string(hc.RestartPolicy.Name), hc.RestartPolicy.MaximumRetryCount)
 	} else {
 		o.Spec.Restart = RestartNo

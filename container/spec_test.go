@@ -124,7 +124,8 @@ func syntheticObserved(spec Spec) Observed {
 	cfg.Env = append([]string{"PATH=/usr/bin:/bin"}, cfg.Env...)
 	cfg.Labels["org.example.built-by"] = "ct"
 	hc.Mounts = nil
-	ns := &dcontainer.NetworkSettings{NetworkSettingsBase: dcontainer.NetworkSettingsBase{Ports: nat.PortMap{}}}
+	ns := &dcontainer.NetworkSettings{}
+	ns.Ports = nat.PortMap{}
 	for p, bs := range hc.PortBindings {
 		for _, b := range bs {
 			ip := b.HostIP

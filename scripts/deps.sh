@@ -27,3 +27,10 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 fi
 command -v go >/dev/null || { echo "deps: Go is not installed (expected at /usr/local/go)" >&2; exit 1; }
 go mod download
+
+# staticcheck, pinned, installed once into the Go bin dir.
+gobin="$(go env GOPATH)/bin"
+if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q '(0.8.2)'; then
+  echo "deps: installing staticcheck 0.8.2"
+  go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+fi
