@@ -1,0 +1,529 @@
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	// DefaultStateRoot holds one directory per lab driven by hand (meshlab). It must be visible at
+	// the same path inside every machine, so it is under none of the paths a machine overlays
+	// (/etc, /usr/local, /var/lib) nor under /run, which a machine replaces with its own tmpfs.
+	DefaultStateRoot = "/var/tmp/meshlab"
+	// Prefix starts the name of every namespace the lab creates.
+	Prefix = "ml"
+	// Underlay is the network every lab machine is on, and nothing else.
+	Underlay = "198.51.100.0/24"
+	// BridgeName is the underlay's bridge, inside the lab's switch namespace.
+	BridgeName = "ml-br0"
+	// ImageName is the image every lab container runs: labsvc, imported with `docker import`.
+	ImageName = "meshlab/labsvc:latest"
+	stateFile = "lab.json"
+)
+
+// Options configure a lab. The zero value is a lab named "lab" under DefaultStateRoot.
+type Options struct {
+	// Name is short ([a-z0-9], at most 8 characters); every namespace is ml-NAME-MACHINE.
+	Name string
+	// Dir is the lab's state directory (default DefaultStateRoot/NAME). Everything the lab keeps
+	// on disk lives here: namespace files, overlays, Docker data roots, logs, probe records.
+	Dir string
+	// Labsvc is a built labsvc binary; by default the lab builds one from this module.
+	Labsvc string
+	// Logger receives progress; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Lab is a running lab bed.
+type Lab struct {
+	Name     string
+	Dir      string
+	Scenario string
+
+	log      *slog.Logger
+	mu       sync.Mutex
+	st       labState
+	machines []*Machine
+}
+
+type labState struct {
+	Name     string         `json:"name"`
+	Dir      string         `json:"dir"`
+	Scenario string         `json:"scenario"`
+	Switch   string         `json:"switch"`
+	Created  time.Time      `json:"created"`
+	Machines []MachineSpec  `json:"machines"`
+	Probes   []probeRunning `json:"probes"`
+	Ready    bool           `json:"ready"`
+}
+
+type probeRunning struct {
+	ProbeSpec
+	PID  int    `json:"pid"`
+	File string `json:"file"`
+}
+
+// Up starts scenario sc as a lab for a test and tears it down when the test ends (also when it
+// fails). Under CI=true a missing prerequisite fails the test; otherwise it skips it.
+func Up(t testing.TB, sc Scenario, opts ...Options) *Lab {
+	t.Helper()
+	Require(t)
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.Name == "" {
+		o.Name = "t" + randomHex(3)
+	}
+	if o.Dir == "" {
+		o.Dir = filepath.Join(os.TempDir(), "meshlab-"+o.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l, err := Start(ctx, sc, o)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := Down(ctx, o.Dir); err != nil {
+			t.Errorf("lab %s teardown: %v", o.Name, err)
+		}
+	})
+	if err != nil {
+		t.Fatalf("lab %s (scenario %s) did not come up: %v", o.Name, sc.Name, err)
+	}
+	return l
+}
+
+// Require fails (CI=true) or skips the test when the host cannot run a lab: root, the tools the
+// machines use, and the Docker engine's binaries.
+func Require(t testing.TB) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	for _, tool := range []string{"ip", "nsenter", "unshare", "nft", "iptables", "ufw", "wg", "wg-quick", "wireguard-go", "dockerd", "docker"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		missing = append(missing, "/dev/net/tun")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("lab prerequisites missing under CI: %s", strings.Join(missing, ", "))
+	}
+	t.Skipf("lab prerequisites missing (set CI=true to make this a failure): %s", strings.Join(missing, ", "))
+}
+
+// Start brings scenario sc up and returns the running lab. On error it leaves the state file in
+// place so Down(o.Dir) removes whatever was created.
+func Start(ctx context.Context, sc Scenario, o Options) (*Lab, error) {
+	if o.Name == "" {
+		o.Name = "lab"
+	}
+	if len(o.Name) > 8 || strings.Trim(o.Name, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		return nil, fmt.Errorf("lab name %q: want at most 8 characters of [a-z0-9]", o.Name)
+	}
+	if o.Dir == "" {
+		o.Dir = filepath.Join(DefaultStateRoot, o.Name)
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("lab dir %s: %w", o.Dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
+		return nil, fmt.Errorf("lab dir %s already holds a lab (run `meshlab down` first)", dir)
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	l := &Lab{Name: o.Name, Dir: dir, Scenario: sc.Name, log: logger.With("lab", o.Name)}
+	l.st = labState{Name: o.Name, Dir: dir, Scenario: sc.Name, Switch: l.nsName("sw"), Created: time.Now().UTC(), Machines: sc.Machines}
+	began := time.Now()
+	if err := os.MkdirAll(filepath.Join(dir, "ns"), 0o755); err != nil {
+		return nil, fmt.Errorf("lab dir %s: %w", dir, err)
+	}
+	// The state file goes first: from here on Down can find everything.
+	if err := l.save(); err != nil {
+		return nil, err
+	}
+	for _, ms := range sc.Machines {
+		l.machines = append(l.machines, newMachine(l, ms))
+	}
+	if err := l.build(ctx, sc, o); err != nil {
+		return l, err
+	}
+	l.mu.Lock()
+	l.st.Ready = true
+	l.mu.Unlock()
+	if err := l.save(); err != nil {
+		return l, err
+	}
+	l.log.Info("lab up", "scenario", sc.Name, "dir", dir, "took", time.Since(began).Round(time.Millisecond))
+	return l, nil
+}
+
+func (l *Lab) build(ctx context.Context, sc Scenario, o Options) error {
+	var labsvcErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); labsvcErr = l.prepareLabsvc(ctx, o.Labsvc) }()
+
+	// The namespace files live in a private bind mount, the way `ip netns` keeps /run/netns, so a
+	// machine's mount namespace can be bound to a file there.
+	nsdir := filepath.Join(l.Dir, "ns")
+	if !isMountpoint(nsdir) {
+		if _, err := run(ctx, "mount", "--bind", nsdir, nsdir); err != nil {
+			return err
+		}
+	}
+	if _, err := run(ctx, "mount", "--make-private", nsdir); err != nil {
+		return err
+	}
+	if _, err := run(ctx, "ip", "netns", "add", l.st.Switch); err != nil {
+		return fmt.Errorf("switch namespace: %w", err)
+	}
+	if _, err := run(ctx, "ip", "-n", l.st.Switch, "link", "add", BridgeName, "type", "bridge"); err != nil {
+		return err
+	}
+	if _, err := run(ctx, "ip", "-n", l.st.Switch, "link", "set", BridgeName, "up"); err != nil {
+		return err
+	}
+	if err := l.each(ctx, func(ctx context.Context, m *Machine) error { return m.create(ctx) }); err != nil {
+		return err
+	}
+	if sc.Configure != nil {
+		if err := sc.Configure(ctx, l); err != nil {
+			return fmt.Errorf("scenario %s: configure: %w", sc.Name, err)
+		}
+	}
+	wg.Wait()
+	if labsvcErr != nil {
+		return labsvcErr
+	}
+	if err := l.each(ctx, func(ctx context.Context, m *Machine) error {
+		if err := m.Boot(ctx); err != nil {
+			return err
+		}
+		if m.spec.Docker {
+			return m.ImportImage(ctx)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if sc.Populate != nil {
+		if err := sc.Populate(ctx, l); err != nil {
+			return fmt.Errorf("scenario %s: populate: %w", sc.Name, err)
+		}
+	}
+	for _, p := range sc.Probes {
+		if err := l.StartProbe(ctx, p); err != nil {
+			return err
+		}
+	}
+	if sc.Ready != nil {
+		if err := sc.Ready(ctx, l); err != nil {
+			return fmt.Errorf("scenario %s: not ready: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// each runs f on every machine at once.
+func (l *Lab) each(ctx context.Context, f func(context.Context, *Machine) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(l.machines))
+	for i, m := range l.machines {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(ctx, m) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Machine returns the machine named name, or nil.
+func (l *Lab) Machine(name string) *Machine {
+	for _, m := range l.machines {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// Machines returns every machine of the lab in scenario order.
+func (l *Lab) Machines() []*Machine { return append([]*Machine(nil), l.machines...) }
+
+// Down tears the lab down (the same as Down(ctx, l.Dir)).
+func (l *Lab) Down(ctx context.Context) error { return Down(ctx, l.Dir) }
+
+// Labsvc is the labsvc binary the lab built (or was given).
+func (l *Lab) Labsvc() string { return filepath.Join(l.Dir, "bin", "labsvc") }
+
+func (l *Lab) nsName(machine string) string { return Prefix + "-" + l.Name + "-" + machine }
+
+func (l *Lab) save() error {
+	l.mu.Lock()
+	b, err := json.MarshalIndent(l.st, "", "  ")
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(l.Dir, stateFile)
+	if err := os.WriteFile(p+".tmp", b, 0o644); err != nil {
+		return fmt.Errorf("lab state %s: %w", p, err)
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return fmt.Errorf("lab state %s: %w", p, err)
+	}
+	return nil
+}
+
+// Load attaches to a lab that is running, from its state directory.
+func Load(dir string) (*Lab, error) {
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, fmt.Errorf("lab at %s: %w", dir, err)
+	}
+	var st labState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("lab state %s: %w", filepath.Join(dir, stateFile), err)
+	}
+	l := &Lab{Name: st.Name, Dir: st.Dir, Scenario: st.Scenario, st: st, log: slog.Default().With("lab", st.Name)}
+	for _, ms := range st.Machines {
+		l.machines = append(l.machines, newMachine(l, ms))
+	}
+	return l, nil
+}
+
+// Down removes everything the lab at dir created: probes and every process of every machine,
+// the machines' namespaces and mounts, the switch, the Docker engines' cgroups and data, and the
+// directory itself. It finds namespaces by the lab's prefix as well as by its state file, so it
+// also cleans a lab whose driving process died halfway. Down of a lab that is gone is nil.
+func Down(ctx context.Context, dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+			return nil
+		}
+		// A directory without a state file: nothing was created but the directory.
+		return removeLabDir(ctx, dir)
+	}
+	if err != nil {
+		return fmt.Errorf("lab state %s: %w", dir, err)
+	}
+	var st labState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("lab state %s: %w", filepath.Join(dir, stateFile), err)
+	}
+	var errs []error
+	prefix := Prefix + "-" + st.Name + "-"
+
+	// Every namespace that is the lab's: the state file's and anything with its prefix.
+	names := map[string]bool{}
+	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), prefix) {
+				names[e.Name()] = true
+			}
+		}
+	}
+	inodes := map[uint64]bool{}
+	for n := range names {
+		if ino, err := nsInode("/run/netns/" + n); err == nil {
+			inodes[ino] = true
+		}
+	}
+	nsfiles, _ := filepath.Glob(filepath.Join(dir, "ns", "*"))
+	for _, f := range nsfiles {
+		if ino, err := nsInode(f); err == nil && isMountpoint(f) {
+			inodes[ino] = true
+		}
+	}
+	m := matcher{ns: inodes, roots: []string{dir + "/"}, cgroupTok: []string{}}
+	for _, ms := range st.Machines {
+		m.cgroupTok = append(m.cgroupTok, prefix+ms.Name)
+	}
+	for _, p := range st.Probes {
+		if p.PID > 0 && procInDir(p.PID, dir) {
+			_ = killPID(p.PID)
+		}
+	}
+	if err := killAll(ctx, m, "lab "+st.Name); err != nil {
+		errs = append(errs, err)
+	}
+	for _, f := range nsfiles {
+		if isMountpoint(f) {
+			if _, err := run(ctx, "umount", f); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for n := range names {
+		if _, err := run(ctx, "ip", "netns", "delete", n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	removeCgroups(prefix)
+	if err := removeLabDir(ctx, dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func removeLabDir(ctx context.Context, dir string) error {
+	for _, mp := range mountsUnder(dir) {
+		_, _ = run(ctx, "umount", "-l", mp)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove lab dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// procInDir reports whether pid is still a lab process (its command line names the lab dir),
+// so a recorded pid that was reused by something else is never killed.
+func procInDir(pid int, dir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(b), dir)
+}
+
+// removeCgroups removes the cgroups the machines' Docker engines created (cgroup parent
+// ml-LAB-MACHINE), deepest first.
+func removeCgroups(prefix string) {
+	tops, _ := filepath.Glob("/sys/fs/cgroup/*/" + prefix + "*")
+	more, _ := filepath.Glob("/sys/fs/cgroup/" + prefix + "*")
+	for _, top := range append(tops, more...) {
+		var dirs []string
+		_ = filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Remove(dirs[i])
+		}
+	}
+}
+
+func mountsUnder(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	// Deepest first.
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+func isMountpoint(p string) bool {
+	for _, mp := range mountsUnder(p) {
+		if mp == p {
+			return true
+		}
+	}
+	return false
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// prepareLabsvc puts a static labsvc binary at DIR/bin/labsvc and the image tarball next to it.
+func (l *Lab) prepareLabsvc(ctx context.Context, given string) error {
+	bin := l.Labsvc()
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return err
+	}
+	if given == "" {
+		given = os.Getenv("MESHLAB_LABSVC")
+	}
+	if given != "" {
+		b, err := os.ReadFile(given)
+		if err != nil {
+			return fmt.Errorf("labsvc binary %s: %w", given, err)
+		}
+		if err := os.WriteFile(bin, b, 0o755); err != nil {
+			return err
+		}
+	} else {
+		root, err := moduleRoot()
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/labsvc")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build labsvc in %s: %w: %s", root, err, out)
+		}
+	}
+	// The image holds the one binary at /labsvc.
+	tar := filepath.Join(l.Dir, "bin", "labsvc-image.tar")
+	if _, err := run(ctx, "tar", "-C", filepath.Dir(bin), "-cf", tar, "labsvc"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// moduleRoot finds the meshd module's source: MESHD_SRC, the source this package was built from,
+// or the working directory's module.
+func moduleRoot() (string, error) {
+	if d := os.Getenv("MESHD_SRC"); d != "" {
+		return d, nil
+	}
+	if _, file, _, ok := runtime.Caller(0); ok {
+		d := filepath.Dir(filepath.Dir(file))
+		if _, err := os.Stat(filepath.Join(d, "cmd", "labsvc")); err == nil {
+			return d, nil
+		}
+	}
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err == nil {
+		if p := strings.TrimSpace(string(out)); p != "" && p != os.DevNull {
+			return filepath.Dir(p), nil
+		}
+	}
+	return "", errors.New("cannot find the meshd source to build labsvc (set MESHD_SRC or MESHLAB_LABSVC)")
+}
+
+func mustAddr(s string) netip.Addr {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}

@@ -1,0 +1,224 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Expectation says what a probe is there to show.
+type Expectation string
+
+const (
+	// ExpectReach: the target serves; every failure is an outage.
+	ExpectReach Expectation = "reach"
+	// ExpectUnreachable: the target must never answer; every success is a breach.
+	ExpectUnreachable Expectation = "unreachable"
+)
+
+// ProbeSpec is one continuous caller: from a machine's network, to a target.
+type ProbeSpec struct {
+	Name string `json:"name"`
+	// From is the machine whose network the calls leave from.
+	From string `json:"from"`
+	// Target is http://HOST:PORT/PATH or tcp://HOST:PORT.
+	Target string      `json:"target"`
+	Expect Expectation `json:"expect"`
+	// Every is the interval between calls (default 250ms).
+	Every time.Duration `json:"every,omitempty"`
+}
+
+// ProbeSummary is what a probe's record says.
+type ProbeSummary struct {
+	Name      string      `json:"name"`
+	From      string      `json:"from"`
+	Target    string      `json:"target"`
+	Expect    Expectation `json:"expect"`
+	Calls     int         `json:"calls"`
+	Successes int         `json:"successes"`
+	Failures  int         `json:"failures"`
+	First     time.Time   `json:"first"`
+	Last      time.Time   `json:"last"`
+	// LongestOutage is the longest time from a failed call to the next successful one (or to the
+	// last call, if it is still failing); OutageStart is when it began.
+	LongestOutage time.Duration `json:"longest_outage"`
+	OutageStart   time.Time     `json:"outage_start,omitzero"`
+	LastError     string        `json:"last_error,omitempty"`
+	LastSuccess   string        `json:"last_success,omitempty"`
+}
+
+// Holds reports whether the probe's expectation held over its record: a reaching probe never
+// failed, an unreachable one never succeeded (and each made at least one call).
+func (s ProbeSummary) Holds() bool {
+	if s.Calls == 0 {
+		return false
+	}
+	if s.Expect == ExpectUnreachable {
+		return s.Successes == 0
+	}
+	return s.Failures == 0
+}
+
+func (s ProbeSummary) String() string {
+	verdict := "holds"
+	if !s.Holds() {
+		verdict = "BROKEN"
+	}
+	out := fmt.Sprintf("%-14s %-8s -> %-32s expect %-11s %5d calls %5d ok %5d failed  %s",
+		s.Name, s.From, s.Target, s.Expect, s.Calls, s.Successes, s.Failures, verdict)
+	if s.LongestOutage > 0 {
+		out += fmt.Sprintf("; longest outage %s at %s", s.LongestOutage.Round(time.Millisecond), s.OutageStart.Format("15:04:05.000"))
+	}
+	if s.LastError != "" && !s.Holds() {
+		out += "; last error: " + s.LastError
+	}
+	return out
+}
+
+// Summarize reads a probe record (labsvc probe's lines), counting only calls at or after since.
+func Summarize(r io.Reader, since time.Time) (ProbeSummary, error) {
+	var s ProbeSummary
+	var failStart time.Time
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), " ", 4)
+		if len(f) < 3 {
+			continue // a line being written
+		}
+		ts, err := time.Parse(time.RFC3339Nano, f[0])
+		if err != nil {
+			return s, fmt.Errorf("probe record line %q: %w", sc.Text(), err)
+		}
+		if ts.Before(since) {
+			continue
+		}
+		detail := ""
+		if len(f) == 4 {
+			detail = f[3]
+		}
+		if s.Calls == 0 {
+			s.First = ts
+		}
+		s.Calls++
+		s.Last = ts
+		switch f[1] {
+		case "ok":
+			s.Successes++
+			s.LastSuccess = detail
+			if !failStart.IsZero() {
+				s.noteOutage(failStart, ts)
+				failStart = time.Time{}
+			}
+		default:
+			s.Failures++
+			s.LastError = detail
+			if failStart.IsZero() {
+				failStart = ts
+			}
+		}
+	}
+	if !failStart.IsZero() {
+		s.noteOutage(failStart, s.Last)
+		if s.LongestOutage == 0 {
+			// A single failed call at the very end still counts as an outage.
+			s.LongestOutage = time.Nanosecond
+			s.OutageStart = failStart
+		}
+	}
+	return s, sc.Err()
+}
+
+func (s *ProbeSummary) noteOutage(from, to time.Time) {
+	if d := to.Sub(from); d > s.LongestOutage {
+		s.LongestOutage = d
+		s.OutageStart = from
+	}
+}
+
+// StartProbe starts a probe: labsvc probe in the network namespace of machine p.From, recording
+// to PROBES/NAME.log in the lab's directory. It keeps running across the machine's reboots (the
+// lab's instruments are not the machine's processes) until the lab is torn down.
+func (l *Lab) StartProbe(ctx context.Context, p ProbeSpec) error {
+	m := l.Machine(p.From)
+	if m == nil {
+		return fmt.Errorf("probe %s: no machine %q", p.Name, p.From)
+	}
+	if p.Every == 0 {
+		p.Every = 250 * time.Millisecond
+	}
+	if p.Expect == "" {
+		p.Expect = ExpectReach
+	}
+	dir := filepath.Join(l.Dir, "probes")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	file := filepath.Join(dir, p.Name+".log")
+	cmd := exec.Command("nsenter", "--net="+m.Netns(), "--", l.Labsvc(), "probe",
+		"--target", p.Target, "--every", p.Every.String(), "--timeout", "1s", "--out", file)
+	cmd.Env = machineEnv()
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("probe %s from %s: %w", p.Name, p.From, err)
+	}
+	go func() { _ = cmd.Wait() }()
+	l.mu.Lock()
+	l.st.Probes = append(l.st.Probes, probeRunning{ProbeSpec: p, PID: cmd.Process.Pid, File: file})
+	l.mu.Unlock()
+	return l.save()
+}
+
+// Probes summarises every probe's record since it started.
+func (l *Lab) Probes() ([]ProbeSummary, error) {
+	l.mu.Lock()
+	probes := append([]probeRunning(nil), l.st.Probes...)
+	l.mu.Unlock()
+	var out []ProbeSummary
+	for _, p := range probes {
+		s, err := l.summarize(p, time.Time{})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Probe summarises one probe's record, counting calls at or after since (the zero time: all).
+func (l *Lab) Probe(name string, since time.Time) (ProbeSummary, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range l.st.Probes {
+		if p.Name == name {
+			return l.summarize(p, since)
+		}
+	}
+	return ProbeSummary{}, fmt.Errorf("lab %s: no probe %q", l.Name, name)
+}
+
+func (l *Lab) summarize(p probeRunning, since time.Time) (ProbeSummary, error) {
+	f, err := os.Open(p.File)
+	if errors.Is(err, os.ErrNotExist) {
+		// Started, not yet called.
+		return ProbeSummary{Name: p.Name, From: p.From, Target: p.Target, Expect: p.Expect}, nil
+	}
+	if err != nil {
+		return ProbeSummary{}, fmt.Errorf("probe %s: %w", p.Name, err)
+	}
+	defer f.Close()
+	s, err := Summarize(f, since)
+	s.Name, s.From, s.Target, s.Expect = p.Name, p.From, p.Target, p.Expect
+	return s, err
+}
+
+func killPID(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

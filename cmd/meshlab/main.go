@@ -1,0 +1,216 @@
+// Command meshlab drives the lab bed by hand: the same machines, scenarios and probes the chaos
+// and end-to-end tests build with package chaos.
+//
+//	meshlab up [--scenario predecessor-ufw|predecessor-nftables|bare] [--name lab] [--dir DIR]
+//	meshlab down [--name lab] [--dir DIR]     idempotent; also cleans a lab whose driver died
+//	meshlab status [--name lab] [--dir DIR]
+//	meshlab exec [--name lab] MACHINE -- CMD [ARG...]
+//	meshlab probes [--json] [--name lab] [--dir DIR]
+//	meshlab reboot|stop|boot|cutoff|restore MACHINE
+//
+// A lab's state lives in DIR (default /var/tmp/meshlab/NAME).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"meshd/chaos"
+)
+
+func usage() {
+	fmt.Fprintf(os.Stderr, `usage:
+  meshlab up [--scenario NAME] [--name LAB] [--dir DIR]   scenarios: %s
+  meshlab down [--name LAB] [--dir DIR]
+  meshlab status [--name LAB] [--dir DIR]
+  meshlab exec [--name LAB] [--dir DIR] MACHINE -- CMD [ARG...]
+  meshlab probes [--json] [--name LAB] [--dir DIR]
+  meshlab reboot|stop|boot|cutoff|restore [--name LAB] [--dir DIR] MACHINE
+`, strings.Join(chaos.ScenarioNames, ", "))
+	os.Exit(2)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	verb := os.Args[1]
+	fs := flag.NewFlagSet(verb, flag.ExitOnError)
+	name := fs.String("name", "lab", "lab name")
+	dir := fs.String("dir", "", "lab state directory (default "+chaos.DefaultStateRoot+"/NAME)")
+	scenario := fs.String("scenario", "predecessor-ufw", "scenario to raise (up)")
+	asJSON := fs.Bool("json", false, "print JSON (probes, status)")
+	_ = fs.Parse(os.Args[2:])
+	if *dir == "" {
+		*dir = filepath.Join(chaos.DefaultStateRoot, *name)
+	}
+	var err error
+	switch verb {
+	case "up":
+		err = up(ctx, *scenario, *name, *dir)
+	case "down":
+		err = chaos.Down(ctx, *dir)
+		if err == nil {
+			fmt.Printf("lab %s is down\n", *name)
+		}
+	case "status":
+		err = status(*dir, *asJSON)
+	case "probes":
+		err = probes(*dir, *asJSON)
+	case "exec":
+		os.Exit(execIn(ctx, *dir, fs.Args()))
+	case "reboot", "stop", "boot", "cutoff", "restore":
+		err = act(ctx, *dir, verb, fs.Args())
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "meshlab %s: %v\n", verb, err)
+		os.Exit(1)
+	}
+}
+
+func up(ctx context.Context, scenario, name, dir string) error {
+	sc, err := chaos.ScenarioByName(scenario)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	l, err := chaos.Start(ctx, sc, chaos.Options{Name: name, Dir: dir})
+	if err != nil {
+		return fmt.Errorf("%w (run `meshlab down --name %s` to clean up)", err, name)
+	}
+	fmt.Printf("lab %s up (scenario %s) in %s; state in %s\n", l.Name, l.Scenario, time.Since(start).Round(time.Millisecond), l.Dir)
+	return status(dir, false)
+}
+
+func status(dir string, asJSON bool) error {
+	l, err := chaos.Load(dir)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		Machine    string `json:"machine"`
+		Addr       string `json:"addr"`
+		TunnelAddr string `json:"tunnel_addr,omitempty"`
+		Netns      string `json:"netns"`
+		DockerHost string `json:"docker_host,omitempty"`
+		Processes  int    `json:"processes"`
+	}
+	var rows []row
+	for _, m := range l.Machines() {
+		r := row{Machine: m.Name, Addr: m.Addr.String(), Netns: m.Netns(), DockerHost: m.DockerHost(), Processes: len(m.Processes())}
+		if m.TunnelAddr.IsValid() {
+			r.TunnelAddr = m.TunnelAddr.String()
+		}
+		rows = append(rows, r)
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{"lab": l.Name, "scenario": l.Scenario, "dir": l.Dir, "machines": rows})
+	}
+	fmt.Printf("lab %s, scenario %s, dir %s\n", l.Name, l.Scenario, l.Dir)
+	for _, r := range rows {
+		fmt.Printf("  %-8s %-15s %-10s %3d processes  %s  %s\n", r.Machine, r.Addr, r.TunnelAddr, r.Processes, r.Netns, r.DockerHost)
+	}
+	return nil
+}
+
+func probes(dir string, asJSON bool) error {
+	l, err := chaos.Load(dir)
+	if err != nil {
+		return err
+	}
+	sums, err := l.Probes()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(sums)
+	}
+	for _, s := range sums {
+		fmt.Println(s)
+	}
+	return nil
+}
+
+func execIn(ctx context.Context, dir string, args []string) int {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "meshlab exec: want MACHINE -- CMD [ARG...]")
+		return 2
+	}
+	machine, cmdArgs := args[0], args[1:]
+	if cmdArgs[0] == "--" {
+		cmdArgs = cmdArgs[1:]
+	}
+	if len(cmdArgs) == 0 {
+		fmt.Fprintln(os.Stderr, "meshlab exec: no command")
+		return 2
+	}
+	l, err := chaos.Load(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "meshlab exec:", err)
+		return 1
+	}
+	m := l.Machine(machine)
+	if m == nil {
+		fmt.Fprintf(os.Stderr, "meshlab exec: lab %s has no machine %q\n", l.Name, machine)
+		return 1
+	}
+	cmd := m.Command(ctx, cmdArgs[0], cmdArgs[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		fmt.Fprintln(os.Stderr, "meshlab exec:", err)
+		return 1
+	}
+	return 0
+}
+
+func act(ctx context.Context, dir, verb string, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want one MACHINE")
+	}
+	l, err := chaos.Load(dir)
+	if err != nil {
+		return err
+	}
+	m := l.Machine(args[0])
+	if m == nil {
+		return fmt.Errorf("lab %s has no machine %q", l.Name, args[0])
+	}
+	switch verb {
+	case "reboot":
+		return m.Reboot(ctx)
+	case "stop":
+		return m.Stop(ctx)
+	case "boot":
+		return m.Boot(ctx)
+	case "cutoff":
+		return m.CutOff(ctx)
+	case "restore":
+		return m.Restore(ctx)
+	}
+	return nil
+}
