@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,7 +86,7 @@ func newLab(t testing.TB) *lab {
 		host: "nf-host-" + id, cli: "nf-cli-" + id, peer: "nf-peer-" + id, ctr: "nf-ctr-" + id,
 		wgIf: "nfw" + id, upIf: "nfu" + id, brIf: "nfb" + id,
 		hostAddr: "198.51.100.1", peerHost: "203.0.113.1"}
-	l.private = Private{Interface: l.wgIf, Range: mustPrefix("203.0.113.0/24")}
+	l.private = Private{Interface: l.wgIf, Range: netip.MustParsePrefix("203.0.113.0/24")}
 	for _, ns := range []string{l.host, l.cli, l.peer, l.ctr} {
 		run(t, "ip", "netns", "add", ns)
 		ns := ns
@@ -139,8 +140,6 @@ func newLab(t testing.TB) *lab {
 	l.env = Env{NetNS: netns, Runner: NSEnter(netns, fmt.Sprintf("/proc/%d/ns/mnt", l.holder.Process.Pid))}
 	return l
 }
-
-func mustPrefix(s string) (p netipPrefix) { return mustParsePrefix(s) }
 
 // sh runs a shell command on the host (its netns and mount namespace).
 func (l *lab) sh(cmd string) string {
