@@ -39,6 +39,7 @@ type node struct {
 	t       *testing.T
 	dir     string
 	socket  string
+	netns   string
 	agent   *exec.Cmd
 	agentLg *bytes.Buffer
 }
@@ -53,15 +54,40 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// newNode gives a test its own data dir and socket, and its own network namespace for the agent,
+// so an agent under test never touches this machine's firewall or listens on its addresses.
 func newNode(t *testing.T) *node {
 	dir := t.TempDir()
-	return &node{t: t, dir: filepath.Join(dir, "data"), socket: filepath.Join(dir, "meshd.sock")}
+	n := &node{t: t, dir: filepath.Join(dir, "data"), socket: filepath.Join(dir, "meshd.sock")}
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("process tests need root (network namespaces); CI runs as root")
+		}
+		t.Skip("process tests need root to give each agent its own network namespace")
+	}
+	n.netns = fmt.Sprintf("pt-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	if out, err := exec.Command("ip", "netns", "add", n.netns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v %s", n.netns, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.netns).Run() })
+	if out, err := exec.Command("ip", "-n", n.netns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up in %s: %v %s", n.netns, err, out)
+	}
+	return n
+}
+
+// inNetns wraps a command so it runs in the node's network namespace.
+func (n *node) inNetns(args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.netns}, args...)...)
 }
 
 // run runs meshd with the node's socket and returns stdout, stderr and the exit code.
 func (n *node) run(args ...string) (string, string, int) {
 	n.t.Helper()
 	cmd := exec.Command(meshdBin, args...)
+	if len(args) > 0 && args[0] == "genesis" {
+		cmd = n.inNetns(append([]string{meshdBin}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), "MESHD_SOCKET="+n.socket)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -97,7 +123,7 @@ func (n *node) jsonOf(v any, args ...string) {
 func (n *node) startAgent() {
 	n.t.Helper()
 	n.agentLg = &bytes.Buffer{}
-	n.agent = exec.Command(meshdBin, "agent", "--data-dir", n.dir, "--socket", n.socket)
+	n.agent = n.inNetns(meshdBin, "agent", "--data-dir", n.dir, "--socket", n.socket)
 	n.agent.Stdout, n.agent.Stderr = n.agentLg, n.agentLg
 	if err := n.agent.Start(); err != nil {
 		n.t.Fatal(err)
