@@ -42,7 +42,7 @@ func within(base, p string) bool {
 	return p == base || strings.HasPrefix(p, base+"/")
 }
 
-// locate finds what is at the declared path p under root, refusing what the host must not touch:
+// locate finds what is at the declared path p under root (with its symlinks resolved), refusing what the host must not touch:
 // a directory, a symlink leading out of the declared directory (never followed), anything that is
 // not a regular file, and a file that cannot be read.
 func locate(root, p string) (located, error) {
@@ -55,8 +55,8 @@ func locate(root, p string) (located, error) {
 	if err != nil {
 		return located{}, fmt.Errorf("its directory %s: %w", filepath.Dir(p), err)
 	}
-	if realRoot, err := filepath.EvalSymlinks(root); err == nil && !within(realRoot, realDir) {
-		return located{}, fmt.Errorf("its directory %s resolves to %s, outside %s", filepath.Dir(p), realDir, realRoot)
+	if !within(root, realDir) {
+		return located{}, fmt.Errorf("its directory %s resolves to %s, outside %s", filepath.Dir(p), realDir, root)
 	}
 	target := filepath.Join(realDir, filepath.Base(full))
 	var fi fs.FileInfo

@@ -165,6 +165,9 @@ func Open(cfg Config) (*Host, error) {
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("host: root %s is not a directory", root)
 	}
+	if root, err = filepath.EvalSymlinks(root); err != nil {
+		return nil, fmt.Errorf("host: root %s: %w", cfg.Root, err)
+	}
 	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}}
 	if h.interval <= 0 {
 		h.interval = DefaultInterval
