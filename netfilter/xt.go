@@ -24,16 +24,6 @@ type xtDump struct {
 
 func (d *xtDump) has(chain string) bool { _, ok := d.Policies[chain]; return ok }
 
-func (d *xtDump) rulesIn(chain string) []xtRule {
-	var out []xtRule
-	for _, r := range d.Rules {
-		if r.Chain == chain {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 func xtBin(backend, tool string) string {
 	// tool is "iptables", "iptables-save" or "iptables-restore"
 	rest := strings.TrimPrefix(tool, "iptables")
