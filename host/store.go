@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Buckets of the record store. Written and found are keyed by the declared path (never the root
@@ -51,7 +52,7 @@ type store struct {
 func openStore(path string) (*store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("record store %s: held by another process (is another agent running?): %w", path, err)
 		}
 		return nil, fmt.Errorf("record store %s: %w", path, err)
