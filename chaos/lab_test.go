@@ -1,0 +1,287 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// poll retries f until it returns nil or the deadline passes, and returns f's last error.
+func poll(t *testing.T, within time.Duration, f func() error) error {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// allowedPorts are the hub's ports the predecessor's firewall allows from anywhere.
+var allowedPorts = []int{22, WebappPort, RegistryPort}
+
+func TestPredecessorUFW(t *testing.T)      { testPredecessor(t, FirewallUFW) }
+func TestPredecessorNftables(t *testing.T) { testPredecessor(t, FirewallNftables) }
+
+func testPredecessor(t *testing.T, fw FirewallKind) {
+	began := time.Now()
+	l := Up(t, Predecessor(fw))
+	if took := time.Since(began); took > time.Minute {
+		t.Errorf("lab came up in %s, want under a minute", took)
+	}
+	t.Logf("lab %s (%s) up in %s", l.Name, l.Scenario, time.Since(began).Round(time.Millisecond))
+	ctx := ctxT(t, 4*time.Minute)
+	hub, newnode, outside := l.Machine("hub"), l.Machine("newnode"), l.Machine("outside")
+
+	t.Run("the found firewall is active and of its kind", func(t *testing.T) {
+		kind, err := hub.FirewallKind(ctx)
+		if err != nil || kind != fw {
+			t.Fatalf("hub firewall kind = %q, %v; want %q", kind, err, fw)
+		}
+		dump, err := hub.FirewallDump(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"8080", "5000", "51820"} {
+			if !strings.Contains(dump, want) {
+				t.Errorf("firewall dump has no rule for %s:\n%s", want, dump)
+			}
+		}
+		if fw == FirewallNftables {
+			conf, err := hub.ReadFile(ctx, "/etc/nftables.conf")
+			if err != nil || !strings.Contains(string(conf), "\nflush ruleset\n") {
+				t.Errorf("/etc/nftables.conf does not flush the ruleset first (%v)", err)
+			}
+		}
+	})
+
+	t.Run("the hub serves through its firewall", func(t *testing.T) {
+		for _, from := range []*Machine{newnode, outside} {
+			body, err := from.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort))
+			if err != nil || !strings.Contains(body, "from webapp") {
+				t.Errorf("%s -> hub:%d: %q, %v", from.Name, WebappPort, body, err)
+			}
+			body, err = from.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, RegistryPort))
+			if err != nil || !strings.Contains(body, "from predecessor-registry") {
+				t.Errorf("%s -> hub:%d: %q, %v", from.Name, RegistryPort, body, err)
+			}
+		}
+	})
+
+	t.Run("the hub refuses a denied port that is served", func(t *testing.T) {
+		// The metrics container answers on the hub itself ...
+		body, err := hub.Reach(ctx, fmt.Sprintf("http://127.0.0.1:%d/", DeniedPort))
+		if err != nil || !strings.Contains(body, "from metrics") {
+			t.Fatalf("metrics not served on the hub itself: %q, %v", body, err)
+		}
+		// ... and the firewall keeps it from everyone else.
+		for _, from := range []*Machine{newnode, outside} {
+			if body, err := from.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, DeniedPort)); err == nil {
+				t.Errorf("%s reached the denied port %d: %q", from.Name, DeniedPort, body)
+			}
+		}
+	})
+
+	t.Run("the peers reach the hub service through the tunnel", func(t *testing.T) {
+		for _, name := range []string{"peer1", "peer2"} {
+			p := l.Machine(name)
+			body, err := p.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubTunnelAddr, WebappPort))
+			if err != nil || !strings.Contains(body, "from webapp") {
+				t.Errorf("%s -> %s:%d through the tunnel: %q, %v", name, HubTunnelAddr, WebappPort, body, err)
+			}
+			route, err := p.Exec(ctx, "ip", "route", "get", HubTunnelAddr)
+			if err != nil || !strings.Contains(route, "dev "+TunnelIface) {
+				t.Errorf("%s routes %s not through %s: %q, %v", name, HubTunnelAddr, TunnelIface, route, err)
+			}
+		}
+		// Each machine's userspace tunnel is its own: the hub's UAPI socket is not a peer's.
+		if out, err := l.Machine("peer1").Exec(ctx, "wg", "show", "interfaces"); err != nil || strings.TrimSpace(out) != TunnelIface {
+			t.Errorf("peer1 sees interfaces %q, %v", out, err)
+		}
+		conf, err := hub.TunnelDump(ctx, TunnelIface)
+		if err != nil || strings.Count(conf, "[Peer]") != 2 || !strings.Contains(conf, "ListenPort = 51820") {
+			t.Errorf("hub tunnel: %v\n%s", err, conf)
+		}
+	})
+
+	t.Run("outside reaches nothing the firewall denies", func(t *testing.T) {
+		listening, err := hub.Listening(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(listening, DeniedPort) {
+			t.Fatalf("hub listens on %v, want %d among them", listening, DeniedPort)
+		}
+		for _, port := range append(listening, StorePort) {
+			if slices.Contains(allowedPorts, port) {
+				continue
+			}
+			if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, port)); err == nil {
+				t.Errorf("outside reached hub port %d, which the firewall denies: %q", port, out)
+			}
+		}
+		// Nor the private network: outside has no route into the tunnel's range.
+		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubTunnelAddr, WebappPort)); err == nil {
+			t.Errorf("outside reached the hub's tunnel address: %q", out)
+		}
+	})
+
+	t.Run("the predecessor's control keeps rewriting the module's file", func(t *testing.T) {
+		first, err := hub.ReadFile(ctx, WebappFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := poll(t, 10*time.Second, func() error {
+			now, err := hub.ReadFile(ctx, WebappFile)
+			if err == nil && string(now) == string(first) {
+				err = fmt.Errorf("%s unchanged: %q", WebappFile, now)
+			}
+			return err
+		}); err != nil {
+			t.Error(err)
+		}
+		// The file is the machine's own: the host has no such file.
+		if _, err := os.Stat(WebappFile); err == nil {
+			t.Errorf("%s exists on the host too: the machine's /etc is not its own", WebappFile)
+		}
+	})
+
+	t.Run("probes", func(t *testing.T) {
+		sums, err := l.Probes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sums {
+			t.Log(s)
+			if s.Calls == 0 {
+				t.Errorf("probe %s made no calls", s.Name)
+			}
+			if s.Expect == ExpectUnreachable && s.Successes > 0 {
+				t.Errorf("probe %s reached what must stay unreachable: %s", s.Name, s)
+			}
+		}
+	})
+
+	t.Run("a reboot brings the predecessor's state back", func(t *testing.T) {
+		// A stand-in agent proves the hook: installed, started, and started again by the boot.
+		agent := writeFakeAgent(t)
+		if err := hub.InstallAgent(ctx, agent, "agent", "--config", "/etc/meshd/agent.yaml"); err != nil {
+			t.Fatal(err)
+		}
+		if err := poll(t, 10*time.Second, func() error {
+			_, err := hub.ReadFile(ctx, "/run/meshd/started")
+			return err
+		}); err != nil {
+			t.Fatalf("agent did not start: %v", err)
+		}
+		type state struct{ firewall, tunnel, containers string }
+		dump := func() (state, error) {
+			var s state
+			var err error
+			if s.firewall, err = hub.FirewallDump(ctx); err != nil {
+				return s, err
+			}
+			if s.tunnel, err = hub.TunnelDump(ctx, TunnelIface); err != nil {
+				return s, err
+			}
+			s.containers, err = hub.Containers(ctx)
+			return s, err
+		}
+		before, err := dump()
+		if err != nil {
+			t.Fatal(err)
+		}
+		procsBefore := len(hub.Processes())
+		rebooted := time.Now()
+		if err := hub.Reboot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("hub rebooted in %s (%d processes before)", time.Since(rebooted).Round(time.Millisecond), procsBefore)
+		var after state
+		err = poll(t, 40*time.Second, func() error {
+			var err error
+			if after, err = dump(); err != nil {
+				return err
+			}
+			if after != before {
+				return fmt.Errorf("state differs after reboot")
+			}
+			return nil
+		})
+		if err != nil {
+			if after.firewall != before.firewall {
+				t.Errorf("firewall after reboot:\n%s\nbefore:\n%s", after.firewall, before.firewall)
+			}
+			if after.tunnel != before.tunnel {
+				t.Errorf("tunnel after reboot:\n%s\nbefore:\n%s", after.tunnel, before.tunnel)
+			}
+			if after.containers != before.containers {
+				t.Errorf("containers after reboot:\n%s\nbefore:\n%s", after.containers, before.containers)
+			}
+			t.Fatal(err)
+		}
+		if out, err := hub.Exec(ctx, "cat", "/run/meshd/started"); err != nil || !strings.Contains(out, "agent --config") {
+			t.Errorf("agent not started again by the boot: %q, %v", out, err)
+		}
+		// The services come back for their callers, and the probes saw the outage.
+		if err := poll(t, 30*time.Second, func() error {
+			for _, n := range []string{"peer1-tunnel", "served"} {
+				if ok, err := l.lastCall(n); err != nil || !ok {
+					return fmt.Errorf("probe %s not answering again (%v)", n, err)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := l.Probe("peer1-tunnel", rebooted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("across the reboot: %s", s)
+		if s.Failures == 0 || s.LongestOutage <= 0 || s.OutageStart.Before(rebooted) {
+			t.Errorf("probe recorded no outage across the reboot: %s", s)
+		}
+	})
+
+	t.Run("a machine cut off is silent until restored", func(t *testing.T) {
+		if err := newnode.CutOff(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort)); err == nil {
+			t.Errorf("newnode reached the hub while cut off: %q", out)
+		}
+		if err := newnode.Restore(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := poll(t, 10*time.Second, func() error {
+			_, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort))
+			return err
+		}); err != nil {
+			t.Errorf("newnode does not reach the hub after restore: %v", err)
+		}
+	})
+}
+
+// writeFakeAgent writes a stand-in for the meshd binary: it records its arguments and stays up.
+func writeFakeAgent(t *testing.T) string {
+	t.Helper()
+	p := t.TempDir() + "/meshd"
+	script := "#!/bin/sh\necho \"$@\" > /run/meshd/started\nexec sleep infinity\n"
+	if err := writeFile(p, script); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
