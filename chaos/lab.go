@@ -149,6 +149,10 @@ func Start(ctx context.Context, sc Scenario, o Options) (*Lab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lab dir %s: %w", o.Dir, err)
 	}
+	if strings.ContainsAny(dir, ",: \t\n") {
+		// The overlays' mount options are comma- and colon-separated paths.
+		return nil, fmt.Errorf("lab dir %q: must not contain a comma, colon or space", dir)
+	}
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
 		return nil, fmt.Errorf("lab dir %s already holds a lab (run `meshlab down` first)", dir)
 	}

@@ -234,8 +234,10 @@ func (m *Machine) newMountNS(ctx context.Context) error {
 			return fmt.Errorf("%s: old mount namespace: %w", m.Name, err)
 		}
 	}
-	if _, err := run(ctx, "unshare", "--mount="+m.MountNS(), "--propagation", "private", "/bin/sh", "-c", mountSetup, "sh", m.dir); err != nil {
-		return fmt.Errorf("%s: mount namespace: %w", m.Name, err)
+	cmd := exec.CommandContext(ctx, "unshare", "--mount="+m.MountNS(), "--propagation", "private", "/bin/sh", "-c", mountSetup, "sh", m.dir)
+	cmd.Env = machineEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: mount namespace at %s: %w: %s", m.Name, m.MountNS(), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
