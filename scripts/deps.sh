@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   iproute2 nftables iptables ufw wireguard-tools wireguard-go conntrack util-linux procps psmisc
-  curl ca-certificates
+  curl ca-certificates docker.io
 )
 missing=()
 for p in "${packages[@]}"; do
