@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -530,4 +531,66 @@ func mustAddr(s string) netip.Addr {
 		panic(err)
 	}
 	return a
+}
+
+// DownAll tears down every lab on this host: those under DefaultStateRoot, those found through
+// their namespace mounts (a test's lab in a temporary directory), and any namespace left with
+// the lab prefix. It returns the state directories it took down.
+func DownAll(ctx context.Context) ([]string, error) {
+	dirs := map[string]bool{}
+	if states, err := filepath.Glob(filepath.Join(DefaultStateRoot, "*", stateFile)); err == nil {
+		for _, s := range states {
+			dirs[filepath.Dir(s)] = true
+		}
+	}
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := f[4]
+		for _, cand := range []string{mp, filepath.Dir(mp)} {
+			if filepath.Base(cand) == "ns" {
+				if _, err := os.Stat(filepath.Join(filepath.Dir(cand), stateFile)); err == nil {
+					dirs[filepath.Dir(cand)] = true
+				}
+			}
+		}
+	}
+	var errs []error
+	var done []string
+	for d := range dirs {
+		if err := Down(ctx, d); err != nil {
+			errs = append(errs, err)
+		}
+		done = append(done, d)
+	}
+	// Namespaces whose lab directory is gone.
+	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		inodes := map[uint64]bool{}
+		var names []string
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), Prefix+"-") {
+				if ino, err := nsInode("/run/netns/" + e.Name()); err == nil {
+					inodes[ino] = true
+				}
+				names = append(names, e.Name())
+			}
+		}
+		if len(names) > 0 {
+			if err := killAll(ctx, matcher{ns: inodes}, "orphaned lab namespaces"); err != nil {
+				errs = append(errs, err)
+			}
+			for _, n := range names {
+				if _, err := run(ctx, "ip", "netns", "delete", n); err != nil {
+					errs = append(errs, err)
+				}
+				removeCgroups(n)
+				done = append(done, "/run/netns/"+n)
+			}
+		}
+	}
+	sort.Strings(done)
+	return done, errors.Join(errs...)
 }

@@ -3,6 +3,7 @@
 //
 //	meshlab up [--scenario predecessor-ufw|predecessor-nftables|bare] [--name lab] [--dir DIR]
 //	meshlab down [--name lab] [--dir DIR]     idempotent; also cleans a lab whose driver died
+//	meshlab down --all                        every lab on the host, tests' and orphans too
 //	meshlab status [--name lab] [--dir DIR]
 //	meshlab exec [--name lab] MACHINE -- CMD [ARG...]
 //	meshlab probes [--json] [--name lab] [--dir DIR]
@@ -32,7 +33,7 @@ import (
 func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
   meshlab up [--scenario NAME] [--name LAB] [--dir DIR]   scenarios: %s
-  meshlab down [--name LAB] [--dir DIR]
+  meshlab down [--name LAB] [--dir DIR] | --all
   meshlab status [--name LAB] [--dir DIR]
   meshlab exec [--name LAB] [--dir DIR] MACHINE -- CMD [ARG...]
   meshlab probes [--json] [--name LAB] [--dir DIR]
@@ -54,6 +55,7 @@ func main() {
 	dir := fs.String("dir", "", "lab state directory (default "+chaos.DefaultStateRoot+"/NAME)")
 	scenario := fs.String("scenario", "predecessor-ufw", "scenario to raise (up)")
 	asJSON := fs.Bool("json", false, "print JSON (probes, status)")
+	all := fs.Bool("all", false, "down: every lab on this host, also tests' and orphaned ones")
 	_ = fs.Parse(os.Args[2:])
 	if *dir == "" {
 		*dir = filepath.Join(chaos.DefaultStateRoot, *name)
@@ -63,6 +65,14 @@ func main() {
 	case "up":
 		err = up(ctx, *scenario, *name, *dir)
 	case "down":
+		if *all {
+			var done []string
+			done, err = chaos.DownAll(ctx)
+			for _, d := range done {
+				fmt.Printf("down: %s\n", d)
+			}
+			break
+		}
 		err = chaos.Down(ctx, *dir)
 		if err == nil {
 			fmt.Printf("lab %s is down\n", *name)
