@@ -70,6 +70,8 @@ type labState struct {
 	Machines []MachineSpec  `json:"machines"`
 	Probes   []probeRunning `json:"probes"`
 	Ready    bool           `json:"ready"`
+	// ReadyAt is when the scenario first served; probe summaries count from here.
+	ReadyAt time.Time `json:"ready_at,omitzero"`
 }
 
 type probeRunning struct {
@@ -179,6 +181,7 @@ func Start(ctx context.Context, sc Scenario, o Options) (*Lab, error) {
 	}
 	l.mu.Lock()
 	l.st.Ready = true
+	l.st.ReadyAt = time.Now().UTC()
 	l.mu.Unlock()
 	if err := l.save(); err != nil {
 		return l, err

@@ -178,14 +178,16 @@ func (l *Lab) StartProbe(ctx context.Context, p ProbeSpec) error {
 	return l.save()
 }
 
-// Probes summarises every probe's record since it started.
+// Probes summarises every probe's record since the lab was ready (calls made while it came up
+// are not counted).
 func (l *Lab) Probes() ([]ProbeSummary, error) {
 	l.mu.Lock()
 	probes := append([]probeRunning(nil), l.st.Probes...)
+	since := l.st.ReadyAt
 	l.mu.Unlock()
 	var out []ProbeSummary
 	for _, p := range probes {
-		s, err := l.summarize(p, time.Time{})
+		s, err := l.summarize(p, since)
 		if err != nil {
 			return nil, err
 		}
@@ -194,10 +196,14 @@ func (l *Lab) Probes() ([]ProbeSummary, error) {
 	return out, nil
 }
 
-// Probe summarises one probe's record, counting calls at or after since (the zero time: all).
+// Probe summarises one probe's record, counting calls at or after since (the zero time: since
+// the lab was ready).
 func (l *Lab) Probe(name string, since time.Time) (ProbeSummary, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if since.IsZero() {
+		since = l.st.ReadyAt
+	}
 	for _, p := range l.st.Probes {
 		if p.Name == name {
 			return l.summarize(p, since)
