@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"meshd/fsm"
+	"meshd/host"
 )
 
 // DefaultSocket is where the operator's API listens unless --socket or MESHD_SOCKET says otherwise.
@@ -43,6 +44,7 @@ type Agent struct {
 	raft *raftNode
 	http *http.Server
 	ln   net.Listener
+	host *host.Host
 
 	// declarations receives the node's own declaration each time it changes.
 	declarations chan *fsm.Declaration
@@ -71,13 +73,19 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("node %s is a client; clients enrol with `meshd join` and are not built yet", n.Name)
 	}
 	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), fsm: fsm.NewFSM(), declarations: make(chan *fsm.Declaration, 1)}
+	a.host, err = host.Open(host.Config{DataDir: cfg.DataDir, Interval: cfg.ReconcileInterval, Logger: a.log.With("part", "host")})
+	if err != nil {
+		return nil, err
+	}
 	a.raft, err = openRaft(cfg.DataDir, n, a.fsm, cfg.LogOutput)
 	if err != nil {
+		a.host.Close()
 		return nil, err
 	}
 	ln, err := listenSocket(cfg.Socket)
 	if err != nil {
 		a.raft.shutdown(a.log)
+		a.host.Close()
 		return nil, err
 	}
 	a.ln = ln
@@ -116,20 +124,17 @@ func listenSocket(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Run watches the node's declaration until ctx is done, then stops the agent cleanly.
+// Run watches the node's declaration and reconciles the machine to it until ctx is done, then
+// stops the agent cleanly.
 func (a *Agent) Run(ctx context.Context) error {
+	hostDone := make(chan struct{})
 	go a.watchOwnDeclaration(ctx)
 	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case d := <-a.declarations:
-				a.log.Info("declaration", "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
-			}
-		}
+		defer close(hostDone)
+		_ = a.host.Run(ctx, a.declarations)
 	}()
 	<-ctx.Done()
+	<-hostDone
 	return a.Stop()
 }
 
@@ -140,6 +145,9 @@ func (a *Agent) Stop() error {
 	_ = a.http.Shutdown(sctx)
 	os.Remove(a.cfg.Socket)
 	a.raft.shutdown(a.log)
+	if err := a.host.Close(); err != nil {
+		a.log.Warn("record store close", "err", err)
+	}
 	a.log.Info("agent stopped")
 	return nil
 }
@@ -165,6 +173,7 @@ func (a *Agent) watchOwnDeclaration(ctx context.Context) {
 			b, _ := json.Marshal(d)
 			if !bytes.Equal(b, last) {
 				last = b
+				a.log.Info("declaration", "index", index, "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
 				select {
 				case a.declarations <- d:
 				case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/host"
 )
 
 // The API's views: what the operator's commands print.
@@ -45,11 +46,13 @@ type NodeSummary struct {
 	Taken       int       `json:"taken"`
 }
 
-// NodeView is `meshd node show`.
+// NodeView is `meshd node show`: the record's node and, when known, its host report.
 type NodeView struct {
 	Node        *fsm.Node `json:"node"`
 	ControlNode bool      `json:"control_node,omitempty"`
 	Taken       []string  `json:"taken_effective"`
+	// Report is the node's last host report; nil until its host has reconciled once.
+	Report *host.Report `json:"report"`
 }
 
 // ModuleView is a catalogue module and the nodes it is assigned to.
@@ -90,6 +93,7 @@ func (a *Agent) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", a.getStatus)
 	mux.HandleFunc("GET /v1/nodes/{node}", a.getNode)
+	mux.HandleFunc("GET /v1/nodes/{node}/original", a.getOriginal)
 	mux.HandleFunc("GET /v1/modules", a.listModules)
 	mux.HandleFunc("GET /v1/modules/{module}", a.getModule)
 	mux.HandleFunc("POST /v1/modules", a.addModule)
@@ -173,7 +177,43 @@ func (a *Agent) getNode(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	if rep := a.report(name); rep != nil {
+		v.Report = rep
+	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// report returns a node's last host report, if this agent has it. Until reports travel by gossip
+// an agent knows only its own.
+func (a *Agent) report(node string) *host.Report {
+	if node != a.node.Name {
+		return nil
+	}
+	rep := a.host.Report()
+	if rep.When.IsZero() {
+		return nil
+	}
+	return &rep
+}
+
+// getOriginal serves the original of a file the node's host held or replaced.
+func (a *Agent) getOriginal(w http.ResponseWriter, req *http.Request) {
+	name, path := req.PathValue("node"), req.URL.Query().Get("path")
+	if path == "" {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "which file? give ?path=/absolute/path"})
+		return
+	}
+	if name != a.node.Name {
+		writeErr(w, notFound(fmt.Sprintf("node %s: its originals are kept on that node; run `meshd node original %s %s` there", name, name, path)))
+		return
+	}
+	b, err := a.host.Original(path)
+	if err != nil {
+		writeErr(w, notFound(fmt.Sprintf("node %s: %v", name, err)))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(b)
 }
 
 func moduleView(r *fsm.Record, m *catalogue.Module) ModuleView {

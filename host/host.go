@@ -292,10 +292,24 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	if ctx.Err() != nil {
 		rep.Errors = append(rep.Errors, ResourceError{Resource: "pass", Reason: "interrupted: " + ctx.Err().Error()})
 	}
-	if len(rep.Errors) > 0 {
-		h.log.Warn("host pass finished with failed resources", "node", rep.Node, "failed", len(rep.Errors), "changes", rep.Changes)
-	} else if rep.Changes > 0 {
-		h.log.Info("host pass changed the machine", "node", rep.Node, "changes", rep.Changes)
+	// Each failure is logged when it starts or its reason changes, not on every pass.
+	h.mu.Lock()
+	prev := map[string]string{}
+	for _, e := range h.last.Errors {
+		prev[e.Resource] = e.Reason
+	}
+	h.mu.Unlock()
+	for _, e := range rep.Errors {
+		if prev[e.Resource] != e.Reason {
+			h.log.Warn("resource failed", "resource", e.Resource, "module", e.Module, "reason", e.Reason)
+		}
+		delete(prev, e.Resource)
+	}
+	for res := range prev {
+		h.log.Info("resource recovered", "resource", res)
+	}
+	if rep.Changes > 0 {
+		h.log.Info("host pass changed the machine", "node", rep.Node, "changes", rep.Changes, "failed", len(rep.Errors))
 	}
 	h.mu.Lock()
 	h.last = rep

@@ -120,10 +120,17 @@ func (n *node) jsonOf(v any, args ...string) {
 	}
 }
 
-func (n *node) startAgent() {
+func (n *node) startAgent(extra ...string) {
+	n.t.Helper()
+	n.startAgentEnv(nil, extra...)
+}
+
+// startAgentEnv starts the agent with extra environment (test hooks such as crash points).
+func (n *node) startAgentEnv(env []string, extra ...string) {
 	n.t.Helper()
 	n.agentLg = &bytes.Buffer{}
-	n.agent = n.inNetns(meshdBin, "agent", "--data-dir", n.dir, "--socket", n.socket)
+	n.agent = n.inNetns(append([]string{meshdBin, "agent", "--data-dir", n.dir, "--socket", n.socket}, extra...)...)
+	n.agent.Env = append(os.Environ(), env...)
 	n.agent.Stdout, n.agent.Stderr = n.agentLg, n.agentLg
 	if err := n.agent.Start(); err != nil {
 		n.t.Fatal(err)

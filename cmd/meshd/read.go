@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
 
@@ -11,6 +13,7 @@ import (
 
 	"meshd/agent"
 	"meshd/fsm"
+	"meshd/host"
 )
 
 func statusCmd(g *globals) *cobra.Command {
@@ -100,9 +103,91 @@ func nodeCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(w, "%s\t%s=%s\n", label, k, n.Settings[k])
 				}
+				printReport(w, v.Report)
 			})
 		},
 	})
+	cmd.AddCommand(originalCmd(g))
+	return cmd
+}
+
+// printReport prints what the node's host last saw: held files first, since they are what an
+// adopted node keeps in force, then what it wrote and what failed.
+func printReport(w io.Writer, rep *host.Report) {
+	if rep == nil {
+		fmt.Fprintf(w, "\nhost report\tnone yet (the node's host has not reported)\n")
+		return
+	}
+	fmt.Fprintf(w, "\nhost report\tat %s\n", rep.When.Format("2006-01-02 15:04:05Z07:00"))
+	fmt.Fprintf(w, "\nHELD FILE\tMODULE\tSTATE\tRECORDED\tCURRENT\n")
+	if len(rep.Held) == 0 {
+		fmt.Fprintln(w, "-")
+	}
+	for _, h := range rep.Held {
+		state := "held, unchanged"
+		if h.Changed {
+			state = "held, " + strings.ToUpper(h.Reason)
+		}
+		if h.Unassigned {
+			state += " (module unassigned; kept)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", h.Path, h.Module, state, short(h.RecordedHash), short(h.CurrentHash))
+	}
+	fmt.Fprintf(w, "\nWRITTEN FILE\tMODULE\tHASH\n")
+	if len(rep.Written) == 0 {
+		fmt.Fprintln(w, "-")
+	}
+	for _, f := range rep.Written {
+		hash := short(f.Hash)
+		if f.Kept {
+			hash += " (create_once, kept)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", f.Path, f.Module, hash)
+	}
+	if len(rep.Errors) > 0 {
+		fmt.Fprintf(w, "\nFAILED RESOURCE\tMODULE\tREASON\n")
+		for _, e := range rep.Errors {
+			fmt.Fprintf(w, "%s\t%s\t%s\n", e.Resource, e.Module, e.Reason)
+		}
+	}
+}
+
+func short(hash string) string {
+	h := strings.TrimPrefix(hash, "sha256:")
+	if h == "" {
+		return "(gone)"
+	}
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}
+
+func originalCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "original NODE PATH [--output FILE]",
+		Short: "Print the recorded original of a file the node held or replaced",
+		Long: `When meshd finds a file at a declared path it records the file's original bytes before anything
+else happens to it. This prints them (or writes them to --output FILE, mode 0600), also after the
+module was taken and the file replaced.`,
+		Args: exactArgs("NODE", "PATH"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			var buf bytes.Buffer
+			path := "/v1/nodes/" + url.PathEscape(args[0]) + "/original?path=" + url.QueryEscape(args[1])
+			if err := g.client().Get(ctx, path, &buf); err != nil {
+				return err
+			}
+			if output != "" {
+				return os.WriteFile(output, buf.Bytes(), 0o600)
+			}
+			_, err := g.out.Write(buf.Bytes())
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&output, "output", "", "write the original to FILE instead of printing it")
 	return cmd
 }
 
