@@ -335,4 +335,16 @@ func (p *probe) settle(t testing.TB, within time.Duration) (time.Duration, int) 
 	return w, f
 }
 
+// restartWindow starts an outage under way afresh from now: in a reboot, the time before the found
+// firewall and Docker are back is the machine's, not meshd's, and meshd answers only for what
+// follows.
+func (p *probe) restartWindow() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.downAt.IsZero() {
+		p.downAt = time.Now()
+	}
+	p.worst, p.fails = 0, 0
+}
+
 func (p *probe) close() { close(p.stop); <-p.stopped }

@@ -127,6 +127,8 @@ func TestUFWOpenings(t *testing.T) {
 		l.sh(step.cmd)
 		if strings.HasPrefix(step.name, "reboot") {
 			l.docker()
+			pIn.restartWindow()
+			pFwd.restartWindow()
 		}
 		for name, p := range map[string]*probe{"incoming 7000": pIn, "forwarded 8080": pFwd} {
 			worst, fails := p.settle(t, 3*time.Second)

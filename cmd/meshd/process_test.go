@@ -40,6 +40,7 @@ type node struct {
 	dir     string
 	socket  string
 	netns   string
+	overlay string
 	agent   *exec.Cmd
 	agentLg *bytes.Buffer
 }
@@ -76,19 +77,36 @@ func newNode(t *testing.T) *node {
 	return n
 }
 
-// inNetns wraps a command so it runs in the node's network namespace.
+// inNetns wraps a command so it runs in the node's network namespace, with its own mount namespace
+// in which /etc, /srv and /var/lib are private overlays: an agent under test may write what its
+// modules declare there (/etc/webapp/app.conf) without touching this machine's files.
 func (n *node) inNetns(args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", n.netns}, args...)...)
+	if n.overlay == "" {
+		n.overlay = n.t.TempDir()
+	}
+	script := `set -e
+mount -t tmpfs meshd-test "$OVL"
+for d in /etc /srv /var/lib; do
+  mkdir -p "$OVL/upper$d" "$OVL/work$d"
+  [ -d "$d" ] || continue
+  mount -t overlay overlay -o "lowerdir=$d,upperdir=$OVL/upper$d,workdir=$OVL/work$d" "$d"
+done
+exec "$@"`
+	full := append([]string{"netns", "exec", n.netns, "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"}, args...)
+	cmd := exec.Command("ip", full...)
+	cmd.Env = append(os.Environ(), "OVL="+n.overlay)
+	return cmd
 }
 
 // run runs meshd with the node's socket and returns stdout, stderr and the exit code.
 func (n *node) run(args ...string) (string, string, int) {
 	n.t.Helper()
 	cmd := exec.Command(meshdBin, args...)
+	cmd.Env = os.Environ()
 	if len(args) > 0 && args[0] == "genesis" {
 		cmd = n.inNetns(append([]string{meshdBin}, args...)...)
 	}
-	cmd.Env = append(os.Environ(), "MESHD_SOCKET="+n.socket)
+	cmd.Env = append(cmd.Env, "MESHD_SOCKET="+n.socket)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -130,7 +148,7 @@ func (n *node) startAgentEnv(env []string, extra ...string) {
 	n.t.Helper()
 	n.agentLg = &bytes.Buffer{}
 	n.agent = n.inNetns(append([]string{meshdBin, "agent", "--data-dir", n.dir, "--socket", n.socket}, extra...)...)
-	n.agent.Env = append(os.Environ(), env...)
+	n.agent.Env = append(n.agent.Env, env...)
 	n.agent.Stdout, n.agent.Stderr = n.agentLg, n.agentLg
 	if err := n.agent.Start(); err != nil {
 		n.t.Fatal(err)
