@@ -31,6 +31,9 @@ type Config struct {
 	// ReconcileInterval is how often the host re-checks the machine without a new declaration.
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
 	LogLevel          string        `yaml:"log_level"`
+	// DockerHost is the Docker engine's address (unix socket path or unix://, tcp:// URL); empty
+	// means the machine's default, unix:///var/run/docker.sock.
+	DockerHost string `yaml:"docker_host"`
 	// LogOutput receives Raft's own log; nil means stderr.
 	LogOutput io.Writer `yaml:"-"`
 }
@@ -73,7 +76,11 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("node %s is a client; clients enrol with `meshd join` and are not built yet", n.Name)
 	}
 	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), fsm: fsm.NewFSM(), declarations: make(chan *fsm.Declaration, 1)}
-	a.host, err = host.Open(host.Config{DataDir: cfg.DataDir, Interval: cfg.ReconcileInterval, Logger: a.log.With("part", "host")})
+	drv, err := drivers(cfg, a.log)
+	if err != nil {
+		return nil, err
+	}
+	a.host, err = host.Open(host.Config{DataDir: cfg.DataDir, Interval: cfg.ReconcileInterval, Logger: a.log.With("part", "host"), Drivers: drv})
 	if err != nil {
 		return nil, err
 	}
