@@ -3,6 +3,7 @@ package agent
 import (
 	"log/slog"
 
+	"meshd/container"
 	"meshd/host"
 )
 
@@ -11,5 +12,12 @@ import (
 // only where the agent hands them their configuration.
 func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 	var out []host.Driver
+	// Containers, through the Docker engine at cfg.DockerHost. Nothing is dialled here: an engine
+	// that is down is reported on every pass and used again once it answers.
+	eng, err := container.New(cfg.DockerHost, container.WithLogger(log.With("part", "container")))
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, host.NewContainerDriver(eng, log.With("part", "container")))
 	return out, nil
 }

@@ -1,0 +1,659 @@
+package host
+
+// The container kind: declared containers converged through one Docker engine, with ADR 0100's
+// words applied to them exactly as the file kind applies them to files.
+//
+// Found means a container at a declared name with no record in this driver's records and not
+// carrying meshd's labels for the declaring module. On an adopted node, for a module not taken,
+// a found container is held: its configuration (the engine's inspect JSON) is recorded first, it
+// is never touched, and it is reported held; one whose id or configuration changes while held is
+// reported "changed by something else". A declared container that is not there is created
+// (assigning prepares), with meshd's labels.
+//
+// Taking a module (and every module on a converged node) converges its containers. A found or
+// held container whose configuration already is the declaration is adopted in place — recorded
+// as meshd's and never recreated (ADR 0078's adoption of the foundation as modules, keyed on the
+// running container); meshd's labels, which cannot be added to a running container, are not
+// asked of it. Any other found or held container is replaced (its configuration kept in the
+// records). From then on a container is meshd's: it is compared with the declaration on every
+// pass and recreated only on a real difference; removed by hand it is created again; stopped it
+// is started.
+//
+// A container the host created for a module no longer assigned is removed; a held one stays,
+// never removed; one adopted or that replaced a found one stays, as files that replaced a found
+// one do.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"meshd/container"
+	"meshd/fsm"
+)
+
+// Container states as the records and the report name them.
+const (
+	// ContainerHeld is a found container kept exactly as it is until its module is taken.
+	ContainerHeld = "held"
+	// ContainerCreated is a container the host created where nothing was found.
+	ContainerCreated = "created"
+	// ContainerAdopted is a found container that already was the declaration when its module was
+	// taken: meshd's from then on, never recreated for it.
+	ContainerAdopted = "adopted"
+	// ContainerReplaced is the declared container put in the place of a found one at take.
+	ContainerReplaced = "replaced"
+)
+
+// ContainerDriver converges the container resources of a node through one Docker engine. Make it
+// once per agent: it survives the engine going away and coming back.
+type ContainerDriver struct {
+	eng *container.Engine
+	log *slog.Logger
+}
+
+// NewContainerDriver returns the container kind's driver on eng; log nil means slog.Default().
+func NewContainerDriver(eng *container.Engine, log *slog.Logger) *ContainerDriver {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &ContainerDriver{eng: eng, log: log}
+}
+
+// Kind is fsm.KindContainer.
+func (d *ContainerDriver) Kind() string { return fsm.KindContainer }
+
+// ContainerReport is the container kind's part of the host report (Report.Kinds["container"]).
+type ContainerReport struct {
+	// Engine is the engine's address; Reachable says whether it answered this pass, EngineError
+	// why not.
+	Engine      string `json:"engine"`
+	Reachable   bool   `json:"reachable"`
+	EngineError string `json:"engine_error,omitempty"`
+	// Containers are the declared containers and those the records still know (held, or left
+	// after their module was unassigned), sorted by name.
+	Containers []ContainerView `json:"containers"`
+	// Published is every port published by every running container on the machine, meshd's or
+	// not, sorted by host port: what the converge preview lists.
+	Published []PublishedPort `json:"published"`
+}
+
+// ContainerView is one container as the host sees it.
+type ContainerView struct {
+	Name   string `json:"name"`
+	Module string `json:"module"`
+	// State is held, created, adopted or replaced; "" for a declared container not there yet
+	// (its failure is in the report's errors).
+	State   string `json:"state,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Image   string `json:"image,omitempty"`
+	Running bool   `json:"running"`
+	// Ports are what it publishes now, "hostip:hostport->containerport/proto".
+	Ports []string `json:"ports,omitempty"`
+	// Changed is set on a held container whose id or configuration is not what was recorded when
+	// it was found, and on a container of meshd's that had to be converged back this pass;
+	// Reason says how (ChangedBySomethingElse or RemovedBySomethingElse, and the differences).
+	Changed bool   `json:"changed,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Action is what this pass did to it: created, started, recreated, adopted, replaced, removed.
+	Action string    `json:"action,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
+	// Unassigned is true once no assigned module declares it (held or left: never removed).
+	Unassigned bool `json:"unassigned,omitempty"`
+	// OriginalKept says the found container's configuration is in the record store
+	// (Host.ContainerOriginal).
+	OriginalKept bool `json:"original_kept,omitempty"`
+}
+
+// PublishedPort is one port a container publishes on the machine.
+type PublishedPort struct {
+	Container     string `json:"container"`
+	ContainerID   string `json:"container_id"`
+	Module        string `json:"module,omitempty"`
+	State         string `json:"state,omitempty"` // the host's state of it; "" when not the mesh's
+	HostIP        string `json:"host_ip"`
+	HostPort      uint16 `json:"host_port"`
+	ContainerPort uint16 `json:"container_port"`
+	Proto         string `json:"proto"`
+}
+
+// containerRecord is what the driver remembers of one container name.
+type containerRecord struct {
+	Module string    `json:"module"`
+	State  string    `json:"state"`
+	ID     string    `json:"id"`
+	Image  string    `json:"image"`
+	At     time.Time `json:"at"`
+	// What was found at the name, kept from before anything happened to it.
+	FoundID      string          `json:"found_id,omitempty"`
+	FoundImage   string          `json:"found_image,omitempty"`
+	FoundImageID string          `json:"found_image_id,omitempty"`
+	FoundSpec    *container.Spec `json:"found_spec,omitempty"`
+	FoundAt      time.Time       `json:"found_at,omitzero"`
+	Original     json.RawMessage `json:"original,omitempty"`
+	// Replaced is the configuration of the container a take replaced, as the engine gave it just
+	// before it was stopped.
+	Replaced   json.RawMessage `json:"replaced,omitempty"`
+	ReplacedAt time.Time       `json:"replaced_at,omitzero"`
+}
+
+func (r *containerRecord) ours() bool { return r != nil && r.State != ContainerHeld }
+
+// ctrPass is one pass of the driver.
+type ctrPass struct {
+	d    *ContainerDriver
+	recs *Records
+	out  Outcome
+	rep  *ContainerReport
+}
+
+// Reconcile converges the declared containers (see the package's container rules above).
+func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
+	rep := &ContainerReport{Engine: d.eng.Host(), Containers: []ContainerView{}, Published: []PublishedPort{}}
+	p := &ctrPass{d: d, recs: pass.Records, rep: rep}
+	p.out.Detail = rep
+
+	records := map[string]*containerRecord{}
+	if pass.Records == nil {
+		p.failAll(pass.Resources, errors.New("no record store given to the container driver"))
+		return p.out
+	}
+	keys, err := pass.Records.Keys()
+	if err == nil {
+		for _, k := range keys {
+			var b []byte
+			if b, _, err = pass.Records.Get(k); err != nil {
+				break
+			}
+			var r containerRecord
+			if err = json.Unmarshal(b, &r); err != nil {
+				err = fmt.Errorf("container record %s: %w", k, err)
+				break
+			}
+			records[k] = &r
+		}
+	}
+	if err != nil {
+		p.failAll(pass.Resources, err)
+		return p.out
+	}
+
+	// One look at the whole machine first: it tells whether the engine answers at all.
+	pub, err := d.eng.Published(ctx)
+	if err != nil {
+		rep.EngineError = err.Error()
+		rep.Reachable = !errors.Is(err, container.ErrEngineUnreachable)
+		if !rep.Reachable {
+			p.failAll(pass.Resources, err)
+			p.reportFromRecords(records, pass.Resources)
+			return p.out
+		}
+	} else {
+		rep.Reachable = true
+	}
+
+	declared := map[string]string{}
+	mode := fsm.Adopted
+	if pass.Declaration != nil {
+		mode = pass.Declaration.Mode
+	}
+	for _, r := range pass.Resources {
+		if ctx.Err() != nil {
+			break
+		}
+		if r.Container == nil {
+			p.fail(r.ID(), r.Module, errors.New("a container resource without a container"))
+			continue
+		}
+		name := r.Container.Name
+		if other, dup := declared[name]; dup {
+			p.fail(r.ID(), r.Module, fmt.Errorf("container %s is declared also by module %s; one module a name", name, other))
+			continue
+		}
+		declared[name] = r.Module
+		spec := ctrSpecOf(r)
+		if err := spec.Validate(); err != nil {
+			p.fail(r.ID(), r.Module, err)
+			continue
+		}
+		taken := r.Taken || mode == fsm.Converged
+		view, err := p.one(ctx, r.Module, spec, taken, records[name])
+		if err != nil {
+			p.fail(r.ID(), r.Module, err)
+		}
+		rep.Containers = append(rep.Containers, view)
+	}
+	// What the records know that no module declares any more.
+	for _, name := range ctrRecordNames(records) {
+		if _, ok := declared[name]; ok || ctx.Err() != nil {
+			continue
+		}
+		view, err := p.undeclared(ctx, name, records[name])
+		if err != nil {
+			p.fail(fsm.KindContainer+":"+name, records[name].Module, err)
+		}
+		if view != nil {
+			rep.Containers = append(rep.Containers, *view)
+		}
+	}
+	slices.SortFunc(rep.Containers, func(a, b ContainerView) int { return strings.Compare(a.Name, b.Name) })
+
+	// Published ports, read again when this pass changed the engine so the report is current.
+	if rep.Reachable && p.out.Changes > 0 {
+		if again, err := d.eng.Published(ctx); err == nil {
+			pub = again
+		}
+	}
+	for _, x := range pub {
+		pp := PublishedPort{Container: x.Container, ContainerID: x.ContainerID, Module: x.Module,
+			HostIP: x.HostIP, HostPort: x.HostPort, ContainerPort: x.ContainerPort, Proto: x.Proto}
+		if rec := records[x.Container]; rec != nil && (rec.ID == x.ContainerID || rec.State == ContainerHeld && rec.FoundID == x.ContainerID) {
+			pp.Module, pp.State = rec.Module, rec.State
+		}
+		rep.Published = append(rep.Published, pp)
+	}
+	return p.out
+}
+
+// one reconciles one declared container and returns how it stands.
+func (p *ctrPass) one(ctx context.Context, module string, spec container.Spec, taken bool, rec *containerRecord) (ContainerView, error) {
+	name := spec.Name
+	view := ContainerView{Name: name, Module: module}
+	o, exists, err := p.d.eng.Inspect(ctx, name)
+	if err != nil {
+		p.viewFromRecord(&view, rec)
+		return view, err
+	}
+	// A container carrying meshd's labels for this module is the host's, records or not: it was
+	// created in an earlier life, or a crash came between creating it and recording it.
+	labelled := exists && o.Managed && o.Module == module
+	switch {
+	case rec == nil && labelled:
+		rec = &containerRecord{Module: module, State: ContainerCreated, ID: o.ID, Image: spec.Image, At: time.Now().UTC()}
+		if err := p.put(name, rec); err != nil {
+			return view, err
+		}
+		p.d.log.Info("container carrying meshd's labels recorded as the host's", "container", name, "module", module, "id", ctrShort(o.ID))
+	case rec != nil && rec.State == ContainerHeld && taken && labelled && o.ID != rec.FoundID:
+		// A take that replaced it but was interrupted before it was recorded.
+		rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, o.ID, spec.Image, module, time.Now().UTC()
+		if err := p.put(name, rec); err != nil {
+			return view, err
+		}
+	}
+
+	if !rec.ours() && !taken {
+		if rec != nil { // held: observed, never touched
+			p.observeHeld(&view, rec, o, exists)
+			return view, nil
+		}
+		if exists { // found: its configuration recorded before anything else, then held
+			rec, err := p.recordFound(name, module, o)
+			if err != nil {
+				return view, err
+			}
+			p.d.log.Info("found container held", "container", name, "module", module, "id", ctrShort(o.ID), "image", o.ImageRef)
+			p.observeHeld(&view, rec, o, true)
+			return view, nil
+		}
+		// Not found: assigning prepares, so it is created below.
+	}
+
+	if !rec.ours() {
+		if !exists {
+			// Nothing there (never was, or a held one was removed): created; a held one's
+			// record keeps what was found.
+			id, err := p.d.eng.Create(ctx, spec)
+			if err != nil {
+				return view, err
+			}
+			p.out.Changes++
+			state := ContainerCreated
+			nr := &containerRecord{Module: module, State: state, ID: id, Image: spec.Image, At: time.Now().UTC()}
+			if rec != nil {
+				nr = rec
+				nr.State, nr.ID, nr.Image, nr.Module, nr.At = ContainerReplaced, id, spec.Image, module, time.Now().UTC()
+			}
+			if err := p.put(name, nr); err != nil {
+				return view, err
+			}
+			view.Action = "created"
+			return p.settle(ctx, view, nr)
+		}
+		// Found or held, and taken: recorded first, then adopted in place or replaced.
+		if rec == nil {
+			if rec, err = p.recordFound(name, module, o); err != nil {
+				return view, err
+			}
+		}
+		diff := ctrCompare(spec, o)
+		if len(diff) == 0 {
+			rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerAdopted, o.ID, spec.Image, module, time.Now().UTC()
+			if err := p.put(name, rec); err != nil {
+				return view, err
+			}
+			p.d.log.Info("found container adopted in place: it already is the declaration", "container", name, "module", module, "id", ctrShort(o.ID))
+			view.Action = "adopted"
+			if !o.Running {
+				if err := p.d.eng.Start(ctx, name); err != nil {
+					return p.viewOf(view, rec, o), err
+				}
+				p.out.Changes++
+				view.Action = "adopted, started"
+			}
+			return p.settle(ctx, view, rec)
+		}
+		p.d.log.Info("taking a found container: replacing it", "container", name, "module", module, "id", ctrShort(o.ID), "differences", strings.Join(diff, "; "))
+		id, replaced, err := p.d.eng.Replace(ctx, o, spec)
+		if err != nil {
+			// The found container keeps running (Replace checks the image first, and puts the
+			// old one back when the new one cannot start).
+			p.observeHeld(&view, rec, o, true)
+			return view, err
+		}
+		p.out.Changes++
+		rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, id, spec.Image, module, time.Now().UTC()
+		if replaced != nil {
+			rec.Replaced, rec.ReplacedAt = replaced, rec.At
+		}
+		if err := p.put(name, rec); err != nil {
+			return view, err
+		}
+		view.Action = "replaced"
+		return p.settle(ctx, view, rec)
+	}
+
+	// Meshd's: converged on the declaration.
+	if !exists {
+		id, err := p.d.eng.Create(ctx, spec)
+		if err != nil {
+			view.Changed, view.Reason = true, RemovedBySomethingElse
+			p.viewFromRecord(&view, rec)
+			return view, err
+		}
+		p.out.Changes++
+		p.d.log.Warn("container removed by something else: created again", "container", name, "module", module, "id", ctrShort(id))
+		rec.ID, rec.Image, rec.Module = id, spec.Image, module
+		if err := p.put(name, rec); err != nil {
+			return view, err
+		}
+		view.Action, view.Changed, view.Reason = "recreated", true, RemovedBySomethingElse
+		return p.settle(ctx, view, rec)
+	}
+	if diff := ctrCompare(spec, o); len(diff) > 0 {
+		reason := ChangedBySomethingElse + ": " + strings.Join(diff, "; ")
+		p.d.log.Warn("container differs from its declaration: recreating it", "container", name, "module", module, "id", ctrShort(o.ID), "differences", strings.Join(diff, "; "))
+		id, _, err := p.d.eng.Replace(ctx, o, spec)
+		if err != nil {
+			v := p.viewOf(view, rec, o)
+			v.Changed, v.Reason = true, reason
+			return v, err
+		}
+		p.out.Changes++
+		rec.ID, rec.Image, rec.Module = id, spec.Image, module
+		if err := p.put(name, rec); err != nil {
+			return view, err
+		}
+		view.Action, view.Changed, view.Reason = "recreated", true, reason
+		return p.settle(ctx, view, rec)
+	}
+	if rec.ID != o.ID || rec.Module != module || rec.Image != spec.Image {
+		rec.ID, rec.Module, rec.Image = o.ID, module, spec.Image
+		if err := p.put(name, rec); err != nil {
+			return view, err
+		}
+	}
+	if !o.Running {
+		if err := p.d.eng.Start(ctx, name); err != nil {
+			return p.viewOf(view, rec, o), err
+		}
+		p.out.Changes++
+		p.d.log.Info("container was stopped: started", "container", name, "module", module, "id", ctrShort(o.ID))
+		view.Action = "started"
+		return p.settle(ctx, view, rec)
+	}
+	return p.viewOf(view, rec, o), nil
+}
+
+// settle fills the view from the engine after this pass changed the container.
+func (p *ctrPass) settle(ctx context.Context, view ContainerView, rec *containerRecord) (ContainerView, error) {
+	o, exists, err := p.d.eng.Inspect(ctx, view.Name)
+	if err != nil || !exists {
+		p.viewFromRecord(&view, rec)
+		return view, nil // what was done is done; the next pass looks again
+	}
+	return p.viewOf(view, rec, o), nil
+}
+
+// undeclared handles a recorded container no assigned module declares.
+func (p *ctrPass) undeclared(ctx context.Context, name string, rec *containerRecord) (*ContainerView, error) {
+	view := ContainerView{Name: name, Module: rec.Module, Unassigned: true}
+	o, exists, err := p.d.eng.Inspect(ctx, name)
+	if err != nil {
+		p.viewFromRecord(&view, rec)
+		return &view, err
+	}
+	switch rec.State {
+	case ContainerHeld:
+		p.observeHeld(&view, rec, o, exists)
+		return &view, nil
+	case ContainerAdopted, ContainerReplaced:
+		// It stands where a found one stood: left as it is, what was found kept.
+		if exists {
+			v := p.viewOf(view, rec, o)
+			return &v, nil
+		}
+		p.viewFromRecord(&view, rec)
+		view.Changed, view.Reason = true, RemovedBySomethingElse
+		return &view, nil
+	}
+	// Created by the host for a module no longer assigned: removed, then its record dropped.
+	// A container someone else has since put at the name is not the host's to remove.
+	if exists && (o.ID == rec.ID || o.Managed && o.Module == rec.Module) {
+		if err := p.d.eng.Remove(ctx, name); err != nil {
+			return &view, fmt.Errorf("container %s, created for a module no longer assigned, cannot be removed: %w", name, err)
+		}
+		p.out.Changes++
+		p.d.log.Info("container removed: created for a module no longer assigned", "container", name, "module", rec.Module, "id", ctrShort(o.ID))
+	} else if exists {
+		p.d.log.Warn("container created for a module no longer assigned was replaced by something else; left as it is",
+			"container", name, "module", rec.Module, "id", ctrShort(o.ID))
+	}
+	if err := p.recs.Delete(name); err != nil {
+		return &view, err
+	}
+	p.out.Changes++
+	return nil, nil
+}
+
+// recordFound durably records a found container's configuration before anything else happens
+// to it, as held.
+func (p *ctrPass) recordFound(name, module string, o container.Observed) (*containerRecord, error) {
+	now := time.Now().UTC()
+	spec := o.Spec
+	rec := &containerRecord{Module: module, State: ContainerHeld, ID: o.ID, Image: o.ImageRef, At: now,
+		FoundID: o.ID, FoundImage: o.ImageRef, FoundImageID: o.ImageID, FoundSpec: &spec, FoundAt: now, Original: o.Raw}
+	if err := p.put(name, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// observeHeld reports a held container, and whether something else changed it.
+func (p *ctrPass) observeHeld(view *ContainerView, rec *containerRecord, o container.Observed, exists bool) {
+	view.State, view.Since, view.OriginalKept = ContainerHeld, rec.FoundAt, len(rec.Original) > 0
+	if !exists {
+		p.viewFromRecord(view, rec)
+		view.State = ContainerHeld
+		view.Changed, view.Reason = true, RemovedBySomethingElse
+		return
+	}
+	*view = p.viewOf(*view, rec, o)
+	var what []string
+	if o.ID != rec.FoundID {
+		what = append(what, fmt.Sprintf("container id %s, recorded %s", ctrShort(o.ID), ctrShort(rec.FoundID)))
+	} else if rec.FoundImageID != "" && o.ImageID != rec.FoundImageID {
+		what = append(what, fmt.Sprintf("image id %s, recorded %s", ctrShort(o.ImageID), ctrShort(rec.FoundImageID)))
+	}
+	if rec.FoundSpec != nil {
+		o.RefImageID = "" // a tag moved on the engine is not a change of the container
+		what = append(what, container.Diff(*rec.FoundSpec, o)...)
+	}
+	if len(what) > 0 {
+		view.Changed, view.Reason = true, ChangedBySomethingElse+": "+strings.Join(what, "; ")
+	}
+}
+
+func (p *ctrPass) viewOf(view ContainerView, rec *containerRecord, o container.Observed) ContainerView {
+	view.ID, view.Image, view.Running = o.ID, o.ImageRef, o.Running
+	view.Ports = nil
+	for _, x := range o.Ports {
+		view.Ports = append(view.Ports, fmt.Sprintf("%s->%d/%s", ctrHostPort(x.HostIP, x.HostPort), x.ContainerPort, x.Proto))
+	}
+	if rec != nil {
+		view.State = rec.State
+		view.OriginalKept = len(rec.Original) > 0 || len(rec.Replaced) > 0
+		if view.Since.IsZero() {
+			view.Since = rec.At
+			if rec.State == ContainerHeld {
+				view.Since = rec.FoundAt
+			}
+		}
+	}
+	return view
+}
+
+func (p *ctrPass) viewFromRecord(view *ContainerView, rec *containerRecord) {
+	if rec == nil {
+		return
+	}
+	view.State, view.ID, view.Image = rec.State, rec.ID, rec.Image
+	view.OriginalKept = len(rec.Original) > 0 || len(rec.Replaced) > 0
+	view.Since = rec.At
+	if rec.State == ContainerHeld {
+		view.ID, view.Image, view.Since = rec.FoundID, rec.FoundImage, rec.FoundAt
+	}
+}
+
+// reportFromRecords fills the report from the records alone, when the engine cannot be asked.
+func (p *ctrPass) reportFromRecords(records map[string]*containerRecord, rs []fsm.Resource) {
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if r.Container == nil || seen[r.Container.Name] {
+			continue
+		}
+		seen[r.Container.Name] = true
+		v := ContainerView{Name: r.Container.Name, Module: r.Module}
+		p.viewFromRecord(&v, records[r.Container.Name])
+		p.rep.Containers = append(p.rep.Containers, v)
+	}
+	for _, name := range ctrRecordNames(records) {
+		if !seen[name] {
+			v := ContainerView{Name: name, Module: records[name].Module, Unassigned: true}
+			p.viewFromRecord(&v, records[name])
+			p.rep.Containers = append(p.rep.Containers, v)
+		}
+	}
+	slices.SortFunc(p.rep.Containers, func(a, b ContainerView) int { return strings.Compare(a.Name, b.Name) })
+}
+
+func (p *ctrPass) put(name string, rec *containerRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := p.recs.Put(name, b); err != nil {
+		return err
+	}
+	p.out.Changes++
+	return nil
+}
+
+func (p *ctrPass) fail(resource, module string, err error) {
+	p.out.Errors = append(p.out.Errors, ResourceError{Resource: resource, Module: module, Reason: err.Error()})
+}
+
+func (p *ctrPass) failAll(rs []fsm.Resource, err error) {
+	for _, r := range rs {
+		p.fail(r.ID(), r.Module, err)
+	}
+}
+
+// ctrSpecOf is the container a resource declares, with meshd's labels for its module.
+func ctrSpecOf(r fsm.Resource) container.Spec {
+	c := r.Container
+	labels := maps.Clone(c.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, container.ManagedLabels(r.Module))
+	s := container.Spec{Name: c.Name, Image: c.Image, Env: c.Env, Ports: c.Ports, Volumes: c.Volumes,
+		Restart: c.Restart, Labels: labels}
+	if len(c.Command) > 0 {
+		s.Cmd = slices.Clone(c.Command)
+	}
+	return s
+}
+
+// ctrCompare lists the real differences between the declaration and a container. A container that
+// carries none of meshd's labels (a found one, or one adopted in place) is not asked to: labels
+// cannot be added to a running container, and adopting it must not recreate it.
+func ctrCompare(spec container.Spec, o container.Observed) []string {
+	_, hasManaged := o.Labels[container.LabelManaged]
+	_, hasModule := o.Labels[container.LabelModule]
+	if !hasManaged && !hasModule {
+		spec.Labels = maps.Clone(spec.Labels)
+		delete(spec.Labels, container.LabelManaged)
+		delete(spec.Labels, container.LabelModule)
+	}
+	return container.Diff(spec, o)
+}
+
+func ctrRecordNames(records map[string]*containerRecord) []string {
+	return slices.Sorted(maps.Keys(records))
+}
+
+func ctrHostPort(ip string, port uint16) string {
+	if strings.Contains(ip, ":") {
+		return fmt.Sprintf("[%s]:%d", ip, port)
+	}
+	if ip == "" {
+		ip = "0.0.0.0"
+	}
+	return fmt.Sprintf("%s:%d", ip, port)
+}
+
+func ctrShort(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// ContainerOriginal returns what the container driver recorded of a container it found at name:
+// its configuration when found (the engine's inspect JSON) and, once a take replaced it, the
+// configuration of the container replaced (taken just before it was stopped; nil if none).
+func (h *Host) ContainerOriginal(name string) (original, replaced json.RawMessage, err error) {
+	b, ok, err := (&Records{s: h.st, kind: []byte(fsm.KindContainer)}).Get(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok {
+		return nil, nil, fmt.Errorf("no record of a container %s on this node", name)
+	}
+	var rec containerRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, nil, fmt.Errorf("container record %s: %w", name, err)
+	}
+	if len(rec.Original) == 0 && len(rec.Replaced) == 0 {
+		return nil, nil, fmt.Errorf("container %s was created by the host; nothing was found there", name)
+	}
+	return rec.Original, rec.Replaced, nil
+}
