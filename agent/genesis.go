@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -29,15 +31,22 @@ type GenesisOptions struct {
 	// Settings are any other `--set MODULE.SETTING=VALUE`.
 	Settings  map[string]string
 	Advertise string
+	// DockerHost is the Docker engine the preflight asks for published ports.
+	DockerHost string
+	// DryRun runs the preflight and stops: nothing is created.
+	DryRun bool
 	// LogOutput receives Raft's own log; nil discards it.
 	LogOutput io.Writer
 }
 
 // GenesisResult says what genesis made.
 type GenesisResult struct {
-	Node      *fsm.Node `json:"node"`
+	Node      *fsm.Node `json:"node,omitempty"`
 	DataDir   string    `json:"data_dir"`
 	Advertise string    `json:"advertise"`
+	// Findings are the preflight's (warnings only, when genesis went ahead).
+	Findings []Finding `json:"findings"`
+	DryRun   bool      `json:"dry_run,omitempty"`
 }
 
 // Genesis initialises dataDir as the control-node of a new mesh: the node's identity, a Raft
@@ -113,6 +122,20 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if opts.Advertise == "" {
 		opts.Advertise = DetectAdvertise()
 	}
+	rng, err := netip.ParsePrefix(mesh.Values(vals)["range"])
+	if err != nil {
+		return nil, fmt.Errorf("setting mesh.range: %q is not a range such as 10.99.0.0/24", mesh.Values(vals)["range"])
+	}
+	findings := preflight(context.Background(), preflightInput{Mode: opts.Mode, Catalogue: cat, Settings: settings,
+		Advertise: opts.Advertise, DockerHost: opts.DockerHost, Range: rng.Masked()})
+	for _, f := range findings {
+		if f.Level == LevelError {
+			return nil, &PreflightError{Findings: findings}
+		}
+	}
+	if opts.DryRun {
+		return &GenesisResult{DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings, DryRun: true}, nil
+	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", opts.DataDir, err)
 	}
@@ -151,7 +174,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if err := writeNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("write node identity: %w", err)
 	}
-	return &GenesisResult{Node: v.(*fsm.Node), DataDir: opts.DataDir, Advertise: opts.Advertise}, nil
+	return &GenesisResult{Node: v.(*fsm.Node), DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings}, nil
 }
 
 func cutModule(key, module string) (string, bool) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,7 +35,14 @@ module is taken. Use it on a machine that is already serving.
 
 Every foundation port is an input (the catalogue's numbers are only defaults) and becomes this node's
 setting in the record: --port registry=5001, --port bus=7070, --port broker.management=15673.
-Port names: store, broker, broker.management, registry, bus, raft, gossip, tunnel.`,
+Port names: store, broker, broker.management, registry, bus, raft, gossip, tunnel.
+
+Before anything is raised a preflight checks the machine and reports every finding at once, each
+with a stable check name (--json for scripts): every foundation port free on the address it will
+bind (a held port names its holder: the process and pid, or the container whose published port it
+is); the private network's range clear of any tunnel running beside it; the found firewall one meshd
+speaks. A converged genesis also refuses a machine in use (an active firewall, or anything
+listening), naming each: use --adopted there. --dry-run runs the preflight alone.`,
 		Example: `  meshd genesis --name hub --adopted --port registry=5001
   meshd genesis --name hub --data-dir /tmp/hub --advertise 127.0.0.1 --port raft=17071`,
 		Args: cobra.NoArgs,
@@ -59,10 +67,22 @@ Port names: store, broker, broker.management, registry, bus, raft, gossip, tunne
 			}
 			opts.LogOutput = raftLog
 			res, err := agent.Genesis(opts, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			var pe *agent.PreflightError
+			if errors.As(err, &pe) && g.json {
+				_ = g.emit(map[string]any{"ok": false, "findings": pe.Findings}, nil)
+				return errors.New("genesis refused by its preflight")
+			}
 			if err != nil {
 				return err
 			}
+			if res.DryRun {
+				return g.emit(map[string]any{"ok": true, "findings": res.Findings, "dry_run": true}, func(w io.Writer) {
+					fmt.Fprintln(w, "preflight passed; nothing was changed (--dry-run)")
+					printFindings(w, res.Findings)
+				})
+			}
 			return g.emit(res, func(w io.Writer) {
+				printFindings(w, res.Findings)
 				n := res.Node
 				fmt.Fprintf(w, "genesis: node %s is the control-node, %s\n", n.Name, modeWord(n.Mode))
 				fmt.Fprintf(w, "id\t%s\n", n.ID)
@@ -87,9 +107,17 @@ Port names: store, broker, broker.management, registry, bus, raft, gossip, tunne
 	f.StringArrayVar(&ports, "port", nil, "a foundation port, KEY=N (repeatable)")
 	f.StringArrayVar(&images, "image", nil, "a foundation module's image, MODULE=REF (repeatable)")
 	f.StringArrayVar(&sets, "set", nil, "any other setting, MODULE.SETTING=VALUE (repeatable), e.g. mesh.range=10.99.0.0/24")
+	f.StringVar(&opts.DockerHost, "docker-host", "", "the Docker engine, for published ports (default unix:///var/run/docker.sock)")
+	f.BoolVar(&opts.DryRun, "dry-run", false, "run the preflight only and change nothing")
 	f.StringVar(&opts.Advertise, "advertise", "", "the address other servers reach this one at (default: the first global IPv4 address)")
 	_ = cmd.MarkFlagRequired("name")
 	return cmd
+}
+
+func printFindings(w io.Writer, fs []agent.Finding) {
+	for _, f := range fs {
+		fmt.Fprintf(w, "%s: %s: %s\n", f.Level, f.Check, f.Message)
+	}
 }
 
 func keyValues(flag string, in []string) (map[string]string, error) {

@@ -1,0 +1,329 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"meshd/catalogue"
+	"meshd/container"
+	"meshd/fsm"
+	"meshd/host"
+	"meshd/netfilter"
+)
+
+// Finding is one result of genesis's preflight. Check is a stable name scripts can match on.
+type Finding struct {
+	Check   string `json:"check"`
+	Level   string `json:"level"` // "error" refuses genesis; "warning" does not
+	Message string `json:"message"`
+	// Holder names what holds a port: a process and pid, or a container.
+	Holder string `json:"holder,omitempty"`
+}
+
+// The levels of a finding.
+const (
+	LevelError   = "error"
+	LevelWarning = "warning"
+)
+
+// PreflightError is a refused genesis: every error found, not only the first.
+type PreflightError struct{ Findings []Finding }
+
+func (e *PreflightError) Error() string {
+	var b strings.Builder
+	n := 0
+	for _, f := range e.Findings {
+		if f.Level == LevelError {
+			n++
+		}
+	}
+	fmt.Fprintf(&b, "genesis refused, nothing was changed: %d problem(s) found", n)
+	for _, f := range e.Findings {
+		if f.Level == LevelError {
+			fmt.Fprintf(&b, "\n  %s: %s", f.Check, f.Message)
+		}
+	}
+	return b.String()
+}
+
+// portBind is one port genesis's node will bind: by the agent itself or a foundation container.
+type portBind struct {
+	Key   string // the setting, "registry.port"
+	Proto string
+	Addr  netip.Addr
+	Port  uint16
+	By    string // what binds it: "meshd (bus)", "container meshd-registry"
+}
+
+// bindPlan lists every port the foundation binds on this node, with the address it binds.
+func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise string) ([]portBind, error) {
+	any4 := netip.IPv4Unspecified()
+	adv, err := netip.ParseAddr(advertise)
+	if err != nil {
+		return nil, fmt.Errorf("advertise address %q is not an IP address", advertise)
+	}
+	var plan []portBind
+	for _, name := range cat.Names() {
+		m := cat[name]
+		if !m.Foundation {
+			continue
+		}
+		vals := map[string]string{}
+		for k, v := range settings {
+			if s, ok := cutModule(k, name); ok {
+				vals[s] = v
+			}
+		}
+		res, err := m.Resolve(vals)
+		if err != nil {
+			return nil, err
+		}
+		keyOf := func(port uint16) string {
+			for _, s := range m.PortSettings() {
+				if res.Settings[s] == strconv.Itoa(int(port)) {
+					return name + "." + s
+				}
+			}
+			return name
+		}
+		if name == catalogue.MeshModule {
+			// meshd binds its own ports: raft on the advertise address, the others on every one.
+			for _, o := range res.Openings {
+				key := keyOf(o.Port)
+				addr := any4
+				if key == catalogue.MeshModule+".raft" {
+					addr = adv
+				}
+				plan = append(plan, portBind{Key: key, Proto: o.Proto, Addr: addr, Port: o.Port, By: "meshd (" + strings.TrimPrefix(key, "mesh.") + ")"})
+			}
+			continue
+		}
+		for _, c := range res.Containers {
+			for _, p := range c.Ports {
+				pm, err := catalogue.ParsePortMapping(p)
+				if err != nil {
+					return nil, err
+				}
+				addr := any4
+				if pm.HostIP != "" {
+					addr = netip.MustParseAddr(pm.HostIP)
+				}
+				plan = append(plan, portBind{Key: keyOf(pm.HostPort), Proto: pm.Proto, Addr: addr, Port: pm.HostPort, By: "container " + c.Name})
+			}
+		}
+	}
+	sort.SliceStable(plan, func(i, j int) bool { return plan[i].Key < plan[j].Key })
+	return plan, nil
+}
+
+// preflightInput is what genesis checks.
+type preflightInput struct {
+	Mode       fsm.Mode
+	Catalogue  catalogue.Catalogue
+	Settings   map[string]string
+	Advertise  string
+	DockerHost string
+	Range      netip.Prefix
+}
+
+// preflight checks the machine before genesis raises anything, and reports every finding.
+func preflight(ctx context.Context, in preflightInput) []Finding {
+	var out []Finding
+	add := func(check, level, holder, format string, args ...any) {
+		out = append(out, Finding{Check: check, Level: level, Holder: holder, Message: fmt.Sprintf(format, args...)})
+	}
+	listeners, err := host.Listeners()
+	if err != nil {
+		add("machine.listeners", LevelWarning, "", "cannot read the machine's listening sockets: %v", err)
+	}
+	var published []container.Published
+	if eng, err := container.New(in.DockerHost); err != nil {
+		add("docker.engine", LevelWarning, "", "Docker engine at %s: %v", orDefault(in.DockerHost), err)
+	} else {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		published, err = eng.Published(pctx)
+		cancel()
+		eng.Close()
+		if err != nil {
+			add("docker.engine", LevelWarning, "", "the Docker engine is not reachable (%v): published ports cannot be checked and the foundation's containers cannot be raised until it is", err)
+		}
+	}
+
+	// Every foundation port, free on the address it will bind.
+	plan, err := bindPlan(in.Catalogue, in.Settings, in.Advertise)
+	if err != nil {
+		add("settings", LevelError, "", "%v", err)
+	}
+	for _, b := range plan {
+		check := "port." + b.Key
+		what := fmt.Sprintf("port %d/%s (%s, for %s)", b.Port, b.Proto, b.Key, b.By)
+		if holder := publishedHolder(published, b); holder != "" {
+			add(check, LevelError, holder, "%s is held by %s; give genesis another: --port %s=N", what, holder, portFlag(b.Key))
+			continue
+		}
+		if l, ok := listenerHolder(listeners, b); ok {
+			holder := "a process"
+			if l.Process != "" {
+				holder = fmt.Sprintf("%s (pid %d)", l.Process, l.PID)
+			}
+			add(check, LevelError, holder, "%s is in use by %s on %s; give genesis another: --port %s=N", what, holder, netip.AddrPortFrom(l.Addr, l.Port), portFlag(b.Key))
+			continue
+		}
+		if err := tryBind(b); err != nil {
+			switch {
+			case errors.Is(err, syscall.EACCES):
+				add(check, LevelError, "", "%s: permission denied binding %s (not in use: run genesis as root)", what, netip.AddrPortFrom(b.Addr, b.Port))
+			case errors.Is(err, syscall.EADDRINUSE):
+				add(check, LevelError, "", "%s is in use on %s by something this machine does not name; give genesis another: --port %s=N", what, netip.AddrPortFrom(b.Addr, b.Port), portFlag(b.Key))
+			case errors.Is(err, syscall.EADDRNOTAVAIL):
+				add(check, LevelError, "", "%s: %s is not an address of this machine (check --advertise)", what, b.Addr)
+			default:
+				add(check, LevelError, "", "%s: cannot bind %s: %v", what, netip.AddrPortFrom(b.Addr, b.Port), err)
+			}
+		}
+	}
+
+	// The private network's range must not overlap a tunnel the predecessor runs beside it.
+	if in.Range.IsValid() {
+		ifaces, _ := net.Interfaces()
+		for _, ifc := range ifaces {
+			addrs, _ := ifc.Addrs()
+			for _, a := range addrs {
+				ipn, ok := a.(*net.IPNet)
+				if !ok {
+					continue
+				}
+				p, err := netip.ParsePrefix(ipn.String())
+				if err != nil || p.Addr().IsLoopback() {
+					continue
+				}
+				if p.Overlaps(in.Range) {
+					add("tunnel.range", LevelError, ifc.Name, "the private network's range %s overlaps %s on interface %s (a tunnel still running beside the mesh); give another range: --set mesh.range=CIDR", in.Range, p, ifc.Name)
+				}
+			}
+		}
+	}
+
+	// The firewall found on the machine.
+	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	found, ferr := netfilter.Detect(dctx, netfilter.Env{})
+	cancel()
+	switch {
+	case ferr != nil && os.Geteuid() != 0:
+		add("firewall.kind", LevelError, "", "reading the machine's firewall needs root: run genesis as root (%v)", ferr)
+	case ferr != nil && errors.Is(ferr, netfilter.ErrUnsupported):
+		add("firewall.kind", LevelError, "", "%v: meshd will not adopt a machine whose firewall it cannot speak, since nothing would protect the mesh's ports", ferr)
+	case ferr != nil:
+		add("firewall.kind", LevelError, "", "cannot read the machine's firewall: %v", ferr)
+	}
+
+	// A converged genesis loads a drop-by-default ruleset: it refuses a machine in use.
+	if in.Mode == fsm.Converged {
+		if ferr == nil && found.Active && found.Kind != netfilter.KindNone {
+			add("machine.firewall", LevelError, string(found.Kind), "the machine has an active firewall (%s); a converged genesis would replace it and close what it allows. This machine is in use: raise it with --adopted", found)
+		}
+		for _, l := range listeners {
+			if l.Addr.IsLoopback() {
+				continue
+			}
+			add("machine.listeners", LevelError, l.String(), "something already listens: %s; a converged genesis would close it. This machine is in use: raise it with --adopted", describeListener(l, published))
+		}
+		for _, p := range published {
+			if !hasListener(listeners, p) {
+				add("machine.listeners", LevelError, p.Container, "container %s publishes %s:%d/%s; a converged genesis would close it. This machine is in use: raise it with --adopted", p.Container, orAny(p.HostIP), p.HostPort, p.Proto)
+			}
+		}
+	}
+	return out
+}
+
+func portFlag(key string) string {
+	mod, setting, _ := strings.Cut(key, ".")
+	if mod == catalogue.MeshModule {
+		return setting
+	}
+	if setting == "port" {
+		return mod
+	}
+	return key
+}
+
+func publishedHolder(published []container.Published, b portBind) string {
+	for _, p := range published {
+		addr := netip.IPv4Unspecified()
+		if a, err := netip.ParseAddr(p.HostIP); err == nil {
+			addr = a
+		}
+		l := host.Listener{Proto: p.Proto, Addr: addr, Port: p.HostPort}
+		if l.Covers(b.Proto, b.Addr, b.Port) {
+			return fmt.Sprintf("container %s (its published port %s:%d/%s)", p.Container, orAny(p.HostIP), p.HostPort, p.Proto)
+		}
+	}
+	return ""
+}
+
+func listenerHolder(ls []host.Listener, b portBind) (host.Listener, bool) {
+	for _, l := range ls {
+		if l.Covers(b.Proto, b.Addr, b.Port) {
+			return l, true
+		}
+	}
+	return host.Listener{}, false
+}
+
+func hasListener(ls []host.Listener, p container.Published) bool {
+	for _, l := range ls {
+		if l.Proto == p.Proto && l.Port == p.HostPort {
+			return true
+		}
+	}
+	return false
+}
+
+func describeListener(l host.Listener, published []container.Published) string {
+	for _, p := range published {
+		if p.Proto == l.Proto && p.HostPort == l.Port {
+			return fmt.Sprintf("%s, the published port of container %s", l, p.Container)
+		}
+	}
+	return l.String()
+}
+
+func tryBind(b portBind) error {
+	addr := netip.AddrPortFrom(b.Addr, b.Port).String()
+	if b.Proto == "udp" {
+		c, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+func orAny(ip string) string {
+	if ip == "" {
+		return "0.0.0.0"
+	}
+	return ip
+}
+
+func orDefault(h string) string {
+	if h == "" {
+		return container.DefaultHost
+	}
+	return h
+}

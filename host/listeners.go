@@ -1,0 +1,155 @@
+package host
+
+import (
+	"bufio"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Listener is a socket listening on the machine: a TCP socket in LISTEN, or a bound UDP socket
+// with no peer. It is what genesis checks its ports against and what a converge preview lists.
+type Listener struct {
+	Proto   string     `json:"proto"`
+	Addr    netip.Addr `json:"addr"`
+	Port    uint16     `json:"port"`
+	PID     int        `json:"pid,omitempty"`
+	Process string     `json:"process,omitempty"`
+}
+
+// String names the listener the way an operator reads it: "tcp 0.0.0.0:5000 (docker-proxy, pid 812)".
+func (l Listener) String() string {
+	s := fmt.Sprintf("%s %s", l.Proto, netip.AddrPortFrom(l.Addr, l.Port))
+	if l.Process != "" {
+		s += fmt.Sprintf(" (%s, pid %d)", l.Process, l.PID)
+	}
+	return s
+}
+
+// Covers says whether a bind of addr:port would collide with this listener: the same port, and
+// one of the two on the unspecified address or both on the same one.
+func (l Listener) Covers(proto string, addr netip.Addr, port uint16) bool {
+	if l.Proto != proto || l.Port != port {
+		return false
+	}
+	if l.Addr.Is4() != addr.Is4() && !l.Addr.IsUnspecified() && !addr.IsUnspecified() {
+		return false
+	}
+	return l.Addr.IsUnspecified() || addr.IsUnspecified() || l.Addr == addr
+}
+
+// Listeners reads every listening socket of the network namespace this process is in, with the
+// process holding it where /proc says so.
+func Listeners() ([]Listener, error) {
+	owners := socketOwners()
+	var out []Listener
+	for _, src := range []struct{ file, proto string }{
+		{"/proc/net/tcp", "tcp"}, {"/proc/net/tcp6", "tcp"}, {"/proc/net/udp", "udp"}, {"/proc/net/udp6", "udp"},
+	} {
+		ls, err := readProcNet(src.file, src.proto, owners)
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, ls...)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Port != out[j].Port {
+			return out[i].Port < out[j].Port
+		}
+		if out[i].Proto != out[j].Proto {
+			return out[i].Proto < out[j].Proto
+		}
+		return out[i].Addr.Less(out[j].Addr)
+	})
+	return out, nil
+}
+
+type owner struct {
+	pid  int
+	comm string
+}
+
+// socketOwners maps socket inodes to the process holding them.
+func socketOwners() map[string]owner {
+	out := map[string]owner{}
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		link, err := os.Readlink(fd)
+		if err != nil || !strings.HasPrefix(link, "socket:[") {
+			continue
+		}
+		inode := strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")
+		if _, ok := out[inode]; ok {
+			continue
+		}
+		pidDir := filepath.Dir(filepath.Dir(fd))
+		pid, _ := strconv.Atoi(filepath.Base(pidDir))
+		comm, _ := os.ReadFile(filepath.Join(pidDir, "comm"))
+		out[inode] = owner{pid: pid, comm: strings.TrimSpace(string(comm))}
+	}
+	return out
+}
+
+func readProcNet(file, proto string, owners map[string]owner) ([]Listener, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Listener
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 10 {
+			continue
+		}
+		local, remote, state, inode := fields[1], fields[2], fields[3], fields[9]
+		if proto == "tcp" && state != "0A" { // LISTEN
+			continue
+		}
+		if proto == "udp" && (state != "07" || !strings.HasSuffix(remote, ":0000")) {
+			continue
+		}
+		addr, port, err := parseHexAddr(local)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		l := Listener{Proto: proto, Addr: addr, Port: port}
+		if o, ok := owners[inode]; ok {
+			l.PID, l.Process = o.pid, o.comm
+		}
+		out = append(out, l)
+	}
+	return out, sc.Err()
+}
+
+// parseHexAddr reads /proc/net's "0100007F:1F90" (little-endian words) form.
+func parseHexAddr(s string) (netip.Addr, uint16, error) {
+	h, p, ok := strings.Cut(s, ":")
+	if !ok {
+		return netip.Addr{}, 0, fmt.Errorf("address %q", s)
+	}
+	port, err := strconv.ParseUint(p, 16, 16)
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("port in %q", s)
+	}
+	raw, err := hex.DecodeString(h)
+	if err != nil || (len(raw) != 4 && len(raw) != 16) {
+		return netip.Addr{}, 0, fmt.Errorf("address %q", s)
+	}
+	// Each 32-bit word is in host (little-endian) order.
+	for i := 0; i < len(raw); i += 4 {
+		raw[i], raw[i+1], raw[i+2], raw[i+3] = raw[i+3], raw[i+2], raw[i+1], raw[i]
+	}
+	addr, _ := netip.AddrFromSlice(raw)
+	return addr.Unmap(), uint16(port), nil
+}
