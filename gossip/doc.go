@@ -1,0 +1,29 @@
+// Package gossip owns meshd's membership and the host reports that travel
+// between agents.
+//
+// It wraps hashicorp/memberlist: who is in the mesh, who is alive, who failed
+// (detected by memberlist's probes and suspicion timer) and who left on
+// purpose (a graceful leave is announced before memberlist's own leave, so
+// the others record "left", not "failed"). Every message is encrypted with
+// memberlist's keyring and GossipVerifyIncoming/Outgoing are on, so a
+// machine without a key on the ring cannot join or listen in. The keyring can
+// be rotated on a running mesh (install, use, remove) without a restart; this
+// package does the local side, the agent fans an operation out to every
+// member.
+//
+// The host reports ride on top. A report is opaque to this package: the
+// agent hands in the latest one with Publish, gossip signs it with the node's
+// enrolled ed25519 identity over a canonical envelope (node, signer, a
+// monotonic sequence, time, SHA-256 of the payload) and spreads it: as a
+// broadcast when it changes, through push-pull for the full state, so a
+// member that missed a broadcast or joined late still converges. A receiver
+// asks the caller which key each node enrolled with (Config.Verify; servers
+// take it from the record) and keeps a report only if that key signed it for
+// that node. Anything else — a wrong key, a truncated or garbled envelope, a
+// node publishing under another node's name, an unknown node — is rejected,
+// counted by reason and never kept, and an older sequence never replaces a
+// newer one. The gossip key only says who may talk; the identity says who
+// said what. That is how DESIGN.md invariant 8 holds here: a member holding
+// the gossip key still cannot forge another node's report, so it cannot move
+// that node's keys.
+package gossip

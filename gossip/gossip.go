@@ -1,0 +1,489 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"math"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// KeySize is the size of a gossip key: AES-256.
+const KeySize = 32
+
+// Config says how one member takes part in the mesh's gossip.
+type Config struct {
+	// Name is the node's name; it must be unique in the mesh and is the name
+	// its reports are published and verified under.
+	Name string
+	// BindAddr and BindPort are where memberlist listens (TCP and UDP).
+	// BindPort 0 picks a free port; Addr tells which.
+	BindAddr string
+	BindPort int
+	// AdvertiseAddr and AdvertisePort are what the other members are told to
+	// reach; empty/0 means the bound address and port.
+	AdvertiseAddr string
+	AdvertisePort int
+	// Keyring holds the gossip keys (each KeySize bytes); the first one is
+	// the primary, used to encrypt. At least one key is required: meshd's
+	// gossip is never unencrypted.
+	Keyring [][]byte
+	// Identity is the node's enrolled identity key; it signs the node's reports.
+	Identity ed25519.PrivateKey
+	// Verify says which public key a node enrolled with (servers take it
+	// from the record). A report is kept only if that key signed it.
+	Verify func(node string) (ed25519.PublicKey, bool)
+	// Join lists members (host:port) to join at start. Empty starts a new
+	// mesh (or one that others will join).
+	Join []string
+	// Logger receives this package's and memberlist's logs. Nil discards.
+	Logger *slog.Logger
+	// Events, if set, receives every membership change. Sends never block
+	// (failure detection must not wait on a slow reader): when the channel
+	// is full the event is dropped, logged and counted (DroppedEvents).
+	Events chan<- MemberEvent
+	// OnReport, if set, is called with each newly kept report (not for the
+	// node's own Publish). It must not block for long.
+	OnReport func(Report)
+	// OnReject, if set, is called with each rejected report.
+	OnReject func(Rejection)
+	// Tuning adjusts memberlist's timers; the zero value is memberlist's
+	// LAN profile.
+	Tuning Tuning
+}
+
+// Tuning selects memberlist's timers. Zero fields keep the profile's value.
+type Tuning struct {
+	// Profile is "lan" (default), "wan" or "local" (memberlist's
+	// DefaultLANConfig, DefaultWANConfig, DefaultLocalConfig).
+	Profile                 string
+	ProbeInterval           time.Duration
+	ProbeTimeout            time.Duration
+	SuspicionMult           int
+	SuspicionMaxTimeoutMult int
+	GossipInterval          time.Duration
+	PushPullInterval        time.Duration
+	TCPTimeout              time.Duration
+}
+
+// State is a member's state as this member sees it.
+type State string
+
+const (
+	// StateAlive: the member answers probes (or has not yet been found
+	// failing; memberlist's transient "suspect" state is not visible through
+	// its public API and shows as alive until the suspicion timer ends).
+	StateAlive State = "alive"
+	// StateFailed: the member stopped answering and its suspicion timer ran
+	// out (memberlist's "dead").
+	StateFailed State = "failed"
+	// StateLeft: the member announced a graceful leave.
+	StateLeft State = "left"
+)
+
+// Member is one member of the mesh as this member sees it.
+type Member struct {
+	Name  string
+	Addr  string // host:port of its gossip endpoint
+	State State
+	// Since is when this member observed the last change of State.
+	Since time.Time
+}
+
+// EventKind names a membership change.
+type EventKind string
+
+const (
+	EventJoin   EventKind = "join"   // a member appeared, or came back
+	EventUpdate EventKind = "update" // a member's address or metadata changed
+	EventFailed EventKind = "failed" // a member was found failed
+	EventLeft   EventKind = "left"   // a member left gracefully
+)
+
+// MemberEvent is one membership change.
+type MemberEvent struct {
+	Kind   EventKind
+	Member Member
+}
+
+// Gossip is one running member.
+type Gossip struct {
+	cfg   Config
+	log   *slog.Logger
+	ml    *memberlist.Memberlist
+	mlcfg *memberlist.Config
+	ring  *memberlist.Keyring
+	queue *memberlist.TransmitLimitedQueue
+
+	keyMu sync.Mutex // serialises keyring changes (memberlist's Keyring is not safe for concurrent writers)
+
+	mu       sync.Mutex
+	members  map[string]*Member
+	reports  map[string]*stored
+	seq      uint64
+	rejected map[Reason]uint64
+
+	leaving  atomic.Bool
+	stopped  atomic.Bool
+	dropped  atomic.Uint64
+	lifeMu   sync.Mutex // serialises Leave and Shutdown (memberlist panics on Leave after Shutdown)
+	hasLeft  bool
+	shutdown bool
+}
+
+// Start creates the member, binds its ports and, if cfg.Join is set, joins
+// the mesh through those members. A join that reaches none of them is an
+// error (naming them) and leaves nothing running.
+func Start(cfg Config) (*Gossip, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	g := &Gossip{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		members:  map[string]*Member{},
+		reports:  map[string]*stored{},
+		rejected: map[Reason]uint64{},
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	g.log = g.log.With("component", "gossip", "node", cfg.Name)
+
+	mc, err := cfg.memberlistConfig()
+	if err != nil {
+		return nil, err
+	}
+	ring, err := memberlist.NewKeyring(cfg.Keyring[1:], cfg.Keyring[0])
+	if err != nil {
+		return nil, fmt.Errorf("gossip %s: keyring: %w", cfg.Name, err)
+	}
+	g.ring = ring
+	mc.Keyring = ring
+	mc.GossipVerifyIncoming = true
+	mc.GossipVerifyOutgoing = true
+	mc.Delegate = (*delegate)(g)
+	mc.Events = (*events)(g)
+	mc.Logger = log.New(&logBridge{log: g.log}, "", 0)
+	g.mlcfg = mc
+	g.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes: func() int {
+			if ml := g.memberlist(); ml != nil {
+				return ml.NumMembers()
+			}
+			return 1
+		},
+		RetransmitMult: mc.RetransmitMult,
+	}
+
+	bind := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort))
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("gossip %s: listen on %s: %w", cfg.Name, bind, err)
+	}
+	g.mu.Lock()
+	g.ml = ml
+	g.mu.Unlock()
+	g.log.Info("gossip started", "addr", g.Addr(), "keys", len(cfg.Keyring))
+
+	if len(cfg.Join) > 0 {
+		if _, err := g.Join(cfg.Join); err != nil {
+			_ = g.Shutdown()
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+func (c *Config) validate() error {
+	if c.Name == "" {
+		return errors.New("gossip: the node's name is empty")
+	}
+	if len(c.Identity) != ed25519.PrivateKeySize {
+		return fmt.Errorf("gossip %s: identity key is %d bytes, want an ed25519 private key (%d)", c.Name, len(c.Identity), ed25519.PrivateKeySize)
+	}
+	if c.Verify == nil {
+		return fmt.Errorf("gossip %s: no Verify function: reports could not be checked", c.Name)
+	}
+	if len(c.Keyring) == 0 {
+		return fmt.Errorf("gossip %s: no gossip key: gossip is always encrypted", c.Name)
+	}
+	for i, k := range c.Keyring {
+		if len(k) != KeySize {
+			return fmt.Errorf("gossip %s: key %d is %d bytes, want %d", c.Name, i, len(k), KeySize)
+		}
+	}
+	if c.BindPort < 0 || c.BindPort > 65535 {
+		return fmt.Errorf("gossip %s: bind port %d is out of range", c.Name, c.BindPort)
+	}
+	if c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
+		return fmt.Errorf("gossip %s: advertise port %d is out of range", c.Name, c.AdvertisePort)
+	}
+	if c.AdvertiseAddr != "" && net.ParseIP(c.AdvertiseAddr) == nil {
+		return fmt.Errorf("gossip %s: advertise address %q is not an IP address", c.Name, c.AdvertiseAddr)
+	}
+	if pub, ok := c.Verify(c.Name); ok {
+		if !bytes.Equal(pub, c.Identity.Public().(ed25519.PublicKey)) {
+			return fmt.Errorf("gossip %s: identity key is not the one node %s enrolled with: its reports would be rejected", c.Name, c.Name)
+		}
+	}
+	return nil
+}
+
+func (c *Config) memberlistConfig() (*memberlist.Config, error) {
+	var mc *memberlist.Config
+	switch c.Tuning.Profile {
+	case "", "lan":
+		mc = memberlist.DefaultLANConfig()
+	case "wan":
+		mc = memberlist.DefaultWANConfig()
+	case "local":
+		mc = memberlist.DefaultLocalConfig()
+	default:
+		return nil, fmt.Errorf("gossip %s: unknown tuning profile %q (want lan, wan or local)", c.Name, c.Tuning.Profile)
+	}
+	t := c.Tuning
+	setDur := func(dst *time.Duration, v time.Duration) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setDur(&mc.ProbeInterval, t.ProbeInterval)
+	setDur(&mc.ProbeTimeout, t.ProbeTimeout)
+	setDur(&mc.GossipInterval, t.GossipInterval)
+	setDur(&mc.PushPullInterval, t.PushPullInterval)
+	setDur(&mc.TCPTimeout, t.TCPTimeout)
+	if t.SuspicionMult > 0 {
+		mc.SuspicionMult = t.SuspicionMult
+	}
+	if t.SuspicionMaxTimeoutMult > 0 {
+		mc.SuspicionMaxTimeoutMult = t.SuspicionMaxTimeoutMult
+	}
+	mc.Name = c.Name
+	mc.BindAddr = c.BindAddr
+	if mc.BindAddr == "" {
+		mc.BindAddr = "0.0.0.0"
+	}
+	mc.BindPort = c.BindPort
+	mc.AdvertiseAddr = c.AdvertiseAddr
+	mc.AdvertisePort = c.AdvertisePort
+	if mc.AdvertisePort == 0 {
+		mc.AdvertisePort = c.BindPort
+	}
+	return mc, nil
+}
+
+func (g *Gossip) memberlist() *memberlist.Memberlist {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ml
+}
+
+// Name is this member's node name.
+func (g *Gossip) Name() string { return g.cfg.Name }
+
+// Addr is the host:port the other members reach this one at.
+func (g *Gossip) Addr() string {
+	n := g.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Join contacts the given members (host:port) and merges their view of the
+// mesh. It returns how many answered; none answering is an error naming
+// them (a wrong gossip key shows here: they cannot decrypt us, nor we them).
+func (g *Gossip) Join(addrs []string) (int, error) {
+	n, err := g.ml.Join(addrs)
+	if n == 0 {
+		if err == nil {
+			err = errors.New("no member answered")
+		}
+		return 0, fmt.Errorf("gossip %s: join via %s: %w", g.cfg.Name, strings.Join(addrs, ", "), err)
+	}
+	if err != nil {
+		g.log.Warn("joined, but some members did not answer", "joined", n, "err", err)
+	}
+	return n, nil
+}
+
+// Members returns every member this one knows of, itself included, by
+// name: alive ones, and those that failed or left (until they come back).
+func (g *Gossip) Members() []Member {
+	g.mu.Lock()
+	out := make([]Member, 0, len(g.members))
+	for _, m := range g.members {
+		out = append(out, *m)
+	}
+	g.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// DroppedEvents counts member events not delivered because Config.Events was full.
+func (g *Gossip) DroppedEvents() uint64 { return g.dropped.Load() }
+
+// DetectionBound is the longest memberlist may take, with the configured
+// timers and the current number of members, from a member's death until
+// every other member has marked it failed: the time for the dead member to
+// be probed (each member probes the others round robin, possibly slowed by
+// memberlist's awareness multiplier), one probe round, the longest
+// suspicion timeout (SuspicionMaxTimeoutMult × SuspicionMult × max(1,
+// log10 n) × ProbeInterval) and a few gossip intervals for the news to
+// spread.
+func (g *Gossip) DetectionBound() time.Duration {
+	n := g.ml.NumMembers()
+	return detectionBound(g.mlcfg, n)
+}
+
+func detectionBound(mc *memberlist.Config, n int) time.Duration {
+	if n < 2 {
+		n = 2
+	}
+	scale := math.Max(1, math.Log10(float64(n)))
+	suspicion := time.Duration(float64(mc.SuspicionMult) * scale * float64(mc.ProbeInterval))
+	maxSuspicion := time.Duration(mc.SuspicionMaxTimeoutMult) * suspicion
+	awareness := time.Duration(max(mc.AwarenessMaxMultiplier, 1))
+	probe := 2 * time.Duration(n-1) * mc.ProbeInterval * awareness
+	return probe + mc.ProbeInterval + maxSuspicion + 5*mc.GossipInterval
+}
+
+// Leave announces a graceful leave and waits (up to timeout) until the
+// others were told; they record this member as left, not failed. Call
+// Shutdown afterwards.
+func (g *Gossip) Leave(timeout time.Duration) error {
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	if g.shutdown {
+		return fmt.Errorf("gossip %s: leave after shutdown", g.cfg.Name)
+	}
+	if g.hasLeft {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	// First tell the others we are leaving (in our metadata), so that when
+	// memberlist's leave message arrives they know it was on purpose.
+	g.leaving.Store(true)
+	if err := g.ml.UpdateNode(timeout); err != nil {
+		g.log.Warn("leave intent not confirmed sent", "err", err)
+	}
+	rest := time.Until(deadline)
+	if rest < 100*time.Millisecond {
+		rest = 100 * time.Millisecond
+	}
+	if err := g.ml.Leave(rest); err != nil {
+		return fmt.Errorf("gossip %s: leave: %w", g.cfg.Name, err)
+	}
+	g.hasLeft = true
+	g.log.Info("left the mesh")
+	return nil
+}
+
+// Shutdown stops the member without a leave: the others will find it failed.
+func (g *Gossip) Shutdown() error {
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	if g.shutdown {
+		return nil
+	}
+	g.shutdown = true
+	g.stopped.Store(true)
+	if err := g.ml.Shutdown(); err != nil {
+		return fmt.Errorf("gossip %s: shutdown: %w", g.cfg.Name, err)
+	}
+	return nil
+}
+
+// Node metadata: one version byte, one flags byte.
+const (
+	metaVersion      = 1
+	metaLeaving byte = 1 << 0
+)
+
+func metaLeavingSet(meta []byte) bool {
+	return len(meta) >= 2 && meta[0] == metaVersion && meta[1]&metaLeaving != 0
+}
+
+// events receives memberlist's membership notifications. memberlist calls
+// it with its node lock held: it must not call back into memberlist.
+type events Gossip
+
+func (e *events) NotifyJoin(n *memberlist.Node)   { (*Gossip)(e).observe(EventJoin, n) }
+func (e *events) NotifyUpdate(n *memberlist.Node) { (*Gossip)(e).observe(EventUpdate, n) }
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	kind := EventFailed
+	if metaLeavingSet(n.Meta) {
+		kind = EventLeft
+	}
+	(*Gossip)(e).observe(kind, n)
+}
+
+func (g *Gossip) observe(kind EventKind, n *memberlist.Node) {
+	now := time.Now()
+	state := StateAlive
+	switch kind {
+	case EventFailed:
+		state = StateFailed
+	case EventLeft:
+		state = StateLeft
+	}
+	addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	g.mu.Lock()
+	m, ok := g.members[n.Name]
+	if !ok {
+		m = &Member{Name: n.Name}
+		g.members[n.Name] = m
+	}
+	if !ok || m.State != state {
+		m.Since = now
+	}
+	m.State = state
+	m.Addr = addr
+	ev := MemberEvent{Kind: kind, Member: *m}
+	g.mu.Unlock()
+
+	if kind == EventUpdate {
+		g.log.Debug("member updated", "member", n.Name, "addr", addr)
+	} else {
+		g.log.Info("member "+string(kind), "member", n.Name, "addr", addr)
+	}
+	if g.cfg.Events != nil {
+		select {
+		case g.cfg.Events <- ev:
+		default:
+			g.dropped.Add(1)
+			g.log.Warn("member event dropped: events channel full", "member", n.Name, "event", kind)
+		}
+	}
+}
+
+// logBridge turns memberlist's "[LEVEL] memberlist: text" lines into slog records.
+type logBridge struct{ log *slog.Logger }
+
+func (b *logBridge) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	for prefix, l := range map[string]slog.Level{
+		"[DEBUG]": slog.LevelDebug, "[TRACE]": slog.LevelDebug, "[INFO]": slog.LevelInfo,
+		"[WARN]": slog.LevelWarn, "[ERR]": slog.LevelError, "[ERROR]": slog.LevelError,
+	} {
+		if strings.HasPrefix(line, prefix) {
+			level = l
+			line = strings.TrimSpace(strings.TrimPrefix(line, prefix))
+			break
+		}
+	}
+	line = strings.TrimPrefix(line, "memberlist: ")
+	b.log.Log(context.Background(), level, line, "source", "memberlist")
+	return len(p), nil
+}
