@@ -2,9 +2,11 @@ package agent
 
 import (
 	"log/slog"
+	"path/filepath"
 
 	"meshd/container"
 	"meshd/host"
+	"meshd/netfilter"
 )
 
 // drivers builds the host reconciler's drivers for the resource kinds other than files, from the
@@ -19,5 +21,12 @@ func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 		return nil, err
 	}
 	out = append(out, host.NewContainerDriver(eng, log.With("part", "container")))
+	// Openings, through the firewall found on this machine (the zero netfilter.Env) on an adopted
+	// node, meshd's derived filter on a converged one; what a retire keeps lives in the data dir.
+	nlog := log.With("part", "netfilter")
+	out = append(out, host.NewOpeningDriver(host.OpeningConfig{
+		Env:    netfilter.Env{StateDir: filepath.Join(cfg.DataDir, "netfilter"), Log: nlog},
+		Logger: nlog,
+	}))
 	return out, nil
 }

@@ -1,0 +1,673 @@
+// Openings: the host's driver for the resource kind "opening" (ADR 0100). It plugs netfilter/
+// into the reconciler; it knows no chain or rule, only what each mode of a node asks for.
+//
+// Every declared opening converges, on an adopted node as on a converged one, taken or not: an
+// opening is a state, and assigning a module on an adopted node already needs its ports open
+// through the found firewall — that is how ADR 0100's "assigning prepares" applies to openings.
+// Taking a module changes nothing for its openings.
+
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+	"meshd/netfilter"
+)
+
+// MeshInterface is the mesh's WireGuard interface: the private network's side of this machine.
+// Openings from "private" match it (and the private network's range), and the guard lets it
+// through. It is a constant here until the tunnel issue lands and the tunnel driver owns the
+// interface's name.
+const MeshInterface = "meshd0"
+
+// DefaultRecheck is the watch's timer: besides every change the kernel's packet filter reports
+// (nftables events, raised by nft, iptables-nft and ufw over it), the last desired state is
+// re-applied at least this often, which covers iptables-legacy (no events) and a lost event.
+const DefaultRecheck = time.Second
+
+// DefaultForwardFrom are the interfaces the derived filter lets forward out (containers reaching
+// the network): Docker's default bridge.
+var DefaultForwardFrom = []string{"docker0"}
+
+// OpeningConfig is how the agent builds the opening driver.
+type OpeningConfig struct {
+	// Env is where the packet filter is; the zero Env is the machine itself. Env.StateDir should
+	// be under the agent's data dir.
+	Env netfilter.Env
+	// Interface is the private network's interface; "" means MeshInterface.
+	Interface string
+	// Trusted are further interfaces the guard lets reach the guarded ports (besides loopback and
+	// the private network's interface).
+	Trusted []string
+	// ForwardFrom are the interfaces the derived filter lets forward out; nil means
+	// DefaultForwardFrom.
+	ForwardFrom []string
+	// Recheck is the watch's timer; zero means DefaultRecheck.
+	Recheck time.Duration
+	// Logger receives what the driver does; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// OpeningDriver converges the declared openings (fsm.KindOpening). It is a host.Driver.
+//
+// On an adopted node the firewall found on the machine stays in force (ADR 0100): every opening
+// goes through it in its own terms (netfilter.Detect, once per pass, and netfilter.NewDriver's
+// Converge: meshd-marked rules, only those ever removed), and meshd loads only the refuse-only
+// guard (netfilter.Guard), with the ports of every guarded opening, dropping traffic to them from
+// anywhere but loopback and the private network's interface ahead of Docker's DNAT. meshd loads no
+// table that accepts, or drops by default, on an adopted node. A found firewall of a kind meshd
+// does not speak (firewalld, a ruleset it cannot read) fails every opening, naming it; refusing
+// the adoption itself is genesis's and join's part. The guard is loaded all the same: it only
+// refuses.
+//
+// On a converged node meshd's derived filter (netfilter.LoadFilter) carries every opening plus
+// the mesh's own ports (bus, raft, gossip) from the private network; the guard is removed once the
+// filter is in (the filter drops by default). This driver never retires the found firewall (the
+// flip does); while the found firewall is still active, the openings also go through it, so the
+// flip closes nothing that is declared. A retired (inactive) found firewall is not touched, so it
+// can be restored exactly.
+//
+// The private network is netfilter.Private{Interface: MeshInterface, Range: Tunnel.Range}.
+//
+// A reload or a reboot of the found firewall can drop the openings and, with nft's "flush
+// ruleset", meshd's own tables too. So the first pass starts a watch (netfilter.Watch), stopped
+// by Close or when that pass's context ends (restarted by the next pass), that re-applies the last
+// desired state — openings, guard or filter — on every change of the packet filter and every
+// Recheck, independently of the reconciler's timer: what a reload drops is back within 2 s, and
+// the report says it was restored, and when.
+//
+// A pass with nothing to do writes nothing (every netfilter call reads first and writes only a
+// difference) and reports Changes 0.
+type OpeningDriver struct {
+	env         netfilter.Env
+	iface       string
+	trusted     []string
+	forwardFrom []string
+	recheck     time.Duration
+	log         *slog.Logger
+
+	mu          sync.Mutex
+	want        *desiredOpenings
+	applied     string // the key of the last desired state applied (to tell a restore from a change)
+	found       netfilter.Found
+	foundErr    error
+	detected    bool
+	redetect    bool
+	fw          netfilter.Driver
+	fwKey       string
+	states      map[string]*openingMemory // by mark
+	guard       tableMemory
+	filter      tableMemory
+	guardMaybe  bool // the guard's table may exist (unknown at start)
+	filterMaybe bool
+	lastApply   time.Time
+
+	watchCancel context.CancelFunc
+	watchDone   chan struct{}
+	closed      bool
+}
+
+// NewOpeningDriver returns the opening driver; nothing happens until the first Reconcile.
+func NewOpeningDriver(cfg OpeningConfig) *OpeningDriver {
+	d := &OpeningDriver{env: cfg.Env, iface: cfg.Interface, trusted: cfg.Trusted, forwardFrom: cfg.ForwardFrom,
+		recheck: cfg.Recheck, log: cfg.Logger, states: map[string]*openingMemory{}, guardMaybe: true, filterMaybe: true}
+	if d.iface == "" {
+		d.iface = MeshInterface
+	}
+	if d.forwardFrom == nil {
+		d.forwardFrom = DefaultForwardFrom
+	}
+	if d.recheck <= 0 {
+		d.recheck = DefaultRecheck
+	}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	if d.env.Log == nil {
+		d.env.Log = d.log
+	}
+	return d
+}
+
+// Kind implements Driver.
+func (d *OpeningDriver) Kind() string { return fsm.KindOpening }
+
+// Opening states as the report shows them.
+const (
+	OpeningInForce  = "in force"
+	OpeningRestored = "restored"
+	OpeningFailed   = "failed"
+)
+
+// OpeningDetail is the driver's part of the host report (Report.Kinds["opening"]).
+type OpeningDetail struct {
+	Mode     fsm.Mode      `json:"mode"`
+	Firewall FirewallView  `json:"firewall"`
+	Private  string        `json:"private"`
+	Openings []OpeningView `json:"openings"`
+	// Guard is meshd's refuse-only table on an adopted node; Filter its derived filter on a
+	// converged one.
+	Guard  *TableView `json:"guard,omitempty"`
+	Filter *TableView `json:"filter,omitempty"`
+	// Watch says how a reload of the found firewall is noticed.
+	Watch string `json:"watch"`
+	// Applied is when the desired state was last re-read against the machine (by a pass or the
+	// watch).
+	Applied time.Time `json:"applied,omitzero"`
+}
+
+// FirewallView is the firewall found on the machine.
+type FirewallView struct {
+	Kind string `json:"kind"`
+	// Description is netfilter.Found's one line: kind, backend, active, rule counts, config.
+	Description string `json:"description"`
+	// Refused is why meshd cannot speak it (firewalld, unreadable), naming it.
+	Refused string `json:"refused,omitempty"`
+}
+
+// OpeningView is one declared opening and what became of it.
+type OpeningView struct {
+	Resource string `json:"resource"`
+	Module   string `json:"module"`
+	Taken    bool   `json:"taken"`
+	Guarded  bool   `json:"guarded,omitempty"`
+	Opening  string `json:"opening"`
+	// Through says what carries it: the found firewall, meshd's filter, or both.
+	Through string `json:"through,omitempty"`
+	// State is OpeningInForce, OpeningRestored (in force again after something dropped it, at
+	// RestoredAt) or OpeningFailed (Reason says why).
+	State      string    `json:"state"`
+	Since      time.Time `json:"since,omitzero"`
+	RestoredAt time.Time `json:"restored_at,omitzero"`
+	Reason     string    `json:"reason,omitempty"`
+}
+
+// TableView is one of meshd's own tables.
+type TableView struct {
+	Table string `json:"table"`
+	// State is "loaded", "restored" (loaded again after something removed it, at RestoredAt),
+	// "failed" or "removed".
+	State      string    `json:"state"`
+	Ports      []string  `json:"ports"`
+	Since      time.Time `json:"since,omitzero"`
+	RestoredAt time.Time `json:"restored_at,omitzero"`
+	Reason     string    `json:"reason,omitempty"`
+}
+
+// desiredOpenings is what the last declaration asks of the packet filter.
+type desiredOpenings struct {
+	mode     fsm.Mode
+	entries  []openingEntry
+	openings []netfilter.Opening // the valid ones, for the found firewall
+	priv     netfilter.Private
+	privNote string
+	guard    netfilter.GuardSpec
+	filter   netfilter.FilterSpec
+	key      string
+}
+
+type openingEntry struct {
+	res     fsm.Resource
+	o       netfilter.Opening
+	mark    string
+	invalid string
+}
+
+type openingMemory struct {
+	state      string
+	since      time.Time
+	restoredAt time.Time
+	reason     string
+	through    string
+}
+
+type tableMemory struct {
+	loaded     bool
+	failed     string
+	since      time.Time
+	restoredAt time.Time
+}
+
+// Reconcile implements Driver.
+func (d *OpeningDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
+	w := d.compose(pass.Declaration, pass.Resources)
+	d.mu.Lock()
+	if d.want != nil && d.want.mode != w.mode {
+		d.states = map[string]*openingMemory{} // a new mode: what carries each opening changes
+	}
+	d.want = w
+	d.redetect = true // once per pass: the found firewall may have changed kind or rules
+	changes := d.apply(ctx, false)
+	out := Outcome{Changes: changes, Detail: d.detailLocked()}
+	for _, e := range w.entries {
+		if m := d.states[e.mark]; e.invalid != "" || (m != nil && m.state == OpeningFailed) {
+			reason := e.invalid
+			if reason == "" {
+				reason = m.reason
+			}
+			out.Errors = append(out.Errors, ResourceError{Resource: e.res.ID(), Module: e.res.Module, Reason: reason})
+		}
+	}
+	start := d.watchDone == nil && !d.closed && ctx.Err() == nil
+	d.mu.Unlock()
+	if start {
+		d.startWatch(ctx)
+	}
+	return out
+}
+
+// Status returns the driver's part of the report as it stands now, including what the watch
+// restored since the last pass.
+func (d *OpeningDriver) Status() OpeningDetail {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.detailLocked()
+}
+
+// Close stops the watch. meshd's rules and tables stay in force: an opening is a state.
+func (d *OpeningDriver) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	cancel, done := d.watchCancel, d.watchDone
+	d.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+func (d *OpeningDriver) startWatch(passCtx context.Context) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(passCtx))
+	stop := context.AfterFunc(passCtx, cancel)
+	done := make(chan struct{})
+	d.mu.Lock()
+	if d.watchDone != nil || d.closed {
+		d.mu.Unlock()
+		stop()
+		cancel()
+		return
+	}
+	d.watchCancel, d.watchDone = cancel, done
+	d.mu.Unlock()
+	go func() {
+		defer close(done)
+		defer stop()
+		_ = netfilter.Watch(wctx, d.env, d.recheck, d.recheckNow)
+		d.mu.Lock()
+		if d.watchDone == done {
+			d.watchCancel, d.watchDone = nil, nil
+		}
+		d.mu.Unlock()
+		cancel()
+	}()
+}
+
+// recheckNow is the watch's callback: the last desired state, applied again.
+func (d *OpeningDriver) recheckNow(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.want == nil || d.closed || ctx.Err() != nil {
+		return
+	}
+	if n := d.apply(ctx, true); n > 0 {
+		d.log.Info("packet filter changed under meshd: desired openings re-applied", "changes", n)
+	}
+}
+
+// compose turns the declaration into what the packet filter must carry.
+func (d *OpeningDriver) compose(decl *fsm.Declaration, rs []fsm.Resource) *desiredOpenings {
+	w := &desiredOpenings{mode: fsm.Adopted}
+	if decl != nil {
+		w.mode = decl.Mode
+	}
+	w.priv = netfilter.Private{Interface: d.iface}
+	w.privNote = d.iface
+	if decl != nil && decl.Tunnel.Range != "" {
+		if p, err := netip.ParsePrefix(decl.Tunnel.Range); err == nil {
+			w.priv.Range = p.Masked()
+			w.privNote += " " + w.priv.Range.String()
+		} else {
+			w.privNote += fmt.Sprintf(" (range %q unreadable: %v)", decl.Tunnel.Range, err)
+		}
+	}
+	seenPort := map[netfilter.Port]bool{}
+	for _, r := range rs {
+		e := openingEntry{res: r}
+		if r.Opening == nil {
+			e.invalid = "opening resource without an opening"
+			w.entries = append(w.entries, e)
+			continue
+		}
+		e.o = netfilter.Opening{Module: r.Module, Proto: r.Opening.Proto, Port: r.Opening.Port,
+			From: r.Opening.From, Path: r.Opening.Path}
+		if err := e.o.Validate(); err != nil {
+			e.invalid = err.Error()
+		} else {
+			e.mark = e.o.Mark()
+			w.openings = append(w.openings, e.o)
+			if p := (netfilter.Port{Proto: e.o.Proto, Port: e.o.Port}); r.Opening.Guarded && !seenPort[p] {
+				seenPort[p] = true
+				w.guard.Ports = append(w.guard.Ports, p)
+			}
+		}
+		w.entries = append(w.entries, e)
+	}
+	sort.Slice(w.guard.Ports, func(i, j int) bool {
+		a, b := w.guard.Ports[i], w.guard.Ports[j]
+		return a.Proto < b.Proto || a.Proto == b.Proto && a.Port < b.Port
+	})
+	w.guard.Private, w.guard.Trusted = w.priv, d.trusted
+	w.filter = netfilter.FilterSpec{Private: w.priv, MeshPorts: meshPorts(decl), Openings: w.openings, ForwardFrom: d.forwardFrom}
+	w.key = fmt.Sprintf("%s|%v|%v|%v", w.mode, w.openings, w.guard, w.filter)
+	return w
+}
+
+var (
+	meshDefaultsOnce sync.Once
+	meshDefaults     map[string]string
+)
+
+// meshPorts are the mesh's own ports (bus, raft, gossip), from the node's mesh settings or the
+// catalogue's defaults when the mesh module is not assigned here.
+func meshPorts(decl *fsm.Declaration) []netfilter.Port {
+	meshDefaultsOnce.Do(func() {
+		meshDefaults = map[string]string{}
+		if cat, err := catalogue.Default(); err == nil && cat[catalogue.MeshModule] != nil {
+			meshDefaults = cat[catalogue.MeshModule].Values(nil)
+		}
+	})
+	get := func(k string) (uint16, bool) {
+		v := ""
+		if decl != nil {
+			v = decl.Settings[catalogue.MeshModule+"."+k]
+		}
+		if v == "" {
+			v = meshDefaults[k]
+		}
+		p, err := catalogue.ParsePort(v)
+		return p, err == nil
+	}
+	var out []netfilter.Port
+	for _, k := range []string{"bus", "raft", "gossip"} {
+		if p, ok := get(k); ok {
+			out = append(out, netfilter.Port{Proto: "tcp", Port: p})
+			if k == "gossip" {
+				out = append(out, netfilter.Port{Proto: "udp", Port: p})
+			}
+		}
+	}
+	return out
+}
+
+// detect reads the found firewall and keeps a driver for it, rebuilt when its kind, its backend
+// or the private network changes (the driver remembers since when each opening is in force).
+func (d *OpeningDriver) detect(ctx context.Context, priv netfilter.Private) {
+	f, err := netfilter.Detect(ctx, d.env)
+	d.detected, d.redetect = true, false
+	if err != nil {
+		if d.foundErr == nil || d.foundErr.Error() != err.Error() {
+			d.log.Warn("found firewall not spoken", "err", err)
+		}
+		d.found, d.foundErr, d.fw, d.fwKey = netfilter.Found{}, err, nil, ""
+		return
+	}
+	d.foundErr = nil
+	key := fmt.Sprintf("%s|%s|%s|%s", f.Kind, f.Backend, priv.Interface, priv.Range)
+	if d.fw == nil || key != d.fwKey {
+		fw, err := netfilter.NewDriver(d.env, f, priv)
+		if err != nil {
+			d.found, d.foundErr, d.fw, d.fwKey = f, err, nil, ""
+			return
+		}
+		if d.fwKey != "" {
+			d.log.Info("found firewall changed", "found", f.String())
+		}
+		d.fw, d.fwKey = fw, key
+	}
+	d.found = f
+}
+
+// apply brings the packet filter to d.want and records each opening's state; it returns what it
+// changed. Called with d.mu held, by a pass or by the watch.
+func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
+	w := d.want
+	now := time.Now().UTC()
+	d.lastApply = now
+	sameWant := d.applied == w.key
+	d.applied = w.key
+	if d.redetect || !d.detected {
+		d.detect(ctx, w.priv)
+	}
+	changes := 0
+	failed := map[string]string{}
+	var through []string
+
+	// The found firewall: always on an adopted node; on a converged one while it is active.
+	var rep netfilter.Report
+	var repOK bool
+	switch {
+	case d.foundErr != nil:
+		// The refusal names the firewall (ErrUnsupported's text ends the sentence); the next pass
+		// detects again.
+		reason := d.foundErr.Error()
+		if !errors.Is(d.foundErr, netfilter.ErrUnsupported) {
+			reason = "the found firewall could not be read: " + reason
+		}
+		for _, e := range w.entries {
+			failed[e.mark] = reason
+		}
+	case w.mode == fsm.Converged && (!d.found.Active || d.found.Kind == netfilter.KindNone):
+		// retired or nothing there: meshd's filter alone carries the openings
+	default:
+		r, err := d.fw.Converge(ctx, w.openings)
+		if err != nil {
+			reason := fmt.Sprintf("found firewall %s: %v", d.found.Kind, err)
+			for _, e := range w.entries {
+				failed[e.mark] = reason
+			}
+			d.redetect = true // it may have changed kind under us
+			break
+		}
+		rep, repOK = r, true
+		changes += r.Added + r.Removed
+		through = append(through, "found "+string(d.found.Kind))
+	}
+
+	if w.mode == fsm.Converged {
+		wrote, err := netfilter.LoadFilter(ctx, d.env, w.filter)
+		d.filterMaybe = true
+		d.recordTable(&d.filter, wrote, err, sameWant, now)
+		if wrote {
+			changes++
+		}
+		if err != nil {
+			for _, e := range w.entries {
+				if failed[e.mark] == "" {
+					failed[e.mark] = fmt.Sprintf("the derived filter (nftables table inet %s) is not loaded: %v", netfilter.FilterTable, err)
+				}
+			}
+		} else {
+			through = append([]string{"meshd filter"}, through...)
+			if d.guardMaybe && !fromWatch {
+				if err := netfilter.RemoveGuard(ctx, d.env); err != nil {
+					d.log.Warn("remove the guard on a converged node", "err", err)
+				} else {
+					if d.guard.loaded {
+						changes++
+					}
+					d.guardMaybe, d.guard = false, tableMemory{}
+				}
+			}
+		}
+	} else {
+		wrote, err := netfilter.Guard(ctx, d.env, w.guard)
+		d.guardMaybe = true
+		d.recordTable(&d.guard, wrote, err, sameWant, now)
+		if wrote {
+			changes++
+		}
+		if err != nil {
+			for _, e := range w.entries {
+				if e.res.Opening != nil && e.res.Opening.Guarded && failed[e.mark] == "" {
+					failed[e.mark] = fmt.Sprintf("the guard (nftables table inet %s) is not loaded: %v", netfilter.GuardTable, err)
+				}
+			}
+		}
+		if d.filterMaybe && !fromWatch {
+			if err := netfilter.RemoveFilter(ctx, d.env); err != nil {
+				d.log.Warn("remove the derived filter on an adopted node", "err", err)
+			} else {
+				if d.filter.loaded {
+					changes++
+				}
+				d.filterMaybe, d.filter = false, tableMemory{}
+			}
+		}
+	}
+
+	// Each opening's state.
+	byMark := map[string]netfilter.OpeningState{}
+	if repOK {
+		for _, s := range rep.Openings {
+			byMark[s.Opening.Mark()] = s
+		}
+	}
+	keep := map[string]bool{}
+	for _, e := range w.entries {
+		if e.invalid != "" {
+			continue
+		}
+		keep[e.mark] = true
+		m := d.states[e.mark]
+		if m == nil {
+			m = &openingMemory{}
+			d.states[e.mark] = m
+		}
+		if reason := failed[e.mark]; reason != "" {
+			m.state, m.reason, m.since, m.through = OpeningFailed, reason, time.Time{}, ""
+			continue
+		}
+		if s, ok := byMark[e.mark]; ok && s.State == netfilter.Failed {
+			m.state, m.reason, m.since, m.through = OpeningFailed, fmt.Sprintf("found firewall %s: %s", d.found.Kind, s.Reason), time.Time{}, ""
+			continue
+		}
+		wasFailed := m.state == OpeningFailed || m.state == ""
+		m.state, m.reason, m.through = OpeningInForce, "", strings.Join(through, " and ")
+		if s, ok := byMark[e.mark]; ok {
+			m.reason = s.Reason // what it rests on, e.g. "the found ruleset does not filter this path"
+			if s.State == netfilter.Restored {
+				m.restoredAt = s.At
+			}
+			if m.since.IsZero() || s.State == netfilter.Restored || wasFailed {
+				m.since = s.At
+			}
+		}
+		if w.mode == fsm.Converged && d.filter.loaded {
+			if !d.filter.restoredAt.IsZero() && d.filter.restoredAt.After(m.restoredAt) && !wasFailed {
+				m.restoredAt = d.filter.restoredAt
+			}
+			if m.since.IsZero() || wasFailed {
+				m.since = now
+			}
+		}
+		if m.since.IsZero() {
+			m.since = now
+		}
+		if !m.restoredAt.IsZero() {
+			m.state = OpeningRestored
+		}
+	}
+	for k := range d.states {
+		if !keep[k] {
+			delete(d.states, k)
+		}
+	}
+	return changes
+}
+
+// recordTable notes what loading one of meshd's own tables did: loaded since when, restored when
+// it had to be written again though nothing desired changed.
+func (d *OpeningDriver) recordTable(t *tableMemory, wrote bool, err error, sameWant bool, now time.Time) {
+	if err != nil {
+		t.loaded, t.failed, t.since = false, err.Error(), time.Time{}
+		return
+	}
+	if wrote && t.loaded && sameWant {
+		t.restoredAt = now
+	}
+	if !t.loaded || t.since.IsZero() {
+		t.since = now
+	}
+	t.loaded, t.failed = true, ""
+}
+
+func (d *OpeningDriver) detailLocked() OpeningDetail {
+	out := OpeningDetail{Openings: []OpeningView{}, Applied: d.lastApply}
+	w := d.want
+	if w == nil {
+		out.Watch = "not started"
+		return out
+	}
+	out.Mode, out.Private = w.mode, w.privNote
+	switch {
+	case d.foundErr != nil:
+		out.Firewall = FirewallView{Kind: "refused", Description: "not spoken", Refused: d.foundErr.Error()}
+		if !errors.Is(d.foundErr, netfilter.ErrUnsupported) {
+			out.Firewall.Kind, out.Firewall.Description = "unreadable", "could not be read"
+		}
+	default:
+		out.Firewall = FirewallView{Kind: string(d.found.Kind), Description: d.found.String()}
+	}
+	for _, e := range w.entries {
+		v := OpeningView{Resource: e.res.ID(), Module: e.res.Module, Taken: e.res.Taken}
+		if e.res.Opening != nil {
+			v.Guarded = e.res.Opening.Guarded
+			v.Opening = e.o.String()
+		}
+		if e.invalid != "" {
+			v.State, v.Reason = OpeningFailed, e.invalid
+		} else if m := d.states[e.mark]; m != nil {
+			v.State, v.Since, v.RestoredAt, v.Reason, v.Through = m.state, m.since, m.restoredAt, m.reason, m.through
+		}
+		out.Openings = append(out.Openings, v)
+	}
+	table := func(name string, t tableMemory, ports []netfilter.Port) *TableView {
+		tv := &TableView{Table: "inet " + name, Ports: []string{}, Since: t.since, RestoredAt: t.restoredAt}
+		for _, p := range ports {
+			tv.Ports = append(tv.Ports, p.String())
+		}
+		switch {
+		case t.failed != "":
+			tv.State, tv.Reason = "failed", t.failed
+		case !t.restoredAt.IsZero():
+			tv.State = "restored"
+		case t.loaded:
+			tv.State = "loaded"
+		default:
+			tv.State = "not loaded"
+		}
+		return tv
+	}
+	if w.mode == fsm.Converged {
+		out.Filter = table(netfilter.FilterTable, d.filter, w.filter.MeshPorts)
+	} else {
+		out.Guard = table(netfilter.GuardTable, d.guard, w.guard.Ports)
+	}
+	if d.watchDone != nil {
+		out.Watch = fmt.Sprintf("re-applied on every change of the packet filter and every %s", d.recheck)
+	} else {
+		out.Watch = "stopped: re-applied on every pass only"
+	}
+	return out
+}
