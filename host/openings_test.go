@@ -505,9 +505,9 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 // closed, the mesh's own raft port only from the private network; no guard.
 func TestOpeningsConvergedDerivedFilter(t *testing.T) {
 	l := newHoLab(t)
-	l.serve(7000) // howeb's port
-	l.serve(7002) // nobody declares it
-	l.serve(7071) // raft: the mesh's own, from the private network
+	l.serve(7000)                             // howeb's port
+	l.serve(7002)                             // nobody declares it
+	l.serve(7071)                             // raft: the mesh's own, from the private network
 	l.wantReach(l.cli, l.outside(7002), true) // nothing filters yet
 
 	mesh := newHoMesh(t, fsm.Converged)
