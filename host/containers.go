@@ -149,17 +149,19 @@ func (r *containerRecord) ours() bool { return r != nil && r.State != ContainerH
 type ctrPass struct {
 	d    *ContainerDriver
 	recs *Records
-	out  Outcome
-	rep  *ContainerReport
+	// records are the driver's records, read at the pass's start and kept up to date by put.
+	records map[string]*containerRecord
+	out     Outcome
+	rep     *ContainerReport
 }
 
 // Reconcile converges the declared containers (see the package's container rules above).
 func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	rep := &ContainerReport{Engine: d.eng.Host(), Containers: []ContainerView{}, Published: []PublishedPort{}}
-	p := &ctrPass{d: d, recs: pass.Records, rep: rep}
+	records := map[string]*containerRecord{}
+	p := &ctrPass{d: d, recs: pass.Records, rep: rep, records: records}
 	p.out.Detail = rep
 
-	records := map[string]*containerRecord{}
 	if pass.Records == nil {
 		p.failAll(pass.Resources, errors.New("no record store given to the container driver"))
 		return p.out
@@ -234,9 +236,10 @@ func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 		if _, ok := declared[name]; ok || ctx.Err() != nil {
 			continue
 		}
-		view, err := p.undeclared(ctx, name, records[name])
+		rec := records[name]
+		view, err := p.undeclared(ctx, name, rec)
 		if err != nil {
-			p.fail(fsm.KindContainer+":"+name, records[name].Module, err)
+			p.fail(fsm.KindContainer+":"+name, rec.Module, err)
 		}
 		if view != nil {
 			rep.Containers = append(rep.Containers, *view)
@@ -468,6 +471,7 @@ func (p *ctrPass) undeclared(ctx context.Context, name string, rec *containerRec
 	if err := p.recs.Delete(name); err != nil {
 		return &view, err
 	}
+	delete(p.records, name)
 	p.out.Changes++
 	return nil, nil
 }
@@ -571,6 +575,7 @@ func (p *ctrPass) put(name string, rec *containerRecord) error {
 	if err := p.recs.Put(name, b); err != nil {
 		return err
 	}
+	p.records[name] = rec
 	p.out.Changes++
 	return nil
 }

@@ -1,0 +1,776 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dcontainer "github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"meshd/catalogue"
+	"meshd/container"
+	"meshd/fsm"
+)
+
+// The container tests run against this machine's Docker engine (and one private engine of their
+// own, in its own network namespace). Everything they make is named hc-<random>-… and removed.
+
+func ctRand(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ctEngine returns the machine's engine, or skips (fails under CI=true) when there is none.
+func ctEngine(t *testing.T) *container.Engine {
+	t.Helper()
+	eng, err := container.New("", container.WithLogger(quietLogger()), container.WithStopTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := eng.Ping(ctx); err != nil {
+		prereq(t, fmt.Sprintf("docker engine at %s: %v", container.DefaultHost, err))
+	}
+	t.Cleanup(func() { eng.Close() })
+	return eng
+}
+
+// ctLabsvc builds cmd/labsvc, the static program every test image is made of.
+func ctLabsvc(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "labsvc")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/labsvc")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build cmd/labsvc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// ctImport makes an image of labsvc on eng (`docker import`), removed when the test ends.
+func ctImport(t *testing.T, eng *container.Engine, what, bin string, changes ...string) string {
+	t.Helper()
+	ref := fmt.Sprintf("hc-test/%s:%s", what, ctRand(4))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	changes = append([]string{"ENV GREETING=hello"}, changes...)
+	if _, err := eng.ImportImage(ctx, ref, bin, []string{"/labsvc", "serve"}, changes...); err != nil {
+		t.Fatalf("import %s: %v", ref, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := eng.RemoveImage(ctx, ref); err != nil {
+			t.Logf("cleanup image %s: %v", ref, err)
+		}
+	})
+	return ref
+}
+
+// ctName returns a unique container name on the engine at host, and removes whatever carries it
+// (or was moved aside by a replace) when the test ends.
+func ctName(t *testing.T, host, what string) string {
+	t.Helper()
+	name := fmt.Sprintf("hc-%s-%s", ctRand(3), what)
+	t.Cleanup(func() { ctRemoveAll(t, host, name) })
+	return name
+}
+
+func ctRemoveAll(t *testing.T, host, name string) {
+	if host == "" {
+		host = container.DefaultHost
+	}
+	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Logf("cleanup %s: %v", name, err)
+		return
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := cli.ContainerList(ctx, dcontainer.ListOptions{All: true})
+	if err != nil {
+		t.Logf("cleanup %s: %v", name, err)
+		return
+	}
+	for _, c := range cs {
+		for _, n := range c.Names {
+			if n = strings.TrimPrefix(n, "/"); n == name || strings.HasPrefix(n, name+"-replaced-") {
+				if err := cli.ContainerRemove(ctx, c.ID, dcontainer.RemoveOptions{Force: true}); err != nil {
+					t.Errorf("cleanup %s: %v", n, err)
+				}
+			}
+		}
+	}
+}
+
+func ctFreePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// ctServes polls http://127.0.0.1:port/ until the answer holds want.
+func ctServes(t *testing.T, port int, want string) {
+	t.Helper()
+	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := hc.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(body), want) {
+				return
+			}
+			last = fmt.Sprintf("status %d body %q", resp.StatusCode, body)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("GET %s never answered %q; last: %s", url, want, last)
+}
+
+func ctCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ctOpen opens a host on b with the container driver on eng.
+func ctOpen(t *testing.T, b *bed, eng *container.Engine) *Host {
+	t.Helper()
+	h, err := Open(Config{DataDir: b.data, Root: b.root, Logger: quietLogger(),
+		Drivers: []Driver{NewContainerDriver(eng, quietLogger())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// webapp is a module's declaration of one labsvc container answering "GREETING from NAME" on
+// 127.0.0.1:port.
+func ctWebapp(module, name, image string, port int, greeting string, taken bool) fsm.Resource {
+	return fsm.Resource{Module: module, Kind: fsm.KindContainer, Taken: taken, Container: &catalogue.Container{
+		Name: name, Image: image, Env: map[string]string{"GREETING": greeting},
+		Ports:   []string{fmt.Sprintf("127.0.0.1:%d:8080/tcp", port)},
+		Restart: container.RestartUnlessStopped,
+		Command: []string{"--listen", ":8080", "--name", name},
+	}}
+}
+
+func ctTaken(r fsm.Resource) fsm.Resource { r.Taken = true; return r }
+
+// ctPredecessor creates a container the way the predecessor did: no meshd labels.
+func ctPredecessor(t *testing.T, eng *container.Engine, name, image string, port int, greeting string) string {
+	t.Helper()
+	id, err := eng.Create(ctCtx(t), container.Spec{Name: name, Image: image, Env: map[string]string{"GREETING": greeting},
+		Ports: []string{fmt.Sprintf("127.0.0.1:%d:8080", port)}, Restart: container.RestartUnlessStopped,
+		Cmd: []string{"--listen", ":8080", "--name", "predecessor"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func ctReport(t *testing.T, rep Report) *ContainerReport {
+	t.Helper()
+	cr, ok := rep.Kinds[fsm.KindContainer].(*ContainerReport)
+	if !ok {
+		t.Fatalf("no container report in %+v", rep.Kinds)
+	}
+	return cr
+}
+
+func ctView(t *testing.T, rep Report, name string) ContainerView {
+	t.Helper()
+	for _, v := range ctReport(t, rep).Containers {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("container %s not in the report: %+v", name, ctReport(t, rep).Containers)
+	return ContainerView{}
+}
+
+func ctInspect(t *testing.T, eng *container.Engine, name string) (container.Observed, bool) {
+	t.Helper()
+	o, found, err := eng.Inspect(ctCtx(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, found
+}
+
+func ctNoErrors(t *testing.T, rep Report) {
+	t.Helper()
+	for _, e := range rep.Errors {
+		t.Errorf("unexpected failure: %s", e)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// On an adopted node, assigning holds a found container (same id, still serving) and creates
+// what is not there; taking replaces the found one (its configuration kept) and the new one
+// serves; an unchanged declaration is then never recreated.
+func TestContainerAssignHoldsTakeReplaces(t *testing.T) {
+	eng := ctEngine(t)
+	img := ctImport(t, eng, "echo", ctLabsvc(t))
+	b := newBed(t)
+	h := ctOpen(t, b, eng)
+	ctx := ctCtx(t)
+
+	found, port := ctName(t, "", "webapp"), ctFreePort(t)
+	predID := ctPredecessor(t, eng, found, img, port, "old")
+	ctServes(t, port, "old from predecessor")
+	fresh, freshPort := ctName(t, "", "cache"), ctFreePort(t)
+
+	assigned := decl(fsm.Adopted, ctWebapp("webapp", found, img, port, "new", false), ctWebapp("webapp", fresh, img, freshPort, "new", false))
+	rep := h.Reconcile(ctx, assigned)
+	ctNoErrors(t, rep)
+	v := ctView(t, rep, found)
+	if v.State != ContainerHeld || v.ID != predID || !v.Running || v.Module != "webapp" || v.Image != img || v.Changed ||
+		len(v.Ports) != 1 || v.Ports[0] != fmt.Sprintf("127.0.0.1:%d->8080/tcp", port) {
+		t.Fatalf("found container reported %+v; want held, id %s, running, its port", v, ctrShort(predID))
+	}
+	if o, ok := ctInspect(t, eng, found); !ok || o.ID != predID {
+		t.Fatalf("the found container was touched: found %v id %s, want %s", ok, o.ID, predID)
+	}
+	ctServes(t, port, "old from predecessor")
+	if c := ctView(t, rep, fresh); c.State != ContainerCreated || !c.Running {
+		t.Fatalf("a declared container not found: %+v; want created and running", c)
+	}
+	ctServes(t, freshPort, "new from "+fresh)
+	if o, _ := ctInspect(t, eng, fresh); !o.Managed || o.Module != "webapp" {
+		t.Fatalf("created container labels %v; want meshd's for webapp", o.Labels)
+	}
+	var pub *PublishedPort
+	for i, p := range ctReport(t, rep).Published {
+		if p.Container == found {
+			pub = &ctReport(t, rep).Published[i]
+		}
+	}
+	if pub == nil || pub.HostPort != uint16(port) || pub.State != ContainerHeld || pub.Module != "webapp" {
+		t.Fatalf("published ports %+v; want %s's port %d, held by webapp", ctReport(t, rep).Published, found, port)
+	}
+
+	before := h.st.updates.Load()
+	rep = h.Reconcile(ctx, assigned)
+	ctNoErrors(t, rep)
+	if rep.Changes != 0 || h.st.updates.Load() != before || ctView(t, rep, found).Changed {
+		t.Fatalf("a pass with nothing to do: changes %d, record writes %d, held %+v", rep.Changes, h.st.updates.Load()-before, ctView(t, rep, found))
+	}
+
+	// Taken: the found container is replaced by the declared one, which serves.
+	taken := decl(fsm.Adopted, ctWebapp("webapp", found, img, port, "new", true), ctWebapp("webapp", fresh, img, freshPort, "new", true))
+	rep = h.Reconcile(ctx, taken)
+	ctNoErrors(t, rep)
+	v = ctView(t, rep, found)
+	if v.State != ContainerReplaced || v.ID == predID || v.Action != "replaced" || !v.Running || !v.OriginalKept {
+		t.Fatalf("taken: %+v; want replaced by a new container", v)
+	}
+	ctServes(t, port, "new from "+found)
+	orig, replaced, err := h.ContainerOriginal(found)
+	if err != nil || !strings.Contains(string(orig), predID) || !strings.Contains(string(replaced), predID) ||
+		!strings.Contains(string(replaced), "GREETING=old") {
+		t.Fatalf("the replaced container's configuration is not kept: %v\noriginal %.200s\nreplaced %.200s", err, orig, replaced)
+	}
+	if _, _, err := h.ContainerOriginal(fresh); err == nil {
+		t.Fatal("an original reported for a container the host created")
+	}
+
+	// Unchanged: never recreated.
+	ids := map[string]string{found: v.ID, fresh: ctView(t, rep, fresh).ID}
+	before = h.st.updates.Load()
+	for i := 0; i < 10; i++ {
+		rep = h.Reconcile(ctx, taken)
+		ctNoErrors(t, rep)
+		if rep.Changes != 0 {
+			t.Fatalf("reconcile %d of an unchanged declaration changed %d", i, rep.Changes)
+		}
+		for name, id := range ids {
+			if got := ctView(t, rep, name).ID; got != id {
+				t.Fatalf("reconcile %d recreated %s: id %s, was %s", i, name, got, id)
+			}
+		}
+	}
+	if n := h.st.updates.Load() - before; n != 0 {
+		t.Fatalf("10 passes with nothing to do wrote the record store %d times", n)
+	}
+}
+
+// A held container that something else changes is reported, never touched; one whose module is
+// unassigned stays; what the host created is removed on unassign; an image missing at take is an
+// error naming it and the found container keeps running.
+func TestContainerHeldChangedUnassignedImageMissing(t *testing.T) {
+	eng := ctEngine(t)
+	img := ctImport(t, eng, "echo", ctLabsvc(t))
+	b := newBed(t)
+	h := ctOpen(t, b, eng)
+	ctx := ctCtx(t)
+
+	held, port := ctName(t, "", "notes"), ctFreePort(t)
+	ctPredecessor(t, eng, held, img, port, "old")
+	fresh, freshPort := ctName(t, "", "side"), ctFreePort(t)
+	d := decl(fsm.Adopted, ctWebapp("notes", held, img, port, "new", false), ctWebapp("notes", fresh, img, freshPort, "new", false))
+	ctNoErrors(t, h.Reconcile(ctx, d))
+
+	// The predecessor, still running, recreates its container with another configuration.
+	if err := eng.Remove(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	newID := ctPredecessor(t, eng, held, img, port, "still the predecessor")
+	rep := h.Reconcile(ctx, d)
+	ctNoErrors(t, rep)
+	v := ctView(t, rep, held)
+	if v.State != ContainerHeld || !v.Changed || !strings.HasPrefix(v.Reason, ChangedBySomethingElse) || !strings.Contains(v.Reason, "env GREETING") {
+		t.Fatalf("a held container changed by something else: %+v", v)
+	}
+	if o, _ := ctInspect(t, eng, held); o.ID != newID {
+		t.Fatalf("a changed held container was touched: id %s, want %s", o.ID, newID)
+	}
+	ctServes(t, port, "still the predecessor from predecessor")
+
+	// Taking it with an image not on the machine fails, naming the image; it keeps serving.
+	missing := "hc-test/absent:" + ctRand(4)
+	rep = h.Reconcile(ctx, decl(fsm.Adopted, ctTaken(ctWebapp("notes", held, missing, port, "new", false)), ctWebapp("notes", fresh, img, freshPort, "new", false)))
+	var failed *ResourceError
+	for i := range rep.Errors {
+		if rep.Errors[i].Resource == fsm.KindContainer+":"+held {
+			failed = &rep.Errors[i]
+		}
+	}
+	if failed == nil || !strings.Contains(failed.Reason, missing) || len(rep.Errors) != 1 {
+		t.Fatalf("errors %+v; want one naming image %s", rep.Errors, missing)
+	}
+	if o, _ := ctInspect(t, eng, held); o.ID != newID || !o.Running {
+		t.Fatalf("a failed take touched the found container: id %s running %v", o.ID, o.Running)
+	}
+	ctServes(t, port, "still the predecessor")
+	if v := ctView(t, rep, held); v.State != ContainerHeld {
+		t.Fatalf("after a failed take: %+v; want still held", v)
+	}
+
+	// Unassigned: the held container stays, reported; the created one goes.
+	rep = h.Reconcile(ctx, decl(fsm.Adopted))
+	ctNoErrors(t, rep)
+	if v := ctView(t, rep, held); v.State != ContainerHeld || !v.Unassigned || !v.Running {
+		t.Fatalf("held, unassigned: %+v", v)
+	}
+	if o, ok := ctInspect(t, eng, held); !ok || o.ID != newID {
+		t.Fatal("a held container was removed on unassign")
+	}
+	if _, ok := ctInspect(t, eng, fresh); ok {
+		t.Fatal("a container the host created was not removed on unassign")
+	}
+	if rep = h.Reconcile(ctx, decl(fsm.Adopted)); rep.Changes != 0 {
+		t.Fatalf("a second unassigned pass changed %d", rep.Changes)
+	}
+}
+
+// Once taken, a container removed by hand is created again, one changed by hand (another image)
+// is reported and converged back, and one stopped is started.
+func TestContainerTakenConvergesBack(t *testing.T) {
+	eng := ctEngine(t)
+	bin := ctLabsvc(t)
+	img := ctImport(t, eng, "echo", bin)
+	other := ctImport(t, eng, "other", bin)
+	b := newBed(t)
+	h := ctOpen(t, b, eng)
+	ctx := ctCtx(t)
+
+	name, port := ctName(t, "", "web"), ctFreePort(t)
+	d := decl(fsm.Converged, ctWebapp("webapp", name, img, port, "hi", true))
+	rep := h.Reconcile(ctx, d)
+	ctNoErrors(t, rep)
+	if v := ctView(t, rep, name); v.State != ContainerCreated || v.Action != "created" {
+		t.Fatalf("first pass: %+v", v)
+	}
+	ctServes(t, port, "hi from "+name)
+
+	if err := eng.Remove(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	rep = h.Reconcile(ctx, d)
+	ctNoErrors(t, rep)
+	if v := ctView(t, rep, name); v.Action != "recreated" || v.Reason != RemovedBySomethingElse {
+		t.Fatalf("removed by hand: %+v", v)
+	}
+	ctServes(t, port, "hi from "+name)
+
+	// Changed by hand: someone runs another image under the name.
+	if err := eng.Remove(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	byHand, err := eng.Create(ctx, container.Spec{Name: name, Image: other, Ports: []string{fmt.Sprintf("127.0.0.1:%d:8080", port)},
+		Cmd: []string{"--listen", ":8080", "--name", "by-hand"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctServes(t, port, "hello from by-hand")
+	rep = h.Reconcile(ctx, d)
+	ctNoErrors(t, rep)
+	v := ctView(t, rep, name)
+	if v.Action != "recreated" || !v.Changed || !strings.Contains(v.Reason, "image: declared "+img) || v.ID == byHand || v.Image != img {
+		t.Fatalf("changed by hand: %+v", v)
+	}
+	ctServes(t, port, "hi from "+name)
+
+	// Stopped by hand: started, not recreated.
+	cli, err := client.NewClientWithOpts(client.WithHost(container.DefaultHost), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	timeout := 1
+	if err := cli.ContainerStop(ctx, v.ID, dcontainer.StopOptions{Timeout: &timeout}); err != nil {
+		t.Fatal(err)
+	}
+	rep = h.Reconcile(ctx, d)
+	ctNoErrors(t, rep)
+	if w := ctView(t, rep, name); w.Action != "started" || w.ID != v.ID || !w.Running {
+		t.Fatalf("stopped by hand: %+v; want started, id %s", w, v.ID)
+	}
+	ctServes(t, port, "hi from "+name)
+	if rep = h.Reconcile(ctx, d); rep.Changes != 0 {
+		t.Fatalf("converged back, the next pass changed %d", rep.Changes)
+	}
+}
+
+// The foundation adopted as modules (ADR 0078 as ADR 0100 cites it): a store raised at genesis
+// on the port the node's settings give — not the catalogue's — is held while its module is
+// assigned, adopted in place when taken (same container, never recreated), and stays on that
+// port. The declaration is what the real catalogue and fsm compose.
+func TestContainerFoundationAdoptedOnItsPort(t *testing.T) {
+	eng := ctEngine(t)
+	// The store image answers on 6379 inside, as the manifest publishes it.
+	img := ctImport(t, eng, "store", ctLabsvc(t), `CMD ["--listen", ":6379", "--name", "store"]`)
+	port := ctFreePort(t)
+	if port == 6379 {
+		t.Skip("the free port drawn is the catalogue default")
+	}
+	r := fsm.NewRecord()
+	at := time.Now().UTC()
+	apply := func(op fsm.Op, body any) {
+		t.Helper()
+		c, err := fsm.Encode(op, at, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fsm.Apply(r, c); err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+	}
+	apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: "id-hub", Mode: fsm.Adopted, Advertise: "198.51.100.1",
+		Settings:  map[string]string{"store.port": fmt.Sprint(port), "store.image": img},
+		Catalogue: catalogue.DefaultSources(), Assign: []string{"store"}})
+	name := ctName(t, "", "meshd-store")
+	dataDir := t.TempDir()
+	compose := func() *fsm.Declaration {
+		t.Helper()
+		d, err := fsm.Compose(r, "hub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rs []fsm.Resource
+		for _, res := range d.Resources {
+			if res.Kind != fsm.KindContainer {
+				continue
+			}
+			// Only so that the test neither collides with a real meshd-store nor writes to
+			// /var/lib/meshd: the name and a volume's host side move, nothing else.
+			c := *res.Container
+			if c.Name != "meshd-store" {
+				t.Fatalf("the catalogue's store is not what this test expects: %+v", c)
+			}
+			c.Name = name
+			c.Volumes = nil
+			for _, v := range res.Container.Volumes {
+				if rest, ok := strings.CutPrefix(v, "/var/lib/meshd/store:"); ok {
+					v = dataDir + ":" + rest
+				} else if strings.HasPrefix(v, "/") {
+					t.Fatalf("the catalogue's store mounts %s, which this test would not move", v)
+				}
+				c.Volumes = append(c.Volumes, v)
+			}
+			res.Container = &c
+			rs = append(rs, res)
+		}
+		d.Resources = rs
+		return d
+	}
+	d := compose()
+	if len(d.Resources) != 1 || d.Resources[0].Container.Ports[0] != fmt.Sprintf("%d:6379/tcp", port) {
+		t.Fatalf("composed store: %+v", d.Resources)
+	}
+
+	// Raised at genesis as the declaration says (by the installer's bundle, without meshd's
+	// labels), on the node's port.
+	c := d.Resources[0].Container
+	raised, err := eng.Create(ctCtx(t), container.Spec{Name: c.Name, Image: c.Image, Env: c.Env, Ports: c.Ports,
+		Volumes: c.Volumes, Restart: c.Restart, Labels: c.Labels, Cmd: c.Command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctServes(t, port, "hello from store")
+
+	b := newBed(t)
+	h := ctOpen(t, b, eng)
+	ctx := ctCtx(t)
+	rep := h.Reconcile(ctx, d)
+	ctNoErrors(t, rep)
+	if v := ctView(t, rep, name); v.State != ContainerHeld || v.ID != raised {
+		t.Fatalf("the foundation's store, assigned: %+v; want held", v)
+	}
+
+	apply(fsm.OpModuleTake, fsm.ModuleOnNode{Node: "hub", Module: "store"})
+	d = compose()
+	if !d.Resources[0].Taken {
+		t.Fatal("the store is not taken in the composed declaration")
+	}
+	rep = h.Reconcile(ctx, d)
+	ctNoErrors(t, rep)
+	v := ctView(t, rep, name)
+	onPort := len(v.Ports) > 0
+	for _, p := range v.Ports {
+		onPort = onPort && strings.HasSuffix(p, fmt.Sprintf(":%d->6379/tcp", port))
+	}
+	if v.State != ContainerAdopted || v.ID != raised || v.Action != "adopted" || !onPort {
+		t.Fatalf("the store taken: %+v; want adopted in place (id %s) on port %d", v, raised, port)
+	}
+	ctServes(t, port, "hello from store")
+	for i := 0; i < 3; i++ {
+		if rep = h.Reconcile(ctx, d); rep.Changes != 0 || ctView(t, rep, name).ID != raised {
+			t.Fatalf("pass %d after adoption: changes %d, %+v", i, rep.Changes, ctView(t, rep, name))
+		}
+	}
+
+	// Converging the node takes nothing more and moves nothing.
+	apply(fsm.OpModeSet, fsm.SetMode{Node: "hub", Mode: fsm.Converged})
+	rep = h.Reconcile(ctx, compose())
+	ctNoErrors(t, rep)
+	if rep.Changes != 0 || ctView(t, rep, name).ID != raised {
+		t.Fatalf("converged: changes %d, %+v", rep.Changes, ctView(t, rep, name))
+	}
+	ctServes(t, port, "hello from store")
+}
+
+// ctDockerd is a Docker engine of the test's own, which it stops and starts at will. It runs in
+// a network namespace of its own (its bridge there, on a TEST-NET address), so neither it nor its
+// containers touch the host's links or firewall; its storage is vfs under its own directory.
+type ctDockerd struct {
+	t    *testing.T
+	dir  string
+	sock string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func ctNewDockerd(t *testing.T) *ctDockerd {
+	t.Helper()
+	if _, err := exec.LookPath("dockerd"); err != nil {
+		prereq(t, "no dockerd binary: "+err.Error())
+	}
+	if os.Geteuid() != 0 {
+		prereq(t, fmt.Sprintf("a private dockerd needs root (euid %d)", os.Geteuid()))
+	}
+	dir, err := os.MkdirTemp("", "hc-dockerd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its own config file, so the host's /etc/docker/daemon.json does not apply.
+	if err := os.WriteFile(filepath.Join(dir, "daemon.json"), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := &ctDockerd{t: t, dir: dir, sock: filepath.Join(dir, "docker.sock")}
+	t.Cleanup(func() {
+		d.stop()
+		if err := os.RemoveAll(dir); err != nil {
+			t.Logf("cleanup %s: %v", dir, err)
+		}
+	})
+	return d
+}
+
+func (d *ctDockerd) start() {
+	d.t.Helper()
+	logf, err := os.OpenFile(filepath.Join(d.dir, "dockerd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer logf.Close()
+	d.cmd = exec.Command("dockerd",
+		"--config-file", filepath.Join(d.dir, "daemon.json"),
+		"--data-root", filepath.Join(d.dir, "data"),
+		"--exec-root", filepath.Join(d.dir, "exec"),
+		"--pidfile", filepath.Join(d.dir, "docker.pid"),
+		"-H", "unix://"+d.sock,
+		"--iptables=false", "--ip6tables=false", "--ip-masq=false",
+		"--bip", "198.51.100.1/24",
+		"--storage-driver", "vfs",
+	)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	// CLONE_NEWNET: never the host's namespace (a dockerd there would rework docker0).
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatalf("start dockerd: %v", err)
+	}
+	done := make(chan error, 1)
+	go func(c *exec.Cmd) { done <- c.Wait() }(d.cmd)
+	d.done = done
+}
+
+// stop ends the private dockerd and its containerd (its own process group, by id).
+func (d *ctDockerd) stop() {
+	if d.cmd == nil {
+		return
+	}
+	pid := d.cmd.Process.Pid
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		d.t.Logf("dockerd %d did not stop on SIGTERM; killing its process group", pid)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-d.done
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	d.cmd = nil
+}
+
+func (d *ctDockerd) waitUp(eng *container.Engine) {
+	d.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = eng.Ping(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(filepath.Join(d.dir, "dockerd.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	d.t.Fatalf("private dockerd never answered: %v\n%s", err, b)
+}
+
+// The engine stopped: every container resource is reported failed, naming the engine's address,
+// and the files still converge; started again, the same driver recovers without a restart.
+func TestContainerEngineDownAndBack(t *testing.T) {
+	bin := ctLabsvc(t)
+	dd := ctNewDockerd(t)
+	dd.start()
+	eng, err := container.New(dd.sock, container.WithLogger(quietLogger()), container.WithStopTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	dd.waitUp(eng)
+	img := ctImport(t, eng, "echo", bin)
+	b := newBed(t)
+	h := ctOpen(t, b, eng)
+	ctx := ctCtx(t)
+
+	name := ctName(t, "unix://"+dd.sock, "svc")
+	res := fsm.Resource{Module: "webapp", Kind: fsm.KindContainer, Taken: true, Container: &catalogue.Container{
+		Name: name, Image: img, Restart: container.RestartUnlessStopped, Command: []string{"--listen", ":8080", "--name", name}}}
+	d := decl(fsm.Converged, res, file("webapp", appConf, "one\n", true))
+	rep := h.Reconcile(ctx, d)
+	ctNoErrors(t, rep)
+	first := ctView(t, rep, name)
+	if first.State != ContainerCreated || !first.Running {
+		t.Fatalf("first pass: %+v", first)
+	}
+
+	dd.stop()
+	d = decl(fsm.Converged, res, file("webapp", appConf, "two\n", true))
+	rep = h.Reconcile(ctx, d)
+	if len(rep.Errors) != 1 || rep.Errors[0].Resource != fsm.KindContainer+":"+name ||
+		!strings.Contains(rep.Errors[0].Reason, dd.sock) || !strings.Contains(rep.Errors[0].Reason, "unreachable") {
+		t.Fatalf("engine stopped: errors %+v; want the container failed naming %s", rep.Errors, dd.sock)
+	}
+	if cr := ctReport(t, rep); cr.Reachable || !strings.Contains(cr.EngineError, dd.sock) || ctView(t, rep, name).ID != first.ID {
+		t.Fatalf("engine stopped: report %+v", cr)
+	}
+	if b.read(appConf) != "two\n" {
+		t.Fatal("with the engine down the files did not converge")
+	}
+	if js, err := json.Marshal(rep); err != nil || !strings.Contains(string(js), `"reachable":false`) {
+		t.Fatalf("report JSON: %s %v", js, err)
+	}
+
+	dd.start()
+	dd.waitUp(eng)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rep = h.Reconcile(ctx, d)
+		v := ctView(t, rep, name)
+		if len(rep.Errors) == 0 && v.Running && ctReport(t, rep).Reachable {
+			if v.ID != first.ID {
+				t.Fatalf("recovered by recreating the container: id %s, was %s", v.ID, first.ID)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not recovered: errors %+v, %+v", rep.Errors, v)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if rep = h.Reconcile(ctx, d); rep.Changes != 0 || len(rep.Errors) != 0 {
+		t.Fatalf("recovered, the next pass: changes %d errors %+v", rep.Changes, rep.Errors)
+	}
+}
+
+// A container carrying meshd's labels for the declaring module is the host's, records or not (an
+// earlier life, or a crash between creating it and recording it): not found, so not held, and
+// not recreated.
+func TestContainerLabelledIsNotFound(t *testing.T) {
+	eng := ctEngine(t)
+	img := ctImport(t, eng, "echo", ctLabsvc(t))
+	h := ctOpen(t, newBed(t), eng)
+	ctx := ctCtx(t)
+	name, port := ctName(t, "", "labelled"), ctFreePort(t)
+	res := ctWebapp("webapp", name, img, port, "hi", false)
+	id, err := eng.Create(ctx, ctrSpecOf(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := h.Reconcile(ctx, decl(fsm.Adopted, res))
+	ctNoErrors(t, rep)
+	if v := ctView(t, rep, name); v.State != ContainerCreated || v.ID != id || v.Action != "" {
+		t.Fatalf("a container with meshd's labels for its module: %+v; want the host's, untouched (id %s)", v, id)
+	}
+	if rep = h.Reconcile(ctx, decl(fsm.Adopted, res)); rep.Changes != 0 || ctView(t, rep, name).ID != id {
+		t.Fatalf("second pass: changes %d, %+v", rep.Changes, ctView(t, rep, name))
+	}
+}
