@@ -1,0 +1,229 @@
+package pki
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// CAValidity is how long the mesh CA is valid; node certificates live as long (no renewal yet).
+const CAValidity = 20 * 365 * 24 * time.Hour
+
+// nodeURIScheme names a node in its certificate's URI SAN: meshd://node/NAME.
+const nodeURIScheme = "meshd"
+
+// CA is the mesh's certificate authority: a self-signed ed25519 certificate and its key.
+type CA struct {
+	Cert *x509.Certificate
+	// CertPEM is Cert as PEM, what every node keeps to verify the others.
+	CertPEM []byte
+	Key     ed25519.PrivateKey
+}
+
+// NewCA makes a new mesh CA named for the mesh's control-node.
+func NewCA(controlNode string, now time.Time) (*CA, error) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("mesh CA key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "meshd CA (" + controlNode + ")", Organization: []string{"meshd"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(CAValidity),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLenZero:        true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	if err != nil {
+		return nil, fmt.Errorf("mesh CA certificate: %w", err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &CA{Cert: cert, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), Key: key}, nil
+}
+
+// LoadCA puts a CA back together from its certificate and its (unsealed) key, refusing a key that
+// is not the certificate's.
+func LoadCA(certPEM []byte, key ed25519.PrivateKey) (*CA, error) {
+	cert, err := ParseCert(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("mesh CA certificate: %w", err)
+	}
+	pub, ok := cert.PublicKey.(ed25519.PublicKey)
+	if !ok || len(key) != ed25519.PrivateKeySize || !pub.Equal(key.Public()) {
+		return nil, errors.New("the mesh CA key is not the CA certificate's key")
+	}
+	return &CA{Cert: cert, CertPEM: certPEM, Key: key}, nil
+}
+
+// ParseCert reads one PEM certificate.
+func ParseCert(certPEM []byte) (*x509.Certificate, error) {
+	b, _ := pem.Decode(certPEM)
+	if b == nil || b.Type != "CERTIFICATE" {
+		return nil, errors.New("not a PEM certificate")
+	}
+	return x509.ParseCertificate(b.Bytes)
+}
+
+// Fingerprint is a certificate's SHA-256 as "sha256:HEX", how a token pins the CA.
+func Fingerprint(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.Raw)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// NewNodeKey makes a node's identity key.
+func NewNodeKey() (ed25519.PrivateKey, error) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("node identity key: %w", err)
+	}
+	return key, nil
+}
+
+// PublicKeyString is how the record keeps a node's public key (fsm.Node.PublicKey): base64, std
+// encoding.
+func PublicKeyString(pub ed25519.PublicKey) string { return base64.StdEncoding.EncodeToString(pub) }
+
+// ParsePublicKey reads a key written by PublicKeyString.
+func ParsePublicKey(s string) (ed25519.PublicKey, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(b) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("public key %q is not a base64 ed25519 public key", s)
+	}
+	return ed25519.PublicKey(b), nil
+}
+
+// NodeDNSName is the DNS SAN a node's certificate carries.
+func NodeDNSName(node string) string { return node + ".node.meshd" }
+
+// IssueNode issues node's certificate for its identity key: valid for client and server auth, its
+// CN the node's name, its SANs meshd://node/NAME and NAME.node.meshd.
+func (ca *CA) IssueNode(node string, pub ed25519.PublicKey, now time.Time) ([]byte, error) {
+	if len(pub) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("node %s: public key is %d bytes, want ed25519 (%d)", node, len(pub), ed25519.PublicKeySize)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: node, Organization: []string{"meshd"}},
+		DNSNames:     []string{NodeDNSName(node)},
+		URIs:         []*url.URL{{Scheme: nodeURIScheme, Host: "node", Path: "/" + node}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     ca.Cert.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("node %s certificate: %w", node, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// NodeName returns the node a certificate names (its meshd://node/ URI SAN).
+func NodeName(cert *x509.Certificate) (string, error) {
+	for _, u := range cert.URIs {
+		if u.Scheme == nodeURIScheme && u.Host == "node" {
+			if n := strings.TrimPrefix(u.Path, "/"); n != "" {
+				return n, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("certificate %q names no meshd node", cert.Subject.CommonName)
+}
+
+// VerifyNode checks that cert was issued by the mesh CA for the given use and returns the node it
+// names.
+func VerifyNode(cert *x509.Certificate, ca *x509.Certificate, usage x509.ExtKeyUsage, now time.Time) (string, error) {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+		return "", fmt.Errorf("certificate %q is not the mesh CA's: %w", cert.Subject.CommonName, err)
+	}
+	return NodeName(cert)
+}
+
+// Identity is a node's TLS identity: its certificate (and the CA's, sent along so a joining node
+// can pin the CA by fingerprint) with its key.
+func Identity(nodeCertPEM, caCertPEM []byte, key ed25519.PrivateKey) (tls.Certificate, error) {
+	leaf, err := ParseCert(nodeCertPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("node certificate: %w", err)
+	}
+	if pub, ok := leaf.PublicKey.(ed25519.PublicKey); !ok || !pub.Equal(key.Public()) {
+		return tls.Certificate{}, fmt.Errorf("node certificate %q is not for this node's key", leaf.Subject.CommonName)
+	}
+	ca, err := ParseCert(caCertPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("CA certificate: %w", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{leaf.Raw, ca.Raw}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+// ServerTLS is the bus's TLS: the server's node certificate; a client certificate is asked for
+// and, when given, must be the mesh CA's (enrolment comes without one).
+func ServerTLS(id tls.Certificate, ca *x509.Certificate) *tls.Config {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &tls.Config{Certificates: []tls.Certificate{id}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool, MinVersion: tls.VersionTLS13}
+}
+
+// ClientTLS is a node's TLS towards the bus: its own certificate, and the server's verified
+// against the mesh CA (by the CA, not by host name: servers are reached by address).
+func ClientTLS(id *tls.Certificate, ca *x509.Certificate) *tls.Config {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the server sent no certificate")
+			}
+			_, err := VerifyNode(cs.PeerCertificates[0], ca, x509.ExtKeyUsageServerAuth, time.Now())
+			return err
+		}}
+	if id != nil {
+		cfg.Certificates = []tls.Certificate{*id}
+	}
+	return cfg
+}
+
+// PinnedTLS is a joining node's TLS: it has no CA yet, only the token's fingerprint of it. The
+// server must present a chain holding a CA with that fingerprint that issued its certificate;
+// found is set to that CA.
+func PinnedTLS(fingerprint string, found **x509.Certificate) *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the server sent no certificate")
+			}
+			for _, c := range cs.PeerCertificates[1:] {
+				if Fingerprint(c) == fingerprint {
+					if _, err := VerifyNode(cs.PeerCertificates[0], c, x509.ExtKeyUsageServerAuth, time.Now()); err != nil {
+						return err
+					}
+					*found = c
+					return nil
+				}
+			}
+			return fmt.Errorf("the server is not of the mesh the token names: it presents no CA with fingerprint %s", fingerprint)
+		}}
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
