@@ -29,7 +29,8 @@ the operator's socket and the watch on the node's own declaration. SIGTERM or SI
 everything is kept on disk for the next start.
 
 --config names a YAML file with any of: data_dir, socket, reconcile_interval (e.g. 10s), log_level
-(debug, info, warn, error). Flags given on the command line win over the file.`,
+(debug, info, warn, error), docker_host (the Docker engine the node's containers run on). Flags given
+on the command line win over the file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fileCfg := agent.Config{}
@@ -56,6 +57,9 @@ everything is kept on disk for the next start.
 			if !cmd.Flags().Changed("log-level") && fileCfg.LogLevel != "" {
 				cfg.LogLevel = fileCfg.LogLevel
 			}
+			if !cmd.Flags().Changed("docker-host") && fileCfg.DockerHost != "" {
+				cfg.DockerHost = fileCfg.DockerHost
+			}
 			cfg.Socket = g.socket
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
@@ -76,5 +80,6 @@ everything is kept on disk for the next start.
 	f.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir, "the node's data dir")
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often the host re-checks the machine without a new declaration")
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&cfg.DockerHost, "docker-host", "", "the Docker engine's address: a unix socket path or unix://, tcp:// URL (default unix:///var/run/docker.sock)")
 	return cmd
 }

@@ -155,7 +155,7 @@ func (n *node) startAgent(extra ...string) {
 func (n *node) startAgentEnv(env []string, extra ...string) {
 	n.t.Helper()
 	n.agentLg = &bytes.Buffer{}
-	n.agent = n.inNetns(append([]string{meshdBin, "agent", "--data-dir", n.dir, "--socket", n.socket}, extra...)...)
+	n.agent = n.inNetns(append([]string{meshdBin, "agent", "--data-dir", n.dir, "--socket", n.socket, "--docker-host", noDocker}, extra...)...)
 	n.agent.Env = append(n.agent.Env, env...)
 	n.agent.Stdout, n.agent.Stderr = n.agentLg, n.agentLg
 	if err := n.agent.Start(); err != nil {
