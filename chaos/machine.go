@@ -517,7 +517,8 @@ func (m *Machine) ImportImage(ctx context.Context) error {
 		return err
 	}
 	for _, name := range CatalogueImages {
-		if _, err := m.Docker(ctx, "tag", ImageName, name); err != nil {
+		if _, err := m.Docker(ctx, "import", "--change", `ENTRYPOINT ["/labsvc"]`, "--change", imageCmd[name],
+			filepath.Join(m.lab.Dir, "bin", "labsvc-image.tar"), name); err != nil {
 			return err
 		}
 	}

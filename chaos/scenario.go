@@ -66,8 +66,17 @@ const (
 )
 
 // CatalogueImages are the image names the catalogue's default modules use; each machine's
-// engine has them all, each the labsvc image.
+// engine has them all, each the labsvc image serving on the ports its module's container declares.
 var CatalogueImages = []string{"lab/echo:1", "meshd-lab/store:1", "meshd-lab/broker:1", "meshd-lab/registry:1"}
+
+// imageCmd is what each catalogue image runs: labsvc on the container ports the catalogue's
+// manifests publish (store 6379, broker 5672 and 15672, registry 5000, services 8080).
+var imageCmd = map[string]string{
+	"lab/echo:1":           `CMD ["serve"]`,
+	"meshd-lab/store:1":    `CMD ["serve", "--listen", ":6379", "--name", "store"]`,
+	"meshd-lab/broker:1":   `CMD ["serve", "--listen", ":5672", "--listen", ":15672", "--name", "broker"]`,
+	"meshd-lab/registry:1": `CMD ["serve", "--listen", ":5000", "--name", "registry"]`,
+}
 
 // ScenarioNames lists what ScenarioByName knows.
 var ScenarioNames = []string{"predecessor-ufw", "predecessor-nftables", "bare"}

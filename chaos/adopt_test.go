@@ -1,0 +1,266 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	meshdOnce sync.Once
+	meshdPath string
+	meshdErr  error
+)
+
+// meshdBinary builds meshd once for the package's tests.
+func meshdBinary(t *testing.T) string {
+	t.Helper()
+	meshdOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "meshd-chaos-bin-")
+		if err != nil {
+			meshdErr = err
+			return
+		}
+		meshdPath = filepath.Join(dir, "meshd")
+		root, err := moduleRoot()
+		if err != nil {
+			meshdErr = err
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", meshdPath, "./cmd/meshd")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			meshdErr = fmt.Errorf("build meshd: %v\n%s", err, out)
+		}
+	})
+	if meshdErr != nil {
+		t.Fatal(meshdErr)
+	}
+	return meshdPath
+}
+
+// meshd runs the meshd CLI on a lab machine (its own socket, /run/meshd/meshd.sock).
+func meshd(ctx context.Context, m *Machine, args ...string) (string, error) {
+	return m.Exec(ctx, "/usr/local/bin/meshd", args...)
+}
+
+// labDocker is the engine address an agent on a lab machine uses: the machine's own dockerd.
+const labDocker = "unix:///run/docker.sock"
+
+// nodeReport reads `meshd node show NODE --json` on m.
+func nodeReport(ctx context.Context, m *Machine, node string) (map[string]any, error) {
+	out, err := meshd(ctx, m, "node", "show", node, "--json")
+	if err != nil {
+		return nil, err
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return nil, fmt.Errorf("node show --json: %v: %s", err, out)
+	}
+	rep, _ := v["report"].(map[string]any)
+	if rep == nil {
+		return nil, fmt.Errorf("no host report yet")
+	}
+	return rep, nil
+}
+
+// heldFile finds a held file in a host report.
+func heldFile(rep map[string]any, path string) map[string]any {
+	held, _ := rep["held"].([]any)
+	for _, h := range held {
+		if hm, ok := h.(map[string]any); ok && hm["path"] == path {
+			return hm
+		}
+	}
+	return nil
+}
+
+// markedOnly says whether after differs from before only by lines carrying meshd's mark. ufw's
+// rules are compared in ufw's own terms (`ufw status`, where meshd's comment shows); the kernel
+// rules ufw renders them into (the ufw-user-* chains) carry no comment, so they are left to it.
+func markedOnly(before, after string) error {
+	count := func(s string) map[string]int {
+		out := map[string]int{}
+		ownTable := false
+		for _, l := range strings.Split(s, "\n") {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, "table ") {
+				// meshd's own nftables tables (the guard) are not the found firewall's.
+				ownTable = strings.Contains(l, " meshd_")
+			}
+			if ownTable || strings.HasPrefix(l, "-A ufw-user-") {
+				continue
+			}
+			out[l]++
+		}
+		return out
+	}
+	b, a := count(before), count(after)
+	for l, n := range a {
+		if n > b[l] && !strings.Contains(l, "meshd") {
+			return fmt.Errorf("a rule not marked as meshd's was added: %q", l)
+		}
+	}
+	for l, n := range b {
+		if n > a[l] {
+			return fmt.Errorf("a found rule was removed or changed: %q", l)
+		}
+	}
+	return nil
+}
+
+func TestAdoptPredecessorHubUFW(t *testing.T)      { testAdoptPredecessorHub(t, FirewallUFW) }
+func TestAdoptPredecessorHubNftables(t *testing.T) { testAdoptPredecessorHub(t, FirewallNftables) }
+
+// ADR 0100, "How it is checked", on a lab hub that looks the way the predecessor leaves it.
+func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
+	bin := meshdBinary(t)
+	l := Up(t, Predecessor(fw))
+	ctx := ctxT(t, 6*time.Minute)
+	hub, newnode, outside := l.Machine("hub"), l.Machine("newnode"), l.Machine("outside")
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	genesis := []string{"genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
+		"--advertise", HubAddr, "--port", "tunnel=51821"}
+
+	t.Run("genesis converged refuses and names the firewall and the listener", func(t *testing.T) {
+		out, err := meshd(ctx, hub, genesis...)
+		if err == nil {
+			t.Fatalf("converged genesis on a machine in use went ahead:\n%s", out)
+		}
+		for _, want := range []string{"machine.firewall", string(fw), "machine.listeners", ":8080", "container webapp", "--adopted"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("refusal does not name %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("genesis adopted with the registry's port held refuses and names the holder", func(t *testing.T) {
+		out, err := meshd(ctx, hub, append(genesis, "--adopted")...)
+		if err == nil {
+			t.Fatalf("adopted genesis with port 5000 held went ahead:\n%s", out)
+		}
+		if !strings.Contains(out, "port.registry.port") || !strings.Contains(out, "container predecessor-registry") {
+			t.Fatalf("refusal does not name the registry's holder:\n%s", out)
+		}
+		if _, err := hub.Exec(ctx, "test", "-e", "/var/lib/meshd/node.json"); err == nil {
+			t.Fatal("a refused genesis left a node behind")
+		}
+	})
+
+	// The operator stops the predecessor's control before adopting (ADR 0100), then raises the
+	// node adopted with the registry on another port.
+	if err := hub.StopService(ctx, PredecessorControl); err != nil {
+		t.Fatal(err)
+	}
+	fileBefore, err := hub.ReadFile(ctx, WebappFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dumpBefore, err := hub.FirewallDump(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webappBefore, err := hub.Docker(ctx, "inspect", "-f", "{{.Id}}", "webapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := meshd(ctx, hub, append(genesis, "--adopted", "--port", "registry=5001")...); err != nil {
+		t.Fatalf("adopted genesis on another registry port: %v\n%s", err, out)
+	}
+	if err := hub.InstallAgent(ctx, bin, "agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(t, 30*time.Second, func() error { _, err := nodeReport(ctx, hub, "hub"); return err }); err != nil {
+		t.Fatalf("the agent never reported: %v", err)
+	}
+	if out, err := meshd(ctx, hub, "module", "assign", "hub", "webapp"); err != nil {
+		t.Fatalf("assign webapp: %v\n%s", err, out)
+	}
+
+	t.Run("assigning prepares: the found file is held byte for byte", func(t *testing.T) {
+		if err := poll(t, 20*time.Second, func() error {
+			rep, err := nodeReport(ctx, hub, "hub")
+			if err != nil {
+				return err
+			}
+			if h := heldFile(rep, WebappFile); h == nil || h["changed"] == true {
+				return fmt.Errorf("webapp's file not held unchanged: %v", rep["held"])
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := hub.ReadFile(ctx, WebappFile)
+		if string(after) != string(fileBefore) {
+			t.Fatalf("a held file changed:\n%s\n---\n%s", fileBefore, after)
+		}
+	})
+	t.Run("nothing that serves changed", func(t *testing.T) {
+		if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort)); err != nil {
+			t.Fatalf("webapp not served from a second machine: %v %s", err, out)
+		}
+		id, _ := hub.Docker(ctx, "inspect", "-f", "{{.Id}}", "webapp")
+		if id != webappBefore {
+			t.Fatalf("the found webapp container was replaced on assign: %s -> %s", webappBefore, id)
+		}
+		// ufw applies a change in several steps: poll until the firewall has settled.
+		var dump string
+		if err := poll(t, 15*time.Second, func() error {
+			d, err := hub.FirewallDump(ctx)
+			if err != nil {
+				return err
+			}
+			dump = d
+			return markedOnly(dumpBefore, dump)
+		}); err != nil {
+			t.Fatalf("found firewall: %v\nbefore:\n%s\nafter:\n%s", err, dumpBefore, dump)
+		}
+	})
+	t.Run("the store is unreachable from outside", func(t *testing.T) {
+		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, StorePort)); err == nil {
+			t.Fatalf("outside reached the store: %s", out)
+		}
+	})
+	t.Run("a predecessor still writing is caught, not reverted", func(t *testing.T) {
+		if err := hub.StartService(ctx, PredecessorControl); err != nil {
+			t.Fatal(err)
+		}
+		var last map[string]any
+		if err := poll(t, 20*time.Second, func() error {
+			rep, err := nodeReport(ctx, hub, "hub")
+			if err != nil {
+				return err
+			}
+			last = heldFile(rep, WebappFile)
+			if last == nil || last["changed"] != true || last["reason"] != "changed by something else" {
+				return fmt.Errorf("held file not reported changed: %v", last)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := hub.StopService(ctx, PredecessorControl); err != nil {
+			t.Fatal(err)
+		}
+		now, _ := hub.ReadFile(ctx, WebappFile)
+		if string(now) == string(fileBefore) || !strings.Contains(string(now), "predecessor") {
+			t.Fatalf("the predecessor's write was reverted or lost: %q", now)
+		}
+		if got, err := meshd(ctx, hub, "node", "original", "hub", WebappFile); err != nil || got != string(fileBefore) {
+			t.Fatalf("the recorded original is not what was found: %v\n%q\n%q", err, got, fileBefore)
+		}
+	})
+}
