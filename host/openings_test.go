@@ -537,6 +537,22 @@ func TestOpeningsConvergedDerivedFilter(t *testing.T) {
 	if rep := h.Reconcile(ctx, d); rep.Changes != 0 {
 		t.Fatalf("no-op pass on a converged node reported %d changes", rep.Changes)
 	}
+
+	// Returned to adopted: meshd's filter goes (nothing was found here, so nothing filters), the
+	// guard comes.
+	mesh.apply(fsm.OpModeSet, fsm.SetMode{Node: "hub", Mode: fsm.Adopted})
+	rep = h.Reconcile(ctx, mesh.decl())
+	if errs := openingErrors(rep); len(errs) > 0 {
+		t.Fatalf("returned to adopted: %v", errs)
+	}
+	if det := openingDetail(t, rep); det.Guard == nil || det.Guard.State != "loaded" || det.Filter != nil {
+		t.Fatalf("returned to adopted: guard %+v filter %+v", det.Guard, det.Filter)
+	}
+	l.wantReach(l.cli, l.outside(7002), true)
+	l.wantReach(l.cli, l.outside(7001), false) // the store's port, guarded
+	if tables := l.sh("nft list tables"); !strings.Contains(tables, netfilter.GuardTable) || strings.Contains(tables, netfilter.FilterTable) {
+		t.Fatalf("tables on a node returned to adopted:\n%s", tables)
+	}
 }
 
 // A found firewall meshd does not speak (firewalld) fails every opening, naming it.
