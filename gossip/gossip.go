@@ -135,12 +135,13 @@ type Gossip struct {
 	seq      uint64
 	rejected map[Reason]uint64
 
-	leaving  atomic.Bool
-	stopped  atomic.Bool
-	dropped  atomic.Uint64
-	lifeMu   sync.Mutex // serialises Leave and Shutdown (memberlist panics on Leave after Shutdown)
-	hasLeft  bool
-	shutdown bool
+	intents   map[string]time.Time // members that announced a graceful leave (signed), when
+	leaveAcks chan string          // while this member leaves: who acknowledged its intent
+	stopped   atomic.Bool
+	dropped   atomic.Uint64
+	lifeMu    sync.Mutex // serialises Leave and Shutdown (memberlist panics on Leave after Shutdown)
+	hasLeft   bool
+	shutdown  bool
 }
 
 // Start creates the member, binds its ports and, if cfg.Join is set, joins
@@ -156,6 +157,7 @@ func Start(cfg Config) (*Gossip, error) {
 		members:  map[string]*Member{},
 		reports:  map[string]*stored{},
 		rejected: map[Reason]uint64{},
+		intents:  map[string]time.Time{},
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -309,7 +311,7 @@ func (g *Gossip) Join(addrs []string) (int, error) {
 		if err == nil {
 			err = errors.New("no member answered")
 		}
-		return 0, fmt.Errorf("gossip %s: join via %s: %w", g.cfg.Name, strings.Join(addrs, ", "), err)
+		return 0, fmt.Errorf("gossip %s: join via %s: %w", g.cfg.Name, strings.Join(addrs, ", "), oneLine{err})
 	}
 	if err != nil {
 		g.log.Warn("joined, but some members did not answer", "joined", n, "err", err)
@@ -371,12 +373,11 @@ func (g *Gossip) Leave(timeout time.Duration) error {
 		return nil
 	}
 	deadline := time.Now().Add(timeout)
-	// First tell the others we are leaving (in our metadata), so that when
-	// memberlist's leave message arrives they know it was on purpose.
-	g.leaving.Store(true)
-	if err := g.ml.UpdateNode(timeout); err != nil {
-		g.log.Warn("leave intent not confirmed sent", "err", err)
-	}
+	// First tell every member, over TCP and signed by our identity, that we
+	// are leaving on purpose, so that when memberlist's leave message
+	// arrives they record "left", not "failed". (memberlist's own leave
+	// message does say so, but its public API does not tell the two apart.)
+	g.announceLeave(deadline)
 	rest := time.Until(deadline)
 	if rest < 100*time.Millisecond {
 		rest = 100 * time.Millisecond
@@ -404,28 +405,27 @@ func (g *Gossip) Shutdown() error {
 	return nil
 }
 
-// Node metadata: one version byte, one flags byte.
-const (
-	metaVersion      = 1
-	metaLeaving byte = 1 << 0
-)
-
-func metaLeavingSet(meta []byte) bool {
-	return len(meta) >= 2 && meta[0] == metaVersion && meta[1]&metaLeaving != 0
-}
-
 // events receives memberlist's membership notifications. memberlist calls
 // it with its node lock held: it must not call back into memberlist.
 type events Gossip
 
-func (e *events) NotifyJoin(n *memberlist.Node)   { (*Gossip)(e).observe(EventJoin, n) }
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	g := (*Gossip)(e)
+	g.mu.Lock()
+	delete(g.intents, n.Name) // back after a leave or failure: a new life
+	g.mu.Unlock()
+	g.observe(EventJoin, n)
+}
 func (e *events) NotifyUpdate(n *memberlist.Node) { (*Gossip)(e).observe(EventUpdate, n) }
 func (e *events) NotifyLeave(n *memberlist.Node) {
+	g := (*Gossip)(e)
 	kind := EventFailed
-	if metaLeavingSet(n.Meta) {
+	g.mu.Lock()
+	if _, ok := g.intents[n.Name]; ok {
 		kind = EventLeft
 	}
-	(*Gossip)(e).observe(kind, n)
+	g.mu.Unlock()
+	g.observe(kind, n)
 }
 
 func (g *Gossip) observe(kind EventKind, n *memberlist.Node) {
@@ -457,15 +457,38 @@ func (g *Gossip) observe(kind EventKind, n *memberlist.Node) {
 	} else {
 		g.log.Info("member "+string(kind), "member", n.Name, "addr", addr)
 	}
-	if g.cfg.Events != nil {
-		select {
-		case g.cfg.Events <- ev:
-		default:
-			g.dropped.Add(1)
-			g.log.Warn("member event dropped: events channel full", "member", n.Name, "event", kind)
-		}
+	g.emit(ev)
+}
+
+// emit hands ev to Config.Events without ever blocking.
+func (g *Gossip) emit(ev MemberEvent) {
+	if g.cfg.Events == nil {
+		return
+	}
+	select {
+	case g.cfg.Events <- ev:
+	default:
+		g.dropped.Add(1)
+		g.log.Warn("member event dropped: events channel full", "member", ev.Member.Name, "event", ev.Kind)
 	}
 }
+
+// oneLine shows memberlist's multi-line errors (a go-multierror list) on
+// one line, keeping the original for errors.Is/As.
+type oneLine struct{ err error }
+
+func (e oneLine) Error() string {
+	if m, ok := e.err.(interface{ WrappedErrors() []error }); ok {
+		var parts []string
+		for _, w := range m.WrappedErrors() {
+			parts = append(parts, w.Error())
+		}
+		return strings.Join(parts, "; ")
+	}
+	return e.err.Error()
+}
+
+func (e oneLine) Unwrap() error { return e.err }
 
 // logBridge turns memberlist's "[LEVEL] memberlist: text" lines into slog records.
 type logBridge struct{ log *slog.Logger }

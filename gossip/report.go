@@ -251,6 +251,8 @@ func (g *Gossip) Rejected() map[Reason]uint64 {
 const (
 	msgReport       byte = 1 // a broadcast report; receivers pass it on
 	msgReportDirect byte = 2 // a large report sent over TCP by its own node to each member
+	msgLeave        byte = 3 // a node's signed announcement that it is leaving on purpose
+	msgLeaveAck     byte = 4 // a member's acknowledgement of a leave announcement
 )
 
 // pushPull is the state exchanged by push-pull: every report held, each
@@ -264,13 +266,7 @@ const stateVersion byte = 1
 // delegate is memberlist's view of this package.
 type delegate Gossip
 
-func (d *delegate) NodeMeta(limit int) []byte {
-	flags := byte(0)
-	if (*Gossip)(d).leaving.Load() {
-		flags |= metaLeaving
-	}
-	return []byte{metaVersion, flags}
-}
+func (d *delegate) NodeMeta(limit int) []byte { return nil }
 
 func (d *delegate) NotifyMsg(buf []byte) {
 	g := (*Gossip)(d)
@@ -286,6 +282,10 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		}
 	case msgReportDirect:
 		g.receive(buf[1:], "direct")
+	case msgLeave:
+		g.receiveLeave(buf[1:])
+	case msgLeaveAck:
+		g.receiveLeaveAck(buf[1:])
 	default:
 		g.reject(Rejection{Reason: ReasonGarbled, From: "broadcast", Err: fmt.Errorf("gossip message of unknown type %d (%d bytes)", buf[0], len(buf))})
 	}
