@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,10 +14,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/pki"
 )
 
 // DefaultSocket is where the operator's API listens unless --socket or MESHD_SOCKET says otherwise.
@@ -34,6 +38,9 @@ type Config struct {
 	// DockerHost is the Docker engine's address (unix socket path or unix://, tcp:// URL); empty
 	// means the machine's default, unix:///var/run/docker.sock.
 	DockerHost string `yaml:"docker_host"`
+	// SealKey is the seal key file the node's secrets are sealed under; empty means
+	// MESHD_SEAL_KEY, else /etc/meshd/seal.key.
+	SealKey string `yaml:"seal_key"`
 	// LogOutput receives Raft's own log; nil means stderr.
 	LogOutput io.Writer `yaml:"-"`
 }
@@ -48,6 +55,20 @@ type Agent struct {
 	http *http.Server
 	ln   net.Listener
 	host *host.Host
+
+	// The node's identity and the mesh CA, unsealed at start.
+	secrets  *pki.NodeSecrets
+	identity tls.Certificate
+	caCert   *x509.Certificate
+
+	// reports are the clients' last host reports, as they posted them to this server's bus.
+	reportsMu sync.Mutex
+	reports   map[string]host.Report
+
+	// busClient and servers are a client node's way to the servers' bus.
+	busClient *http.Client
+	serversMu sync.Mutex
+	servers   []string
 
 	// declarations receives the node's own declaration each time it changes.
 	declarations chan *fsm.Declaration
@@ -72,10 +93,29 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !n.Server {
-		return nil, fmt.Errorf("node %s is a client; clients enrol with `meshd join` and are not built yet", n.Name)
+	sec, err := pki.OpenNodeSecrets(cfg.DataDir, pki.SealKeyPath(cfg.SealKey))
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), fsm: fsm.NewFSM(), declarations: make(chan *fsm.Declaration, 1)}
+	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), fsm: fsm.NewFSM(), declarations: make(chan *fsm.Declaration, 1),
+		secrets: sec, reports: map[string]host.Report{}}
+	if a.identity, err = pki.Identity(sec.NodeCertPEM, sec.CACertPEM, sec.NodeKey); err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	if a.caCert, err = pki.ParseCert(sec.CACertPEM); err != nil {
+		return nil, fmt.Errorf("node %s: mesh CA certificate %s: %w", n.Name, pki.Path(cfg.DataDir, pki.CACertFile), err)
+	}
+	if n.Server && sec.CA == nil {
+		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", n.Name, pki.Path(cfg.DataDir, pki.CAKeyFile))
+	}
+	if !n.Server {
+		if len(n.Servers) == 0 {
+			return nil, fmt.Errorf("client node %s knows no server (%s has no servers): join it again", n.Name, filepath.Join(cfg.DataDir, nodeFileName))
+		}
+		a.servers = n.Servers
+		a.busClient = &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&a.identity, a.caCert),
+			ResponseHeaderTimeout: 90 * time.Second, IdleConnTimeout: time.Minute}}
+	}
 	drv, err := drivers(cfg, a.log)
 	if err != nil {
 		return nil, err
@@ -84,26 +124,36 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.raft, err = openRaft(cfg.DataDir, n, a.fsm, cfg.LogOutput)
-	if err != nil {
-		a.host.Close()
-		return nil, err
+	handler := a.clientRoutes()
+	if n.Server {
+		a.raft, err = openRaft(cfg.DataDir, n, a.fsm, cfg.LogOutput)
+		if err != nil {
+			a.host.Close()
+			return nil, err
+		}
+		handler = a.routes()
 	}
 	ln, err := listenSocket(cfg.Socket)
 	if err != nil {
-		a.raft.shutdown(a.log)
+		if a.raft != nil {
+			a.raft.shutdown(a.log)
+		}
 		a.host.Close()
 		return nil, err
 	}
 	a.ln = ln
-	a.http = &http.Server{Handler: a.routes(), ReadHeaderTimeout: 10 * time.Second}
+	a.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("operator API stopped", "socket", cfg.Socket, "err", err)
 		}
 	}()
-	a.log.Info("agent started", "id", n.ID, "data_dir", cfg.DataDir, "socket", cfg.Socket,
-		"raft", fmt.Sprintf("%s:%d", n.Advertise, n.RaftPort))
+	if n.Server {
+		a.log.Info("agent started", "id", n.ID, "data_dir", cfg.DataDir, "socket", cfg.Socket,
+			"raft", fmt.Sprintf("%s:%d", n.Advertise, n.RaftPort))
+	} else {
+		a.log.Info("agent started as a client", "id", n.ID, "data_dir", cfg.DataDir, "socket", cfg.Socket, "servers", n.Servers)
+	}
 	return a, nil
 }
 
@@ -135,7 +185,13 @@ func listenSocket(path string) (net.Listener, error) {
 // stops the agent cleanly.
 func (a *Agent) Run(ctx context.Context) error {
 	hostDone := make(chan struct{})
-	go a.watchOwnDeclaration(ctx)
+	if a.node.Server {
+		go a.watchOwnDeclaration(ctx)
+		go a.runBus(ctx)
+	} else {
+		go a.watchBus(ctx)
+		go a.postReports(ctx)
+	}
 	go func() {
 		defer close(hostDone)
 		_ = a.host.Run(ctx, a.declarations)
@@ -151,7 +207,9 @@ func (a *Agent) Stop() error {
 	defer cancel()
 	_ = a.http.Shutdown(sctx)
 	os.Remove(a.cfg.Socket)
-	a.raft.shutdown(a.log)
+	if a.raft != nil {
+		a.raft.shutdown(a.log)
+	}
 	if err := a.host.Close(); err != nil {
 		a.log.Warn("record store close", "err", err)
 	}

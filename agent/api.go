@@ -102,6 +102,7 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET /v1/raft/peers", a.raftPeers)
 	mux.HandleFunc("GET /v1/snapshot", a.snapshotSave)
 	mux.HandleFunc("POST /v1/snapshot", a.snapshotRestore)
+	mux.HandleFunc("POST /v1/tokens", a.createToken)
 	return mux
 }
 
@@ -183,10 +184,15 @@ func (a *Agent) getNode(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-// report returns a node's last host report, if this agent has it. Until reports travel by gossip
-// an agent knows only its own.
+// report returns a node's last host report, if this agent has it: its own, or one a client posted
+// to this server's bus.
 func (a *Agent) report(node string) *host.Report {
 	if node != a.node.Name {
+		a.reportsMu.Lock()
+		defer a.reportsMu.Unlock()
+		if rep, ok := a.reports[node]; ok {
+			return &rep
+		}
 		return nil
 	}
 	rep := a.host.Report()

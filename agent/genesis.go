@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/pki"
 )
 
 // GenesisOptions are genesis's inputs.
@@ -33,6 +35,9 @@ type GenesisOptions struct {
 	Advertise string
 	// DockerHost is the Docker engine the preflight asks for published ports.
 	DockerHost string
+	// SealKey is the seal key file (empty: MESHD_SEAL_KEY, else /etc/meshd/seal.key). A file
+	// already there is used; otherwise a new key is made and its recovery code returned once.
+	SealKey string
 	// DryRun runs the preflight and stops: nothing is created.
 	DryRun bool
 	// LogOutput receives Raft's own log; nil discards it.
@@ -47,6 +52,13 @@ type GenesisResult struct {
 	// Findings are the preflight's (warnings only, when genesis went ahead).
 	Findings []Finding `json:"findings"`
 	DryRun   bool      `json:"dry_run,omitempty"`
+	// SealKey is the seal key file the node's secrets are sealed under.
+	SealKey string `json:"seal_key,omitempty"`
+	// RecoveryCode restores a lost seal key file; set only when genesis made the key, and shown
+	// this once.
+	RecoveryCode string `json:"recovery_code,omitempty"`
+	// CAFingerprint names the mesh CA made at genesis.
+	CAFingerprint string `json:"ca_fingerprint,omitempty"`
 }
 
 // Genesis initialises dataDir as the control-node of a new mesh: the node's identity, a Raft
@@ -136,10 +148,35 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if opts.DryRun {
 		return &GenesisResult{DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings, DryRun: true}, nil
 	}
+	sealPath := pki.SealKeyPath(opts.SealKey)
+	seal, newSeal, err := sealKeyFor(sealPath)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", opts.DataDir, err)
 	}
 	nf := &NodeFile{Name: opts.Name, ID: newID(), Server: true, Advertise: opts.Advertise, RaftPort: raftPort}
+	// The mesh's secrets, sealed before anything else is written: the CA, the control-node's
+	// identity and certificate, the gossip keyring.
+	ca, err := pki.NewCA(opts.Name, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	nodeKey, err := pki.NewNodeKey()
+	if err != nil {
+		return nil, err
+	}
+	nodePub := nodeKey.Public().(ed25519.PublicKey)
+	nodeCert, err := ca.IssueNode(opts.Name, nodePub, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if err := pki.WriteNodeSecrets(opts.DataDir, seal, &pki.NodeSecrets{NodeKey: nodeKey, NodeCertPEM: nodeCert,
+		CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}); err != nil {
+		os.RemoveAll(filepath.Join(opts.DataDir, pki.Subdir))
+		return nil, err
+	}
 	logOut := opts.LogOutput
 	if logOut == nil {
 		logOut = io.Discard
@@ -153,6 +190,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	fail := func(err error) (*GenesisResult, error) {
 		rn.shutdown(log)
 		os.RemoveAll(raftDir(opts.DataDir))
+		os.RemoveAll(filepath.Join(opts.DataDir, pki.Subdir))
 		return nil, err
 	}
 	boot := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(nf.ID), Address: rn.transport.LocalAddr()}}}
@@ -162,8 +200,10 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if err := rn.waitLeader(15 * time.Second); err != nil {
 		return fail(err)
 	}
-	v, err := rn.apply(fsm.OpGenesis, fsm.Genesis{Node: opts.Name, ID: nf.ID, Mode: opts.Mode, Advertise: opts.Advertise,
-		Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation}, 10*time.Second)
+	// The control-node's public key rides along for when fsm.Genesis records it (as Enrol does);
+	// a record that does not know the field ignores it.
+	v, err := rn.apply(fsm.OpGenesis, genesisWithKey{Genesis: fsm.Genesis{Node: opts.Name, ID: nf.ID, Mode: opts.Mode, Advertise: opts.Advertise,
+		Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation}, PublicKey: pki.PublicKeyString(nodePub)}, 10*time.Second)
 	if err != nil {
 		return fail(err)
 	}
@@ -171,10 +211,36 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		log.Warn("genesis snapshot", "err", err)
 	}
 	rn.shutdown(log)
+	res := &GenesisResult{Node: v.(*fsm.Node), DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings,
+		SealKey: sealPath, CAFingerprint: pki.Fingerprint(ca.Cert)}
+	if newSeal {
+		if err := seal.Write(); err != nil {
+			return nil, fmt.Errorf("write the seal key: %w", err)
+		}
+		res.RecoveryCode = seal.RecoveryCode()
+	}
 	if err := writeNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("write node identity: %w", err)
 	}
-	return &GenesisResult{Node: v.(*fsm.Node), DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings}, nil
+	return res, nil
+}
+
+// genesisWithKey is fsm.Genesis with the control-node's public key.
+type genesisWithKey struct {
+	fsm.Genesis
+	PublicKey string `json:"public_key,omitempty"`
+}
+
+// sealKeyFor reads the seal key at path, or makes a new one (not yet written) when there is none.
+func sealKeyFor(path string) (*pki.SealKey, bool, error) {
+	if _, err := os.Stat(path); err == nil {
+		k, err := pki.ReadSealKey(path)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: move it away to make a new one, or give another file with --seal-key", err)
+		}
+		return k, false, nil
+	}
+	return pki.NewSealKey(path), true, nil
 }
 
 func cutModule(key, module string) (string, bool) {

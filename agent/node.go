@@ -21,7 +21,9 @@ type NodeFile struct {
 	// Advertise is the underlay address other servers reach this one's Raft port at.
 	Advertise string `json:"advertise"`
 	// RaftPort is the port Raft listens on, from the node's settings at genesis.
-	RaftPort uint16 `json:"raft_port"`
+	RaftPort uint16 `json:"raft_port,omitempty"`
+	// Servers are the servers' bus addresses (host:port) a client node reaches the mesh at.
+	Servers []string `json:"servers,omitempty"`
 }
 
 const nodeFileName = "node.json"

@@ -96,6 +96,9 @@ listening), naming each: use --adopted there. --dry-run runs the preflight alone
 					}
 					fmt.Fprintf(w, "settings\t%s\n", strings.Join(kv, " "))
 				}
+				fmt.Fprintf(w, "mesh CA\t%s\n", res.CAFingerprint)
+				fmt.Fprintf(w, "seal key\t%s\n", res.SealKey)
+				printRecoveryCode(w, res.RecoveryCode, res.SealKey)
 				fmt.Fprintf(w, "\nstart it with: meshd agent --data-dir %s\n", res.DataDir)
 			})
 		},
@@ -108,6 +111,7 @@ listening), naming each: use --adopted there. --dry-run runs the preflight alone
 	f.StringArrayVar(&images, "image", nil, "a foundation module's image, MODULE=REF (repeatable)")
 	f.StringArrayVar(&sets, "set", nil, "any other setting, MODULE.SETTING=VALUE (repeatable), e.g. mesh.range=10.99.0.0/24")
 	f.StringVar(&opts.DockerHost, "docker-host", "", "the Docker engine, for published ports (default unix:///var/run/docker.sock)")
+	f.StringVar(&opts.SealKey, "seal-key", "", "the seal key file the node's secrets are sealed under (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "run the preflight only and change nothing")
 	f.StringVar(&opts.Advertise, "advertise", "", "the address other servers reach this one at (default: the first global IPv4 address)")
 	_ = cmd.MarkFlagRequired("name")

@@ -51,6 +51,9 @@ type node struct {
 	overlay string
 	agent   *exec.Cmd
 	agentLg *bytes.Buffer
+	// sealKey is the node's seal key file (MESHD_SEAL_KEY), beside its data dir: the agent's /etc
+	// is a fresh overlay each run, so the default /etc/meshd/seal.key would not last.
+	sealKey string
 }
 
 func freePort(t *testing.T) int {
@@ -67,7 +70,7 @@ func freePort(t *testing.T) int {
 // so an agent under test never touches this machine's firewall or listens on its addresses.
 func newNode(t *testing.T) *node {
 	dir := t.TempDir()
-	n := &node{t: t, dir: filepath.Join(dir, "data"), socket: filepath.Join(dir, "meshd.sock")}
+	n := &node{t: t, dir: filepath.Join(dir, "data"), socket: filepath.Join(dir, "meshd.sock"), sealKey: filepath.Join(dir, "seal.key")}
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") != "" {
 			t.Fatal("process tests need root (network namespaces); CI runs as root")
@@ -102,7 +105,7 @@ done
 exec "$@"`
 	full := append([]string{"netns", "exec", n.netns, "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"}, args...)
 	cmd := exec.Command("ip", full...)
-	cmd.Env = append(os.Environ(), "OVL="+n.overlay)
+	cmd.Env = append(os.Environ(), "OVL="+n.overlay, "MESHD_SEAL_KEY="+n.sealKey)
 	return cmd
 }
 
@@ -114,7 +117,7 @@ func (n *node) run(args ...string) (string, string, int) {
 	if len(args) > 0 && args[0] == "genesis" {
 		cmd = n.inNetns(append([]string{meshdBin}, args...)...)
 	}
-	cmd.Env = append(cmd.Env, "MESHD_SOCKET="+n.socket)
+	cmd.Env = append(cmd.Env, "MESHD_SOCKET="+n.socket, "MESHD_SEAL_KEY="+n.sealKey)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

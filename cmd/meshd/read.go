@@ -290,6 +290,6 @@ func operatorCmd(g *globals) *cobra.Command {
 			})
 		},
 	})
-	op.AddCommand(rf)
+	op.AddCommand(rf, sealKeyCmd(g))
 	return op
 }

@@ -1,0 +1,313 @@
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+	"meshd/host"
+	"meshd/pki"
+)
+
+// The bus is a server's TLS API for the other agents, on the node's mesh.bus setting. Enrolment
+// comes without a client certificate (the token is the credential); every other route needs the
+// node's certificate from the mesh CA, and a node reads only its own declaration.
+
+// EnrolRequest is what a joining node sends.
+type EnrolRequest struct {
+	Token string `json:"token"`
+	Node  string `json:"node"`
+	ID    string `json:"id"`
+	// PublicKey is the node's ed25519 identity key, base64 (std).
+	PublicKey string `json:"public_key"`
+	// Advertise is the node's underlay address; empty means the address the request came from.
+	Advertise string `json:"advertise,omitempty"`
+}
+
+// EnrolResponse is what an enrolled node gets back, once its enrolment is committed.
+type EnrolResponse struct {
+	Node        *fsm.Node       `json:"node"`
+	CertPEM     string          `json:"cert"`
+	CACertPEM   string          `json:"ca"`
+	Keyring     [][]byte        `json:"gossip_keyring"`
+	Servers     []string        `json:"servers"`
+	Declaration DeclarationView `json:"declaration"`
+}
+
+// BusPort is node n's bus port: its mesh.bus setting, else the catalogue's default.
+func BusPort(r *fsm.Record, n *fsm.Node) (uint16, error) {
+	mesh := r.Catalogue[catalogue.MeshModule]
+	if mesh == nil {
+		return 0, fmt.Errorf("the catalogue has no %s module to take the bus port from", catalogue.MeshModule)
+	}
+	vals := map[string]string{}
+	for k, v := range n.Settings {
+		if s, ok := cutModule(k, catalogue.MeshModule); ok {
+			vals[s] = v
+		}
+	}
+	p, err := catalogue.ParsePort(mesh.Values(vals)["bus"])
+	if err != nil {
+		return 0, fmt.Errorf("node %s: setting mesh.bus: %w", n.Name, err)
+	}
+	return p, nil
+}
+
+// busAddresses lists every server's bus as advertise:port, the way tokens carry them.
+func busAddresses(r *fsm.Record) []string {
+	var out []string
+	for _, name := range r.NodeNames() {
+		n := r.Nodes[name]
+		if !n.Server || n.Advertise == "" {
+			continue
+		}
+		if p, err := BusPort(r, n); err == nil {
+			out = append(out, net.JoinHostPort(n.Advertise, strconv.Itoa(int(p))))
+		}
+	}
+	return out
+}
+
+// runBus serves the bus on the node's bus port as the record says it, moving when the setting
+// changes, until ctx ends.
+func (a *Agent) runBus(ctx context.Context) {
+	var (
+		cur   uint16
+		srv   *http.Server
+		index uint64
+	)
+	tlsCfg := pki.ServerTLS(a.identity, a.caCert)
+	errLog := slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)
+	for ctx.Err() == nil {
+		var port uint16
+		var perr error
+		a.fsm.Read(func(r *fsm.Record, i uint64) {
+			index = i
+			if n := r.Nodes[a.node.Name]; n != nil {
+				port, perr = BusPort(r, n)
+			}
+		})
+		if perr != nil {
+			a.log.Error("bus", "err", perr)
+		}
+		retry := false
+		if port != 0 && port != cur {
+			ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(port))))
+			if err != nil {
+				a.log.Error("bus port", "port", port, "err", err)
+				retry = true
+			} else {
+				if srv != nil {
+					_ = srv.Close()
+				}
+				srv = &http.Server{Handler: a.busRoutes(), TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+				go func(s *http.Server) {
+					if err := s.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						a.log.Error("bus stopped", "port", port, "err", err)
+					}
+				}(srv)
+				cur = port
+				a.log.Info("bus listening", "port", port)
+			}
+		}
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if retry || port == 0 {
+			wctx, cancel = context.WithTimeout(ctx, time.Second)
+		}
+		a.fsm.Wait(wctx, index)
+		cancel()
+	}
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+func (a *Agent) busRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/enrol", a.enrol)
+	mux.HandleFunc("GET /v1/declaration/{node}", a.withNode(a.ownDeclaration))
+	mux.HandleFunc("POST /v1/report", a.withNode(a.postReport))
+	mux.HandleFunc("GET /v1/status", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getStatus(w, r) }))
+	mux.HandleFunc("GET /v1/nodes/{node}", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getNode(w, r) }))
+	mux.HandleFunc("GET /v1/modules", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.listModules(w, r) }))
+	mux.HandleFunc("GET /v1/modules/{module}", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getModule(w, r) }))
+	return mux
+}
+
+// withNode lets a request through only with a client certificate from the mesh CA (the TLS layer
+// verified the chain) for a node the record holds with that very key, and passes the node's name.
+func (a *Agent) withNode(h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+			writeJSON(w, http.StatusUnauthorized, apiError{Error: "the bus needs the node's client certificate for " + req.URL.Path + " (mTLS); a machine gets one by `meshd join`"})
+			return
+		}
+		cert := req.TLS.PeerCertificates[0]
+		name, err := pki.NodeName(cert)
+		if err != nil {
+			writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
+			return
+		}
+		pub, _ := cert.PublicKey.(ed25519.PublicKey)
+		known := false
+		a.fsm.Read(func(r *fsm.Record, _ uint64) {
+			if n := r.Nodes[name]; n != nil && n.PublicKey == pki.PublicKeyString(pub) {
+				known = true
+			}
+		})
+		if !known {
+			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: the record holds no node of that name with this certificate's key", name)})
+			return
+		}
+		h(w, req, name)
+	}
+}
+
+// ownDeclaration is the operator API's blocking declaration query, for the asking node alone.
+func (a *Agent) ownDeclaration(w http.ResponseWriter, req *http.Request, peer string) {
+	if want := req.PathValue("node"); want != peer {
+		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s may read only its own declaration, not node %s's", peer, want)})
+		return
+	}
+	a.getDeclaration(w, req)
+}
+
+// postReport keeps a client's host report in memory, for `meshd node show`.
+func (a *Agent) postReport(w http.ResponseWriter, req *http.Request, peer string) {
+	var rep host.Report
+	if err := json.NewDecoder(io.LimitReader(req.Body, 16<<20)).Decode(&rep); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "host report from node " + peer + ": " + err.Error()})
+		return
+	}
+	if rep.Node != "" && rep.Node != peer {
+		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s may report only for itself, not for node %s", peer, rep.Node)})
+		return
+	}
+	rep.Node = peer
+	a.reportsMu.Lock()
+	a.reports[peer] = rep
+	a.reportsMu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// enrol admits a node: the token's signature is checked with the CA, the record spends the token
+// (single use and expiry are the record's), and the node gets its certificate only after Raft
+// committed it.
+func (a *Agent) enrol(w http.ResponseWriter, req *http.Request) {
+	var in EnrolRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "enrolment request: " + err.Error()})
+		return
+	}
+	refuse := func(code int, err error) {
+		a.log.Warn("enrolment refused", "node", in.Node, "from", req.RemoteAddr, "err", err)
+		writeJSON(w, code, apiError{Error: fmt.Sprintf("enrolment of node %s refused: %v", in.Node, err)})
+	}
+	if _, err := pki.VerifyToken(in.Token, a.caCert, time.Now()); err != nil {
+		refuse(http.StatusForbidden, err)
+		return
+	}
+	pub, err := pki.ParsePublicKey(in.PublicKey)
+	if err != nil {
+		refuse(http.StatusBadRequest, err)
+		return
+	}
+	if in.Advertise == "" {
+		in.Advertise, _, _ = net.SplitHostPort(req.RemoteAddr)
+	}
+	cert, err := a.secrets.CA.IssueNode(in.Node, pub, time.Now())
+	if err != nil {
+		refuse(http.StatusBadRequest, err)
+		return
+	}
+	v, err := a.raft.apply(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
+		PublicKey: in.PublicKey, Advertise: in.Advertise}, applyTimeout)
+	if err != nil {
+		var ref *fsm.Refusal
+		if errors.As(err, &ref) {
+			refuse(http.StatusUnprocessableEntity, errors.New(ref.Reason))
+			return
+		}
+		writeErr(w, err)
+		return
+	}
+	out := EnrolResponse{Node: v.(*fsm.Node), CertPEM: string(cert), CACertPEM: string(a.secrets.CACertPEM), Keyring: a.secrets.Keyring.Keys}
+	a.fsm.Read(func(r *fsm.Record, index uint64) {
+		out.Servers = busAddresses(r)
+		out.Declaration.Index = index
+		out.Declaration.Declaration, err = fsm.Compose(r, in.Node)
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	a.log.Info("node enrolled", "enrolled", in.Node, "mode", out.Node.Mode, "address", out.Node.Address, "advertise", in.Advertise)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// TokenRequest asks a server for an enrolment token.
+type TokenRequest struct {
+	Mode fsm.Mode `json:"mode"`
+	// TTL is how long the token is good for, a Go duration ("1h").
+	TTL string `json:"ttl"`
+}
+
+// TokenView is a token made: its text (shown once; the record keeps only its hash) and what it
+// says.
+type TokenView struct {
+	Token   string    `json:"token"`
+	ID      string    `json:"id"`
+	Mode    fsm.Mode  `json:"mode"`
+	Expires time.Time `json:"expires"`
+	Bus     []string  `json:"bus"`
+	CA      string    `json:"ca"`
+	Hash    string    `json:"hash"`
+}
+
+// createToken signs a single-use token with the CA and records its hash through Raft; the token
+// is shown only once the record committed it.
+func (a *Agent) createToken(w http.ResponseWriter, req *http.Request) {
+	var in TokenRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "token request: " + err.Error()})
+		return
+	}
+	if in.Mode == "" {
+		in.Mode = fsm.Converged
+	}
+	ttl, err := time.ParseDuration(in.TTL)
+	if err != nil || ttl < time.Second {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("--ttl %q: give a duration of at least 1s, such as 1h", in.TTL)})
+		return
+	}
+	var bus []string
+	a.fsm.Read(func(r *fsm.Record, _ uint64) { bus = busAddresses(r) })
+	if len(bus) == 0 {
+		writeErr(w, errors.New("the record names no server with a bus address to put in the token"))
+		return
+	}
+	exp := time.Now().Add(ttl).Truncate(time.Second).Add(time.Second)
+	p := pki.TokenPayload{ID: pki.NewTokenID(), Mode: string(in.Mode), Exp: exp.Unix(), Bus: bus}
+	tok, err := pki.SignToken(a.secrets.CA, p)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	hash := pki.TokenHash(tok)
+	if _, err := a.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC()}, applyTimeout); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(a.caCert), Hash: hash})
+}

@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"meshd/fsm"
+	"meshd/pki"
+)
+
+// JoinOptions are `meshd join`'s inputs.
+type JoinOptions struct {
+	Token   string
+	Name    string
+	DataDir string
+	// Advertise is this node's underlay address; empty means the address the server sees.
+	Advertise string
+	// SealKey is the seal key file (empty: MESHD_SEAL_KEY, else /etc/meshd/seal.key); one already
+	// there is used, otherwise a new key is made.
+	SealKey string
+}
+
+// JoinResult says what joining made.
+type JoinResult struct {
+	Node        *fsm.Node        `json:"node"`
+	DataDir     string           `json:"data_dir"`
+	Servers     []string         `json:"servers"`
+	Declaration *fsm.Declaration `json:"declaration"`
+	SealKey     string           `json:"seal_key"`
+	// RecoveryCode restores a lost seal key file; set only when join made the key.
+	RecoveryCode string `json:"recovery_code,omitempty"`
+}
+
+// JoinError is a join refused before anything was written: by the token's form, by the server,
+// or because no server could be reached.
+type JoinError struct{ Err error }
+
+func (e *JoinError) Error() string { return "join refused: " + e.Err.Error() }
+func (e *JoinError) Unwrap() error { return e.Err }
+
+// Join enrols this machine as a client node with a token: it checks the token's form, reaches a
+// server's bus trusting only the CA the token names, checks the token's signature with that CA,
+// enrols (answered only once the record committed the node), and only then writes the data dir:
+// the node file, its sealed identity key, its certificate, the CA's, and the sealed gossip keyring.
+// A refused join writes nothing.
+func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
+	if opts.Name == "" {
+		return nil, errors.New("join needs the node's name (--name)")
+	}
+	if _, err := os.Stat(filepath.Join(opts.DataDir, nodeFileName)); err == nil {
+		n, _ := ReadNodeFile(opts.DataDir)
+		if n != nil {
+			return nil, fmt.Errorf("%s already holds node %s (id %s); a machine joins once", opts.DataDir, n.Name, n.ID)
+		}
+		return nil, fmt.Errorf("%s already holds a node", opts.DataDir)
+	}
+	p, _, err := pki.ParseToken(opts.Token)
+	if err != nil {
+		return nil, &JoinError{err}
+	}
+	if err := pki.CheckExpiry(p, time.Now()); err != nil {
+		return nil, &JoinError{err}
+	}
+	sealPath := pki.SealKeyPath(opts.SealKey)
+	seal, newSeal, err := sealKeyFor(sealPath)
+	if err != nil {
+		return nil, err
+	}
+	key, err := pki.NewNodeKey()
+	if err != nil {
+		return nil, err
+	}
+	pub := key.Public().(ed25519.PublicKey)
+	body, _ := json.Marshal(EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise})
+
+	var resp *EnrolResponse
+	var tried []string
+	for _, addr := range p.Bus {
+		r, err := enrolAt(ctx, addr, opts.Token, p.CA, body)
+		if err == nil {
+			resp = r
+			break
+		}
+		var je *JoinError
+		if errors.As(err, &je) {
+			return nil, err // a refusal is final: another server would say the same
+		}
+		tried = append(tried, err.Error())
+	}
+	if resp == nil {
+		return nil, &JoinError{fmt.Errorf("no server of the token answered: %v", tried)}
+	}
+	ca, err := pki.ParseCert([]byte(resp.CACertPEM))
+	if err != nil || pki.Fingerprint(ca) != p.CA {
+		return nil, fmt.Errorf("node %s was enrolled, but the server sent a CA that is not the token's; nothing written here", opts.Name)
+	}
+	if _, err := pki.Identity([]byte(resp.CertPEM), []byte(resp.CACertPEM), key); err != nil {
+		return nil, fmt.Errorf("node %s was enrolled, but its certificate is wrong (%w); nothing written here", opts.Name, err)
+	}
+	servers := resp.Servers
+	if len(servers) == 0 {
+		servers = p.Bus
+	}
+	// Enrolled: now, and only now, the data dir.
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("node %s enrolled, but its data dir %s: %w", opts.Name, opts.DataDir, err)
+	}
+	if err := pki.WriteNodeSecrets(opts.DataDir, seal, &pki.NodeSecrets{NodeKey: key, NodeCertPEM: []byte(resp.CertPEM),
+		CACertPEM: []byte(resp.CACertPEM), Keyring: pki.Keyring{Keys: resp.Keyring}}); err != nil {
+		return nil, fmt.Errorf("node %s enrolled, but: %w", opts.Name, err)
+	}
+	res := &JoinResult{Node: resp.Node, DataDir: opts.DataDir, Servers: servers, Declaration: resp.Declaration.Declaration, SealKey: sealPath}
+	if newSeal {
+		if err := seal.Write(); err != nil {
+			return nil, fmt.Errorf("node %s enrolled, but the seal key: %w", opts.Name, err)
+		}
+		res.RecoveryCode = seal.RecoveryCode()
+	}
+	nf := &NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: false, Advertise: resp.Node.Advertise, Servers: servers}
+	if err := writeNodeFile(opts.DataDir, nf); err != nil {
+		return nil, fmt.Errorf("node %s enrolled, but its node file: %w", opts.Name, err)
+	}
+	return res, nil
+}
+
+// enrolAt enrols at one server's bus. The TLS handshake itself refuses a server without the
+// token's CA, and a token that CA did not sign, so a forged token is never sent.
+func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) (*EnrolResponse, error) {
+	var ca *x509.Certificate
+	var tokenErr error
+	tlsCfg := pki.PinnedTLS(fingerprint, &ca)
+	pinned := tlsCfg.VerifyConnection
+	tlsCfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if err := pinned(cs); err != nil {
+			return err
+		}
+		if _, err := pki.VerifyToken(token, ca, time.Now()); err != nil {
+			tokenErr = err
+			return err
+		}
+		return nil
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+"/v1/enrol", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if tokenErr != nil {
+		return nil, &JoinError{tokenErr}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode >= 300 {
+		var e apiError
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = fmt.Sprintf("bus %s answered %s: %s", addr, resp.Status, bytes.TrimSpace(b))
+		}
+		if resp.StatusCode < 500 {
+			return nil, &JoinError{errors.New(e.Error)}
+		}
+		return nil, errors.New(e.Error)
+	}
+	var out EnrolResponse
+	if err := json.Unmarshal(b, &out); err != nil || out.Node == nil {
+		return nil, fmt.Errorf("bus %s: not an enrolment answer: %v", addr, err)
+	}
+	return &out, nil
+}

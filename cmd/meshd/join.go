@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"meshd/agent"
+)
+
+func joinCmd(g *globals) *cobra.Command {
+	var opts agent.JoinOptions
+	cmd := &cobra.Command{
+		Use:   "join TOKEN --name NAME [--data-dir DIR] [--advertise IP] [--seal-key FILE]",
+		Short: "Enrol this machine in a mesh with a token, as a client node",
+		Long: `Join enrols this machine with a token from ` + "`meshd token create`" + `. It checks the token's form, reaches a
+server's bus named in the token trusting only the mesh CA the token names, checks the token's signature
+with that CA, makes the node's identity key and enrols: the server answers once the record committed
+the node, with the node's certificate, the CA's, the gossip key, its private address and mode (the
+token's), and its first declaration. Only then is the data dir written, its secrets sealed under the
+seal key (made if there is none; its recovery code is printed this once).
+
+A used, expired, forged or truncated token is refused with the reason; nothing changes here or in the
+record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.`,
+		Example: `  meshd join eyJ2Ijox...Q --name edge-1 --advertise 192.0.2.2`,
+		Args:    exactArgs("TOKEN"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			opts.Token = args[0]
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			res, err := agent.Join(ctx, opts)
+			if err != nil {
+				return err
+			}
+			return g.emit(res, func(w io.Writer) {
+				n := res.Node
+				fmt.Fprintf(w, "joined: node %s, %s, a client of %s\n", n.Name, modeWord(n.Mode), list(res.Servers))
+				fmt.Fprintf(w, "id\t%s\n", n.ID)
+				fmt.Fprintf(w, "data dir\t%s\n", res.DataDir)
+				fmt.Fprintf(w, "private address\t%s\n", n.Address)
+				fmt.Fprintf(w, "seal key\t%s\n", res.SealKey)
+				printRecoveryCode(w, res.RecoveryCode, res.SealKey)
+				fmt.Fprintf(w, "\nstart it with: meshd agent --data-dir %s\n", res.DataDir)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Name, "name", "", "this node's name (required)")
+	f.StringVar(&opts.DataDir, "data-dir", agent.DefaultDataDir, "where the node keeps its identity and keys")
+	f.StringVar(&opts.Advertise, "advertise", "", "this node's underlay address (default: the address the server sees it at)")
+	f.StringVar(&opts.SealKey, "seal-key", "", "the seal key file (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
+	_ = cmd.MarkFlagRequired("name")
+	return cmd
+}
+
+// printRecoveryCode shows the seal key's recovery code, the one time it exists outside the key.
+func printRecoveryCode(w io.Writer, code, keyFile string) {
+	if code == "" {
+		fmt.Fprintf(w, "sealed with the existing seal key %s (its recovery code was shown when it was made)\n", keyFile)
+		return
+	}
+	fmt.Fprintf(w, "\nRECOVERY CODE\t%s\n", code)
+	fmt.Fprintf(w, "\tkeep it offline: it is shown only now. If %s is lost, restore it with\n", keyFile)
+	fmt.Fprintf(w, "\tmeshd operator seal-key restore --recovery-code CODE --seal-key %s\n", keyFile)
+}

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"meshd/agent"
+	"meshd/fsm"
+	"meshd/pki"
+)
+
+// runIn runs meshd inside the node's network namespace (and its private /etc), as a command on
+// that machine would run: join, and an agent expected to refuse.
+func (n *node) runIn(args ...string) (string, string, int) {
+	n.t.Helper()
+	cmd := n.inNetns(append([]string{meshdBin}, args...)...)
+	cmd.Env = append(cmd.Env, "MESHD_SOCKET="+n.socket)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		n.t.Fatalf("run meshd %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// link joins two nodes' namespaces by a veth pair on TEST-NET-1, with no default route.
+func link(t *testing.T, a, b *node, addrA, addrB string) {
+	t.Helper()
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1e6)
+	la, lb := "enra"+suffix, "enrb"+suffix
+	cmds := [][]string{
+		{"link", "add", la, "netns", a.netns, "type", "veth", "peer", "name", lb, "netns", b.netns},
+		{"-n", a.netns, "addr", "add", addrA + "/24", "dev", la},
+		{"-n", b.netns, "addr", "add", addrB + "/24", "dev", lb},
+		{"-n", a.netns, "link", "set", la, "up"},
+		{"-n", b.netns, "link", "set", lb, "up"},
+	}
+	for _, c := range cmds {
+		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v %s", c, err, out)
+		}
+	}
+	// Deleting either namespace (newNode's cleanup) deletes the pair.
+}
+
+// dialIn opens a TCP connection from inside a network namespace: the socket is made on a thread
+// that entered it (and that thread is never returned to the pool).
+func dialIn(netns, addr string) (net.Conn, error) {
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread ends with this goroutine
+		f, err := os.Open("/run/netns/" + netns)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- res{nil, fmt.Errorf("setns %s: %w", netns, err)}
+			return
+		}
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		ch <- res{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+// busGet reads a bus route from inside netns, with the given client certificate (or none).
+func busGet(t *testing.T, netns, addr, path string, cert *tls.Certificate) (int, string) {
+	t.Helper()
+	cfg := &tls.Config{InsecureSkipVerify: true} // the test looks at what the bus answers, not at who it is
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg,
+		DialContext: func(context.Context, string, string) (net.Conn, error) { return dialIn(netns, addr) }}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("https://" + addr + path)
+	if err != nil {
+		t.Fatalf("bus GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// statusNodes is the record's nodes as `meshd status --json` shows them.
+func statusNodes(n *node) string {
+	n.t.Helper()
+	var st agent.StatusView
+	n.jsonOf(&st, "status")
+	b, _ := json.Marshal(st.Nodes)
+	return string(b)
+}
+
+var recoveryRe = regexp.MustCompile(`RECOVERY CODE\s+(MESHD-[A-Z2-7-]+)`)
+
+// The issue's enrolment test on two machines joined by an underlay: genesis adopted on one, a
+// token, a join on the other, its agent as a client; a module reaches it and its report shows on
+// the server; bad tokens refused with the reason, changing nothing; the bus's mTLS; sealing.
+func TestProcessEnrolment(t *testing.T) {
+	hub, edge := newNode(t), newNode(t)
+	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
+	const bus = "192.0.2.1:17070"
+
+	// Genesis: the bus port is a setting; the CA key is sealed; the recovery code is shown once.
+	gen := hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	if !recoveryRe.MatchString(gen) {
+		t.Fatalf("genesis printed no recovery code:\n%s", gen)
+	}
+	caKey := pki.Path(hub.dir, pki.CAKeyFile)
+	raw, err := os.ReadFile(caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(caKey); st.Mode().Perm() != 0o600 || bytes.Contains(raw, []byte("PRIVATE KEY")) || !bytes.HasPrefix(raw, []byte("MESHD-SEALED-1")) {
+		t.Fatalf("CA key file %s is not sealed and 0600: mode %v, starts %q", caKey, st.Mode(), raw[:min(len(raw), 20)])
+	}
+	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
+
+	edgeJoin := func(token, name string) (string, string, int) {
+		return edge.runIn("join", token, "--name", name, "--data-dir", edge.dir)
+	}
+	refused := func(what, token, says string) {
+		t.Helper()
+		before := statusNodes(hub)
+		out, errs, code := edgeJoin(token, "edge")
+		if code != 1 || !strings.Contains(errs, says) {
+			t.Fatalf("%s token: exit %d, want 1 saying %q:\n%s%s", what, code, says, out, errs)
+		}
+		if after := statusNodes(hub); after != before {
+			t.Fatalf("%s token changed the record:\n%s\n%s", what, before, after)
+		}
+		if _, err := os.Stat(edge.dir); !os.IsNotExist(err) {
+			t.Fatalf("%s token: the joining data dir %s was created", what, edge.dir)
+		}
+	}
+
+	var tv agent.TokenView
+	hub.jsonOf(&tv, "token", "create", "--adopted")
+	if tv.Mode != fsm.Adopted || len(tv.Bus) != 1 || tv.Bus[0] != bus {
+		t.Fatalf("token: mode %s bus %v, want adopted on %s", tv.Mode, tv.Bus, bus)
+	}
+	tok := tv.Token
+	refused("truncated", tok[:len(tok)-12], "truncated")
+	head, sig, _ := strings.Cut(tok, ".")
+	sb, _ := base64.RawURLEncoding.DecodeString(sig)
+	sb[10] ^= 0x55
+	refused("forged", head+"."+base64.RawURLEncoding.EncodeToString(sb), "forged")
+
+	out, errs, code := edgeJoin(tok, "edge")
+	if code != 0 {
+		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
+	}
+	m := recoveryRe.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("join printed no recovery code:\n%s", out)
+	}
+	edgeCode := m[1]
+	var st agent.StatusView
+	hub.jsonOf(&st, "status")
+	var enrolled *agent.NodeSummary
+	for i := range st.Nodes {
+		if st.Nodes[i].Name == "edge" {
+			enrolled = &st.Nodes[i]
+		}
+	}
+	if enrolled == nil || enrolled.Mode != fsm.Adopted || enrolled.Server || enrolled.Address != "10.99.0.2" {
+		t.Fatalf("status after join: %+v", st.Nodes)
+	}
+	if text := hub.ok("status"); !regexp.MustCompile(`edge\s+ADOPTED\s+client\s+10\.99\.0\.2`).MatchString(text) {
+		t.Fatalf("status does not show edge ADOPTED with its address:\n%s", text)
+	}
+	for _, f := range []string{pki.NodeKeyFile, pki.GossipKeyFile, pki.NodeCertFile, pki.CACertFile} {
+		if st, err := os.Stat(pki.Path(edge.dir, f)); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("edge %s: %v %v", f, st, err)
+		}
+	}
+
+	// The used token, again, for another name and data dir: refused, nothing changes.
+	edge2 := filepath.Join(t.TempDir(), "edge2")
+	before := statusNodes(hub)
+	if out, errs, code := edge.runIn("join", tok, "--name", "edge2", "--data-dir", edge2); code != 1 || !strings.Contains(errs, "already used by node edge") {
+		t.Fatalf("used token: exit %d\n%s%s", code, out, errs)
+	}
+	if _, err := os.Stat(edge2); !os.IsNotExist(err) || statusNodes(hub) != before {
+		t.Fatal("a used token changed something")
+	}
+	// An expired token: short ttl, joined after it passed.
+	var short agent.TokenView
+	hub.jsonOf(&short, "token", "create", "--ttl", "1s")
+	poll(t, 5*time.Second, "token expiry", func() string {
+		if time.Now().After(short.Expires) {
+			return ""
+		}
+		return "not yet expired"
+	})
+	if out, errs, code := edge.runIn("join", short.Token, "--name", "edge2", "--data-dir", edge2); code != 1 || !strings.Contains(errs, "expired") {
+		t.Fatalf("expired token: exit %d\n%s%s", code, out, errs)
+	}
+	if _, err := os.Stat(edge2); !os.IsNotExist(err) || statusNodes(hub) != before {
+		t.Fatal("an expired token changed something")
+	}
+
+	// The client agent: no Raft; reads through its socket come from the server.
+	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
+	if text := edge.ok("status"); !strings.Contains(text, "edge") || !strings.Contains(text, "hub") {
+		t.Fatalf("status on the client:\n%s", text)
+	}
+	if _, errs, code := edge.run("module", "assign", "edge", "webapp"); code != 1 || !strings.Contains(errs, "client") || !strings.Contains(errs, "server") {
+		t.Fatalf("a write on a client: exit %d %q", code, errs)
+	}
+
+	// A module assigned to the client reaches its host; the held file shows on the server.
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "edge-app.conf")
+	original := []byte("# the predecessor's\nport = 9000\n")
+	if err := os.WriteFile(conf, original, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "edgeapp.yaml")
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: edgeapp\nfiles:\n  - path: %s\n    content: |\n      port = 9100\n    mode: \"0644\"\n", conf)), 0o644)
+	hub.ok("module", "add", manifest)
+	hub.ok("module", "assign", "edge", "edgeapp")
+	poll(t, 15*time.Second, "the client's held file in node show on the server", func() string {
+		var v agent.NodeView
+		hub.jsonOf(&v, "node", "show", "edge")
+		if v.Report == nil {
+			return "no report from edge yet"
+		}
+		for _, h := range v.Report.Held {
+			if h.Path == conf && h.Module == "edgeapp" && !h.Changed {
+				return ""
+			}
+		}
+		return fmt.Sprintf("held = %+v", v.Report.Held)
+	})
+	if b, _ := os.ReadFile(conf); !bytes.Equal(b, original) {
+		t.Fatalf("the held file changed on the adopted client: %q", b)
+	}
+	if text := hub.ok("node", "show", "edge"); !strings.Contains(text, conf) || !strings.Contains(text, "held, unchanged") {
+		t.Fatalf("node show on the server lacks the client's held file:\n%s", text)
+	}
+
+	// The bus: no client certificate, no declaration; a node reads only its own.
+	if code, body := busGet(t, edge.netns, bus, "/v1/declaration/edge", nil); code != http.StatusUnauthorized || !strings.Contains(body, "client certificate") {
+		t.Fatalf("declaration without a client certificate: %d %s", code, body)
+	}
+	sec, err := pki.OpenNodeSecrets(edge.dir, edge.sealKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := pki.Identity(sec.NodeCertPEM, sec.CACertPEM, sec.NodeKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := busGet(t, edge.netns, bus, "/v1/declaration/hub", &id); code != http.StatusForbidden || !strings.Contains(body, "only its own") {
+		t.Fatalf("edge reading hub's declaration: %d %s", code, body)
+	}
+	if code, body := busGet(t, edge.netns, bus, "/v1/declaration/edge", &id); code != http.StatusOK || !strings.Contains(body, "edgeapp") {
+		t.Fatalf("edge reading its own declaration: %d %s", code, body)
+	}
+
+	// Sealing: with a wrong seal key the agent refuses to start, naming the file and the recovery
+	// command; the recovery code restores the key and the agent starts.
+	edge.kill(syscall.SIGTERM)
+	good, _ := os.ReadFile(edge.sealKey)
+	if err := pki.NewSealKey(edge.sealKey).Write(); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code = edge.runIn("agent", "--data-dir", edge.dir, "--socket", edge.socket, "--docker-host", noDocker)
+	if code != 1 || !strings.Contains(errs, edge.sealKey) || !strings.Contains(errs, "meshd operator seal-key restore") {
+		t.Fatalf("agent with a wrong seal key: exit %d\n%s%s", code, out, errs)
+	}
+	edge.ok("operator", "seal-key", "restore", "--recovery-code", edgeCode, "--data-dir", edge.dir)
+	if now, _ := os.ReadFile(edge.sealKey); !bytes.Equal(now, good) {
+		t.Fatal("the restored seal key is not the original")
+	}
+	edge.startAgent("--docker-host", noDocker)
+	if text := edge.ok("node", "show", "edge"); !strings.Contains(text, "ADOPTED") {
+		t.Fatalf("node show on the restored client:\n%s", text)
+	}
+}

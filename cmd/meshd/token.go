@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"meshd/agent"
+	"meshd/fsm"
+	"meshd/pki"
+)
+
+func tokenCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Enrolment tokens: make one for a machine to join with"}
+	var (
+		adopted bool
+		ttl     time.Duration
+	)
+	create := &cobra.Command{
+		Use:   "create [--adopted] [--ttl 1h]",
+		Short: "Print a signed, single-use, expiring token for `meshd join`",
+		Long: `Token create asks this server for an enrolment token: signed by the mesh CA, good for one join,
+until --ttl passes. It carries the joining node's mode (converged, or adopted with --adopted: what is
+found on the machine is held until each module is taken), the servers' bus addresses (each server's
+advertise address and mesh.bus port), and the CA's fingerprint, so the joining machine trusts only this
+mesh's servers. The record keeps only the token's hash: the token is printed this once.
+
+Run it on a server; give the token to ` + "`meshd join`" + ` on the new machine.`,
+		Example: `  meshd token create --adopted --ttl 30m
+  meshd join "$(meshd token create --adopted)" --name edge-1   # on the new machine`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			mode := fsm.Converged
+			if adopted {
+				mode = fsm.Adopted
+			}
+			var v agent.TokenView
+			if err := g.client().Post(ctx, "/v1/tokens", agent.TokenRequest{Mode: mode, TTL: ttl.String()}, &v); err != nil {
+				return err
+			}
+			if g.json {
+				return g.emit(v, nil)
+			}
+			// The token alone on stdout, so $(meshd token create) is the token.
+			fmt.Fprintln(g.out, v.Token)
+			return nil
+		},
+	}
+	create.Flags().BoolVar(&adopted, "adopted", false, "the joining node is adopted: what is found on it is held until each module is taken")
+	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is good for")
+	cmd.AddCommand(create)
+	return cmd
+}
+
+func sealKeyCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "seal-key", Short: "The seal key the node's secrets are sealed under"}
+	var code, file, dataDir string
+	restore := &cobra.Command{
+		Use:   "restore --recovery-code CODE [--seal-key FILE] [--data-dir DIR]",
+		Short: "Restore a lost or replaced seal key file from its recovery code",
+		Long: `The node's secrets (the mesh CA key on a server, its identity key, the gossip keyring) are sealed
+at rest under the seal key, a file kept apart from the data dir (default ` + pki.DefaultSealKeyFile + `;
+--seal-key or MESHD_SEAL_KEY). Without the right seal key the agent refuses to start. Restore writes the
+key back from the recovery code printed once by genesis or join, after checking that the code opens
+the node's secrets in --data-dir. The agent needs no other change: start it again.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			path := pki.SealKeyPath(file)
+			if err := pki.RestoreSealKey(code, path, dataDir); err != nil {
+				return fmt.Errorf("seal key %s not restored: %w", path, err)
+			}
+			return g.emit(map[string]any{"restored": path, "data_dir": dataDir}, func(w io.Writer) {
+				fmt.Fprintf(w, "seal key restored to %s (it opens the node in %s); start the agent again\n", path, dataDir)
+			})
+		},
+	}
+	restore.Flags().StringVar(&code, "recovery-code", "", "the recovery code genesis or join printed (required)")
+	restore.Flags().StringVar(&file, "seal-key", "", "the seal key file to write (default $MESHD_SEAL_KEY, else "+pki.DefaultSealKeyFile+")")
+	restore.Flags().StringVar(&dataDir, "data-dir", agent.DefaultDataDir, "the node's data dir, whose secrets the code must open")
+	_ = restore.MarkFlagRequired("recovery-code")
+	cmd.AddCommand(restore)
+	return cmd
+}
