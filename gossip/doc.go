@@ -3,8 +3,9 @@
 //
 // It wraps hashicorp/memberlist: who is in the mesh, who is alive, who failed
 // (detected by memberlist's probes and suspicion timer) and who left on
-// purpose (a graceful leave is announced before memberlist's own leave, so
-// the others record "left", not "failed"). Every message is encrypted with
+// purpose (a leaving node sends every member a signed leave intent and waits
+// for their acknowledgements before memberlist's own leave goes out, so the
+// others record "left", not "failed"). Every message is encrypted with
 // memberlist's keyring and GossipVerifyIncoming/Outgoing are on, so a
 // machine without a key on the ring cannot join or listen in. The keyring can
 // be rotated on a running mesh (install, use, remove) without a restart; this
