@@ -248,7 +248,7 @@ func (d *OpeningDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	d.want = w
 	d.redetect = true // once per pass: the found firewall may have changed kind or rules
 	changes := d.apply(ctx, false)
-	out := Outcome{Changes: changes, Detail: d.detailLocked()}
+	out := Outcome{Changes: changes}
 	for _, e := range w.entries {
 		if m := d.states[e.mark]; e.invalid != "" || (m != nil && m.state == OpeningFailed) {
 			reason := e.invalid
@@ -263,6 +263,7 @@ func (d *OpeningDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	if start {
 		d.startWatch(ctx)
 	}
+	out.Detail = d.Status()
 	return out
 }
 

@@ -392,6 +392,9 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 	if det.Guard == nil || det.Guard.State != "loaded" || strings.Join(det.Guard.Ports, ",") != "tcp/7001,tcp/15672" {
 		t.Fatalf("guard reported as %+v", det.Guard)
 	}
+	if !strings.HasPrefix(det.Watch, "re-applied on every change") {
+		t.Fatalf("watch reported as %q", det.Watch)
+	}
 	// (4) the guard: the store is refused from outside, reachable over the private interface.
 	l.wantReach(l.cli, l.outside(7001), false)
 	l.wantReach(l.peer, l.private(7001), true)
