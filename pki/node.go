@@ -148,3 +148,22 @@ func RestoreSealKey(code, keyFile, dataDir string) error {
 	}
 	return k.Write()
 }
+
+// WriteKeyring replaces the node's sealed gossip keyring (a rotation), sealed under the seal key
+// at keyFile.
+func WriteKeyring(dataDir, keyFile string, r Keyring) error {
+	if len(r.Keys) == 0 {
+		return errors.New("a gossip keyring needs at least one key")
+	}
+	k, err := ReadSealKey(keyFile)
+	if err != nil {
+		return &SealError{KeyFile: keyFile, DataDir: dataDir, Err: err}
+	}
+	if _, err := openWith(dataDir, k); err != nil {
+		if errors.Is(err, ErrWrongSealKey) {
+			return &SealError{KeyFile: keyFile, DataDir: dataDir, Err: err}
+		}
+		return err
+	}
+	return k.WriteSealed(Path(dataDir, GossipKeyFile), purposeKeyring, MarshalKeyring(r))
+}

@@ -192,6 +192,14 @@ func TestSealAndRecovery(t *testing.T) {
 	if _, err := OpenNodeSecrets(data, keyFile); err != nil {
 		t.Fatalf("after restore: %v", err)
 	}
+	// A keyring rotation is written sealed and read back.
+	ring := Keyring{Keys: [][]byte{NewKeyring().Keys[0], s.Keyring.Keys[0]}}
+	if err := WriteKeyring(data, keyFile, ring); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := OpenNodeSecrets(data, keyFile); err != nil || len(got.Keyring.Keys) != 2 || !bytes.Equal(got.Keyring.Keys[0], ring.Keys[0]) {
+		t.Fatalf("rotated keyring: %v", err)
+	}
 }
 
 type ed25519Pub = ed25519.PublicKey
