@@ -34,7 +34,8 @@ func TestParseGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Files[0].Content != "listen 9090\n" || r.Containers[0].Ports[0] != "9090:8080/tcp" || r.Openings[0].Port != 9090 {
+	if r.Files[0].Content != "listen 9090\n" || r.Containers[0].Ports[0] != "9090:8080/tcp" || r.Openings[0].Port != 9090 ||
+		len(r.Containers[0].Volumes) != 1 || r.Containers[0].Volumes[0] != "/srv/webapp:/data" || r.Containers[0].Env["GREETING"] != "hello" {
 		t.Fatalf("node setting not filled in: %+v", r)
 	}
 	if got := m.PortSettings(); len(got) != 1 || got[0] != "port" {

@@ -179,6 +179,7 @@ func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 					add(fmt.Sprintf("%s.volumes[%d]", field, j), "container path %q is relative", parts[1])
 				}
 			}
+			out.Volumes = append(out.Volumes, e)
 		}
 		r.Containers = append(r.Containers, out)
 	}
