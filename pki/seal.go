@@ -31,7 +31,7 @@ const SealKeySize = 32
 var sealMagic = []byte("MESHD-SEALED-1\n")
 
 // ErrWrongSealKey says a sealed file was sealed under another seal key.
-var ErrWrongSealKey = errors.New("sealed under another seal key")
+var ErrWrongSealKey = errors.New("wrong seal key")
 
 // SealKey is the key every secret of a node is sealed under.
 type SealKey struct {

@@ -155,6 +155,7 @@ func TestProcessEnrolment(t *testing.T) {
 		if code != 1 || !strings.Contains(errs, says) {
 			t.Fatalf("%s token: exit %d, want 1 saying %q:\n%s%s", what, code, says, out, errs)
 		}
+		t.Logf("%s token: %s", what, strings.TrimSpace(errs))
 		if after := statusNodes(hub); after != before {
 			t.Fatalf("%s token changed the record:\n%s\n%s", what, before, after)
 		}
@@ -184,6 +185,7 @@ func TestProcessEnrolment(t *testing.T) {
 		t.Fatalf("join printed no recovery code:\n%s", out)
 	}
 	edgeCode := m[1]
+	t.Logf("join:\n%s", out)
 	var st agent.StatusView
 	hub.jsonOf(&st, "status")
 	var enrolled *agent.NodeSummary
@@ -209,6 +211,8 @@ func TestProcessEnrolment(t *testing.T) {
 	before := statusNodes(hub)
 	if out, errs, code := edge.runIn("join", tok, "--name", "edge2", "--data-dir", edge2); code != 1 || !strings.Contains(errs, "already used by node edge") {
 		t.Fatalf("used token: exit %d\n%s%s", code, out, errs)
+	} else {
+		t.Logf("used token: %s", strings.TrimSpace(errs))
 	}
 	if _, err := os.Stat(edge2); !os.IsNotExist(err) || statusNodes(hub) != before {
 		t.Fatal("a used token changed something")
@@ -224,6 +228,8 @@ func TestProcessEnrolment(t *testing.T) {
 	})
 	if out, errs, code := edge.runIn("join", short.Token, "--name", "edge2", "--data-dir", edge2); code != 1 || !strings.Contains(errs, "expired") {
 		t.Fatalf("expired token: exit %d\n%s%s", code, out, errs)
+	} else {
+		t.Logf("expired token: %s", strings.TrimSpace(errs))
 	}
 	if _, err := os.Stat(edge2); !os.IsNotExist(err) || statusNodes(hub) != before {
 		t.Fatal("an expired token changed something")
@@ -233,9 +239,13 @@ func TestProcessEnrolment(t *testing.T) {
 	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
 	if text := edge.ok("status"); !strings.Contains(text, "edge") || !strings.Contains(text, "hub") {
 		t.Fatalf("status on the client:\n%s", text)
+	} else {
+		t.Logf("status on the client:\n%s", text)
 	}
 	if _, errs, code := edge.run("module", "assign", "edge", "webapp"); code != 1 || !strings.Contains(errs, "client") || !strings.Contains(errs, "server") {
 		t.Fatalf("a write on a client: exit %d %q", code, errs)
+	} else {
+		t.Logf("a write on a client: %s", strings.TrimSpace(errs))
 	}
 
 	// A module assigned to the client reaches its host; the held file shows on the server.
@@ -267,6 +277,8 @@ func TestProcessEnrolment(t *testing.T) {
 	}
 	if text := hub.ok("node", "show", "edge"); !strings.Contains(text, conf) || !strings.Contains(text, "held, unchanged") {
 		t.Fatalf("node show on the server lacks the client's held file:\n%s", text)
+	} else {
+		t.Logf("node show edge on the server:\n%s", text)
 	}
 
 	// The bus: no client certificate, no declaration; a node reads only its own.
@@ -299,6 +311,7 @@ func TestProcessEnrolment(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, edge.sealKey) || !strings.Contains(errs, "meshd operator seal-key restore") {
 		t.Fatalf("agent with a wrong seal key: exit %d\n%s%s", code, out, errs)
 	}
+	t.Logf("agent with a wrong seal key: %s", strings.TrimSpace(errs))
 	edge.ok("operator", "seal-key", "restore", "--recovery-code", edgeCode, "--data-dir", edge.dir)
 	if now, _ := os.ReadFile(edge.sealKey); !bytes.Equal(now, good) {
 		t.Fatal("the restored seal key is not the original")
