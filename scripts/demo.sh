@@ -1,57 +1,69 @@
 #!/usr/bin/env bash
-# The demo: a one-node mesh raised adopted in a network namespace of its own, a module assigned and
-# taken, the agent killed and restarted with nothing lost. Narrated; leaves nothing behind.
-# (When the lab bed lands, this grows into a predecessor machine being migrated.)
+# The demo: a lab machine that looks the way the predecessor mesh leaves it (a ufw firewall, service
+# containers, a file its control keeps rewriting, a WireGuard tunnel to two peers that call a service
+# through it) is taken over by meshd while probes watch that nothing that serves changes. Narrated;
+# `meshlab down` at the end leaves nothing behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ "$(id -u)" -eq 0 ] || { echo "demo: run as root (it creates a network namespace)" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || { echo "demo: run as root (the lab is network namespaces and its own Docker engines)" >&2; exit 1; }
 
-ns=meshd-demo
-work=$(mktemp -d /tmp/meshd-demo.XXXXXX)
-meshd="$PWD/bin/meshd"
-export MESHD_SOCKET="$work/meshd.sock"
-agent_pid=""
+lab=demo
+meshlab="$PWD/bin/meshlab"
+meshd_bin="$PWD/bin/meshd"
+keep=${KEEP_LAB:-}
 
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+on() { local m=$1; shift; printf '%s$ %s\n' "$m" "$*"; "$meshlab" exec --name "$lab" "$m" -- "$@"; }
+try() { local m=$1; shift; printf '%s$ %s\n' "$m" "$*"; "$meshlab" exec --name "$lab" "$m" -- "$@" || echo "(exit $?: refused, as it should be)"; }
 cleanup() {
-  [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null || true
-  ip netns del "$ns" 2>/dev/null || true
-  rm -rf "$work"
+  if [ -z "$keep" ]; then "$meshlab" down --name "$lab" >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-run() { printf '$ %s\n' "$*"; "$@"; }
-in_ns() { ip netns exec "$ns" "$@"; }
+say "Raising the lab: a predecessor hub (ufw, containers, a tunnel), two peers, a new machine, an outsider"
+"$meshlab" down --name "$lab" >/dev/null 2>&1 || true
+"$meshlab" up --name "$lab" --scenario predecessor-ufw
+on hub ufw status
+on hub docker ps --format '{{.Names}}  {{.Ports}}'
+on hub cat /etc/webapp/app.conf
 
-ip netns del "$ns" 2>/dev/null || true
-ip netns add "$ns"
-in_ns ip link set lo up
+say "Put meshd on the hub. A converged genesis would load a drop-by-default ruleset: it refuses a machine in use"
+"$meshlab" exec --name "$lab" hub -- sh -c "cat > /usr/local/bin/meshd" < "$meshd_bin"
+on hub chmod 0755 /usr/local/bin/meshd
+try hub meshd genesis --name hub --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --port tunnel=51821
 
-start_agent() {
-  in_ns "$meshd" agent --data-dir "$work/data" --log-level warn >>"$work/agent.log" 2>&1 &
-  agent_pid=$!
-  for _ in $(seq 100); do "$meshd" status --json 2>/dev/null | grep -q '"id": "[0-9a-f]' && return; sleep 0.1; done
-  echo "demo: the agent did not come up:" >&2; cat "$work/agent.log" >&2; exit 1
-}
+say "Adopted keeps what is found in force. The registry's port is the predecessor's: genesis names the holder"
+try hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --port tunnel=51821
 
-say "A machine that already serves is raised ADOPTED: what meshd finds there is held, not replaced."
-say "The registry's usual port (5000) is held by the predecessor here, so genesis is given another."
-run in_ns "$meshd" genesis --name hub --adopted --data-dir "$work/data" --advertise 127.0.0.1 --port registry=5001
-start_agent
-run "$meshd" status
+say "The operator stops the predecessor's control (its services keep serving), and gives the registry another port"
+"$meshlab" stop-service --name "$lab" hub predecessor-control
+on hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --port tunnel=51821 --port registry=5001
+"$meshlab" install-agent --name "$lab" hub "$meshd_bin" -- agent --data-dir /var/lib/meshd --docker-host unix:///run/docker.sock --reconcile-interval 2s
+sleep 5
+on hub meshd status
+on hub docker ps --format '{{.Names}}  {{.Ports}}'
 
-say "Assigning a module on an adopted node only prepares it: found files and containers are held."
-run "$meshd" module assign hub webapp
-run "$meshd" declaration hub
+say "Assigning webapp on an adopted node only prepares it: the found container and file are held"
+on hub meshd module assign hub webapp
+sleep 5
+on hub meshd node show hub
 
-say "Taking the module is the cutover, once its data has moved: from now on it converges."
-run "$meshd" module take hub webapp
+say "The predecessor's control, started again, rewrites the file: reported, never reverted"
+"$meshlab" start-service --name "$lab" hub predecessor-control
+sleep 6
+"$meshlab" stop-service --name "$lab" hub predecessor-control
+on hub meshd node show hub
 
-say "Kill the agent outright (SIGKILL) in the middle of the migration, and start it again."
-kill -9 "$agent_pid"; wait "$agent_pid" 2>/dev/null || true
-agent_pid=""
-start_agent
-run "$meshd" node show hub
-run "$meshd" operator raft list-peers
+say "Taking webapp is the cutover: the container is replaced by meshd's, the file converges, its original kept"
+on hub meshd module take hub webapp
+sleep 8
+on hub docker ps --format '{{.Names}}  {{.Image}}  {{.Labels}}'
+on hub cat /etc/webapp/app.conf
+on hub meshd node original hub /etc/webapp/app.conf
 
-say "Nothing acknowledged was lost. The node stays ADOPTED until the operator converges it."
+say "Nothing that serves changed: the probes' count of failures and the longest outage"
+"$meshlab" probes --name "$lab"
+
+say "Done. The hub stays ADOPTED until the operator converges it."
+on hub meshd status
+[ -n "$keep" ] && echo "(KEEP_LAB set: the lab stays up; meshlab down --name $lab removes it)"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -144,12 +145,96 @@ func printReport(w io.Writer, rep *host.Report) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\n", f.Path, f.Module, hash)
 	}
+	printContainers(w, rep.Kinds[fsm.KindContainer])
+	printOpenings(w, rep.Kinds[fsm.KindOpening])
 	if len(rep.Errors) > 0 {
 		fmt.Fprintf(w, "\nFAILED RESOURCE\tMODULE\tREASON\n")
 		for _, e := range rep.Errors {
 			fmt.Fprintf(w, "%s\t%s\t%s\n", e.Resource, e.Module, e.Reason)
 		}
 	}
+}
+
+// kind decodes a driver's part of the report (it arrives as generic JSON) into its type.
+func kind(raw any, into any) bool {
+	if raw == nil {
+		return false
+	}
+	b, err := json.Marshal(raw)
+	return err == nil && json.Unmarshal(b, into) == nil
+}
+
+func printContainers(w io.Writer, raw any) {
+	var cr host.ContainerReport
+	if !kind(raw, &cr) {
+		return
+	}
+	engine := cr.Engine
+	if !cr.Reachable {
+		engine += " UNREACHABLE: " + cr.EngineError
+	}
+	fmt.Fprintf(w, "\ncontainers\tengine %s\n", engine)
+	fmt.Fprintf(w, "\nCONTAINER\tMODULE\tSTATE\tIMAGE\tPORTS\n")
+	for _, c := range cr.Containers {
+		state := c.State
+		if state == "" {
+			state = "not there"
+		}
+		if c.Changed {
+			state += ", " + strings.ToUpper(c.Reason)
+		}
+		if c.Unassigned {
+			state += " (module unassigned; kept)"
+		}
+		if !c.Running && c.ID != "" {
+			state += ", stopped"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Module, state, c.Image, list(c.Ports))
+	}
+	var others []string
+	for _, p := range cr.Published {
+		if p.Module == "" {
+			others = append(others, fmt.Sprintf("%s:%d/%s (%s)", orAll(p.HostIP), p.HostPort, p.Proto, p.Container))
+		}
+	}
+	if len(others) > 0 {
+		fmt.Fprintf(w, "published by no module\t%s\n", strings.Join(others, ", "))
+	}
+}
+
+func printOpenings(w io.Writer, raw any) {
+	var od host.OpeningDetail
+	if !kind(raw, &od) {
+		return
+	}
+	fw := od.Firewall.Description
+	if od.Firewall.Refused != "" {
+		fw += " REFUSED: " + od.Firewall.Refused
+	}
+	fmt.Fprintf(w, "\nfirewall\t%s\n", fw)
+	for _, t := range []*host.TableView{od.Guard, od.Filter} {
+		if t != nil {
+			fmt.Fprintf(w, "meshd table %s\t%s %s\n", t.Table, t.State, list(t.Ports))
+		}
+	}
+	fmt.Fprintf(w, "\nOPENING\tMODULE\tTHROUGH\tSTATE\n")
+	for _, o := range od.Openings {
+		state := o.State
+		if !o.RestoredAt.IsZero() {
+			state += " at " + o.RestoredAt.Format("15:04:05")
+		}
+		if o.Reason != "" {
+			state += ": " + o.Reason
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", o.Opening, o.Module, o.Through, state)
+	}
+}
+
+func orAll(ip string) string {
+	if ip == "" {
+		return "0.0.0.0"
+	}
+	return ip
 }
 
 func short(hash string) string {

@@ -8,6 +8,8 @@
 //	meshlab exec [--name lab] MACHINE -- CMD [ARG...]
 //	meshlab probes [--json] [--name lab] [--dir DIR]
 //	meshlab reboot|stop|boot|cutoff|restore MACHINE
+//	meshlab install-agent MACHINE BINARY [-- ARG...]   meshd at /usr/local/bin/meshd, as meshd.service
+//	meshlab start-service|stop-service MACHINE UNIT
 //
 // A lab's state lives in DIR (default /var/tmp/meshlab/NAME).
 package main
@@ -38,6 +40,8 @@ func usage() {
   meshlab exec [--name LAB] [--dir DIR] MACHINE -- CMD [ARG...]
   meshlab probes [--json] [--name LAB] [--dir DIR]
   meshlab reboot|stop|boot|cutoff|restore [--name LAB] [--dir DIR] MACHINE
+  meshlab install-agent [--name LAB] [--dir DIR] MACHINE BINARY [-- ARG...]
+  meshlab start-service|stop-service [--name LAB] [--dir DIR] MACHINE UNIT
 `, strings.Join(chaos.ScenarioNames, ", "))
 	os.Exit(2)
 }
@@ -85,6 +89,8 @@ func main() {
 		os.Exit(execIn(ctx, *dir, fs.Args()))
 	case "reboot", "stop", "boot", "cutoff", "restore":
 		err = act(ctx, *dir, verb, fs.Args())
+	case "install-agent", "start-service", "stop-service":
+		err = service(ctx, *dir, verb, fs.Args())
 	default:
 		usage()
 	}
@@ -196,6 +202,33 @@ func execIn(ctx context.Context, dir string, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// service installs the meshd agent on a machine, or starts or stops one of its units.
+func service(ctx context.Context, dir, verb string, args []string) error {
+	if len(args) < 2 {
+		return fmt.Errorf("want MACHINE and %s", map[bool]string{true: "BINARY", false: "UNIT"}[verb == "install-agent"])
+	}
+	l, err := chaos.Load(dir)
+	if err != nil {
+		return err
+	}
+	m := l.Machine(args[0])
+	if m == nil {
+		return fmt.Errorf("lab %s has no machine %q", l.Name, args[0])
+	}
+	switch verb {
+	case "install-agent":
+		rest := args[2:]
+		if len(rest) > 0 && rest[0] == "--" {
+			rest = rest[1:]
+		}
+		return m.InstallAgent(ctx, args[1], rest...)
+	case "start-service":
+		return m.StartService(ctx, args[1])
+	default:
+		return m.StopService(ctx, args[1])
+	}
 }
 
 func act(ctx context.Context, dir, verb string, args []string) error {
