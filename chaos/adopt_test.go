@@ -96,7 +96,7 @@ func markedOnly(before, after string) error {
 				// meshd's own nftables tables (the guard) are not the found firewall's.
 				ownTable = strings.Contains(l, " meshd_")
 			}
-			if ownTable || strings.HasPrefix(l, "-A ufw-user-") {
+			if ownTable || l == "" || strings.HasPrefix(l, "-A ufw-user-") {
 				continue
 			}
 			out[l]++

@@ -35,7 +35,8 @@ func (m *Machine) FirewallDump(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		save, err := m.Exec(ctx, "iptables-save")
+		// stderr apart: iptables-save's warnings would otherwise land mid-line in the dump.
+		save, err := m.Exec(ctx, "sh", "-c", "iptables-save 2>/dev/null")
 		if err != nil {
 			return "", err
 		}

@@ -34,6 +34,15 @@ func xtBin(backend, tool string) string {
 // absent or the backend holds no filter table. An iptables-nft table that nft rules made
 // unreadable to iptables is an error naming it.
 func readXT(ctx context.Context, env Env, backend string) (*xtDump, bool, error) {
+	// A legacy table is made the first time anything reads it in a network namespace: look in
+	// /proc first, so detecting the firewall never leaves a legacy filter table behind.
+	if backend == "legacy" {
+		// No such file: ip_tables is not even loaded, so there is no legacy table.
+		names, err := env.run(ctx, "cat", "/proc/net/ip_tables_names")
+		if err != nil || !bytes.Contains(append([]byte("\n"), names...), []byte("\nfilter\n")) {
+			return nil, false, nil
+		}
+	}
 	// stderr too: iptables-nft-save warns there, exiting 0, about a table it cannot show.
 	out, err := env.run(ctx, "sh", "-c", xtBin(backend, "iptables-save")+" -t filter 2>&1")
 	if err != nil {
