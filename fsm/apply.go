@@ -110,7 +110,7 @@ func applyGenesis(r *Record, c *Command, b *Genesis) (any, error) {
 	if len(errs) > 0 {
 		return nil, refuse(c.Op, b.Node, "", "the catalogue is refused:\n%v", errs)
 	}
-	n := &Node{Name: b.Node, ID: b.ID, Mode: b.Mode, Server: true, Advertise: b.Advertise,
+	n := &Node{Name: b.Node, ID: b.ID, Mode: b.Mode, Server: true, Advertise: b.Advertise, PublicKey: b.PublicKey,
 		Assigned: []string{}, Taken: []string{}, EnrolledAt: c.At, ModeSince: c.At}
 	if err := setValues(cat, n, b.Settings, c.Op); err != nil {
 		return nil, err

@@ -38,10 +38,13 @@ type Command struct {
 
 // Genesis starts the mesh on its control-node.
 type Genesis struct {
-	Node      string             `json:"node"`
-	ID        string             `json:"id"`
-	Mode      Mode               `json:"mode"`
-	Advertise string             `json:"advertise"`
+	Node      string `json:"node"`
+	ID        string `json:"id"`
+	Mode      Mode   `json:"mode"`
+	Advertise string `json:"advertise"`
+	// PublicKey is the control-node's ed25519 identity key, base64 (std), as Enrol carries a
+	// node's: the key its gossip reports are verified with.
+	PublicKey string             `json:"public_key,omitempty"`
 	Settings  map[string]string  `json:"settings,omitempty"`
 	Catalogue []catalogue.Source `json:"catalogue"`
 	// Assign lists the modules assigned to the control-node at genesis (the foundation).
