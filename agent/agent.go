@@ -220,6 +220,9 @@ func (a *Agent) Stop() error {
 // watchOwnDeclaration composes the node's declaration each time the record changes and passes it
 // on when it differs from the last one.
 func (a *Agent) watchOwnDeclaration(ctx context.Context) {
+	if err := a.raft.waitCaughtUp(ctx); err != nil {
+		return
+	}
 	var last []byte
 	var index uint64
 	for ctx.Err() == nil {

@@ -103,7 +103,7 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET /v1/snapshot", a.snapshotSave)
 	mux.HandleFunc("POST /v1/snapshot", a.snapshotRestore)
 	mux.HandleFunc("POST /v1/tokens", a.createToken)
-	return mux
+	return a.raft.caughtUpOnly(mux)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

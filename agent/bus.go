@@ -142,7 +142,7 @@ func (a *Agent) busRoutes() http.Handler {
 	mux.HandleFunc("GET /v1/nodes/{node}", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getNode(w, r) }))
 	mux.HandleFunc("GET /v1/modules", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.listModules(w, r) }))
 	mux.HandleFunc("GET /v1/modules/{module}", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getModule(w, r) }))
-	return mux
+	return a.raft.caughtUpOnly(mux)
 }
 
 // withNode lets a request through only with a client certificate from the mesh CA (the TLS layer

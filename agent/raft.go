@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -19,9 +22,14 @@ import (
 
 // raftNode is a running Raft server with the stores it owns.
 type raftNode struct {
-	raft      *raft.Raft
-	store     *raftboltdb.BoltStore
-	transport *raft.NetworkTransport
+	raft *raft.Raft
+	// startIndex is the last index in the log when this server started: until the record has
+	// applied it, the record is older than what this node already acknowledged.
+	startIndex uint64
+	caughtUp   chan struct{}
+	catchUp    sync.Once
+	store      *raftboltdb.BoltStore
+	transport  *raft.NetworkTransport
 }
 
 func raftDir(dataDir string) string { return filepath.Join(dataDir, "raft") }
@@ -66,7 +74,44 @@ func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, logOut io.Writer) (*raftN
 		store.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	return &raftNode{raft: r, store: store, transport: transport}, nil
+	return &raftNode{raft: r, store: store, transport: transport, startIndex: r.LastIndex(), caughtUp: make(chan struct{})}, nil
+}
+
+// waitCaughtUp blocks until the record has applied every entry the log held when this server
+// started (a restarted server's record begins at its last snapshot and replays the rest once the
+// group has a leader), or ctx ends. Nothing reads the record for a decision before that: a host
+// acting on a record older than what it already acted on would undo acknowledged work.
+func (rn *raftNode) waitCaughtUp(ctx context.Context) error {
+	for {
+		select {
+		case <-rn.caughtUp:
+			return nil
+		default:
+		}
+		if rn.raft.AppliedIndex() >= rn.startIndex {
+			rn.catchUp.Do(func() { close(rn.caughtUp) })
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the record is still replaying its log (applied %d of %d): %w", rn.raft.AppliedIndex(), rn.startIndex, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// caughtUpOnly holds every request until the record has caught up with the log.
+func (rn *raftNode) caughtUpOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), 30*time.Second)
+		err := rn.waitCaughtUp(ctx)
+		cancel()
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, apiError{Error: err.Error()})
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
 }
 
 // waitLeader waits until some server leads, up to d.

@@ -157,6 +157,24 @@ func (n *node) startAgent(extra ...string) {
 // startAgentEnv starts the agent with extra environment (test hooks such as crash points).
 func (n *node) startAgentEnv(env []string, extra ...string) {
 	n.t.Helper()
+	n.launchAgent(env, extra...)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var st struct {
+			Leader struct{ ID string } `json:"leader"`
+		}
+		out, _, code := n.run("status", "--json")
+		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Leader.ID != "" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	n.t.Fatalf("agent did not become ready:\n%s", n.agentLg)
+}
+
+// launchAgent starts the agent and returns at once.
+func (n *node) launchAgent(env []string, extra ...string) {
+	n.t.Helper()
 	n.agentLg = &bytes.Buffer{}
 	n.agent = n.inNetns(append([]string{meshdBin, "agent", "--data-dir", n.dir, "--socket", n.socket, "--docker-host", noDocker}, extra...)...)
 	n.agent.Env = append(n.agent.Env, env...)
@@ -171,18 +189,6 @@ func (n *node) startAgentEnv(env []string, extra ...string) {
 			_ = cmd.Wait()
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		var st struct {
-			Leader struct{ ID string } `json:"leader"`
-		}
-		out, _, code := n.run("status", "--json")
-		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Leader.ID != "" {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	n.t.Fatalf("agent did not become ready:\n%s", n.agentLg)
 }
 
 func (n *node) kill(sig syscall.Signal) {
@@ -255,6 +261,38 @@ func TestProcessGenesisAssignTakeKillRestart(t *testing.T) {
 	n.jsonOf(&last, "declaration", "hub")
 	if fmt.Sprint(last.Taken) != "[notes webapp]" {
 		t.Fatalf("after restart, taken = %v", last.Taken)
+	}
+}
+
+// A restarted server's record begins at its last snapshot and replays the rest of its log once it
+// leads again: nothing it answers, and nothing its host acts on, may come from before that.
+func TestRestartNeverServesAStaleRecord(t *testing.T) {
+	n := newNode(t)
+	n.genesis("--adopted")
+	n.startAgent()
+	n.ok("module", "assign", "hub", "webapp")
+	n.ok("module", "take", "hub", "webapp")
+	want := n.ok("declaration", "hub", "--json")
+	for round := 0; round < 3; round++ {
+		n.kill(syscall.SIGKILL)
+		n.launchAgent(nil)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			out, _, code := n.run("declaration", "hub", "--json")
+			if code == 0 {
+				if out != want {
+					t.Fatalf("round %d: the first declaration served after a restart is stale:\n%s\nwant:\n%s", round, out, want)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no declaration after restart:\n%s", round, n.agentLg)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if strings.Contains(n.agentLg.String(), "assigned=\"[broker mesh registry store]\"") {
+			t.Fatalf("round %d: the host was handed a declaration from before the restart's replay:\n%s", round, n.agentLg)
+		}
 	}
 }
 
