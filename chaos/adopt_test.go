@@ -229,7 +229,31 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 			t.Fatalf("found firewall: %v\nbefore:\n%s\nafter:\n%s", err, dumpBefore, dump)
 		}
 	})
-	t.Run("the store is unreachable from outside", func(t *testing.T) {
+	t.Run("the foundation comes up on the port genesis gave", func(t *testing.T) {
+		if err := poll(t, 60*time.Second, func() error {
+			out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:5001/", HubAddr))
+			if err != nil || !strings.Contains(out, "from registry\n") {
+				return fmt.Errorf("registry on 5001 from newnode: %v %s", err, out)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ports, _ := hub.Docker(ctx, "port", "meshd-registry")
+		if !strings.Contains(ports, ":5001") || strings.Contains(ports, ":5000") {
+			t.Fatalf("meshd-registry publishes %q, want 5001 only", ports)
+		}
+		if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, RegistryPort)); err != nil || !strings.Contains(out, "from predecessor-registry") {
+			t.Fatalf("the predecessor's registry on 5000 changed: %v %q", err, out)
+		}
+	})
+	t.Run("the store is unreachable from outside and reachable from the machine", func(t *testing.T) {
+		if err := poll(t, 60*time.Second, func() error {
+			_, err := hub.Reach(ctx, fmt.Sprintf("tcp://127.0.0.1:%d", StorePort))
+			return err
+		}); err != nil {
+			t.Fatalf("the store does not answer on the machine itself: %v", err)
+		}
 		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, StorePort)); err == nil {
 			t.Fatalf("outside reached the store: %s", out)
 		}
@@ -261,6 +285,77 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 		}
 		if got, err := meshd(ctx, hub, "node", "original", "hub", WebappFile); err != nil || got != string(fileBefore) {
 			t.Fatalf("the recorded original is not what was found: %v\n%q\n%q", err, got, fileBefore)
+		}
+	})
+
+	t.Run("taking cuts over: the container is replaced, the file converges, the port stays open", func(t *testing.T) {
+		if out, err := meshd(ctx, hub, "module", "take", "hub", "webapp"); err != nil {
+			t.Fatalf("take webapp: %v\n%s", err, out)
+		}
+		if err := poll(t, 60*time.Second, func() error {
+			id, err := hub.Docker(ctx, "inspect", "-f", "{{.Id}} {{index .Config.Labels \"meshd.module\"}}", "webapp")
+			if err != nil || id == webappBefore || !strings.Contains(id, "webapp") {
+				return fmt.Errorf("webapp not replaced by meshd's: %q %v", id, err)
+			}
+			body, err := hub.ReadFile(ctx, WebappFile)
+			if err != nil || string(body) != "listen 8080\n" {
+				return fmt.Errorf("webapp's file not converged: %q %v", body, err)
+			}
+			if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort)); err != nil {
+				return fmt.Errorf("the new webapp does not serve from newnode: %v %s", err, out)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := meshd(ctx, hub, "node", "original", "hub", WebappFile); err != nil || got != string(fileBefore) {
+			t.Fatalf("the original is not kept after take: %v %q", err, got)
+		}
+	})
+	t.Run("the openings survive a reload of the found firewall and a reboot", func(t *testing.T) {
+		registry := fmt.Sprintf("http://%s:5001/", HubAddr)
+		// The bus is an incoming opening (meshd's agent listens there); the registry a forwarded
+		// one. `nft -f /etc/nftables.conf` begins with flush ruleset, which also drops Docker's
+		// NAT, so until Docker is restarted no published port works, the predecessor's own
+		// included: after that reload the incoming opening is what meshd answers for.
+		reload, check := []string{"ufw", "reload"}, registry
+		if fw == FirewallNftables {
+			reload, check = []string{"nft", "-f", "/etc/nftables.conf"}, fmt.Sprintf("tcp://%s:7070", HubAddr)
+		}
+		if _, err := newnode.Reach(ctx, check); err != nil {
+			t.Fatalf("%s not reachable before the reload: %v", check, err)
+		}
+		if out, err := hub.Exec(ctx, reload[0], reload[1:]...); err != nil {
+			t.Fatalf("reload: %v %s", err, out)
+		}
+		reloaded := time.Now()
+		if err := poll(t, 10*time.Second, func() error { _, err := newnode.Reach(ctx, check); return err }); err != nil {
+			t.Fatalf("%s did not come back after %s: %v", check, strings.Join(reload, " "), err)
+		}
+		if took := time.Since(reloaded); took > 2*time.Second+500*time.Millisecond {
+			t.Errorf("the opening came back %s after the reload, want within 2 s", took)
+		}
+		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, StorePort)); err == nil {
+			t.Fatalf("after the reload outside reached the store (the guard is gone): %s", out)
+		}
+		if err := hub.Reboot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := poll(t, 90*time.Second, func() error {
+			if _, err := newnode.Reach(ctx, registry); err != nil {
+				return err
+			}
+			_, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort))
+			return err
+		}); err != nil {
+			t.Fatalf("after a reboot the mesh's openings are not back: %v", err)
+		}
+		out, err := meshd(ctx, hub, "declaration", "hub", "--json")
+		if err != nil || !strings.Contains(out, `"taken": [`) || !strings.Contains(out, "webapp") {
+			t.Fatalf("the record did not survive the reboot: %v %s", err, out)
+		}
+		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, StorePort)); err == nil {
+			t.Fatalf("after the reboot outside reached the store: %s", out)
 		}
 	})
 }
