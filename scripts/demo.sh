@@ -54,6 +54,9 @@ sleep 6
 "$meshlab" stop-service --name "$lab" hub predecessor-control
 on hub meshd node show hub
 
+say "So far nothing that serves changed: the probes (peers through the tunnel, a second machine, the outsider)"
+"$meshlab" probes --name "$lab"
+
 say "Taking webapp is the cutover: the container is replaced by meshd's, the file converges, its original kept"
 on hub meshd module take hub webapp
 sleep 8
@@ -61,9 +64,9 @@ on hub docker ps --format '{{.Names}}  {{.Image}}  {{.Labels}}'
 on hub cat /etc/webapp/app.conf
 on hub meshd node original hub /etc/webapp/app.conf
 
-say "Nothing that serves changed: the probes' count of failures and the longest outage"
+say "The probes again: the one outage is webapp's cutover (the old container stopped, meshd's started)"
 "$meshlab" probes --name "$lab"
 
 say "Done. The hub stays ADOPTED until the operator converges it."
 on hub meshd status
-[ -n "$keep" ] && echo "(KEEP_LAB set: the lab stays up; meshlab down --name $lab removes it)"
+if [ -n "$keep" ]; then echo "(KEEP_LAB set: the lab stays up; meshlab down --name $lab removes it)"; fi
