@@ -72,6 +72,11 @@ type Agent struct {
 
 	// declarations receives the node's own declaration each time it changes.
 	declarations chan *fsm.Declaration
+
+	// gs is the node's gossip member (gossip.go); pb its calls to other nodes' buses and, on a
+	// client, its own bus (peerbus.go).
+	gs gossipState
+	pb peerBus
 }
 
 // Start opens the node's data dir, starts Raft (on a server) and the operator API, and begins
@@ -184,6 +189,12 @@ func listenSocket(path string) (net.Listener, error) {
 // Run watches the node's declaration and reconciles the machine to it until ctx is done, then
 // stops the agent cleanly.
 func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.gs.mu.Lock()
+	a.gs.stop = cancel
+	a.gs.mu.Unlock()
+	go a.runGossip(ctx)
 	hostDone := make(chan struct{})
 	if a.node.Server {
 		go a.watchOwnDeclaration(ctx)
@@ -207,6 +218,7 @@ func (a *Agent) Stop() error {
 	defer cancel()
 	_ = a.http.Shutdown(sctx)
 	os.Remove(a.cfg.Socket)
+	a.stopGossip()
 	if a.raft != nil {
 		a.raft.shutdown(a.log)
 	}

@@ -25,6 +25,15 @@ type StatusView struct {
 	Leader LeaderView    `json:"leader"`
 	Index  uint64        `json:"index"`
 	Nodes  []NodeSummary `json:"nodes"`
+	// Gossip is the answering server's gossip: whether it runs, and the reports it rejected.
+	Gossip GossipSummary `json:"gossip"`
+}
+
+// GossipSummary is the answering server's gossip at a glance.
+type GossipSummary struct {
+	Node     string            `json:"node"`
+	Running  bool              `json:"running"`
+	Rejected map[string]uint64 `json:"rejected"`
 }
 
 // LeaderView names the Raft leader.
@@ -44,6 +53,18 @@ type NodeSummary struct {
 	Address     string    `json:"address,omitempty"`
 	Assigned    int       `json:"assigned"`
 	Taken       int       `json:"taken"`
+	// Liveness is the node's state in the answering server's gossip view: alive, failed, left,
+	// or unknown (never seen).
+	Liveness      string    `json:"liveness"`
+	LivenessSince time.Time `json:"liveness_since,omitzero"`
+	// HeldFiles and HeldContainers count what the node's last report holds as found.
+	HeldFiles      int `json:"held_files"`
+	HeldContainers int `json:"held_containers"`
+	// ReportFrom says how the node's last report came: local (the answering node's own), gossip
+	// (signed and verified), bus (posted over mTLS while the node's gossip could not reach a
+	// server), or "" (none yet). When it was made is in `meshd node show` (the status stays the
+	// same while nothing changes).
+	ReportFrom string `json:"report_from,omitempty"`
 }
 
 // NodeView is `meshd node show`: the record's node and, when known, its host report.
@@ -103,6 +124,11 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET /v1/snapshot", a.snapshotSave)
 	mux.HandleFunc("POST /v1/snapshot", a.snapshotRestore)
 	mux.HandleFunc("POST /v1/tokens", a.createToken)
+	mux.HandleFunc("GET /v1/members", a.getMembers)
+	mux.HandleFunc("POST /v1/leave", a.postLeave)
+	mux.HandleFunc("GET /v1/keyring", a.getKeyring)
+	mux.HandleFunc("POST /v1/keyring", a.postKeyring)
+	mux.HandleFunc("GET /v1/reach/{node}", a.getReach)
 	return a.raft.caughtUpOnly(mux)
 }
 
@@ -148,7 +174,7 @@ func (a *Agent) leader() LeaderView {
 }
 
 func (a *Agent) getStatus(w http.ResponseWriter, _ *http.Request) {
-	st := StatusView{Leader: a.leader(), Nodes: []NodeSummary{}}
+	st := StatusView{Leader: a.leader(), Nodes: []NodeSummary{}, Gossip: GossipSummary{Node: a.node.Name, Rejected: map[string]uint64{}}}
 	a.fsm.Read(func(r *fsm.Record, index uint64) {
 		st.Index = index
 		for _, name := range r.NodeNames() {
@@ -158,6 +184,22 @@ func (a *Agent) getStatus(w http.ResponseWriter, _ *http.Request) {
 				Address: n.Address, Assigned: len(n.Assigned), Taken: len(n.EffectiveTaken())})
 		}
 	})
+	members := a.membersByName()
+	for i := range st.Nodes {
+		n := &st.Nodes[i]
+		n.Liveness, n.LivenessSince = a.liveness(members, n.Name)
+		rep, from := a.reportFrom(n.Name)
+		n.HeldFiles, n.HeldContainers = heldCounts(rep)
+		if rep != nil {
+			n.ReportFrom = from
+		}
+	}
+	if g := a.member(); g != nil {
+		st.Gossip.Running = true
+		for r, c := range g.Rejected() {
+			st.Gossip.Rejected[string(r)] = c
+		}
+	}
 	writeJSON(w, http.StatusOK, st)
 }
 
@@ -184,22 +226,34 @@ func (a *Agent) getNode(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-// report returns a node's last host report, if this agent has it: its own, or one a client posted
-// to this server's bus.
+// report returns a node's last host report, if this agent has it.
 func (a *Agent) report(node string) *host.Report {
-	if node != a.node.Name {
-		a.reportsMu.Lock()
-		defer a.reportsMu.Unlock()
-		if rep, ok := a.reports[node]; ok {
-			return &rep
+	rep, _ := a.reportFrom(node)
+	return rep
+}
+
+// reportFrom returns a node's last host report and how it came: its own ("local"), one gossip
+// carried and this node verified with the node's enrolled key ("gossip"), else one the node
+// posted to this server's bus over mTLS while its gossip reached no server ("bus").
+func (a *Agent) reportFrom(node string) (*host.Report, string) {
+	if node == a.node.Name {
+		rep := a.host.Report()
+		if rep.When.IsZero() {
+			return nil, ""
 		}
-		return nil
+		return &rep, "local"
 	}
-	rep := a.host.Report()
-	if rep.When.IsZero() {
-		return nil
+	gossiped, ok := a.gossipReport(node)
+	a.reportsMu.Lock()
+	posted, posts := a.reports[node]
+	a.reportsMu.Unlock()
+	switch {
+	case ok && (!posts || !posted.When.After(gossiped.When)):
+		return gossiped, "gossip"
+	case posts:
+		return &posted, "bus"
 	}
-	return &rep
+	return nil, ""
 }
 
 // getOriginal serves the original of a file the node's host held or replaced.

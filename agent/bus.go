@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"time"
 
-	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
@@ -46,23 +45,7 @@ type EnrolResponse struct {
 }
 
 // BusPort is node n's bus port: its mesh.bus setting, else the catalogue's default.
-func BusPort(r *fsm.Record, n *fsm.Node) (uint16, error) {
-	mesh := r.Catalogue[catalogue.MeshModule]
-	if mesh == nil {
-		return 0, fmt.Errorf("the catalogue has no %s module to take the bus port from", catalogue.MeshModule)
-	}
-	vals := map[string]string{}
-	for k, v := range n.Settings {
-		if s, ok := cutModule(k, catalogue.MeshModule); ok {
-			vals[s] = v
-		}
-	}
-	p, err := catalogue.ParsePort(mesh.Values(vals)["bus"])
-	if err != nil {
-		return 0, fmt.Errorf("node %s: setting mesh.bus: %w", n.Name, err)
-	}
-	return p, nil
-}
+func BusPort(r *fsm.Record, n *fsm.Node) (uint16, error) { return meshPort(r, n, "bus") }
 
 // busAddresses lists every server's bus as advertise:port, the way tokens carry them.
 func busAddresses(r *fsm.Record) []string {
@@ -142,6 +125,8 @@ func (a *Agent) busRoutes() http.Handler {
 	mux.HandleFunc("GET /v1/nodes/{node}", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getNode(w, r) }))
 	mux.HandleFunc("GET /v1/modules", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.listModules(w, r) }))
 	mux.HandleFunc("GET /v1/modules/{module}", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getModule(w, r) }))
+	mux.HandleFunc("GET /v1/gossip", a.withNode(a.getGossipView))
+	a.peerRoutes(mux)
 	return a.raft.caughtUpOnly(mux)
 }
 
@@ -242,7 +227,7 @@ func (a *Agent) enrol(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out := EnrolResponse{Node: v.(*fsm.Node), CertPEM: string(cert), CACertPEM: string(a.secrets.CACertPEM), Keyring: a.secrets.Keyring.Keys}
+	out := EnrolResponse{Node: v.(*fsm.Node), CertPEM: string(cert), CACertPEM: string(a.secrets.CACertPEM), Keyring: a.currentKeyring()}
 	a.fsm.Read(func(r *fsm.Record, index uint64) {
 		out.Servers = busAddresses(r)
 		out.Declaration.Index = index

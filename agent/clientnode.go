@@ -147,8 +147,9 @@ func (a *Agent) watchBus(ctx context.Context) {
 	}
 }
 
-// postReports sends the host's report to a server after each pass, and again now and then so a
-// server that restarted (reports live in its memory) has it back.
+// postReports sends the host's report to a server over the bus after each pass, and again now and
+// then so a server that restarted (reports live in its memory) has it back, while the node's
+// gossip sees no server alive: gossip is how reports travel, the bus is the fallback.
 func (a *Agent) postReports(ctx context.Context) {
 	var sent time.Time
 	var at time.Time
@@ -162,6 +163,10 @@ func (a *Agent) postReports(ctx context.Context) {
 		}
 		rep := a.host.Report()
 		if rep.When.IsZero() || (rep.When.Equal(sent) && time.Since(at) < 15*time.Second) {
+			continue
+		}
+		if a.serverAlive() {
+			// Gossip carries the report, signed, to the servers: the bus is the fallback only.
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -195,6 +200,9 @@ func (a *Agent) clientRoutes() http.Handler {
 		mux.HandleFunc(p, proxy)
 	}
 	mux.HandleFunc("GET /v1/nodes/{node}/original", a.getOriginal)
+	mux.HandleFunc("GET /v1/members", a.getMembers)
+	mux.HandleFunc("POST /v1/leave", a.postLeave)
+	mux.HandleFunc("GET /v1/reach/{node}", a.getReach)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		msg := fmt.Sprintf("node %s is a client: it holds no record, so %s %s runs on a server (%v); run the command there", a.node.Name, req.Method, req.URL.Path, a.node.Servers)
 		writeJSON(w, http.StatusConflict, apiError{Error: msg})

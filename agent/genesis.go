@@ -200,10 +200,10 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if err := rn.waitLeader(15 * time.Second); err != nil {
 		return fail(err)
 	}
-	// The control-node's public key rides along for when fsm.Genesis records it (as Enrol does);
-	// a record that does not know the field ignores it.
-	v, err := rn.apply(fsm.OpGenesis, genesisWithKey{Genesis: fsm.Genesis{Node: opts.Name, ID: nf.ID, Mode: opts.Mode, Advertise: opts.Advertise,
-		Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation}, PublicKey: pki.PublicKeyString(nodePub)}, 10*time.Second)
+	// The control-node's public key is recorded as an enrolled node's is: servers verify its
+	// signed gossip reports with it.
+	v, err := rn.apply(fsm.OpGenesis, fsm.Genesis{Node: opts.Name, ID: nf.ID, Mode: opts.Mode, Advertise: opts.Advertise,
+		PublicKey: pki.PublicKeyString(nodePub), Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation}, 10*time.Second)
 	if err != nil {
 		return fail(err)
 	}
@@ -223,12 +223,6 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		return nil, fmt.Errorf("write node identity: %w", err)
 	}
 	return res, nil
-}
-
-// genesisWithKey is fsm.Genesis with the control-node's public key.
-type genesisWithKey struct {
-	fsm.Genesis
-	PublicKey string `json:"public_key,omitempty"`
 }
 
 // sealKeyFor reads the seal key at path, or makes a new one (not yet written) when there is none.

@@ -20,10 +20,14 @@ import (
 func statusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "Show the mesh: every node's mode, the leader, assigned and taken counts",
+		Short: "Show the mesh: every node's mode, liveness, held counts, the leader, assigned and taken counts",
 		Long: `Status lists every node with its mode. An adopted node is marked ADOPTED: the firewall and files
 found on it stay in force until its modules are taken and it is converged, so a node left behind is
-visible here.`,
+visible here.
+
+LIVE is the node's state in the answering server's gossip view (alive, failed, left, or unknown
+when gossip never saw it); HELD counts the files and containers its last report holds as found
+(reports travel by gossip, signed by the node and verified by the server).`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
@@ -38,7 +42,7 @@ visible here.`,
 					leader = "(none)"
 				}
 				fmt.Fprintf(w, "leader: %s %s\trecord index: %d\n\n", leader, st.Leader.Address, st.Index)
-				fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tASSIGNED\tTAKEN")
+				fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tLIVE\tHELD\tASSIGNED\tTAKEN")
 				adopted := 0
 				for _, n := range st.Nodes {
 					mode := string(n.Mode)
@@ -53,7 +57,19 @@ visible here.`,
 					if n.ControlNode {
 						role += ",control"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\n", n.Name, mode, role, n.Address, n.Assigned, n.Taken)
+					held := "-"
+					if n.ReportFrom != "" {
+						held = fmt.Sprintf("%d files, %d containers", n.HeldFiles, n.HeldContainers)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.Name, mode, role, n.Address, n.Liveness, held, n.Assigned, n.Taken)
+				}
+				var rejected []string
+				for r, c := range st.Gossip.Rejected {
+					rejected = append(rejected, fmt.Sprintf("%s %d", r, c))
+				}
+				sort.Strings(rejected)
+				if len(rejected) > 0 {
+					fmt.Fprintf(w, "\nreports rejected by %s: %s\n", st.Gossip.Node, strings.Join(rejected, ", "))
 				}
 				if adopted > 0 {
 					fmt.Fprintf(w, "\n%d node(s) ADOPTED: what was found on them is held until each module is taken.\n", adopted)

@@ -1,0 +1,473 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+	"meshd/gossip"
+	"meshd/host"
+	"meshd/pki"
+)
+
+// Every agent, server or client, is a gossip member: it listens on its node's mesh.gossip
+// setting (tcp and udp, all addresses), tells the others its advertise address, encrypts with
+// the node's sealed keyring and signs its host reports with its enrolled identity key. Servers
+// verify a report with the key the record holds for its node before they use it; a client
+// verifies with the keys a server gave it (GossipView). Membership (alive, failed, left) and the
+// verified reports are what `meshd status` and `meshd node show` show.
+
+// GossipPeer is one node as gossip and the bus reach it.
+type GossipPeer struct {
+	Name      string `json:"name"`
+	Server    bool   `json:"server,omitempty"`
+	Advertise string `json:"advertise"`
+	Bus       uint16 `json:"bus"`
+	Gossip    uint16 `json:"gossip"`
+	PublicKey string `json:"public_key,omitempty"`
+}
+
+// GossipView is what a server tells a node about the mesh's gossip: the node's own ports and
+// every node's endpoints and enrolled key.
+type GossipView struct {
+	Node  string       `json:"node"`
+	Nodes []GossipPeer `json:"nodes"`
+}
+
+func (v GossipView) peer(name string) (GossipPeer, bool) {
+	for _, p := range v.Nodes {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return GossipPeer{}, false
+}
+
+// meshPort is node n's mesh.SETTING port: its setting, else the catalogue's default.
+func meshPort(r *fsm.Record, n *fsm.Node, setting string) (uint16, error) {
+	mesh := r.Catalogue[catalogue.MeshModule]
+	if mesh == nil {
+		return 0, fmt.Errorf("the catalogue has no %s module to take the %s port from", catalogue.MeshModule, setting)
+	}
+	vals := map[string]string{}
+	for k, v := range n.Settings {
+		if s, ok := cutModule(k, catalogue.MeshModule); ok {
+			vals[s] = v
+		}
+	}
+	p, err := catalogue.ParsePort(mesh.Values(vals)[setting])
+	if err != nil {
+		return 0, fmt.Errorf("node %s: setting %s.%s: %w", n.Name, catalogue.MeshModule, setting, err)
+	}
+	return p, nil
+}
+
+// GossipPort is node n's gossip port: its mesh.gossip setting, else the catalogue's default.
+func GossipPort(r *fsm.Record, n *fsm.Node) (uint16, error) { return meshPort(r, n, "gossip") }
+
+// gossipViewOf composes the gossip view for node from the record.
+func gossipViewOf(r *fsm.Record, node string) GossipView {
+	v := GossipView{Node: node, Nodes: []GossipPeer{}}
+	for _, name := range r.NodeNames() {
+		n := r.Nodes[name]
+		p := GossipPeer{Name: n.Name, Server: n.Server, Advertise: n.Advertise, PublicKey: n.PublicKey}
+		p.Bus, _ = BusPort(r, n)
+		p.Gossip, _ = GossipPort(r, n)
+		v.Nodes = append(v.Nodes, p)
+	}
+	return v
+}
+
+// gossipState is the agent's gossip member and what it knows of the others.
+type gossipState struct {
+	mu    sync.Mutex
+	g     *gossip.Gossip
+	view  GossipView // the latest view: from the record on a server, from a server on a client
+	keyMu sync.Mutex // serialises keyring operations and the sealed keyring's rewrite
+	// stop ends the agent's Run (set by Run): `meshd leave` stops the agent after leaving.
+	stop context.CancelFunc
+}
+
+func (a *Agent) member() *gossip.Gossip {
+	a.gs.mu.Lock()
+	defer a.gs.mu.Unlock()
+	return a.gs.g
+}
+
+func (a *Agent) gossipView() GossipView {
+	if a.node.Server {
+		var v GossipView
+		a.fsm.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, a.node.Name) })
+		return v
+	}
+	a.gs.mu.Lock()
+	defer a.gs.mu.Unlock()
+	return a.gs.view
+}
+
+// verifyKey is gossip's Verify: the key node enrolled with, from the record on a server, from the
+// server's view on a client.
+func (a *Agent) verifyKey(node string) (ed25519.PublicKey, bool) {
+	var s string
+	if a.node.Server {
+		a.fsm.Read(func(r *fsm.Record, _ uint64) {
+			if n := r.Nodes[node]; n != nil {
+				s = n.PublicKey
+			}
+		})
+	} else {
+		a.gs.mu.Lock()
+		p, _ := a.gs.view.peer(node)
+		a.gs.mu.Unlock()
+		s = p.PublicKey
+	}
+	if s == "" {
+		return nil, false
+	}
+	pub, err := pki.ParsePublicKey(s)
+	if err != nil {
+		return nil, false
+	}
+	return pub, true
+}
+
+// fetchView is a client's GET /v1/gossip from a server.
+func (a *Agent) fetchView(ctx context.Context) error {
+	var v GossipView
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := a.busJSON(rctx, http.MethodGet, "/v1/gossip", nil, &v); err != nil {
+		return err
+	}
+	a.gs.mu.Lock()
+	a.gs.view = v
+	a.gs.mu.Unlock()
+	return nil
+}
+
+// runGossip starts the node's gossip member on its mesh.gossip port once it is known, joins the
+// mesh through the nodes it knows (servers join every node, clients the servers), joins again
+// whichever of those it does not see alive, and publishes the host's reports.
+func (a *Agent) runGossip(ctx context.Context) {
+	var (
+		lastErr  string
+		lastJoin time.Time
+	)
+	warn := func(msg string, err error, args ...any) {
+		if err.Error() != lastErr {
+			a.log.Warn(msg, append(args, "err", err)...)
+			lastErr = err.Error()
+		}
+	}
+	go a.publishReports(ctx)
+	for ctx.Err() == nil {
+		wait := 5 * time.Second
+		if !a.node.Server {
+			if err := a.fetchView(ctx); err != nil {
+				warn("gossip: no server gave the mesh's gossip view; retrying", err, "servers", a.node.Servers)
+				if a.member() == nil {
+					wait = 2 * time.Second
+				}
+				sleepCtx(ctx, wait)
+				continue
+			}
+		}
+		view := a.gossipView()
+		self, ok := view.peer(a.node.Name)
+		if !ok {
+			warn("gossip: the record does not hold this node yet", fmt.Errorf("node %s unknown", a.node.Name))
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		if !a.node.Server {
+			a.startClientBus(ctx, self.Bus)
+		}
+		g := a.member()
+		if g == nil {
+			var err error
+			if g, err = a.startGossip(self); err != nil {
+				warn("gossip not started; retrying", err, "port", self.Gossip)
+				sleepCtx(ctx, 2*time.Second)
+				continue
+			}
+		}
+		lastErr = ""
+		// Join whom we know but do not see alive, at most every 10 s.
+		if time.Since(lastJoin) >= 10*time.Second {
+			alive := map[string]bool{}
+			for _, m := range g.Members() {
+				alive[m.Name] = m.State == gossip.StateAlive
+			}
+			var targets []string
+			for _, p := range view.Nodes {
+				if p.Name == a.node.Name || alive[p.Name] || p.Advertise == "" || p.Gossip == 0 || (!a.node.Server && !p.Server) {
+					continue
+				}
+				targets = append(targets, net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Gossip))))
+			}
+			if len(targets) > 0 {
+				lastJoin = time.Now()
+				if n, err := g.Join(targets); err != nil {
+					a.log.Debug("gossip join", "targets", targets, "err", err)
+				} else {
+					a.log.Info("gossip joined", "via", targets, "answered", n)
+				}
+			}
+		}
+		if a.node.Server {
+			// Wake on a record change (a node enrolled) or every few seconds.
+			var index uint64
+			a.fsm.Read(func(_ *fsm.Record, i uint64) { index = i })
+			wctx, cancel := context.WithTimeout(ctx, wait)
+			a.fsm.Wait(wctx, index)
+			cancel()
+		} else {
+			sleepCtx(ctx, wait)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// startGossip starts the node's member on self's gossip port.
+func (a *Agent) startGossip(self GossipPeer) (*gossip.Gossip, error) {
+	if self.Gossip == 0 {
+		return nil, fmt.Errorf("node %s has no mesh.gossip port", a.node.Name)
+	}
+	adv := self.Advertise
+	if net.ParseIP(adv) == nil {
+		adv = ""
+	}
+	a.gs.keyMu.Lock()
+	keys := a.secrets.Keyring.Keys
+	a.gs.keyMu.Unlock()
+	g, err := gossip.Start(gossip.Config{
+		Name: a.node.Name, BindAddr: "0.0.0.0", BindPort: int(self.Gossip),
+		AdvertiseAddr: adv, AdvertisePort: int(self.Gossip),
+		Keyring: keys, Identity: a.secrets.NodeKey, Verify: a.verifyKey,
+		Logger: a.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: gossip on port %d (tcp and udp, all addresses): %w", a.node.Name, self.Gossip, err)
+	}
+	a.gs.mu.Lock()
+	a.gs.g = g
+	a.gs.mu.Unlock()
+	return g, nil
+}
+
+// stopGossip shuts the member down without a leave (the others find it failed until it is back).
+func (a *Agent) stopGossip() {
+	a.gs.mu.Lock()
+	g := a.gs.g
+	a.gs.mu.Unlock()
+	if g != nil {
+		_ = g.Shutdown()
+	}
+}
+
+// reportKey is a report without its time: two passes that saw the same thing publish once.
+func reportKey(rep host.Report) []byte {
+	rep.When = time.Time{}
+	b, _ := json.Marshal(rep)
+	return b
+}
+
+// publishInterval is how often an unchanged report is published again, so a member that missed
+// it (or a server that restarted) has it back without waiting for push-pull.
+const publishInterval = 10 * time.Second
+
+// publishReports signs and publishes the host's report after each pass that changed it, and
+// again every publishInterval.
+func (a *Agent) publishReports(ctx context.Context) {
+	var last []byte
+	var at time.Time
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g := a.member()
+		if g == nil {
+			continue
+		}
+		rep := a.host.Report()
+		if rep.When.IsZero() {
+			continue
+		}
+		key := reportKey(rep)
+		if bytes.Equal(key, last) && time.Since(at) < publishInterval {
+			continue
+		}
+		b, err := json.Marshal(rep)
+		if err == nil {
+			err = g.Publish(b)
+		}
+		if err != nil {
+			a.log.Warn("host report not published", "err", err)
+			continue
+		}
+		last, at = key, time.Now()
+	}
+}
+
+// gossipReport is node's latest verified report carried by gossip, if any.
+func (a *Agent) gossipReport(node string) (*host.Report, bool) {
+	g := a.member()
+	if g == nil {
+		return nil, false
+	}
+	r, ok := g.Reports()[node]
+	if !ok {
+		return nil, false
+	}
+	var rep host.Report
+	if err := json.Unmarshal(r.Payload, &rep); err != nil {
+		a.log.Warn("a verified report does not decode", "about", node, "err", err)
+		return nil, false
+	}
+	return &rep, true
+}
+
+// serverAlive says whether this (client) node's gossip sees a server alive: while it does, its
+// reports reach the servers by gossip and the bus is not needed for them.
+func (a *Agent) serverAlive() bool {
+	g := a.member()
+	if g == nil {
+		return false
+	}
+	view := a.gossipView()
+	for _, m := range g.Members() {
+		if p, ok := view.peer(m.Name); ok && p.Server && m.State == gossip.StateAlive && m.Name != a.node.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// liveness is node's state in this member's gossip view: alive, failed, left, or unknown.
+func (a *Agent) liveness(members map[string]gossip.Member, node string) (string, time.Time) {
+	m, ok := members[node]
+	if !ok {
+		return "unknown", time.Time{}
+	}
+	return string(m.State), m.Since
+}
+
+func (a *Agent) membersByName() map[string]gossip.Member {
+	out := map[string]gossip.Member{}
+	if g := a.member(); g != nil {
+		for _, m := range g.Members() {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// heldCounts counts what a report holds: found files and found containers kept as they are.
+func heldCounts(rep *host.Report) (files, containers int) {
+	if rep == nil {
+		return 0, 0
+	}
+	files = len(rep.Held)
+	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && raw != nil {
+		var cr host.ContainerReport
+		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &cr) == nil {
+			for _, c := range cr.Containers {
+				if c.State == "held" {
+					containers++
+				}
+			}
+		}
+	}
+	return files, containers
+}
+
+// MemberView is one line of `meshd members`.
+type MemberView struct {
+	Name    string    `json:"name"`
+	Address string    `json:"address"`
+	State   string    `json:"state"`
+	Since   time.Time `json:"since"`
+}
+
+// MembersView is `meshd members`: this node's gossip view.
+type MembersView struct {
+	Node    string       `json:"node"`
+	Running bool         `json:"running"`
+	Members []MemberView `json:"members"`
+	// DetectionBound is the longest memberlist may take, with its timers and this many members,
+	// to find a dead member failed.
+	DetectionBound string `json:"detection_bound,omitempty"`
+	// Rejected counts the reports this node rejected, by reason.
+	Rejected map[string]uint64 `json:"rejected"`
+}
+
+func (a *Agent) getMembers(w http.ResponseWriter, _ *http.Request) {
+	v := MembersView{Node: a.node.Name, Members: []MemberView{}, Rejected: map[string]uint64{}}
+	if g := a.member(); g != nil {
+		v.Running = true
+		for _, m := range g.Members() {
+			v.Members = append(v.Members, MemberView{Name: m.Name, Address: m.Addr, State: string(m.State), Since: m.Since})
+		}
+		v.DetectionBound = g.DetectionBound().String()
+		for r, n := range g.Rejected() {
+			v.Rejected[string(r)] = n
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// getGossipView serves a node its gossip view on the bus.
+func (a *Agent) getGossipView(w http.ResponseWriter, _ *http.Request, peer string) {
+	var v GossipView
+	a.fsm.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, peer) })
+	writeJSON(w, http.StatusOK, v)
+}
+
+// postLeave is `meshd leave`: the node leaves gossip (the others record it as left, not failed)
+// and the agent stops.
+func (a *Agent) postLeave(w http.ResponseWriter, _ *http.Request) {
+	g := a.member()
+	if g == nil {
+		writeErr(w, fmt.Errorf("node %s is not in the mesh's gossip (not started): nothing to leave", a.node.Name))
+		return
+	}
+	if err := g.Leave(15 * time.Second); err != nil {
+		writeErr(w, err)
+		return
+	}
+	a.log.Info("left the mesh's gossip; the agent stops")
+	writeJSON(w, http.StatusOK, map[string]any{"node": a.node.Name, "left": true})
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	a.gs.mu.Lock()
+	stop := a.gs.stop
+	a.gs.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+var errNoGossip = errors.New("gossip is not running on this node")

@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"meshd/pki"
+)
+
+// The bus between members: every node serves the bus on its mesh.bus port, servers the whole
+// API (bus.go), clients the few routes a server or another node asks of them (their keyring, a
+// reach check). Each route needs the caller's certificate from the mesh CA, for a node enrolled
+// with that very key; keyring operations are a server's alone.
+
+type peerBus struct {
+	once   sync.Once
+	client *http.Client
+	srv    *http.Server
+	mu     sync.Mutex
+}
+
+// peerHTTP is the mTLS client this node calls other nodes' buses with.
+func (a *Agent) peerHTTP() *http.Client {
+	a.pb.once.Do(func() {
+		a.pb.client = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&a.identity, a.caCert),
+			IdleConnTimeout: time.Minute}}
+	})
+	return a.pb.client
+}
+
+// peerJSON calls one node's bus; errors name the node, its bus address and port.
+func (a *Agent) peerJSON(ctx context.Context, p GossipPeer, method, path string, in, out any) error {
+	addr := net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Bus)))
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := a.peerHTTP().Do(req)
+	if err != nil {
+		return fmt.Errorf("node %s (bus %s, tcp port %d): %w", p.Name, addr, p.Bus, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode >= 300 {
+		var e apiError
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = fmt.Sprintf("answered %s: %s", resp.Status, bytes.TrimSpace(b))
+		}
+		return fmt.Errorf("node %s (bus %s): %s", p.Name, addr, e.Error)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(b, out)
+}
+
+// withPeer lets a bus request through only from a node this one knows (the record on a server,
+// the server's view on a client) with the certificate's key; serverOnly also asks that it be a
+// server.
+func (a *Agent) withPeer(serverOnly bool, h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+			writeJSON(w, http.StatusUnauthorized, apiError{Error: "the bus needs the node's client certificate for " + req.URL.Path + " (mTLS)"})
+			return
+		}
+		cert := req.TLS.PeerCertificates[0]
+		name, err := pki.NodeName(cert)
+		if err != nil {
+			writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
+			return
+		}
+		pub, _ := cert.PublicKey.(ed25519.PublicKey)
+		view := a.gossipView()
+		p, ok := view.peer(name)
+		if !ok || p.PublicKey != pki.PublicKeyString(pub) {
+			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: node %s does not know a node of that name with this certificate's key", a.node.Name, name)})
+			return
+		}
+		if serverOnly && !p.Server {
+			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: %s %s is a server's to ask, and node %s is a client", a.node.Name, req.Method, req.URL.Path, name)})
+			return
+		}
+		h(w, req, name)
+	}
+}
+
+// peerRoutes are the routes every node serves on its bus for the others.
+func (a *Agent) peerRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/keyring/local", a.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { a.getLocalKeyring(w, r) }))
+	mux.HandleFunc("POST /v1/keyring/local", a.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { a.postLocalKeyring(w, r) }))
+	mux.HandleFunc("POST /v1/reach", a.withPeer(false, a.postReach))
+}
+
+// startClientBus serves a client node's bus on its mesh.bus port, once.
+func (a *Agent) startClientBus(ctx context.Context, port uint16) {
+	a.pb.mu.Lock()
+	defer a.pb.mu.Unlock()
+	if a.pb.srv != nil || port == 0 {
+		return
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(port))))
+	if err != nil {
+		a.log.Error("bus port", "port", port, "err", err)
+		return
+	}
+	tlsCfg := pki.ServerTLS(a.identity, a.caCert)
+	mux := http.NewServeMux()
+	a.peerRoutes(mux)
+	srv := &http.Server{Handler: mux, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
+	a.pb.srv = srv
+	go func() {
+		if err := srv.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("bus stopped", "port", port, "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	a.log.Info("bus listening (a client's: keyring and reach checks)", "port", port)
+}

@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// `meshd check reach NODE` tells which of the bus and gossip ports is blocked, and in which
+// direction. This node probes NODE's ports (this → NODE); then it asks NODE over the bus to probe
+// its own (NODE → this). Every probe leaves from an ephemeral port, so only the port named is
+// tested: tcp by connecting; gossip's udp by a memberlist ping encrypted with the gossip key,
+// which NODE's member answers to the port it came from.
+
+// ReachCheck is one port probed in one direction.
+type ReachCheck struct {
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Port    string `json:"port"` // bus or gossip
+	Proto   string `json:"proto"`
+	Number  uint16 `json:"number"`
+	Address string `json:"address"`
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ReachView is `meshd check reach`.
+type ReachView struct {
+	From   string       `json:"from"`
+	To     string       `json:"to"`
+	Checks []ReachCheck `json:"checks"`
+	// Reverse is why NODE → this node could not be checked (NODE's bus was not reached), if so.
+	Reverse string `json:"reverse_error,omitempty"`
+	// Blocked lists every check that failed, in words.
+	Blocked []string `json:"blocked"`
+}
+
+// ReachRequest asks a node to probe the asker's ports.
+type ReachRequest struct {
+	Target GossipPeer `json:"target"`
+}
+
+const reachTimeout = 2 * time.Second
+
+// probePeer probes p's bus (tcp) and gossip (tcp and udp) ports from this node.
+func (a *Agent) probePeer(ctx context.Context, p GossipPeer) []ReachCheck {
+	var key []byte
+	if g := a.member(); g != nil {
+		if keys := g.KeyringList(); len(keys) > 0 {
+			key = keys[0].Key
+		}
+	}
+	mk := func(port, proto string, n uint16, err error) ReachCheck {
+		c := ReachCheck{From: a.node.Name, To: p.Name, Port: port, Proto: proto, Number: n,
+			Address: net.JoinHostPort(p.Advertise, strconv.Itoa(int(n))), OK: err == nil}
+		if err != nil {
+			c.Error = err.Error()
+		}
+		return c
+	}
+	out := []ReachCheck{
+		mk("bus", "tcp", p.Bus, dialTCP(ctx, p.Advertise, p.Bus)),
+		mk("gossip", "tcp", p.Gossip, dialTCP(ctx, p.Advertise, p.Gossip)),
+	}
+	var uerr error
+	if key == nil {
+		uerr = fmt.Errorf("node %s has no gossip key to probe with (%w)", a.node.Name, errNoGossip)
+	} else {
+		uerr = pingUDP(ctx, p.Advertise, p.Gossip, key)
+	}
+	return append(out, mk("gossip", "udp", p.Gossip, uerr))
+}
+
+func dialTCP(ctx context.Context, host string, port uint16) error {
+	d := net.Dialer{Timeout: reachTimeout}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// pingUDP sends memberlist pings (message type 0, msgpack {SeqNo, Node:""}, AES-GCM encryption
+// version 1 with the gossip key) from an ephemeral port and waits for any answer.
+func pingUDP(ctx context.Context, host string, port uint16, key []byte) error {
+	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	raddr, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return err
+	}
+	c, err := net.DialUDP("udp", nil, raddr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]byte, 2048)
+	for try := 0; try < 3 && ctx.Err() == nil; try++ {
+		pkt, err := memberlistPing(key, uint32(time.Now().UnixNano()))
+		if err != nil {
+			return err
+		}
+		if _, err := c.Write(pkt); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(reachTimeout / 2))
+		if n, err := c.Read(buf); err == nil && n > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("no answer to a gossip ping on udp %s (3 tries)", addr)
+}
+
+func memberlistPing(key []byte, seq uint32) ([]byte, error) {
+	// msgpack: fixmap(2) {"SeqNo": uint32, "Node": ""}
+	msg := []byte{0 /* pingMsg */, 0x82, 0xa5, 'S', 'e', 'q', 'N', 'o', 0xce}
+	msg = binary.BigEndian.AppendUint32(msg, seq)
+	msg = append(msg, 0xa4, 'N', 'o', 'd', 'e', 0xa0)
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, gcm.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	out := append([]byte{1 /* encryption version */}, nonce...)
+	return gcm.Seal(out, nonce, msg, nil), nil
+}
+
+// postReach is the bus's reach check: probe the asker's ports from here.
+func (a *Agent) postReach(w http.ResponseWriter, req *http.Request, peer string) {
+	var in ReachRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "reach request: " + err.Error()})
+		return
+	}
+	// Probe only the asker, at the address this node knows for it.
+	p, ok := a.gossipView().peer(peer)
+	if !ok {
+		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s does not know node %s", a.node.Name, peer)})
+		return
+	}
+	writeJSON(w, http.StatusOK, a.probePeer(req.Context(), p))
+}
+
+// getReach is `meshd check reach NODE`.
+func (a *Agent) getReach(w http.ResponseWriter, req *http.Request) {
+	name := req.PathValue("node")
+	if !a.node.Server {
+		if err := a.fetchView(req.Context()); err != nil {
+			a.log.Warn("reach: the gossip view from a server", "err", err)
+		}
+	}
+	view := a.gossipView()
+	p, ok := view.peer(name)
+	if !ok {
+		var names []string
+		for _, n := range view.Nodes {
+			names = append(names, n.Name)
+		}
+		writeErr(w, notFound(fmt.Sprintf("node %s: no such node (known: %v)", name, names)))
+		return
+	}
+	if name == a.node.Name {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s is this node: check reach another node", name)})
+		return
+	}
+	v := ReachView{From: a.node.Name, To: name, Checks: a.probePeer(req.Context(), p), Blocked: []string{}}
+	var back []ReachCheck
+	ctx, cancel := context.WithTimeout(req.Context(), 20*time.Second)
+	err := a.peerJSON(ctx, p, http.MethodPost, "/v1/reach", ReachRequest{Target: GossipPeer{Name: a.node.Name}}, &back)
+	cancel()
+	if err != nil {
+		v.Reverse = fmt.Sprintf("could not ask node %s to probe back (%v): %s → %s unknown", name, err, name, a.node.Name)
+	}
+	v.Checks = append(v.Checks, back...)
+	for _, c := range v.Checks {
+		if !c.OK {
+			v.Blocked = append(v.Blocked, fmt.Sprintf("%s %s port %d (%s): blocked %s → %s", c.Port, c.Proto, c.Number, c.Address, c.From, c.To))
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+}
