@@ -54,9 +54,9 @@ type NodeSummary struct {
 	Assigned    int       `json:"assigned"`
 	Taken       int       `json:"taken"`
 	// Liveness is the node's state in the answering server's gossip view: alive, failed, left,
-	// or unknown (never seen).
-	Liveness      string    `json:"liveness"`
-	LivenessSince time.Time `json:"liveness_since,omitzero"`
+	// or unknown (never seen). Since when is in `meshd members` (the status stays the same while
+	// nothing changes, also across a restart of the answering agent).
+	Liveness string `json:"liveness"`
 	// HeldFiles and HeldContainers count what the node's last report holds as found.
 	HeldFiles      int `json:"held_files"`
 	HeldContainers int `json:"held_containers"`
@@ -187,7 +187,7 @@ func (a *Agent) getStatus(w http.ResponseWriter, _ *http.Request) {
 	members := a.membersByName()
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
-		n.Liveness, n.LivenessSince = a.liveness(members, n.Name)
+		n.Liveness, _ = a.liveness(members, n.Name)
 		rep, from := a.reportFrom(n.Name)
 		n.HeldFiles, n.HeldContainers = heldCounts(rep)
 		if rep != nil {
