@@ -157,6 +157,16 @@ func (m *Machine) create(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", m.Name, err)
 		}
 	}
+	// meshd's own places start empty on every machine, whatever the host holds there (a seal
+	// key, a data dir): an opaque directory in the upper layer hides the host's.
+	for _, p := range []string{filepath.Join(upper, "meshd"), filepath.Join(m.dir, "var-lib-upper", "meshd")} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return fmt.Errorf("%s: %w", m.Name, err)
+		}
+		if err := syscall.Setxattr(p, "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+			return fmt.Errorf("%s: make %s opaque: %w", m.Name, p, err)
+		}
+	}
 	ns := m.lab.nsName(m.Name)
 	if _, err := run(ctx, "ip", "netns", "add", ns); err != nil {
 		return fmt.Errorf("%s: %w", m.Name, err)
