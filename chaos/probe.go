@@ -68,13 +68,19 @@ func (s ProbeSummary) Holds() bool {
 }
 
 func (s ProbeSummary) String() string {
-	verdict := "holds"
-	if !s.Holds() {
-		verdict = "BROKEN"
+	verdict := "held throughout"
+	switch {
+	case s.Calls == 0:
+		verdict = "no calls yet"
+	case !s.Holds() && s.Expect == ExpectUnreachable:
+		verdict = "REACHED (it must not be)"
+	case !s.Holds():
+		verdict = "had outages"
 	}
 	out := fmt.Sprintf("%-14s %-8s -> %-32s expect %-11s %5d calls %5d ok %5d failed  %s",
 		s.Name, s.From, s.Target, s.Expect, s.Calls, s.Successes, s.Failures, verdict)
-	if s.LongestOutage > 0 {
+	// For a probe that must not reach, failures are the point: only a reaching probe has outages.
+	if s.LongestOutage > 0 && s.Expect != ExpectUnreachable {
 		out += fmt.Sprintf("; longest outage %s at %s", s.LongestOutage.Round(time.Millisecond), s.OutageStart.Format("15:04:05.000"))
 	}
 	if s.LastError != "" && !s.Holds() {

@@ -14,6 +14,15 @@ keep=${KEEP_LAB:-}
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 on() { local m=$1; shift; printf '%s$ %s\n' "$m" "$*"; "$meshlab" exec --name "$lab" "$m" -- "$@"; }
+lab() { printf 'lab$ meshlab %s\n' "$*"; "$meshlab" "$@"; }
+# until_report waits until hub's host report shows what grep pattern $1 finds (at most 30 s).
+until_report() {
+  for _ in $(seq 60); do
+    "$meshlab" exec --name "$lab" hub -- meshd node show hub 2>/dev/null | grep -q -- "$1" && return
+    sleep 0.5
+  done
+  echo "(the host report did not show '$1' within 30 s)"
+}
 try() { local m=$1; shift; printf '%s$ %s\n' "$m" "$*"; "$meshlab" exec --name "$lab" "$m" -- "$@" || echo "(exit $?: refused, as it should be)"; }
 cleanup() {
   if [ -z "$keep" ]; then "$meshlab" down --name "$lab" >/dev/null 2>&1 || true; fi
@@ -22,7 +31,7 @@ trap cleanup EXIT
 
 say "Raising the lab: a predecessor hub (ufw, containers, a tunnel), two peers, a new machine, an outsider"
 "$meshlab" down --name "$lab" >/dev/null 2>&1 || true
-"$meshlab" up --name "$lab" --scenario predecessor-ufw
+lab up --name "$lab" --scenario predecessor-ufw
 on hub ufw status
 on hub docker ps --format '{{.Names}}  {{.Ports}}'
 on hub cat /etc/webapp/app.conf
@@ -36,36 +45,39 @@ say "Adopted keeps what is found in force. The registry's port is the predecesso
 try hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --port tunnel=51821
 
 say "The operator stops the predecessor's control (its services keep serving), and gives the registry another port"
-"$meshlab" stop-service --name "$lab" hub predecessor-control
+lab stop-service --name "$lab" hub predecessor-control
 on hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --port tunnel=51821 --port registry=5001
-"$meshlab" install-agent --name "$lab" hub "$meshd_bin" -- agent --data-dir /var/lib/meshd --docker-host unix:///run/docker.sock --reconcile-interval 2s
-sleep 5
+say "Run the agent on the hub (as a unit, so a reboot starts it again); it raises the foundation"
+lab install-agent --name "$lab" hub "$meshd_bin" -- agent --data-dir /var/lib/meshd --docker-host unix:///run/docker.sock --reconcile-interval 2s
+until_report "meshd-registry .*created"
 on hub meshd status
 on hub docker ps --format '{{.Names}}  {{.Ports}}'
 
 say "Assigning webapp on an adopted node only prepares it: the found container and file are held"
 on hub meshd module assign hub webapp
-sleep 5
+until_report "app.conf  *webapp  *held"
 on hub meshd node show hub
 
 say "The predecessor's control, started again, rewrites the file: reported, never reverted"
-"$meshlab" start-service --name "$lab" hub predecessor-control
-sleep 6
-"$meshlab" stop-service --name "$lab" hub predecessor-control
+lab start-service --name "$lab" hub predecessor-control
+until_report "CHANGED BY SOMETHING ELSE"
+lab stop-service --name "$lab" hub predecessor-control
 on hub meshd node show hub
 
 say "So far nothing that serves changed: the probes (peers through the tunnel, a second machine, the outsider)"
-"$meshlab" probes --name "$lab"
+lab probes --name "$lab"
 
 say "Taking webapp is the cutover: the container is replaced by meshd's, the file converges, its original kept"
 on hub meshd module take hub webapp
-sleep 8
+until_report "webapp  *webapp  *replaced"
 on hub docker ps --format '{{.Names}}  {{.Image}}  {{.Labels}}'
 on hub cat /etc/webapp/app.conf
+echo "(the original is the file as meshd found it at assign, generation and all: the predecessor"
+echo " had rewritten it since the lab came up, and again while it was held)"
 on hub meshd node original hub /etc/webapp/app.conf
 
-say "The probes again: the one outage is webapp's cutover (the old container stopped, meshd's started)"
-"$meshlab" probes --name "$lab"
+say "The probes again: the one outage, about a second, is webapp's cutover (the old container stopped, meshd's started)"
+lab probes --name "$lab"
 
 say "Done. The hub stays ADOPTED until the operator converges it."
 on hub meshd status

@@ -227,7 +227,7 @@ func printOpenings(w io.Writer, raw any) {
 	if od.Firewall.Refused != "" {
 		fw += " REFUSED: " + od.Firewall.Refused
 	}
-	fmt.Fprintf(w, "\nfirewall\t%s\n", fw)
+	fmt.Fprintf(w, "\nfound firewall\t%s (its counts are the found rules, without meshd's)\n", fw)
 	for _, t := range []*host.TableView{od.Guard, od.Filter} {
 		if t != nil {
 			fmt.Fprintf(w, "meshd table %s\t%s %s\n", t.Table, t.State, list(t.Ports))
@@ -242,8 +242,26 @@ func printOpenings(w io.Writer, raw any) {
 		if o.Reason != "" {
 			state += ": " + o.Reason
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", o.Opening, o.Module, o.Through, state)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", o.Opening, o.Module, through(o), state)
 	}
+}
+
+// through says what carries an opening: a rule meshd added to the found firewall (in its own
+// terms, marked as meshd's), one of the found firewall's own rules, or meshd's filter.
+func through(o host.OpeningView) string {
+	var parts []string
+	for _, p := range strings.Split(o.Through, " and ") {
+		kind, found := strings.CutPrefix(p, "found ")
+		switch {
+		case !found:
+			parts = append(parts, p)
+		case strings.Contains(o.Reason, "own rule"):
+			parts = append(parts, kind+"'s own rule")
+		default:
+			parts = append(parts, "meshd's rule in "+kind)
+		}
+	}
+	return strings.Join(parts, " and ")
 }
 
 func orAll(ip string) string {
