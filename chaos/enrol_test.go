@@ -177,12 +177,15 @@ func TestEnrolAndGossip(t *testing.T) {
 		}
 		t.Logf("check reach newnode:\n%s", out)
 		const table = "meshtest_reach"
-		if _, err := newnode.Run(ctx, fmt.Sprintf(`nft add table inet %[1]s
-nft add chain inet %[1]s input '{ type filter hook input priority -10; policy accept; }'
-nft add rule inet %[1]s input udp dport 7946 drop`, table)); err != nil {
+		// Dropped before routing (a cut on the path, not a firewall meshd adopts): an input-chain
+		// drop would be a found firewall on newnode, and meshd would rightly open its gossip
+		// port through it.
+		if _, err := newnode.Run(ctx, fmt.Sprintf(`nft add table netdev %[1]s
+nft add chain netdev %[1]s ingress '{ type filter hook ingress device eth0 priority -500; policy accept; }'
+nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 			t.Fatal(err)
 		}
-		defer newnode.Exec(context.Background(), "nft", "delete", "table", "inet", table)
+		defer newnode.Exec(context.Background(), "nft", "delete", "table", "netdev", table)
 		out, err = meshd(ctx, hub, "check", "reach", "newnode")
 		t.Logf("check reach newnode with udp 7946 dropped on newnode:\n%s", out)
 		want := "gossip udp port 7946 (" + NewnodeAddr + ":7946): blocked hub → newnode"

@@ -186,6 +186,11 @@ func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
 	}
 	n := &Node{Name: b.Node, ID: b.ID, Mode: tok.Mode, Server: b.Server, Advertise: b.Advertise, PublicKey: b.PublicKey,
 		Assigned: []string{}, Taken: []string{}, EnrolledAt: c.At, ModeSince: c.At}
+	// Every node binds meshd's own ports (bus, gossip, tunnel): the mesh module declares their
+	// openings, so a node behind a found firewall is reachable by the mesh from its first pass.
+	if r.Catalogue[catalogue.MeshModule] != nil {
+		n.Assigned = []string{catalogue.MeshModule}
+	}
 	if err := setValues(r.Catalogue, n, b.Settings, c.Op); err != nil {
 		return nil, err
 	}

@@ -242,14 +242,14 @@ func TestDeclarationCarriesModeAndTaken(t *testing.T) {
 	}
 	// On a converged node an assigned module counts as taken, with its node's settings.
 	p1, _ := Compose(r, "peer1")
-	if p1.Mode != Converged || fmt.Sprint(p1.Taken) != "[notes]" {
+	if p1.Mode != Converged || fmt.Sprint(p1.Taken) != "[mesh notes]" {
 		t.Fatalf("peer1: %s %v", p1.Mode, p1.Taken)
 	}
 	for _, res := range p1.Resources {
 		if !res.Taken {
 			t.Fatalf("converged node has an untaken resource %s", res.ID())
 		}
-		if res.Opening != nil && res.Opening.Port != 9001 {
+		if res.Module == "notes" && res.Opening != nil && res.Opening.Port != 9001 {
 			t.Fatalf("peer1's notes opening on %d, want 9001", res.Opening.Port)
 		}
 	}
@@ -269,6 +269,9 @@ func TestAddresses(t *testing.T) {
 		mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: h, Mode: Adopted, Expires: t0.Add(time.Hour)}))
 	}
 	mustApply(t, r, cmd(t, OpNodeEnrol, t0, Enrol{Node: "fresh", ID: "f", TokenHash: "a", PublicKey: "newkey"}))
+	if got := r.Nodes["fresh"].Assigned; len(got) != 1 || got[0] != catalogue.MeshModule {
+		t.Fatalf("an enrolled node is assigned %v, want the mesh module (its own ports' openings)", got)
+	}
 	if got := r.Nodes["fresh"].Address; got != "10.44.0.4" {
 		t.Fatalf("fresh node got %s, want 10.44.0.4 (.2 and .3 are carried)", got)
 	}

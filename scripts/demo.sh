@@ -76,7 +76,7 @@ echo "(the original is the file as meshd found it at assign, generation and all:
 echo " had rewritten it since the lab came up, and again while it was held)"
 on hub meshd node original hub /etc/webapp/app.conf
 
-say "The probes again: the one outage, about a second, is webapp's cutover (the old container stopped, meshd's started)"
+say "The probes again: the only failed calls are at webapp's cutover (the old container stopped, meshd's started)"
 lab probes --name "$lab"
 
 say "Done. The hub stays ADOPTED until the operator converges it."
