@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -210,7 +211,7 @@ func (a *Agent) getNode(w http.ResponseWriter, req *http.Request) {
 	a.fsm.Read(func(r *fsm.Record, _ uint64) {
 		n := r.Nodes[name]
 		if n == nil {
-			err = notFound(fmt.Sprintf("node %s: no such node (the record has: %v)", name, r.NodeNames()))
+			err = notFound(fmt.Sprintf("node %s: no such node (the record has: %s)", name, strings.Join(r.NodeNames(), ", ")))
 			return
 		}
 		cp := *n
