@@ -197,6 +197,15 @@ func Open(cfg Config) (*Host, error) {
 func (h *Host) Close() error {
 	h.pass.Lock()
 	defer h.pass.Unlock()
+	// Drivers that run something of their own (the firewall's reload watch) stop with the host;
+	// what they put on the machine stays.
+	for _, d := range h.drivers {
+		if c, ok := d.(interface{ Close() error }); ok {
+			if err := c.Close(); err != nil {
+				h.log.Warn("driver close", "kind", d.Kind(), "err", err)
+			}
+		}
+	}
 	return h.st.close()
 }
 
