@@ -433,6 +433,16 @@ func (d *OpeningDriver) detect(ctx context.Context, priv netfilter.Private) {
 		}
 		if d.fwKey != "" {
 			d.log.Info("found firewall changed", "found", f.String())
+			// The new driver learns what was in force, so what it puts back reads restored.
+			if r, ok := fw.(netfilter.Rememberer); ok {
+				since := map[string]time.Time{}
+				for mark, m := range d.states {
+					if m.state == OpeningInForce || m.state == OpeningRestored {
+						since[mark] = m.since
+					}
+				}
+				r.Remember(since)
+			}
 		}
 		d.fw, d.fwKey = fw, key
 	}

@@ -459,12 +459,19 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 	l.wantReach(l.cli, l.outside(7000), true)
 	l.wantReach(l.cli, l.outside(7001), false)
 	l.wantReach(l.peer, l.private(7001), true)
-	st := drv.Status()
-	if v := viewOf(st, "howeb", 7000); v == nil || v.State != OpeningRestored || v.RestoredAt.Before(reloaded) {
-		t.Fatalf("after the reload howeb's opening reads %+v", v)
-	}
-	if st.Guard == nil || st.Guard.State != "restored" || st.Guard.RestoredAt.Before(reloaded) {
-		t.Fatalf("after the reload the guard reads %+v", st.Guard)
+	// The rules are in the kernel a moment before the watch's pass records what it did: poll.
+	var st OpeningDetail
+	for until := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st = drv.Status()
+		v := viewOf(st, "howeb", 7000)
+		okOpening := v != nil && v.State == OpeningRestored && !v.RestoredAt.Before(reloaded)
+		okGuard := st.Guard != nil && st.Guard.State == "restored" && !st.Guard.RestoredAt.Before(reloaded)
+		if okOpening && okGuard {
+			break
+		}
+		if time.Now().After(until) {
+			t.Fatalf("after the reload howeb's opening reads %+v and the guard %+v", v, st.Guard)
+		}
 	}
 	if rep := h.Reconcile(ctx, assigned); rep.Changes != 0 || len(openingErrors(rep)) > 0 {
 		t.Fatalf("pass after the watch repaired: %d changes, %v", rep.Changes, openingErrors(rep))

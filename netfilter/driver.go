@@ -38,6 +38,24 @@ func newBase(env Env, priv Private) base {
 	return base{env: env, priv: priv, since: map[string]time.Time{}, now: time.Now}
 }
 
+// Remember tells a driver made anew, for a firewall that changed under the last one (reloaded,
+// replaced, briefly gone), which openings were in force and since when: one it then finds missing
+// and puts back is reported Restored, not new.
+func (b *base) Remember(since map[string]time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, v := range since {
+		if _, ok := b.since[k]; !ok {
+			b.since[k] = v
+		}
+	}
+}
+
+// Rememberer is implemented by every driver: see base.Remember.
+type Rememberer interface {
+	Remember(since map[string]time.Time)
+}
+
 // dedupe validates desired and keys it by mark, in a stable order.
 func dedupe(desired []Opening) (map[string]Opening, []string, error) {
 	m := map[string]Opening{}
