@@ -128,7 +128,7 @@ func (m *Machine) create(ctx context.Context) error {
 	if len(m.Name) > 15 {
 		return fmt.Errorf("machine name %q: at most 15 characters", m.Name)
 	}
-	for _, d := range []string{"etc-upper", "etc-work", "usr-local-upper", "usr-local-work", "var-lib-upper", "var-lib-work", "docker", "log", "units"} {
+	for _, d := range []string{"etc-upper", "etc-work", "usr-local-upper", "usr-local-work", "var-lib-upper", "var-lib-work", "srv-upper", "srv-work", "docker", "log", "units"} {
 		if err := os.MkdirAll(filepath.Join(m.dir, d), 0o755); err != nil {
 			return fmt.Errorf("%s: %w", m.Name, err)
 		}
@@ -223,13 +223,15 @@ WantedBy=multi-user.target
 
 // mountSetup runs in a new mount namespace: drop every mount but the root, /proc, /sys and /dev
 // (so the machine holds no reference to other namespaces' files or the host's container
-// mounts), then give it its own /etc, /usr/local and /var/lib (overlays on the host's) and /run.
+// mounts), then give it its own /etc, /usr/local, /var/lib and /srv (overlays on the host's; /srv
+// because containers' volumes live there) and /run.
 const mountSetup = `set -e
 d="$1"
 awk '{print $5}' /proc/self/mountinfo | sort -r | while read -r mp; do
   case "$mp" in /|/proc|/proc/*|/dev|/dev/*|/sys|/sys/*) ;; *) umount -l "$mp" 2>/dev/null || true ;; esac
 done
-for p in etc usr/local var/lib; do
+for p in etc usr/local var/lib srv; do
+  [ -d "/$p" ] || continue
   n=$(echo "$p" | tr / -)
   rm -rf "$d/$n-work/work"
   mount -t overlay overlay -o "lowerdir=/$p,upperdir=$d/$n-upper,workdir=$d/$n-work" "/$p"
