@@ -418,7 +418,8 @@ func (m *Machine) readUnit(ctx context.Context, name string) (unit, error) {
 		}
 	}
 	if err != nil {
-		return u, fmt.Errorf("%s: unit %s: no unit file: %w", m.Name, name, err)
+		own, _ := m.Run(ctx, `cd /etc/systemd/system 2>/dev/null && ls *.service 2>/dev/null | tr '\n' ' '`)
+		return u, fmt.Errorf("%s: no unit %s in /etc/systemd/system or /lib/systemd/system (the machine's own units: %s)", m.Name, name, strings.TrimSpace(own))
 	}
 	for _, line := range strings.Split(string(text), "\n") {
 		line = strings.TrimSpace(line)
