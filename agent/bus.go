@@ -134,20 +134,13 @@ func (a *Agent) busRoutes() http.Handler {
 // verified the chain) for a node the record holds with that very key, and passes the node's name.
 func (a *Agent) withNode(h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
-			writeJSON(w, http.StatusUnauthorized, apiError{Error: "the bus needs the node's client certificate for " + req.URL.Path + " (mTLS); a machine gets one by `meshd join`"})
+		name, pub, ok := certIdentity(w, req, "; a machine gets one by `meshd join`")
+		if !ok {
 			return
 		}
-		cert := req.TLS.PeerCertificates[0]
-		name, err := pki.NodeName(cert)
-		if err != nil {
-			writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
-			return
-		}
-		pub, _ := cert.PublicKey.(ed25519.PublicKey)
 		known := false
 		a.fsm.Read(func(r *fsm.Record, _ uint64) {
-			if n := r.Nodes[name]; n != nil && n.PublicKey == pki.PublicKeyString(pub) {
+			if n := r.Nodes[name]; n != nil && n.PublicKey == pub {
 				known = true
 			}
 		})
@@ -157,6 +150,23 @@ func (a *Agent) withNode(h func(http.ResponseWriter, *http.Request, string)) htt
 		}
 		h(w, req, name)
 	}
+}
+
+// certIdentity reads the node name and public key (as the record writes it) of a bus request's
+// client certificate, answering the request itself when there is none or it names no node.
+func certIdentity(w http.ResponseWriter, req *http.Request, hint string) (name, pub string, ok bool) {
+	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+		writeJSON(w, http.StatusUnauthorized, apiError{Error: "the bus needs the node's client certificate for " + req.URL.Path + " (mTLS)" + hint})
+		return "", "", false
+	}
+	cert := req.TLS.PeerCertificates[0]
+	name, err := pki.NodeName(cert)
+	if err != nil {
+		writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
+		return "", "", false
+	}
+	key, _ := cert.PublicKey.(ed25519.PublicKey)
+	return name, pki.PublicKeyString(key), true
 }
 
 // ownDeclaration is the operator API's blocking declaration query, for the asking node alone.

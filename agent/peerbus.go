@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -79,20 +78,13 @@ func (a *Agent) peerJSON(ctx context.Context, p GossipPeer, method, path string,
 // server.
 func (a *Agent) withPeer(serverOnly bool, h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
-			writeJSON(w, http.StatusUnauthorized, apiError{Error: "the bus needs the node's client certificate for " + req.URL.Path + " (mTLS)"})
+		name, pub, ok := certIdentity(w, req, "")
+		if !ok {
 			return
 		}
-		cert := req.TLS.PeerCertificates[0]
-		name, err := pki.NodeName(cert)
-		if err != nil {
-			writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
-			return
-		}
-		pub, _ := cert.PublicKey.(ed25519.PublicKey)
 		view := a.gossipView()
 		p, ok := view.peer(name)
-		if !ok || p.PublicKey != pki.PublicKeyString(pub) {
+		if !ok || p.PublicKey != pub {
 			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: node %s does not know a node of that name with this certificate's key", a.node.Name, name)})
 			return
 		}
