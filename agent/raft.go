@@ -23,13 +23,15 @@ import (
 // raftNode is a running Raft server with the stores it owns.
 type raftNode struct {
 	raft *raft.Raft
-	// startIndex is the last index in the log when this server started: until the record has
-	// applied it, the record is older than what this node already acknowledged.
+	// startIndex is the index of the last command in the log when this server started: until the
+	// record has applied it, the record is older than what this node already acknowledged.
 	startIndex uint64
-	caughtUp   chan struct{}
-	catchUp    sync.Once
-	store      *raftboltdb.BoltStore
-	transport  *raft.NetworkTransport
+	// applied is the index of the last command the record applied.
+	applied   func() uint64
+	caughtUp  chan struct{}
+	catchUp   sync.Once
+	store     *raftboltdb.BoltStore
+	transport *raft.NetworkTransport
 }
 
 func raftDir(dataDir string) string { return filepath.Join(dataDir, "raft") }
@@ -74,10 +76,40 @@ func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, logOut io.Writer) (*raftN
 		store.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	return &raftNode{raft: r, store: store, transport: transport, startIndex: r.LastIndex(), caughtUp: make(chan struct{})}, nil
+	return &raftNode{raft: r, store: store, transport: transport, startIndex: lastCommand(store, snaps), caughtUp: make(chan struct{}),
+		applied: func() uint64 {
+			var i uint64
+			f.Read(func(_ *fsm.Record, index uint64) { i = index })
+			return i
+		}}, nil
 }
 
-// waitCaughtUp blocks until the record has applied every entry the log held when this server
+// lastCommand is the index of the last command in the log store after the newest snapshot, or 0
+// when there is none (the snapshot, which NewRaft has already restored, holds everything). Raft's
+// own applied index is no measure: it moves when entries are handed to the record, before the
+// record applied them, and it counts entries (no-ops, configuration) the record never sees.
+func lastCommand(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) uint64 {
+	first, err1 := store.FirstIndex()
+	last, err2 := store.LastIndex()
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	if metas, err := snaps.List(); err == nil && len(metas) > 0 && metas[0].Index+1 > first {
+		first = metas[0].Index + 1
+	}
+	for i := last; i >= first && i > 0; i-- {
+		var l raft.Log
+		if err := store.GetLog(i, &l); err != nil {
+			return 0
+		}
+		if l.Type == raft.LogCommand {
+			return i
+		}
+	}
+	return 0
+}
+
+// waitCaughtUp blocks until the record has applied every command the log held when this server
 // started (a restarted server's record begins at its last snapshot and replays the rest once the
 // group has a leader), or ctx ends. Nothing reads the record for a decision before that: a host
 // acting on a record older than what it already acted on would undo acknowledged work.
@@ -88,13 +120,13 @@ func (rn *raftNode) waitCaughtUp(ctx context.Context) error {
 			return nil
 		default:
 		}
-		if rn.raft.AppliedIndex() >= rn.startIndex {
+		if rn.applied() >= rn.startIndex {
 			rn.catchUp.Do(func() { close(rn.caughtUp) })
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the record is still replaying its log (applied %d of %d): %w", rn.raft.AppliedIndex(), rn.startIndex, ctx.Err())
+			return fmt.Errorf("the record is still replaying its log (applied %d of %d): %w", rn.applied(), rn.startIndex, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -350,9 +351,18 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 		}); err != nil {
 			t.Fatalf("after a reboot the mesh's openings are not back: %v", err)
 		}
-		out, err := meshd(ctx, hub, "declaration", "hub", "--json")
-		if err != nil || !strings.Contains(out, `"taken": [`) || !strings.Contains(out, "webapp") {
-			t.Fatalf("the record did not survive the reboot: %v %s", err, out)
+		// The containers come back by their restart policy; the agent by its unit: wait for it.
+		var out string
+		if err := poll(t, 60*time.Second, func() error {
+			var err error
+			out, err = meshd(ctx, hub, "declaration", "hub", "--json")
+			return err
+		}); err != nil {
+			t.Fatalf("the agent did not come back after the reboot: %v", err)
+		}
+		var decl struct{ Taken []string }
+		if err := json.Unmarshal([]byte(out), &decl); err != nil || !slices.Contains(decl.Taken, "webapp") {
+			t.Fatalf("the record did not survive the reboot: the first declaration served is\n%s", out)
 		}
 		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, StorePort)); err == nil {
 			t.Fatalf("after the reboot outside reached the store: %s", out)
