@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+
+	"meshd/pki"
 )
 
 // NodeFile is the node's identity and role as kept in its data dir. It is written once, at
@@ -53,43 +55,7 @@ func writeNodeFile(dataDir string, n *NodeFile) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dataDir, nodeFileName), append(b, '\n'), 0o600)
-}
-
-// writeFileAtomic writes a file by temp file, fsync, rename and directory fsync, so a crash
-// leaves either the old content or the new.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return pki.WriteFileAtomic(filepath.Join(dataDir, nodeFileName), append(b, '\n'), 0o600)
 }
 
 func newID() string {
