@@ -425,9 +425,8 @@ func (a *Agent) raftPeers(w http.ResponseWriter, _ *http.Request) {
 // snapshotSave writes the record as committed: a barrier first, so every acknowledged command is in.
 func (a *Agent) snapshotSave(w http.ResponseWriter, _ *http.Request) {
 	if err := a.raft.raft.Barrier(applyTimeout).Error(); err != nil {
-		if err == raft.ErrNotLeader {
-			addr, id := a.raft.raft.LeaderWithID()
-			err = &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
+		if nl := a.raft.notLeader(err); nl != nil {
+			err = nl
 		}
 		writeErr(w, err)
 		return
@@ -459,9 +458,8 @@ func (a *Agent) snapshotRestore(w http.ResponseWriter, req *http.Request) {
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(data))}
 	if err := a.raft.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
-		if err == raft.ErrNotLeader {
-			addr, id := a.raft.raft.LeaderWithID()
-			err = &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
+		if nl := a.raft.notLeader(err); nl != nil {
+			err = nl
 		}
 		writeErr(w, fmt.Errorf("restore: %w", err))
 		return
