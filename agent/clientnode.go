@@ -26,24 +26,20 @@ func (e *busErr) Error() string { return e.msg }
 
 // busDo sends one request to the servers' bus, trying each known server in turn from the one that
 // last answered, and returns the first answer that is not a server's failure.
-func (a *Agent) busDo(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+func (a *Agent) busDo(ctx context.Context, method, path string, in any) (*http.Response, error) {
 	var last error
 	a.serversMu.Lock()
 	servers := append([]string{}, a.servers...)
 	a.serversMu.Unlock()
 	for _, addr := range servers {
-		req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+path, bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		resp, err := a.busClient.Do(req)
+		resp, err := a.busAt(addr).send(ctx, method, path, in)
 		if err == nil && resp.StatusCode < 500 {
 			return resp, nil
 		}
 		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
+			ae := newAnswerError(resp, resp.Body)
 			resp.Body.Close()
-			err = fmt.Errorf("server %s answered %s: %s", addr, resp.Status, bytes.TrimSpace(b))
+			err = fmt.Errorf("server %s answered %s: %s", addr, ae.Status, ae.Body)
 		} else {
 			err = fmt.Errorf("server %s: %w", addr, err)
 		}
@@ -64,32 +60,24 @@ func (a *Agent) busDo(ctx context.Context, method, path string, body []byte) (*h
 	return nil, last
 }
 
+// busAt is the bus of the server at addr, called with this node's certificate.
+func (a *Agent) busAt(addr string) jsonHTTP {
+	return jsonHTTP{client: a.busClient, base: "https://" + addr}
+}
+
 // busJSON is busDo with a JSON answer decoded into out; a 4xx comes back as a busErr.
 func (a *Agent) busJSON(ctx context.Context, method, path string, in, out any) error {
-	var body []byte
-	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return err
-		}
-	}
-	resp, err := a.busDo(ctx, method, path, body)
+	resp, err := a.busDo(ctx, method, path, in)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		var e apiError
-		b, _ := io.ReadAll(resp.Body)
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = fmt.Sprintf("the bus answered %s: %s", resp.Status, bytes.TrimSpace(b))
-		}
-		return &busErr{code: resp.StatusCode, msg: e.Error}
+	err = jsonHTTP{}.read(resp, out) // whichever server answered, its answer reads the same
+
+	var ae *answerError
+	if errors.As(err, &ae) {
+		return &busErr{code: ae.Code, msg: ae.text("the bus")}
 	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return err
 }
 
 // watchBus is the client's declaration watch: a blocking query by index, reconnecting with backoff

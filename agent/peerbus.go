@@ -1,13 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,35 +39,17 @@ func (a *Agent) peerHTTP() *http.Client {
 // peerJSON calls one node's bus; errors name the node, its bus address and port.
 func (a *Agent) peerJSON(ctx context.Context, p GossipPeer, method, path string, in, out any) error {
 	addr := net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Bus)))
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+path, body)
-	if err != nil {
-		return err
-	}
-	resp, err := a.peerHTTP().Do(req)
+	bus := jsonHTTP{client: a.peerHTTP(), base: "https://" + addr, limit: 4 << 20}
+	resp, err := bus.send(ctx, method, path, in)
 	if err != nil {
 		return fmt.Errorf("node %s (bus %s, tcp port %d): %w", p.Name, addr, p.Bus, err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode >= 300 {
-		var e apiError
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = fmt.Sprintf("answered %s: %s", resp.Status, bytes.TrimSpace(b))
-		}
-		return fmt.Errorf("node %s (bus %s): %s", p.Name, addr, e.Error)
+	err = bus.read(resp, out)
+	var ae *answerError
+	if errors.As(err, &ae) {
+		return fmt.Errorf("node %s (bus %s): %s", p.Name, addr, ae.text(""))
 	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(b, out)
+	return err
 }
 
 // withPeer lets a bus request through only from a node this one knows (the record on a server,
