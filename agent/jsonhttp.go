@@ -45,15 +45,6 @@ func (c jsonHTTP) send(ctx context.Context, method, path string, in any) (*http.
 	return c.client.Do(req)
 }
 
-// do is send and then read.
-func (c jsonHTTP) do(ctx context.Context, method, path string, in, out any) error {
-	resp, err := c.send(ctx, method, path, in)
-	if err != nil {
-		return err
-	}
-	return c.read(resp, out)
-}
-
 // read reads an answer and closes its body: a status of 300 or more comes back as an
 // *answerError; otherwise the body is copied to out if it is an io.Writer, decoded into it as
 // JSON unless it is nil.

@@ -95,7 +95,7 @@ func (a *Agent) postReach(w http.ResponseWriter, req *http.Request, peer string)
 		return
 	}
 	// Probe only the asker, at the address this node knows for it.
-	p, ok := a.gossipView().peer(peer)
+	p, ok := a.role.gossipView().peer(peer)
 	if !ok {
 		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s does not know node %s", a.node.Name, peer)})
 		return
@@ -106,12 +106,10 @@ func (a *Agent) postReach(w http.ResponseWriter, req *http.Request, peer string)
 // getReach is `meshd check reach NODE`.
 func (a *Agent) getReach(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
-	if !a.node.Server {
-		if err := a.fetchView(req.Context()); err != nil {
-			a.log.Warn("reach: the gossip view from a server", "err", err)
-		}
+	if err := a.role.refreshView(req.Context()); err != nil {
+		a.log.Warn("reach: the gossip view from a server", "err", err)
 	}
-	view := a.gossipView()
+	view := a.role.gossipView()
 	p, ok := view.peer(name)
 	if !ok {
 		var names []string
