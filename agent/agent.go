@@ -195,4 +195,3 @@ func (a *Agent) Stop() error {
 	a.log.Info("agent stopped")
 	return nil
 }
-

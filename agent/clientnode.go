@@ -93,7 +93,6 @@ func (c *clientRole) servePeerBus(ctx context.Context, port uint16) { c.startCli
 
 func (c *clientRole) waitGossipRound(ctx context.Context, d time.Duration) { sleepCtx(ctx, d) }
 
-
 // busErr is an answer the bus gave: a refusal is final, anything else is worth the next server.
 type busErr struct {
 	code int
