@@ -149,7 +149,6 @@ func (c *clientRole) busJSON(ctx context.Context, method, path string, in, out a
 		return err
 	}
 	err = jsonHTTP{}.read(resp, out) // whichever server answered, its answer reads the same
-
 	var ae *answerError
 	if errors.As(err, &ae) {
 		return &busErr{code: ae.Code, msg: ae.text("the bus")}
