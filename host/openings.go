@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/netfilter"
 )
@@ -374,39 +373,20 @@ func (d *OpeningDriver) compose(decl *fsm.Declaration, rs []fsm.Resource) *desir
 	return w
 }
 
-var (
-	meshDefaultsOnce sync.Once
-	meshDefaults     map[string]string
-)
-
-// meshPorts are the mesh's own ports (bus, raft, gossip), from the node's mesh settings or the
-// catalogue's defaults when the mesh module is not assigned here.
+// meshPorts are the mesh's own ports (bus, raft, gossip) as the declaration carries them (fsm
+// fills in the catalogue's defaults; the host reads no catalogue).
 func meshPorts(decl *fsm.Declaration) []netfilter.Port {
-	meshDefaultsOnce.Do(func() {
-		meshDefaults = map[string]string{}
-		if cat, err := catalogue.Default(); err == nil && cat[catalogue.MeshModule] != nil {
-			meshDefaults = cat[catalogue.MeshModule].Values(nil)
-		}
-	})
-	get := func(k string) (uint16, bool) {
-		v := ""
-		if decl != nil {
-			v = decl.Settings[catalogue.MeshModule+"."+k]
-		}
-		if v == "" {
-			v = meshDefaults[k]
-		}
-		p, err := catalogue.ParsePort(v)
-		return p, err == nil
+	if decl == nil {
+		return nil
 	}
 	var out []netfilter.Port
-	for _, k := range []string{"bus", "raft", "gossip"} {
-		if p, ok := get(k); ok {
+	for _, p := range []uint16{decl.Mesh.Bus, decl.Mesh.Raft, decl.Mesh.Gossip} {
+		if p != 0 {
 			out = append(out, netfilter.Port{Proto: "tcp", Port: p})
-			if k == "gossip" {
-				out = append(out, netfilter.Port{Proto: "udp", Port: p})
-			}
 		}
+	}
+	if p := decl.Mesh.Gossip; p != 0 {
+		out = append(out, netfilter.Port{Proto: "udp", Port: p})
 	}
 	return out
 }
