@@ -169,8 +169,6 @@ type containerRecord struct {
 	ReplacedAt time.Time       `json:"replaced_at,omitzero"`
 }
 
-func (r *containerRecord) ours() bool { return r != nil && r.State != ContainerHeld }
-
 // ctrPass is one pass of the driver.
 type ctrPass struct {
 	d    *ContainerDriver
@@ -192,22 +190,7 @@ func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 		p.failAll(pass.Resources, errors.New("no record store given to the container driver"))
 		return p.out
 	}
-	keys, err := pass.Records.Keys()
-	if err == nil {
-		for _, k := range keys {
-			var b []byte
-			if b, _, err = pass.Records.Get(k); err != nil {
-				break
-			}
-			var r containerRecord
-			if err = json.Unmarshal(b, &r); err != nil {
-				err = fmt.Errorf("container record %s: %w", k, err)
-				break
-			}
-			records[k] = &r
-		}
-	}
-	if err != nil {
+	if err := loadCtrRecords(pass.Records, records); err != nil {
 		p.failAll(pass.Resources, err)
 		return p.out
 	}
@@ -273,21 +256,46 @@ func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	}
 	slices.SortFunc(rep.Containers, func(a, b ContainerView) int { return strings.Compare(a.Name, b.Name) })
 
-	// Published ports, read again when this pass changed the engine so the report is current.
-	if rep.Reachable && p.out.Changes > 0 {
-		if again, err := d.eng.Published(ctx); err == nil {
+	p.published(ctx, pub)
+	return p.out
+}
+
+// loadCtrRecords reads the driver's records into records, by container name.
+func loadCtrRecords(recs *Records, records map[string]*containerRecord) error {
+	keys, err := recs.Keys()
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		b, _, err := recs.Get(k)
+		if err != nil {
+			return err
+		}
+		var r containerRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("container record %s: %w", k, err)
+		}
+		records[k] = &r
+	}
+	return nil
+}
+
+// published reports every published port on the machine, read again when this pass changed the
+// engine so the report is current, each with the host's state of its container.
+func (p *ctrPass) published(ctx context.Context, pub []container.Published) {
+	if p.rep.Reachable && p.out.Changes > 0 {
+		if again, err := p.d.eng.Published(ctx); err == nil {
 			pub = again
 		}
 	}
 	for _, x := range pub {
 		pp := PublishedPort{Container: x.Container, ContainerID: x.ContainerID, Module: x.Module,
 			HostIP: x.HostIP, HostPort: x.HostPort, ContainerPort: x.ContainerPort, Proto: x.Proto}
-		if rec := records[x.Container]; rec != nil && (rec.ID == x.ContainerID || rec.State == ContainerHeld && rec.FoundID == x.ContainerID) {
+		if rec := p.records[x.Container]; rec != nil && (rec.ID == x.ContainerID || rec.State == ContainerHeld && rec.FoundID == x.ContainerID) {
 			pp.Module, pp.State = rec.Module, rec.State
 		}
-		rep.Published = append(rep.Published, pp)
+		p.rep.Published = append(p.rep.Published, pp)
 	}
-	return p.out
 }
 
 // ctrStep is what the driver does to one declared container this pass.
