@@ -151,12 +151,17 @@ func (i *Interface) up(ctx context.Context) error {
 	return i.syncRoutes(i.cfg.Peers)
 }
 
+// bindAndUp brings an embedded device up before its link (it starts the peers' handshakes
+// at once; packets wait for the link only microseconds). A kernel device binds when its link
+// comes up.
 func (i *Interface) bindAndUp() error {
+	if i.embed != nil {
+		if err := i.embed.up(i.cfg.ListenPort); err != nil {
+			return err
+		}
+	}
 	if err := netlink.LinkSetUp(i.link); err != nil {
 		return fmt.Errorf("setting %s up: %w", i.cfg.Name, err)
-	}
-	if i.embed != nil {
-		return i.embed.up(i.cfg.ListenPort)
 	}
 	return nil
 }
