@@ -151,6 +151,18 @@ func (m *machine) killAll() {
 	}
 }
 
+// commands are the names of the processes in the machine's network namespace.
+func (m *machine) commands() []string {
+	out, _ := exec.Command("ip", "netns", "pids", m.ns).Output()
+	var names []string
+	for _, pid := range strings.Fields(string(out)) {
+		if b, err := os.ReadFile("/proc/" + pid + "/comm"); err == nil {
+			names = append(names, strings.TrimSpace(string(b)))
+		}
+	}
+	return names
+}
+
 func (m *machine) nsenter(args ...string) []string {
 	return append([]string{"nsenter", "--net=/run/netns/" + m.ns, fmt.Sprintf("--mount=/proc/%d/ns/mnt", m.holder.Process.Pid), "--"}, args...)
 }
@@ -337,7 +349,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // --- the helper process ---
 
 type helperReq struct {
-	Op    string // discover, raise, takeover, setpeers, peers, observe
+	Op    string // discover, raise, takeover, setpeers, peers, close, observe
 	Iface string
 	Mesh  string
 	Key   wgtypes.Key
@@ -479,6 +491,11 @@ func runHelper(in io.Reader, out io.Writer) int {
 				err = iface.SetPeers(req.Peers)
 			case "peers":
 				resp.Peers, err = iface.Peers()
+			case "close":
+				if iface != nil {
+					err = iface.Close()
+					iface = nil
+				}
 			case "observe":
 				resp.State = Observe(req.Iface, req.Mesh)
 			default:

@@ -126,7 +126,9 @@ func prepareRetrying(ctx context.Context, cfg Config) (*Interface, error) {
 }
 
 // Observe says which State a hub is in, from the machine alone: the mesh's interface mesh up
-// and answering wgctrl, else the found interface found up, else Dark.
+// and answering wgctrl, else the found interface found up, else Dark. When the mesh's interface
+// took the found one's name, a link of that name that is up reads as MeshUp; whoever raised it
+// knows better, so give the mesh's interface its own name where the difference matters.
 func Observe(found, mesh string) State {
 	if linkUp(mesh) && answers(mesh) {
 		return MeshUp

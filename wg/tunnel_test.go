@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,12 +125,20 @@ func TestDiscoverNamesAMissingInterface(t *testing.T) {
 	}
 }
 
-func TestTakeoverInPlace(t *testing.T) {
+func TestTakeoverInPlace(t *testing.T) { takeover(t, "mesh0") }
+
+// Under the found interface's own name nothing can be prepared before the found one is gone
+// (the name is taken), so the gap is a little longer; it must work all the same.
+func TestTakeoverUnderTheFoundName(t *testing.T) { takeover(t, "wg0") }
+
+func takeover(t *testing.T, meshName string) {
 	p := newPredecessor(t, "p1", "p2")
 	p.reachAll(t)
 	hub := p.hub.helper()
-	if s := hub.must(helperReq{Op: "observe", Iface: "wg0", Mesh: "mesh0"}).State; s != FoundUp {
-		t.Errorf("before: state %v, want %v", s, FoundUp)
+	if meshName != "wg0" { // under one name the machine alone cannot tell them apart (see Observe)
+		if s := hub.must(helperReq{Op: "observe", Iface: "wg0", Mesh: meshName}).State; s != FoundUp {
+			t.Errorf("before: state %v, want %v", s, FoundUp)
+		}
 	}
 	peerConf := map[string]string{}
 	for _, m := range p.peers {
@@ -150,7 +159,7 @@ func TestTakeoverInPlace(t *testing.T) {
 	}
 
 	before := time.Now()
-	resp := hub.call(helperReq{Op: "takeover", Iface: "wg0", Mesh: "mesh0"})
+	resp := hub.call(helperReq{Op: "takeover", Iface: "wg0", Mesh: meshName})
 	took := time.Since(before)
 	if resp.Err != "" || resp.State != MeshUp {
 		t.Fatalf("takeover: state %v, error %q", resp.State, resp.Err)
@@ -178,14 +187,19 @@ func TestTakeoverInPlace(t *testing.T) {
 	if !bytes.Equal(fileBefore, fileAfter) {
 		t.Errorf("the found wg-quick file changed:\n%s\n---\n%s", fileBefore, fileAfter)
 	}
-	if out, err := runErr(p.hub.nsenter("ip", "link", "show", "wg0")...); err == nil {
-		t.Errorf("the found link is still there:\n%s", out)
+	if meshName != "wg0" {
+		if out, err := runErr(p.hub.nsenter("ip", "link", "show", "wg0")...); err == nil {
+			t.Errorf("the found link is still there:\n%s", out)
+		}
+		waitFor(t, 5*time.Second, "the found wireguard-go exits (its UAPI socket goes)", func() bool {
+			_, err := os.Stat(p.hub.path("/run/wireguard/wg0.sock"))
+			return os.IsNotExist(err)
+		})
 	}
-	waitFor(t, 5*time.Second, "the found wireguard-go exits (its UAPI socket goes)", func() bool {
-		_, err := os.Stat(p.hub.path("/run/wireguard/wg0.sock"))
-		return os.IsNotExist(err)
+	waitFor(t, 5*time.Second, "no wireguard-go process is left on the hub", func() bool {
+		return !slices.Contains(p.hub.commands(), "wireguard-go")
 	})
-	mesh := hub.must(helperReq{Op: "discover", Iface: "mesh0"}).Found
+	mesh := hub.must(helperReq{Op: "discover", Iface: meshName}).Found
 	if mesh.PrivateKey.PublicKey() != p.keys["hub"].PublicKey() || mesh.ListenPort != tunnelPort || mesh.Address() != netip.MustParsePrefix(hubAddr+"/24") {
 		t.Errorf("the mesh's interface has key %v port %d address %v; want the found key %v, port %d, %s/24",
 			mesh.PrivateKey.PublicKey(), mesh.ListenPort, mesh.Address(), p.keys["hub"].PublicKey(), tunnelPort, hubAddr)
@@ -198,13 +212,38 @@ func TestTakeoverInPlace(t *testing.T) {
 			t.Errorf("carried peer %v: keepalive %v endpoint %v", pe.PublicKey, pe.Keepalive, pe.Endpoint)
 		}
 	}
-	if s := hub.must(helperReq{Op: "observe", Iface: "wg0", Mesh: "mesh0"}).State; s != MeshUp {
+	if s := hub.must(helperReq{Op: "observe", Iface: "wg0", Mesh: meshName}).State; s != MeshUp {
 		t.Errorf("after: state %v, want %v", s, MeshUp)
 	}
 	for _, m := range p.peers {
 		if now := m.sh("wg showconf wg0; ip -4 addr show dev wg0; ip route"); now != peerConf[m.name] {
 			t.Errorf("%s changed:\n%s\n---\n%s", m.name, peerConf[m.name], now)
 		}
+	}
+
+	// the mesh's interface gone too: the state where the peers reach nothing is named as such
+	hub.must(helperReq{Op: "close"})
+	if s := hub.must(helperReq{Op: "observe", Iface: "wg0", Mesh: meshName}).State; s != Dark {
+		t.Errorf("with neither interface: state %v, want %v", s, Dark)
+	}
+	waitFor(t, 5*time.Second, "p1 no longer reaches the hub", func() bool { return !p.peers[0].dial(p.svc(), 200*time.Millisecond) })
+}
+
+func TestTakeoverThatCannotPrepareStopsNothing(t *testing.T) {
+	p := newPredecessor(t, "p1")
+	p.reachAll(t)
+	hub := p.hub.helper()
+	// the mesh's interface cannot be made under the name of the underlay's link
+	resp := hub.call(helperReq{Op: "takeover", Iface: "wg0", Mesh: "eth0"})
+	if resp.State != FoundUp || !strings.Contains(resp.Err, "wg0") || !strings.Contains(resp.Err, "eth0") {
+		t.Fatalf("takeover: state %v, error %q; want %v and an error naming both interfaces", resp.State, resp.Err, FoundUp)
+	}
+	if s := hub.must(helperReq{Op: "observe", Iface: "wg0", Mesh: "eth0"}).State; s != FoundUp {
+		t.Errorf("state %v, want %v", s, FoundUp)
+	}
+	p.reachAll(t)
+	if f := hub.must(helperReq{Op: "discover", Iface: "wg0"}).Found; f.PrivateKey != p.keys["hub"] || len(f.Peers) != 1 {
+		t.Errorf("the found interface was changed: %d peers", len(f.Peers))
 	}
 }
 
