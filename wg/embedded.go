@@ -1,0 +1,141 @@
+package wg
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/ipc"
+	"golang.zx2c4.com/wireguard/tun"
+)
+
+// embedded is wireguard-go running inside meshd over a TUN device, with a UAPI socket in
+// /var/run/wireguard so wgctrl (ours and an operator's `wg`) finds and configures it the way it
+// finds any userspace device. The TUN and the UDP socket belong to the network namespace of the
+// thread that creates them: meshd creates them in its own.
+//
+// The TUN is unmonitored: wireguard-go's usual TUN watches the link and brings the device up
+// by itself when it thinks the link is up, which on these machines happened as soon as the TUN
+// was created, binding the port before the found interface had let it go (and, once that bind
+// had failed, on a random port, so the peers' answers went nowhere for a 5 s handshake retry).
+// Here the device comes up when up is called and not before.
+type embedded struct {
+	dev  *device.Device
+	uapi net.Listener
+}
+
+func startEmbedded(name string, mtu int, log *slog.Logger) (*embedded, error) {
+	t, err := openTUN(name, mtu)
+	if err != nil {
+		return nil, fmt.Errorf("creating TUN %s for embedded WireGuard: %w", name, err)
+	}
+	logger := &device.Logger{
+		Verbosef: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) },
+		Errorf:   func(f string, a ...any) { log.Warn(fmt.Sprintf(f, a...)) },
+	}
+	e := &embedded{dev: device.NewDevice(t, conn.NewDefaultBind(), logger)}
+	f, err := ipc.UAPIOpen(name)
+	if err != nil {
+		e.dev.Close()
+		return nil, fmt.Errorf("opening the UAPI socket of %s: %w", name, err)
+	}
+	if e.uapi, err = ipc.UAPIListen(name, f); err != nil {
+		f.Close()
+		e.dev.Close()
+		return nil, fmt.Errorf("listening on the UAPI socket of %s: %w", name, err)
+	}
+	f.Close() // the listener holds its own descriptor
+	go func() {
+		for {
+			c, err := e.uapi.Accept()
+			if err != nil {
+				return
+			}
+			go e.dev.IpcHandle(c)
+		}
+	}()
+	return e, nil
+}
+
+// up brings the device up on port. wireguard-go forgets the port when a bind fails (it goes back
+// to 0, "any"), so the port is set again before each try whenever it is not the one wanted: the
+// device never comes up on another port, where the peers' answers would not arrive.
+func (e *embedded) up(port int) error {
+	if port != 0 {
+		got, err := e.port()
+		if err != nil {
+			return err
+		}
+		if got != port {
+			if err := e.dev.IpcSet(fmt.Sprintf("listen_port=%d\n", port)); err != nil {
+				return fmt.Errorf("setting port %d: %w", port, err)
+			}
+		}
+	}
+	if err := e.dev.Up(); err != nil {
+		return fmt.Errorf("binding port %d: %w", port, err)
+	}
+	if got, err := e.port(); err != nil || port != 0 && got != port {
+		return fmt.Errorf("bound port %d, not %d (%v)", got, port, err)
+	}
+	return nil
+}
+
+// openTUN creates the TUN link name (down) with the flags wireguard-go expects, without its
+// link monitor, and sets its MTU.
+func openTUN(name string, mtu int) (tun.Device, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETIFF: %w", err)
+	}
+	t, _, err := tun.CreateUnmonitoredTUNFromFD(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	l, err := netlink.LinkByName(name)
+	if err == nil {
+		err = netlink.LinkSetMTU(l, mtu)
+	}
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("setting the MTU of %s: %w", name, err)
+	}
+	return t, nil
+}
+
+func (e *embedded) port() (int, error) {
+	s, err := e.dev.IpcGet()
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(l, "listen_port="); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("the device reports no listen port")
+}
+
+func (e *embedded) close() error {
+	err := e.uapi.Close()
+	e.dev.Close()
+	return err
+}

@@ -1,0 +1,296 @@
+package wg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+const netUp = net.FlagUp
+
+// Config is the mesh's interface as wanted.
+type Config struct {
+	Name       string
+	PrivateKey wgtypes.Key
+	ListenPort int          // 0: any free port
+	Address    netip.Prefix // the tunnel address with the range's prefix length (10.77.0.1/24)
+	Peers      []Peer
+	MTU        int // 0: 1420, WireGuard's usual
+	Logger     *slog.Logger
+}
+
+// Interface is the mesh's WireGuard interface, raised by this process: kernel WireGuard where
+// the kernel has it, else wireguard-go embedded here (then it lives as long as this process, and
+// Close takes it down).
+type Interface struct {
+	cfg    Config
+	log    *slog.Logger
+	client *wgctrl.Client
+	link   netlink.Link
+	embed  *embedded // nil for kernel WireGuard
+}
+
+// Raise creates, configures and brings up the mesh's interface.
+func Raise(ctx context.Context, cfg Config) (*Interface, error) {
+	i, err := prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := i.up(ctx); err != nil {
+		i.Close()
+		return nil, err
+	}
+	return i, nil
+}
+
+// Name is the interface's name.
+func (i *Interface) Name() string { return i.cfg.Name }
+
+// Embedded says whether the interface is wireguard-go inside this process.
+func (i *Interface) Embedded() bool { return i.embed != nil }
+
+// prepare does everything that can be done while another interface still holds the port: the
+// link (kernel) or TUN and device (embedded), key, port, peers and address, all while the link
+// is down, so nothing is bound and nothing is routed to it yet.
+func prepare(cfg Config) (*Interface, error) {
+	if cfg.Name == "" || cfg.PrivateKey == (wgtypes.Key{}) || !cfg.Address.IsValid() {
+		return nil, fmt.Errorf("raising WireGuard interface %q: a name, a private key and an address are needed", cfg.Name)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1420
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	i := &Interface{cfg: cfg, log: cfg.Logger.With("iface", cfg.Name)}
+	ok, err := i.kernelLink()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		if i.embed, err = startEmbedded(cfg.Name, cfg.MTU, i.log); err != nil {
+			return nil, err
+		}
+	}
+	if err := i.configure(); err != nil {
+		i.Close()
+		return nil, err
+	}
+	return i, nil
+}
+
+// kernelLink adds a kernel WireGuard link and says whether that worked; a kernel without
+// WireGuard (EOPNOTSUPP and kin) is not an error, it means the embedded path.
+func (i *Interface) kernelLink() (bool, error) {
+	err := netlink.LinkAdd(&netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: i.cfg.Name, MTU: i.cfg.MTU}})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, syscall.EEXIST):
+		return false, fmt.Errorf("raising WireGuard interface %s: a link of that name exists: %w", i.cfg.Name, err)
+	default:
+		i.log.Debug("no kernel WireGuard, embedding wireguard-go", "err", err)
+		return false, nil
+	}
+}
+
+func (i *Interface) configure() error {
+	name := i.cfg.Name
+	var err error
+	if i.link, err = netlink.LinkByName(name); err != nil {
+		return fmt.Errorf("raising WireGuard interface %s: finding its link: %w", name, err)
+	}
+	if i.client, err = wgctrl.New(); err != nil {
+		return fmt.Errorf("raising WireGuard interface %s: opening wgctrl: %w", name, err)
+	}
+	key, port := i.cfg.PrivateKey, i.cfg.ListenPort
+	if err := i.client.ConfigureDevice(name, wgtypes.Config{PrivateKey: &key, ListenPort: &port,
+		Peers: planPeers(nil, i.cfg.Peers)}); err != nil {
+		return fmt.Errorf("configuring WireGuard interface %s: %w", name, err)
+	}
+	addr := &netlink.Addr{IPNet: prefixNet(i.cfg.Address)}
+	if err := netlink.AddrReplace(i.link, addr); err != nil {
+		return fmt.Errorf("adding address %s to %s: %w", i.cfg.Address, name, err)
+	}
+	return nil
+}
+
+// up binds the port and brings the link up, then routes the peers' allowed IPs the address's
+// own prefix does not cover. The port may still be held for a moment by the interface this one
+// replaces (a found wireguard-go exits only once it has noticed its TUN is gone), so binding is
+// retried until ctx ends.
+func (i *Interface) up(ctx context.Context) error {
+	name, port := i.cfg.Name, i.cfg.ListenPort
+	if port != 0 {
+		if err := waitPortFree(ctx, port); err != nil {
+			return fmt.Errorf("raising WireGuard interface %s: %w", name, err)
+		}
+	}
+	var last error
+	for {
+		if last = i.bindAndUp(); last == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("raising WireGuard interface %s on port %d: %w", name, port, last)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return i.syncRoutes(i.cfg.Peers)
+}
+
+// bindAndUp brings an embedded device up before its link (it starts the peers' handshakes
+// at once; packets wait for the link only microseconds). A kernel device binds when its link
+// comes up.
+func (i *Interface) bindAndUp() error {
+	if i.embed != nil {
+		if err := i.embed.up(i.cfg.ListenPort); err != nil {
+			return err
+		}
+	}
+	if err := netlink.LinkSetUp(i.link); err != nil {
+		return fmt.Errorf("setting %s up: %w", i.cfg.Name, err)
+	}
+	return nil
+}
+
+// SetPeers makes the device's peers equal to want by a diff (see planPeers) and routes their
+// allowed IPs; a peer that already matches is not touched, so its session goes on.
+func (i *Interface) SetPeers(want []Peer) error {
+	dev, err := i.client.Device(i.cfg.Name)
+	if err != nil {
+		return fmt.Errorf("reading WireGuard interface %s: %w", i.cfg.Name, err)
+	}
+	if plan := planPeers(dev.Peers, want); len(plan) > 0 {
+		if err := i.client.ConfigureDevice(i.cfg.Name, wgtypes.Config{Peers: plan}); err != nil {
+			return fmt.Errorf("changing %d peers of WireGuard interface %s: %w", len(plan), i.cfg.Name, err)
+		}
+	}
+	i.cfg.Peers = append([]Peer(nil), want...)
+	return i.syncRoutes(want)
+}
+
+// Peers is what the device has now for each peer, handshakes and bytes included.
+func (i *Interface) Peers() ([]PeerStatus, error) {
+	dev, err := i.client.Device(i.cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("reading WireGuard interface %s: %w", i.cfg.Name, err)
+	}
+	out := make([]PeerStatus, 0, len(dev.Peers))
+	for _, p := range dev.Peers {
+		out = append(out, statusOf(p))
+	}
+	return out, nil
+}
+
+// syncRoutes routes through the interface every allowed IP its address's prefix does not cover
+// already, and removes the routes on it nobody wants any more. The link is the mesh's, so every
+// route on it that the kernel did not add is one this made. A peer allowed everything (/0) is
+// not routed: sending the machine's traffic into the tunnel is not this package's decision.
+func (i *Interface) syncRoutes(peers []Peer) error {
+	want := map[netip.Prefix]bool{}
+	for _, p := range peers {
+		for _, a := range p.AllowedIPs {
+			a = a.Masked()
+			if a.Bits() == 0 || i.cfg.Address.Masked().Overlaps(a) && i.cfg.Address.Bits() <= a.Bits() {
+				continue
+			}
+			want[a] = true
+		}
+	}
+	have, err := netlink.RouteList(i.link, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("listing routes of %s: %w", i.cfg.Name, err)
+	}
+	for _, r := range have {
+		if r.Protocol == 2 /* kernel */ || r.Dst == nil {
+			continue
+		}
+		if d, ok := netip.AddrFromSlice(r.Dst.IP); ok {
+			ones, _ := r.Dst.Mask.Size()
+			p := netip.PrefixFrom(d.Unmap(), ones)
+			if want[p] {
+				delete(want, p)
+				continue
+			}
+			if err := netlink.RouteDel(&r); err != nil {
+				return fmt.Errorf("removing route %s from %s: %w", p, i.cfg.Name, err)
+			}
+		}
+	}
+	for p := range want {
+		r := &netlink.Route{LinkIndex: i.link.Attrs().Index, Dst: prefixNet(p.Masked()), Scope: netlink.SCOPE_LINK}
+		if err := netlink.RouteReplace(r); err != nil {
+			return fmt.Errorf("routing %s through %s: %w", p, i.cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// Close takes the interface down and away: the embedded device closes its TUN (which removes the
+// link), a kernel link is deleted.
+func (i *Interface) Close() error {
+	var err error
+	if i.embed != nil {
+		err = i.embed.close()
+	} else if i.link != nil {
+		err = netlink.LinkDel(i.link)
+	} else {
+		if l, e := netlink.LinkByName(i.cfg.Name); e == nil {
+			err = netlink.LinkDel(l)
+		}
+	}
+	if i.client != nil {
+		i.client.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("closing WireGuard interface %s: %w", i.cfg.Name, err)
+	}
+	return nil
+}
+
+// waitPortFree waits until UDP port can be bound, on IPv4 and IPv6 both as wireguard-go binds it.
+func waitPortFree(ctx context.Context, port int) error {
+	for {
+		busy := ""
+		for _, nw := range []string{"udp4", "udp6"} {
+			c, err := net.ListenUDP(nw, &net.UDPAddr{Port: port})
+			if err == nil {
+				c.Close()
+			} else if errors.Is(err, syscall.EADDRINUSE) {
+				busy = nw
+			}
+		}
+		if busy == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("port %d/%s is still held: %w", port, busy, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func prefixNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// isWireGuardLink says whether a link is a WireGuard device (kernel) or a TUN (embedded or a
+// found wireguard-go).
+func isWireGuardLink(l netlink.Link) bool {
+	t := l.Type()
+	return t == "wireguard" || t == "tuntap" || strings.HasPrefix(t, "tun")
+}

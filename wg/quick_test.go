@@ -1,0 +1,134 @@
+package wg
+
+import (
+	"errors"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+func mustKey(t testing.TB) wgtypes.Key {
+	t.Helper()
+	k, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestParseQuickReadsWhatAPredecessorWrites(t *testing.T) {
+	priv, p1, p2, psk := mustKey(t), mustKey(t).PublicKey(), mustKey(t).PublicKey(), mustKey(t)
+	conf := `# written by the predecessor
+[Interface]
+Address = 10.77.0.1/24, fd77::1/64
+ListenPort=51820
+privatekey = ` + priv.String() + `
+DNS = 10.77.0.53
+PostUp = echo up   # a comment after a value
+
+[Peer]
+# web1
+PublicKey = ` + p1.String() + `
+AllowedIPs = 10.77.0.2/32
+AllowedIPs = 10.99.0.0/16
+PresharedKey = ` + psk.String() + `
+
+[peer]
+PublicKey = ` + p2.String() + `
+AllowedIPs = 10.77.0.3/32, fd77::3/128
+Endpoint = 198.51.100.3:51820
+PersistentKeepalive = 25
+`
+	q, err := ParseQuick(strings.NewReader(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAddrs := []netip.Prefix{netip.MustParsePrefix("10.77.0.1/24"), netip.MustParsePrefix("fd77::1/64")}
+	if !equalPrefixList(q.Addresses, wantAddrs) {
+		t.Errorf("addresses = %v, want %v (host bits kept)", q.Addresses, wantAddrs)
+	}
+	if q.ListenPort != 51820 {
+		t.Errorf("listen port = %d", q.ListenPort)
+	}
+	if q.PrivateKey == nil || *q.PrivateKey != priv {
+		t.Errorf("private key not read")
+	}
+	if len(q.Peers) != 2 {
+		t.Fatalf("peers = %d, want 2", len(q.Peers))
+	}
+	a, b := q.Peers[0], q.Peers[1]
+	if a.PublicKey != p1 || b.PublicKey != p2 {
+		t.Errorf("peer keys wrong")
+	}
+	if !equalPrefixList(a.AllowedIPs, []netip.Prefix{netip.MustParsePrefix("10.77.0.2/32"), netip.MustParsePrefix("10.99.0.0/16")}) {
+		t.Errorf("peer 1 allowed IPs = %v (repeated lines add up)", a.AllowedIPs)
+	}
+	if a.PresharedKey == nil || *a.PresharedKey != psk {
+		t.Errorf("peer 1 preshared key not read")
+	}
+	if a.Endpoint != "" || a.Keepalive != 0 {
+		t.Errorf("peer 1 has endpoint %q keepalive %v, want none", a.Endpoint, a.Keepalive)
+	}
+	if b.EndpointAddr != netip.MustParseAddrPort("198.51.100.3:51820") || b.Keepalive != 25*time.Second {
+		t.Errorf("peer 2 endpoint %v keepalive %v", b.EndpointAddr, b.Keepalive)
+	}
+}
+
+func TestParseQuickKeepsAHostnameEndpointAsWritten(t *testing.T) {
+	q, err := ParseQuick(strings.NewReader("[Peer]\nPublicKey = " + mustKey(t).PublicKey().String() + "\nEndpoint = hub.example.net:51820\nPersistentKeepalive = off\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := q.Peers[0]; p.Endpoint != "hub.example.net:51820" || p.EndpointAddr.IsValid() || p.Keepalive != 0 {
+		t.Errorf("peer = %+v", p)
+	}
+}
+
+func TestParseQuickRefusesWhatItCannotRead(t *testing.T) {
+	for name, conf := range map[string]string{
+		"bad key":          "[Interface]\nPrivateKey = notakey\n",
+		"bad port":         "[Interface]\nListenPort = 70000\n",
+		"bad address":      "[Interface]\nAddress = 10.77.0.300/24\n",
+		"no section":       "ListenPort = 1\n",
+		"unknown section":  "[Wat]\n",
+		"no equals":        "[Interface]\nListenPort\n",
+		"peer without key": "[Peer]\nAllowedIPs = 10.0.0.0/8\n",
+	} {
+		if _, err := ParseQuick(strings.NewReader(conf)); err == nil {
+			t.Errorf("%s: parsed without error", name)
+		}
+	}
+}
+
+func TestReadQuickFileNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	_, err := ReadQuickFile(QuickPath(dir, "wg0"))
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), filepath.Join(dir, "wg0.conf")) {
+		t.Errorf("missing file: err = %v", err)
+	}
+	if err := os.WriteFile(QuickPath(dir, "wg1"), []byte("[Interface]\nListenPort = x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ReadQuickFile(QuickPath(dir, "wg1"))
+	if err == nil || !strings.Contains(err.Error(), "wg1.conf") || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("bad file: err = %v", err)
+	}
+}
+
+func equalPrefixList(a, b []netip.Prefix) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
