@@ -335,7 +335,7 @@ nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 		self, _ := os.Executable()
 		fctx, stopForger := context.WithCancel(ctx)
 		forger := newnode.Command(fctx, self)
-		forger.Env = append(forger.Env, "MESHD_CHAOS_FORGER=1", "FORGER_NAME=newnode", "FORGER_KEYS="+strings.Join(keys, ","),
+		forger.Env = append(forger.Env, "MESHD_E2E_FORGER=1", "FORGER_NAME=newnode", "FORGER_KEYS="+strings.Join(keys, ","),
 			"FORGER_ADVERTISE="+lab.NewnodeAddr, "FORGER_JOIN="+lab.HubAddr+":7946",
 			`FORGER_REPORT={"node":"newnode","mode":"adopted","when":"`+time.Now().UTC().Format(time.RFC3339Nano)+`","held":[{"path":"/etc/forged","module":"webapp"}]}`)
 		flog, _ := os.Create(filepath.Join(t.TempDir(), "forger.log"))
@@ -617,11 +617,11 @@ func tail(s string, n int) string {
 	return s
 }
 
-// The forger: this test binary, run on a lab machine with MESHD_CHAOS_FORGER=1, is a gossip member
+// The forger: this test binary, run on a lab machine with MESHD_E2E_FORGER=1, is a gossip member
 // that holds the mesh's gossip key but not the identity key the node it names enrolled with. It
 // joins, publishes one report and stays until killed.
 func init() {
-	if os.Getenv("MESHD_CHAOS_FORGER") == "" {
+	if os.Getenv("MESHD_E2E_FORGER") == "" {
 		return
 	}
 	if err := runForger(); err != nil {
