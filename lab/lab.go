@@ -77,17 +77,17 @@ type probeRunning struct {
 	File string `json:"file"`
 }
 
-// Tools are the programs a lab machine uses, which the host must have.
-var Tools = []string{"ip", "nsenter", "unshare", "nft", "iptables", "ufw", "wg", "wg-quick", "wireguard-go", "dockerd", "docker"}
+// tools are the programs a lab machine uses, which the host must have.
+var tools = []string{"ip", "nsenter", "unshare", "nft", "iptables", "ufw", "wg", "wg-quick", "wireguard-go", "dockerd", "docker"}
 
-// Missing lists what this host lacks to run a lab: root, the tools the machines use (Tools),
+// Missing lists what this host lacks to run a lab: root, the tools the machines use,
 // and /dev/net/tun for userspace WireGuard. It is empty when a lab can run.
 func Missing() []string {
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root")
 	}
-	for _, tool := range Tools {
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, tool)
 		}
