@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
-	dcontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
+
+	"meshd/internal/testenv"
 )
 
 // The tests run against the machine's real engine. Everything they make is named with the ct
@@ -29,15 +30,6 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// fatalOrSkip skips when a prerequisite is missing outside CI, and fails under CI=true.
-func fatalOrSkip(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("prerequisite missing under CI: "+format, args...)
-	}
-	t.Skipf("prerequisite missing (set CI=true to make this a failure): "+format, args...)
 }
 
 var (
@@ -58,7 +50,7 @@ func requireEngine(t testing.TB) *Engine {
 		dockerErr = e.Ping(ctx)
 	})
 	if dockerErr != nil {
-		fatalOrSkip(t, "docker engine at %s: %v", DefaultHost, dockerErr)
+		testenv.Prereq(t, "docker engine at %s: %v", DefaultHost, dockerErr)
 	}
 	return e
 }
@@ -148,25 +140,7 @@ func TestMain(m *testing.M) {
 func testName(t testing.TB, what string) string {
 	t.Helper()
 	name := fmt.Sprintf("ct-%s-%s", randHex(3), what)
-	cli := rawClient(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cs, err := cli.ContainerList(ctx, dcontainer.ListOptions{All: true})
-		if err != nil {
-			t.Errorf("cleanup %s: %v", name, err)
-			return
-		}
-		for _, c := range cs {
-			for _, n := range c.Names {
-				if n = strings.TrimPrefix(n, "/"); n == name || strings.HasPrefix(n, name+"-replaced-") {
-					if err := cli.ContainerRemove(ctx, c.ID, dcontainer.RemoveOptions{Force: true}); err != nil {
-						t.Errorf("cleanup %s: %v", n, err)
-					}
-				}
-			}
-		}
-	})
+	t.Cleanup(func() { testenv.RemoveContainers(t, DefaultHost, name) })
 	return name
 }
 

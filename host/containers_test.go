@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"meshd/catalogue"
 	"meshd/container"
 	"meshd/fsm"
+	"meshd/internal/testenv"
 )
 
 // The container tests run against this machine's Docker engine (and one private engine of their
@@ -44,7 +44,7 @@ func ctEngine(t *testing.T) *container.Engine {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := eng.Ping(ctx); err != nil {
-		prereq(t, fmt.Sprintf("docker engine at %s: %v", container.DefaultHost, err))
+		testenv.Prereq(t, "docker engine at %s: %v", container.DefaultHost, err)
 	}
 	t.Cleanup(func() { eng.Close() })
 	return eng
@@ -88,36 +88,11 @@ func ctImport(t *testing.T, eng *container.Engine, what, bin string, changes ...
 func ctName(t *testing.T, host, what string) string {
 	t.Helper()
 	name := fmt.Sprintf("hc-%s-%s", ctRand(3), what)
-	t.Cleanup(func() { ctRemoveAll(t, host, name) })
-	return name
-}
-
-func ctRemoveAll(t *testing.T, host, name string) {
 	if host == "" {
 		host = container.DefaultHost
 	}
-	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Logf("cleanup %s: %v", name, err)
-		return
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := cli.ContainerList(ctx, dcontainer.ListOptions{All: true})
-	if err != nil {
-		t.Logf("cleanup %s: %v", name, err)
-		return
-	}
-	for _, c := range cs {
-		for _, n := range c.Names {
-			if n = strings.TrimPrefix(n, "/"); n == name || strings.HasPrefix(n, name+"-replaced-") {
-				if err := cli.ContainerRemove(ctx, c.ID, dcontainer.RemoveOptions{Force: true}); err != nil {
-					t.Errorf("cleanup %s: %v", n, err)
-				}
-			}
-		}
-	}
+	t.Cleanup(func() { testenv.RemoveContainers(t, host, name) })
+	return name
 }
 
 func ctFreePort(t *testing.T) int {
@@ -581,127 +556,24 @@ func TestContainerFoundationAdoptedOnItsPort(t *testing.T) {
 	ctServes(t, port, "hello from store")
 }
 
-// ctDockerd is a Docker engine of the test's own, which it stops and starts at will. It runs in
-// a network namespace of its own (its bridge there, on a TEST-NET address), so neither it nor its
-// containers touch the host's links or firewall; its storage is vfs under its own directory.
-type ctDockerd struct {
-	t    *testing.T
-	dir  string
-	sock string
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func ctNewDockerd(t *testing.T) *ctDockerd {
-	t.Helper()
-	if _, err := exec.LookPath("dockerd"); err != nil {
-		prereq(t, "no dockerd binary: "+err.Error())
-	}
-	if os.Geteuid() != 0 {
-		prereq(t, fmt.Sprintf("a private dockerd needs root (euid %d)", os.Geteuid()))
-	}
-	dir, err := os.MkdirTemp("", "hc-dockerd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Its own config file, so the host's /etc/docker/daemon.json does not apply.
-	if err := os.WriteFile(filepath.Join(dir, "daemon.json"), []byte("{}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := &ctDockerd{t: t, dir: dir, sock: filepath.Join(dir, "docker.sock")}
-	t.Cleanup(func() {
-		d.stop()
-		if err := os.RemoveAll(dir); err != nil {
-			t.Logf("cleanup %s: %v", dir, err)
-		}
-	})
-	return d
-}
-
-func (d *ctDockerd) start() {
-	d.t.Helper()
-	logf, err := os.OpenFile(filepath.Join(d.dir, "dockerd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer logf.Close()
-	d.cmd = exec.Command("dockerd",
-		"--config-file", filepath.Join(d.dir, "daemon.json"),
-		"--data-root", filepath.Join(d.dir, "data"),
-		"--exec-root", filepath.Join(d.dir, "exec"),
-		"--pidfile", filepath.Join(d.dir, "docker.pid"),
-		"-H", "unix://"+d.sock,
-		"--iptables=false", "--ip6tables=false", "--ip-masq=false",
-		"--bip", "198.51.100.1/24",
-		"--storage-driver", "vfs",
-	)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	// CLONE_NEWNET: never the host's namespace (a dockerd there would rework docker0).
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := d.cmd.Start(); err != nil {
-		d.t.Fatalf("start dockerd: %v", err)
-	}
-	done := make(chan error, 1)
-	go func(c *exec.Cmd) { done <- c.Wait() }(d.cmd)
-	d.done = done
-}
-
-// stop ends the private dockerd and its containerd (its own process group, by id).
-func (d *ctDockerd) stop() {
-	if d.cmd == nil {
-		return
-	}
-	pid := d.cmd.Process.Pid
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(30 * time.Second):
-		d.t.Logf("dockerd %d did not stop on SIGTERM; killing its process group", pid)
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-d.done
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	d.cmd = nil
-}
-
-func (d *ctDockerd) waitUp(eng *container.Engine) {
-	d.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = eng.Ping(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	b, _ := os.ReadFile(filepath.Join(d.dir, "dockerd.log"))
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	d.t.Fatalf("private dockerd never answered: %v\n%s", err, b)
-}
-
 // The engine stopped: every container resource is reported failed, naming the engine's address,
 // and the files still converge; started again, the same driver recovers without a restart.
 func TestContainerEngineDownAndBack(t *testing.T) {
 	bin := ctLabsvc(t)
-	dd := ctNewDockerd(t)
-	dd.start()
-	eng, err := container.New(dd.sock, container.WithLogger(quietLogger()), container.WithStopTimeout(2*time.Second))
+	dd := testenv.NewDockerd(t, "--bip", "198.51.100.1/24") // its bridge on a TEST-NET address
+	dd.Start()
+	eng, err := container.New(dd.Sock, container.WithLogger(quietLogger()), container.WithStopTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	dd.waitUp(eng)
+	dd.WaitUp(eng.Ping)
 	img := ctImport(t, eng, "echo", bin)
 	b := newBed(t)
 	h := ctOpen(t, b, eng)
 	ctx := ctCtx(t)
 
-	name := ctName(t, "unix://"+dd.sock, "svc")
+	name := ctName(t, "unix://"+dd.Sock, "svc")
 	res := fsm.Resource{Module: "webapp", Kind: fsm.KindContainer, Taken: true, Container: &catalogue.Container{
 		Name: name, Image: img, Restart: container.RestartUnlessStopped, Command: []string{"--listen", ":8080", "--name", name}}}
 	d := decl(fsm.Converged, res, file("webapp", appConf, "one\n", true))
@@ -712,14 +584,14 @@ func TestContainerEngineDownAndBack(t *testing.T) {
 		t.Fatalf("first pass: %+v", first)
 	}
 
-	dd.stop()
+	dd.Stop()
 	d = decl(fsm.Converged, res, file("webapp", appConf, "two\n", true))
 	rep = h.Reconcile(ctx, d)
 	if len(rep.Errors) != 1 || rep.Errors[0].Resource != fsm.KindContainer+":"+name ||
-		!strings.Contains(rep.Errors[0].Reason, dd.sock) || !strings.Contains(rep.Errors[0].Reason, "unreachable") {
-		t.Fatalf("engine stopped: errors %+v; want the container failed naming %s", rep.Errors, dd.sock)
+		!strings.Contains(rep.Errors[0].Reason, dd.Sock) || !strings.Contains(rep.Errors[0].Reason, "unreachable") {
+		t.Fatalf("engine stopped: errors %+v; want the container failed naming %s", rep.Errors, dd.Sock)
 	}
-	if cr := ctReport(t, rep); cr.Reachable || !strings.Contains(cr.EngineError, dd.sock) || ctView(t, rep, name).ID != first.ID {
+	if cr := ctReport(t, rep); cr.Reachable || !strings.Contains(cr.EngineError, dd.Sock) || ctView(t, rep, name).ID != first.ID {
 		t.Fatalf("engine stopped: report %+v", cr)
 	}
 	if b.read(appConf) != "two\n" {
@@ -729,8 +601,8 @@ func TestContainerEngineDownAndBack(t *testing.T) {
 		t.Fatalf("report JSON: %s %v", js, err)
 	}
 
-	dd.start()
-	dd.waitUp(eng)
+	dd.Start()
+	dd.WaitUp(eng.Ping)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		rep = h.Reconcile(ctx, d)

@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/internal/testenv"
 )
 
 // bed is one node's machine for a test: a root the declared paths live under and a data dir.
@@ -176,20 +176,11 @@ func wantOriginal(t testing.TB, h *Host, p, want string) {
 func roBind(t *testing.T, dir string) {
 	t.Helper()
 	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-		prereq(t, "bind-mounting "+dir+" (needs CAP_SYS_ADMIN): "+err.Error())
+		testenv.Prereq(t, "bind-mounting %s (needs CAP_SYS_ADMIN): %v", dir, err)
 		return
 	}
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 	if err := syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
-		prereq(t, "remounting "+dir+" read-only: "+err.Error())
+		testenv.Prereq(t, "remounting %s read-only: %v", dir, err)
 	}
-}
-
-// prereq skips when a prerequisite is missing, except under CI=true where it fails.
-func prereq(t *testing.T, why string) {
-	t.Helper()
-	if strings.EqualFold(os.Getenv("CI"), "true") {
-		t.Fatalf("prerequisite missing under CI: %s", why)
-	}
-	t.Skipf("prerequisite missing: %s", why)
 }

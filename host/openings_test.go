@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,17 +9,14 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/internal/testenv"
 	"meshd/netfilter"
 )
 
@@ -54,53 +50,30 @@ type hoLab struct {
 	privAddr string
 }
 
-func hoRun(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 func newHoLab(t *testing.T) *hoLab {
 	t.Helper()
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	for _, b := range []string{"ip", "nft", "iptables-nft", "nsenter", "unshare"} {
-		if _, err := exec.LookPath(b); err != nil {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) > 0 {
-		prereq(t, fmt.Sprintf("openings lab needs %v", missing))
-	}
+	testenv.RequireRoot(t, "openings lab", "ip", "nft", "iptables-nft", "nsenter", "unshare")
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
 	l := &hoLab{t: t, host: "ho-host-" + id, cli: "ho-cli-" + id, peer: "ho-peer-" + id,
 		wgIf: "how" + id, hostAddr: "198.51.100.1", privAddr: "203.0.113.1"}
 	for _, ns := range []string{l.host, l.cli, l.peer} {
-		hoRun(t, "ip", "netns", "add", ns)
-		ns := ns
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		hoRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
+		testenv.NewNetns(t, ns)
 	}
 	link := func(hostIf, other, hostIP, otherIP string) {
-		hoRun(t, "ip", "link", "add", hostIf, "netns", l.host, "type", "veth", "peer", "name", hostIf+"x", "netns", other)
-		hoRun(t, "ip", "-n", l.host, "addr", "add", hostIP+"/24", "dev", hostIf)
-		hoRun(t, "ip", "-n", other, "addr", "add", otherIP+"/24", "dev", hostIf+"x")
-		hoRun(t, "ip", "-n", l.host, "link", "set", hostIf, "up")
-		hoRun(t, "ip", "-n", other, "link", "set", hostIf+"x", "up")
+		testenv.Run(t, "ip", "link", "add", hostIf, "netns", l.host, "type", "veth", "peer", "name", hostIf+"x", "netns", other)
+		testenv.Run(t, "ip", "-n", l.host, "addr", "add", hostIP+"/24", "dev", hostIf)
+		testenv.Run(t, "ip", "-n", other, "addr", "add", otherIP+"/24", "dev", hostIf+"x")
+		testenv.Run(t, "ip", "-n", l.host, "link", "set", hostIf, "up")
+		testenv.Run(t, "ip", "-n", other, "link", "set", hostIf+"x", "up")
 	}
 	link("hou"+id, l.cli, l.hostAddr, "198.51.100.2")
 	link(l.wgIf, l.peer, l.privAddr, "203.0.113.2")
 
 	l.dir = t.TempDir()
 	if _, err := os.Stat("/etc/ufw"); err == nil {
-		hoRun(t, "cp", "-a", "/etc/ufw", filepath.Join(l.dir, "etc-ufw"))
+		testenv.Run(t, "cp", "-a", "/etc/ufw", filepath.Join(l.dir, "etc-ufw"))
 		// nothing in this lab is ufw: the copy only keeps Detect from reading the machine's own
 		os.WriteFile(filepath.Join(l.dir, "etc-ufw", "ufw.conf"), []byte("ENABLED=no\n"), 0o644)
 	} else {
@@ -109,18 +82,9 @@ func newHoLab(t *testing.T) *hoLab {
 	os.WriteFile(filepath.Join(l.dir, "nftables.conf"), []byte("#!/usr/sbin/nft -f\nflush ruleset\n"), 0o644)
 	script := fmt.Sprintf("mkdir -p /etc/ufw && mount --bind %[1]s/etc-ufw /etc/ufw && touch /etc/nftables.conf && "+
 		"mount --bind %[1]s/nftables.conf /etc/nftables.conf && echo ready && exec sleep infinity", l.dir)
-	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
-	out, _ := holder.StdoutPipe()
-	holder.Stderr = os.Stderr
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
-	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "ready" {
-		t.Fatalf("mount namespace holder did not start: %q", line)
-	}
+	mntns := testenv.HoldMountNS(t, script)
 	netns := "/run/netns/" + l.host
-	l.env = netfilter.Env{NetNS: netns, Runner: netfilter.NSEnter(netns, fmt.Sprintf("/proc/%d/ns/mnt", holder.Process.Pid)),
+	l.env = netfilter.Env{NetNS: netns, Runner: netfilter.NSEnter(netns, mntns),
 		StateDir: filepath.Join(l.dir, "state"), Log: quietLogger()}
 	return l
 }
@@ -163,38 +127,11 @@ table inet hofound {
 	l.sh("nft -f /etc/nftables.conf")
 }
 
-// hoInNS runs f on a thread switched into network namespace ns.
-func hoInNS(ns string, f func() error) error {
-	runtime.LockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		return err // leave the thread locked: it dies with the goroutine
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
-
 // serve listens on every address of the host at port and answers each connection with "ok".
 func (l *hoLab) serve(port int) {
 	l.t.Helper()
 	var ln net.Listener
-	if err := hoInNS(l.host, func() (err error) { ln, err = net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", port)); return }); err != nil {
+	if err := testenv.InNetns(l.host, func() (err error) { ln, err = net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", port)); return }); err != nil {
 		l.t.Fatalf("listen on %d in %s: %v", port, l.host, err)
 	}
 	l.t.Cleanup(func() { ln.Close() })
@@ -213,7 +150,7 @@ func (l *hoLab) serve(port int) {
 // hoReach is a real TCP connect from ns to addr that reads the server's "ok".
 func hoReach(ns, addr string, timeout time.Duration) bool {
 	var c net.Conn
-	if err := hoInNS(ns, func() (err error) {
+	if err := testenv.InNetns(ns, func() (err error) {
 		c, err = (&net.Dialer{Timeout: timeout}).Dial("tcp", addr)
 		return err
 	}); err != nil {

@@ -1,7 +1,6 @@
 package netfilter
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,15 +9,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"meshd/internal/testenv"
 )
 
 // The lab: network namespaces this package's tests create, all named with the prefix nf.
@@ -33,21 +30,7 @@ import (
 
 func requireLab(t testing.TB) {
 	t.Helper()
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	for _, b := range []string{"ip", "nft", "iptables-nft", "iptables-nft-restore", "ufw", "nsenter", "unshare"} {
-		if _, err := exec.LookPath(b); err != nil {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) > 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("lab prerequisites missing: %v", missing)
-		}
-		t.Skipf("lab prerequisites missing (set CI=true to fail instead): %v", missing)
-	}
+	testenv.RequireRoot(t, "netfilter lab", "ip", "nft", "iptables-nft", "iptables-nft-restore", "ufw", "nsenter", "unshare")
 }
 
 type lab struct {
@@ -58,7 +41,6 @@ type lab struct {
 	peer     string
 	ctr      string
 	dir      string
-	holder   *exec.Cmd
 	env      Env
 	wgIf     string // host side of the private link
 	upIf     string // host side of the underlay link
@@ -66,15 +48,6 @@ type lab struct {
 	hostAddr string
 	peerHost string // the host's address on the private link
 	private  Private
-}
-
-func run(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
 
 func newLab(t testing.TB) *lab {
@@ -88,27 +61,24 @@ func newLab(t testing.TB) *lab {
 		hostAddr: "198.51.100.1", peerHost: "203.0.113.1"}
 	l.private = Private{Interface: l.wgIf, Range: netip.MustParsePrefix("203.0.113.0/24")}
 	for _, ns := range []string{l.host, l.cli, l.peer, l.ctr} {
-		run(t, "ip", "netns", "add", ns)
-		ns := ns
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+		testenv.NewNetns(t, ns)
 	}
 	link := func(hostIf, other, otherIf, hostIP, otherIP string) {
-		run(t, "ip", "link", "add", hostIf, "netns", l.host, "type", "veth", "peer", "name", otherIf, "netns", other)
-		run(t, "ip", "-n", l.host, "addr", "add", hostIP+"/24", "dev", hostIf)
-		run(t, "ip", "-n", other, "addr", "add", otherIP+"/24", "dev", otherIf)
-		run(t, "ip", "-n", l.host, "link", "set", hostIf, "up")
-		run(t, "ip", "-n", other, "link", "set", otherIf, "up")
+		testenv.Run(t, "ip", "link", "add", hostIf, "netns", l.host, "type", "veth", "peer", "name", otherIf, "netns", other)
+		testenv.Run(t, "ip", "-n", l.host, "addr", "add", hostIP+"/24", "dev", hostIf)
+		testenv.Run(t, "ip", "-n", other, "addr", "add", otherIP+"/24", "dev", otherIf)
+		testenv.Run(t, "ip", "-n", l.host, "link", "set", hostIf, "up")
+		testenv.Run(t, "ip", "-n", other, "link", "set", otherIf, "up")
 	}
 	link(l.upIf, l.cli, l.upIf+"c", "198.51.100.1", "198.51.100.2")
 	link(l.wgIf, l.peer, l.wgIf+"p", "203.0.113.1", "203.0.113.2")
 	link(l.brIf, l.ctr, l.brIf+"c", "192.0.2.1", "192.0.2.2")
-	run(t, "ip", "-n", l.ctr, "route", "add", "default", "via", "192.0.2.1")
-	run(t, "nsenter", "--net=/run/netns/"+l.host, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	testenv.Run(t, "ip", "-n", l.ctr, "route", "add", "default", "via", "192.0.2.1")
+	testenv.Run(t, "nsenter", "--net=/run/netns/"+l.host, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 
 	// The private mount namespace holding the host's firewall configuration.
 	l.dir = t.TempDir()
-	run(t, "cp", "-a", "/etc/ufw", filepath.Join(l.dir, "etc-ufw"))
+	testenv.Run(t, "cp", "-a", "/etc/ufw", filepath.Join(l.dir, "etc-ufw"))
 	def, err := os.ReadFile("/etc/default/ufw")
 	if err != nil {
 		t.Fatal(err)
@@ -125,19 +95,9 @@ func newLab(t testing.TB) *lab {
 	os.WriteFile(filepath.Join(l.dir, "nftables.conf"), []byte("#!/usr/sbin/nft -f\nflush ruleset\n"), 0o644)
 	script := fmt.Sprintf("mount --bind %[1]s/etc-ufw /etc/ufw && mount --bind %[1]s/default-ufw /etc/default/ufw && "+
 		"touch /etc/nftables.conf && mount --bind %[1]s/nftables.conf /etc/nftables.conf && echo ready && exec sleep infinity", l.dir)
-	l.holder = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
-	out, _ := l.holder.StdoutPipe()
-	l.holder.Stderr = os.Stderr
-	if err := l.holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.holder.Process.Kill(); l.holder.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if strings.TrimSpace(line) != "ready" {
-		t.Fatalf("mount namespace holder did not start: %q", line)
-	}
+	mntns := testenv.HoldMountNS(t, script)
 	netns := "/run/netns/" + l.host
-	l.env = Env{NetNS: netns, Runner: NSEnter(netns, fmt.Sprintf("/proc/%d/ns/mnt", l.holder.Process.Pid))}
+	l.env = Env{NetNS: netns, Runner: NSEnter(netns, mntns)}
 	return l
 }
 
@@ -158,38 +118,11 @@ func (l *lab) writeHostFile(rel, content string) {
 	}
 }
 
-// inNS runs f on a thread switched into network namespace ns.
-func inNS(ns string, f func() error) error {
-	runtime.LockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		return err // leave the thread locked: it dies with the goroutine
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
-
 // serve listens on addr inside ns and answers every connection with "ok".
 func (l *lab) serve(ns, addr string) {
 	l.t.Helper()
 	var ln net.Listener
-	if err := inNS(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return }); err != nil {
+	if err := testenv.InNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return }); err != nil {
 		l.t.Fatalf("listen %s in %s: %v", addr, ns, err)
 	}
 	l.t.Cleanup(func() { ln.Close() })
@@ -208,7 +141,7 @@ func (l *lab) serve(ns, addr string) {
 // reach is a real TCP connect from ns to addr that reads the server's "ok".
 func reach(ns, addr string, timeout time.Duration) bool {
 	var c net.Conn
-	err := inNS(ns, func() error {
+	err := testenv.InNetns(ns, func() error {
 		d := net.Dialer{Timeout: timeout}
 		var err error
 		c, err = d.Dial("tcp", addr)

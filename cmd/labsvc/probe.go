@@ -21,7 +21,7 @@ import (
 //	2026-01-02T15:04:05.373456789Z fail 1s dial tcp 198.51.100.10:6379: i/o timeout
 //
 // A target is http://HOST:PORT/PATH (success: any HTTP response with status < 500) or
-// tcp://HOST:PORT (success: the connection was accepted). The lab's chaos package reads the file
+// tcp://HOST:PORT (success: the connection was accepted). Package lab reads the file
 // back into a summary; the format is the contract between the two.
 func probe(args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ExitOnError)

@@ -14,16 +14,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"meshd/agent"
 	"meshd/fsm"
+	"meshd/internal/testenv"
 	"meshd/pki"
 )
 
@@ -66,30 +64,14 @@ func link(t *testing.T, a, b *node, addrA, addrB string) {
 }
 
 // dialIn opens a TCP connection from inside a network namespace: the socket is made on a thread
-// that entered it (and that thread is never returned to the pool).
+// that entered it.
 func dialIn(netns, addr string) (net.Conn, error) {
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread ends with this goroutine
-		f, err := os.Open("/run/netns/" + netns)
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- res{nil, fmt.Errorf("setns %s: %w", netns, err)}
-			return
-		}
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		ch <- res{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
+	var c net.Conn
+	err := testenv.InNetns(netns, func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	})
+	return c, err
 }
 
 // busGet reads a bus route from inside netns, with the given client certificate (or none).

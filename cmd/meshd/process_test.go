@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"meshd/fsm"
+	"meshd/internal/testenv"
 )
 
 var meshdBin, labsvcBin string
@@ -71,20 +72,9 @@ func freePort(t *testing.T) int {
 func newNode(t *testing.T) *node {
 	dir := t.TempDir()
 	n := &node{t: t, dir: filepath.Join(dir, "data"), socket: filepath.Join(dir, "meshd.sock"), sealKey: filepath.Join(dir, "seal.key")}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("process tests need root (network namespaces); CI runs as root")
-		}
-		t.Skip("process tests need root to give each agent its own network namespace")
-	}
+	testenv.RequireRoot(t, "process tests (each agent in a network namespace of its own)", "ip", "unshare")
 	n.netns = fmt.Sprintf("pt-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	if out, err := exec.Command("ip", "netns", "add", n.netns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v %s", n.netns, err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.netns).Run() })
-	if out, err := exec.Command("ip", "-n", n.netns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("lo up in %s: %v %s", n.netns, err, out)
-	}
+	testenv.NewNetns(t, n.netns)
 	return n
 }
 

@@ -1,5 +1,5 @@
 // Command meshlab drives the lab bed by hand: the same machines, scenarios and probes the chaos
-// and end-to-end tests build with package chaos.
+// and end-to-end tests build with package lab.
 //
 //	meshlab up [--scenario predecessor-ufw|predecessor-nftables|bare] [--name lab] [--dir DIR]
 //	meshlab down [--name lab] [--dir DIR]     idempotent; also cleans a lab whose driver died
@@ -29,7 +29,7 @@ import (
 	"syscall"
 	"time"
 
-	"meshd/chaos"
+	"meshd/lab"
 )
 
 func usage() {
@@ -42,7 +42,7 @@ func usage() {
   meshlab reboot|stop|boot|cutoff|restore [--name LAB] [--dir DIR] MACHINE
   meshlab install-agent [--name LAB] [--dir DIR] MACHINE BINARY [-- ARG...]
   meshlab start-service|stop-service [--name LAB] [--dir DIR] MACHINE UNIT
-`, strings.Join(chaos.ScenarioNames, ", "))
+`, strings.Join(lab.ScenarioNames, ", "))
 	os.Exit(2)
 }
 
@@ -56,13 +56,13 @@ func main() {
 	verb := os.Args[1]
 	fs := flag.NewFlagSet(verb, flag.ExitOnError)
 	name := fs.String("name", "lab", "lab name")
-	dir := fs.String("dir", "", "lab state directory (default "+chaos.DefaultStateRoot+"/NAME)")
+	dir := fs.String("dir", "", "lab state directory (default "+lab.DefaultStateRoot+"/NAME)")
 	scenario := fs.String("scenario", "predecessor-ufw", "scenario to raise (up)")
 	asJSON := fs.Bool("json", false, "print JSON (probes, status)")
 	all := fs.Bool("all", false, "down: every lab on this host, also tests' and orphaned ones")
 	_ = fs.Parse(os.Args[2:])
 	if *dir == "" {
-		*dir = filepath.Join(chaos.DefaultStateRoot, *name)
+		*dir = filepath.Join(lab.DefaultStateRoot, *name)
 	}
 	var err error
 	switch verb {
@@ -71,13 +71,13 @@ func main() {
 	case "down":
 		if *all {
 			var done []string
-			done, err = chaos.DownAll(ctx)
+			done, err = lab.DownAll(ctx)
 			for _, d := range done {
 				fmt.Printf("down: %s\n", d)
 			}
 			break
 		}
-		err = chaos.Down(ctx, *dir)
+		err = lab.Down(ctx, *dir)
 		if err == nil {
 			fmt.Printf("lab %s is down\n", *name)
 		}
@@ -101,14 +101,14 @@ func main() {
 }
 
 func up(ctx context.Context, scenario, name, dir string) error {
-	sc, err := chaos.ScenarioByName(scenario)
+	sc, err := lab.ScenarioByName(scenario)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	l, err := chaos.Start(ctx, sc, chaos.Options{Name: name, Dir: dir})
+	l, err := lab.Start(ctx, sc, lab.Options{Name: name, Dir: dir})
 	if err != nil {
 		return fmt.Errorf("%w (run `meshlab down --name %s` to clean up)", err, name)
 	}
@@ -117,7 +117,7 @@ func up(ctx context.Context, scenario, name, dir string) error {
 }
 
 func status(dir string, asJSON bool) error {
-	l, err := chaos.Load(dir)
+	l, err := lab.Load(dir)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func status(dir string, asJSON bool) error {
 }
 
 func probes(dir string, asJSON bool) error {
-	l, err := chaos.Load(dir)
+	l, err := lab.Load(dir)
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func execIn(ctx context.Context, dir string, args []string) int {
 		fmt.Fprintln(os.Stderr, "meshlab exec: no command")
 		return 2
 	}
-	l, err := chaos.Load(dir)
+	l, err := lab.Load(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "meshlab exec:", err)
 		return 1
@@ -209,7 +209,7 @@ func service(ctx context.Context, dir, verb string, args []string) error {
 	if len(args) < 2 {
 		return fmt.Errorf("want MACHINE and %s", map[bool]string{true: "BINARY", false: "UNIT"}[verb == "install-agent"])
 	}
-	l, err := chaos.Load(dir)
+	l, err := lab.Load(dir)
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func act(ctx context.Context, dir, verb string, args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("want one MACHINE")
 	}
-	l, err := chaos.Load(dir)
+	l, err := lab.Load(dir)
 	if err != nil {
 		return err
 	}

@@ -1,48 +1,32 @@
-package chaos
+package lab_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"meshd/internal/labtest"
+	"meshd/internal/testenv"
+	"meshd/lab"
 )
 
-// poll retries f until it returns nil or the deadline passes, and returns f's last error.
-func poll(t *testing.T, within time.Duration, f func() error) error {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // allowedPorts are the hub's ports the predecessor's firewall allows from anywhere.
-var allowedPorts = []int{22, WebappPort, RegistryPort}
+var allowedPorts = []int{22, lab.WebappPort, lab.RegistryPort}
 
-func TestPredecessorUFW(t *testing.T)      { testPredecessor(t, FirewallUFW) }
-func TestPredecessorNftables(t *testing.T) { testPredecessor(t, FirewallNftables) }
+func TestPredecessorUFW(t *testing.T)      { testPredecessor(t, lab.FirewallUFW) }
+func TestPredecessorNftables(t *testing.T) { testPredecessor(t, lab.FirewallNftables) }
 
-func testPredecessor(t *testing.T, fw FirewallKind) {
+func testPredecessor(t *testing.T, fw lab.FirewallKind) {
 	began := time.Now()
-	l := Up(t, Predecessor(fw))
+	l := labtest.Up(t, lab.Predecessor(fw))
 	if took := time.Since(began); took > time.Minute {
 		t.Errorf("lab came up in %s, want under a minute", took)
 	}
 	t.Logf("lab %s (%s) up in %s", l.Name, l.Scenario, time.Since(began).Round(time.Millisecond))
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := testenv.Context(t, 4*time.Minute)
 	hub, newnode, outside := l.Machine("hub"), l.Machine("newnode"), l.Machine("outside")
 
 	t.Run("the found firewall is active and of its kind", func(t *testing.T) {
@@ -59,7 +43,7 @@ func testPredecessor(t *testing.T, fw FirewallKind) {
 				t.Errorf("firewall dump has no rule for %s:\n%s", want, dump)
 			}
 		}
-		if fw == FirewallNftables {
+		if fw == lab.FirewallNftables {
 			conf, err := hub.ReadFile(ctx, "/etc/nftables.conf")
 			if err != nil || !strings.Contains(string(conf), "\nflush ruleset\n") {
 				t.Errorf("/etc/nftables.conf does not flush the ruleset first (%v)", err)
@@ -68,28 +52,28 @@ func testPredecessor(t *testing.T, fw FirewallKind) {
 	})
 
 	t.Run("the hub serves through its firewall", func(t *testing.T) {
-		for _, from := range []*Machine{newnode, outside} {
-			body, err := from.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort))
+		for _, from := range []*lab.Machine{newnode, outside} {
+			body, err := from.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, lab.WebappPort))
 			if err != nil || !strings.Contains(body, "from webapp") {
-				t.Errorf("%s -> hub:%d: %q, %v", from.Name, WebappPort, body, err)
+				t.Errorf("%s -> hub:%d: %q, %v", from.Name, lab.WebappPort, body, err)
 			}
-			body, err = from.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, RegistryPort))
+			body, err = from.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, lab.RegistryPort))
 			if err != nil || !strings.Contains(body, "from predecessor-registry") {
-				t.Errorf("%s -> hub:%d: %q, %v", from.Name, RegistryPort, body, err)
+				t.Errorf("%s -> hub:%d: %q, %v", from.Name, lab.RegistryPort, body, err)
 			}
 		}
 	})
 
 	t.Run("the hub refuses a denied port that is served", func(t *testing.T) {
 		// The metrics container answers on the hub itself ...
-		body, err := hub.Reach(ctx, fmt.Sprintf("http://127.0.0.1:%d/", DeniedPort))
+		body, err := hub.Reach(ctx, fmt.Sprintf("http://127.0.0.1:%d/", lab.DeniedPort))
 		if err != nil || !strings.Contains(body, "from metrics") {
 			t.Fatalf("metrics not served on the hub itself: %q, %v", body, err)
 		}
 		// ... and the firewall keeps it from everyone else.
-		for _, from := range []*Machine{newnode, outside} {
-			if body, err := from.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, DeniedPort)); err == nil {
-				t.Errorf("%s reached the denied port %d: %q", from.Name, DeniedPort, body)
+		for _, from := range []*lab.Machine{newnode, outside} {
+			if body, err := from.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, lab.DeniedPort)); err == nil {
+				t.Errorf("%s reached the denied port %d: %q", from.Name, lab.DeniedPort, body)
 			}
 		}
 	})
@@ -97,20 +81,20 @@ func testPredecessor(t *testing.T, fw FirewallKind) {
 	t.Run("the peers reach the hub service through the tunnel", func(t *testing.T) {
 		for _, name := range []string{"peer1", "peer2"} {
 			p := l.Machine(name)
-			body, err := p.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubTunnelAddr, WebappPort))
+			body, err := p.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort))
 			if err != nil || !strings.Contains(body, "from webapp") {
-				t.Errorf("%s -> %s:%d through the tunnel: %q, %v", name, HubTunnelAddr, WebappPort, body, err)
+				t.Errorf("%s -> %s:%d through the tunnel: %q, %v", name, lab.HubTunnelAddr, lab.WebappPort, body, err)
 			}
-			route, err := p.Exec(ctx, "ip", "route", "get", HubTunnelAddr)
-			if err != nil || !strings.Contains(route, "dev "+TunnelIface) {
-				t.Errorf("%s routes %s not through %s: %q, %v", name, HubTunnelAddr, TunnelIface, route, err)
+			route, err := p.Exec(ctx, "ip", "route", "get", lab.HubTunnelAddr)
+			if err != nil || !strings.Contains(route, "dev "+lab.TunnelIface) {
+				t.Errorf("%s routes %s not through %s: %q, %v", name, lab.HubTunnelAddr, lab.TunnelIface, route, err)
 			}
 		}
 		// Each machine's userspace tunnel is its own: the hub's UAPI socket is not a peer's.
-		if out, err := l.Machine("peer1").Exec(ctx, "wg", "show", "interfaces"); err != nil || strings.TrimSpace(out) != TunnelIface {
+		if out, err := l.Machine("peer1").Exec(ctx, "wg", "show", "interfaces"); err != nil || strings.TrimSpace(out) != lab.TunnelIface {
 			t.Errorf("peer1 sees interfaces %q, %v", out, err)
 		}
-		conf, err := hub.TunnelDump(ctx, TunnelIface)
+		conf, err := hub.TunnelDump(ctx, lab.TunnelIface)
 		if err != nil || strings.Count(conf, "[Peer]") != 2 || !strings.Contains(conf, "ListenPort = 51820") {
 			t.Errorf("hub tunnel: %v\n%s", err, conf)
 		}
@@ -121,40 +105,40 @@ func testPredecessor(t *testing.T, fw FirewallKind) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(listening, DeniedPort) {
-			t.Fatalf("hub listens on %v, want %d among them", listening, DeniedPort)
+		if !slices.Contains(listening, lab.DeniedPort) {
+			t.Fatalf("hub listens on %v, want %d among them", listening, lab.DeniedPort)
 		}
-		for _, port := range append(listening, StorePort) {
+		for _, port := range append(listening, lab.StorePort) {
 			if slices.Contains(allowedPorts, port) {
 				continue
 			}
-			if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, port)); err == nil {
+			if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", lab.HubAddr, port)); err == nil {
 				t.Errorf("outside reached hub port %d, which the firewall denies: %q", port, out)
 			}
 		}
 		// Nor the private network: outside has no route into the tunnel's range.
-		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubTunnelAddr, WebappPort)); err == nil {
+		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", lab.HubTunnelAddr, lab.WebappPort)); err == nil {
 			t.Errorf("outside reached the hub's tunnel address: %q", out)
 		}
 	})
 
 	t.Run("the predecessor's control keeps rewriting the module's file", func(t *testing.T) {
-		first, err := hub.ReadFile(ctx, WebappFile)
+		first, err := hub.ReadFile(ctx, lab.WebappFile)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := poll(t, 10*time.Second, func() error {
-			now, err := hub.ReadFile(ctx, WebappFile)
+		if err := testenv.Poll(t, 10*time.Second, func() error {
+			now, err := hub.ReadFile(ctx, lab.WebappFile)
 			if err == nil && string(now) == string(first) {
-				err = fmt.Errorf("%s unchanged: %q", WebappFile, now)
+				err = fmt.Errorf("%s unchanged: %q", lab.WebappFile, now)
 			}
 			return err
 		}); err != nil {
 			t.Error(err)
 		}
 		// The file is the machine's own: the host has no such file.
-		if _, err := os.Stat(WebappFile); err == nil {
-			t.Errorf("%s exists on the host too: the machine's /etc is not its own", WebappFile)
+		if _, err := os.Stat(lab.WebappFile); err == nil {
+			t.Errorf("%s exists on the host too: the machine's /etc is not its own", lab.WebappFile)
 		}
 	})
 
@@ -180,7 +164,7 @@ func testPredecessor(t *testing.T, fw FirewallKind) {
 		if err := hub.InstallAgent(ctx, agent, "agent", "--config", "/etc/meshd/agent.yaml"); err != nil {
 			t.Fatal(err)
 		}
-		if err := poll(t, 10*time.Second, func() error {
+		if err := testenv.Poll(t, 10*time.Second, func() error {
 			_, err := hub.ReadFile(ctx, "/run/meshd/started")
 			return err
 		}); err != nil {
@@ -193,7 +177,7 @@ func testPredecessor(t *testing.T, fw FirewallKind) {
 			if s.firewall, err = hub.FirewallDump(ctx); err != nil {
 				return s, err
 			}
-			if s.tunnel, err = hub.TunnelDump(ctx, TunnelIface); err != nil {
+			if s.tunnel, err = hub.TunnelDump(ctx, lab.TunnelIface); err != nil {
 				return s, err
 			}
 			s.containers, err = hub.Containers(ctx)
@@ -210,7 +194,7 @@ func testPredecessor(t *testing.T, fw FirewallKind) {
 		}
 		t.Logf("hub rebooted in %s (%d processes before)", time.Since(rebooted).Round(time.Millisecond), procsBefore)
 		var after state
-		err = poll(t, 40*time.Second, func() error {
+		err = testenv.Poll(t, 40*time.Second, func() error {
 			var err error
 			if after, err = dump(); err != nil {
 				return err
@@ -236,9 +220,9 @@ func testPredecessor(t *testing.T, fw FirewallKind) {
 			t.Errorf("agent not started again by the boot: %q, %v", out, err)
 		}
 		// The services come back for their callers, and the probes saw the outage.
-		if err := poll(t, 30*time.Second, func() error {
+		if err := testenv.Poll(t, 30*time.Second, func() error {
 			for _, n := range []string{"peer1-tunnel", "served"} {
-				if ok, err := l.lastCall(n); err != nil || !ok {
+				if ok, err := lab.LastCall(l, n); err != nil || !ok {
 					return fmt.Errorf("probe %s not answering again (%v)", n, err)
 				}
 			}
@@ -260,14 +244,14 @@ func testPredecessor(t *testing.T, fw FirewallKind) {
 		if err := newnode.CutOff(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort)); err == nil {
+		if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, lab.WebappPort)); err == nil {
 			t.Errorf("newnode reached the hub while cut off: %q", out)
 		}
 		if err := newnode.Restore(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := poll(t, 10*time.Second, func() error {
-			_, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort))
+		if err := testenv.Poll(t, 10*time.Second, func() error {
+			_, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, lab.WebappPort))
 			return err
 		}); err != nil {
 			t.Errorf("newnode does not reach the hub after restore: %v", err)
@@ -280,7 +264,7 @@ func writeFakeAgent(t *testing.T) string {
 	t.Helper()
 	p := t.TempDir() + "/meshd"
 	script := "#!/bin/sh\necho \"$@\" > /run/meshd/started\nexec sleep infinity\n"
-	if err := writeFile(p, script); err != nil {
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -1,6 +1,8 @@
-package chaos
+package lab
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"meshd/internal/testenv"
 )
 
 // hostListing is what exists on the host that a lab could leave behind: namespaces, processes,
@@ -160,11 +164,11 @@ func checkNothingLeft(t *testing.T, before, during hostListing, duringHolders []
 }
 
 func TestTeardownLeavesNothing(t *testing.T) {
-	Require(t)
-	ctx := ctxT(t, 4*time.Minute)
+	testenv.Require(t, "lab", Missing()...)
+	ctx := testenv.Context(t, 4*time.Minute)
 
 	t.Run("a full lab, torn down twice", func(t *testing.T) {
-		name := "t" + randomHex(3)
+		name := "t" + randomHex()
 		dir := labTempDir(t)
 		prefix := Prefix + "-" + name + "-"
 		before := listHost(t)
@@ -191,11 +195,11 @@ func TestTeardownLeavesNothing(t *testing.T) {
 	})
 
 	t.Run("a lab whose driving process died", func(t *testing.T) {
-		name := "t" + randomHex(3)
+		name := "t" + randomHex()
 		dir := labTempDir(t)
 		prefix := Prefix + "-" + name + "-"
 		bin := filepath.Join(t.TempDir(), "meshlab")
-		root, err := moduleRoot()
+		root, err := ModuleRoot()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +216,7 @@ func TestTeardownLeavesNothing(t *testing.T) {
 		}
 		// Kill the driver in the middle: once the hub's engine answers, before the lab is ready.
 		sock := filepath.Join(dir, "machines", "hub", "docker.sock")
-		if err := poll(t, 60*time.Second, func() error {
+		if err := testenv.Poll(t, 60*time.Second, func() error {
 			_, err := os.Stat(sock)
 			return err
 		}); err != nil {
@@ -251,4 +255,11 @@ func labTempDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(d) })
 	return filepath.Join(d, "lab")
+}
+
+// randomHex is six random hex digits, for a lab name of the test's own.
+func randomHex() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -1,4 +1,4 @@
-package chaos
+package e2e
 
 import (
 	"context"
@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"meshd/gossip"
+	"meshd/internal/labtest"
+	"meshd/internal/testenv"
+	"meshd/lab"
 	"meshd/pki"
 )
 
@@ -25,22 +28,22 @@ import (
 // liveness and signed reports in `meshd status`, check reach, a key rotation on the running mesh,
 // a forged report rejected, a killed node seen failed, a graceful leave seen at once.
 func TestEnrolAndGossip(t *testing.T) {
-	bin := meshdBinary(t)
-	l := Up(t, Predecessor(FirewallNftables))
-	ctx := ctxT(t, 8*time.Minute)
+	bin := labtest.Meshd(t)
+	l := labtest.Up(t, lab.Predecessor(lab.FirewallNftables))
+	ctx := testenv.Context(t, 8*time.Minute)
 	hub, newnode, peer1 := l.Machine("hub"), l.Machine("newnode"), l.Machine("peer1")
 	b, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []*Machine{hub, newnode, peer1} {
+	for _, m := range []*lab.Machine{hub, newnode, peer1} {
 		if err := m.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, m := range []*Machine{hub, newnode, peer1} {
+			for _, m := range []*lab.Machine{hub, newnode, peer1} {
 				if log, err := os.ReadFile(filepath.Join(m.Dir(), "log", "meshd.log")); err == nil {
 					t.Logf("%s agent log (tail):\n%s", m.Name, tail(string(log), 4000))
 				}
@@ -48,14 +51,14 @@ func TestEnrolAndGossip(t *testing.T) {
 		}
 	})
 	if out, err := meshd(ctx, hub, "genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
-		"--advertise", HubAddr, "--port", "tunnel=51821", "--adopted", "--port", "registry=5001"); err != nil {
+		"--advertise", lab.HubAddr, "--port", "tunnel=51821", "--adopted", "--port", "registry=5001"); err != nil {
 		t.Fatalf("adopted genesis: %v\n%s", err, out)
 	}
 	agentArgs := []string{"agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"}
 	if err := hub.InstallAgent(ctx, bin, agentArgs...); err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(t, 30*time.Second, func() error { _, err := statusOf(ctx, hub); return err }); err != nil {
+	if err := testenv.Poll(t, 30*time.Second, func() error { _, err := statusOf(ctx, hub); return err }); err != nil {
 		t.Fatalf("the hub's agent never answered: %v", err)
 	}
 
@@ -96,7 +99,7 @@ func TestEnrolAndGossip(t *testing.T) {
 		sb[10] ^= 0x55
 		refused(t, "forged", head+"."+base64.RawURLEncoding.EncodeToString(sb), "newnode", "forged")
 		short := token(t, "--adopted", "--ttl", "1s")
-		if err := poll(t, 5*time.Second, func() error { return expiredYet(short) }); err != nil {
+		if err := testenv.Poll(t, 5*time.Second, func() error { return expiredYet(short) }); err != nil {
 			t.Fatal(err)
 		}
 		refused(t, "expired", short, "newnode", "expired")
@@ -116,11 +119,11 @@ func TestEnrolAndGossip(t *testing.T) {
 		if err := peer1.InstallAgent(ctx, bin, agentArgs...); err != nil {
 			t.Fatal(err)
 		}
-		if err := poll(t, 40*time.Second, func() error { return allAlive(ctx, hub, "hub", "newnode", "peer1") }); err != nil {
+		if err := testenv.Poll(t, 40*time.Second, func() error { return allAlive(ctx, hub, "hub", "newnode", "peer1") }); err != nil {
 			t.Fatal(err)
 		}
 		var text string
-		if err := poll(t, 20*time.Second, func() error {
+		if err := testenv.Poll(t, 20*time.Second, func() error {
 			st, err := statusOf(ctx, hub)
 			if err != nil {
 				return err
@@ -140,13 +143,13 @@ func TestEnrolAndGossip(t *testing.T) {
 		t.Logf("status on the hub:\n%s", text)
 		// What newnode holds reaches the hub's status by gossip: a file found at a path the
 		// webapp module declares is held, and counted.
-		if err := newnode.WriteFile(ctx, WebappFile, []byte("listen 8080 # newnode's own\n"), 0o644); err != nil {
+		if err := newnode.WriteFile(ctx, lab.WebappFile, []byte("listen 8080 # newnode's own\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := meshd(ctx, hub, "module", "assign", "newnode", "webapp"); err != nil {
 			t.Fatalf("assign webapp to newnode: %v\n%s", err, out)
 		}
-		if err := poll(t, 30*time.Second, func() error {
+		if err := testenv.Poll(t, 30*time.Second, func() error {
 			st, err := statusOf(ctx, hub)
 			if err != nil {
 				return err
@@ -188,11 +191,11 @@ nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 		defer newnode.Exec(context.Background(), "nft", "delete", "table", "netdev", table)
 		out, err = meshd(ctx, hub, "check", "reach", "newnode")
 		t.Logf("check reach newnode with udp 7946 dropped on newnode:\n%s", out)
-		want := "gossip udp port 7946 (" + NewnodeAddr + ":7946): blocked hub → newnode"
+		want := "gossip udp port 7946 (" + lab.NewnodeAddr + ":7946): blocked hub → newnode"
 		if err == nil || !strings.Contains(out, want) {
 			t.Fatalf("check reach does not name the blocked port and direction (want %q): %v\n%s", want, err, out)
 		}
-		for _, wrong := range []string{"blocked newnode → hub", "bus tcp port 7070 (" + NewnodeAddr + ":7070): blocked", "gossip tcp port 7946 (" + NewnodeAddr + ":7946): blocked"} {
+		for _, wrong := range []string{"blocked newnode → hub", "bus tcp port 7070 (" + lab.NewnodeAddr + ":7070): blocked", "gossip tcp port 7946 (" + lab.NewnodeAddr + ":7946): blocked"} {
 			if strings.Contains(out, wrong) {
 				t.Fatalf("check reach blames %q, which is open:\n%s", wrong, out)
 			}
@@ -272,7 +275,7 @@ nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 		rotated := time.Now()
 		// No member lost, and reports still flow: each client's report made after the rotation
 		// reaches the hub (every member republishes at least every 10 s).
-		if err := poll(t, 30*time.Second, func() error {
+		if err := testenv.Poll(t, 30*time.Second, func() error {
 			if err := allAlive(ctx, hub, "hub", "newnode", "peer1"); err != nil {
 				return err
 			}
@@ -309,7 +312,7 @@ nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 		// The genuine report newnode sent last may still be on its way when its agent stops: the
 		// report the hub keeps is the one it holds once a second has passed with no change.
 		var keep time.Time
-		if err := poll(t, 15*time.Second, func() error {
+		if err := testenv.Poll(t, 15*time.Second, func() error {
 			a, err := reportWhen(ctx, hub, "newnode")
 			if err != nil {
 				return err
@@ -332,8 +335,8 @@ nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 		self, _ := os.Executable()
 		fctx, stopForger := context.WithCancel(ctx)
 		forger := newnode.Command(fctx, self)
-		forger.Env = append(forger.Env, "MESHD_CHAOS_FORGER=1", "FORGER_NAME=newnode", "FORGER_KEYS="+strings.Join(keys, ","),
-			"FORGER_ADVERTISE="+NewnodeAddr, "FORGER_JOIN="+HubAddr+":7946",
+		forger.Env = append(forger.Env, "MESHD_E2E_FORGER=1", "FORGER_NAME=newnode", "FORGER_KEYS="+strings.Join(keys, ","),
+			"FORGER_ADVERTISE="+lab.NewnodeAddr, "FORGER_JOIN="+lab.HubAddr+":7946",
 			`FORGER_REPORT={"node":"newnode","mode":"adopted","when":"`+time.Now().UTC().Format(time.RFC3339Nano)+`","held":[{"path":"/etc/forged","module":"webapp"}]}`)
 		flog, _ := os.Create(filepath.Join(t.TempDir(), "forger.log"))
 		forger.Stdout, forger.Stderr = flog, flog
@@ -341,7 +344,7 @@ nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 			t.Fatal(err)
 		}
 		defer func() { stopForger(); _ = forger.Wait() }()
-		if err := poll(t, 30*time.Second, func() error {
+		if err := testenv.Poll(t, 30*time.Second, func() error {
 			now := rejected(ctx, t, hub)
 			if now["bad-signature"] <= rejectedBefore["bad-signature"] {
 				return fmt.Errorf("the hub counted no bad-signature rejection yet: %v", now)
@@ -365,7 +368,7 @@ nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 		if err := newnode.StartService(ctx, "meshd"); err != nil {
 			t.Fatal(err)
 		}
-		if err := poll(t, 40*time.Second, func() error {
+		if err := testenv.Poll(t, 40*time.Second, func() error {
 			when, err := reportWhen(ctx, hub, "newnode")
 			if err != nil || !when.After(keep) {
 				return fmt.Errorf("newnode's genuine report not back on the hub (%v, %v)", when, err)
@@ -385,8 +388,8 @@ nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 		if err := peer1.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range []*Machine{hub, newnode} {
-			if err := poll(t, bound+2*time.Second, func() error { return memberState(ctx, m, "peer1", "failed") }); err != nil {
+		for _, m := range []*lab.Machine{hub, newnode} {
+			if err := testenv.Poll(t, bound+2*time.Second, func() error { return memberState(ctx, m, "peer1", "failed") }); err != nil {
 				t.Fatalf("%s did not see peer1 failed within %s: %v", m.Name, bound, err)
 			}
 			t.Logf("%s saw peer1 failed %s after it was killed (bound %s)", m.Name, time.Since(killed).Round(100*time.Millisecond), bound)
@@ -402,7 +405,7 @@ nft add rule netdev %[1]s ingress udp dport 7946 drop`, table)); err != nil {
 		if out, err := meshd(ctx, newnode, "leave"); err != nil {
 			t.Fatalf("leave: %v\n%s", err, out)
 		}
-		if err := poll(t, 3*time.Second, func() error { return memberState(ctx, hub, "newnode", "left") }); err != nil {
+		if err := testenv.Poll(t, 3*time.Second, func() error { return memberState(ctx, hub, "newnode", "left") }); err != nil {
 			t.Fatalf("the hub did not see newnode left at once: %v", err)
 		}
 		t.Logf("the hub saw newnode left %s after `meshd leave`", time.Since(left).Round(10*time.Millisecond))
@@ -424,7 +427,7 @@ type statusNode struct {
 }
 
 // statusOf reads `meshd status --json` on m, by node.
-func statusOf(ctx context.Context, m *Machine) (map[string]statusNode, error) {
+func statusOf(ctx context.Context, m *lab.Machine) (map[string]statusNode, error) {
 	out, err := meshd(ctx, m, "status", "--json")
 	if err != nil {
 		return nil, err
@@ -447,7 +450,7 @@ func statusOf(ctx context.Context, m *Machine) (map[string]statusNode, error) {
 }
 
 // recordNodes is the record's nodes as status shows them, without what gossip says.
-func recordNodes(ctx context.Context, t *testing.T, m *Machine) string {
+func recordNodes(ctx context.Context, t *testing.T, m *lab.Machine) string {
 	t.Helper()
 	st, err := statusOf(ctx, m)
 	if err != nil {
@@ -477,7 +480,7 @@ type memberLine struct {
 	State string `json:"state"`
 }
 
-func members(ctx context.Context, m *Machine) (map[string]string, string, error) {
+func members(ctx context.Context, m *lab.Machine) (map[string]string, string, error) {
 	out, err := meshd(ctx, m, "members", "--json")
 	if err != nil {
 		return nil, "", err
@@ -496,7 +499,7 @@ func members(ctx context.Context, m *Machine) (map[string]string, string, error)
 	return by, v.DetectionBound, nil
 }
 
-func allAlive(ctx context.Context, m *Machine, names ...string) error {
+func allAlive(ctx context.Context, m *lab.Machine, names ...string) error {
 	by, _, err := members(ctx, m)
 	if err != nil {
 		return err
@@ -509,7 +512,7 @@ func allAlive(ctx context.Context, m *Machine, names ...string) error {
 	return nil
 }
 
-func memberState(ctx context.Context, m *Machine, name, state string) error {
+func memberState(ctx context.Context, m *lab.Machine, name, state string) error {
 	by, _, err := members(ctx, m)
 	if err != nil {
 		return err
@@ -520,7 +523,7 @@ func memberState(ctx context.Context, m *Machine, name, state string) error {
 	return nil
 }
 
-func detectionBound(ctx context.Context, m *Machine) (time.Duration, error) {
+func detectionBound(ctx context.Context, m *lab.Machine) (time.Duration, error) {
 	_, s, err := members(ctx, m)
 	if err != nil {
 		return 0, err
@@ -529,7 +532,7 @@ func detectionBound(ctx context.Context, m *Machine) (time.Duration, error) {
 }
 
 // reportWhen is when node's last report (as m's agent has it) was made.
-func reportWhen(ctx context.Context, m *Machine, node string) (time.Time, error) {
+func reportWhen(ctx context.Context, m *lab.Machine, node string) (time.Time, error) {
 	out, err := meshd(ctx, m, "node", "show", node, "--json")
 	if err != nil {
 		return time.Time{}, err
@@ -548,7 +551,7 @@ func reportWhen(ctx context.Context, m *Machine, node string) (time.Time, error)
 	return v.Report.When, nil
 }
 
-func rejected(ctx context.Context, t *testing.T, m *Machine) map[string]uint64 {
+func rejected(ctx context.Context, t *testing.T, m *lab.Machine) map[string]uint64 {
 	t.Helper()
 	out, err := meshd(ctx, m, "status", "--json")
 	if err != nil {
@@ -566,7 +569,7 @@ func rejected(ctx context.Context, t *testing.T, m *Machine) map[string]uint64 {
 }
 
 // sealedRing unseals m's gossip keyring with its seal key, as the agent does.
-func sealedRing(ctx context.Context, t *testing.T, m *Machine) [][]byte {
+func sealedRing(ctx context.Context, t *testing.T, m *lab.Machine) [][]byte {
 	t.Helper()
 	dir := t.TempDir()
 	for _, f := range []string{pki.NodeKeyFile, pki.NodeCertFile, pki.CACertFile, pki.GossipKeyFile} {
@@ -596,7 +599,7 @@ func sealedRing(ctx context.Context, t *testing.T, m *Machine) [][]byte {
 }
 
 // sealedKeyOf returns, base64, the key on m's sealed ring with fingerprint id.
-func sealedKeyOf(ctx context.Context, t *testing.T, m *Machine, id string) string {
+func sealedKeyOf(ctx context.Context, t *testing.T, m *lab.Machine, id string) string {
 	t.Helper()
 	for _, k := range sealedRing(ctx, t, m) {
 		if gossip.KeyID(k) == id {
@@ -614,11 +617,11 @@ func tail(s string, n int) string {
 	return s
 }
 
-// The forger: this test binary, run on a lab machine with MESHD_CHAOS_FORGER=1, is a gossip member
+// The forger: this test binary, run on a lab machine with MESHD_E2E_FORGER=1, is a gossip member
 // that holds the mesh's gossip key but not the identity key the node it names enrolled with. It
 // joins, publishes one report and stays until killed.
 func init() {
-	if os.Getenv("MESHD_CHAOS_FORGER") == "" {
+	if os.Getenv("MESHD_E2E_FORGER") == "" {
 		return
 	}
 	if err := runForger(); err != nil {

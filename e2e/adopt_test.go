@@ -1,55 +1,22 @@
-package chaos
+package e2e
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-)
 
-var (
-	meshdOnce sync.Once
-	meshdPath string
-	meshdErr  error
+	"meshd/internal/labtest"
+	"meshd/internal/testenv"
+	"meshd/lab"
 )
-
-// meshdBinary builds meshd once for the package's tests.
-func meshdBinary(t *testing.T) string {
-	t.Helper()
-	meshdOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "meshd-chaos-bin-")
-		if err != nil {
-			meshdErr = err
-			return
-		}
-		meshdPath = filepath.Join(dir, "meshd")
-		root, err := moduleRoot()
-		if err != nil {
-			meshdErr = err
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", meshdPath, "./cmd/meshd")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			meshdErr = fmt.Errorf("build meshd: %v\n%s", err, out)
-		}
-	})
-	if meshdErr != nil {
-		t.Fatal(meshdErr)
-	}
-	return meshdPath
-}
 
 // meshd runs the meshd CLI on a lab machine (its own socket, /run/meshd/meshd.sock).
-func meshd(ctx context.Context, m *Machine, args ...string) (string, error) {
+func meshd(ctx context.Context, m *lab.Machine, args ...string) (string, error) {
 	return m.Exec(ctx, "/usr/local/bin/meshd", args...)
 }
 
@@ -57,7 +24,7 @@ func meshd(ctx context.Context, m *Machine, args ...string) (string, error) {
 const labDocker = "unix:///run/docker.sock"
 
 // nodeReport reads `meshd node show NODE --json` on m.
-func nodeReport(ctx context.Context, m *Machine, node string) (map[string]any, error) {
+func nodeReport(ctx context.Context, m *lab.Machine, node string) (map[string]any, error) {
 	out, err := meshd(ctx, m, "node", "show", node, "--json")
 	if err != nil {
 		return nil, err
@@ -118,14 +85,14 @@ func markedOnly(before, after string) error {
 	return nil
 }
 
-func TestAdoptPredecessorHubUFW(t *testing.T)      { testAdoptPredecessorHub(t, FirewallUFW) }
-func TestAdoptPredecessorHubNftables(t *testing.T) { testAdoptPredecessorHub(t, FirewallNftables) }
+func TestAdoptPredecessorHubUFW(t *testing.T)      { testAdoptPredecessorHub(t, lab.FirewallUFW) }
+func TestAdoptPredecessorHubNftables(t *testing.T) { testAdoptPredecessorHub(t, lab.FirewallNftables) }
 
 // ADR 0100, "How it is checked", on a lab hub that looks the way the predecessor leaves it.
-func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
-	bin := meshdBinary(t)
-	l := Up(t, Predecessor(fw))
-	ctx := ctxT(t, 6*time.Minute)
+func testAdoptPredecessorHub(t *testing.T, fw lab.FirewallKind) {
+	bin := labtest.Meshd(t)
+	l := labtest.Up(t, lab.Predecessor(fw))
+	ctx := testenv.Context(t, 6*time.Minute)
 	hub, newnode, outside := l.Machine("hub"), l.Machine("newnode"), l.Machine("outside")
 	b, err := os.ReadFile(bin)
 	if err != nil {
@@ -135,7 +102,7 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 		t.Fatal(err)
 	}
 	genesis := []string{"genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
-		"--advertise", HubAddr, "--port", "tunnel=51821"}
+		"--advertise", lab.HubAddr, "--port", "tunnel=51821"}
 
 	t.Run("genesis converged refuses and names the firewall and the listener", func(t *testing.T) {
 		out, err := meshd(ctx, hub, genesis...)
@@ -163,10 +130,10 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 
 	// The operator stops the predecessor's control before adopting (ADR 0100), then raises the
 	// node adopted with the registry on another port.
-	if err := hub.StopService(ctx, PredecessorControl); err != nil {
+	if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
 		t.Fatal(err)
 	}
-	fileBefore, err := hub.ReadFile(ctx, WebappFile)
+	fileBefore, err := hub.ReadFile(ctx, lab.WebappFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +151,7 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 	if err := hub.InstallAgent(ctx, bin, "agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"); err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(t, 30*time.Second, func() error { _, err := nodeReport(ctx, hub, "hub"); return err }); err != nil {
+	if err := testenv.Poll(t, 30*time.Second, func() error { _, err := nodeReport(ctx, hub, "hub"); return err }); err != nil {
 		t.Fatalf("the agent never reported: %v", err)
 	}
 	if out, err := meshd(ctx, hub, "module", "assign", "hub", "webapp"); err != nil {
@@ -192,25 +159,25 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 	}
 
 	t.Run("assigning prepares: the found file is held byte for byte", func(t *testing.T) {
-		if err := poll(t, 20*time.Second, func() error {
+		if err := testenv.Poll(t, 20*time.Second, func() error {
 			rep, err := nodeReport(ctx, hub, "hub")
 			if err != nil {
 				return err
 			}
-			if h := heldFile(rep, WebappFile); h == nil || h["changed"] == true {
+			if h := heldFile(rep, lab.WebappFile); h == nil || h["changed"] == true {
 				return fmt.Errorf("webapp's file not held unchanged: %v", rep["held"])
 			}
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
-		after, _ := hub.ReadFile(ctx, WebappFile)
+		after, _ := hub.ReadFile(ctx, lab.WebappFile)
 		if string(after) != string(fileBefore) {
 			t.Fatalf("a held file changed:\n%s\n---\n%s", fileBefore, after)
 		}
 	})
 	t.Run("nothing that serves changed", func(t *testing.T) {
-		if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort)); err != nil {
+		if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, lab.WebappPort)); err != nil {
 			t.Fatalf("webapp not served from a second machine: %v %s", err, out)
 		}
 		id, _ := hub.Docker(ctx, "inspect", "-f", "{{.Id}}", "webapp")
@@ -219,7 +186,7 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 		}
 		// ufw applies a change in several steps: poll until the firewall has settled.
 		var dump string
-		if err := poll(t, 15*time.Second, func() error {
+		if err := testenv.Poll(t, 15*time.Second, func() error {
 			d, err := hub.FirewallDump(ctx)
 			if err != nil {
 				return err
@@ -231,8 +198,8 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 		}
 	})
 	t.Run("the foundation comes up on the port genesis gave", func(t *testing.T) {
-		if err := poll(t, 60*time.Second, func() error {
-			out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:5001/", HubAddr))
+		if err := testenv.Poll(t, 60*time.Second, func() error {
+			out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:5001/", lab.HubAddr))
 			if err != nil || !strings.Contains(out, "from registry\n") {
 				return fmt.Errorf("registry on 5001 from newnode: %v %s", err, out)
 			}
@@ -244,32 +211,32 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 		if !strings.Contains(ports, ":5001") || strings.Contains(ports, ":5000") {
 			t.Fatalf("meshd-registry publishes %q, want 5001 only", ports)
 		}
-		if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, RegistryPort)); err != nil || !strings.Contains(out, "from predecessor-registry") {
+		if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, lab.RegistryPort)); err != nil || !strings.Contains(out, "from predecessor-registry") {
 			t.Fatalf("the predecessor's registry on 5000 changed: %v %q", err, out)
 		}
 	})
 	t.Run("the store is unreachable from outside and reachable from the machine", func(t *testing.T) {
-		if err := poll(t, 60*time.Second, func() error {
-			_, err := hub.Reach(ctx, fmt.Sprintf("tcp://127.0.0.1:%d", StorePort))
+		if err := testenv.Poll(t, 60*time.Second, func() error {
+			_, err := hub.Reach(ctx, fmt.Sprintf("tcp://127.0.0.1:%d", lab.StorePort))
 			return err
 		}); err != nil {
 			t.Fatalf("the store does not answer on the machine itself: %v", err)
 		}
-		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, StorePort)); err == nil {
+		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort)); err == nil {
 			t.Fatalf("outside reached the store: %s", out)
 		}
 	})
 	t.Run("a predecessor still writing is caught, not reverted", func(t *testing.T) {
-		if err := hub.StartService(ctx, PredecessorControl); err != nil {
+		if err := hub.StartService(ctx, lab.PredecessorControl); err != nil {
 			t.Fatal(err)
 		}
 		var last map[string]any
-		if err := poll(t, 20*time.Second, func() error {
+		if err := testenv.Poll(t, 20*time.Second, func() error {
 			rep, err := nodeReport(ctx, hub, "hub")
 			if err != nil {
 				return err
 			}
-			last = heldFile(rep, WebappFile)
+			last = heldFile(rep, lab.WebappFile)
 			if last == nil || last["changed"] != true || last["reason"] != "changed by something else" {
 				return fmt.Errorf("held file not reported changed: %v", last)
 			}
@@ -277,14 +244,14 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := hub.StopService(ctx, PredecessorControl); err != nil {
+		if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
 			t.Fatal(err)
 		}
-		now, _ := hub.ReadFile(ctx, WebappFile)
+		now, _ := hub.ReadFile(ctx, lab.WebappFile)
 		if string(now) == string(fileBefore) || !strings.Contains(string(now), "predecessor") {
 			t.Fatalf("the predecessor's write was reverted or lost: %q", now)
 		}
-		if got, err := meshd(ctx, hub, "node", "original", "hub", WebappFile); err != nil || got != string(fileBefore) {
+		if got, err := meshd(ctx, hub, "node", "original", "hub", lab.WebappFile); err != nil || got != string(fileBefore) {
 			t.Fatalf("the recorded original is not what was found: %v\n%q\n%q", err, got, fileBefore)
 		}
 	})
@@ -293,35 +260,35 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 		if out, err := meshd(ctx, hub, "module", "take", "hub", "webapp"); err != nil {
 			t.Fatalf("take webapp: %v\n%s", err, out)
 		}
-		if err := poll(t, 60*time.Second, func() error {
+		if err := testenv.Poll(t, 60*time.Second, func() error {
 			id, err := hub.Docker(ctx, "inspect", "-f", "{{.Id}} {{index .Config.Labels \"meshd.module\"}}", "webapp")
 			if err != nil || id == webappBefore || !strings.Contains(id, "webapp") {
 				return fmt.Errorf("webapp not replaced by meshd's: %q %v", id, err)
 			}
-			body, err := hub.ReadFile(ctx, WebappFile)
+			body, err := hub.ReadFile(ctx, lab.WebappFile)
 			if err != nil || string(body) != "listen 8080\n" {
 				return fmt.Errorf("webapp's file not converged: %q %v", body, err)
 			}
-			if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort)); err != nil {
+			if out, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, lab.WebappPort)); err != nil {
 				return fmt.Errorf("the new webapp does not serve from newnode: %v %s", err, out)
 			}
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := meshd(ctx, hub, "node", "original", "hub", WebappFile); err != nil || got != string(fileBefore) {
+		if got, err := meshd(ctx, hub, "node", "original", "hub", lab.WebappFile); err != nil || got != string(fileBefore) {
 			t.Fatalf("the original is not kept after take: %v %q", err, got)
 		}
 	})
 	t.Run("the openings survive a reload of the found firewall and a reboot", func(t *testing.T) {
-		registry := fmt.Sprintf("http://%s:5001/", HubAddr)
+		registry := fmt.Sprintf("http://%s:5001/", lab.HubAddr)
 		// The bus is an incoming opening (meshd's agent listens there); the registry a forwarded
 		// one. `nft -f /etc/nftables.conf` begins with flush ruleset, which also drops Docker's
 		// NAT, so until Docker is restarted no published port works, the predecessor's own
 		// included: after that reload the incoming opening is what meshd answers for.
 		reload, check := []string{"ufw", "reload"}, registry
-		if fw == FirewallNftables {
-			reload, check = []string{"nft", "-f", "/etc/nftables.conf"}, fmt.Sprintf("tcp://%s:7070", HubAddr)
+		if fw == lab.FirewallNftables {
+			reload, check = []string{"nft", "-f", "/etc/nftables.conf"}, fmt.Sprintf("tcp://%s:7070", lab.HubAddr)
 		}
 		if _, err := newnode.Reach(ctx, check); err != nil {
 			t.Fatalf("%s not reachable before the reload: %v", check, err)
@@ -330,30 +297,30 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 			t.Fatalf("reload: %v %s", err, out)
 		}
 		reloaded := time.Now()
-		if err := poll(t, 10*time.Second, func() error { _, err := newnode.Reach(ctx, check); return err }); err != nil {
+		if err := testenv.Poll(t, 10*time.Second, func() error { _, err := newnode.Reach(ctx, check); return err }); err != nil {
 			t.Fatalf("%s did not come back after %s: %v", check, strings.Join(reload, " "), err)
 		}
 		if took := time.Since(reloaded); took > 2*time.Second+500*time.Millisecond {
 			t.Errorf("the opening came back %s after the reload, want within 2 s", took)
 		}
-		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, StorePort)); err == nil {
+		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort)); err == nil {
 			t.Fatalf("after the reload outside reached the store (the guard is gone): %s", out)
 		}
 		if err := hub.Reboot(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := poll(t, 90*time.Second, func() error {
+		if err := testenv.Poll(t, 90*time.Second, func() error {
 			if _, err := newnode.Reach(ctx, registry); err != nil {
 				return err
 			}
-			_, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort))
+			_, err := newnode.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, lab.WebappPort))
 			return err
 		}); err != nil {
 			t.Fatalf("after a reboot the mesh's openings are not back: %v", err)
 		}
 		// The containers come back by their restart policy; the agent by its unit: wait for it.
 		var out string
-		if err := poll(t, 60*time.Second, func() error {
+		if err := testenv.Poll(t, 60*time.Second, func() error {
 			var err error
 			out, err = meshd(ctx, hub, "declaration", "hub", "--json")
 			return err
@@ -364,7 +331,7 @@ func testAdoptPredecessorHub(t *testing.T, fw FirewallKind) {
 		if err := json.Unmarshal([]byte(out), &decl); err != nil || !slices.Contains(decl.Taken, "webapp") {
 			t.Fatalf("the record did not survive the reboot: the first declaration served is\n%s", out)
 		}
-		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", HubAddr, StorePort)); err == nil {
+		if out, err := outside.Reach(ctx, fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort)); err == nil {
 			t.Fatalf("after the reboot outside reached the store: %s", out)
 		}
 	})

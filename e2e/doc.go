@@ -1,0 +1,9 @@
+// Package e2e holds the acceptance tests: each walks a seed's "How it is checked" (docs and
+// /work/shared/seeds) end to end on the lab bed (package lab), with the real meshd binary
+// installed on lab machines — ADR 0100's adoption of a predecessor hub under ufw and nftables,
+// enrolment with adopted tokens, gossip liveness and signed reports, key rotation, failure
+// detection and leave.
+//
+// It is apart from lab, which is the bed these tests stand on, and from chaos, which owns the
+// faults injected into it. The package has no code outside its tests.
+package e2e

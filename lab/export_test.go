@@ -1,0 +1,4 @@
+package lab
+
+// LastCall reports whether probe name's latest recorded call succeeded, for the external tests.
+var LastCall = (*Lab).lastCall
