@@ -90,15 +90,9 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 	if err != nil {
 		return Found{}, err
 	}
-	for _, t := range v.all {
-		if t.Name == "firewalld" {
-			return Found{}, fmt.Errorf("firewalld is active (nftables table %s) in %s: %w", tableName(t), env.nsName(), ErrUnsupported)
-		}
+	if err := refuseFirewalld(ctx, env, v); err != nil {
+		return Found{}, err
 	}
-	if _, ok, _ := env.readFile(ctx, "/run/firewalld/firewalld.pid"); ok {
-		return Found{}, fmt.Errorf("firewalld is running (/run/firewalld/firewalld.pid) in %s: %w", env.nsName(), ErrUnsupported)
-	}
-
 	var dumps []*xtDump
 	for _, b := range []string{"nft", "legacy"} {
 		d, ok, err := readXT(ctx, env, b)
@@ -109,53 +103,94 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 			dumps = append(dumps, d)
 		}
 	}
-
-	// ufw: its chains loaded in a backend, or enabled in its config.
-	conf, _, err := env.readFile(ctx, ufwConf)
+	if f, ok, err := detectUFW(ctx, env, dumps); err != nil || ok {
+		return f, err
+	}
+	nf, err := detectNftables(ctx, env, v, dumps)
 	if err != nil {
 		return Found{}, err
+	}
+	xf := detectIptables(ctx, env, dumps)
+	switch {
+	case nf != nil && xf != nil:
+		return Found{}, fmt.Errorf("two firewalls found in %s: an nftables ruleset (%s) and iptables-%s rules (%d incoming, %d forwarded): %w",
+			env.nsName(), strings.Join(nf.Tables, ", "), xf.Backend, xf.Incoming, xf.Forwarded, ErrUnsupported)
+	case nf != nil:
+		return *nf, nil
+	case xf != nil:
+		return *xf, nil
+	}
+	return Found{Kind: KindNone}, nil
+}
+
+// refuseFirewalld is an error when firewalld is active or running in env.
+func refuseFirewalld(ctx context.Context, env Env, v *nftView) error {
+	for _, t := range v.all {
+		if t.Name == "firewalld" {
+			return fmt.Errorf("firewalld is active (nftables table %s) in %s: %w", tableName(t), env.nsName(), ErrUnsupported)
+		}
+	}
+	if _, ok, _ := env.readFile(ctx, "/run/firewalld/firewalld.pid"); ok {
+		return fmt.Errorf("firewalld is running (/run/firewalld/firewalld.pid) in %s: %w", env.nsName(), ErrUnsupported)
+	}
+	return nil
+}
+
+// detectUFW finds ufw: its chains loaded in a backend, or enabled in its config. ok is false
+// when there is none.
+func detectUFW(ctx context.Context, env Env, dumps []*xtDump) (f Found, ok bool, err error) {
+	conf, _, err := env.readFile(ctx, ufwConf)
+	if err != nil {
+		return Found{}, false, err
 	}
 	ufwEnabled := bytes.Contains(conf, []byte("\nENABLED=yes")) || bytes.HasPrefix(conf, []byte("ENABLED=yes"))
 	for _, d := range dumps {
 		if d.has("ufw-user-input") || (ufwEnabled && d.Backend == "nft" && len(dumps) == 1) {
 			f := Found{Kind: KindUFW, Backend: d.Backend, Active: ufwEnabled && d.has("ufw-user-input"), Config: ufwDir, DockerUser: d.has("DOCKER-USER")}
 			if err := countUFW(ctx, env, &f); err != nil {
-				return Found{}, err
+				return Found{}, false, err
 			}
-			return f, nil
+			return f, true, nil
 		}
 	}
 	if ufwEnabled {
-		return Found{Kind: KindUFW, Backend: "nft", Config: ufwDir}, nil
+		return Found{Kind: KindUFW, Backend: "nft", Config: ufwDir}, true, nil
 	}
+	return Found{}, false, nil
+}
 
-	// a plain nftables ruleset: found tables with filter chains at input or forward.
-	var nf *Found
-	if len(v.input)+len(v.forward) > 0 {
-		f := Found{Kind: KindNftables, Active: true}
-		for _, t := range v.tables {
-			f.Tables = append(f.Tables, tableName(t))
-		}
-		sort.Strings(f.Tables)
-		if f.Incoming, err = countNft(env, v.input); err != nil {
-			return Found{}, err
-		}
-		if f.Forwarded, err = countNft(env, v.forward); err != nil {
-			return Found{}, err
-		}
-		if _, ok, _ := env.readFile(ctx, nftConf); ok {
-			f.Config = nftConf
-		}
-		for _, d := range dumps {
-			if d.has("DOCKER-USER") {
-				f.DockerUser, f.Backend = true, d.Backend
-			}
-		}
-		nf = &f
+// detectNftables finds a plain nftables ruleset: found tables with filter chains at input or
+// forward. nil when there is none.
+func detectNftables(ctx context.Context, env Env, v *nftView, dumps []*xtDump) (*Found, error) {
+	if len(v.input)+len(v.forward) == 0 {
+		return nil, nil
 	}
+	f := Found{Kind: KindNftables, Active: true}
+	for _, t := range v.tables {
+		f.Tables = append(f.Tables, tableName(t))
+	}
+	sort.Strings(f.Tables)
+	var err error
+	if f.Incoming, err = countNft(env, v.input); err != nil {
+		return nil, err
+	}
+	if f.Forwarded, err = countNft(env, v.forward); err != nil {
+		return nil, err
+	}
+	if _, ok, _ := env.readFile(ctx, nftConf); ok {
+		f.Config = nftConf
+	}
+	for _, d := range dumps {
+		if d.has("DOCKER-USER") {
+			f.DockerUser, f.Backend = true, d.Backend
+		}
+	}
+	return &f, nil
+}
 
-	// plain iptables: rules of its own besides Docker's, or a closed INPUT policy.
-	var xf *Found
+// detectIptables finds plain iptables: rules of its own besides Docker's, or a closed INPUT
+// policy, in the first backend that has them. nil when there is none.
+func detectIptables(ctx context.Context, env Env, dumps []*xtDump) *Found {
 	for _, d := range dumps {
 		f := Found{Kind: KindIptables, Backend: d.Backend, DockerUser: d.has("DOCKER-USER")}
 		bridges := d.dockerBridges()
@@ -177,20 +212,10 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 			if _, ok, _ := env.readFile(ctx, iptRulesV4); ok {
 				f.Config = iptRulesV4
 			}
-			xf = &f
-			break
+			return &f
 		}
 	}
-	switch {
-	case nf != nil && xf != nil:
-		return Found{}, fmt.Errorf("two firewalls found in %s: an nftables ruleset (%s) and iptables-%s rules (%d incoming, %d forwarded): %w",
-			env.nsName(), strings.Join(nf.Tables, ", "), xf.Backend, xf.Incoming, xf.Forwarded, ErrUnsupported)
-	case nf != nil:
-		return *nf, nil
-	case xf != nil:
-		return *xf, nil
-	}
-	return Found{Kind: KindNone}, nil
+	return nil
 }
 
 func countNft(env Env, chains []*nftables.Chain) (int, error) {

@@ -10,8 +10,12 @@
 //     nftables ruleset, plain iptables, or none; a kind it does not speak (firewalld, or a
 //     ruleset it cannot read) is an error naming it, so adoption refuses;
 //   - converges openings through it (Driver): one declarative call, "make the set of
-//     meshd-marked rules equal to this desired set", read, compare, one batch, re-read. Every
-//     rule meshd adds carries a meshd mark, and meshd removes only what it marked;
+//     meshd-marked rules equal to this desired set". Every driver (ufw, nftables, iptables)
+//     reads the rules meshd marked, decides with one shared pure diff (plan) what to add and
+//     what to remove (every copy past the first of a marked rule included), applies both in
+//     one batch (ufw, which has none, one command per rule), re-reads and reports what the
+//     re-read shows; nothing to change writes nothing. Every rule meshd adds carries a meshd
+//     mark, and meshd removes only what it marked;
 //   - notices a reload of the found firewall promptly (Watch) so the caller re-converges;
 //   - loads meshd's own tables through github.com/google/nftables: the refuse-only guard on
 //     adopted nodes (Guard), the drop-by-default derived filter and base ruleset on converged

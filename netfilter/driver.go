@@ -73,11 +73,12 @@ func dedupe(desired []Opening) (map[string]Opening, []string, error) {
 	return m, keys, nil
 }
 
-// settle builds the report from what the final read showed. present says whether an opening
-// is in force; missingBefore says whether the first read of this call lacked it; failed
-// gives a reason for openings that could not be put in force.
-func (b *base) settle(kind Kind, keys []string, want map[string]Opening, present, missingBefore map[string]bool, failed map[string]string, added, removed int) Report {
-	r := Report{Kind: kind, Added: added, Removed: removed}
+// settle builds the report from what the final read showed. out.present says whether an
+// opening is in force; out.missingBefore says whether the first read of this call lacked it;
+// out.failed gives a reason for openings that could not be put in force.
+func (b *base) settle(kind Kind, keys []string, want map[string]Opening, out outcome) Report {
+	present, missingBefore, failed := out.present, out.missingBefore, out.failed
+	r := Report{Kind: kind, Added: out.added, Removed: out.removed}
 	now := b.now()
 	for k := range b.since {
 		if _, ok := want[k]; !ok {
@@ -123,9 +124,9 @@ func (d *noneDriver) Converge(ctx context.Context, desired []Opening) (Report, e
 	if err != nil {
 		return Report{}, err
 	}
-	present := map[string]bool{}
+	out := newOutcome()
 	for _, k := range keys {
-		present[k] = true
+		out.present[k] = true
 	}
-	return d.settle(KindNone, keys, want, present, nil, nil, 0, 0), nil
+	return d.settle(KindNone, keys, want, out), nil
 }

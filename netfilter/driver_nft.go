@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 )
 
 // nftDriver converges openings into a found nftables ruleset: a rule carrying a meshd comment
@@ -18,18 +19,34 @@ type nftDriver struct {
 
 func (d *nftDriver) Kind() Kind { return KindNftables }
 
-type nftSlot struct {
+// nftSlot names where a marked rule lives: family, table, chain and mark.
+func nftSlot(ch *nftables.Chain, mark string) string {
+	return familyName(ch.Table.Family) + "/" + ch.Table.Name + "/" + ch.Name + "/" + mark
+}
+
+// nftMarked is one meshd-marked rule read from a found chain.
+type nftMarked struct {
+	chain  *nftables.Chain
+	mark   string
+	handle uint64
+}
+
+func (r nftMarked) slot() string { return nftSlot(r.chain, r.mark) }
+
+// nftWanted is the rule one opening needs at the head of one found chain: its expressions,
+// or why they cannot be built.
+type nftWanted struct {
 	chain *nftables.Chain
-	mark  string
+	o     Opening
+	exprs []expr.Any
+	err   error
 }
 
-func (s nftSlot) key() string {
-	return familyName(s.chain.Table.Family) + "/" + s.chain.Table.Name + "/" + s.chain.Name + "/" + s.mark
-}
+func (w nftWanted) slot() string { return nftSlot(w.chain, w.o.Mark()) }
 
-// nftRead reads the marked rules of the target chains.
-func nftRead(env Env, chains []*nftables.Chain) (map[string]*nftables.Rule, error) {
-	have := map[string]*nftables.Rule{}
+// nftRead reads the marked rules of the target chains, copies included.
+func nftRead(env Env, chains []*nftables.Chain) ([]nftMarked, error) {
+	var have []nftMarked
 	for _, ch := range chains {
 		rules, err := env.listRules(ch)
 		if err != nil {
@@ -37,11 +54,37 @@ func nftRead(env Env, chains []*nftables.Chain) (map[string]*nftables.Rule, erro
 		}
 		for _, r := range rules {
 			if m := r.Comment; len(m) > len(markPrefix) && m[:len(markPrefix)] == markPrefix {
-				have[nftSlot{ch, m}.key()] = &nftables.Rule{Table: ch.Table, Chain: ch, Handle: r.Handle, UserData: commentData(m)}
+				have = append(have, nftMarked{chain: ch, mark: m, handle: r.Handle})
 			}
 		}
 	}
 	return have, nil
+}
+
+// nftWant decides the rules the openings need: each opening in every found chain at its
+// path's hook, except a chain of a family its source cannot be matched in (an IPv6 prefix in
+// an ip table), which needs none. unfiltered names the openings whose path no found chain
+// filters.
+func nftWant(v *nftView, want map[string]Opening, keys []string, priv Private) (rules []nftWanted, unfiltered map[string]bool) {
+	unfiltered = map[string]bool{}
+	for _, k := range keys {
+		o := want[k]
+		on := v.input
+		if o.Path == PathForwarded {
+			on = v.forward
+		}
+		if len(on) == 0 {
+			unfiltered[k] = true
+		}
+		for _, ch := range on {
+			ex, err := openingExprs(ch.Table.Family, o, priv)
+			if err == nil && ex == nil {
+				continue // a prefix of the other family: nothing to match in this table
+			}
+			rules = append(rules, nftWanted{chain: ch, o: o, exprs: ex, err: err})
+		}
+	}
+	return rules, unfiltered
 }
 
 func (d *nftDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
@@ -66,106 +109,75 @@ func (d *nftDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 		return Report{}, err
 	}
 
-	// The wanted slots: every opening in every chain of its path.
-	type slot struct {
-		nftSlot
-		o Opening
+	rules, unfiltered := nftWant(v, want, keys, d.priv)
+	add, remove := plan(have, rules)
+	out := newOutcome()
+	writes := len(remove)
+	for _, w := range add {
+		out.missingBefore[w.o.Mark()] = true
+		if w.err != nil {
+			out.failed[w.o.Mark()] = w.err.Error()
+		} else {
+			writes++
+		}
 	}
-	var wantSlots []slot
-	wantKeys := map[string]bool{}
-	failed := map[string]string{}
-	unfiltered := map[string]bool{}
+	if writes > 0 {
+		if have, err = d.apply(c, chains, rules, add, remove, &out); err != nil {
+			return Report{}, err
+		}
+	}
+
+	held := heldSlots(have)
 	for _, k := range keys {
-		o := want[k]
-		on := v.input
-		if o.Path == PathForwarded {
-			on = v.forward
-		}
-		if len(on) == 0 {
-			unfiltered[k] = true // the found ruleset does not filter this path
-		}
-		for _, ch := range on {
-			s := slot{nftSlot{ch, k}, o}
-			wantSlots = append(wantSlots, s)
-			wantKeys[s.key()] = true
+		out.present[k] = out.failed[k] == ""
+	}
+	for _, w := range rules {
+		if held[w.slot()] == 0 {
+			out.present[w.o.Mark()] = false
 		}
 	}
-
-	missingBefore := map[string]bool{}
-	var adds []slot
-	for _, s := range wantSlots {
-		if _, ok := have[s.key()]; !ok {
-			adds = append(adds, s)
-			missingBefore[s.mark] = true
-		}
-	}
-	var dels []*nftables.Rule
-	for key, r := range have {
-		if !wantKeys[key] {
-			dels = append(dels, r)
-		}
-	}
-
-	added, removed := 0, 0
-	if len(adds)+len(dels) > 0 {
-		for _, r := range dels {
-			if err := c.DelRule(r); err != nil {
-				return Report{}, fmt.Errorf("delete rule %q from %s %s: %w", ruleComment(r), tableName(r.Table), r.Chain.Name, err)
-			}
-		}
-		for _, s := range adds {
-			ex, err := openingExprs(s.chain.Table.Family, s.o, d.priv)
-			if err != nil {
-				failed[s.mark] = err.Error()
-				continue
-			}
-			if ex == nil {
-				continue // a prefix of the other family: nothing to match in this table
-			}
-			// Position 0 with no handle inserts at the head of the chain, ahead of the
-			// found ruleset's own final drop or reject.
-			c.InsertRule(&nftables.Rule{Table: s.chain.Table, Chain: s.chain, Exprs: ex, UserData: commentData(s.mark)})
-		}
-		ferr := c.Flush()
-		if ferr != nil {
-			d.env.log().Warn("nftables batch failed, re-reading", "adds", len(adds), "deletes", len(dels), "err", ferr)
-		}
-		// Always re-read: a failed batch may still have committed.
-		after, rerr := nftRead(d.env, chains)
-		if rerr != nil {
-			return Report{}, errors.Join(ferr, rerr)
-		}
-		for _, s := range adds {
-			if _, ok := after[s.key()]; ok {
-				added++
-			} else if ferr != nil && failed[s.mark] == "" {
-				failed[s.mark] = ferr.Error()
-			}
-		}
-		for _, r := range dels {
-			if _, ok := after[nftSlot{r.Chain, ruleComment(r)}.key()]; !ok {
-				removed++
-			}
-		}
-		have = after
-	}
-
-	present := map[string]bool{}
-	for _, k := range keys {
-		present[k] = failed[k] == ""
-	}
-	for _, s := range wantSlots {
-		if _, ok := have[s.key()]; !ok {
-			if ex, _ := openingExprs(s.chain.Table.Family, s.o, d.priv); ex != nil {
-				present[s.mark] = false
-			}
-		}
-	}
-	r := d.settle(KindNftables, keys, want, present, missingBefore, failed, added, removed)
+	r := d.settle(KindNftables, keys, want, out)
 	for i := range r.Openings {
 		if unfiltered[r.Openings[i].Opening.Mark()] && r.Openings[i].State != Failed {
 			r.Openings[i].Reason = "the found ruleset does not filter this path"
 		}
 	}
 	return r, nil
+}
+
+// apply writes a plan in one batch, then re-reads the chains whatever the batch returned:
+// with google/nftables v0.3.0 a failed Flush may still have committed (DESIGN.md, traps). It
+// records in out what the re-read shows written, and the batch's error for added rules that
+// did not land; it returns the re-read. Adds that could not be built (w.err) are skipped:
+// Converge has recorded them failed.
+func (d *nftDriver) apply(c *nftables.Conn, chains []*nftables.Chain, rules, add []nftWanted, remove []nftMarked, out *outcome) ([]nftMarked, error) {
+	for _, r := range remove {
+		if err := c.DelRule(&nftables.Rule{Table: r.chain.Table, Chain: r.chain, Handle: r.handle}); err != nil {
+			return nil, fmt.Errorf("delete rule %q from %s %s: %w", r.mark, tableName(r.chain.Table), r.chain.Name, err)
+		}
+	}
+	for _, w := range add {
+		if w.err != nil {
+			continue
+		}
+		// Position 0 with no handle inserts at the head of the chain, ahead of the found
+		// ruleset's own final drop or reject.
+		c.InsertRule(&nftables.Rule{Table: w.chain.Table, Chain: w.chain, Exprs: w.exprs, UserData: commentData(w.o.Mark())})
+	}
+	ferr := c.Flush()
+	if ferr != nil {
+		d.env.log().Warn("nftables batch failed, re-reading", "adds", len(add), "deletes", len(remove), "err", ferr)
+	}
+	after, rerr := nftRead(d.env, chains)
+	if rerr != nil {
+		return nil, errors.Join(ferr, rerr)
+	}
+	var unheld []nftWanted
+	out.added, out.removed, unheld = written(after, rules, add, remove)
+	for _, w := range unheld {
+		if ferr != nil && out.failed[w.o.Mark()] == "" {
+			out.failed[w.o.Mark()] = ferr.Error()
+		}
+	}
+	return after, nil
 }

@@ -102,6 +102,98 @@ func (d *ufwDriver) ufw(ctx context.Context, args ...string) error {
 	return err
 }
 
+// ufwMarked is a ufw rule meshd marked, found or wanted: its mark and the tuple ufw keeps it
+// as. Its slot is both: a tuple carrying another opening's mark is not the rule wanted.
+type ufwMarked struct{ mark, text string }
+
+func (t ufwMarked) slot() string { return t.mark + "\t" + t.text }
+
+// markedTuples is the rules meshd marked in ufw, one per ufw rule: a rule from anywhere is in
+// both user.rules and user6.rules, and the IPv4 tuple names it, its IPv6 twin folded into it.
+func markedTuples(tuples []ufwTuple) []ufwMarked {
+	all := map[ufwMarked]bool{}
+	for _, t := range tuples {
+		if strings.HasPrefix(t.Comment, markPrefix) {
+			all[ufwMarked{t.Comment, t.Text}] = true
+		}
+	}
+	var have []ufwMarked
+	seen := map[ufwMarked]bool{}
+	for _, t := range tuples {
+		m := ufwMarked{t.Comment, t.Text}
+		if !all[m] || seen[m] {
+			continue
+		}
+		if twin := (ufwMarked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}); twin != m && all[twin] {
+			continue
+		}
+		seen[m] = true
+		have = append(have, m)
+	}
+	return have
+}
+
+// ufwWant decides the ufw rules the openings need. An opening the found firewall's own rule
+// already allows, or whose tuple another opening already needs, needs no rule of its own:
+// heldBy says why. An opening whose tuple cannot be written is failed.
+func ufwWant(tuples []ufwTuple, want map[string]Opening, keys []string, priv Private) (rules []ufwMarked, heldBy, failed map[string]string) {
+	userOwned := map[string]bool{} // tuple texts of the found firewall's own rules
+	for _, t := range tuples {
+		if !strings.HasPrefix(t.Comment, markPrefix) {
+			userOwned[t.Text] = true
+		}
+	}
+	heldBy, failed = map[string]string{}, map[string]string{}
+	canon := map[string]string{} // tuple text -> the mark that carries it
+	for _, k := range keys {
+		text, err := ufwTupleText(want[k], priv)
+		if err != nil {
+			failed[k] = err.Error()
+			continue
+		}
+		switch {
+		case userOwned[text]:
+			heldBy[k] = "allowed by the found firewall's own rule (" + text + ")"
+		case canon[text] != "":
+			heldBy[k] = "shares the ufw rule of " + canon[text]
+		default:
+			canon[text] = k
+			rules = append(rules, ufwMarked{mark: k, text: text})
+		}
+	}
+	return rules, heldBy, failed
+}
+
+// apply runs a plan, one ufw command per rule (ufw has no batch), deletes first: re-adding a
+// tuple ufw already holds would only rewrite its comment. A delete that fails is logged and
+// left for the next pass; an add that fails fails its opening.
+func (d *ufwDriver) apply(ctx context.Context, add, remove []ufwMarked, out *outcome) {
+	for _, t := range remove {
+		args, err := ufwArgs(t.text, true)
+		if err == nil {
+			err = d.ufw(ctx, args...)
+		}
+		if err != nil {
+			d.env.log().Warn("ufw delete failed", "tuple", t.text, "err", err)
+			continue
+		}
+		out.removed++
+	}
+	for _, t := range add {
+		args, err := ufwArgs(t.text, false)
+		if err == nil {
+			err = d.ufw(ctx, append(args, "comment", t.mark)...)
+		}
+		if err != nil {
+			out.failed[t.mark] = err.Error()
+			continue
+		}
+		out.added++
+	}
+}
+
+// Converge makes meshd's ufw rules equal to what desired needs (read, plan, one command per
+// rule, re-read), then its DOCKER-USER rules in ufw's iptables backend through xtConverge.
 func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -113,76 +205,17 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	if err != nil {
 		return Report{}, err
 	}
-	userOwned := map[string]bool{} // tuple texts of the found firewall's own rules
-	have := markedTuples(tuples)   // mark -> tuple text
-	for _, t := range tuples {
-		if !strings.HasPrefix(t.Comment, markPrefix) {
-			userOwned[t.Text] = true
-		}
+	rules, heldBy, failed := ufwWant(tuples, want, keys, d.priv)
+	have := markedTuples(tuples)
+	add, remove := plan(have, rules)
+	out := newOutcome()
+	out.failed = failed
+	for _, t := range add {
+		out.missingBefore[t.mark] = true
 	}
-
-	failed := map[string]string{}
-	heldBy := map[string]string{} // mark -> why it needs no rule of its own
-	canon := map[string]string{}  // tuple text -> the mark that carries it
-	wantText := map[string]string{}
-	for _, k := range keys {
-		text, err := ufwTupleText(want[k], d.priv)
-		if err != nil {
-			failed[k] = err.Error()
-			continue
-		}
-		wantText[k] = text
-		switch {
-		case userOwned[text]:
-			heldBy[k] = "allowed by the found firewall's own rule (" + text + ")"
-		case canon[text] != "":
-			heldBy[k] = "shares the ufw rule of " + canon[text]
-		default:
-			canon[text] = k
-		}
-	}
-
-	// Deletes first: re-adding a tuple ufw already holds would only rewrite its comment.
-	var dels, adds []string
-	missingBefore := map[string]bool{}
-	for mark, text := range have {
-		if canon[text] != mark {
-			dels = append(dels, text)
-		}
-	}
-	for text, mark := range canon {
-		if have[mark] != text {
-			adds = append(adds, mark)
-			missingBefore[mark] = true
-		}
-	}
-	added, removed := 0, 0
-	for _, text := range dels {
-		args, err := ufwArgs(text, true)
-		if err == nil {
-			err = d.ufw(ctx, args...)
-		}
-		if err != nil {
-			d.env.log().Warn("ufw delete failed", "tuple", text, "err", err)
-			continue
-		}
-		removed++
-	}
-	for _, mark := range adds {
-		args, err := ufwArgs(wantText[mark], false)
-		if err == nil {
-			err = d.ufw(ctx, append(args, "comment", mark)...)
-		}
-		if err != nil {
-			failed[mark] = err.Error()
-			continue
-		}
-		added++
-	}
-	if len(dels)+len(adds) > 0 {
-		// Re-read what ufw holds now.
-		tuples, err = readUFWTuples(ctx, d.env)
-		if err != nil {
+	if len(add)+len(remove) > 0 {
+		d.apply(ctx, add, remove, &out)
+		if tuples, err = readUFWTuples(ctx, d.env); err != nil {
 			return Report{}, err
 		}
 		have = markedTuples(tuples)
@@ -193,7 +226,7 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	if backend == "" {
 		backend = "nft"
 	}
-	res, err := xtConverge(ctx, d.env, backend, d.priv, want, keys, func(o Opening, x *xtDump) string {
+	xt, err := xtConverge(ctx, d.env, backend, d.priv, want, keys, func(o Opening, x *xtDump) string {
 		if o.Path == PathForwarded && x.has("DOCKER-USER") {
 			return "DOCKER-USER"
 		}
@@ -202,36 +235,8 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	if err != nil {
 		return Report{}, err
 	}
-	added += res.added
-	removed += res.removed
-
-	// Is ufw loaded at all? Its rules in user.rules do nothing while its chains are absent.
-	notLoaded := ""
-	if x, _, err := readXT(ctx, d.env, backend); err == nil && (x == nil || !x.has("ufw-user-input")) {
-		conf, _, _ := d.env.readFile(ctx, ufwConf)
-		if strings.Contains(string(conf), "ENABLED=yes") {
-			notLoaded = "ufw is enabled but its chains are not loaded in iptables-" + backend
-		}
-	}
-
-	present := map[string]bool{}
-	for _, k := range keys {
-		mb := missingBefore[k] || res.missingBefore[k]
-		missingBefore[k] = mb
-		ok := failed[k] == "" && res.failed[k] == "" && res.present[k]
-		if heldBy[k] == "" && failed[k] == "" {
-			ok = ok && have[k] == wantText[k]
-		}
-		if notLoaded != "" {
-			ok = false
-			failed[k] = notLoaded
-		}
-		if res.failed[k] != "" {
-			failed[k] = res.failed[k]
-		}
-		present[k] = ok
-	}
-	r := d.settle(KindUFW, keys, want, present, missingBefore, failed, added, removed)
+	ufwMerge(keys, &out, xt, heldSlots(have), rules, d.notLoaded(ctx, backend))
+	r := d.settle(KindUFW, keys, want, out)
 	for i := range r.Openings {
 		if why := heldBy[r.Openings[i].Opening.Mark()]; why != "" && r.Openings[i].State != Failed {
 			r.Openings[i].Reason = why
@@ -240,17 +245,39 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	return r, nil
 }
 
-// markedTuples maps each meshd mark to its tuple; a rule from anywhere is in both user.rules
-// and user6.rules, and the IPv4 one names it.
-func markedTuples(tuples []ufwTuple) map[string]string {
-	have := map[string]string{}
-	for _, t := range tuples {
-		if !strings.HasPrefix(t.Comment, markPrefix) {
-			continue
-		}
-		if _, dup := have[t.Comment]; !dup || !strings.Contains(t.Text, "::/0") {
-			have[t.Comment] = t.Text
+// notLoaded says why ufw's rules do nothing, if it is enabled but its chains are absent from
+// its iptables backend; "" otherwise.
+func (d *ufwDriver) notLoaded(ctx context.Context, backend string) string {
+	if x, _, err := readXT(ctx, d.env, backend); err == nil && (x == nil || !x.has("ufw-user-input")) {
+		conf, _, _ := d.env.readFile(ctx, ufwConf)
+		if strings.Contains(string(conf), "ENABLED=yes") {
+			return "ufw is enabled but its chains are not loaded in iptables-" + backend
 		}
 	}
-	return have
+	return ""
+}
+
+// ufwMerge folds the DOCKER-USER pass (xt) into the ufw pass (out): an opening is in force
+// when neither failed, its ufw rule (if it needs one) is held, and ufw is loaded.
+func ufwMerge(keys []string, out *outcome, xt outcome, held map[string]int, rules []ufwMarked, notLoaded string) {
+	out.added += xt.added
+	out.removed += xt.removed
+	for _, k := range keys {
+		out.missingBefore[k] = out.missingBefore[k] || xt.missingBefore[k]
+		out.present[k] = out.failed[k] == "" && xt.failed[k] == "" && xt.present[k]
+	}
+	for _, t := range rules {
+		if held[t.slot()] == 0 {
+			out.present[t.mark] = false
+		}
+	}
+	for _, k := range keys {
+		if notLoaded != "" {
+			out.present[k] = false
+			out.failed[k] = notLoaded
+		}
+		if xt.failed[k] != "" {
+			out.failed[k] = xt.failed[k]
+		}
+	}
 }

@@ -94,12 +94,6 @@ func familyName(f nftables.TableFamily) string {
 
 func tableName(t *nftables.Table) string { return familyName(t.Family) + " " + t.Name }
 
-// ruleComment returns the comment nft stores in a rule's user data.
-func ruleComment(r *nftables.Rule) string {
-	s, _ := userdata.GetString(r.UserData, userdata.TypeComment)
-	return s
-}
-
 func commentData(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
 
 func ifname(n string) []byte {

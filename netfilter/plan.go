@@ -1,0 +1,96 @@
+package netfilter
+
+import "sort"
+
+// Every driver converges the same way: read the rules meshd marked (have), decide with plan
+// what to add and what to remove, apply both in one batch (ufw, which has no batch, one
+// command per rule), then re-read and report what the re-read shows. plan and written are the
+// shared, pure parts; reading and writing stay with each driver, in its firewall's terms.
+
+// slotted is a marked rule, found or wanted, named by its slot: where it lives (the chain, or
+// ufw's tuple) and the mark it carries. Two rules in the same slot are copies of one another.
+type slotted interface{ slot() string }
+
+// plan is the one diff every driver uses. have is every meshd-marked rule read from the
+// firewall, copies included; want is every rule the desired openings need. add is each wanted
+// slot that have lacks (once, however often want names it); remove is each found rule whose
+// slot is not wanted, and every copy past the first of one that is: meshd keeps one rule per
+// slot. Both come out in slot order (copies in the order read), so the result does not depend
+// on the order of the inputs. plan only sees meshd's marked rules, so whatever it removes,
+// meshd marked (invariant 4).
+func plan[H, W slotted](have []H, want []W) (add []W, remove []H) {
+	wanted := make(map[string]bool, len(want))
+	for _, w := range want {
+		wanted[w.slot()] = true
+	}
+	kept := make(map[string]bool, len(have))
+	for _, h := range have {
+		s := h.slot()
+		if wanted[s] && !kept[s] {
+			kept[s] = true
+			continue
+		}
+		remove = append(remove, h)
+	}
+	for _, w := range want {
+		s := w.slot()
+		if kept[s] {
+			continue
+		}
+		kept[s] = true // a second mention of the same slot adds nothing more
+		add = append(add, w)
+	}
+	sort.SliceStable(add, func(i, j int) bool { return add[i].slot() < add[j].slot() })
+	sort.SliceStable(remove, func(i, j int) bool { return remove[i].slot() < remove[j].slot() })
+	return add, remove
+}
+
+// heldSlots counts the rules read in each slot.
+func heldSlots[H slotted](rules []H) map[string]int {
+	n := make(map[string]int, len(rules))
+	for _, r := range rules {
+		n[r.slot()]++
+	}
+	return n
+}
+
+// written compares the re-read after applying a plan with the plan: added counts the added
+// rules the firewall now holds, removed the removed copies now gone (a slot that stays wanted
+// keeps one copy), and unheld lists the added rules the firewall does not hold.
+func written[H, W slotted](after []H, want []W, add []W, remove []H) (added, removed int, unheld []W) {
+	held := heldSlots(after)
+	for _, w := range add {
+		if held[w.slot()] > 0 {
+			added++
+		} else {
+			unheld = append(unheld, w)
+		}
+	}
+	wanted := map[string]bool{}
+	for _, w := range want {
+		wanted[w.slot()] = true
+	}
+	for s, n := range heldSlots(remove) {
+		left := held[s]
+		if wanted[s] {
+			left-- // the copy plan kept
+		}
+		if gone := n - max(left, 0); gone > 0 {
+			removed += gone
+		}
+	}
+	return added, removed, unheld
+}
+
+// outcome is what one pass of a driver saw and did, before settle turns it into a Report:
+// which openings are in force after it, which the first read lacked, why some failed, and how
+// many marked rules it wrote.
+type outcome struct {
+	present, missingBefore map[string]bool
+	failed                 map[string]string
+	added, removed         int
+}
+
+func newOutcome() outcome {
+	return outcome{present: map[string]bool{}, missingBefore: map[string]bool{}, failed: map[string]string{}}
+}
