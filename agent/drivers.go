@@ -10,8 +10,9 @@ import (
 )
 
 // drivers builds the host reconciler's drivers for the resource kinds other than files, from the
-// agent's configuration. Each kind's driver lives with the package that speaks its engine; this is
-// only where the agent hands them their configuration.
+// agent's configuration. The drivers live in host/ (host.ContainerDriver, host.OpeningDriver), each
+// over the package that speaks its engine (container/, netfilter/); this is only where the agent
+// hands them their configuration.
 func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 	var out []host.Driver
 	// Containers, through the Docker engine at cfg.DockerHost. Nothing is dialled here: an engine

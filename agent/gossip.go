@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/gossip"
 	"meshd/host"
@@ -53,23 +52,10 @@ func (v GossipView) peer(name string) (GossipPeer, bool) {
 	return GossipPeer{}, false
 }
 
-// meshPort is node n's mesh.SETTING port: its setting, else the catalogue's default.
+// meshPort is node n's mesh.SETTING port, as fsm works it out for the declaration too (its
+// setting, else the catalogue's default): one source, never recomputed here.
 func meshPort(r *fsm.Record, n *fsm.Node, setting string) (uint16, error) {
-	mesh := r.Catalogue[catalogue.MeshModule]
-	if mesh == nil {
-		return 0, fmt.Errorf("the catalogue has no %s module to take the %s port from", catalogue.MeshModule, setting)
-	}
-	vals := map[string]string{}
-	for k, v := range n.Settings {
-		if s, ok := cutModule(k, catalogue.MeshModule); ok {
-			vals[s] = v
-		}
-	}
-	p, err := catalogue.ParsePort(mesh.Values(vals)[setting])
-	if err != nil {
-		return 0, fmt.Errorf("node %s: setting %s.%s: %w", n.Name, catalogue.MeshModule, setting, err)
-	}
-	return p, nil
+	return fsm.MeshPort(r, n, setting)
 }
 
 // GossipPort is node n's gossip port: its mesh.gossip setting, else the catalogue's default.

@@ -16,10 +16,13 @@ type Declaration struct {
 	Assigned []string `json:"assigned"`
 	Taken    []string `json:"taken"`
 	// Settings are the effective values, by "module.setting", of every assigned module.
-	Settings  map[string]string `json:"settings"`
-	Address   string            `json:"address,omitempty"`
-	Tunnel    TunnelView        `json:"tunnel"`
-	Resources []Resource        `json:"resources"`
+	Settings map[string]string `json:"settings"`
+	Address  string            `json:"address,omitempty"`
+	Tunnel   TunnelView        `json:"tunnel"`
+	// Mesh is this node's own mesh ports, its settings with the catalogue's defaults filled in,
+	// whether or not the mesh module is assigned here: the derived filter lets them in.
+	Mesh      MeshPorts  `json:"mesh"`
+	Resources []Resource `json:"resources"`
 }
 
 // TunnelView is what a node needs to know of the private network.
@@ -28,6 +31,41 @@ type TunnelView struct {
 	Hub        string `json:"hub,omitempty"`
 	HubAddress string `json:"hub_address,omitempty"`
 	Port       uint16 `json:"port,omitempty"`
+}
+
+// MeshPorts are a node's mesh.* ports (0 where the setting does not read as a port).
+type MeshPorts struct {
+	Bus    uint16 `json:"bus,omitempty"`
+	Raft   uint16 `json:"raft,omitempty"`
+	Gossip uint16 `json:"gossip,omitempty"`
+	Tunnel uint16 `json:"tunnel,omitempty"`
+}
+
+// MeshPort is node n's mesh.SETTING port (bus, raft, gossip, tunnel): its own setting, else the
+// record's catalogue's default. It is the one place the mesh's ports are worked out: the
+// declaration carries them, and the agent reads them for the bus and gossip.
+func MeshPort(r *Record, n *Node, setting string) (uint16, error) {
+	mesh := r.Catalogue[catalogue.MeshModule]
+	if mesh == nil {
+		return 0, fmt.Errorf("the catalogue has no %s module to take the %s port from", catalogue.MeshModule, setting)
+	}
+	p, err := catalogue.ParsePort(mesh.Values(nodeValues(n, catalogue.MeshModule))[setting])
+	if err != nil {
+		return 0, fmt.Errorf("node %s: setting %s.%s: %w", n.Name, catalogue.MeshModule, setting, err)
+	}
+	return p, nil
+}
+
+// meshPortsOf is node n's mesh ports; one that does not resolve is 0.
+func meshPortsOf(r *Record, n *Node) MeshPorts {
+	port := func(setting string) uint16 {
+		p, err := MeshPort(r, n, setting)
+		if err != nil {
+			return 0
+		}
+		return p
+	}
+	return MeshPorts{Bus: port("bus"), Raft: port("raft"), Gossip: port("gossip"), Tunnel: port("tunnel")}
 }
 
 // Resource kinds.
@@ -77,13 +115,12 @@ func Compose(r *Record, node string) (*Declaration, error) {
 		Settings:  map[string]string{},
 		Address:   n.Address,
 		Tunnel:    TunnelView{Range: r.Tunnel.Range, Hub: r.Tunnel.Hub, HubAddress: r.Tunnel.HubAddress},
+		Mesh:      meshPortsOf(r, n),
 		Resources: []Resource{},
 	}
 	if hub := r.Nodes[r.Tunnel.Hub]; hub != nil {
-		if mesh := r.Catalogue[catalogue.MeshModule]; mesh != nil {
-			if p, err := catalogue.ParsePort(mesh.Values(nodeValues(hub, catalogue.MeshModule))["tunnel"]); err == nil {
-				d.Tunnel.Port = p
-			}
+		if p, err := MeshPort(r, hub, "tunnel"); err == nil {
+			d.Tunnel.Port = p
 		}
 	}
 	sort.Strings(d.Taken)

@@ -51,15 +51,41 @@ const (
 	ContainerReplaced = "replaced"
 )
 
+// engine is what the container driver needs of a container engine, in the driver's terms:
+// *container.Engine is the real one; the unit tests put an in-memory fake in its place.
+type engine interface {
+	// Host is the engine's address, named in the report and in every error.
+	Host() string
+	// Inspect observes the container named name; found is false when there is none. An engine
+	// that does not answer gives an error matching container.ErrEngineUnreachable.
+	Inspect(ctx context.Context, name string) (o container.Observed, found bool, err error)
+	// Create creates and starts spec's container; a missing image is a
+	// container.ErrImageMissing.
+	Create(ctx context.Context, spec container.Spec) (id string, err error)
+	// Replace puts spec's container in the place of old, checking the image first and putting
+	// old back when the new one cannot start; replaced is old's configuration.
+	Replace(ctx context.Context, old container.Observed, spec container.Spec) (id string, replaced json.RawMessage, err error)
+	Start(ctx context.Context, name string) error
+	Remove(ctx context.Context, name string) error
+	// Published is every port every running container publishes on the machine.
+	Published(ctx context.Context) ([]container.Published, error)
+}
+
+var _ engine = (*container.Engine)(nil)
+
 // ContainerDriver converges the container resources of a node through one Docker engine. Make it
 // once per agent: it survives the engine going away and coming back.
 type ContainerDriver struct {
-	eng *container.Engine
+	eng engine
 	log *slog.Logger
 }
 
 // NewContainerDriver returns the container kind's driver on eng; log nil means slog.Default().
 func NewContainerDriver(eng *container.Engine, log *slog.Logger) *ContainerDriver {
+	return newContainerDriver(eng, log)
+}
+
+func newContainerDriver(eng engine, log *slog.Logger) *ContainerDriver {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -143,8 +169,6 @@ type containerRecord struct {
 	ReplacedAt time.Time       `json:"replaced_at,omitzero"`
 }
 
-func (r *containerRecord) ours() bool { return r != nil && r.State != ContainerHeld }
-
 // ctrPass is one pass of the driver.
 type ctrPass struct {
 	d    *ContainerDriver
@@ -166,22 +190,7 @@ func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 		p.failAll(pass.Resources, errors.New("no record store given to the container driver"))
 		return p.out
 	}
-	keys, err := pass.Records.Keys()
-	if err == nil {
-		for _, k := range keys {
-			var b []byte
-			if b, _, err = pass.Records.Get(k); err != nil {
-				break
-			}
-			var r containerRecord
-			if err = json.Unmarshal(b, &r); err != nil {
-				err = fmt.Errorf("container record %s: %w", k, err)
-				break
-			}
-			records[k] = &r
-		}
-	}
-	if err != nil {
+	if err := loadCtrRecords(pass.Records, records); err != nil {
 		p.failAll(pass.Resources, err)
 		return p.out
 	}
@@ -247,172 +256,212 @@ func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	}
 	slices.SortFunc(rep.Containers, func(a, b ContainerView) int { return strings.Compare(a.Name, b.Name) })
 
-	// Published ports, read again when this pass changed the engine so the report is current.
-	if rep.Reachable && p.out.Changes > 0 {
-		if again, err := d.eng.Published(ctx); err == nil {
+	p.published(ctx, pub)
+	return p.out
+}
+
+// loadCtrRecords reads the driver's records into records, by container name.
+func loadCtrRecords(recs *Records, records map[string]*containerRecord) error {
+	keys, err := recs.Keys()
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		b, _, err := recs.Get(k)
+		if err != nil {
+			return err
+		}
+		var r containerRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("container record %s: %w", k, err)
+		}
+		records[k] = &r
+	}
+	return nil
+}
+
+// published reports every published port on the machine, read again when this pass changed the
+// engine so the report is current, each with the host's state of its container.
+func (p *ctrPass) published(ctx context.Context, pub []container.Published) {
+	if p.rep.Reachable && p.out.Changes > 0 {
+		if again, err := p.d.eng.Published(ctx); err == nil {
 			pub = again
 		}
 	}
 	for _, x := range pub {
 		pp := PublishedPort{Container: x.Container, ContainerID: x.ContainerID, Module: x.Module,
 			HostIP: x.HostIP, HostPort: x.HostPort, ContainerPort: x.ContainerPort, Proto: x.Proto}
-		if rec := records[x.Container]; rec != nil && (rec.ID == x.ContainerID || rec.State == ContainerHeld && rec.FoundID == x.ContainerID) {
+		if rec := p.records[x.Container]; rec != nil && (rec.ID == x.ContainerID || rec.State == ContainerHeld && rec.FoundID == x.ContainerID) {
 			pp.Module, pp.State = rec.Module, rec.State
 		}
-		rep.Published = append(rep.Published, pp)
+		p.rep.Published = append(p.rep.Published, pp)
 	}
-	return p.out
 }
 
-// one reconciles one declared container and returns how it stands.
+// ctrStep is what the driver does to one declared container this pass.
+type ctrStep int
+
+const (
+	ctrObserveHeld ctrStep = iota // held, module not taken: observed, never touched
+	ctrHold                       // found, module not taken: its configuration recorded, then held
+	ctrCreate                     // nothing there, not the host's yet: created (assigning prepares)
+	ctrAdopt                      // found or held, taken, already the declaration: adopted in place
+	ctrReplace                    // found or held, taken, differing: replaced, its configuration kept
+	ctrRecreate                   // the host's, removed by something else: created again
+	ctrConverge                   // the host's, differing from its declaration: recreated
+	ctrStart                      // the host's, as declared but stopped: started
+	ctrKeep                       // the host's, as declared and running: nothing to do
+)
+
+// ctrClaim is how a container carrying meshd's labels for its module is claimed as the host's
+// before anything else is decided: it was created in an earlier life of the node, or a crash came
+// between creating it and recording it.
+type ctrClaim int
+
+const (
+	claimNone        ctrClaim = iota
+	claimLabelled             // no record: recorded as created
+	claimInterrupted          // held, taken, another id: a take interrupted before it was recorded
+)
+
+// ctrAction is the decision for one declared container, executed by ctrPass.act.
+type ctrAction struct {
+	claim ctrClaim
+	step  ctrStep
+	// recordFound: a found container with no record, taken, has its configuration recorded
+	// before it is adopted or replaced.
+	recordFound bool
+	// start: an adopted container that is stopped is started.
+	start bool
+	// refresh: the host's record no longer names the container's id, module or image.
+	refresh bool
+	// diff are the differences that make a replace or a recreate.
+	diff []string
+}
+
+// decideContainer is the container kind's decision (see the rules at the top of this file): a
+// pure function of the record (nil when there is none), what the engine shows at the name
+// (exists false when nothing), the declaration and whether its module is taken (every module is
+// on a converged node).
+func decideContainer(rec *containerRecord, o container.Observed, exists bool, spec container.Spec, module string, taken bool) ctrAction {
+	var a ctrAction
+	state := ""
+	if rec != nil {
+		state = rec.State
+	}
+	labelled := exists && o.Managed && o.Module == module
+	switch {
+	case rec == nil && labelled:
+		a.claim, state = claimLabelled, ContainerCreated
+	case rec != nil && rec.State == ContainerHeld && taken && labelled && o.ID != rec.FoundID:
+		a.claim, state = claimInterrupted, ContainerReplaced
+	}
+	if state == "" || state == ContainerHeld { // not the host's (yet)
+		switch {
+		case !taken && state == ContainerHeld:
+			a.step = ctrObserveHeld
+		case !taken && exists:
+			a.step = ctrHold
+		case !exists: // never was, or a held one was removed
+			a.step = ctrCreate
+		default:
+			a.recordFound = state == ""
+			if a.diff = ctrCompare(spec, o); len(a.diff) == 0 {
+				a.step, a.start = ctrAdopt, !o.Running
+			} else {
+				a.step = ctrReplace
+			}
+		}
+		return a
+	}
+	// The host's: converged on the declaration.
+	if !exists {
+		a.step = ctrRecreate
+		return a
+	}
+	if a.diff = ctrCompare(spec, o); len(a.diff) > 0 {
+		a.step = ctrConverge
+		return a
+	}
+	a.refresh = a.claim == claimNone && (rec.ID != o.ID || rec.Module != module || rec.Image != spec.Image)
+	a.step = ctrKeep
+	if !o.Running {
+		a.step = ctrStart
+	}
+	return a
+}
+
+// one reconciles one declared container and returns how it stands: it looks, decides, then acts.
 func (p *ctrPass) one(ctx context.Context, module string, spec container.Spec, taken bool, rec *containerRecord) (ContainerView, error) {
-	name := spec.Name
-	view := ContainerView{Name: name, Module: module}
-	o, exists, err := p.d.eng.Inspect(ctx, name)
+	view := ContainerView{Name: spec.Name, Module: module}
+	o, exists, err := p.d.eng.Inspect(ctx, spec.Name)
 	if err != nil {
 		p.viewFromRecord(&view, rec)
 		return view, err
 	}
-	// A container carrying meshd's labels for this module is the host's, records or not: it was
-	// created in an earlier life, or a crash came between creating it and recording it.
-	labelled := exists && o.Managed && o.Module == module
-	switch {
-	case rec == nil && labelled:
-		rec = &containerRecord{Module: module, State: ContainerCreated, ID: o.ID, Image: spec.Image, At: time.Now().UTC()}
-		if err := p.put(name, rec); err != nil {
+	a := decideContainer(rec, o, exists, spec, module, taken)
+	if rec, err = p.claim(a.claim, module, spec, o, rec); err != nil {
+		return view, err
+	}
+	return p.act(ctx, a, view, spec, o, exists, rec)
+}
+
+// claim records a labelled container as the host's, as decided.
+func (p *ctrPass) claim(c ctrClaim, module string, spec container.Spec, o container.Observed, rec *containerRecord) (*containerRecord, error) {
+	now := time.Now().UTC()
+	switch c {
+	case claimLabelled:
+		rec = &containerRecord{Module: module, State: ContainerCreated, ID: o.ID, Image: spec.Image, At: now}
+		p.d.log.Info("container carrying meshd's labels recorded as the host's", "container", spec.Name, "module", module, "id", ctrShort(o.ID))
+	case claimInterrupted:
+		rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, o.ID, spec.Image, module, now
+	default:
+		return rec, nil
+	}
+	return rec, p.put(spec.Name, rec)
+}
+
+// act executes the decision for one declared container.
+func (p *ctrPass) act(ctx context.Context, a ctrAction, view ContainerView, spec container.Spec, o container.Observed, exists bool, rec *containerRecord) (ContainerView, error) {
+	name, module := spec.Name, view.Module
+	switch a.step {
+	case ctrObserveHeld:
+		p.observeHeld(&view, rec, o, exists)
+		return view, nil
+	case ctrHold: // its configuration recorded before anything else, then held
+		rec, err := p.recordFound(name, module, o)
+		if err != nil {
 			return view, err
 		}
-		p.d.log.Info("container carrying meshd's labels recorded as the host's", "container", name, "module", module, "id", ctrShort(o.ID))
-	case rec != nil && rec.State == ContainerHeld && taken && labelled && o.ID != rec.FoundID:
-		// A take that replaced it but was interrupted before it was recorded.
-		rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, o.ID, spec.Image, module, time.Now().UTC()
-		if err := p.put(name, rec); err != nil {
-			return view, err
-		}
-	}
-
-	if !rec.ours() && !taken {
-		if rec != nil { // held: observed, never touched
-			p.observeHeld(&view, rec, o, exists)
-			return view, nil
-		}
-		if exists { // found: its configuration recorded before anything else, then held
-			rec, err := p.recordFound(name, module, o)
-			if err != nil {
-				return view, err
-			}
-			p.d.log.Info("found container held", "container", name, "module", module, "id", ctrShort(o.ID), "image", o.ImageRef)
-			p.observeHeld(&view, rec, o, true)
-			return view, nil
-		}
-		// Not found: assigning prepares, so it is created below.
-	}
-
-	if !rec.ours() {
-		if !exists {
-			// Nothing there (never was, or a held one was removed): created; a held one's
-			// record keeps what was found.
-			id, err := p.d.eng.Create(ctx, spec)
-			if err != nil {
-				return view, err
-			}
-			p.out.Changes++
-			state := ContainerCreated
-			nr := &containerRecord{Module: module, State: state, ID: id, Image: spec.Image, At: time.Now().UTC()}
-			if rec != nil {
-				nr = rec
-				nr.State, nr.ID, nr.Image, nr.Module, nr.At = ContainerReplaced, id, spec.Image, module, time.Now().UTC()
-			}
-			if err := p.put(name, nr); err != nil {
-				return view, err
-			}
-			view.Action = "created"
-			return p.settle(ctx, view, nr)
-		}
-		// Found or held, and taken: recorded first, then adopted in place or replaced.
-		if rec == nil {
+		p.d.log.Info("found container held", "container", name, "module", module, "id", ctrShort(o.ID), "image", o.ImageRef)
+		p.observeHeld(&view, rec, o, true)
+		return view, nil
+	case ctrCreate:
+		return p.create(ctx, view, spec, rec)
+	case ctrAdopt, ctrReplace:
+		if a.recordFound {
+			var err error
 			if rec, err = p.recordFound(name, module, o); err != nil {
 				return view, err
 			}
 		}
-		diff := ctrCompare(spec, o)
-		if len(diff) == 0 {
-			rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerAdopted, o.ID, spec.Image, module, time.Now().UTC()
-			if err := p.put(name, rec); err != nil {
-				return view, err
-			}
-			p.d.log.Info("found container adopted in place: it already is the declaration", "container", name, "module", module, "id", ctrShort(o.ID))
-			view.Action = "adopted"
-			if !o.Running {
-				if err := p.d.eng.Start(ctx, name); err != nil {
-					return p.viewOf(view, rec, o), err
-				}
-				p.out.Changes++
-				view.Action = "adopted, started"
-			}
-			return p.settle(ctx, view, rec)
+		if a.step == ctrAdopt {
+			return p.adopt(ctx, view, spec, o, rec, a.start)
 		}
-		p.d.log.Info("taking a found container: replacing it", "container", name, "module", module, "id", ctrShort(o.ID), "differences", strings.Join(diff, "; "))
-		id, replaced, err := p.d.eng.Replace(ctx, o, spec)
-		if err != nil {
-			// The found container keeps running (Replace checks the image first, and puts the
-			// old one back when the new one cannot start).
-			p.observeHeld(&view, rec, o, true)
-			return view, err
-		}
-		p.out.Changes++
-		rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, id, spec.Image, module, time.Now().UTC()
-		if replaced != nil {
-			rec.Replaced, rec.ReplacedAt = replaced, rec.At
-		}
-		if err := p.put(name, rec); err != nil {
-			return view, err
-		}
-		view.Action = "replaced"
-		return p.settle(ctx, view, rec)
+		return p.replace(ctx, view, spec, o, rec, a.diff)
+	case ctrRecreate:
+		return p.recreate(ctx, view, spec, rec)
+	case ctrConverge:
+		return p.converge(ctx, view, spec, o, rec, a.diff)
 	}
-
-	// Meshd's: converged on the declaration.
-	if !exists {
-		id, err := p.d.eng.Create(ctx, spec)
-		if err != nil {
-			view.Changed, view.Reason = true, RemovedBySomethingElse
-			p.viewFromRecord(&view, rec)
-			return view, err
-		}
-		p.out.Changes++
-		p.d.log.Warn("container removed by something else: created again", "container", name, "module", module, "id", ctrShort(id))
-		rec.ID, rec.Image, rec.Module = id, spec.Image, module
-		if err := p.put(name, rec); err != nil {
-			return view, err
-		}
-		view.Action, view.Changed, view.Reason = "recreated", true, RemovedBySomethingElse
-		return p.settle(ctx, view, rec)
-	}
-	if diff := ctrCompare(spec, o); len(diff) > 0 {
-		reason := ChangedBySomethingElse + ": " + strings.Join(diff, "; ")
-		p.d.log.Warn("container differs from its declaration: recreating it", "container", name, "module", module, "id", ctrShort(o.ID), "differences", strings.Join(diff, "; "))
-		id, _, err := p.d.eng.Replace(ctx, o, spec)
-		if err != nil {
-			v := p.viewOf(view, rec, o)
-			v.Changed, v.Reason = true, reason
-			return v, err
-		}
-		p.out.Changes++
-		rec.ID, rec.Image, rec.Module = id, spec.Image, module
-		if err := p.put(name, rec); err != nil {
-			return view, err
-		}
-		view.Action, view.Changed, view.Reason = "recreated", true, reason
-		return p.settle(ctx, view, rec)
-	}
-	if rec.ID != o.ID || rec.Module != module || rec.Image != spec.Image {
+	// ctrStart, ctrKeep
+	if a.refresh {
 		rec.ID, rec.Module, rec.Image = o.ID, module, spec.Image
 		if err := p.put(name, rec); err != nil {
 			return view, err
 		}
 	}
-	if !o.Running {
+	if a.step == ctrStart {
 		if err := p.d.eng.Start(ctx, name); err != nil {
 			return p.viewOf(view, rec, o), err
 		}
@@ -422,6 +471,106 @@ func (p *ctrPass) one(ctx context.Context, module string, spec container.Spec, t
 		return p.settle(ctx, view, rec)
 	}
 	return p.viewOf(view, rec, o), nil
+}
+
+// create creates a declared container where nothing is, not yet the host's; a held one's record
+// keeps what was found.
+func (p *ctrPass) create(ctx context.Context, view ContainerView, spec container.Spec, rec *containerRecord) (ContainerView, error) {
+	id, err := p.d.eng.Create(ctx, spec)
+	if err != nil {
+		return view, err
+	}
+	p.out.Changes++
+	now := time.Now().UTC()
+	nr := &containerRecord{Module: view.Module, State: ContainerCreated, ID: id, Image: spec.Image, At: now}
+	if rec != nil {
+		nr = rec
+		nr.State, nr.ID, nr.Image, nr.Module, nr.At = ContainerReplaced, id, spec.Image, view.Module, now
+	}
+	if err := p.put(spec.Name, nr); err != nil {
+		return view, err
+	}
+	view.Action = "created"
+	return p.settle(ctx, view, nr)
+}
+
+// adopt makes a found or held container that already is the declaration the host's, in place.
+func (p *ctrPass) adopt(ctx context.Context, view ContainerView, spec container.Spec, o container.Observed, rec *containerRecord, start bool) (ContainerView, error) {
+	name, module := spec.Name, view.Module
+	rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerAdopted, o.ID, spec.Image, module, time.Now().UTC()
+	if err := p.put(name, rec); err != nil {
+		return view, err
+	}
+	p.d.log.Info("found container adopted in place: it already is the declaration", "container", name, "module", module, "id", ctrShort(o.ID))
+	view.Action = "adopted"
+	if start {
+		if err := p.d.eng.Start(ctx, name); err != nil {
+			return p.viewOf(view, rec, o), err
+		}
+		p.out.Changes++
+		view.Action = "adopted, started"
+	}
+	return p.settle(ctx, view, rec)
+}
+
+// replace puts the declaration in the place of a found or held container, its configuration kept.
+func (p *ctrPass) replace(ctx context.Context, view ContainerView, spec container.Spec, o container.Observed, rec *containerRecord, diff []string) (ContainerView, error) {
+	name, module := spec.Name, view.Module
+	p.d.log.Info("taking a found container: replacing it", "container", name, "module", module, "id", ctrShort(o.ID), "differences", strings.Join(diff, "; "))
+	id, replaced, err := p.d.eng.Replace(ctx, o, spec)
+	if err != nil {
+		// The found container keeps running (Replace checks the image first, and puts the old one
+		// back when the new one cannot start).
+		p.observeHeld(&view, rec, o, true)
+		return view, err
+	}
+	p.out.Changes++
+	rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, id, spec.Image, module, time.Now().UTC()
+	if replaced != nil {
+		rec.Replaced, rec.ReplacedAt = replaced, rec.At
+	}
+	if err := p.put(name, rec); err != nil {
+		return view, err
+	}
+	view.Action = "replaced"
+	return p.settle(ctx, view, rec)
+}
+
+// recreate creates again a container of the host's that something else removed.
+func (p *ctrPass) recreate(ctx context.Context, view ContainerView, spec container.Spec, rec *containerRecord) (ContainerView, error) {
+	id, err := p.d.eng.Create(ctx, spec)
+	if err != nil {
+		view.Changed, view.Reason = true, RemovedBySomethingElse
+		p.viewFromRecord(&view, rec)
+		return view, err
+	}
+	p.out.Changes++
+	p.d.log.Warn("container removed by something else: created again", "container", spec.Name, "module", view.Module, "id", ctrShort(id))
+	rec.ID, rec.Image, rec.Module = id, spec.Image, view.Module
+	if err := p.put(spec.Name, rec); err != nil {
+		return view, err
+	}
+	view.Action, view.Changed, view.Reason = "recreated", true, RemovedBySomethingElse
+	return p.settle(ctx, view, rec)
+}
+
+// converge recreates a container of the host's that differs from its declaration.
+func (p *ctrPass) converge(ctx context.Context, view ContainerView, spec container.Spec, o container.Observed, rec *containerRecord, diff []string) (ContainerView, error) {
+	reason := ChangedBySomethingElse + ": " + strings.Join(diff, "; ")
+	p.d.log.Warn("container differs from its declaration: recreating it", "container", spec.Name, "module", view.Module, "id", ctrShort(o.ID), "differences", strings.Join(diff, "; "))
+	id, _, err := p.d.eng.Replace(ctx, o, spec)
+	if err != nil {
+		v := p.viewOf(view, rec, o)
+		v.Changed, v.Reason = true, reason
+		return v, err
+	}
+	p.out.Changes++
+	rec.ID, rec.Image, rec.Module = id, spec.Image, view.Module
+	if err := p.put(spec.Name, rec); err != nil {
+		return view, err
+	}
+	view.Action, view.Changed, view.Reason = "recreated", true, reason
+	return p.settle(ctx, view, rec)
 }
 
 // settle fills the view from the engine after this pass changed the container.
@@ -434,6 +583,40 @@ func (p *ctrPass) settle(ctx context.Context, view ContainerView, rec *container
 	return p.viewOf(view, rec, o), nil
 }
 
+// ctrLeave is what becomes of a recorded container no assigned module declares.
+type ctrLeave int
+
+const (
+	leaveHeld    ctrLeave = iota // held: observed, stays, never removed
+	leaveStands                  // adopted or replaced a found one, still there: left as it is
+	leaveGone                    // adopted or replaced a found one, gone: reported removed
+	leaveRemove                  // created by the host, still the host's: removed, record dropped
+	leaveForeign                 // created by the host, something else's now: left, record dropped
+	leaveForget                  // created by the host, gone: record dropped
+)
+
+// decideUndeclared is the decision for a recorded container no assigned module declares: a pure
+// function of its record and what the engine shows at its name.
+func decideUndeclared(rec *containerRecord, o container.Observed, exists bool) ctrLeave {
+	switch rec.State {
+	case ContainerHeld:
+		return leaveHeld
+	case ContainerAdopted, ContainerReplaced:
+		if exists {
+			return leaveStands
+		}
+		return leaveGone
+	}
+	// A container someone else has since put at the name is not the host's to remove.
+	switch {
+	case exists && (o.ID == rec.ID || o.Managed && o.Module == rec.Module):
+		return leaveRemove
+	case exists:
+		return leaveForeign
+	}
+	return leaveForget
+}
+
 // undeclared handles a recorded container no assigned module declares.
 func (p *ctrPass) undeclared(ctx context.Context, name string, rec *containerRecord) (*ContainerView, error) {
 	view := ContainerView{Name: name, Module: rec.Module, Unassigned: true}
@@ -442,29 +625,24 @@ func (p *ctrPass) undeclared(ctx context.Context, name string, rec *containerRec
 		p.viewFromRecord(&view, rec)
 		return &view, err
 	}
-	switch rec.State {
-	case ContainerHeld:
+	switch decideUndeclared(rec, o, exists) {
+	case leaveHeld:
 		p.observeHeld(&view, rec, o, exists)
 		return &view, nil
-	case ContainerAdopted, ContainerReplaced:
-		// It stands where a found one stood: left as it is, what was found kept.
-		if exists {
-			v := p.viewOf(view, rec, o)
-			return &v, nil
-		}
+	case leaveStands: // it stands where a found one stood: left as it is, what was found kept
+		v := p.viewOf(view, rec, o)
+		return &v, nil
+	case leaveGone:
 		p.viewFromRecord(&view, rec)
 		view.Changed, view.Reason = true, RemovedBySomethingElse
 		return &view, nil
-	}
-	// Created by the host for a module no longer assigned: removed, then its record dropped.
-	// A container someone else has since put at the name is not the host's to remove.
-	if exists && (o.ID == rec.ID || o.Managed && o.Module == rec.Module) {
+	case leaveRemove:
 		if err := p.d.eng.Remove(ctx, name); err != nil {
 			return &view, fmt.Errorf("container %s, created for a module no longer assigned, cannot be removed: %w", name, err)
 		}
 		p.out.Changes++
 		p.d.log.Info("container removed: created for a module no longer assigned", "container", name, "module", rec.Module, "id", ctrShort(o.ID))
-	} else if exists {
+	case leaveForeign:
 		p.d.log.Warn("container created for a module no longer assigned was replaced by something else; left as it is",
 			"container", name, "module", rec.Module, "id", ctrShort(o.ID))
 	}

@@ -1,8 +1,24 @@
 // Package host is the host reconciler: it turns a node's declaration (fsm.Declaration) into the
 // machine's state, remembers in its record store what it wrote and what it found, and reports what
 // it saw. It owns the words found, held and taken on the machine (ADR 0100); it knows no firewall
-// or container syntax — those kinds plug in as a Driver (container/, netfilter/), called with the
-// declared resources of their kind on every pass. Files are its own first kind.
+// or container syntax. Files are its own first kind; containers and openings are Drivers of this
+// package (ContainerDriver, OpeningDriver), called with the declared resources of their kind on
+// every pass, which speak to the machine through container/ and netfilter/.
+//
+// # Decide, then act
+//
+// Every kind looks first (the record store, the path, the engine, the found firewall), then asks a
+// pure function what to do — decideFile, decideContainer and decideUndeclared, decideOpenings:
+// functions of the records, what was observed, the declaration, taken and the node's mode that
+// return a small action value — and only then acts on it. The drivers reach the machine through
+// interfaces this package owns, holding only what it uses: engine (what ContainerDriver needs of
+// container.Engine) and packetFilter (what OpeningDriver needs of netfilter/, kernelFilter being
+// the real one). The unit tests put in-memory fakes behind them (fakes_test.go) and cover every
+// row of the adopted/converged rules without root in milliseconds; the root tests run the same
+// rules against the real engine and kernel.
+//
+// Every value the host needs comes in the declaration, the mesh's own ports included
+// (fsm.Declaration.Mesh); the host reads no catalogue.
 //
 // # The record store
 //

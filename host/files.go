@@ -115,7 +115,52 @@ func (h *Host) observeHeld(hf *HeldFile, loc located) {
 	}
 }
 
-// file reconciles one declared file. taken says it converges; otherwise what is found is held.
+// fileStep is what the host does to one declared file this pass.
+type fileStep int
+
+const (
+	fileObserveHeld fileStep = iota // held, module not taken: observed, never touched
+	fileHold                        // found, module not taken: its original recorded, then held
+	fileKeepOnce                    // create_once and there: never rewritten
+	fileFixMeta                     // the host's, content as declared: mode and owner set if wrong
+	fileWrite                       // written: created, replacing a found one, or converged back
+)
+
+// fileAction is the decision for one declared file.
+type fileAction struct {
+	step fileStep
+	// recordFound: a found file on a take or a converged node has its original recorded first.
+	recordFound bool
+}
+
+// decideFile is the file kind's decision (see the package doc): a pure function of the records
+// (ours: the host wrote it; wasFound: its original is recorded), what is at the path (exists, and
+// whether its content already is the declaration), whether the module is taken (every module is
+// on a converged node) and whether the file is create_once.
+func decideFile(ours, wasFound, exists, sameContent, taken, createOnce bool) fileAction {
+	if !ours && !taken {
+		switch {
+		case wasFound:
+			return fileAction{step: fileObserveHeld}
+		case exists:
+			return fileAction{step: fileHold}
+		}
+		// Not found: assigning prepares, so it is created.
+	}
+	a := fileAction{recordFound: !ours && !wasFound && exists}
+	switch {
+	case createOnce && exists:
+		a.step = fileKeepOnce
+	case ours && exists && sameContent:
+		a.step = fileFixMeta
+	default:
+		a.step = fileWrite
+	}
+	return a
+}
+
+// file reconciles one declared file: it looks, decides, then acts. taken says it converges;
+// otherwise what is found is held.
 func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 	f := r.File
 	p := f.Path
@@ -125,42 +170,37 @@ func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 	}
 	w, ours := fc.written[p]
 	fr, wasFound := fc.found[p]
+	want := []byte(f.Content)
+	a := decideFile(ours, wasFound, loc.exists, loc.exists && bytes.Equal(loc.content, want), taken, f.CreateOnce)
 
-	if !ours && !taken {
-		switch {
-		case wasFound: // held: observed, never touched
-			hf := HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, Since: fr.At}
-			h.observeHeld(&hf, loc)
-			if hf.Changed {
-				h.log.Warn("held file "+hf.Reason, "path", p, "module", r.Module, "recorded", fr.Hash, "current", hf.CurrentHash)
-			}
-			fc.rep.Held = append(fc.rep.Held, hf)
-			return nil
-		case loc.exists: // found: its original recorded before anything else, then held
-			h.crash("hold.before-record-original")
-			fr, err := h.recordFound(fc, r, loc)
-			if err != nil {
-				return err
-			}
-			h.crash("hold.after-record-original")
-			h.log.Info("found file held", "path", p, "module", r.Module, "hash", fr.Hash)
-			fc.rep.Held = append(fc.rep.Held, HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, CurrentHash: fr.Hash, Since: fr.At})
-			return nil
+	switch a.step {
+	case fileObserveHeld:
+		hf := HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, Since: fr.At}
+		h.observeHeld(&hf, loc)
+		if hf.Changed {
+			h.log.Warn("held file "+hf.Reason, "path", p, "module", r.Module, "recorded", fr.Hash, "current", hf.CurrentHash)
 		}
-		// Not found: assigning prepares, so it is created below.
+		fc.rep.Held = append(fc.rep.Held, hf)
+		return nil
+	case fileHold: // its original recorded before anything else, then held
+		h.crash("hold.before-record-original")
+		fr, err := h.recordFound(fc, r, loc)
+		if err != nil {
+			return err
+		}
+		h.crash("hold.after-record-original")
+		h.log.Info("found file held", "path", p, "module", r.Module, "hash", fr.Hash)
+		fc.rep.Held = append(fc.rep.Held, HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, CurrentHash: fr.Hash, Since: fr.At})
+		return nil
 	}
-	if !ours && !wasFound && loc.exists {
-		// Found on a take or on a converged node: recorded first, then replaced.
+	if a.recordFound { // found on a take or on a converged node: recorded first, then replaced
 		h.crash("take.before-record-original")
 		if _, err := h.recordFound(fc, r, loc); err != nil {
 			return err
 		}
 		h.crash("take.after-record-original")
 	}
-
-	want := []byte(f.Content)
-	wantHash := hashOf(want)
-	if f.CreateOnce && loc.exists {
+	if a.step == fileKeepOnce {
 		hash := hashOf(loc.content)
 		fc.rep.Written = append(fc.rep.Written, WrittenFile{Path: p, Module: r.Module, Hash: hash, At: w.At, Kept: !ours || w.Hash != hash})
 		return nil // written when missing, never rewritten
@@ -173,23 +213,36 @@ func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 	if err != nil {
 		return err
 	}
-	if ours && loc.exists && bytes.Equal(loc.content, want) {
-		if err := h.fixMeta(fc, p, loc, mode, owner); err != nil {
+	if a.step == fileFixMeta {
+		return h.keepFile(fc, r, loc, w, mode, owner)
+	}
+	return h.writeFile(fc, r, loc, want, mode, owner, wasFound && !ours)
+}
+
+// keepFile keeps a file of the host's whose content is as declared: its mode and owner set if
+// wrong, its record moved to the declaring module.
+func (h *Host) keepFile(fc *fileCtx, r fsm.Resource, loc located, w writtenRecord, mode fs.FileMode, owner ids) error {
+	p := r.File.Path
+	if err := h.fixMeta(fc, p, loc, mode, owner); err != nil {
+		return err
+	}
+	if w.Module != r.Module {
+		w.Module = r.Module
+		if err := h.st.putWritten(p, w); err != nil {
 			return err
 		}
-		if w.Module != r.Module {
-			w.Module = r.Module
-			if err := h.st.putWritten(p, w); err != nil {
-				return err
-			}
-			fc.rep.Changes++
-		}
-		fc.rep.Written = append(fc.rep.Written, WrittenFile{Path: p, Module: r.Module, Hash: w.Hash, At: w.At})
-		return nil
+		fc.rep.Changes++
 	}
-	// Write: the record first (so a file holding this hash is known as the host's after a
-	// crash), then the content, atomically.
-	w = writtenRecord{Module: r.Module, Hash: wantHash, At: time.Now().UTC()}
+	fc.rep.Written = append(fc.rep.Written, WrittenFile{Path: p, Module: r.Module, Hash: w.Hash, At: w.At})
+	return nil
+}
+
+// writeFile writes a declared file: the record first (so a file holding this hash is known as
+// the host's after a crash), then the content, atomically.
+func (h *Host) writeFile(fc *fileCtx, r fsm.Resource, loc located, want []byte, mode fs.FileMode, owner ids, replacesHeld bool) error {
+	p := r.File.Path
+	wantHash := hashOf(want)
+	w := writtenRecord{Module: r.Module, Hash: wantHash, At: time.Now().UTC()}
 	if err := h.st.putWritten(p, w); err != nil {
 		return err
 	}
@@ -201,7 +254,7 @@ func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 	}
 	fc.rep.Changes++
 	what := "file written"
-	if wasFound && !ours {
+	if replacesHeld {
 		what = "held file replaced; its original is kept"
 	}
 	h.log.Info(what, "path", p, "module", r.Module, "hash", wantHash)

@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/netfilter"
 )
@@ -38,6 +37,58 @@ const DefaultRecheck = time.Second
 // DefaultForwardFrom are the interfaces the derived filter lets forward out (containers reaching
 // the network): Docker's default bridge.
 var DefaultForwardFrom = []string{"docker0"}
+
+// packetFilter is what the opening driver needs of the machine's packet filter, in the driver's
+// terms: kernelFilter is the real one (netfilter/ on the machine); the unit tests put an in-memory
+// fake in its place.
+type packetFilter interface {
+	// Detect reads the found firewall; an error matching netfilter.ErrUnsupported names one
+	// meshd does not speak.
+	Detect(ctx context.Context) (netfilter.Found, error)
+	// NewDriver speaks the found firewall: its Converge makes its meshd-marked rules the
+	// declared openings.
+	NewDriver(found netfilter.Found, priv netfilter.Private) (netfilter.Driver, error)
+	// Guard loads the refuse-only guard; wrote says whether it had to be written.
+	Guard(ctx context.Context, spec netfilter.GuardSpec) (wrote bool, err error)
+	RemoveGuard(ctx context.Context) error
+	// LoadFilter loads the derived filter; wrote says whether it had to be written.
+	LoadFilter(ctx context.Context, spec netfilter.FilterSpec) (wrote bool, err error)
+	RemoveFilter(ctx context.Context) error
+	// Watch calls recheck on every change of the packet filter and every interval until ctx
+	// ends.
+	Watch(ctx context.Context, interval time.Duration, recheck func(context.Context)) error
+}
+
+// kernelFilter is the machine's packet filter through netfilter/, in env.
+type kernelFilter struct{ env netfilter.Env }
+
+func (k kernelFilter) Detect(ctx context.Context) (netfilter.Found, error) {
+	return netfilter.Detect(ctx, k.env)
+}
+
+func (k kernelFilter) NewDriver(found netfilter.Found, priv netfilter.Private) (netfilter.Driver, error) {
+	return netfilter.NewDriver(k.env, found, priv)
+}
+
+func (k kernelFilter) Guard(ctx context.Context, spec netfilter.GuardSpec) (bool, error) {
+	return netfilter.Guard(ctx, k.env, spec)
+}
+
+func (k kernelFilter) RemoveGuard(ctx context.Context) error {
+	return netfilter.RemoveGuard(ctx, k.env)
+}
+
+func (k kernelFilter) LoadFilter(ctx context.Context, spec netfilter.FilterSpec) (bool, error) {
+	return netfilter.LoadFilter(ctx, k.env, spec)
+}
+
+func (k kernelFilter) RemoveFilter(ctx context.Context) error {
+	return netfilter.RemoveFilter(ctx, k.env)
+}
+
+func (k kernelFilter) Watch(ctx context.Context, interval time.Duration, recheck func(context.Context)) error {
+	return netfilter.Watch(ctx, k.env, interval, recheck)
+}
 
 // OpeningConfig is how the agent builds the opening driver.
 type OpeningConfig struct {
@@ -89,7 +140,7 @@ type OpeningConfig struct {
 // A pass with nothing to do writes nothing (every netfilter call reads first and writes only a
 // difference) and reports Changes 0.
 type OpeningDriver struct {
-	env         netfilter.Env
+	pf          packetFilter
 	iface       string
 	trusted     []string
 	forwardFrom []string
@@ -119,7 +170,18 @@ type OpeningDriver struct {
 
 // NewOpeningDriver returns the opening driver; nothing happens until the first Reconcile.
 func NewOpeningDriver(cfg OpeningConfig) *OpeningDriver {
-	d := &OpeningDriver{env: cfg.Env, iface: cfg.Interface, trusted: cfg.Trusted, forwardFrom: cfg.ForwardFrom,
+	env := cfg.Env
+	if env.Log == nil {
+		env.Log = cfg.Logger
+		if env.Log == nil {
+			env.Log = slog.Default()
+		}
+	}
+	return newOpeningDriver(cfg, kernelFilter{env: env})
+}
+
+func newOpeningDriver(cfg OpeningConfig, pf packetFilter) *OpeningDriver {
+	d := &OpeningDriver{pf: pf, iface: cfg.Interface, trusted: cfg.Trusted, forwardFrom: cfg.ForwardFrom,
 		recheck: cfg.Recheck, log: cfg.Logger, states: map[string]*openingMemory{}, guardMaybe: true, filterMaybe: true}
 	if d.iface == "" {
 		d.iface = MeshInterface
@@ -132,9 +194,6 @@ func NewOpeningDriver(cfg OpeningConfig) *OpeningDriver {
 	}
 	if d.log == nil {
 		d.log = slog.Default()
-	}
-	if d.env.Log == nil {
-		d.env.Log = d.log
 	}
 	return d
 }
@@ -304,7 +363,7 @@ func (d *OpeningDriver) startWatch(passCtx context.Context) {
 	go func() {
 		defer close(done)
 		defer stop()
-		_ = netfilter.Watch(wctx, d.env, d.recheck, d.recheckNow)
+		_ = d.pf.Watch(wctx, d.recheck, d.recheckNow)
 		d.mu.Lock()
 		if d.watchDone == done {
 			d.watchCancel, d.watchDone = nil, nil
@@ -374,39 +433,20 @@ func (d *OpeningDriver) compose(decl *fsm.Declaration, rs []fsm.Resource) *desir
 	return w
 }
 
-var (
-	meshDefaultsOnce sync.Once
-	meshDefaults     map[string]string
-)
-
-// meshPorts are the mesh's own ports (bus, raft, gossip), from the node's mesh settings or the
-// catalogue's defaults when the mesh module is not assigned here.
+// meshPorts are the mesh's own ports (bus, raft, gossip) as the declaration carries them (fsm
+// fills in the catalogue's defaults; the host reads no catalogue).
 func meshPorts(decl *fsm.Declaration) []netfilter.Port {
-	meshDefaultsOnce.Do(func() {
-		meshDefaults = map[string]string{}
-		if cat, err := catalogue.Default(); err == nil && cat[catalogue.MeshModule] != nil {
-			meshDefaults = cat[catalogue.MeshModule].Values(nil)
-		}
-	})
-	get := func(k string) (uint16, bool) {
-		v := ""
-		if decl != nil {
-			v = decl.Settings[catalogue.MeshModule+"."+k]
-		}
-		if v == "" {
-			v = meshDefaults[k]
-		}
-		p, err := catalogue.ParsePort(v)
-		return p, err == nil
+	if decl == nil {
+		return nil
 	}
 	var out []netfilter.Port
-	for _, k := range []string{"bus", "raft", "gossip"} {
-		if p, ok := get(k); ok {
+	for _, p := range []uint16{decl.Mesh.Bus, decl.Mesh.Raft, decl.Mesh.Gossip} {
+		if p != 0 {
 			out = append(out, netfilter.Port{Proto: "tcp", Port: p})
-			if k == "gossip" {
-				out = append(out, netfilter.Port{Proto: "udp", Port: p})
-			}
 		}
+	}
+	if p := decl.Mesh.Gossip; p != 0 {
+		out = append(out, netfilter.Port{Proto: "udp", Port: p})
 	}
 	return out
 }
@@ -414,7 +454,7 @@ func meshPorts(decl *fsm.Declaration) []netfilter.Port {
 // detect reads the found firewall and keeps a driver for it, rebuilt when its kind, its backend
 // or the private network changes (the driver remembers since when each opening is in force).
 func (d *OpeningDriver) detect(ctx context.Context, priv netfilter.Private) {
-	f, err := netfilter.Detect(ctx, d.env)
+	f, err := d.pf.Detect(ctx)
 	d.detected, d.redetect = true, false
 	if err != nil {
 		if d.foundErr == nil || d.foundErr.Error() != err.Error() {
@@ -426,7 +466,7 @@ func (d *OpeningDriver) detect(ctx context.Context, priv netfilter.Private) {
 	d.foundErr = nil
 	key := fmt.Sprintf("%s|%s|%s|%s", f.Kind, f.Backend, priv.Interface, priv.Range)
 	if d.fw == nil || key != d.fwKey {
-		fw, err := netfilter.NewDriver(d.env, f, priv)
+		fw, err := d.pf.NewDriver(f, priv)
 		if err != nil {
 			d.found, d.foundErr, d.fw, d.fwKey = f, err, nil, ""
 			return
@@ -449,6 +489,49 @@ func (d *OpeningDriver) detect(ctx context.Context, priv netfilter.Private) {
 	d.found = f
 }
 
+// openingPlan is what a pass does to the packet filter, decided before anything is done.
+type openingPlan struct {
+	// refused, when set, fails every opening: the found firewall is not spoken or not read.
+	refused string
+	// throughFound: the openings go through the found firewall, as meshd-marked rules.
+	throughFound bool
+	// filter: meshd's derived filter is loaded (then the guard removed); otherwise the guard is
+	// loaded (and the derived filter removed).
+	filter bool
+}
+
+// decideOpenings is the opening kind's decision: a pure function of the node's mode and the
+// firewall found (or why it could not be spoken). On an adopted node the found firewall carries
+// every opening and meshd loads only the guard; on a converged node the derived filter carries
+// them, and the found firewall too while it is still active.
+func decideOpenings(mode fsm.Mode, found netfilter.Found, foundErr error) openingPlan {
+	plan := openingPlan{filter: mode == fsm.Converged}
+	switch {
+	case foundErr != nil:
+		// The refusal names the firewall (ErrUnsupported's text ends the sentence); the next pass
+		// detects again.
+		plan.refused = foundErr.Error()
+		if !errors.Is(foundErr, netfilter.ErrUnsupported) {
+			plan.refused = "the found firewall could not be read: " + plan.refused
+		}
+	case mode == fsm.Converged && (!found.Active || found.Kind == netfilter.KindNone):
+		// retired or nothing there: meshd's filter alone carries the openings
+	default:
+		plan.throughFound = true
+	}
+	return plan
+}
+
+// applied is what one application of the desired state did: each failed opening's reason by
+// mark, what carries the others, and the found firewall's report.
+type applied struct {
+	changes int
+	failed  map[string]string
+	through []string
+	rep     netfilter.Report
+	repOK   bool
+}
+
 // apply brings the packet filter to d.want and records each opening's state; it returns what it
 // changed. Called with d.mu held, by a pass or by the watch.
 func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
@@ -460,97 +543,103 @@ func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
 	if d.redetect || !d.detected {
 		d.detect(ctx, w.priv)
 	}
-	changes := 0
-	failed := map[string]string{}
-	var through []string
-
-	// The found firewall: always on an adopted node; on a converged one while it is active.
-	var rep netfilter.Report
-	var repOK bool
-	switch {
-	case d.foundErr != nil:
-		// The refusal names the firewall (ErrUnsupported's text ends the sentence); the next pass
-		// detects again.
-		reason := d.foundErr.Error()
-		if !errors.Is(d.foundErr, netfilter.ErrUnsupported) {
-			reason = "the found firewall could not be read: " + reason
-		}
+	plan := decideOpenings(w.mode, d.found, d.foundErr)
+	res := &applied{failed: map[string]string{}}
+	if plan.refused != "" {
 		for _, e := range w.entries {
-			failed[e.mark] = reason
+			res.failed[e.mark] = plan.refused
 		}
-	case w.mode == fsm.Converged && (!d.found.Active || d.found.Kind == netfilter.KindNone):
-		// retired or nothing there: meshd's filter alone carries the openings
-	default:
-		r, err := d.fw.Converge(ctx, w.openings)
-		if err != nil {
-			reason := fmt.Sprintf("found firewall %s: %v", d.found.Kind, err)
-			for _, e := range w.entries {
-				failed[e.mark] = reason
-			}
-			d.redetect = true // it may have changed kind under us
-			break
-		}
-		rep, repOK = r, true
-		changes += r.Added + r.Removed
-		through = append(through, "found "+string(d.found.Kind))
 	}
-
-	if w.mode == fsm.Converged {
-		wrote, err := netfilter.LoadFilter(ctx, d.env, w.filter)
-		d.filterMaybe = true
-		d.recordTable(&d.filter, wrote, err, sameWant, now)
-		if wrote {
-			changes++
-		}
-		if err != nil {
-			for _, e := range w.entries {
-				if failed[e.mark] == "" {
-					failed[e.mark] = fmt.Sprintf("the derived filter (nftables table inet %s) is not loaded: %v", netfilter.FilterTable, err)
-				}
-			}
-		} else {
-			through = append([]string{"meshd filter"}, through...)
-			if d.guardMaybe && !fromWatch {
-				if err := netfilter.RemoveGuard(ctx, d.env); err != nil {
-					d.log.Warn("remove the guard on a converged node", "err", err)
-				} else {
-					if d.guard.loaded {
-						changes++
-					}
-					d.guardMaybe, d.guard = false, tableMemory{}
-				}
-			}
-		}
+	if plan.throughFound {
+		d.throughFound(ctx, w, res)
+	}
+	if plan.filter {
+		d.loadFilter(ctx, w, res, fromWatch, sameWant, now)
 	} else {
-		wrote, err := netfilter.Guard(ctx, d.env, w.guard)
-		d.guardMaybe = true
-		d.recordTable(&d.guard, wrote, err, sameWant, now)
-		if wrote {
-			changes++
+		d.loadGuard(ctx, w, res, fromWatch, sameWant, now)
+	}
+	d.recordStates(w, res, now)
+	return res.changes
+}
+
+// throughFound makes the found firewall's meshd-marked rules the declared openings.
+func (d *OpeningDriver) throughFound(ctx context.Context, w *desiredOpenings, res *applied) {
+	r, err := d.fw.Converge(ctx, w.openings)
+	if err != nil {
+		reason := fmt.Sprintf("found firewall %s: %v", d.found.Kind, err)
+		for _, e := range w.entries {
+			res.failed[e.mark] = reason
 		}
-		if err != nil {
-			for _, e := range w.entries {
-				if e.res.Opening != nil && e.res.Opening.Guarded && failed[e.mark] == "" {
-					failed[e.mark] = fmt.Sprintf("the guard (nftables table inet %s) is not loaded: %v", netfilter.GuardTable, err)
-				}
+		d.redetect = true // it may have changed kind under us
+		return
+	}
+	res.rep, res.repOK = r, true
+	res.changes += r.Added + r.Removed
+	res.through = append(res.through, "found "+string(d.found.Kind))
+}
+
+// loadFilter loads the derived filter on a converged node, then removes the guard.
+func (d *OpeningDriver) loadFilter(ctx context.Context, w *desiredOpenings, res *applied, fromWatch, sameWant bool, now time.Time) {
+	wrote, err := d.pf.LoadFilter(ctx, w.filter)
+	d.filterMaybe = true
+	d.recordTable(&d.filter, wrote, err, sameWant, now)
+	if wrote {
+		res.changes++
+	}
+	if err != nil {
+		for _, e := range w.entries {
+			if res.failed[e.mark] == "" {
+				res.failed[e.mark] = fmt.Sprintf("the derived filter (nftables table inet %s) is not loaded: %v", netfilter.FilterTable, err)
 			}
 		}
-		if d.filterMaybe && !fromWatch {
-			if err := netfilter.RemoveFilter(ctx, d.env); err != nil {
-				d.log.Warn("remove the derived filter on an adopted node", "err", err)
-			} else {
-				if d.filter.loaded {
-					changes++
-				}
-				d.filterMaybe, d.filter = false, tableMemory{}
+		return
+	}
+	res.through = append([]string{"meshd filter"}, res.through...)
+	if d.guardMaybe && !fromWatch {
+		if err := d.pf.RemoveGuard(ctx); err != nil {
+			d.log.Warn("remove the guard on a converged node", "err", err)
+			return
+		}
+		if d.guard.loaded {
+			res.changes++
+		}
+		d.guardMaybe, d.guard = false, tableMemory{}
+	}
+}
+
+// loadGuard loads the guard on an adopted node, then removes the derived filter.
+func (d *OpeningDriver) loadGuard(ctx context.Context, w *desiredOpenings, res *applied, fromWatch, sameWant bool, now time.Time) {
+	wrote, err := d.pf.Guard(ctx, w.guard)
+	d.guardMaybe = true
+	d.recordTable(&d.guard, wrote, err, sameWant, now)
+	if wrote {
+		res.changes++
+	}
+	if err != nil {
+		for _, e := range w.entries {
+			if e.res.Opening != nil && e.res.Opening.Guarded && res.failed[e.mark] == "" {
+				res.failed[e.mark] = fmt.Sprintf("the guard (nftables table inet %s) is not loaded: %v", netfilter.GuardTable, err)
 			}
 		}
 	}
+	if d.filterMaybe && !fromWatch {
+		if err := d.pf.RemoveFilter(ctx); err != nil {
+			d.log.Warn("remove the derived filter on an adopted node", "err", err)
+			return
+		}
+		if d.filter.loaded {
+			res.changes++
+		}
+		d.filterMaybe, d.filter = false, tableMemory{}
+	}
+}
 
-	// Each opening's state.
+// recordStates notes each declared opening's state after an application, and forgets the
+// openings no longer declared.
+func (d *OpeningDriver) recordStates(w *desiredOpenings, res *applied, now time.Time) {
 	byMark := map[string]netfilter.OpeningState{}
-	if repOK {
-		for _, s := range rep.Openings {
+	if res.repOK {
+		for _, s := range res.rep.Openings {
 			byMark[s.Opening.Mark()] = s
 		}
 	}
@@ -565,38 +654,14 @@ func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
 			m = &openingMemory{}
 			d.states[e.mark] = m
 		}
-		if reason := failed[e.mark]; reason != "" {
-			m.state, m.reason, m.since, m.through = OpeningFailed, reason, time.Time{}, ""
-			continue
-		}
-		if s, ok := byMark[e.mark]; ok && s.State == netfilter.Failed {
+		s, reported := byMark[e.mark]
+		switch {
+		case res.failed[e.mark] != "":
+			m.state, m.reason, m.since, m.through = OpeningFailed, res.failed[e.mark], time.Time{}, ""
+		case reported && s.State == netfilter.Failed:
 			m.state, m.reason, m.since, m.through = OpeningFailed, fmt.Sprintf("found firewall %s: %s", d.found.Kind, s.Reason), time.Time{}, ""
-			continue
-		}
-		wasFailed := m.state == OpeningFailed || m.state == ""
-		m.state, m.reason, m.through = OpeningInForce, "", strings.Join(through, " and ")
-		if s, ok := byMark[e.mark]; ok {
-			m.reason = s.Reason // what it rests on, e.g. "the found ruleset does not filter this path"
-			if s.State == netfilter.Restored {
-				m.restoredAt = s.At
-			}
-			if m.since.IsZero() || s.State == netfilter.Restored || wasFailed {
-				m.since = s.At
-			}
-		}
-		if w.mode == fsm.Converged && d.filter.loaded {
-			if !d.filter.restoredAt.IsZero() && d.filter.restoredAt.After(m.restoredAt) && !wasFailed {
-				m.restoredAt = d.filter.restoredAt
-			}
-			if m.since.IsZero() || wasFailed {
-				m.since = now
-			}
-		}
-		if m.since.IsZero() {
-			m.since = now
-		}
-		if !m.restoredAt.IsZero() {
-			m.state = OpeningRestored
+		default:
+			d.inForce(m, w.mode, s, reported, strings.Join(res.through, " and "), now)
 		}
 	}
 	for k := range d.states {
@@ -604,7 +669,36 @@ func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
 			delete(d.states, k)
 		}
 	}
-	return changes
+}
+
+// inForce notes an opening in force: since when, and when it was last restored (by the found
+// firewall's driver, s when reported, or by the derived filter loaded again).
+func (d *OpeningDriver) inForce(m *openingMemory, mode fsm.Mode, s netfilter.OpeningState, reported bool, through string, now time.Time) {
+	wasFailed := m.state == OpeningFailed || m.state == ""
+	m.state, m.reason, m.through = OpeningInForce, "", through
+	if reported {
+		m.reason = s.Reason // what it rests on, e.g. "the found ruleset does not filter this path"
+		if s.State == netfilter.Restored {
+			m.restoredAt = s.At
+		}
+		if m.since.IsZero() || s.State == netfilter.Restored || wasFailed {
+			m.since = s.At
+		}
+	}
+	if mode == fsm.Converged && d.filter.loaded {
+		if !d.filter.restoredAt.IsZero() && d.filter.restoredAt.After(m.restoredAt) && !wasFailed {
+			m.restoredAt = d.filter.restoredAt
+		}
+		if m.since.IsZero() || wasFailed {
+			m.since = now
+		}
+	}
+	if m.since.IsZero() {
+		m.since = now
+	}
+	if !m.restoredAt.IsZero() {
+		m.state = OpeningRestored
+	}
 }
 
 // recordTable notes what loading one of meshd's own tables did: loaded since when, restored when

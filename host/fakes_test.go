@@ -1,0 +1,339 @@
+package host
+
+// In-memory fakes of what the host's drivers need of the machine (the engine and packetFilter
+// interfaces), for the unit tests that check the host's decisions without root, in milliseconds.
+// The real parts are checked by the root tests against the real engine and kernel.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"meshd/container"
+	"meshd/netfilter"
+)
+
+// fakeEngine is a container engine in memory: containers by name, the images it has, and whether
+// it answers at all.
+type fakeEngine struct {
+	mu     sync.Mutex
+	host   string
+	down   bool
+	images map[string]bool
+	ctrs   map[string]*fakeCtr
+	seq    int
+	// ops are the calls that changed something ("create NAME", "replace NAME", "start NAME",
+	// "remove NAME"), in order.
+	ops []string
+}
+
+type fakeCtr struct {
+	id      string
+	spec    container.Spec
+	running bool
+}
+
+func newFakeEngine(images ...string) *fakeEngine {
+	f := &fakeEngine{host: "unix:///run/fake-docker.sock", images: map[string]bool{}, ctrs: map[string]*fakeCtr{}}
+	for _, i := range images {
+		f.images[i] = true
+	}
+	return f
+}
+
+func (f *fakeEngine) Host() string { return f.host }
+
+func (f *fakeEngine) unreachable(op string) error {
+	return &container.UnreachableError{Host: f.host, Op: op, Err: errors.New("connection refused")}
+}
+
+func (f *fakeEngine) newID() string {
+	f.seq++
+	return fmt.Sprintf("sha256:%064x", f.seq)
+}
+
+// run puts a container at spec.Name directly, as something other than the host would: a
+// predecessor's container, a hand edit. It returns its id.
+func (f *fakeEngine) run(spec container.Spec) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := f.newID()
+	f.ctrs[spec.Name] = &fakeCtr{id: id, spec: spec, running: true}
+	return id
+}
+
+// stop stops a container by hand; gone removes one by hand.
+func (f *fakeEngine) stop(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ctrs[name].running = false
+}
+
+func (f *fakeEngine) gone(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.ctrs, name)
+}
+
+func (f *fakeEngine) get(name string) (fakeCtr, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.ctrs[name]
+	if !ok {
+		return fakeCtr{}, false
+	}
+	return *c, true
+}
+
+func (f *fakeEngine) takeOps() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ops := f.ops
+	f.ops = nil
+	return ops
+}
+
+// observe is what the engine shows of c: its declaration read back, ports in the catalogue's form.
+func (f *fakeEngine) observe(name string, c *fakeCtr) container.Observed {
+	spec := c.spec
+	spec.Ports = nil
+	var pub []container.Published
+	for _, p := range c.spec.Ports {
+		b, err := container.ParsePort(p)
+		if err != nil {
+			continue
+		}
+		spec.Ports = append(spec.Ports, b.String())
+		if c.running {
+			pub = append(pub, container.Published{Container: name, ContainerID: c.id, Module: c.spec.Labels[container.LabelModule],
+				HostIP: "0.0.0.0", HostPort: b.HostPort, ContainerPort: b.ContainerPort, Proto: b.Proto})
+		}
+	}
+	status := "exited"
+	if c.running {
+		status = "running"
+	}
+	imageID := "sha256:image-of-" + c.spec.Image
+	return container.Observed{ID: c.id, Name: name, ImageRef: c.spec.Image, ImageID: imageID, RefImageID: imageID,
+		Running: c.running, Status: status, Managed: c.spec.Labels[container.LabelManaged] == "true",
+		Module: c.spec.Labels[container.LabelModule], Spec: spec, Env: maps.Clone(c.spec.Env),
+		Labels: maps.Clone(c.spec.Labels), Cmd: slices.Clone(c.spec.Cmd), Ports: pub, ImageKnown: true}
+}
+
+func (f *fakeEngine) Inspect(_ context.Context, name string) (container.Observed, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return container.Observed{}, false, f.unreachable("inspect container " + name)
+	}
+	c, ok := f.ctrs[name]
+	if !ok {
+		return container.Observed{}, false, nil
+	}
+	o := f.observe(name, c)
+	o.Raw, _ = json.Marshal(map[string]any{"Id": c.id, "Name": "/" + name, "Config": c.spec})
+	return o, true, nil
+}
+
+func (f *fakeEngine) imageMissing(spec container.Spec) error {
+	if f.images[spec.Image] {
+		return nil
+	}
+	return &container.ImageMissingError{Image: spec.Image, Container: spec.Name, Host: f.host}
+}
+
+func (f *fakeEngine) Create(_ context.Context, spec container.Spec) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return "", f.unreachable("create container " + spec.Name)
+	}
+	if err := f.imageMissing(spec); err != nil {
+		return "", err
+	}
+	if _, ok := f.ctrs[spec.Name]; ok {
+		return "", fmt.Errorf("create container %s (engine %s): the name is in use", spec.Name, f.host)
+	}
+	id := f.newID()
+	f.ctrs[spec.Name] = &fakeCtr{id: id, spec: spec, running: true}
+	f.ops = append(f.ops, "create "+spec.Name)
+	return id, nil
+}
+
+func (f *fakeEngine) Replace(_ context.Context, old container.Observed, spec container.Spec) (string, json.RawMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return "", nil, f.unreachable("replace container " + spec.Name)
+	}
+	// The image is checked before the old container is touched: a missing one leaves it running.
+	if err := f.imageMissing(spec); err != nil {
+		return "", nil, err
+	}
+	c, ok := f.ctrs[spec.Name]
+	if !ok || c.id != old.ID {
+		return "", nil, fmt.Errorf("replace container %s (engine %s): it is not the container observed", spec.Name, f.host)
+	}
+	raw, _ := json.Marshal(map[string]any{"Id": c.id, "Name": "/" + spec.Name, "Config": c.spec})
+	id := f.newID()
+	f.ctrs[spec.Name] = &fakeCtr{id: id, spec: spec, running: true}
+	f.ops = append(f.ops, "replace "+spec.Name)
+	return id, raw, nil
+}
+
+func (f *fakeEngine) Start(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return f.unreachable("start container " + name)
+	}
+	c, ok := f.ctrs[name]
+	if !ok {
+		return fmt.Errorf("start container %s (engine %s): no such container", name, f.host)
+	}
+	c.running = true
+	f.ops = append(f.ops, "start "+name)
+	return nil
+}
+
+func (f *fakeEngine) Remove(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return f.unreachable("remove container " + name)
+	}
+	delete(f.ctrs, name)
+	f.ops = append(f.ops, "remove "+name)
+	return nil
+}
+
+func (f *fakeEngine) Published(context.Context) ([]container.Published, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, f.unreachable("list containers")
+	}
+	var out []container.Published
+	for _, name := range slices.Sorted(maps.Keys(f.ctrs)) {
+		out = append(out, f.observe(name, f.ctrs[name]).Ports...)
+	}
+	return out, nil
+}
+
+var _ engine = (*fakeEngine)(nil)
+
+// fakeFilter is the machine's packet filter in memory: a found firewall (its kind, whether it is
+// active, or why it is not spoken), the meshd-marked rules in it, and meshd's own two tables.
+type fakeFilter struct {
+	mu        sync.Mutex
+	found     netfilter.Found
+	detectErr error
+	// marked are the meshd-marked rules in the found firewall, by mark.
+	marked map[string]netfilter.Opening
+	// guard and filter are meshd's own tables; nil when not loaded.
+	guard  *netfilter.GuardSpec
+	filter *netfilter.FilterSpec
+}
+
+func newFakeFilter(found netfilter.Found) *fakeFilter {
+	return &fakeFilter{found: found, marked: map[string]netfilter.Opening{}}
+}
+
+func (f *fakeFilter) Detect(context.Context) (netfilter.Found, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.detectErr != nil {
+		return netfilter.Found{}, f.detectErr
+	}
+	return f.found, nil
+}
+
+func (f *fakeFilter) NewDriver(found netfilter.Found, _ netfilter.Private) (netfilter.Driver, error) {
+	return &fakeFound{f: f, kind: found.Kind}, nil
+}
+
+func (f *fakeFilter) Guard(_ context.Context, spec netfilter.GuardSpec) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.guard != nil && fmt.Sprint(*f.guard) == fmt.Sprint(spec) {
+		return false, nil
+	}
+	f.guard = &spec
+	return true, nil
+}
+
+func (f *fakeFilter) RemoveGuard(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.guard = nil
+	return nil
+}
+
+func (f *fakeFilter) LoadFilter(_ context.Context, spec netfilter.FilterSpec) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.filter != nil && fmt.Sprint(*f.filter) == fmt.Sprint(spec) {
+		return false, nil
+	}
+	f.filter = &spec
+	return true, nil
+}
+
+func (f *fakeFilter) RemoveFilter(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.filter = nil
+	return nil
+}
+
+// Watch has no events to wait for: it ends with ctx.
+func (f *fakeFilter) Watch(ctx context.Context, _ time.Duration, _ func(context.Context)) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// markedSorted are the marks of the meshd-marked rules in the found firewall, sorted.
+func (f *fakeFilter) markedSorted() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.marked))
+}
+
+var _ packetFilter = (*fakeFilter)(nil)
+
+// fakeFound speaks the fake's found firewall: it makes the meshd-marked rules the declared ones.
+type fakeFound struct {
+	f    *fakeFilter
+	kind netfilter.Kind
+}
+
+func (d *fakeFound) Kind() netfilter.Kind { return d.kind }
+
+func (d *fakeFound) Converge(_ context.Context, desired []netfilter.Opening) (netfilter.Report, error) {
+	d.f.mu.Lock()
+	defer d.f.mu.Unlock()
+	rep := netfilter.Report{Kind: d.kind}
+	want := map[string]bool{}
+	now := time.Now().UTC()
+	for _, o := range desired {
+		m := o.Mark()
+		want[m] = true
+		if _, ok := d.f.marked[m]; !ok {
+			d.f.marked[m] = o
+			rep.Added++
+		}
+		rep.Openings = append(rep.Openings, netfilter.OpeningState{Opening: o, State: netfilter.InForce, At: now})
+	}
+	for m := range d.f.marked {
+		if !want[m] {
+			delete(d.f.marked, m)
+			rep.Removed++
+		}
+	}
+	return rep, nil
+}

@@ -1,0 +1,444 @@
+package host
+
+// Unit tests of the container kind's decisions and their execution, on the in-memory engine
+// (fakes_test.go): every row of docs/architecture.md's "Adopted and converged" for containers,
+// without root, in milliseconds. The same rules against the real engine are containers_test.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"meshd/catalogue"
+	"meshd/container"
+	"meshd/fsm"
+)
+
+// unitHost opens a host on a temporary root and data dir with the given drivers.
+func unitHost(t *testing.T, drivers ...Driver) (*Host, string) {
+	t.Helper()
+	dir := t.TempDir()
+	root := dir + "/root"
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, err := Open(Config{DataDir: dir + "/data", Root: root, Logger: unitLog(), Drivers: drivers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h, root
+}
+
+func unitLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func unitCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func unitDecl(mode fsm.Mode, rs ...fsm.Resource) *fsm.Declaration {
+	return &fsm.Declaration{Node: "n1", Mode: mode, Settings: map[string]string{}, Resources: rs}
+}
+
+// unitCtr declares container name of module: image, one env value, one published port.
+func unitCtr(module, name, image, greeting string, taken bool) fsm.Resource {
+	return fsm.Resource{Module: module, Kind: fsm.KindContainer, Taken: taken, Container: &catalogue.Container{
+		Name: name, Image: image, Env: map[string]string{"GREETING": greeting}, Ports: []string{"8080:80"}}}
+}
+
+// unitFound is what a predecessor left at name: the same shape, none of meshd's labels.
+func unitFound(name, image, greeting string) container.Spec {
+	return container.Spec{Name: name, Image: image, Env: map[string]string{"GREETING": greeting}, Ports: []string{"8080:80"}}
+}
+
+func unitCtrView(t *testing.T, rep Report, name string) ContainerView {
+	t.Helper()
+	cr, ok := rep.Kinds[fsm.KindContainer].(*ContainerReport)
+	if !ok {
+		t.Fatalf("no container report in %+v", rep.Kinds)
+	}
+	for _, v := range cr.Containers {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("container %s not in the report: %+v", name, cr.Containers)
+	return ContainerView{}
+}
+
+func unitNoErrors(t *testing.T, rep Report) {
+	t.Helper()
+	if len(rep.Errors) > 0 {
+		t.Fatalf("errors: %+v", rep.Errors)
+	}
+}
+
+func unitOps(t *testing.T, f *fakeEngine, want ...string) {
+	t.Helper()
+	if got := f.takeOps(); !slices.Equal(got, want) {
+		t.Fatalf("engine calls %q, want %q", got, want)
+	}
+}
+
+// Each row of the container decision, as a pure function.
+func TestUnitDecideContainer(t *testing.T) {
+	spec := ctrSpecOf(unitCtr("webapp", "web", "web:2", "new", false))
+	same := container.Observed{ID: "c1", ImageRef: "web:2", Running: true,
+		Spec: container.Spec{Ports: []string{"8080:80"}}, Env: map[string]string{"GREETING": "new"}}
+	differs := same
+	differs.Env = map[string]string{"GREETING": "old"}
+	stopped := same
+	stopped.Running = false
+	labelled := same
+	labelled.ID, labelled.Managed, labelled.Module = "c2", true, "webapp"
+	labelled.Labels = container.ManagedLabels("webapp")
+	held := &containerRecord{State: ContainerHeld, ID: "c1", FoundID: "c1", Module: "webapp"}
+	created := &containerRecord{State: ContainerCreated, ID: "c1", Image: "web:2", Module: "webapp"}
+	stale := &containerRecord{State: ContainerCreated, ID: "c0", Image: "web:2", Module: "webapp"}
+
+	for _, c := range []struct {
+		name   string
+		rec    *containerRecord
+		o      container.Observed
+		exists bool
+		taken  bool
+		want   ctrAction
+	}{
+		{"adopted: found is held", nil, differs, true, false, ctrAction{step: ctrHold}},
+		{"adopted: held stays held", held, differs, true, false, ctrAction{step: ctrObserveHeld}},
+		{"adopted: held removed by hand stays held", held, container.Observed{}, false, false, ctrAction{step: ctrObserveHeld}},
+		{"missing is created", nil, container.Observed{}, false, false, ctrAction{step: ctrCreate}},
+		{"missing is created, taken", nil, container.Observed{}, false, true, ctrAction{step: ctrCreate}},
+		{"held removed by hand, taken: created", held, container.Observed{}, false, true, ctrAction{step: ctrCreate}},
+		{"taken: found already the declaration is adopted", nil, same, true, true, ctrAction{step: ctrAdopt, recordFound: true}},
+		{"taken: found stopped is adopted and started", nil, stopped, true, true, ctrAction{step: ctrAdopt, recordFound: true, start: true}},
+		{"taken: held already the declaration is adopted", held, same, true, true, ctrAction{step: ctrAdopt}},
+		{"taken: found differing is recorded then replaced", nil, differs, true, true,
+			ctrAction{step: ctrReplace, recordFound: true, diff: []string{"env GREETING: value differs from the declared one"}}},
+		{"taken: held differing is replaced", held, differs, true, true,
+			ctrAction{step: ctrReplace, diff: []string{"env GREETING: value differs from the declared one"}}},
+		{"the host's, as declared: kept", created, same, true, false, ctrAction{step: ctrKeep}},
+		{"the host's, id moved: record refreshed", stale, same, true, true, ctrAction{step: ctrKeep, refresh: true}},
+		{"the host's, stopped: started", created, stopped, true, true, ctrAction{step: ctrStart}},
+		{"the host's, removed by hand: recreated", created, container.Observed{}, false, true, ctrAction{step: ctrRecreate}},
+		{"the host's, changed by hand: recreated on the real difference", created, differs, true, true,
+			ctrAction{step: ctrConverge, diff: []string{"env GREETING: value differs from the declared one"}}},
+		{"labelled, no record: claimed as created", nil, labelled, true, false, ctrAction{claim: claimLabelled, step: ctrKeep}},
+		{"held, taken, labelled with another id: an interrupted take", held, labelled, true, true,
+			ctrAction{claim: claimInterrupted, step: ctrKeep}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var rec *containerRecord
+			if c.rec != nil {
+				r := *c.rec
+				rec = &r
+			}
+			got := decideContainer(rec, c.o, c.exists, spec, "webapp", c.taken)
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("decideContainer = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// What becomes of a recorded container no module declares any more, as a pure function.
+func TestUnitDecideUndeclared(t *testing.T) {
+	there := container.Observed{ID: "c1"}
+	foreign := container.Observed{ID: "c9"}
+	for _, c := range []struct {
+		state  string
+		o      container.Observed
+		exists bool
+		want   ctrLeave
+	}{
+		{ContainerHeld, there, true, leaveHeld},
+		{ContainerHeld, container.Observed{}, false, leaveHeld},
+		{ContainerAdopted, there, true, leaveStands},
+		{ContainerReplaced, there, true, leaveStands},
+		{ContainerReplaced, container.Observed{}, false, leaveGone},
+		{ContainerCreated, there, true, leaveRemove},
+		{ContainerCreated, foreign, true, leaveForeign},
+		{ContainerCreated, container.Observed{}, false, leaveForget},
+	} {
+		rec := &containerRecord{State: c.state, ID: "c1", Module: "webapp"}
+		if got := decideUndeclared(rec, c.o, c.exists); got != c.want {
+			t.Errorf("%s, exists %v, id %s: decided %v, want %v", c.state, c.exists, c.o.ID, got, c.want)
+		}
+	}
+}
+
+// Adopted node: a found container is recorded first and held, never touched, and reported
+// changed when something else changes it; taking its module replaces it, keeping what was found.
+func TestUnitContainerAdoptedHeldThenTakenReplaced(t *testing.T) {
+	f := newFakeEngine("web:1", "web:2")
+	h, _ := unitHost(t, newContainerDriver(f, unitLog()))
+	ctx := unitCtx(t)
+	foundID := f.run(unitFound("web", "web:1", "old"))
+
+	rep := h.Reconcile(ctx, unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", false)))
+	unitNoErrors(t, rep)
+	unitOps(t, f)
+	v := unitCtrView(t, rep, "web")
+	if v.State != ContainerHeld || v.ID != foundID || !v.OriginalKept || v.Changed {
+		t.Fatalf("found container: %+v, want held, %s, original kept, unchanged", v, foundID)
+	}
+	if orig, _, err := h.ContainerOriginal("web"); err != nil || !strings.Contains(string(orig), foundID) {
+		t.Fatalf("original of the held container: %s, %v", orig, err)
+	}
+
+	// Something else changes it while held: reported, never reverted.
+	f.gone("web")
+	other := f.run(unitFound("web", "web:1", "edited"))
+	rep = h.Reconcile(ctx, unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", false)))
+	unitOps(t, f)
+	if v = unitCtrView(t, rep, "web"); v.State != ContainerHeld || !v.Changed || !strings.HasPrefix(v.Reason, ChangedBySomethingElse) {
+		t.Fatalf("held container changed by hand: %+v", v)
+	}
+	if c, _ := f.get("web"); c.id != other {
+		t.Fatal("a held container was touched")
+	}
+
+	// Taken: replaced, what was found kept.
+	rep = h.Reconcile(ctx, unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true)))
+	unitNoErrors(t, rep)
+	unitOps(t, f, "replace web")
+	if v = unitCtrView(t, rep, "web"); v.State != ContainerReplaced || v.Action != "replaced" || !v.OriginalKept {
+		t.Fatalf("taken: %+v", v)
+	}
+	c, _ := f.get("web")
+	if c.spec.Image != "web:2" || c.spec.Labels[container.LabelModule] != "webapp" || !c.running {
+		t.Fatalf("the declared container is not in place: %+v", c)
+	}
+	if orig, replaced, err := h.ContainerOriginal("web"); err != nil || !strings.Contains(string(orig), foundID) || !strings.Contains(string(replaced), other) {
+		t.Fatalf("after the take: original %s, replaced %s, %v", orig, replaced, err)
+	}
+
+	// Converged now: a pass with nothing to do does nothing.
+	rep = h.Reconcile(ctx, unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true)))
+	unitNoErrors(t, rep)
+	unitOps(t, f)
+	if rep.Changes != 0 {
+		t.Fatalf("a pass with nothing to do changed %d", rep.Changes)
+	}
+}
+
+// Converged node: a found container is recorded, then replaced, in one pass; a missing one is
+// created, as it is on an adopted node (assigning prepares).
+func TestUnitContainerConvergedRecordsThenReplacesMissingCreated(t *testing.T) {
+	for _, mode := range []fsm.Mode{fsm.Adopted, fsm.Converged} {
+		t.Run(string(mode), func(t *testing.T) {
+			f := newFakeEngine("web:1", "web:2")
+			h, _ := unitHost(t, newContainerDriver(f, unitLog()))
+			ctx := unitCtx(t)
+			foundID := f.run(unitFound("web", "web:1", "old"))
+			rep := h.Reconcile(ctx, unitDecl(mode, unitCtr("webapp", "web", "web:2", "new", false),
+				unitCtr("notes", "notes", "web:2", "hi", false)))
+			unitNoErrors(t, rep)
+			if v := unitCtrView(t, rep, "notes"); v.State != ContainerCreated || v.Action != "created" || !v.Running {
+				t.Fatalf("missing container on a %s node: %+v", mode, v)
+			}
+			if c, _ := f.get("notes"); c.spec.Labels[container.LabelManaged] != "true" {
+				t.Fatalf("created without meshd's labels: %+v", c.spec.Labels)
+			}
+			if _, _, err := h.ContainerOriginal("notes"); err == nil || !strings.Contains(err.Error(), "created by the host") {
+				t.Fatalf("original of a created container: %v", err)
+			}
+			web := unitCtrView(t, rep, "web")
+			if mode == fsm.Adopted {
+				unitOps(t, f, "create notes")
+				if web.State != ContainerHeld {
+					t.Fatalf("found on an adopted node: %+v", web)
+				}
+				return
+			}
+			unitOps(t, f, "replace web", "create notes")
+			if web.State != ContainerReplaced || !web.OriginalKept {
+				t.Fatalf("found on a converged node: %+v", web)
+			}
+			if orig, _, err := h.ContainerOriginal("web"); err != nil || !strings.Contains(string(orig), foundID) {
+				t.Fatalf("original not recorded before the replace: %s, %v", orig, err)
+			}
+		})
+	}
+}
+
+// A found container that already is the declaration is adopted in place when taken: same id,
+// never recreated (meshd's labels are not asked of it); stopped, it is started.
+func TestUnitContainerAdoptedInPlace(t *testing.T) {
+	f := newFakeEngine("web:2")
+	h, _ := unitHost(t, newContainerDriver(f, unitLog()))
+	ctx := unitCtx(t)
+	id := f.run(unitFound("web", "web:2", "new"))
+	stoppedID := f.run(unitFound("api", "web:2", "api"))
+	f.stop("api")
+	d := unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true), unitCtr("apis", "api", "web:2", "api", true))
+
+	rep := h.Reconcile(ctx, d)
+	unitNoErrors(t, rep)
+	unitOps(t, f, "start api")
+	if v := unitCtrView(t, rep, "web"); v.State != ContainerAdopted || v.Action != "adopted" || v.ID != id {
+		t.Fatalf("found as declared: %+v, want adopted in place as %s", v, id)
+	}
+	if v := unitCtrView(t, rep, "api"); v.State != ContainerAdopted || v.Action != "adopted, started" || v.ID != stoppedID || !v.Running {
+		t.Fatalf("found as declared, stopped: %+v", v)
+	}
+	for range 2 {
+		rep = h.Reconcile(ctx, d)
+		unitNoErrors(t, rep)
+		unitOps(t, f)
+	}
+	if c, _ := f.get("web"); c.id != id {
+		t.Fatal("an adopted container was recreated")
+	}
+}
+
+// The host's container converges back: recreated only on a real difference, created again when
+// removed by hand, started when stopped; a pass with nothing to do does nothing.
+func TestUnitContainerTakenConvergesBack(t *testing.T) {
+	f := newFakeEngine("web:2")
+	h, _ := unitHost(t, newContainerDriver(f, unitLog()))
+	ctx := unitCtx(t)
+	d := unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true))
+	unitNoErrors(t, h.Reconcile(ctx, d))
+	unitOps(t, f, "create web")
+
+	rep := h.Reconcile(ctx, d)
+	unitOps(t, f)
+	if rep.Changes != 0 {
+		t.Fatalf("no-op pass changed %d", rep.Changes)
+	}
+
+	c, _ := f.get("web")
+	f.gone("web")
+	edited := c.spec
+	edited.Env = map[string]string{"GREETING": "edited"}
+	f.run(edited)
+	rep = h.Reconcile(ctx, d)
+	unitNoErrors(t, rep)
+	unitOps(t, f, "replace web")
+	if v := unitCtrView(t, rep, "web"); v.Action != "recreated" || !strings.Contains(v.Reason, "env GREETING") {
+		t.Fatalf("changed by hand: %+v", v)
+	}
+
+	f.gone("web")
+	rep = h.Reconcile(ctx, d)
+	unitNoErrors(t, rep)
+	unitOps(t, f, "create web")
+	if v := unitCtrView(t, rep, "web"); v.Action != "recreated" || v.Reason != RemovedBySomethingElse {
+		t.Fatalf("removed by hand: %+v", v)
+	}
+
+	f.stop("web")
+	rep = h.Reconcile(ctx, d)
+	unitNoErrors(t, rep)
+	unitOps(t, f, "start web")
+	if v := unitCtrView(t, rep, "web"); v.Action != "started" || !v.Running {
+		t.Fatalf("stopped: %+v", v)
+	}
+}
+
+// Unassigned: what the host created is removed, a held container stays, one that replaced a
+// found one (or was adopted) is left as it is.
+func TestUnitContainerUnassigned(t *testing.T) {
+	f := newFakeEngine("web:1", "web:2")
+	h, _ := unitHost(t, newContainerDriver(f, unitLog()))
+	ctx := unitCtx(t)
+	heldID := f.run(unitFound("held", "web:1", "old"))
+	f.run(unitFound("took", "web:1", "old"))
+	unitNoErrors(t, h.Reconcile(ctx, unitDecl(fsm.Adopted,
+		unitCtr("made", "made", "web:2", "x", false),
+		unitCtr("kept", "held", "web:2", "x", false),
+		unitCtr("taken", "took", "web:2", "x", true))))
+	f.takeOps()
+	tookID := func() string { c, _ := f.get("took"); return c.id }()
+
+	rep := h.Reconcile(ctx, unitDecl(fsm.Adopted))
+	unitNoErrors(t, rep)
+	unitOps(t, f, "remove made")
+	if _, ok := f.get("made"); ok {
+		t.Fatal("a container the host created is still there after its module was unassigned")
+	}
+	cr := rep.Kinds[fsm.KindContainer].(*ContainerReport)
+	for _, v := range cr.Containers {
+		if v.Name == "made" {
+			t.Fatalf("a removed container is still reported: %+v", v)
+		}
+	}
+	if v := unitCtrView(t, rep, "held"); v.State != ContainerHeld || !v.Unassigned || v.ID != heldID {
+		t.Fatalf("held, unassigned: %+v", v)
+	}
+	if v := unitCtrView(t, rep, "took"); v.State != ContainerReplaced || !v.Unassigned || v.ID != tookID {
+		t.Fatalf("replaced, unassigned: %+v", v)
+	}
+	for _, n := range []string{"held", "took"} {
+		if c, ok := f.get(n); !ok || !c.running {
+			t.Fatalf("%s was touched after its module was unassigned", n)
+		}
+	}
+}
+
+// An engine that does not answer fails every container resource, naming its address; the pass
+// goes on with the other kinds, and the same driver works again once the engine answers.
+func TestUnitContainerEngineDown(t *testing.T) {
+	f := newFakeEngine("web:2")
+	f.down = true
+	h, root := unitHost(t, newContainerDriver(f, unitLog()))
+	ctx := unitCtx(t)
+	d := unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", false),
+		unitCtr("notes", "notes", "web:2", "hi", true), unitFile("notes", "/etc/notes.conf", "x", true))
+
+	rep := h.Reconcile(ctx, d)
+	if len(rep.Errors) != 2 {
+		t.Fatalf("errors %+v, want one for each container", rep.Errors)
+	}
+	for _, e := range rep.Errors {
+		if !strings.HasPrefix(e.Resource, fsm.KindContainer+":") || !strings.Contains(e.Reason, f.host) {
+			t.Errorf("error %+v does not name the engine %s", e, f.host)
+		}
+	}
+	if cr := rep.Kinds[fsm.KindContainer].(*ContainerReport); cr.Reachable || cr.Engine != f.host {
+		t.Errorf("report: reachable %v, engine %s", cr.Reachable, cr.Engine)
+	}
+	if b, err := os.ReadFile(root + "/etc/notes.conf"); err != nil || string(b) != "x" {
+		t.Errorf("the file kind did not converge while the engine was down: %q, %v", b, err)
+	}
+
+	f.down = false
+	rep = h.Reconcile(ctx, d)
+	unitNoErrors(t, rep)
+	unitOps(t, f, "create web", "create notes")
+}
+
+// A missing image is that resource's error, naming the image; the found container keeps running
+// and the other containers converge.
+func TestUnitContainerMissingImage(t *testing.T) {
+	f := newFakeEngine("web:1", "web:2")
+	h, _ := unitHost(t, newContainerDriver(f, unitLog()))
+	ctx := unitCtx(t)
+	foundID := f.run(unitFound("web", "web:1", "old"))
+
+	rep := h.Reconcile(ctx, unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:9", "new", true),
+		unitCtr("notes", "notes", "web:2", "hi", true)))
+	if len(rep.Errors) != 1 || rep.Errors[0].Resource != "container:web" || !strings.Contains(rep.Errors[0].Reason, "web:9") {
+		t.Fatalf("errors %+v, want container:web's naming image web:9", rep.Errors)
+	}
+	var missing *container.ImageMissingError
+	if !errors.As(f.imageMissing(container.Spec{Name: "web", Image: "web:9"}), &missing) {
+		t.Fatal("the fake does not report a missing image as the engine does")
+	}
+	if c, ok := f.get("web"); !ok || c.id != foundID || !c.running {
+		t.Fatalf("the found container is not running as it was: %+v", c)
+	}
+	if v := unitCtrView(t, rep, "web"); v.State != ContainerHeld || v.ID != foundID {
+		t.Fatalf("the found container's view: %+v", v)
+	}
+	unitOps(t, f, "create notes")
+}

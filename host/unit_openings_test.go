@@ -1,0 +1,205 @@
+package host
+
+// Unit tests of the opening kind's decision and its execution on the in-memory packet filter
+// (fakes_test.go): the firewall rows of docs/architecture.md's "Adopted and converged", without
+// root, in milliseconds. The same rules against the real kernel are openings_test.go.
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+	"meshd/netfilter"
+)
+
+func unitOpening(module string, port uint16, proto, from string, guarded bool) fsm.Resource {
+	return fsm.Resource{Module: module, Kind: fsm.KindOpening, Opening: &catalogue.PortOpening{
+		Port: port, Proto: proto, From: from, Path: netfilter.PathIncoming, Guarded: guarded}}
+}
+
+func unitOpeningDecl(mode fsm.Mode, rs ...fsm.Resource) *fsm.Declaration {
+	d := unitDecl(mode, rs...)
+	d.Tunnel.Range = "10.99.0.0/24"
+	d.Mesh = fsm.MeshPorts{Bus: 7070, Raft: 7071, Gossip: 7946, Tunnel: 51820}
+	return d
+}
+
+func unitMarks(rs ...fsm.Resource) []string {
+	var out []string
+	for _, r := range rs {
+		o := r.Opening
+		out = append(out, netfilter.Opening{Module: r.Module, Proto: o.Proto, Port: o.Port, From: o.From, Path: o.Path}.Mark())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func unitOpeningDetail(t *testing.T, rep Report) OpeningDetail {
+	t.Helper()
+	od, ok := rep.Kinds[fsm.KindOpening].(OpeningDetail)
+	if !ok {
+		t.Fatalf("no opening detail in %+v", rep.Kinds)
+	}
+	return od
+}
+
+func TestUnitDecideOpenings(t *testing.T) {
+	active := netfilter.Found{Kind: netfilter.KindUFW, Active: true}
+	retired := netfilter.Found{Kind: netfilter.KindUFW}
+	none := netfilter.Found{Kind: netfilter.KindNone, Active: true}
+	firewalld := fmt.Errorf("firewalld is active: %w", netfilter.ErrUnsupported)
+	unreadable := errors.New("permission denied")
+	for _, c := range []struct {
+		name  string
+		mode  fsm.Mode
+		found netfilter.Found
+		err   error
+		want  openingPlan
+	}{
+		{"adopted: through the found firewall, guard", fsm.Adopted, active, nil, openingPlan{throughFound: true}},
+		{"adopted: nothing found, still through its driver, guard", fsm.Adopted, none, nil, openingPlan{throughFound: true}},
+		{"adopted: unsupported fails every opening, guard all the same", fsm.Adopted, netfilter.Found{}, firewalld,
+			openingPlan{refused: firewalld.Error()}},
+		{"adopted: unreadable fails every opening", fsm.Adopted, netfilter.Found{}, unreadable,
+			openingPlan{refused: "the found firewall could not be read: permission denied"}},
+		{"converged: derived filter and the active found firewall", fsm.Converged, active, nil, openingPlan{throughFound: true, filter: true}},
+		{"converged: retired found firewall untouched", fsm.Converged, retired, nil, openingPlan{filter: true}},
+		{"converged: nothing found", fsm.Converged, none, nil, openingPlan{filter: true}},
+	} {
+		if got := decideOpenings(c.mode, c.found, c.err); got != c.want {
+			t.Errorf("%s: decideOpenings = %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// Adopted node: the found firewall gets meshd-marked rules equal to the declared openings (and
+// loses those no longer declared), the guard is loaded with the guarded ports, no derived filter.
+func TestUnitOpeningsAdoptedThroughFoundFirewall(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	pf.filter = &netfilter.FilterSpec{} // left from an earlier converged life
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	ctx := unitCtx(t)
+	web := unitOpening("webapp", 8080, "tcp", "anywhere", false)
+	store := unitOpening("store", 7001, "tcp", "private", true)
+	broker := unitOpening("broker", 15672, "tcp", "private", true)
+
+	rep := h.Reconcile(ctx, unitOpeningDecl(fsm.Adopted, web, store, broker))
+	unitNoErrors(t, rep)
+	if got, want := pf.markedSorted(), unitMarks(web, store, broker); !slices.Equal(got, want) {
+		t.Fatalf("meshd-marked rules in the found firewall %q, want %q", got, want)
+	}
+	if pf.guard == nil || fmt.Sprint(pf.guard.Ports) != "[tcp/7001 tcp/15672]" || pf.guard.Private.Interface != MeshInterface {
+		t.Fatalf("guard %+v, want the guarded ports tcp/7001, tcp/15672 from %s", pf.guard, MeshInterface)
+	}
+	if pf.filter != nil {
+		t.Fatal("the derived filter is loaded on an adopted node")
+	}
+	od := unitOpeningDetail(t, rep)
+	for _, v := range od.Openings {
+		if v.State != OpeningInForce || v.Through != "found ufw" {
+			t.Errorf("opening %+v, want in force through the found ufw", v)
+		}
+	}
+	if od.Guard == nil || od.Guard.State != "loaded" || od.Filter != nil {
+		t.Errorf("tables: guard %+v, filter %+v", od.Guard, od.Filter)
+	}
+
+	rep = h.Reconcile(ctx, unitOpeningDecl(fsm.Adopted, web, store, broker))
+	if rep.Changes != 0 {
+		t.Errorf("a pass with nothing to do changed %d", rep.Changes)
+	}
+	rep = h.Reconcile(ctx, unitOpeningDecl(fsm.Adopted, web))
+	unitNoErrors(t, rep)
+	if got, want := pf.markedSorted(), unitMarks(web); !slices.Equal(got, want) {
+		t.Fatalf("after unassigning: marked rules %q, want %q", got, want)
+	}
+	if len(pf.guard.Ports) != 0 {
+		t.Fatalf("guard still guards %v with no guarded opening", pf.guard.Ports)
+	}
+}
+
+// A found firewall meshd does not speak fails every opening, naming it; the guard is loaded all
+// the same (it only refuses).
+func TestUnitOpeningsUnsupportedFirewallFailsEveryOpening(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{})
+	pf.detectErr = fmt.Errorf("firewalld is active (/etc/firewalld): %w", netfilter.ErrUnsupported)
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	ctx := unitCtx(t)
+	rs := []fsm.Resource{unitOpening("webapp", 8080, "tcp", "anywhere", false), unitOpening("store", 7001, "tcp", "private", true)}
+
+	rep := h.Reconcile(ctx, unitOpeningDecl(fsm.Adopted, rs...))
+	if len(rep.Errors) != len(rs) {
+		t.Fatalf("errors %+v, want one for each opening", rep.Errors)
+	}
+	for _, e := range rep.Errors {
+		if !strings.HasPrefix(e.Resource, fsm.KindOpening+":") || !strings.Contains(e.Reason, "firewalld") {
+			t.Errorf("error %+v does not name the firewall", e)
+		}
+	}
+	if len(pf.markedSorted()) != 0 {
+		t.Error("rules were written to a firewall meshd does not speak")
+	}
+	if pf.guard == nil || fmt.Sprint(pf.guard.Ports) != "[tcp/7001]" {
+		t.Errorf("guard %+v, want loaded with tcp/7001", pf.guard)
+	}
+	if od := unitOpeningDetail(t, rep); od.Firewall.Kind != "refused" || !strings.Contains(od.Firewall.Refused, "firewalld") {
+		t.Errorf("firewall view %+v", od.Firewall)
+	}
+}
+
+// Converged node: the derived filter carries every opening plus the mesh's own ports (from the
+// declaration), the guard is removed; the found firewall carries them too while still active,
+// and a retired one is not touched.
+func TestUnitOpeningsConvergedDerivedFilter(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindNftables, Active: true})
+	pf.guard = &netfilter.GuardSpec{} // left from the adopted life
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	ctx := unitCtx(t)
+	rs := []fsm.Resource{unitOpening("webapp", 8080, "tcp", "anywhere", false), unitOpening("store", 7001, "tcp", "private", true)}
+
+	rep := h.Reconcile(ctx, unitOpeningDecl(fsm.Converged, rs...))
+	unitNoErrors(t, rep)
+	if pf.filter == nil {
+		t.Fatal("no derived filter on a converged node")
+	}
+	if got := fmt.Sprint(pf.filter.MeshPorts); got != "[tcp/7070 tcp/7071 tcp/7946 udp/7946]" {
+		t.Errorf("the filter's mesh ports %s, want the declaration's bus, raft and gossip", got)
+	}
+	if len(pf.filter.Openings) != len(rs) || pf.filter.Private.Range.String() != "10.99.0.0/24" {
+		t.Errorf("the filter's openings %v, private %v", pf.filter.Openings, pf.filter.Private)
+	}
+	if pf.guard != nil {
+		t.Error("the guard is still loaded on a converged node")
+	}
+	if got, want := pf.markedSorted(), unitMarks(rs...); !slices.Equal(got, want) {
+		t.Errorf("the active found firewall's marked rules %q, want %q", got, want)
+	}
+	od := unitOpeningDetail(t, rep)
+	if od.Filter == nil || od.Filter.State != "loaded" || od.Guard != nil {
+		t.Errorf("tables: filter %+v, guard %+v", od.Filter, od.Guard)
+	}
+	for _, v := range od.Openings {
+		if v.State != OpeningInForce || v.Through != "meshd filter and found nftables" {
+			t.Errorf("opening %+v", v)
+		}
+	}
+
+	// The found firewall retired (by the flip): the filter alone carries the openings and the
+	// found firewall's rules are left as they are.
+	pf.found.Active = false
+	rep = h.Reconcile(ctx, unitOpeningDecl(fsm.Converged, rs[0]))
+	unitNoErrors(t, rep)
+	if got, want := pf.markedSorted(), unitMarks(rs...); !slices.Equal(got, want) {
+		t.Errorf("a retired found firewall was touched: marked rules %q, want %q", got, want)
+	}
+	if len(pf.filter.Openings) != 1 {
+		t.Errorf("the filter's openings %v, want the one declared", pf.filter.Openings)
+	}
+	if v := unitOpeningDetail(t, rep).Openings[0]; v.Through != "meshd filter" {
+		t.Errorf("opening through %q, want the filter alone", v.Through)
+	}
+}
