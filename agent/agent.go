@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"meshd/fsm"
@@ -45,13 +42,14 @@ type Config struct {
 	LogOutput io.Writer `yaml:"-"`
 }
 
-// Agent is a running node.
+// Agent is a running node: the core every node runs (its identity and secrets, the host
+// reconciler, the operator socket, its gossip member and the peer bus), and its role, which is
+// what a server or a client does differently (role.go).
 type Agent struct {
 	cfg  Config
 	node *NodeFile
 	log  *slog.Logger
-	fsm  *fsm.FSM
-	raft *raftNode
+	role role
 	http *http.Server
 	ln   net.Listener
 	host *host.Host
@@ -60,15 +58,6 @@ type Agent struct {
 	secrets  *pki.NodeSecrets
 	identity tls.Certificate
 	caCert   *x509.Certificate
-
-	// reports are the clients' last host reports, as they posted them to this server's bus.
-	reportsMu sync.Mutex
-	reports   map[string]host.Report
-
-	// busClient and servers are a client node's way to the servers' bus.
-	busClient *http.Client
-	serversMu sync.Mutex
-	servers   []string
 
 	// declarations receives the node's own declaration each time it changes.
 	declarations chan *fsm.Declaration
@@ -79,8 +68,8 @@ type Agent struct {
 	pb peerBus
 }
 
-// Start opens the node's data dir, starts Raft (on a server) and the operator API, and begins
-// watching the node's own declaration. It returns once the API is listening.
+// Start opens the node's data dir, starts its role (Raft on a server) and the operator API, and
+// begins watching the node's own declaration. It returns once the API is listening.
 func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = DefaultDataDir
@@ -102,24 +91,21 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), fsm: fsm.NewFSM(), declarations: make(chan *fsm.Declaration, 1),
-		secrets: sec, reports: map[string]host.Report{}}
+	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), declarations: make(chan *fsm.Declaration, 1), secrets: sec}
 	if a.identity, err = pki.Identity(sec.NodeCertPEM, sec.CACertPEM, sec.NodeKey); err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	if a.caCert, err = pki.ParseCert(sec.CACertPEM); err != nil {
 		return nil, fmt.Errorf("node %s: mesh CA certificate %s: %w", n.Name, pki.Path(cfg.DataDir, pki.CACertFile), err)
 	}
-	if n.Server && sec.CA == nil {
-		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", n.Name, pki.Path(cfg.DataDir, pki.CAKeyFile))
+	// The one place the node's kind is asked: from here on the agent calls its role.
+	if n.Server {
+		a.role, err = newServerRole(a)
+	} else {
+		a.role, err = newClientRole(a)
 	}
-	if !n.Server {
-		if len(n.Servers) == 0 {
-			return nil, fmt.Errorf("client node %s knows no server (%s has no servers): join it again", n.Name, filepath.Join(cfg.DataDir, nodeFileName))
-		}
-		a.servers = n.Servers
-		a.busClient = &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&a.identity, a.caCert),
-			ResponseHeaderTimeout: 90 * time.Second, IdleConnTimeout: time.Minute}}
+	if err != nil {
+		return nil, err
 	}
 	drv, err := drivers(cfg, a.log)
 	if err != nil {
@@ -129,36 +115,24 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	handler := a.clientRoutes()
-	if n.Server {
-		a.raft, err = openRaft(cfg.DataDir, n, a.fsm, cfg.LogOutput)
-		if err != nil {
-			a.host.Close()
-			return nil, err
-		}
-		handler = a.routes()
+	if err := a.role.open(); err != nil {
+		a.host.Close()
+		return nil, err
 	}
 	ln, err := listenSocket(cfg.Socket)
 	if err != nil {
-		if a.raft != nil {
-			a.raft.shutdown(a.log)
-		}
+		a.role.close()
 		a.host.Close()
 		return nil, err
 	}
 	a.ln = ln
-	a.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	a.http = &http.Server{Handler: a.role.operatorAPI(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("operator API stopped", "socket", cfg.Socket, "err", err)
 		}
 	}()
-	if n.Server {
-		a.log.Info("agent started", "id", n.ID, "data_dir", cfg.DataDir, "socket", cfg.Socket,
-			"raft", fmt.Sprintf("%s:%d", n.Advertise, n.RaftPort))
-	} else {
-		a.log.Info("agent started as a client", "id", n.ID, "data_dir", cfg.DataDir, "socket", cfg.Socket, "servers", n.Servers)
-	}
+	a.role.logStarted()
 	return a, nil
 }
 
@@ -195,14 +169,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.gs.stop = cancel
 	a.gs.mu.Unlock()
 	go a.runGossip(ctx)
+	a.role.runLoops(ctx)
 	hostDone := make(chan struct{})
-	if a.node.Server {
-		go a.watchOwnDeclaration(ctx)
-		go a.runBus(ctx)
-	} else {
-		go a.watchBus(ctx)
-		go a.postReports(ctx)
-	}
 	go func() {
 		defer close(hostDone)
 		_ = a.host.Run(ctx, a.declarations)
@@ -212,55 +180,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	return a.Stop()
 }
 
-// Stop closes the API and shuts Raft down, leaving everything on disk for the next start.
+// Stop closes the API, gossip and the role (Raft on a server), leaving everything on disk for the
+// next start.
 func (a *Agent) Stop() error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = a.http.Shutdown(sctx)
 	os.Remove(a.cfg.Socket)
 	a.stopGossip()
-	if a.raft != nil {
-		a.raft.shutdown(a.log)
-	}
+	a.role.close()
 	if err := a.host.Close(); err != nil {
 		a.log.Warn("record store close", "err", err)
 	}
 	a.log.Info("agent stopped")
 	return nil
-}
-
-// watchOwnDeclaration composes the node's declaration each time the record changes and passes it
-// on when it differs from the last one.
-func (a *Agent) watchOwnDeclaration(ctx context.Context) {
-	if err := a.raft.waitCaughtUp(ctx); err != nil {
-		return
-	}
-	var last []byte
-	var index uint64
-	for ctx.Err() == nil {
-		var d *fsm.Declaration
-		var err error
-		a.fsm.Read(func(r *fsm.Record, i uint64) {
-			index = i
-			if r.Nodes[a.node.Name] != nil {
-				d, err = fsm.Compose(r, a.node.Name)
-			}
-		})
-		if err != nil {
-			a.log.Error("compose own declaration", "err", err)
-		}
-		if d != nil {
-			b, _ := json.Marshal(d)
-			if !bytes.Equal(b, last) {
-				last = b
-				a.log.Info("declaration", "index", index, "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
-				select {
-				case a.declarations <- d:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-		a.fsm.Wait(ctx, index)
-	}
 }

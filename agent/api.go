@@ -111,28 +111,6 @@ type apiError struct {
 
 const applyTimeout = 15 * time.Second
 
-func (a *Agent) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", a.getStatus)
-	mux.HandleFunc("GET /v1/nodes/{node}", a.getNode)
-	mux.HandleFunc("GET /v1/nodes/{node}/original", a.getOriginal)
-	mux.HandleFunc("GET /v1/modules", a.listModules)
-	mux.HandleFunc("GET /v1/modules/{module}", a.getModule)
-	mux.HandleFunc("POST /v1/modules", a.addModule)
-	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", a.moduleAction)
-	mux.HandleFunc("GET /v1/declaration/{node}", a.getDeclaration)
-	mux.HandleFunc("GET /v1/raft/peers", a.raftPeers)
-	mux.HandleFunc("GET /v1/snapshot", a.snapshotSave)
-	mux.HandleFunc("POST /v1/snapshot", a.snapshotRestore)
-	mux.HandleFunc("POST /v1/tokens", a.createToken)
-	mux.HandleFunc("GET /v1/members", a.getMembers)
-	mux.HandleFunc("POST /v1/leave", a.postLeave)
-	mux.HandleFunc("GET /v1/keyring", a.getKeyring)
-	mux.HandleFunc("POST /v1/keyring", a.postKeyring)
-	mux.HandleFunc("GET /v1/reach/{node}", a.getReach)
-	return a.raft.caughtUpOnly(mux)
-}
-
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -161,10 +139,10 @@ type notFound string
 
 func (e notFound) Error() string { return string(e) }
 
-func (a *Agent) leader() LeaderView {
-	addr, id := a.raft.raft.LeaderWithID()
+func (s *serverRole) leader() LeaderView {
+	addr, id := s.raft.raft.LeaderWithID()
 	lv := LeaderView{ID: string(id), Address: string(addr)}
-	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		for _, n := range r.Nodes {
 			if n.ID == lv.ID {
 				lv.Node = n.Name
@@ -174,9 +152,9 @@ func (a *Agent) leader() LeaderView {
 	return lv
 }
 
-func (a *Agent) getStatus(w http.ResponseWriter, _ *http.Request) {
-	st := StatusView{Leader: a.leader(), Nodes: []NodeSummary{}, Gossip: GossipSummary{Node: a.node.Name, Rejected: map[string]uint64{}}}
-	a.fsm.Read(func(r *fsm.Record, index uint64) {
+func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
+	st := StatusView{Leader: s.leader(), Nodes: []NodeSummary{}, Gossip: GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}}}
+	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		st.Index = index
 		for _, name := range r.NodeNames() {
 			n := r.Nodes[name]
@@ -185,17 +163,17 @@ func (a *Agent) getStatus(w http.ResponseWriter, _ *http.Request) {
 				Address: n.Address, Assigned: len(n.Assigned), Taken: len(n.EffectiveTaken())})
 		}
 	})
-	members := a.membersByName()
+	members := s.membersByName()
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
-		n.Liveness, _ = a.liveness(members, n.Name)
-		rep, from := a.reportFrom(n.Name)
+		n.Liveness, _ = s.liveness(members, n.Name)
+		rep, from := s.reportFrom(n.Name)
 		n.HeldFiles, n.HeldContainers = heldCounts(rep)
 		if rep != nil {
 			n.ReportFrom = from
 		}
 	}
-	if g := a.member(); g != nil {
+	if g := s.member(); g != nil {
 		st.Gossip.Running = true
 		for r, c := range g.Rejected() {
 			st.Gossip.Rejected[string(r)] = c
@@ -204,11 +182,11 @@ func (a *Agent) getStatus(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (a *Agent) getNode(w http.ResponseWriter, req *http.Request) {
+func (s *serverRole) getNode(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
 	var v *NodeView
 	var err error
-	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		n := r.Nodes[name]
 		if n == nil {
 			err = notFound(fmt.Sprintf("node %s: no such node (the record has: %s)", name, strings.Join(r.NodeNames(), ", ")))
@@ -221,33 +199,33 @@ func (a *Agent) getNode(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if rep := a.report(name); rep != nil {
+	if rep := s.report(name); rep != nil {
 		v.Report = rep
 	}
 	writeJSON(w, http.StatusOK, v)
 }
 
 // report returns a node's last host report, if this agent has it.
-func (a *Agent) report(node string) *host.Report {
-	rep, _ := a.reportFrom(node)
+func (s *serverRole) report(node string) *host.Report {
+	rep, _ := s.reportFrom(node)
 	return rep
 }
 
 // reportFrom returns a node's last host report and how it came: its own ("local"), one gossip
 // carried and this node verified with the node's enrolled key ("gossip"), else one the node
 // posted to this server's bus over mTLS while its gossip reached no server ("bus").
-func (a *Agent) reportFrom(node string) (*host.Report, string) {
-	if node == a.node.Name {
-		rep := a.host.Report()
+func (s *serverRole) reportFrom(node string) (*host.Report, string) {
+	if node == s.node.Name {
+		rep := s.host.Report()
 		if rep.When.IsZero() {
 			return nil, ""
 		}
 		return &rep, "local"
 	}
-	gossiped, ok := a.gossipReport(node)
-	a.reportsMu.Lock()
-	posted, posts := a.reports[node]
-	a.reportsMu.Unlock()
+	gossiped, ok := s.gossipReport(node)
+	s.reportsMu.Lock()
+	posted, posts := s.reports[node]
+	s.reportsMu.Unlock()
 	switch {
 	case ok && (!posts || !posted.When.After(gossiped.When)):
 		return gossiped, "gossip"
@@ -293,9 +271,9 @@ func moduleView(r *fsm.Record, m *catalogue.Module) ModuleView {
 	return v
 }
 
-func (a *Agent) listModules(w http.ResponseWriter, _ *http.Request) {
+func (s *serverRole) listModules(w http.ResponseWriter, _ *http.Request) {
 	out := []ModuleView{}
-	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		for _, name := range r.Catalogue.Names() {
 			out = append(out, moduleView(r, r.Catalogue[name]))
 		}
@@ -303,11 +281,11 @@ func (a *Agent) listModules(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (a *Agent) getModule(w http.ResponseWriter, req *http.Request) {
+func (s *serverRole) getModule(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("module")
 	var v *ModuleView
 	var err error
-	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		m := r.Catalogue[name]
 		if m == nil {
 			msg := fmt.Sprintf("module %s: not in the catalogue", name)
@@ -327,7 +305,7 @@ func (a *Agent) getModule(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (a *Agent) addModule(w http.ResponseWriter, req *http.Request) {
+func (s *serverRole) addModule(w http.ResponseWriter, req *http.Request) {
 	var body ModuleAddRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 4<<20)).Decode(&body); err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad request: " + err.Error()})
@@ -338,7 +316,7 @@ func (a *Agent) addModule(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, apiError{Error: err.Error()})
 		return
 	}
-	v, err := a.raft.apply(fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source}, applyTimeout)
+	v, err := s.raft.apply(fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source}, applyTimeout)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -346,14 +324,14 @@ func (a *Agent) addModule(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (a *Agent) moduleAction(w http.ResponseWriter, req *http.Request) {
+func (s *serverRole) moduleAction(w http.ResponseWriter, req *http.Request) {
 	ops := map[string]fsm.Op{"assign": fsm.OpModuleAssign, "unassign": fsm.OpModuleUnassign, "take": fsm.OpModuleTake}
 	op, ok := ops[req.PathValue("action")]
 	if !ok {
 		writeJSON(w, http.StatusNotFound, apiError{Error: "unknown action " + req.PathValue("action")})
 		return
 	}
-	v, err := a.raft.apply(op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}, applyTimeout)
+	v, err := s.raft.apply(op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}, applyTimeout)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -363,28 +341,28 @@ func (a *Agent) moduleAction(w http.ResponseWriter, req *http.Request) {
 
 // getDeclaration serves a node's declaration. With ?index=N it blocks until the record has moved
 // past N (or ?wait= passes, default 5 minutes), so a node learns of a change at once.
-func (a *Agent) getDeclaration(w http.ResponseWriter, req *http.Request) {
+func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
-	if s := req.URL.Query().Get("index"); s != "" {
-		index, err := strconv.ParseUint(s, 10, 64)
+	if q := req.URL.Query().Get("index"); q != "" {
+		index, err := strconv.ParseUint(q, 10, 64)
 		if err != nil {
 			writeJSON(w, http.StatusBadRequest, apiError{Error: "index: " + err.Error()})
 			return
 		}
 		wait := 5 * time.Minute
-		if s := req.URL.Query().Get("wait"); s != "" {
-			if wait, err = time.ParseDuration(s); err != nil {
+		if q := req.URL.Query().Get("wait"); q != "" {
+			if wait, err = time.ParseDuration(q); err != nil {
 				writeJSON(w, http.StatusBadRequest, apiError{Error: "wait: " + err.Error()})
 				return
 			}
 		}
 		ctx, cancel := context.WithTimeout(req.Context(), wait)
-		a.fsm.Wait(ctx, index)
+		s.fsm.Wait(ctx, index)
 		cancel()
 	}
 	var v DeclarationView
 	var err error
-	a.fsm.Read(func(r *fsm.Record, index uint64) {
+	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		v.Index = index
 		v.Declaration, err = fsm.Compose(r, name)
 	})
@@ -401,15 +379,15 @@ func (a *Agent) getDeclaration(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (a *Agent) raftPeers(w http.ResponseWriter, _ *http.Request) {
-	fut := a.raft.raft.GetConfiguration()
+func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
+	fut := s.raft.raft.GetConfiguration()
 	if err := fut.Error(); err != nil {
 		writeErr(w, fmt.Errorf("raft configuration: %w", err))
 		return
 	}
-	leader := a.leader()
+	leader := s.leader()
 	out := []PeerView{}
-	a.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		names := map[string]string{}
 		for _, n := range r.Nodes {
 			names[n.ID] = n.Name
@@ -423,16 +401,15 @@ func (a *Agent) raftPeers(w http.ResponseWriter, _ *http.Request) {
 }
 
 // snapshotSave writes the record as committed: a barrier first, so every acknowledged command is in.
-func (a *Agent) snapshotSave(w http.ResponseWriter, _ *http.Request) {
-	if err := a.raft.raft.Barrier(applyTimeout).Error(); err != nil {
-		if err == raft.ErrNotLeader {
-			addr, id := a.raft.raft.LeaderWithID()
-			err = &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
+func (s *serverRole) snapshotSave(w http.ResponseWriter, _ *http.Request) {
+	if err := s.raft.raft.Barrier(applyTimeout).Error(); err != nil {
+		if nl := s.raft.notLeader(err); nl != nil {
+			err = nl
 		}
 		writeErr(w, err)
 		return
 	}
-	snap, err := a.fsm.Snapshot()
+	snap, err := s.fsm.Snapshot()
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -447,7 +424,7 @@ func (a *Agent) snapshotSave(w http.ResponseWriter, _ *http.Request) {
 }
 
 // snapshotRestore replaces the record with a saved one, through Raft, so every server gets it.
-func (a *Agent) snapshotRestore(w http.ResponseWriter, req *http.Request) {
+func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
 	data, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
 	if err != nil {
 		writeErr(w, err)
@@ -458,16 +435,15 @@ func (a *Agent) snapshotRestore(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(data))}
-	if err := a.raft.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
-		if err == raft.ErrNotLeader {
-			addr, id := a.raft.raft.LeaderWithID()
-			err = &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
+	if err := s.raft.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
+		if nl := s.raft.notLeader(err); nl != nil {
+			err = nl
 		}
 		writeErr(w, fmt.Errorf("restore: %w", err))
 		return
 	}
 	out := map[string]any{"restored": true}
-	a.fsm.Read(func(r *fsm.Record, index uint64) { out["index"], out["nodes"] = index, len(r.Nodes) })
+	s.fsm.Read(func(r *fsm.Record, index uint64) { out["index"], out["nodes"] = index, len(r.Nodes) })
 	writeJSON(w, http.StatusOK, out)
 }
 

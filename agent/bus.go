@@ -64,51 +64,51 @@ func busAddresses(r *fsm.Record) []string {
 
 // runBus serves the bus on the node's bus port as the record says it, moving when the setting
 // changes, until ctx ends.
-func (a *Agent) runBus(ctx context.Context) {
+func (s *serverRole) runBus(ctx context.Context) {
 	var (
 		cur   uint16
 		srv   *http.Server
 		index uint64
 	)
-	tlsCfg := pki.ServerTLS(a.identity, a.caCert)
-	errLog := slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)
+	tlsCfg := pki.ServerTLS(s.identity, s.caCert)
+	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	for ctx.Err() == nil {
 		var port uint16
 		var perr error
-		a.fsm.Read(func(r *fsm.Record, i uint64) {
+		s.fsm.Read(func(r *fsm.Record, i uint64) {
 			index = i
-			if n := r.Nodes[a.node.Name]; n != nil {
+			if n := r.Nodes[s.node.Name]; n != nil {
 				port, perr = BusPort(r, n)
 			}
 		})
 		if perr != nil {
-			a.log.Error("bus", "err", perr)
+			s.log.Error("bus", "err", perr)
 		}
 		retry := false
 		if port != 0 && port != cur {
 			ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(port))))
 			if err != nil {
-				a.log.Error("bus port", "port", port, "err", err)
+				s.log.Error("bus port", "port", port, "err", err)
 				retry = true
 			} else {
 				if srv != nil {
 					_ = srv.Close()
 				}
-				srv = &http.Server{Handler: a.busRoutes(), TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-				go func(s *http.Server) {
-					if err := s.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-						a.log.Error("bus stopped", "port", port, "err", err)
+				srv = &http.Server{Handler: s.busRoutes(), TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+				go func(hs *http.Server) {
+					if err := hs.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						s.log.Error("bus stopped", "port", port, "err", err)
 					}
 				}(srv)
 				cur = port
-				a.log.Info("bus listening", "port", port)
+				s.log.Info("bus listening", "port", port)
 			}
 		}
 		wctx, cancel := ctx, context.CancelFunc(func() {})
 		if retry || port == 0 {
 			wctx, cancel = context.WithTimeout(ctx, time.Second)
 		}
-		a.fsm.Wait(wctx, index)
+		s.fsm.Wait(wctx, index)
 		cancel()
 	}
 	if srv != nil {
@@ -116,30 +116,30 @@ func (a *Agent) runBus(ctx context.Context) {
 	}
 }
 
-func (a *Agent) busRoutes() http.Handler {
+func (s *serverRole) busRoutes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/enrol", a.enrol)
-	mux.HandleFunc("GET /v1/declaration/{node}", a.withNode(a.ownDeclaration))
-	mux.HandleFunc("POST /v1/report", a.withNode(a.postReport))
-	mux.HandleFunc("GET /v1/status", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getStatus(w, r) }))
-	mux.HandleFunc("GET /v1/nodes/{node}", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getNode(w, r) }))
-	mux.HandleFunc("GET /v1/modules", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.listModules(w, r) }))
-	mux.HandleFunc("GET /v1/modules/{module}", a.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { a.getModule(w, r) }))
-	mux.HandleFunc("GET /v1/gossip", a.withNode(a.getGossipView))
-	a.peerRoutes(mux)
-	return a.raft.caughtUpOnly(mux)
+	mux.HandleFunc("POST /v1/enrol", s.enrol)
+	mux.HandleFunc("GET /v1/declaration/{node}", s.withNode(s.ownDeclaration))
+	mux.HandleFunc("POST /v1/report", s.withNode(s.postReport))
+	mux.HandleFunc("GET /v1/status", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getStatus(w, r) }))
+	mux.HandleFunc("GET /v1/nodes/{node}", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getNode(w, r) }))
+	mux.HandleFunc("GET /v1/modules", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.listModules(w, r) }))
+	mux.HandleFunc("GET /v1/modules/{module}", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getModule(w, r) }))
+	mux.HandleFunc("GET /v1/gossip", s.withNode(s.getGossipView))
+	s.peerRoutes(mux)
+	return s.raft.caughtUpOnly(mux)
 }
 
 // withNode lets a request through only with a client certificate from the mesh CA (the TLS layer
 // verified the chain) for a node the record holds with that very key, and passes the node's name.
-func (a *Agent) withNode(h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+func (s *serverRole) withNode(h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		name, pub, ok := certIdentity(w, req, "; a machine gets one by `meshd join`")
 		if !ok {
 			return
 		}
 		known := false
-		a.fsm.Read(func(r *fsm.Record, _ uint64) {
+		s.fsm.Read(func(r *fsm.Record, _ uint64) {
 			if n := r.Nodes[name]; n != nil && n.PublicKey == pub {
 				known = true
 			}
@@ -170,16 +170,16 @@ func certIdentity(w http.ResponseWriter, req *http.Request, hint string) (name, 
 }
 
 // ownDeclaration is the operator API's blocking declaration query, for the asking node alone.
-func (a *Agent) ownDeclaration(w http.ResponseWriter, req *http.Request, peer string) {
+func (s *serverRole) ownDeclaration(w http.ResponseWriter, req *http.Request, peer string) {
 	if want := req.PathValue("node"); want != peer {
 		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s may read only its own declaration, not node %s's", peer, want)})
 		return
 	}
-	a.getDeclaration(w, req)
+	s.getDeclaration(w, req)
 }
 
 // postReport keeps a client's host report in memory, for `meshd node show`.
-func (a *Agent) postReport(w http.ResponseWriter, req *http.Request, peer string) {
+func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer string) {
 	var rep host.Report
 	if err := json.NewDecoder(io.LimitReader(req.Body, 16<<20)).Decode(&rep); err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "host report from node " + peer + ": " + err.Error()})
@@ -190,26 +190,26 @@ func (a *Agent) postReport(w http.ResponseWriter, req *http.Request, peer string
 		return
 	}
 	rep.Node = peer
-	a.reportsMu.Lock()
-	a.reports[peer] = rep
-	a.reportsMu.Unlock()
+	s.reportsMu.Lock()
+	s.reports[peer] = rep
+	s.reportsMu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // enrol admits a node: the token's signature is checked with the CA, the record spends the token
 // (single use and expiry are the record's), and the node gets its certificate only after Raft
 // committed it.
-func (a *Agent) enrol(w http.ResponseWriter, req *http.Request) {
+func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 	var in EnrolRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "enrolment request: " + err.Error()})
 		return
 	}
 	refuse := func(code int, err error) {
-		a.log.Warn("enrolment refused", "node", in.Node, "from", req.RemoteAddr, "err", err)
+		s.log.Warn("enrolment refused", "node", in.Node, "from", req.RemoteAddr, "err", err)
 		writeJSON(w, code, apiError{Error: fmt.Sprintf("enrolment of node %s refused: %v", in.Node, err)})
 	}
-	if _, err := pki.VerifyToken(in.Token, a.caCert, time.Now()); err != nil {
+	if _, err := pki.VerifyToken(in.Token, s.caCert, time.Now()); err != nil {
 		refuse(http.StatusForbidden, err)
 		return
 	}
@@ -221,12 +221,12 @@ func (a *Agent) enrol(w http.ResponseWriter, req *http.Request) {
 	if in.Advertise == "" {
 		in.Advertise, _, _ = net.SplitHostPort(req.RemoteAddr)
 	}
-	cert, err := a.secrets.CA.IssueNode(in.Node, pub, time.Now())
+	cert, err := s.secrets.CA.IssueNode(in.Node, pub, time.Now())
 	if err != nil {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
-	v, err := a.raft.apply(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
+	v, err := s.raft.apply(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
 		PublicKey: in.PublicKey, Advertise: in.Advertise}, applyTimeout)
 	if err != nil {
 		var ref *fsm.Refusal
@@ -237,8 +237,8 @@ func (a *Agent) enrol(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out := EnrolResponse{Node: v.(*fsm.Node), CertPEM: string(cert), CACertPEM: string(a.secrets.CACertPEM), Keyring: a.currentKeyring()}
-	a.fsm.Read(func(r *fsm.Record, index uint64) {
+	out := EnrolResponse{Node: v.(*fsm.Node), CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring()}
+	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		out.Servers = busAddresses(r)
 		out.Declaration.Index = index
 		out.Declaration.Declaration, err = fsm.Compose(r, in.Node)
@@ -247,7 +247,7 @@ func (a *Agent) enrol(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	a.log.Info("node enrolled", "enrolled", in.Node, "mode", out.Node.Mode, "address", out.Node.Address, "advertise", in.Advertise)
+	s.log.Info("node enrolled", "enrolled", in.Node, "mode", out.Node.Mode, "address", out.Node.Address, "advertise", in.Advertise)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -272,7 +272,7 @@ type TokenView struct {
 
 // createToken signs a single-use token with the CA and records its hash through Raft; the token
 // is shown only once the record committed it.
-func (a *Agent) createToken(w http.ResponseWriter, req *http.Request) {
+func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 	var in TokenRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "token request: " + err.Error()})
@@ -287,22 +287,22 @@ func (a *Agent) createToken(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var bus []string
-	a.fsm.Read(func(r *fsm.Record, _ uint64) { bus = busAddresses(r) })
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { bus = busAddresses(r) })
 	if len(bus) == 0 {
 		writeErr(w, errors.New("the record names no server with a bus address to put in the token"))
 		return
 	}
 	exp := time.Now().Add(ttl).Truncate(time.Second).Add(time.Second)
 	p := pki.TokenPayload{ID: pki.NewTokenID(), Mode: string(in.Mode), Exp: exp.Unix(), Bus: bus}
-	tok, err := pki.SignToken(a.secrets.CA, p)
+	tok, err := pki.SignToken(s.secrets.CA, p)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	hash := pki.TokenHash(tok)
-	if _, err := a.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC()}, applyTimeout); err != nil {
+	if _, err := s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC()}, applyTimeout); err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(a.caCert), Hash: hash})
+	writeJSON(w, http.StatusOK, TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(s.caCert), Hash: hash})
 }

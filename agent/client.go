@@ -1,12 +1,9 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,7 +14,7 @@ import (
 // Client talks to an agent's operator API over its unix socket.
 type Client struct {
 	Socket string
-	http   *http.Client
+	api    jsonHTTP
 }
 
 // NewClient returns a client for the agent listening on socket.
@@ -26,49 +23,23 @@ func NewClient(socket string) *Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}}
-	return &Client{Socket: socket, http: &http.Client{Transport: tr}}
+	return &Client{Socket: socket, api: jsonHTTP{client: &http.Client{Transport: tr}, base: "http://meshd"}}
 }
 
-// Do sends a request and decodes a JSON answer into out (unless out is nil). An error answer
+// Do sends a request and decodes a JSON answer into out (unless out is nil; an io.Writer gets the
+// answer as it is). in is a value sent as JSON, or an io.Reader sent as it is. An error answer
 // comes back as an error carrying the agent's message.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		if r, ok := in.(io.Reader); ok {
-			body = r
-		} else {
-			b, err := json.Marshal(in)
-			if err != nil {
-				return err
-			}
-			body = bytes.NewReader(b)
-		}
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://meshd"+path, body)
-	if err != nil {
-		return err
-	}
-	resp, err := c.http.Do(req)
+	resp, err := c.api.send(ctx, method, path, in)
 	if err != nil {
 		return c.dialError(err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		var e apiError
-		b, _ := io.ReadAll(resp.Body)
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return errors.New(e.Error)
-		}
-		return fmt.Errorf("agent answered %s: %s", resp.Status, bytes.TrimSpace(b))
+	err = c.api.read(resp, out)
+	var ae *answerError
+	if errors.As(err, &ae) {
+		return errors.New(ae.text("agent"))
 	}
-	if w, ok := out.(io.Writer); ok {
-		_, err = io.Copy(w, resp.Body)
-		return err
-	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return err
 }
 
 // Get is Do with GET and no body.

@@ -9,12 +9,89 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
+	"sync"
 	"time"
+
+	"meshd/gossip"
+	"meshd/pki"
 )
 
-// A client node runs no Raft: it watches its own declaration on the servers' bus over mTLS, feeds
-// it to its host reconciler, posts its host report back after each pass, and answers the
-// operator's read commands by asking a server.
+// clientRole is a client node's role. A client runs no Raft: it watches its own declaration on the
+// servers' bus over mTLS, feeds it to its host reconciler, posts its host report back while its
+// gossip reaches no server, and answers the operator's read commands by asking a server. Its
+// gossip view and the keys it verifies reports with are a server's answer.
+type clientRole struct {
+	*Agent
+	// busClient calls the servers' bus with the node's certificate; servers are their bus
+	// addresses, the one that last answered first.
+	busClient *http.Client
+	serversMu sync.Mutex
+	servers   []string
+
+	// view is the latest gossip view a server gave.
+	viewMu sync.Mutex
+	view   GossipView
+}
+
+// newClientRole checks that the node knows a server to ask.
+func newClientRole(a *Agent) (*clientRole, error) {
+	if len(a.node.Servers) == 0 {
+		return nil, fmt.Errorf("client node %s knows no server (%s has no servers): join it again", a.node.Name, filepath.Join(a.cfg.DataDir, nodeFileName))
+	}
+	return &clientRole{Agent: a, servers: a.node.Servers,
+		busClient: &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&a.identity, a.caCert),
+			ResponseHeaderTimeout: 90 * time.Second, IdleConnTimeout: time.Minute}}}, nil
+}
+
+// open has nothing to start: a client holds no record.
+func (c *clientRole) open() error { return nil }
+
+func (c *clientRole) close() {}
+
+func (c *clientRole) logStarted() {
+	c.log.Info("agent started as a client", "id", c.node.ID, "data_dir", c.cfg.DataDir, "socket", c.cfg.Socket, "servers", c.node.Servers)
+}
+
+// runLoops watches the declaration on the bus and posts the host's reports there when gossip
+// cannot carry them.
+func (c *clientRole) runLoops(ctx context.Context) {
+	go c.watchBus(ctx)
+	go c.postReports(ctx)
+}
+
+func (c *clientRole) gossipView() GossipView {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	return c.view
+}
+
+// refreshView is GET /v1/gossip from a server.
+func (c *clientRole) refreshView(ctx context.Context) error {
+	var v GossipView
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := c.busJSON(rctx, http.MethodGet, "/v1/gossip", nil, &v); err != nil {
+		return err
+	}
+	c.viewMu.Lock()
+	c.view = v
+	c.viewMu.Unlock()
+	return nil
+}
+
+func (c *clientRole) enrolledKey(node string) string {
+	p, _ := c.gossipView().peer(node)
+	return p.PublicKey
+}
+
+// joinsGossip is true for servers only: a client joins the servers.
+func (c *clientRole) joinsGossip(p GossipPeer) bool { return p.Server }
+
+// servePeerBus serves the client's own bus (keyring and reach checks) on port, once.
+func (c *clientRole) servePeerBus(ctx context.Context, port uint16) { c.startClientBus(ctx, port) }
+
+func (c *clientRole) waitGossipRound(ctx context.Context, d time.Duration) { sleepCtx(ctx, d) }
 
 // busErr is an answer the bus gave: a refusal is final, anything else is worth the next server.
 type busErr struct {
@@ -26,24 +103,20 @@ func (e *busErr) Error() string { return e.msg }
 
 // busDo sends one request to the servers' bus, trying each known server in turn from the one that
 // last answered, and returns the first answer that is not a server's failure.
-func (a *Agent) busDo(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+func (c *clientRole) busDo(ctx context.Context, method, path string, in any) (*http.Response, error) {
 	var last error
-	a.serversMu.Lock()
-	servers := append([]string{}, a.servers...)
-	a.serversMu.Unlock()
+	c.serversMu.Lock()
+	servers := append([]string{}, c.servers...)
+	c.serversMu.Unlock()
 	for _, addr := range servers {
-		req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+path, bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		resp, err := a.busClient.Do(req)
+		resp, err := c.busAt(addr).send(ctx, method, path, in)
 		if err == nil && resp.StatusCode < 500 {
 			return resp, nil
 		}
 		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
+			ae := newAnswerError(resp, resp.Body)
 			resp.Body.Close()
-			err = fmt.Errorf("server %s answered %s: %s", addr, resp.Status, bytes.TrimSpace(b))
+			err = fmt.Errorf("server %s answered %s: %s", addr, ae.Status, ae.Body)
 		} else {
 			err = fmt.Errorf("server %s: %w", addr, err)
 		}
@@ -52,11 +125,11 @@ func (a *Agent) busDo(ctx context.Context, method, path string, body []byte) (*h
 			break
 		}
 		// Rotate: the next call starts with the next server.
-		a.serversMu.Lock()
-		if len(a.servers) > 1 && a.servers[0] == addr {
-			a.servers = append(a.servers[1:len(a.servers):len(a.servers)], addr)
+		c.serversMu.Lock()
+		if len(c.servers) > 1 && c.servers[0] == addr {
+			c.servers = append(c.servers[1:len(c.servers):len(c.servers)], addr)
 		}
-		a.serversMu.Unlock()
+		c.serversMu.Unlock()
 	}
 	if last == nil {
 		last = errors.New("no server known")
@@ -64,37 +137,28 @@ func (a *Agent) busDo(ctx context.Context, method, path string, body []byte) (*h
 	return nil, last
 }
 
+// busAt is the bus of the server at addr, called with this node's certificate.
+func (c *clientRole) busAt(addr string) jsonHTTP {
+	return jsonHTTP{client: c.busClient, base: "https://" + addr}
+}
+
 // busJSON is busDo with a JSON answer decoded into out; a 4xx comes back as a busErr.
-func (a *Agent) busJSON(ctx context.Context, method, path string, in, out any) error {
-	var body []byte
-	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return err
-		}
-	}
-	resp, err := a.busDo(ctx, method, path, body)
+func (c *clientRole) busJSON(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.busDo(ctx, method, path, in)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		var e apiError
-		b, _ := io.ReadAll(resp.Body)
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = fmt.Sprintf("the bus answered %s: %s", resp.Status, bytes.TrimSpace(b))
-		}
-		return &busErr{code: resp.StatusCode, msg: e.Error}
+	err = jsonHTTP{}.read(resp, out) // whichever server answered, its answer reads the same
+	var ae *answerError
+	if errors.As(err, &ae) {
+		return &busErr{code: ae.Code, msg: ae.text("the bus")}
 	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return err
 }
 
 // watchBus is the client's declaration watch: a blocking query by index, reconnecting with backoff
 // to each server it knows, passing each changed declaration to the host.
-func (a *Agent) watchBus(ctx context.Context) {
+func (c *clientRole) watchBus(ctx context.Context) {
 	var (
 		index   uint64
 		last    []byte
@@ -103,16 +167,16 @@ func (a *Agent) watchBus(ctx context.Context) {
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
 		var v DeclarationView
-		path := fmt.Sprintf("/v1/declaration/%s?index=%d&wait=30s", url.PathEscape(a.node.Name), index)
+		path := fmt.Sprintf("/v1/declaration/%s?index=%d&wait=30s", url.PathEscape(c.node.Name), index)
 		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		err := a.busJSON(rctx, http.MethodGet, path, nil, &v)
+		err := c.busJSON(rctx, http.MethodGet, path, nil, &v)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if err.Error() != lastErr {
-				a.log.Warn("declaration watch: no server answered; retrying", "servers", a.servers, "err", err, "backoff", backoff)
+				c.log.Warn("declaration watch: no server answered; retrying", "servers", c.servers, "err", err, "backoff", backoff)
 				lastErr = err.Error()
 			}
 			select {
@@ -124,7 +188,7 @@ func (a *Agent) watchBus(ctx context.Context) {
 			continue
 		}
 		if lastErr != "" {
-			a.log.Info("declaration watch: reconnected")
+			c.log.Info("declaration watch: reconnected")
 			lastErr = ""
 		}
 		backoff = 250 * time.Millisecond
@@ -138,9 +202,9 @@ func (a *Agent) watchBus(ctx context.Context) {
 		}
 		last = b
 		d := v.Declaration
-		a.log.Info("declaration", "index", index, "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
+		c.log.Info("declaration", "index", index, "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
 		select {
-		case a.declarations <- d:
+		case c.declarations <- d:
 		case <-ctx.Done():
 			return
 		}
@@ -150,7 +214,7 @@ func (a *Agent) watchBus(ctx context.Context) {
 // postReports sends the host's report to a server over the bus after each pass, and again now and
 // then so a server that restarted (reports live in its memory) has it back, while the node's
 // gossip sees no server alive: gossip is how reports travel, the bus is the fallback.
-func (a *Agent) postReports(ctx context.Context) {
+func (c *clientRole) postReports(ctx context.Context) {
 	var sent time.Time
 	var at time.Time
 	t := time.NewTicker(250 * time.Millisecond)
@@ -161,34 +225,50 @@ func (a *Agent) postReports(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rep := a.host.Report()
+		rep := c.host.Report()
 		if rep.When.IsZero() || (rep.When.Equal(sent) && time.Since(at) < 15*time.Second) {
 			continue
 		}
-		if a.serverAlive() {
+		if c.serverAlive() {
 			// Gossip carries the report, signed, to the servers: the bus is the fallback only.
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := a.busJSON(rctx, http.MethodPost, "/v1/report", rep, nil)
+		err := c.busJSON(rctx, http.MethodPost, "/v1/report", rep, nil)
 		cancel()
 		at = time.Now()
 		if err != nil {
-			a.log.Warn("host report not delivered; will retry", "err", err)
+			c.log.Warn("host report not delivered; will retry", "err", err)
 			continue
 		}
 		sent = rep.When
 	}
 }
 
-// clientRoutes is a client node's operator socket: reads are asked of a server; the node's own
+// serverAlive says whether this (client) node's gossip sees a server alive: while it does, its
+// reports reach the servers by gossip and the bus is not needed for them.
+func (c *clientRole) serverAlive() bool {
+	g := c.member()
+	if g == nil {
+		return false
+	}
+	view := c.gossipView()
+	for _, m := range g.Members() {
+		if p, ok := view.peer(m.Name); ok && p.Server && m.State == gossip.StateAlive && m.Name != c.node.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// operatorAPI is a client node's operator socket: reads are asked of a server; the node's own
 // originals are served here; writes are refused, naming where to run them.
-func (a *Agent) clientRoutes() http.Handler {
+func (c *clientRole) operatorAPI() http.Handler {
 	mux := http.NewServeMux()
 	proxy := func(w http.ResponseWriter, req *http.Request) {
-		resp, err := a.busDo(req.Context(), http.MethodGet, req.URL.RequestURI(), nil)
+		resp, err := c.busDo(req.Context(), http.MethodGet, req.URL.RequestURI(), nil)
 		if err != nil {
-			writeJSON(w, http.StatusBadGateway, apiError{Error: fmt.Sprintf("node %s is a client and asks a server, but none answered: %v", a.node.Name, err)})
+			writeJSON(w, http.StatusBadGateway, apiError{Error: fmt.Sprintf("node %s is a client and asks a server, but none answered: %v", c.node.Name, err)})
 			return
 		}
 		defer resp.Body.Close()
@@ -199,12 +279,12 @@ func (a *Agent) clientRoutes() http.Handler {
 	for _, p := range []string{"GET /v1/status", "GET /v1/nodes/{node}", "GET /v1/modules", "GET /v1/modules/{module}", "GET /v1/declaration/{node}"} {
 		mux.HandleFunc(p, proxy)
 	}
-	mux.HandleFunc("GET /v1/nodes/{node}/original", a.getOriginal)
-	mux.HandleFunc("GET /v1/members", a.getMembers)
-	mux.HandleFunc("POST /v1/leave", a.postLeave)
-	mux.HandleFunc("GET /v1/reach/{node}", a.getReach)
+	mux.HandleFunc("GET /v1/nodes/{node}/original", c.getOriginal)
+	mux.HandleFunc("GET /v1/members", c.getMembers)
+	mux.HandleFunc("POST /v1/leave", c.postLeave)
+	mux.HandleFunc("GET /v1/reach/{node}", c.getReach)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		msg := fmt.Sprintf("node %s is a client: it holds no record, so %s %s runs on a server (%v); run the command there", a.node.Name, req.Method, req.URL.Path, a.node.Servers)
+		msg := fmt.Sprintf("node %s is a client: it holds no record, so %s %s runs on a server (%v); run the command there", c.node.Name, req.Method, req.URL.Path, c.node.Servers)
 		writeJSON(w, http.StatusConflict, apiError{Error: msg})
 	})
 	return mux

@@ -1,9 +1,19 @@
-// Package agent is the daemon's wiring: the node's identity on disk, Raft with raft-boltdb on
-// servers, the operator's API on a local unix socket, the watch on the node's own declaration,
-// and the lifecycle around them (genesis, start, graceful stop on SIGTERM, restart with nothing
-// lost).
+// Package agent is the daemon's wiring: the node's identity on disk, the operator's API on a
+// local unix socket, the host reconciler fed with the node's own declaration, the node's gossip
+// member, the bus between agents, and the lifecycle around them (genesis, join, start, graceful
+// stop on SIGTERM, restart with nothing lost).
+//
+// The agent is a core and a role. The core (agent.go) is what every node runs: its identity and
+// sealed secrets, the host reconciler loop, the operator socket, gossip (gossip.go), the peer bus
+// other nodes call for keyring operations and reach checks (peerbus.go, keyring.go, reach.go).
+// The role (role.go) is what a server and a client do differently, chosen once at Start from the
+// node file: serverRole (server.go, api.go, bus.go, raft.go) runs Raft with raft-boltdb, holds the
+// record, serves the operator's whole API and the bus (enrolment, each node's declaration watch,
+// reports clients post); clientRole (clientnode.go) holds no record, watches its declaration on a
+// server's bus over mTLS, forwards the operator's reads to a server and refuses writes. Every JSON
+// call over HTTP, to the socket, a bus or a joining machine's server, goes through jsonHTTP.
 //
 // Every operator command that changes the record is acknowledged only after Raft committed it and
 // the record applied it (invariant 7): the API answers from the apply future's response, never
-// before. Reads are served from the local record.
+// before. Reads are served from the local record on a server, from a server's on a client.
 package agent

@@ -64,6 +64,10 @@ type GenesisResult struct {
 // Genesis initialises dataDir as the control-node of a new mesh: the node's identity, a Raft
 // group with this node its only voter, and the record's first entry (the node, its mode and
 // settings, the catalogue, the foundation assigned). It then stops; `meshd agent` runs the node.
+//
+// It is long on purpose: it is the one sequence that writes a new mesh to disk, in order (checks,
+// seal key, secrets, Raft bootstrap, first entry, node file last), and each failure undoes exactly
+// what the steps before it wrote, which reads best as one body.
 func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if opts.Name == "" {
 		return nil, errors.New("genesis needs the node's name (--name)")
@@ -85,33 +89,9 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the shipped catalogue: %w", err)
 	}
-	settings := map[string]string{}
-	for k, v := range opts.Settings {
-		key, err := cat.SettingKey(k)
-		if err != nil {
-			return nil, err
-		}
-		settings[key] = v
-	}
-	for k, v := range opts.Ports {
-		key, err := cat.SettingKey(k)
-		if err != nil {
-			return nil, fmt.Errorf("--port %s=%s: %w", k, v, err)
-		}
-		if _, err := catalogue.ParsePort(v); err != nil {
-			return nil, fmt.Errorf("--port %s=%s: %w", k, v, err)
-		}
-		settings[key] = v
-	}
-	for k, v := range opts.Images {
-		m := cat[k]
-		if m == nil {
-			return nil, fmt.Errorf("--image %s=%s: no module %q in the catalogue", k, v, k)
-		}
-		if _, ok := m.Settings["image"]; !ok {
-			return nil, fmt.Errorf("--image %s=%s: module %s has no image setting", k, v, k)
-		}
-		settings[k+".image"] = v
+	settings, err := genesisSettings(cat, opts)
+	if err != nil {
+		return nil, err
 	}
 	mesh := cat[catalogue.MeshModule]
 	vals := map[string]string{}
@@ -223,6 +203,40 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		return nil, fmt.Errorf("write node identity: %w", err)
 	}
 	return res, nil
+}
+
+// genesisSettings resolves genesis's --set, --port and --image flags to the node's settings, keyed
+// MODULE.SETTING as the record keeps them.
+func genesisSettings(cat catalogue.Catalogue, opts GenesisOptions) (map[string]string, error) {
+	settings := map[string]string{}
+	for k, v := range opts.Settings {
+		key, err := cat.SettingKey(k)
+		if err != nil {
+			return nil, err
+		}
+		settings[key] = v
+	}
+	for k, v := range opts.Ports {
+		key, err := cat.SettingKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("--port %s=%s: %w", k, v, err)
+		}
+		if _, err := catalogue.ParsePort(v); err != nil {
+			return nil, fmt.Errorf("--port %s=%s: %w", k, v, err)
+		}
+		settings[key] = v
+	}
+	for k, v := range opts.Images {
+		m := cat[k]
+		if m == nil {
+			return nil, fmt.Errorf("--image %s=%s: no module %q in the catalogue", k, v, k)
+		}
+		if _, ok := m.Settings["image"]; !ok {
+			return nil, fmt.Errorf("--image %s=%s: module %s has no image setting", k, v, k)
+		}
+		settings[k+".image"] = v
+	}
+	return settings, nil
 }
 
 // sealKeyFor reads the seal key at path, or makes a new one (not yet written) when there is none.

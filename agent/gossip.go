@@ -78,7 +78,6 @@ func gossipViewOf(r *fsm.Record, node string) GossipView {
 type gossipState struct {
 	mu    sync.Mutex
 	g     *gossip.Gossip
-	view  GossipView // the latest view: from the record on a server, from a server on a client
 	keyMu sync.Mutex // serialises keyring operations and the sealed keyring's rewrite
 	// stop ends the agent's Run (set by Run): `meshd leave` stops the agent after leaving.
 	stop context.CancelFunc
@@ -90,33 +89,10 @@ func (a *Agent) member() *gossip.Gossip {
 	return a.gs.g
 }
 
-func (a *Agent) gossipView() GossipView {
-	if a.node.Server {
-		var v GossipView
-		a.fsm.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, a.node.Name) })
-		return v
-	}
-	a.gs.mu.Lock()
-	defer a.gs.mu.Unlock()
-	return a.gs.view
-}
-
-// verifyKey is gossip's Verify: the key node enrolled with, from the record on a server, from the
-// server's view on a client.
+// verifyKey is gossip's Verify: the key node enrolled with, as the role knows it (from the record
+// on a server, from the server's view on a client).
 func (a *Agent) verifyKey(node string) (ed25519.PublicKey, bool) {
-	var s string
-	if a.node.Server {
-		a.fsm.Read(func(r *fsm.Record, _ uint64) {
-			if n := r.Nodes[node]; n != nil {
-				s = n.PublicKey
-			}
-		})
-	} else {
-		a.gs.mu.Lock()
-		p, _ := a.gs.view.peer(node)
-		a.gs.mu.Unlock()
-		s = p.PublicKey
-	}
+	s := a.role.enrolledKey(node)
 	if s == "" {
 		return nil, false
 	}
@@ -125,20 +101,6 @@ func (a *Agent) verifyKey(node string) (ed25519.PublicKey, bool) {
 		return nil, false
 	}
 	return pub, true
-}
-
-// fetchView is a client's GET /v1/gossip from a server.
-func (a *Agent) fetchView(ctx context.Context) error {
-	var v GossipView
-	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := a.busJSON(rctx, http.MethodGet, "/v1/gossip", nil, &v); err != nil {
-		return err
-	}
-	a.gs.mu.Lock()
-	a.gs.view = v
-	a.gs.mu.Unlock()
-	return nil
 }
 
 // runGossip starts the node's gossip member on its mesh.gossip port once it is known, joins the
@@ -158,26 +120,22 @@ func (a *Agent) runGossip(ctx context.Context) {
 	go a.publishReports(ctx)
 	for ctx.Err() == nil {
 		wait := 5 * time.Second
-		if !a.node.Server {
-			if err := a.fetchView(ctx); err != nil {
-				warn("gossip: no server gave the mesh's gossip view; retrying", err, "servers", a.node.Servers)
-				if a.member() == nil {
-					wait = 2 * time.Second
-				}
-				sleepCtx(ctx, wait)
-				continue
+		if err := a.role.refreshView(ctx); err != nil {
+			warn("gossip: no server gave the mesh's gossip view; retrying", err, "servers", a.node.Servers)
+			if a.member() == nil {
+				wait = 2 * time.Second
 			}
+			sleepCtx(ctx, wait)
+			continue
 		}
-		view := a.gossipView()
+		view := a.role.gossipView()
 		self, ok := view.peer(a.node.Name)
 		if !ok {
 			warn("gossip: the record does not hold this node yet", fmt.Errorf("node %s unknown", a.node.Name))
 			sleepCtx(ctx, time.Second)
 			continue
 		}
-		if !a.node.Server {
-			a.startClientBus(ctx, self.Bus)
-		}
+		a.role.servePeerBus(ctx, self.Bus)
 		g := a.member()
 		if g == nil {
 			var err error
@@ -196,7 +154,7 @@ func (a *Agent) runGossip(ctx context.Context) {
 			}
 			var targets []string
 			for _, p := range view.Nodes {
-				if p.Name == a.node.Name || alive[p.Name] || p.Advertise == "" || p.Gossip == 0 || (!a.node.Server && !p.Server) {
+				if p.Name == a.node.Name || alive[p.Name] || p.Advertise == "" || p.Gossip == 0 || !a.role.joinsGossip(p) {
 					continue
 				}
 				targets = append(targets, net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Gossip))))
@@ -210,16 +168,7 @@ func (a *Agent) runGossip(ctx context.Context) {
 				}
 			}
 		}
-		if a.node.Server {
-			// Wake on a record change (a node enrolled) or every few seconds.
-			var index uint64
-			a.fsm.Read(func(_ *fsm.Record, i uint64) { index = i })
-			wctx, cancel := context.WithTimeout(ctx, wait)
-			a.fsm.Wait(wctx, index)
-			cancel()
-		} else {
-			sleepCtx(ctx, wait)
-		}
+		a.role.waitGossipRound(ctx, wait)
 	}
 }
 
@@ -335,22 +284,6 @@ func (a *Agent) gossipReport(node string) (*host.Report, bool) {
 	return &rep, true
 }
 
-// serverAlive says whether this (client) node's gossip sees a server alive: while it does, its
-// reports reach the servers by gossip and the bus is not needed for them.
-func (a *Agent) serverAlive() bool {
-	g := a.member()
-	if g == nil {
-		return false
-	}
-	view := a.gossipView()
-	for _, m := range g.Members() {
-		if p, ok := view.peer(m.Name); ok && p.Server && m.State == gossip.StateAlive && m.Name != a.node.Name {
-			return true
-		}
-	}
-	return false
-}
-
 // liveness is node's state in this member's gossip view: alive, failed, left, or unknown.
 func (a *Agent) liveness(members map[string]gossip.Member, node string) (string, time.Time) {
 	m, ok := members[node]
@@ -425,9 +358,9 @@ func (a *Agent) getMembers(w http.ResponseWriter, _ *http.Request) {
 }
 
 // getGossipView serves a node its gossip view on the bus.
-func (a *Agent) getGossipView(w http.ResponseWriter, _ *http.Request, peer string) {
+func (s *serverRole) getGossipView(w http.ResponseWriter, _ *http.Request, peer string) {
 	var v GossipView
-	a.fsm.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, peer) })
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, peer) })
 	writeJSON(w, http.StatusOK, v)
 }
 

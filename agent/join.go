@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -153,31 +152,24 @@ func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) 
 	}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
 	defer client.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+"/v1/enrol", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
+	bus := jsonHTTP{client: client, base: "https://" + addr, limit: 16 << 20}
+	resp, err := bus.send(ctx, http.MethodPost, "/v1/enrol", bytes.NewReader(body))
 	if tokenErr != nil {
 		return nil, &JoinError{tokenErr}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus %s: %w", addr, err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if resp.StatusCode >= 300 {
-		var e apiError
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = fmt.Sprintf("bus %s answered %s: %s", addr, resp.Status, bytes.TrimSpace(b))
-		}
-		if resp.StatusCode < 500 {
-			return nil, &JoinError{errors.New(e.Error)}
-		}
-		return nil, errors.New(e.Error)
-	}
 	var out EnrolResponse
-	if err := json.Unmarshal(b, &out); err != nil || out.Node == nil {
+	err = bus.read(resp, &out)
+	var ae *answerError
+	if errors.As(err, &ae) {
+		if ae.Code < 500 {
+			return nil, &JoinError{errors.New(ae.text("bus " + addr))}
+		}
+		return nil, errors.New(ae.text("bus " + addr))
+	}
+	if err != nil || out.Node == nil {
 		return nil, fmt.Errorf("bus %s: not an enrolment answer: %v", addr, err)
 	}
 	return &out, nil

@@ -145,7 +145,7 @@ func (a *Agent) postLocalKeyring(w http.ResponseWriter, req *http.Request) {
 
 // fanOut runs f for every node (this one locally) at once and collects the answers by node.
 func (a *Agent) fanOut(ctx context.Context, local func() ([]KeyView, error), remote func(context.Context, GossipPeer) ([]KeyView, error)) KeyringResult {
-	view := a.gossipView()
+	view := a.role.gossipView()
 	res := KeyringResult{Members: make([]KeyringMember, len(view.Nodes))}
 	var wg sync.WaitGroup
 	for i, p := range view.Nodes {

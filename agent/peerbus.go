@@ -1,13 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,35 +39,17 @@ func (a *Agent) peerHTTP() *http.Client {
 // peerJSON calls one node's bus; errors name the node, its bus address and port.
 func (a *Agent) peerJSON(ctx context.Context, p GossipPeer, method, path string, in, out any) error {
 	addr := net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Bus)))
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+path, body)
-	if err != nil {
-		return err
-	}
-	resp, err := a.peerHTTP().Do(req)
+	bus := jsonHTTP{client: a.peerHTTP(), base: "https://" + addr, limit: 4 << 20}
+	resp, err := bus.send(ctx, method, path, in)
 	if err != nil {
 		return fmt.Errorf("node %s (bus %s, tcp port %d): %w", p.Name, addr, p.Bus, err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode >= 300 {
-		var e apiError
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = fmt.Sprintf("answered %s: %s", resp.Status, bytes.TrimSpace(b))
-		}
-		return fmt.Errorf("node %s (bus %s): %s", p.Name, addr, e.Error)
+	err = bus.read(resp, out)
+	var ae *answerError
+	if errors.As(err, &ae) {
+		return fmt.Errorf("node %s (bus %s): %s", p.Name, addr, ae.text(""))
 	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(b, out)
+	return err
 }
 
 // withPeer lets a bus request through only from a node this one knows (the record on a server,
@@ -82,7 +61,7 @@ func (a *Agent) withPeer(serverOnly bool, h func(http.ResponseWriter, *http.Requ
 		if !ok {
 			return
 		}
-		view := a.gossipView()
+		view := a.role.gossipView()
 		p, ok := view.peer(name)
 		if !ok || p.PublicKey != pub {
 			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: node %s does not know a node of that name with this certificate's key", a.node.Name, name)})
@@ -104,31 +83,31 @@ func (a *Agent) peerRoutes(mux *http.ServeMux) {
 }
 
 // startClientBus serves a client node's bus on its mesh.bus port, once.
-func (a *Agent) startClientBus(ctx context.Context, port uint16) {
-	a.pb.mu.Lock()
-	defer a.pb.mu.Unlock()
-	if a.pb.srv != nil || port == 0 {
+func (c *clientRole) startClientBus(ctx context.Context, port uint16) {
+	c.pb.mu.Lock()
+	defer c.pb.mu.Unlock()
+	if c.pb.srv != nil || port == 0 {
 		return
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(port))))
 	if err != nil {
-		a.log.Error("bus port", "port", port, "err", err)
+		c.log.Error("bus port", "port", port, "err", err)
 		return
 	}
-	tlsCfg := pki.ServerTLS(a.identity, a.caCert)
+	tlsCfg := pki.ServerTLS(c.identity, c.caCert)
 	mux := http.NewServeMux()
-	a.peerRoutes(mux)
+	c.peerRoutes(mux)
 	srv := &http.Server{Handler: mux, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
-	a.pb.srv = srv
+		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)}
+	c.pb.srv = srv
 	go func() {
 		if err := srv.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("bus stopped", "port", port, "err", err)
+			c.log.Error("bus stopped", "port", port, "err", err)
 		}
 	}()
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	a.log.Info("bus listening (a client's: keyring and reach checks)", "port", port)
+	c.log.Info("bus listening (a client's: keyring and reach checks)", "port", port)
 }

@@ -136,6 +136,10 @@ type preflightInput struct {
 }
 
 // preflight checks the machine before genesis raises anything, and reports every finding.
+//
+// It is a flat list of independent checks, each a few lines over what it read once at the top
+// (listening sockets, published ports, the bind plan); it stays one body so the findings come out
+// in the order the operator reads them.
 func preflight(ctx context.Context, in preflightInput) []Finding {
 	var out []Finding
 	add := func(check, level, holder, format string, args ...any) {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -181,9 +182,8 @@ func (rn *raftNode) apply(op fsm.Op, body any, timeout time.Duration) (any, erro
 	}
 	fut := rn.raft.Apply(b, timeout)
 	if err := fut.Error(); err != nil {
-		if err == raft.ErrNotLeader {
-			addr, id := rn.raft.LeaderWithID()
-			return nil, &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
+		if nl := rn.notLeader(err); nl != nil {
+			return nil, nl
 		}
 		return nil, fmt.Errorf("raft did not commit %s: %w", op, err)
 	}
@@ -192,6 +192,16 @@ func (rn *raftNode) apply(op fsm.Op, body any, timeout time.Duration) (any, erro
 		return nil, fmt.Errorf("raft returned %T for %s", fut.Response(), op)
 	}
 	return res.Value, res.Err
+}
+
+// notLeader is the one place Raft's not-leader error becomes the API's: a NotLeaderError naming
+// the leader as this server knows it (the API answers it with 503). It is nil for any other error.
+func (rn *raftNode) notLeader(err error) *NotLeaderError {
+	if !errors.Is(err, raft.ErrNotLeader) {
+		return nil
+	}
+	addr, id := rn.raft.LeaderWithID()
+	return &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
 }
 
 // NotLeaderError says a write reached a server that does not lead.

@@ -2,10 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,13 +9,15 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"meshd/gossip"
 )
 
 // `meshd check reach NODE` tells which of the bus and gossip ports is blocked, and in which
 // direction. This node probes NODE's ports (this → NODE); then it asks NODE over the bus to probe
 // its own (NODE → this). Every probe leaves from an ephemeral port, so only the port named is
-// tested: tcp by connecting; gossip's udp by a memberlist ping encrypted with the gossip key,
-// which NODE's member answers to the port it came from.
+// tested: tcp by connecting; gossip's udp by gossip.Ping, a memberlist ping encrypted with the
+// gossip key, which NODE's member answers to the port it came from.
 
 // ReachCheck is one port probed in one direction.
 type ReachCheck struct {
@@ -75,7 +73,7 @@ func (a *Agent) probePeer(ctx context.Context, p GossipPeer) []ReachCheck {
 	if key == nil {
 		uerr = fmt.Errorf("node %s has no gossip key to probe with (%w)", a.node.Name, errNoGossip)
 	} else {
-		uerr = pingUDP(ctx, p.Advertise, p.Gossip, key)
+		uerr = gossip.Ping(ctx, p.Advertise, p.Gossip, key)
 	}
 	return append(out, mk("gossip", "udp", p.Gossip, uerr))
 }
@@ -89,57 +87,6 @@ func dialTCP(ctx context.Context, host string, port uint16) error {
 	return c.Close()
 }
 
-// pingUDP sends memberlist pings (message type 0, msgpack {SeqNo, Node:""}, AES-GCM encryption
-// version 1 with the gossip key) from an ephemeral port and waits for any answer.
-func pingUDP(ctx context.Context, host string, port uint16, key []byte) error {
-	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
-	raddr, err := net.ResolveUDPAddr("udp", addr)
-	if err != nil {
-		return err
-	}
-	c, err := net.DialUDP("udp", nil, raddr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	buf := make([]byte, 2048)
-	for try := 0; try < 3 && ctx.Err() == nil; try++ {
-		pkt, err := memberlistPing(key, uint32(time.Now().UnixNano()))
-		if err != nil {
-			return err
-		}
-		if _, err := c.Write(pkt); err != nil {
-			return err
-		}
-		_ = c.SetReadDeadline(time.Now().Add(reachTimeout / 2))
-		if n, err := c.Read(buf); err == nil && n > 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("no answer to a gossip ping on udp %s (3 tries)", addr)
-}
-
-func memberlistPing(key []byte, seq uint32) ([]byte, error) {
-	// msgpack: fixmap(2) {"SeqNo": uint32, "Node": ""}
-	msg := []byte{0 /* pingMsg */, 0x82, 0xa5, 'S', 'e', 'q', 'N', 'o', 0xce}
-	msg = binary.BigEndian.AppendUint32(msg, seq)
-	msg = append(msg, 0xa4, 'N', 'o', 'd', 'e', 0xa0)
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	gcm, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	nonce := make([]byte, gcm.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
-		return nil, err
-	}
-	out := append([]byte{1 /* encryption version */}, nonce...)
-	return gcm.Seal(out, nonce, msg, nil), nil
-}
-
 // postReach is the bus's reach check: probe the asker's ports from here.
 func (a *Agent) postReach(w http.ResponseWriter, req *http.Request, peer string) {
 	var in ReachRequest
@@ -148,7 +95,7 @@ func (a *Agent) postReach(w http.ResponseWriter, req *http.Request, peer string)
 		return
 	}
 	// Probe only the asker, at the address this node knows for it.
-	p, ok := a.gossipView().peer(peer)
+	p, ok := a.role.gossipView().peer(peer)
 	if !ok {
 		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s does not know node %s", a.node.Name, peer)})
 		return
@@ -159,12 +106,10 @@ func (a *Agent) postReach(w http.ResponseWriter, req *http.Request, peer string)
 // getReach is `meshd check reach NODE`.
 func (a *Agent) getReach(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
-	if !a.node.Server {
-		if err := a.fetchView(req.Context()); err != nil {
-			a.log.Warn("reach: the gossip view from a server", "err", err)
-		}
+	if err := a.role.refreshView(req.Context()); err != nil {
+		a.log.Warn("reach: the gossip view from a server", "err", err)
 	}
-	view := a.gossipView()
+	view := a.role.gossipView()
 	p, ok := view.peer(name)
 	if !ok {
 		var names []string

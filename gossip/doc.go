@@ -27,4 +27,8 @@
 // said what. That is how DESIGN.md invariant 8 holds here: a member holding
 // the gossip key still cannot forge another node's report, so it cannot move
 // that node's keys.
+//
+// Ping speaks just enough of memberlist's wire protocol (an encrypted ping)
+// to tell whether a member's udp gossip port answers; `meshd check reach`
+// uses it so the agent knows nothing of memberlist's packets.
 package gossip

@@ -1,0 +1,42 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// role is what a node does by its kind, and the one place the agent's server/client split lives.
+// The agent core (the node's identity and secrets, the host reconciler loop, the operator socket,
+// gossip, the peer bus, the lifecycle) holds one role, chosen once at Start from the node file,
+// and calls it. serverRole (server.go) holds Raft and the record, serves the whole bus (enrolment,
+// the declaration watch, the reports clients post) and verifies reports with the record's keys;
+// clientRole (clientnode.go) holds no record: it watches its declaration on a server's bus over
+// mTLS, forwards the operator's reads to a server and refuses writes.
+type role interface {
+	// open starts what the role owns, once the host is open: Raft on a server.
+	open() error
+	// close stops what open started, leaving everything on disk for the next start.
+	close()
+	// operatorAPI is the handler the operator's socket serves.
+	operatorAPI() http.Handler
+	// logStarted says in the log that the agent started, and as what.
+	logStarted()
+	// runLoops starts the role's loops, which end with ctx: what feeds the host its declaration,
+	// and the way the node's host reports reach a server besides gossip.
+	runLoops(ctx context.Context)
+
+	// gossipView is the mesh's gossip as this node knows it: every node's endpoints and key.
+	gossipView() GossipView
+	// refreshView brings gossipView up to date before it is used.
+	refreshView(ctx context.Context) error
+	// enrolledKey is the public key node enrolled with, as the record writes it; "" if unknown.
+	enrolledKey(node string) string
+	// joinsGossip says whether this node joins p's gossip member.
+	joinsGossip(p GossipPeer) bool
+	// servePeerBus serves the node's bus on port, for the other nodes' calls, once gossip knows
+	// the node's own ports.
+	servePeerBus(ctx context.Context, port uint16)
+	// waitGossipRound waits for the next round of gossip joins, at most d.
+	waitGossipRound(ctx context.Context, d time.Duration)
+}

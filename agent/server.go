@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"meshd/fsm"
+	"meshd/host"
+	"meshd/pki"
+)
+
+// serverRole is a server node's role: it runs Raft with the record (fsm), answers the operator's
+// whole API (api.go) and serves the bus (bus.go): enrolment, each node's declaration watch, the
+// reports clients post. Its gossip view and the keys it verifies reports with are the record's.
+type serverRole struct {
+	*Agent
+	fsm  *fsm.FSM
+	raft *raftNode
+
+	// reports are the clients' last host reports, as they posted them to this server's bus.
+	reportsMu sync.Mutex
+	reports   map[string]host.Report
+}
+
+// newServerRole checks that the node can act as a server: it holds the mesh CA key.
+func newServerRole(a *Agent) (*serverRole, error) {
+	if a.secrets.CA == nil {
+		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
+	}
+	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]host.Report{}}, nil
+}
+
+func (s *serverRole) open() error {
+	var err error
+	s.raft, err = openRaft(s.cfg.DataDir, s.node, s.fsm, s.cfg.LogOutput)
+	return err
+}
+
+func (s *serverRole) close() {
+	if s.raft != nil {
+		s.raft.shutdown(s.log)
+	}
+}
+
+func (s *serverRole) logStarted() {
+	s.log.Info("agent started", "id", s.node.ID, "data_dir", s.cfg.DataDir, "socket", s.cfg.Socket,
+		"raft", fmt.Sprintf("%s:%d", s.node.Advertise, s.node.RaftPort))
+}
+
+// runLoops composes the node's own declaration from the record and serves the bus.
+func (s *serverRole) runLoops(ctx context.Context) {
+	go s.watchOwnDeclaration(ctx)
+	go s.runBus(ctx)
+}
+
+// gossipView is the record's: it is always current, so refreshView has nothing to do.
+func (s *serverRole) gossipView() GossipView {
+	var v GossipView
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, s.node.Name) })
+	return v
+}
+
+func (s *serverRole) refreshView(context.Context) error { return nil }
+
+func (s *serverRole) enrolledKey(node string) string {
+	var key string
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		if n := r.Nodes[node]; n != nil {
+			key = n.PublicKey
+		}
+	})
+	return key
+}
+
+// joinsGossip is true for every node: servers join every node the record holds.
+func (s *serverRole) joinsGossip(GossipPeer) bool { return true }
+
+// servePeerBus does nothing: a server's bus (runBus) serves the peer routes too, on the port the
+// record says.
+func (s *serverRole) servePeerBus(context.Context, uint16) {}
+
+// waitGossipRound wakes on a record change (a node enrolled) or after d.
+func (s *serverRole) waitGossipRound(ctx context.Context, d time.Duration) {
+	var index uint64
+	s.fsm.Read(func(_ *fsm.Record, i uint64) { index = i })
+	wctx, cancel := context.WithTimeout(ctx, d)
+	s.fsm.Wait(wctx, index)
+	cancel()
+}
+
+// operatorAPI is the operator's whole API, served once the record has caught up with the log.
+func (s *serverRole) operatorAPI() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.getStatus)
+	mux.HandleFunc("GET /v1/nodes/{node}", s.getNode)
+	mux.HandleFunc("GET /v1/nodes/{node}/original", s.getOriginal)
+	mux.HandleFunc("GET /v1/modules", s.listModules)
+	mux.HandleFunc("GET /v1/modules/{module}", s.getModule)
+	mux.HandleFunc("POST /v1/modules", s.addModule)
+	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", s.moduleAction)
+	mux.HandleFunc("GET /v1/declaration/{node}", s.getDeclaration)
+	mux.HandleFunc("GET /v1/raft/peers", s.raftPeers)
+	mux.HandleFunc("GET /v1/snapshot", s.snapshotSave)
+	mux.HandleFunc("POST /v1/snapshot", s.snapshotRestore)
+	mux.HandleFunc("POST /v1/tokens", s.createToken)
+	mux.HandleFunc("GET /v1/members", s.getMembers)
+	mux.HandleFunc("POST /v1/leave", s.postLeave)
+	mux.HandleFunc("GET /v1/keyring", s.getKeyring)
+	mux.HandleFunc("POST /v1/keyring", s.postKeyring)
+	mux.HandleFunc("GET /v1/reach/{node}", s.getReach)
+	return s.raft.caughtUpOnly(mux)
+}
+
+// watchOwnDeclaration composes the node's declaration each time the record changes and passes it
+// on when it differs from the last one.
+func (s *serverRole) watchOwnDeclaration(ctx context.Context) {
+	if err := s.raft.waitCaughtUp(ctx); err != nil {
+		return
+	}
+	var last []byte
+	var index uint64
+	for ctx.Err() == nil {
+		var d *fsm.Declaration
+		var err error
+		s.fsm.Read(func(r *fsm.Record, i uint64) {
+			index = i
+			if r.Nodes[s.node.Name] != nil {
+				d, err = fsm.Compose(r, s.node.Name)
+			}
+		})
+		if err != nil {
+			s.log.Error("compose own declaration", "err", err)
+		}
+		if d != nil {
+			b, _ := json.Marshal(d)
+			if !bytes.Equal(b, last) {
+				last = b
+				s.log.Info("declaration", "index", index, "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
+				select {
+				case s.declarations <- d:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		s.fsm.Wait(ctx, index)
+	}
+}
