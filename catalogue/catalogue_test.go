@@ -144,3 +144,25 @@ func TestSettingKeyAndFoundationPorts(t *testing.T) {
 		t.Errorf("Suggest(webap) = %v", s)
 	}
 }
+
+// A foundation module's opening from private must be guarded: on an adopted node behind a found
+// firewall that filters only incoming traffic, nothing else would keep it off the outside.
+func TestFoundationPrivateOpeningMustBeGuarded(t *testing.T) {
+	src := strings.Replace(good, "settings:", "foundation: true\nsettings:", 1)
+	src = strings.Replace(src, "from: anywhere", "from: private", 1)
+	_, err := Parse("webapp.yaml", []byte(src))
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Field != "openings[0].guarded" || errs[0].Line != 18 {
+		t.Fatalf("want one error at webapp.yaml:18 openings[0].guarded, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "guarded: true") {
+		t.Fatalf("the error does not say what to write: %v", err)
+	}
+	if _, err := Parse("webapp.yaml", []byte(strings.Replace(src, "path: forwarded}", "path: forwarded, guarded: true}", 1))); err != nil {
+		t.Fatalf("a guarded foundation opening from private is refused: %v", err)
+	}
+	// Every shipped foundation module passes the rule (the broker's port and raft included).
+	if _, err := Default(); err != nil {
+		t.Fatal(err)
+	}
+}

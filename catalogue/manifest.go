@@ -65,7 +65,9 @@ type Opening struct {
 	// Path is "incoming" (to the machine) or "forwarded" (to a published container port).
 	Path string `json:"path" yaml:"path"`
 	// Guarded openings are refused from everywhere but the private network and the machine itself
-	// by meshd's own guard on adopted nodes, whatever the found firewall allows.
+	// by meshd's own guard on adopted nodes, whatever the found firewall allows. Every opening
+	// from private of a foundation module must be guarded; another module's guarded opening is
+	// guarded only once the module is taken (nothing refuses traffic before its cutover).
 	Guarded bool `json:"guarded,omitempty" yaml:"guarded"`
 }
 
@@ -340,6 +342,12 @@ func (p *parser) validate(m *Module) {
 		case "", "tcp", "udp":
 		default:
 			p.add(field+".proto", "%q is not a protocol: tcp or udp", o.Proto)
+		}
+		// A foundation port that only the private network may reach must be guarded: behind a
+		// found firewall that filters only incoming traffic nothing else would refuse it.
+		if m.Foundation && o.From == "private" && !o.Guarded {
+			p.add(field+".guarded", "a foundation module's opening from private must say guarded: true "+
+				"(on an adopted node only the guard keeps port %s off the outside)", o.Port)
 		}
 	}
 	if len(p.errs) > 0 {

@@ -144,7 +144,12 @@ func Compose(r *Record, node string) (*Declaration, error) {
 			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindContainer, Taken: taken, Container: &res.Containers[i]})
 		}
 		for i := range res.Openings {
-			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindOpening, Taken: taken, Opening: &res.Openings[i]})
+			o := &res.Openings[i]
+			// Nothing that refuses traffic is loaded for a module before it is taken, except the
+			// foundation's guard, whose ports genesis's preflight checked (ADR 0100): refusing a
+			// port the predecessor's service still serves would be an outage, not a preparation.
+			o.Guarded = o.Guarded && (m.Foundation || taken)
+			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindOpening, Taken: taken, Opening: o})
 		}
 	}
 	return d, nil

@@ -1,8 +1,11 @@
 package fsm
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"meshd/catalogue"
 )
 
 // The declaration carries the node's mesh ports, the catalogue's defaults filled in and a node's
@@ -36,5 +39,44 @@ func TestUnitComposeCarriesMeshPorts(t *testing.T) {
 	}
 	if _, err := MeshPort(r, r.Nodes["peer1"], "nosuch"); err == nil {
 		t.Error("MeshPort of a setting the mesh module does not have: no error")
+	}
+}
+
+// Nothing refuses traffic for a module before it is taken, except the foundation's guard: a
+// guarded opening of another module is guarded only once the module is taken, while every
+// foundation opening from private is guarded on an adopted node from genesis on.
+func TestUnitGuardedOnlyOnceTakenExceptFoundation(t *testing.T) {
+	r := NewRecord()
+	mustApply(t, r, genesisCmd(t, Adopted))
+	src := catalogue.Source{File: "cache.yaml", Data: "name: cache\nsettings:\n  port: 6380\n" +
+		"openings:\n  - {port: \"${port}\", proto: tcp, from: private, path: forwarded, guarded: true}\n"}
+	mustApply(t, r, cmd(t, OpCatalogueAdd, t0.Add(time.Minute), CatalogueAdd{Source: src}))
+	mustApply(t, r, cmd(t, OpModuleAssign, t0.Add(2*time.Minute), ModuleOnNode{Node: "hub", Module: "cache"}))
+
+	guarded := func() map[string]bool {
+		d, err := Compose(r, "hub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := map[string]bool{}
+		for _, res := range d.Resources {
+			if res.Opening != nil && res.Opening.Guarded {
+				g[fmt.Sprintf("%s:%d", res.Module, res.Opening.Port)] = true
+			}
+		}
+		return g
+	}
+	g := guarded()
+	for _, want := range []string{"store:6379", "broker:5672", "broker:15672", "mesh:7071"} {
+		if !g[want] {
+			t.Errorf("foundation opening %s is not guarded on the adopted hub: %v", want, g)
+		}
+	}
+	if g["cache:6380"] {
+		t.Error("cache's opening is guarded before cache is taken: the predecessor's service on 6380 would be refused")
+	}
+	mustApply(t, r, cmd(t, OpModuleTake, t0.Add(3*time.Minute), ModuleOnNode{Node: "hub", Module: "cache"}))
+	if !guarded()["cache:6380"] {
+		t.Error("cache's opening is not guarded once cache is taken")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"meshd/internal/testenv"
 )
 
 // The guard refuses the store (published 8080 -> container 80, and 7001 on the host) from
@@ -38,6 +40,12 @@ func TestGuard(t *testing.T) {
 	l.wantReach(l.peer, l.peerHost+":7001", true)
 	l.wantReach(l.host, "127.0.0.1:7001", true) // the machine itself
 	l.wantReach(l.cli, l.hostAddr+":7000", false)
+	// Traffic passing through the machine to another address on a guarded port (a container
+	// calling another at its own address, as a predecessor's app calls its redis) is not the
+	// guard's: only traffic addressed to the machine is refused.
+	l.serve(l.cli, "0.0.0.0:7001")
+	testenv.Run(t, "ip", "-n", l.cli, "route", "add", "192.0.2.0/24", "via", l.hostAddr)
+	l.wantReach(l.ctr, "198.51.100.2:7001", true)
 
 	table := l.sh("nft list table inet " + GuardTable)
 	t.Logf("guard:\n%s", table)

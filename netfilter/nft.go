@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -110,14 +111,29 @@ func protoNum(p string) byte {
 }
 
 // matchIIF matches (or, with neq, excludes) an input interface.
+// matchIIF matches the input interface's name; a name ending in "*" matches every name with
+// that prefix (as nft's iifname "br-*").
 func matchIIF(name string, neq bool) []expr.Any {
 	op := expr.CmpOpEq
 	if neq {
 		op = expr.CmpOpNeq
 	}
+	data := ifname(name)
+	if prefix, ok := strings.CutSuffix(name, "*"); ok {
+		data = []byte(prefix)
+	}
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Cmp{Op: op, Register: 1, Data: ifname(name)},
+		&expr.Cmp{Op: op, Register: 1, Data: data},
+	}
+}
+
+// matchLocalDestination matches a packet addressed to the machine itself (fib daddr type local):
+// in prerouting, before any DNAT, that is one of the machine's own addresses, IPv4 or IPv6.
+func matchLocalDestination() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
 	}
 }
 

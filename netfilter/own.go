@@ -158,8 +158,9 @@ const (
 	FilterTable = "meshd_filter"
 )
 
-// GuardSpec says what the refuse-only guard protects: the ports (the store's, the broker's
-// management port) and who may still reach them besides the machine itself (loopback): the
+// GuardSpec says what the refuse-only guard protects: the ports (every foundation port declared
+// from the private network: the store's, the broker's and its management port, raft) and who may
+// still reach them besides the machine itself (loopback and the container runtime's bridges): the
 // private network's interface and any Trusted interface.
 type GuardSpec struct {
 	Private Private
@@ -167,27 +168,37 @@ type GuardSpec struct {
 	Trusted []string
 }
 
+// RuntimeBridges are the interface names the container runtime gives its bridges: Docker's default
+// bridge and the "br-" prefix of every user-defined network. Traffic arriving on them comes from
+// the machine's own containers, which the guard lets through ("the machine itself"). A host bridge
+// holding the uplink (br0, virbr0) does not match: only the exact "br-" prefix Docker uses does.
+var RuntimeBridges = []string{"docker0", "br-*"}
+
 // Guard loads the refuse-only guard on an adopted node: meshd's own table whose one chain,
 // at prerouting priority -150 (ahead of dstnat at -100, so it sees the port the client
-// addressed before Docker's DNAT), drops traffic to the guarded ports from any interface but
-// loopback, the private network's and the trusted ones. Its policy is accept and it holds no
-// accept rule: it never lets anything through the found firewall, and the found firewall,
-// in other tables, cannot undo its drop. Nothing is written when it is already loaded as
-// spec says; wrote says whether it wrote.
+// addressed before Docker's DNAT), drops traffic addressed to the machine (fib daddr type local)
+// on a guarded port from any interface but loopback, the private network's, the container
+// runtime's bridges and the trusted ones. Traffic passing through the machine to another address
+// (one container calling another at its bridge address on the same port) is not the guard's: it
+// passes untouched. Its policy is accept and it holds no accept rule: it never lets anything
+// through the found firewall, and the found firewall, in other tables, cannot undo its drop.
+// Nothing is written when it is already loaded as spec says; wrote says whether it wrote.
 func Guard(ctx context.Context, env Env, spec GuardSpec) (wrote bool, err error) {
 	if spec.Private.Interface == "" {
 		return false, fmt.Errorf("guard: the private network's interface is not known")
 	}
-	allowed := append([]string{"lo", spec.Private.Interface}, spec.Trusted...)
+	allowed := append([]string{"lo", spec.Private.Interface}, RuntimeBridges...)
+	allowed = append(allowed, spec.Trusted...)
 	var rules []ownRule
 	for _, p := range spec.Ports {
 		var ex []expr.Any
 		for _, i := range allowed {
 			ex = append(ex, matchIIF(i, true)...)
 		}
+		ex = append(ex, matchLocalDestination()...)
 		ex = append(ex, matchPort(p.Proto, p.Port, false)...)
 		ex = append(ex, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
-		rules = append(rules, ownRule{comment: fmt.Sprintf("meshd:guard:%s:only-from:%v", p, allowed), exprs: ex})
+		rules = append(rules, ownRule{comment: fmt.Sprintf("meshd:guard:%s:to-machine:only-from:%v", p, allowed), exprs: ex})
 	}
 	return loadOwnTable(env, GuardTable, []ownChain{{
 		name: "prerouting", hook: nftables.ChainHookPrerouting, prio: -150,
