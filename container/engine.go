@@ -379,3 +379,42 @@ func containerName(names []string, id string) string {
 	}
 	return shortID(id)
 }
+
+// Prepare creates the container spec declares under the name as (a staging name: the declared
+// one may be held by the container it will replace) without starting it, and returns its id.
+// The image must be on the machine (ErrImageMissing otherwise); nothing else is touched. A take
+// prepares first, so that a missing image or a refused configuration stops it before the found
+// container is touched.
+func (e *Engine) Prepare(ctx context.Context, spec Spec, as string) (string, error) {
+	if err := spec.Validate(); err != nil {
+		return "", err
+	}
+	if err := e.checkImage(ctx, spec); err != nil {
+		return "", err
+	}
+	cfg, hc := engineConfig(spec)
+	resp, err := e.cli.ContainerCreate(ctx, cfg, hc, nil, nil, as)
+	if err != nil {
+		if cerrdefs.IsConflict(err) {
+			return "", fmt.Errorf("prepare container %s as %s: the name is in use (engine %s): %w", spec.Name, as, e.host, err)
+		}
+		if cerrdefs.IsNotFound(err) {
+			return "", &ImageMissingError{Image: spec.Image, Container: spec.Name, Host: e.host}
+		}
+		return "", e.wrap(fmt.Sprintf("prepare container %s as %s", spec.Name, as), err)
+	}
+	e.log.Info("container: prepared, not started", "container", spec.Name, "as", as, "id", shortID(resp.ID), "image", spec.Image)
+	return resp.ID, nil
+}
+
+// Stop stops the container ref (an id or an exact name), giving it the engine's stop timeout;
+// stopping a stopped one is not an error.
+func (e *Engine) Stop(ctx context.Context, ref string) error {
+	timeout := int(e.stopTimeout / time.Second)
+	return e.wrap("stop container "+ref, e.cli.ContainerStop(ctx, ref, dcontainer.StopOptions{Timeout: &timeout}))
+}
+
+// Rename gives the container ref (an id or an exact name) the name to.
+func (e *Engine) Rename(ctx context.Context, ref, to string) error {
+	return e.wrap(fmt.Sprintf("rename container %s to %s", ref, to), e.cli.ContainerRename(ctx, ref, to))
+}

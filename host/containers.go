@@ -63,8 +63,16 @@ type engine interface {
 	// container.ErrImageMissing.
 	Create(ctx context.Context, spec container.Spec) (id string, err error)
 	// Replace puts spec's container in the place of old, checking the image first and putting
-	// old back when the new one cannot start; replaced is old's configuration.
+	// old back when the new one cannot start; replaced is old's configuration. It recreates the
+	// host's own containers; a take is staged with Prepare, Stop and Rename instead.
 	Replace(ctx context.Context, old container.Observed, spec container.Spec) (id string, replaced json.RawMessage, err error)
+	// Prepare creates spec's container under the name as, not started; a missing image is a
+	// container.ErrImageMissing and touches nothing.
+	Prepare(ctx context.Context, spec container.Spec, as string) (id string, err error)
+	// Stop stops, Rename renames, Start starts and Remove removes a container by its exact name
+	// or its id; Remove of one that is not there is not an error.
+	Stop(ctx context.Context, ref string) error
+	Rename(ctx context.Context, ref, to string) error
 	Start(ctx context.Context, name string) error
 	Remove(ctx context.Context, name string) error
 	// Published is every port every running container publishes on the machine.
@@ -78,6 +86,11 @@ var _ engine = (*container.Engine)(nil)
 type ContainerDriver struct {
 	eng engine
 	log *slog.Logger
+	// crash is the armed crash point's check (see the package doc): SIGKILL in production when
+	// CrashEnv names the point; the unit tests put a panic in its place.
+	crash func(point string)
+	// cut are the containers a take cut over in the last pass, by module, for StepBack.
+	cut map[string][]string
 }
 
 // NewContainerDriver returns the container kind's driver on eng; log nil means slog.Default().
@@ -89,7 +102,8 @@ func newContainerDriver(eng engine, log *slog.Logger) *ContainerDriver {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &ContainerDriver{eng: eng, log: log}
+	c := newCrasher(log)
+	return &ContainerDriver{eng: eng, log: log, crash: c.reach}
 }
 
 // Kind is fsm.KindContainer.
@@ -135,6 +149,9 @@ type ContainerView struct {
 	// OriginalKept says the found container's configuration is in the record store
 	// (Host.ContainerOriginal).
 	OriginalKept bool `json:"original_kept,omitempty"`
+	// Aside is the name the container a take replaced is kept under, stopped, until the
+	// operator removes it: stepping back is renaming it back and starting it.
+	Aside string `json:"aside,omitempty"`
 }
 
 // PublishedPort is one port a container publishes on the machine.
@@ -167,7 +184,34 @@ type containerRecord struct {
 	// before it was stopped.
 	Replaced   json.RawMessage `json:"replaced,omitempty"`
 	ReplacedAt time.Time       `json:"replaced_at,omitzero"`
+	// ReplacedID and Aside are the container a take replaced and the name it is kept under,
+	// stopped (ctrAsideName), until the operator removes it.
+	ReplacedID string `json:"replaced_id,omitempty"`
+	Aside      string `json:"aside,omitempty"`
+	// Cutover is a take under way: committed before the found container is stopped, dropped
+	// when the new one runs or the found one is back. A pass after a crash finishes it.
+	Cutover *ctrCutover `json:"cutover,omitempty"`
 }
+
+// ctrCutover is what a take in progress must remember to finish or to put back what was found.
+type ctrCutover struct {
+	// OldID is the container being replaced; WasRunning whether it ran before the take stopped
+	// it; Replaced its configuration just before.
+	OldID      string          `json:"old_id"`
+	WasRunning bool            `json:"was_running"`
+	Replaced   json.RawMessage `json:"replaced,omitempty"`
+	// Aside is the name it is moved to; StagedID the new container, prepared under
+	// ctrStagedName.
+	Aside    string `json:"aside"`
+	StagedID string `json:"staged_id"`
+}
+
+// ctrStagedName is the temporary name a take prepares the new container under while the found
+// one holds the declared name.
+func ctrStagedName(name string) string { return name + ".meshd-new" }
+
+// ctrAsideName is the name a container replaced by a take is kept under, stopped.
+func ctrAsideName(name, id string) string { return name + ".meshd-replaced-" + ctrShort(id) }
 
 // ctrPass is one pass of the driver.
 type ctrPass struct {
@@ -185,6 +229,7 @@ func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	records := map[string]*containerRecord{}
 	p := &ctrPass{d: d, recs: pass.Records, rep: rep, records: records}
 	p.out.Detail = rep
+	d.cut = map[string][]string{}
 
 	if pass.Records == nil {
 		p.failAll(pass.Resources, errors.New("no record store given to the container driver"))
@@ -306,7 +351,8 @@ const (
 	ctrHold                       // found, module not taken: its configuration recorded, then held
 	ctrCreate                     // nothing there, not the host's yet: created (assigning prepares)
 	ctrAdopt                      // found or held, taken, already the declaration: adopted in place
-	ctrReplace                    // found or held, taken, differing: replaced, its configuration kept
+	ctrReplace                    // found or held, taken, differing: replaced, staged, kept aside
+	ctrResume                     // held, taken, a take interrupted after moving it aside: finished
 	ctrRecreate                   // the host's, removed by something else: created again
 	ctrConverge                   // the host's, differing from its declaration: recreated
 	ctrStart                      // the host's, as declared but stopped: started
@@ -362,6 +408,8 @@ func decideContainer(rec *containerRecord, o container.Observed, exists bool, sp
 			a.step = ctrObserveHeld
 		case !taken && exists:
 			a.step = ctrHold
+		case !exists && rec != nil && rec.Cutover != nil: // moved aside by a take a crash cut short
+			a.step = ctrResume
 		case !exists: // never was, or a held one was removed
 			a.step = ctrCreate
 		default:
@@ -415,6 +463,9 @@ func (p *ctrPass) claim(c ctrClaim, module string, spec container.Spec, o contai
 		p.d.log.Info("container carrying meshd's labels recorded as the host's", "container", spec.Name, "module", module, "id", ctrShort(o.ID))
 	case claimInterrupted:
 		rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, o.ID, spec.Image, module, now
+		if c := rec.Cutover; c != nil { // the new one was in place; what it replaced stays aside
+			rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside, rec.Cutover = c.Replaced, now, c.OldID, c.Aside, nil
+		}
 	default:
 		return rec, nil
 	}
@@ -448,7 +499,10 @@ func (p *ctrPass) act(ctx context.Context, a ctrAction, view ContainerView, spec
 		if a.step == ctrAdopt {
 			return p.adopt(ctx, view, spec, o, rec, a.start)
 		}
-		return p.replace(ctx, view, spec, o, rec, a.diff)
+		p.d.log.Info("taking a found container: replacing it", "container", name, "module", module, "id", ctrShort(o.ID), "differences", strings.Join(a.diff, "; "))
+		return p.take(ctx, view, spec, &o, rec)
+	case ctrResume:
+		return p.resume(ctx, view, spec, rec)
 	case ctrRecreate:
 		return p.recreate(ctx, view, spec, rec)
 	case ctrConverge:
@@ -510,29 +564,6 @@ func (p *ctrPass) adopt(ctx context.Context, view ContainerView, spec container.
 		p.out.Changes++
 		view.Action = "adopted, started"
 	}
-	return p.settle(ctx, view, rec)
-}
-
-// replace puts the declaration in the place of a found or held container, its configuration kept.
-func (p *ctrPass) replace(ctx context.Context, view ContainerView, spec container.Spec, o container.Observed, rec *containerRecord, diff []string) (ContainerView, error) {
-	name, module := spec.Name, view.Module
-	p.d.log.Info("taking a found container: replacing it", "container", name, "module", module, "id", ctrShort(o.ID), "differences", strings.Join(diff, "; "))
-	id, replaced, err := p.d.eng.Replace(ctx, o, spec)
-	if err != nil {
-		// The found container keeps running (Replace checks the image first, and puts the old one
-		// back when the new one cannot start).
-		p.observeHeld(&view, rec, o, true)
-		return view, err
-	}
-	p.out.Changes++
-	rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, id, spec.Image, module, time.Now().UTC()
-	if replaced != nil {
-		rec.Replaced, rec.ReplacedAt = replaced, rec.At
-	}
-	if err := p.put(name, rec); err != nil {
-		return view, err
-	}
-	view.Action = "replaced"
 	return p.settle(ctx, view, rec)
 }
 
@@ -699,7 +730,7 @@ func (p *ctrPass) viewOf(view ContainerView, rec *containerRecord, o container.O
 		view.Ports = append(view.Ports, fmt.Sprintf("%s->%d/%s", ctrHostPort(x.HostIP, x.HostPort), x.ContainerPort, x.Proto))
 	}
 	if rec != nil {
-		view.State = rec.State
+		view.State, view.Aside = rec.State, rec.Aside
 		view.OriginalKept = len(rec.Original) > 0 || len(rec.Replaced) > 0
 		if view.Since.IsZero() {
 			view.Since = rec.At
@@ -715,7 +746,7 @@ func (p *ctrPass) viewFromRecord(view *ContainerView, rec *containerRecord) {
 	if rec == nil {
 		return
 	}
-	view.State, view.ID, view.Image = rec.State, rec.ID, rec.Image
+	view.State, view.ID, view.Image, view.Aside = rec.State, rec.ID, rec.Image, rec.Aside
 	view.OriginalKept = len(rec.Original) > 0 || len(rec.Replaced) > 0
 	view.Since = rec.At
 	if rec.State == ContainerHeld {

@@ -27,9 +27,14 @@ type fakeEngine struct {
 	images map[string]bool
 	ctrs   map[string]*fakeCtr
 	seq    int
-	// ops are the calls that changed something ("create NAME", "replace NAME", "start NAME",
-	// "remove NAME"), in order.
+	// ops are the calls that changed something ("create NAME", "replace NAME", "prepare NAME as
+	// STAGED", "stop NAME", "rename NAME to OTHER", "start NAME", "remove NAME"), in order, each
+	// container named by the name it had when called.
 	ops []string
+	// failStart makes starting a container of that image fail; failPrepare makes every Prepare
+	// fail (a refused configuration).
+	failStart   map[string]error
+	failPrepare error
 }
 
 type fakeCtr struct {
@@ -39,7 +44,7 @@ type fakeCtr struct {
 }
 
 func newFakeEngine(images ...string) *fakeEngine {
-	f := &fakeEngine{host: "unix:///run/fake-docker.sock", images: map[string]bool{}, ctrs: map[string]*fakeCtr{}}
+	f := &fakeEngine{host: "unix:///run/fake-docker.sock", images: map[string]bool{}, ctrs: map[string]*fakeCtr{}, failStart: map[string]error{}}
 	for _, i := range images {
 		f.images[i] = true
 	}
@@ -186,29 +191,102 @@ func (f *fakeEngine) Replace(_ context.Context, old container.Observed, spec con
 	return id, raw, nil
 }
 
-func (f *fakeEngine) Start(_ context.Context, name string) error {
+// lookup finds a container by its exact name or its id; it returns its name.
+func (f *fakeEngine) lookup(ref string) (string, *fakeCtr) {
+	if c, ok := f.ctrs[ref]; ok {
+		return ref, c
+	}
+	for name, c := range f.ctrs {
+		if c.id == ref {
+			return name, c
+		}
+	}
+	return "", nil
+}
+
+func (f *fakeEngine) Start(_ context.Context, ref string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return f.unreachable("start container " + name)
+		return f.unreachable("start container " + ref)
 	}
-	c, ok := f.ctrs[name]
-	if !ok {
-		return fmt.Errorf("start container %s (engine %s): no such container", name, f.host)
+	name, c := f.lookup(ref)
+	if c == nil {
+		return fmt.Errorf("start container %s (engine %s): no such container", ref, f.host)
+	}
+	if err := f.failStart[c.spec.Image]; err != nil {
+		return fmt.Errorf("start container %s (engine %s): %w", name, f.host, err)
 	}
 	c.running = true
 	f.ops = append(f.ops, "start "+name)
 	return nil
 }
 
-func (f *fakeEngine) Remove(_ context.Context, name string) error {
+func (f *fakeEngine) Remove(_ context.Context, ref string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return f.unreachable("remove container " + name)
+		return f.unreachable("remove container " + ref)
+	}
+	if name, c := f.lookup(ref); c != nil {
+		delete(f.ctrs, name)
+		f.ops = append(f.ops, "remove "+name)
+	}
+	return nil
+}
+
+func (f *fakeEngine) Prepare(_ context.Context, spec container.Spec, as string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return "", f.unreachable("prepare container " + spec.Name)
+	}
+	if err := f.imageMissing(spec); err != nil {
+		return "", err
+	}
+	if f.failPrepare != nil {
+		return "", fmt.Errorf("prepare container %s (engine %s): %w", spec.Name, f.host, f.failPrepare)
+	}
+	if _, ok := f.ctrs[as]; ok {
+		return "", fmt.Errorf("prepare container %s as %s (engine %s): the name is in use", spec.Name, as, f.host)
+	}
+	id := f.newID()
+	f.ctrs[as] = &fakeCtr{id: id, spec: spec}
+	f.ops = append(f.ops, "prepare "+spec.Name+" as "+as)
+	return id, nil
+}
+
+func (f *fakeEngine) Stop(_ context.Context, ref string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return f.unreachable("stop container " + ref)
+	}
+	name, c := f.lookup(ref)
+	if c == nil {
+		return fmt.Errorf("stop container %s (engine %s): no such container", ref, f.host)
+	}
+	c.running = false
+	f.ops = append(f.ops, "stop "+name)
+	return nil
+}
+
+func (f *fakeEngine) Rename(_ context.Context, ref, to string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return f.unreachable("rename container " + ref)
+	}
+	name, c := f.lookup(ref)
+	if c == nil {
+		return fmt.Errorf("rename container %s (engine %s): no such container", ref, f.host)
+	}
+	if _, taken := f.ctrs[to]; taken {
+		return fmt.Errorf("rename container %s to %s (engine %s): the name is in use", name, to, f.host)
 	}
 	delete(f.ctrs, name)
-	f.ops = append(f.ops, "remove "+name)
+	f.ctrs[to] = c
+	f.ops = append(f.ops, "rename "+name+" to "+to)
 	return nil
 }
 

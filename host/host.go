@@ -143,9 +143,7 @@ type Host struct {
 
 	owners map[string]ids // resolved owners, guarded by pass
 
-	crashAt   string // CrashEnv's point, "" in production
-	crashNth  int
-	crashHits int
+	crasher *crasher // CrashEnv's point; reaches nothing in production
 }
 
 // Open opens the record store in cfg.DataDir and returns the host, which does nothing until
@@ -183,7 +181,7 @@ func Open(cfg Config) (*Host, error) {
 		kinds[d.Kind()] = true
 		h.drivers = append(h.drivers, d)
 	}
-	h.crashAt, h.crashNth = parseCrash(os.Getenv(CrashEnv))
+	h.crasher = newCrasher(h.log)
 	if err := ensureDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
@@ -353,16 +351,32 @@ func parseCrash(v string) (string, int) {
 	return name, n
 }
 
-// crash SIGKILLs the process when point is the armed crash point.
-func (h *Host) crash(point string) {
-	if h.crashAt != point {
+// crasher is the armed crash point of one process part (the host, a driver).
+type crasher struct {
+	at        string // CrashEnv's point, "" in production
+	nth, hits int
+	log       *slog.Logger
+}
+
+func newCrasher(log *slog.Logger) *crasher {
+	c := &crasher{log: log}
+	c.at, c.nth = parseCrash(os.Getenv(CrashEnv))
+	return c
+}
+
+// reach SIGKILLs the process when point is the armed crash point.
+func (c *crasher) reach(point string) {
+	if c.at != point {
 		return
 	}
-	h.crashHits++
-	if h.crashHits < h.crashNth {
+	c.hits++
+	if c.hits < c.nth {
 		return
 	}
-	h.log.Warn("crash point reached: killing the process", "point", point)
+	c.log.Warn("crash point reached: killing the process", "point", point)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal arrives; nothing after this point runs
 }
+
+// crash SIGKILLs the process when point is the armed crash point.
+func (h *Host) crash(point string) { h.crasher.reach(point) }

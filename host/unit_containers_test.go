@@ -81,6 +81,13 @@ func unitNoErrors(t *testing.T, rep Report) {
 	}
 }
 
+// unitTakeOps are the engine calls of a staged take of the found container foundID at name:
+// prepared under the staged name, then the cutover.
+func unitTakeOps(name, foundID string) []string {
+	return []string{"prepare " + name + " as " + ctrStagedName(name), "stop " + name,
+		"rename " + name + " to " + ctrAsideName(name, foundID), "rename " + ctrStagedName(name) + " to " + name, "start " + name}
+}
+
 func unitOps(t *testing.T, f *fakeEngine, want ...string) {
 	t.Helper()
 	if got := f.takeOps(); !slices.Equal(got, want) {
@@ -209,7 +216,7 @@ func TestUnitContainerAdoptedHeldThenTakenReplaced(t *testing.T) {
 	// Taken: replaced, what was found kept.
 	rep = h.Reconcile(ctx, unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true)))
 	unitNoErrors(t, rep)
-	unitOps(t, f, "replace web")
+	unitOps(t, f, unitTakeOps("web", other)...)
 	if v = unitCtrView(t, rep, "web"); v.State != ContainerReplaced || v.Action != "replaced" || !v.OriginalKept {
 		t.Fatalf("taken: %+v", v)
 	}
@@ -259,7 +266,7 @@ func TestUnitContainerConvergedRecordsThenReplacesMissingCreated(t *testing.T) {
 				}
 				return
 			}
-			unitOps(t, f, "replace web", "create notes")
+			unitOps(t, f, append(unitTakeOps("web", foundID), "create notes")...)
 			if web.State != ContainerReplaced || !web.OriginalKept {
 				t.Fatalf("found on a converged node: %+v", web)
 			}

@@ -1,0 +1,174 @@
+package host
+
+// A take of a found or held container, staged (see "A take is staged" in the package doc):
+// prepare (the new container created, not started, under ctrStagedName: a missing image or a
+// refused configuration stops the take with nothing touched), record the cutover, then cut over
+// (stop the found container, move it aside under ctrAsideName, move the new one into the
+// declared name, start it). A cutover that fails puts back what was found: the new container
+// removed, the found one renamed back and started if it ran. The replaced container stays
+// stopped under its moved-aside name until the operator removes it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"meshd/container"
+)
+
+// take replaces a found or held container with spec's, staged. o is the found container at the
+// declared name; nil when an interrupted take already moved it aside (rec.Cutover says where).
+func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.Spec, o *container.Observed, rec *containerRecord) (ContainerView, error) {
+	name := spec.Name
+	stage := ctrStagedName(name)
+	held := func() ContainerView {
+		if o != nil {
+			p.observeHeld(&view, rec, *o, true)
+		} else {
+			p.viewFromRecord(&view, rec)
+		}
+		return view
+	}
+	// Prepare: a staged container an interrupted take left goes first.
+	if err := p.d.eng.Remove(ctx, stage); err != nil {
+		return held(), fmt.Errorf("container %s: take not prepared, nothing touched: removing the staged %s an earlier take left: %w", name, stage, err)
+	}
+	newID, err := p.d.eng.Prepare(ctx, spec, stage)
+	if err != nil {
+		return held(), fmt.Errorf("container %s: take not prepared, nothing touched: %w", name, err)
+	}
+	p.out.Changes++
+	p.d.crash("take.container.after-prepare")
+
+	cut := rec.Cutover
+	if o != nil {
+		wasRunning := o.Running
+		if cut != nil && cut.OldID == o.ID { // a crash came after it was stopped
+			wasRunning = wasRunning || cut.WasRunning
+		}
+		cut = &ctrCutover{OldID: o.ID, WasRunning: wasRunning, Replaced: o.Raw, Aside: ctrAsideName(name, o.ID)}
+	}
+	cut.StagedID = newID
+	rec.Cutover = cut
+	if err := p.put(name, rec); err != nil {
+		return held(), errors.Join(fmt.Errorf("container %s: take not cut over: %w", name, err), p.d.eng.Remove(ctx, newID))
+	}
+	p.d.crash("take.container.after-record-cutover")
+
+	// Cut over.
+	movedAside := o == nil
+	fail := func(step string, err error) (ContainerView, error) {
+		cause := fmt.Errorf("container %s: take failed at %s: %w", name, step, err)
+		if back := p.putBack(ctx, name, rec, movedAside); back != nil {
+			return held(), errors.Join(cause, back)
+		}
+		return held(), fmt.Errorf("%w; the found container %s is back as it was", cause, ctrShort(cut.OldID))
+	}
+	if o != nil {
+		if err := p.d.eng.Stop(ctx, o.ID); err != nil {
+			return fail("stopping the found container", err)
+		}
+		p.d.crash("take.container.after-stop")
+		if err := p.d.eng.Rename(ctx, o.ID, cut.Aside); err != nil {
+			return fail("moving the found container aside to "+cut.Aside, err)
+		}
+		movedAside = true
+		p.d.crash("take.container.after-move-aside")
+	}
+	if err := p.d.eng.Rename(ctx, newID, name); err != nil {
+		return fail("moving the new container into place", err)
+	}
+	p.d.crash("take.container.after-move-new")
+	if err := p.d.eng.Start(ctx, name); err != nil {
+		return fail("starting the new container", err)
+	}
+	p.out.Changes++
+	now := time.Now().UTC()
+	rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, newID, spec.Image, view.Module, now
+	rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside, rec.Cutover = cut.Replaced, now, cut.OldID, cut.Aside, nil
+	if err := p.put(name, rec); err != nil {
+		return view, err
+	}
+	p.d.cut[view.Module] = append(p.d.cut[view.Module], name)
+	p.d.log.Info("container taken: the found one is kept stopped aside", "container", name, "module", view.Module,
+		"id", ctrShort(newID), "aside", cut.Aside)
+	view.Action = "replaced"
+	return p.settle(ctx, view, rec)
+}
+
+// resume finishes a take a crash cut short after the found container was moved aside; if it is
+// not there either (something removed it), the declaration is simply created.
+func (p *ctrPass) resume(ctx context.Context, view ContainerView, spec container.Spec, rec *containerRecord) (ContainerView, error) {
+	o, exists, err := p.d.eng.Inspect(ctx, rec.Cutover.Aside)
+	if err != nil {
+		p.viewFromRecord(&view, rec)
+		return view, err
+	}
+	if exists && o.ID == rec.Cutover.OldID {
+		p.d.log.Warn("finishing a take a crash interrupted", "container", spec.Name, "aside", rec.Cutover.Aside)
+		return p.take(ctx, view, spec, nil, rec)
+	}
+	rec.Cutover = nil
+	return p.create(ctx, view, spec, rec)
+}
+
+// putBack undoes a cutover: the new container removed, the found one renamed back and started if
+// it ran, the record held again. Every step is tried; what fails is named.
+func (p *ctrPass) putBack(ctx context.Context, name string, rec *containerRecord, movedAside bool) error {
+	ctx = context.WithoutCancel(ctx)
+	cut := rec.Cutover
+	var errs []error
+	if err := p.d.eng.Remove(ctx, cut.StagedID); err != nil {
+		errs = append(errs, fmt.Errorf("removing the new container %s: %w", ctrShort(cut.StagedID), err))
+	}
+	if movedAside {
+		if err := p.d.eng.Rename(ctx, cut.OldID, name); err != nil {
+			errs = append(errs, fmt.Errorf("renaming the found container back from %s: %w", cut.Aside, err))
+		}
+	}
+	if cut.WasRunning {
+		if err := p.d.eng.Start(ctx, cut.OldID); err != nil {
+			errs = append(errs, fmt.Errorf("starting the found container %s again: %w", ctrShort(cut.OldID), err))
+		}
+	}
+	p.out.Changes++
+	if len(errs) > 0 {
+		return fmt.Errorf("container %s: putting back what was found failed (its record keeps the take under way): %w", name, errors.Join(errs...))
+	}
+	rec.Cutover = nil
+	if err := p.put(name, rec); err != nil {
+		return err
+	}
+	p.d.log.Warn("take failed: the found container is back", "container", name, "id", ctrShort(cut.OldID))
+	return nil
+}
+
+// StepBack puts back, for module, what the containers its take cut over in the last pass
+// replaced: the host calls it when the take's file cutover fails after the containers'.
+func (d *ContainerDriver) StepBack(ctx context.Context, pass Pass, module string) error {
+	records := map[string]*containerRecord{}
+	if err := loadCtrRecords(pass.Records, records); err != nil {
+		return err
+	}
+	p := &ctrPass{d: d, recs: pass.Records, records: records}
+	var errs []error
+	for _, name := range d.cut[module] {
+		rec := records[name]
+		if rec == nil || rec.State != ContainerReplaced || rec.Aside == "" {
+			continue
+		}
+		rec.Cutover = &ctrCutover{OldID: rec.ReplacedID, WasRunning: true, Replaced: rec.Replaced, Aside: rec.Aside, StagedID: rec.ID}
+		if err := p.putBack(ctx, name, rec, true); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rec.State, rec.ID, rec.Image, rec.At = ContainerHeld, rec.ReplacedID, rec.FoundImage, time.Now().UTC()
+		rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside = nil, time.Time{}, "", ""
+		if err := p.put(name, rec); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	delete(d.cut, module)
+	return errors.Join(errs...)
+}
