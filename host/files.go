@@ -20,22 +20,27 @@ type fileCtx struct {
 	written map[string]writtenRecord
 	found   map[string]foundRecord
 	rep     *Report
+	// staged are the writes that replace a found file, by module: rendered and their latest
+	// bytes recorded, written at the module's cutover (cutoverFiles), after its containers.
+	staged map[string][]stagedWrite
 }
 
 // files reconciles the declared files, then what the records know of files no longer declared.
-func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource, rep *Report) {
+// The writes that replace found files are only staged; the caller cuts them over (cutoverFiles).
+func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource, rep *Report) *fileCtx {
+	fc := &fileCtx{rep: rep, staged: map[string][]stagedWrite{}}
 	written, found, err := h.st.records()
 	if err != nil {
 		for _, r := range rs {
 			rep.Errors = append(rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module, Reason: err.Error()})
 		}
-		return
+		return fc
 	}
-	fc := &fileCtx{written: written, found: found, rep: rep}
+	fc.written, fc.found = written, found
 	declared := map[string]string{} // path -> module declaring it
 	for _, r := range rs {
 		if ctx.Err() != nil {
-			return
+			return fc
 		}
 		if r.File == nil {
 			rep.Errors = append(rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module, Reason: "a file resource without a file"})
@@ -66,7 +71,7 @@ func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource,
 	sort.Strings(gone)
 	for _, p := range gone {
 		if ctx.Err() != nil {
-			return
+			return fc
 		}
 		if _, wasFound := found[p]; wasFound {
 			continue // it replaced a found file: left as it is, its original kept
@@ -96,6 +101,7 @@ func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource,
 		}
 		rep.Held = append(rep.Held, hf)
 	}
+	return fc
 }
 
 func (h *Host) fail(fc *fileCtx, r fsm.Resource, err error) {
@@ -131,6 +137,10 @@ type fileAction struct {
 	step fileStep
 	// recordFound: a found file on a take or a converged node has its original recorded first.
 	recordFound bool
+	// stage: the write replaces a file the host found (held, or found this pass): its latest
+	// bytes, mode and owner are recorded, and it is written at its module's cutover, after the
+	// module's containers, put back if the cutover fails.
+	stage bool
 }
 
 // decideFile is the file kind's decision (see the package doc): a pure function of the records
@@ -155,6 +165,7 @@ func decideFile(ours, wasFound, exists, sameContent, taken, createOnce bool) fil
 		a.step = fileFixMeta
 	default:
 		a.step = fileWrite
+		a.stage = !ours && exists
 	}
 	return a
 }
@@ -216,6 +227,9 @@ func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 	if a.step == fileFixMeta {
 		return h.keepFile(fc, r, loc, w, mode, owner)
 	}
+	if a.stage {
+		return h.stageWrite(fc, r, loc, want, mode, owner)
+	}
 	return h.writeFile(fc, r, loc, want, mode, owner, wasFound && !ours)
 }
 
@@ -265,6 +279,9 @@ func (h *Host) writeFile(fc *fileCtx, r fsm.Resource, loc located, want []byte, 
 // recordFound durably records a found file's original before anything else happens to it.
 func (h *Host) recordFound(fc *fileCtx, r fsm.Resource, loc located) (foundRecord, error) {
 	fr := foundRecord{Module: r.Module, Hash: hashOf(loc.content), Size: len(loc.content), At: time.Now().UTC()}
+	if m, ok := metaOf(loc.info); ok {
+		fr.Meta = &m
+	}
 	if err := h.st.putFound(r.File.Path, fr, loc.content); err != nil {
 		return fr, err
 	}

@@ -271,13 +271,22 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	for _, r := range d.Resources {
 		byKind[r.Kind] = append(byKind[r.Kind], r)
 	}
-	h.files(ctx, d, byKind[fsm.KindFile], &rep)
+	// A take is staged across kinds: files that replace found ones are only prepared here, the
+	// drivers cut their resources over, then the files are written, module by module, unless a
+	// container of the module failed; a file that cannot be written steps the module back.
+	fc := h.files(ctx, d, byKind[fsm.KindFile], &rep)
+	blocked := map[string]string{}
 	for _, drv := range h.drivers {
 		if ctx.Err() != nil {
 			break
 		}
 		out := drv.Reconcile(ctx, Pass{Declaration: d, Resources: byKind[drv.Kind()],
 			Records: &Records{s: h.st, kind: []byte(drv.Kind())}})
+		for _, e := range out.Errors {
+			if drv.Kind() == fsm.KindContainer && blocked[e.Module] == "" {
+				blocked[e.Module] = e.Reason
+			}
+		}
 		rep.Errors = append(rep.Errors, out.Errors...)
 		rep.Changes += out.Changes
 		if out.Detail != nil {
@@ -286,6 +295,9 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 			}
 			rep.Kinds[drv.Kind()] = out.Detail
 		}
+	}
+	if ctx.Err() == nil {
+		h.cutoverFiles(ctx, fc, blocked, byKind)
 	}
 	for kind, rs := range byKind {
 		if kind == fsm.KindFile || h.hasDriver(kind) {

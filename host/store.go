@@ -21,6 +21,7 @@ var (
 	bucketWritten   = []byte("written")
 	bucketFound     = []byte("found")
 	bucketOriginals = []byte("originals")
+	bucketLatest    = []byte("latest")
 	bucketDrivers   = []byte("drivers")
 )
 
@@ -38,6 +39,27 @@ type foundRecord struct {
 	Hash   string    `json:"hash"`
 	Size   int       `json:"size"`
 	At     time.Time `json:"at"`
+	// Meta is the original's mode and owner (nil in records kept before they were recorded).
+	Meta *fileMeta `json:"meta,omitempty"`
+	// Latest is the last the host saw of the file before a take replaced it, recorded just
+	// before the cutover; its bytes are in latest. It differs from the original when something
+	// else changed the file while it was held.
+	Latest *latestRecord `json:"latest,omitempty"`
+}
+
+// fileMeta is a file's mode (permission, setuid, setgid and sticky bits) and owner.
+type fileMeta struct {
+	Mode uint32 `json:"mode"`
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+}
+
+// latestRecord is a held file as it was just before a take replaced it.
+type latestRecord struct {
+	Hash string    `json:"hash"`
+	Size int       `json:"size"`
+	Meta fileMeta  `json:"meta"`
+	At   time.Time `json:"at"`
 }
 
 // store is the host's record store: bbolt in the data dir, every write transaction committed and
@@ -60,7 +82,7 @@ func openStore(path string) (*store, error) {
 	s := &store{db: db, path: path}
 	missing := false
 	_ = db.View(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketWritten, bucketFound, bucketOriginals, bucketDrivers} {
+		for _, b := range [][]byte{bucketWritten, bucketFound, bucketOriginals, bucketLatest, bucketDrivers} {
 			if tx.Bucket(b) == nil {
 				missing = true
 			}
@@ -69,7 +91,7 @@ func openStore(path string) (*store, error) {
 	})
 	if missing {
 		err = s.update(func(tx *bolt.Tx) error {
-			for _, b := range [][]byte{bucketWritten, bucketFound, bucketOriginals, bucketDrivers} {
+			for _, b := range [][]byte{bucketWritten, bucketFound, bucketOriginals, bucketLatest, bucketDrivers} {
 				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 					return err
 				}
@@ -141,6 +163,56 @@ func (s *store) putFound(path string, r foundRecord, original []byte) error {
 		return fmt.Errorf("record store %s: recording the original of %s: %w", s.path, path, err)
 	}
 	return nil
+}
+
+// putLatest records, in one committed transaction, a held file's bytes as a take is about to
+// replace them, beside its original (r.Latest describes them).
+func (s *store) putLatest(path string, r foundRecord, latest []byte) error {
+	meta, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketLatest).Put([]byte(path), latest); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketFound).Put([]byte(path), meta)
+	})
+	if err != nil {
+		return fmt.Errorf("record store %s: recording the latest bytes of %s before a take: %w", s.path, path, err)
+	}
+	return nil
+}
+
+// latest returns the bytes of path recorded just before a take replaced it.
+func (s *store) latest(path string) ([]byte, bool, error) {
+	var out []byte
+	ok := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketLatest).Get([]byte(path)); v != nil {
+			out, ok = append([]byte{}, v...), true
+		}
+		return nil
+	})
+	return out, ok, err
+}
+
+// found returns the found record of path.
+func (s *store) found(path string) (foundRecord, bool, error) {
+	var r foundRecord
+	ok := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketFound).Get([]byte(path))
+		if v == nil {
+			return nil
+		}
+		ok = true
+		return json.Unmarshal(v, &r)
+	})
+	if err != nil {
+		return r, false, fmt.Errorf("record store %s: found record %s: %w", s.path, path, err)
+	}
+	return r, ok, nil
 }
 
 func (s *store) putWritten(path string, r writtenRecord) error {
