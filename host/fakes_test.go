@@ -35,6 +35,9 @@ type fakeEngine struct {
 	// fail (a refused configuration).
 	failStart   map[string]error
 	failPrepare error
+	// onStart, when set, is called (unlocked) after a container is started: a test looks at the
+	// machine at that moment of a take.
+	onStart func(name string)
 }
 
 type fakeCtr struct {
@@ -219,6 +222,11 @@ func (f *fakeEngine) Start(_ context.Context, ref string) error {
 	}
 	c.running = true
 	f.ops = append(f.ops, "start "+name)
+	if hook := f.onStart; hook != nil {
+		f.mu.Unlock()
+		defer f.mu.Lock()
+		hook(name)
+	}
 	return nil
 }
 

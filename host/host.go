@@ -368,6 +368,8 @@ type crasher struct {
 	at        string // CrashEnv's point, "" in production
 	nth, hits int
 	log       *slog.Logger
+	// kill ends the process (SIGKILL); the unit tests put a panic in its place.
+	kill func()
 }
 
 func newCrasher(log *slog.Logger) *crasher {
@@ -386,6 +388,9 @@ func (c *crasher) reach(point string) {
 		return
 	}
 	c.log.Warn("crash point reached: killing the process", "point", point)
+	if c.kill != nil {
+		c.kill()
+	}
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal arrives; nothing after this point runs
 }
