@@ -98,6 +98,9 @@ func TestCrashSafety(t *testing.T) {
 	}
 	writePoints := []string{"take.after-record-written", "take.after-temp-write", "take.after-rename", "take.after-dir-sync"}
 	recordPoints := []string{"take.before-record-original", "take.after-record-original"}
+	// A take records the latest bytes of every held file it replaces, then writes them all.
+	latestPoints := []string{"take.before-record-latest#1", "take.after-record-latest#1",
+		"take.before-record-latest#2", "take.after-record-latest#2", "take.before-write-files"}
 	nth := func(points []string, n int) []string {
 		var out []string
 		for _, p := range points {
@@ -129,7 +132,7 @@ func TestCrashSafety(t *testing.T) {
 			},
 			crashing: crashDecl(fsm.Adopted, twoFiles, true),
 			files:    twoFiles,
-			points:   append(nth(writePoints, 1), nth(writePoints, 2)...),
+			points:   append(append(latestPoints, nth(writePoints, 1)...), nth(writePoints, 2)...),
 		},
 		{
 			name: "found files replaced on a converged node",
@@ -192,6 +195,11 @@ func TestCrashSafety(t *testing.T) {
 				for _, f := range sc.files {
 					if got := b.read(f.path); got != f.new {
 						t.Errorf("%s after restart: %q, want %q", f.path, got, f.new)
+					}
+					if f.old != "" && f.old != f.new {
+						if b, err := h.Latest(f.path); err != nil || string(b) != f.old {
+							t.Errorf("%s: latest bytes before the take %q, %v; want %q", f.path, b, err, f.old)
+						}
 					}
 					if f.old != "" {
 						wantOriginal(t, h, f.path, f.old)
