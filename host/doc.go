@@ -23,8 +23,9 @@
 // # The record store
 //
 // bbolt at DATA/host.db. For each declared path (never the root prefix) it keeps what the host
-// wrote (module, content hash, when) and what it found (module, hash, when, and the original
-// bytes, kept after the file is replaced). Every write transaction is committed and fsync'd
+// wrote (module, content hash, when) and what it found (module, hash, mode, owner, when, and the
+// original bytes, kept after the file is replaced; and, once a take replaced it, the latest
+// bytes, mode and owner seen just before). Every write transaction is committed and fsync'd
 // before the host acts on it. A file the host wrote in an earlier life of the node has a written
 // record, so it is not found after a restart.
 //
@@ -42,6 +43,35 @@
 // (Original). A write is atomic: the written record is committed, a temporary file in the same
 // directory is written, given the declared mode and owner and fsync'd, renamed over the file, and
 // the directory fsync'd. create_once files are written when missing and never rewritten.
+//
+// Every found file's original is kept with its mode and owner. A take records, just before its
+// cutover, the latest bytes, mode and owner of every held file it replaces (Host.Latest,
+// Host.FileOriginal) beside the original: both are kept, the original and the last seen.
+//
+// # A take is staged
+//
+// Taking a module prepares everything before it changes anything that serves, then cuts over;
+// within one pass, for each module:
+//
+//  1. prepare: each found container to replace gets its new container created, not started,
+//     under NAME.meshd-new (the image must be there); each file that replaces a found one is
+//     rendered and the found file's latest bytes, mode and owner recorded. A container that
+//     cannot be prepared stops the module's take with nothing touched.
+//  2. cut over: the container's take is recorded (containerRecord.Cutover), the found container
+//     stopped and moved aside to NAME.meshd-replaced-<short id>, the new one moved to NAME and
+//     started; then, after every container of the module, its files are written.
+//  3. put back on failure: a container that cannot be cut over has the new one removed and the
+//     found one renamed back and started; the module's files are then not written. A file that
+//     cannot be written has the module's files already written restored from their recorded
+//     latest bytes (held again) and its containers stepped back (ContainerDriver.StepBack). The
+//     report names the resource and why.
+//
+// The replaced container is kept stopped under its moved-aside name until the operator removes
+// it, so stepping back is a restart (`docker rename`, `docker start`), not a recovery; `meshd node
+// original NODE container NAME` shows its configuration and that name. A process killed during
+// a take ends, on restart, in the taken state: a recorded cutover is finished (the found
+// container already aside is left there, a half-made new one is made again), never a name
+// serving nothing.
 //
 // When a module is unassigned, a held file stays where it is (still reported held, Unassigned)
 // and is never removed; a file the host created is removed and its record dropped; a file that
@@ -74,5 +104,17 @@
 //	take.after-dir-sync           the write complete
 //	unassign.after-remove         a created file removed, its written record not yet dropped
 //
-// The take.* points are on every write (a create on assignment too); a take is where they matter.
+// The take.* points above are on every write (a create on assignment too); a take is where they
+// matter. A staged take (see above) passes these too, in this order:
+//
+//	take.before-record-latest            a held file to replace, before its latest bytes are recorded
+//	take.after-record-latest             its latest bytes recorded; its write staged
+//	take.container.after-prepare         the new container created under NAME.meshd-new, not started
+//	take.container.after-record-cutover  the cutover recorded, the found container untouched
+//	take.container.after-stop            the found container stopped, still at NAME
+//	take.container.after-move-aside      the found container moved aside, nothing at NAME
+//	take.container.after-move-new        the new container at NAME, not started
+//	take.before-write-files              the module's containers cut over, its staged files not written
+//
+// then the write points of each staged file. The container driver reads CrashEnv too.
 package host
