@@ -153,6 +153,9 @@ type ContainerView struct {
 	// Aside is the name the container a take replaced is kept under, stopped, until the
 	// operator removes it: stepping back is renaming it back and starting it.
 	Aside string `json:"aside,omitempty"`
+	// Config is a held container's configuration as a module would declare it, for the take's
+	// preview.
+	Config *container.Spec `json:"config,omitempty"`
 }
 
 // PublishedPort is one port a container publishes on the machine.
@@ -709,6 +712,8 @@ func (p *ctrPass) observeHeld(view *ContainerView, rec *containerRecord, o conta
 		return
 	}
 	*view = p.viewOf(*view, rec, o)
+	cfg := o.Spec
+	view.Config = &cfg
 	var what []string
 	if o.ID != rec.FoundID {
 		what = append(what, fmt.Sprintf("container id %s, recorded %s", ctrShort(o.ID), ctrShort(rec.FoundID)))

@@ -646,3 +646,91 @@ func TestContainerLabelledIsNotFound(t *testing.T) {
 		t.Fatalf("second pass: changes %d, %+v", rep.Changes, ctView(t, rep, name))
 	}
 }
+
+// A take on the real engine is staged: when the new container cannot start (its port is held by
+// another container), the found one is back at its name, the same container, serving, and the
+// module's held file is not written; once the port is free the take goes through, the found
+// container kept stopped under its moved-aside name, and stepping back is renaming it back and
+// starting it.
+func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
+	eng := ctEngine(t)
+	img := ctImport(t, eng, "echo", ctLabsvc(t))
+	b := newBed(t)
+	h := ctOpen(t, b, eng)
+	ctx := ctCtx(t)
+
+	found, port := ctName(t, "", "webapp"), ctFreePort(t)
+	predID := ctPredecessor(t, eng, found, img, port, "old")
+	ctServes(t, port, "old from predecessor")
+	b.place(appConf, predecessorContent)
+	blocker, blocked := ctName(t, "", "blocker"), ctFreePort(t)
+	if _, err := eng.Create(ctx, container.Spec{Name: blocker, Image: img, Ports: []string{fmt.Sprintf("127.0.0.1:%d:8080", blocked)},
+		Cmd: []string{"--listen", ":8080", "--name", "blocker"}}); err != nil {
+		t.Fatal(err)
+	}
+	web := ctWebapp("webapp", found, img, port, "new", false)
+	web.Container.Ports = append(web.Container.Ports, fmt.Sprintf("127.0.0.1:%d:8081/tcp", blocked))
+	conf := file("webapp", appConf, meshContent, false)
+	ctNoErrors(t, h.Reconcile(ctx, decl(fsm.Adopted, web, conf)))
+
+	// The take: the new container cannot start; what was found is put back.
+	rep := h.Reconcile(ctx, decl(fsm.Adopted, ctTaken(web), ctTaken(conf)))
+	var why string
+	for _, e := range rep.Errors {
+		if e.Resource == fsm.KindContainer+":"+found {
+			why = e.Reason
+		}
+	}
+	if !strings.Contains(why, "starting the new container") || !strings.Contains(why, "is back") {
+		t.Fatalf("failed cutover reported as %q (errors %+v)", why, rep.Errors)
+	}
+	if o, ok := ctInspect(t, eng, found); !ok || o.ID != predID || !o.Running {
+		t.Fatalf("after a failed cutover %s is %s running %v; want the found %s, running", found, ctrShort(o.ID), o.Running, ctrShort(predID))
+	}
+	ctServes(t, port, "old from predecessor")
+	for _, other := range []string{ctrStagedName(found), ctrAsideName(found, predID)} {
+		if _, ok := ctInspect(t, eng, other); ok {
+			t.Fatalf("%s left after a failed cutover", other)
+		}
+	}
+	if got := b.read(appConf); got != predecessorContent {
+		t.Fatalf("the held file was written though the cutover failed: %q", got)
+	}
+
+	// The port freed, the take goes through; the found container is kept, stopped, aside.
+	if err := eng.Remove(ctx, blocker); err != nil {
+		t.Fatal(err)
+	}
+	rep = h.Reconcile(ctx, decl(fsm.Adopted, ctTaken(web), ctTaken(conf)))
+	ctNoErrors(t, rep)
+	ctServes(t, port, "new from "+found)
+	aside := ctrAsideName(found, predID)
+	if o, ok := ctInspect(t, eng, aside); !ok || o.ID != predID || o.Running {
+		t.Fatalf("the replaced container is not kept stopped as %s: found %v, id %s, running %v", aside, ok, ctrShort(o.ID), o.Running)
+	}
+	if v := ctView(t, rep, found); v.State != ContainerReplaced || v.Aside != aside {
+		t.Fatalf("taken: %+v", v)
+	}
+	cf, err := h.ContainerFound(found)
+	if err != nil || cf.Aside != aside || cf.ReplacedID != predID || !strings.Contains(string(cf.Replaced), "GREETING=old") {
+		t.Fatalf("what was found of %s: %+v, %v", found, cf, err)
+	}
+	if got := b.read(appConf); got != meshContent {
+		t.Fatalf("file after the take: %q", got)
+	}
+	// Passes after the take leave the aside container alone.
+	ctNoErrors(t, h.Reconcile(ctx, decl(fsm.Adopted, ctTaken(web), ctTaken(conf))))
+	if _, ok := ctInspect(t, eng, aside); !ok {
+		t.Fatal("the aside container was removed by a later pass")
+	}
+
+	// Stepping back is a restart: the new one stopped and moved away, the found one renamed back.
+	newID := ctView(t, rep, found).ID
+	for _, step := range []error{eng.Stop(ctx, newID), eng.Rename(ctx, newID, found+".stepped-back"), eng.Rename(ctx, predID, found), eng.Start(ctx, found)} {
+		if step != nil {
+			t.Fatal(step)
+		}
+	}
+	t.Cleanup(func() { testenv.RemoveContainers(t, container.DefaultHost, found+".stepped-back") })
+	ctServes(t, port, "old from predecessor")
+}

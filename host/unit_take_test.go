@@ -6,6 +6,7 @@ package host
 // recorded beside its original, and mode and owner kept.
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"meshd/catalogue"
 	"meshd/fsm"
 )
 
@@ -286,3 +288,52 @@ func TestUnitTakeCrashSafety(t *testing.T) {
 		})
 	}
 }
+
+// The preview of a take reads the node's report and the declaration with the module taken: the
+// held container (found id, image → new image, differences, where it will be kept), the held file
+// (recorded and current hash, changed by something else), what is created, what starts to be
+// guarded. It changes nothing.
+func TestUnitTakePreview(t *testing.T) {
+	h, f, root, foundID := takeBed(t)
+	unitPlace(t, root, takeConf, "edited by hand while held\n")
+	fresh := unitFile("webapp", "/etc/web/fresh.conf", "new\n", false)
+	guard := fsm.Resource{Module: "webapp", Kind: fsm.KindOpening, Opening: &catalogue.PortOpening{Port: 6379, Proto: "tcp", From: "private", Path: "incoming", Guarded: true}}
+	rep := h.Reconcile(unitCtx(t), takeDecl(false, fresh))
+	unitNoErrors(t, rep)
+	f.takeOps()
+	// Through JSON, as a server holds another node's report.
+	b, _ := json.Marshal(rep)
+	var remote Report
+	if err := json.Unmarshal(b, &remote); err != nil {
+		t.Fatal(err)
+	}
+	notCreated := unitCtr("other", "notyet", "web:2", "x", true)
+	pv, err := PreviewTake(&remote, takeDecl(true, ctTakenUnit(fresh), ctTakenUnit(guard), notCreated, ctTakenUnit(unitCtr("webapp", "db", "web:2", "x", false))), "webapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pv.Containers) != 1 {
+		t.Fatalf("containers: %+v", pv.Containers)
+	}
+	c := pv.Containers[0]
+	if c.Name != "web" || c.FoundID != foundID || c.Image != "web:1" || c.NewImage != "web:2" || c.Aside != ctrAsideName("web", foundID) ||
+		!slices.Contains(c.Differences, "image web:1 → web:2") || !slices.Contains(c.Differences, "env GREETING") {
+		t.Fatalf("container preview: %+v", c)
+	}
+	if len(pv.Files) != 1 || pv.Files[0].Path != takeConf || !pv.Files[0].Changed || pv.Files[0].RecordedHash == pv.Files[0].CurrentHash {
+		t.Fatalf("file preview: %+v", pv.Files)
+	}
+	// fresh.conf was created at assign already; db is not there yet.
+	if !slices.Equal(pv.Created, []string{"container:db"}) {
+		t.Fatalf("created: %q", pv.Created)
+	}
+	if !slices.Equal(pv.Guarded, []string{"6379/tcp incoming from private"}) {
+		t.Fatalf("guarded: %q", pv.Guarded)
+	}
+	unitOps(t, f)
+	if _, err := PreviewTake(nil, takeDecl(true), "webapp"); err == nil || !strings.Contains(err.Error(), "no host report") {
+		t.Fatalf("a preview without a report: %v", err)
+	}
+}
+
+func ctTakenUnit(r fsm.Resource) fsm.Resource { r.Taken = true; return r }

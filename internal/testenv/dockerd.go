@@ -137,8 +137,8 @@ func (d *Dockerd) WaitUp(ping func(context.Context) error) {
 }
 
 // RemoveContainers force-removes, on the engine at host (a DOCKER_HOST value), the container
-// named name and those a replace moved aside (name-replaced-…). An engine that cannot be reached
-// is logged (a test may have stopped it on purpose); a container that cannot be removed fails the
+// named name and those a replace moved aside (name-replaced-…; a take's name.meshd-new and
+// name.meshd-replaced-…). An engine that cannot be reached is logged (a test may have stopped it on purpose); a container that cannot be removed fails the
 // test.
 func RemoveContainers(t testing.TB, host, name string) {
 	t.Helper()
@@ -157,7 +157,7 @@ func RemoveContainers(t testing.TB, host, name string) {
 	}
 	for _, c := range cs {
 		for _, n := range c.Names {
-			if n = strings.TrimPrefix(n, "/"); n == name || strings.HasPrefix(n, name+"-replaced-") {
+			if n = strings.TrimPrefix(n, "/"); n == name || strings.HasPrefix(n, name+"-replaced-") || strings.HasPrefix(n, name+".meshd-") {
 				if err := cli.ContainerRemove(ctx, c.ID, dcontainer.RemoveOptions{Force: true}); err != nil {
 					t.Errorf("cleanup %s: %v", n, err)
 				}
