@@ -138,8 +138,8 @@ func (d *Dockerd) WaitUp(ping func(context.Context) error) {
 
 // RemoveContainers force-removes, on the engine at host (a DOCKER_HOST value), the container
 // named name and those a replace moved aside (name-replaced-…; a take's name.meshd-new and
-// name.meshd-replaced-…). An engine that cannot be reached is logged (a test may have stopped it on purpose); a container that cannot be removed fails the
-// test.
+// name.meshd-replaced-…). An engine that cannot be reached is logged (a test may have stopped it
+// on purpose); a container that cannot be removed fails the test.
 func RemoveContainers(t testing.TB, host, name string) {
 	t.Helper()
 	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
