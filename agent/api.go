@@ -237,6 +237,9 @@ func (s *serverRole) reportFrom(node string) (*host.Report, string) {
 
 // getOriginal serves the original of a file the node's host held or replaced.
 func (a *Agent) getOriginal(w http.ResponseWriter, req *http.Request) {
+	if a.getFoundRecord(w, req) {
+		return
+	}
 	name, path := req.PathValue("node"), req.URL.Query().Get("path")
 	if path == "" {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "which file? give ?path=/absolute/path"})

@@ -103,6 +103,7 @@ func (s *serverRole) operatorAPI() http.Handler {
 	mux.HandleFunc("GET /v1/modules/{module}", s.getModule)
 	mux.HandleFunc("POST /v1/modules", s.addModule)
 	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", s.moduleAction)
+	mux.HandleFunc("GET /v1/nodes/{node}/modules/{module}/take-preview", s.takePreview)
 	mux.HandleFunc("GET /v1/declaration/{node}", s.getDeclaration)
 	mux.HandleFunc("GET /v1/raft/peers", s.raftPeers)
 	mux.HandleFunc("GET /v1/snapshot", s.snapshotSave)

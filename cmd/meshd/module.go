@@ -6,12 +6,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"meshd/agent"
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/host"
 )
 
 func moduleCmd(g *globals) *cobra.Command {
@@ -108,10 +110,10 @@ resolve it with its settings.`,
 			return g.emit(m, func(w io.Writer) { fmt.Fprintf(w, "module %s recorded in the catalogue\n", m.Name) })
 		},
 	})
+	cmd.AddCommand(takeCmd(g))
 	for _, act := range []struct{ name, short, done string }{
 		{"assign", "Assign a module to a node (on an adopted node: prepare; found things are held)", "assigned to"},
 		{"unassign", "Unassign a module from a node (held files stay where they are)", "unassigned from"},
-		{"take", "Take a module on an adopted node: its cutover; from now on its resources converge", "taken on"},
 	} {
 		cmd.AddCommand(&cobra.Command{
 			Use:   act.name + " NODE MODULE",
@@ -139,4 +141,78 @@ func proto(p string) string {
 		return "tcp"
 	}
 	return p
+}
+
+// takeCmd is `meshd module take`: the cutover of a module on an adopted node, or with --preview
+// what it will replace there, read from the node's latest report without changing anything.
+func takeCmd(g *globals) *cobra.Command {
+	var preview bool
+	cmd := &cobra.Command{
+		Use:   "take NODE MODULE [--preview]",
+		Short: "Take a module on an adopted node: its cutover; from now on its resources converge",
+		Long: `Take is the cutover of a module on an adopted node, done when its data has moved. The node's agent
+prepares everything first (the new containers created, not started; the files rendered; the latest
+bytes of every held file recorded beside its original), then cuts over: each found container is
+stopped and kept aside, stopped, as NAME.meshd-replaced-<id>, the new one started, then the files
+written. If the cutover fails, what was found is put back and the node's report says why.
+
+--preview lists what the take will replace on the node, changing nothing: each held container (found
+id, image and what the declaration changes), each held file (recorded and current hash, changed by
+something else or not), what it creates and the openings that start to be guarded.`,
+		Args: exactArgs("NODE", "MODULE"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			base := fmt.Sprintf("/v1/nodes/%s/modules/%s/", url.PathEscape(args[0]), url.PathEscape(args[1]))
+			if preview {
+				var pv host.TakePreview
+				if err := g.client().Get(ctx, base+"take-preview", &pv); err != nil {
+					return err
+				}
+				return g.emit(pv, func(w io.Writer) { writeTakePreview(w, pv) })
+			}
+			var n fsm.Node
+			if err := g.client().Post(ctx, base+"take", nil, &n); err != nil {
+				return err
+			}
+			return g.emit(n, func(w io.Writer) {
+				fmt.Fprintf(w, "module %s taken on node %s (%s): assigned %s; taken %s\n", args[1], n.Name, n.Mode, list(n.Assigned), list(n.EffectiveTaken()))
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&preview, "preview", false, "list what the take will replace on the node; change nothing")
+	return cmd
+}
+
+func writeTakePreview(w io.Writer, pv host.TakePreview) {
+	fmt.Fprintf(w, "taking %s on %s will (from its report of %s):\n", pv.Module, pv.Node, pv.ReportAt.Format(time.RFC3339))
+	for _, c := range pv.Containers {
+		what := "adopt in place (already the declaration)"
+		if c.Aside != "" {
+			what = fmt.Sprintf("replace; kept stopped as %s", c.Aside)
+		}
+		fmt.Fprintf(w, "container\t%s\tfound %s, image %s → %s\t%s\n", c.Name, short(c.FoundID), c.Image, c.NewImage, what)
+		for _, d := range c.Differences {
+			fmt.Fprintf(w, "\t\t%s\t\n", d)
+		}
+		if c.Changed {
+			fmt.Fprintf(w, "\t\t%s\t\n", c.Reason)
+		}
+	}
+	for _, f := range pv.Files {
+		state := "unchanged since found"
+		if f.Changed {
+			state = f.Reason + " (its latest bytes are kept too)"
+		}
+		fmt.Fprintf(w, "file\t%s\trecorded %s, now %s\t%s\n", f.Path, short(f.RecordedHash), short(f.CurrentHash), state)
+	}
+	for _, c := range pv.Created {
+		fmt.Fprintf(w, "create\t%s\t\t\n", c)
+	}
+	for _, o := range pv.Guarded {
+		fmt.Fprintf(w, "guard\t%s\t\t\n", o)
+	}
+	if len(pv.Containers)+len(pv.Files)+len(pv.Created)+len(pv.Guarded) == 0 {
+		fmt.Fprintln(w, "nothing found to replace, nothing to create or guard")
+	}
 }

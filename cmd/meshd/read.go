@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -284,18 +286,39 @@ func short(hash string) string {
 
 func originalCmd(g *globals) *cobra.Command {
 	var output string
+	var latest bool
 	cmd := &cobra.Command{
-		Use:   "original NODE PATH [--output FILE]",
-		Short: "Print the recorded original of a file the node held or replaced",
-		Long: `When meshd finds a file at a declared path it records the file's original bytes before anything
-else happens to it. This prints them (or writes them to --output FILE, mode 0600), also after the
-module was taken and the file replaced.`,
-		Args: exactArgs("NODE", "PATH"),
+		Use:   "original NODE PATH [--output FILE] [--latest] | original NODE file PATH | original NODE container NAME",
+		Short: "Show what the node found: a file's original bytes or record, a container's configuration",
+		Long: `When meshd finds a file at a declared path it records the file's original bytes, mode and owner
+before anything else happens to it. "original NODE PATH" prints the bytes (or writes them to --output
+FILE, mode 0600), also after the module was taken and the file replaced; --latest prints instead the
+bytes a take saw just before it replaced the file (they differ when something else changed the file
+while it was held). "original NODE file PATH" shows the record: hashes, mode and owner of the original
+and of the latest bytes.
+
+"original NODE container NAME" shows a found container's configuration as found and, once a take
+replaced it, the configuration replaced and the name it is kept under, stopped, until you remove it
+(NAME.meshd-replaced-<id>): stepping back is stopping the new one, renaming the kept one back to NAME
+and starting it.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 3 && (args[1] == "file" || args[1] == "container") {
+				return nil
+			}
+			return exactArgs("NODE", "PATH")(cmd, args)
+		},
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
+			base := "/v1/nodes/" + url.PathEscape(args[0]) + "/original?"
+			if len(args) == 3 {
+				return originalRecord(ctx, g, base, args[1], args[2])
+			}
+			path := base + "path=" + url.QueryEscape(args[1])
+			if latest {
+				path += "&show=latest"
+			}
 			var buf bytes.Buffer
-			path := "/v1/nodes/" + url.PathEscape(args[0]) + "/original?path=" + url.QueryEscape(args[1])
 			if err := g.client().Get(ctx, path, &buf); err != nil {
 				return err
 			}
@@ -307,7 +330,63 @@ module was taken and the file replaced.`,
 		},
 	}
 	cmd.Flags().StringVar(&output, "output", "", "write the original to FILE instead of printing it")
+	cmd.Flags().BoolVar(&latest, "latest", false, "the bytes a take saw just before it replaced the file, not the original")
 	return cmd
+}
+
+// originalRecord shows what the node recorded of a found file or container.
+func originalRecord(ctx context.Context, g *globals, base, what, name string) error {
+	if what == "container" {
+		var c host.ContainerFound
+		if err := g.client().Get(ctx, base+"container="+url.QueryEscape(name), &c); err != nil {
+			return err
+		}
+		return g.emit(c, func(w io.Writer) {
+			fmt.Fprintf(w, "container\t%s (module %s, %s)\n", c.Name, c.Module, c.State)
+			fmt.Fprintf(w, "found\t%s, image %s, at %s\n", short(c.FoundID), c.FoundImage, c.FoundAt.Format(time.RFC3339))
+			if c.Aside != "" {
+				fmt.Fprintf(w, "replaced\t%s at %s, kept stopped as %s until you remove it\n", short(c.ReplacedID), c.ReplacedAt.Format(time.RFC3339), c.Aside)
+				fmt.Fprintf(w, "step back\tdocker stop %s; docker rename %s %s.stepped-back; docker rename %s %s; docker start %s\n",
+					c.Name, c.Name, c.Name, c.Aside, c.Name, c.Name)
+			}
+			if c.TakeUnderWay {
+				fmt.Fprintf(w, "take\tunder way: the agent finishes it on its next pass\n")
+			}
+			cfg := c.Replaced
+			if len(cfg) == 0 {
+				cfg = c.Original
+			}
+			var out bytes.Buffer
+			if json.Indent(&out, cfg, "", "  ") == nil {
+				fmt.Fprintf(w, "configuration:\n%s\n", out.String())
+			}
+		})
+	}
+	var f host.FileOriginal
+	if err := g.client().Get(ctx, base+"show=record&path="+url.QueryEscape(name), &f); err != nil {
+		return err
+	}
+	owner := func(uid, gid *int) string {
+		if uid == nil || gid == nil {
+			return "(not recorded)"
+		}
+		return fmt.Sprintf("%d:%d", *uid, *gid)
+	}
+	return g.emit(f, func(w io.Writer) {
+		fmt.Fprintf(w, "file\t%s (module %s)\n", f.Path, f.Module)
+		mode := f.Mode
+		if mode == "" {
+			mode = "(not recorded)"
+		}
+		fmt.Fprintf(w, "original\t%s, %d bytes, mode %s, owner %s, found %s\n", short(f.Hash), f.Size, mode, owner(f.UID, f.GID), f.FoundAt.Format(time.RFC3339))
+		if l := f.Latest; l != nil {
+			changed := "the same as the original"
+			if l.ChangedSinceFound {
+				changed = "changed by something else since it was found (meshd node original --latest prints it)"
+			}
+			fmt.Fprintf(w, "latest\t%s, %d bytes, mode %s, owner %d:%d, at the take %s: %s\n", short(l.Hash), l.Size, l.Mode, l.UID, l.GID, l.At.Format(time.RFC3339), changed)
+		}
+	})
 }
 
 func declarationCmd(g *globals) *cobra.Command {

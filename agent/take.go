@@ -1,0 +1,90 @@
+package agent
+
+// What a take will replace, and what the host kept of what it replaced: the take preview a
+// server works out from a node's latest report and the declaration the take would produce, and
+// the original of a found container or a found file's record (mode, owner, latest bytes).
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"meshd/fsm"
+	"meshd/host"
+)
+
+// takePreview serves what taking a module on a node will replace, changing nothing: the
+// declaration is composed on a copy of the record with the module taken (refused as the take
+// itself would be), and read against the node's latest host report.
+func (s *serverRole) takePreview(w http.ResponseWriter, req *http.Request) {
+	node, module := req.PathValue("node"), req.PathValue("module")
+	var d *fsm.Declaration
+	var err error
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		var b []byte
+		if b, err = r.Marshal(); err != nil {
+			return
+		}
+		var trial *fsm.Record
+		if trial, err = fsm.UnmarshalRecord(b); err != nil {
+			return
+		}
+		var cmd []byte
+		if cmd, err = fsm.Encode(fsm.OpModuleTake, time.Now(), fsm.ModuleOnNode{Node: node, Module: module}); err != nil {
+			return
+		}
+		if _, err = fsm.Apply(trial, cmd); err != nil {
+			return
+		}
+		d, err = fsm.Compose(trial, node)
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	pv, err := host.PreviewTake(s.report(node), d, module)
+	if err != nil {
+		writeErr(w, notFound(err.Error()))
+		return
+	}
+	writeJSON(w, http.StatusOK, pv)
+}
+
+// getFoundRecord serves, for the node's own originals route, what the host kept of a found
+// container (?container=NAME) or a found file's record (?path=P&show=record), or the latest
+// bytes of a file a take replaced (?path=P&show=latest). It reports whether it handled req.
+func (a *Agent) getFoundRecord(w http.ResponseWriter, req *http.Request) bool {
+	q := req.URL.Query()
+	name, ctr, show, path := req.PathValue("node"), q.Get("container"), q.Get("show"), q.Get("path")
+	if ctr == "" && show == "" {
+		return false
+	}
+	if name != a.node.Name {
+		writeErr(w, notFound(fmt.Sprintf("node %s: what it found is kept on that node; run `meshd node original` there", name)))
+		return true
+	}
+	var v any
+	var err error
+	switch {
+	case ctr != "":
+		v, err = a.host.ContainerFound(ctr)
+	case show == "record":
+		v, err = a.host.FileOriginal(path)
+	case show == "latest":
+		var b []byte
+		if b, err = a.host.Latest(path); err == nil {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			_, _ = w.Write(b)
+			return true
+		}
+	default:
+		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("show=%s: give show=record or show=latest", show)})
+		return true
+	}
+	if err != nil {
+		writeErr(w, notFound(fmt.Sprintf("node %s: %v", name, err)))
+		return true
+	}
+	writeJSON(w, http.StatusOK, v)
+	return true
+}
