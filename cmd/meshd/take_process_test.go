@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"meshd/container"
+	"meshd/host"
+	"meshd/internal/testenv"
+)
+
+// A take through the CLI on a real agent and the machine's Docker engine: --preview lists the
+// held container (found id, image → new image, where it will be kept) and the held file without
+// touching either; the take replaces the container, kept stopped under its moved-aside name, and
+// `meshd node original hub container NAME` shows that name and the configuration replaced;
+// `node original hub file PATH` shows the original's mode and owner and the latest bytes'.
+func TestProcessTakePreviewAndOriginalContainer(t *testing.T) {
+	n := newNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	eng, err := container.New("", container.WithStopTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if err := eng.Ping(ctx); err != nil {
+		testenv.Prereq(t, "docker engine at %s: %v", container.DefaultHost, err)
+	}
+	rnd := make([]byte, 3)
+	_, _ = rand.Read(rnd)
+	name, image := "pt-"+hex.EncodeToString(rnd)+"-web", "pt-test/web:"+hex.EncodeToString(rnd)
+	if _, err := eng.ImportImage(ctx, image, labsvcBin, []string{"/labsvc", "serve"}); err != nil {
+		t.Fatalf("import %s: %v", image, err)
+	}
+	t.Cleanup(func() {
+		testenv.RemoveContainers(t, container.DefaultHost, name)
+		_ = eng.RemoveImage(context.Background(), image)
+	})
+	predID, err := eng.Create(ctx, container.Spec{Name: name, Image: image, Env: map[string]string{"GREETING": "old"},
+		Cmd: []string{"--listen", ":8080", "--name", "predecessor"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	etc := filepath.Join(t.TempDir(), "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(etc, "web.conf")
+	if err := os.WriteFile(conf, []byte("predecessor's\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(t.TempDir(), "web.yaml")
+	os.WriteFile(manifest, []byte(fmt.Sprintf(`name: web
+files:
+  - path: %s
+    content: "meshd's\n"
+    mode: "0644"
+containers:
+  - name: %s
+    image: %s
+    env: {GREETING: new}
+    command: ["--listen", ":8080", "--name", "web"]
+`, conf, name, image)), 0o644)
+
+	n.genesis("--adopted")
+	n.startAgent("--docker-host", container.DefaultHost, "--reconcile-interval", "200ms")
+	n.ok("module", "add", manifest)
+	n.ok("module", "assign", "hub", "web")
+	poll(t, 20*time.Second, "container and file held", func() string {
+		var pv host.TakePreview
+		out, errs, code := n.run("module", "take", "hub", "web", "--preview", "--json")
+		if code != 0 {
+			return errs
+		}
+		if err := json.Unmarshal([]byte(out), &pv); err != nil {
+			return err.Error()
+		}
+		if len(pv.Containers) != 1 || len(pv.Files) != 1 {
+			return fmt.Sprintf("preview %+v", pv)
+		}
+		return ""
+	})
+	// Another edit of the held file while held: the preview says so.
+	if err := os.WriteFile(conf, []byte("predecessor's, edited\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	var pv host.TakePreview
+	poll(t, 10*time.Second, "preview shows the held file changed", func() string {
+		n.jsonOf(&pv, "module", "take", "hub", "web", "--preview", "--json")
+		if len(pv.Files) != 1 || !pv.Files[0].Changed {
+			return fmt.Sprintf("files %+v", pv.Files)
+		}
+		return ""
+	})
+	c := pv.Containers[0]
+	aside := name + ".meshd-replaced-" + predID[:12]
+	if c.Name != name || c.FoundID != predID || c.NewImage != image || c.Aside != aside || !strings.Contains(strings.Join(c.Differences, ";"), "env GREETING") {
+		t.Fatalf("preview of the container: %+v", c)
+	}
+	text := n.ok("module", "take", "hub", "web", "--preview")
+	for _, want := range []string{name, "kept stopped as " + aside, conf, "changed by something else"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("preview text does not say %q:\n%s", want, text)
+		}
+	}
+	if o, ok, _ := eng.Inspect(ctx, name); !ok || o.ID != predID || !o.Running {
+		t.Fatal("the preview touched the found container")
+	}
+	n.ok("module", "take", "hub", "web")
+	poll(t, 30*time.Second, "container taken", func() string {
+		o, ok, err := eng.Inspect(ctx, name)
+		if err != nil || !ok || o.ID == predID || !o.Running {
+			return fmt.Sprintf("%s: found %v, running %v, %v", name, ok, o.Running, err)
+		}
+		if b, _ := os.ReadFile(conf); string(b) != "meshd's\n" {
+			return fmt.Sprintf("file %q", b)
+		}
+		return ""
+	})
+	if o, ok, _ := eng.Inspect(ctx, aside); !ok || o.ID != predID || o.Running {
+		t.Fatalf("the replaced container is not kept stopped as %s", aside)
+	}
+	var cf host.ContainerFound
+	n.jsonOf(&cf, "node", "original", "hub", "container", name, "--json")
+	if cf.Aside != aside || cf.ReplacedID != predID || !strings.Contains(string(cf.Replaced), "GREETING=old") {
+		t.Fatalf("node original container: %+v", cf)
+	}
+	if out := n.ok("node", "original", "hub", "container", name); !strings.Contains(out, "kept stopped as "+aside) || !strings.Contains(out, "docker start") {
+		t.Fatalf("node original container text:\n%s", out)
+	}
+	var fo host.FileOriginal
+	n.jsonOf(&fo, "node", "original", "hub", "file", conf, "--json")
+	if fo.Mode != "0640" || fo.UID == nil || *fo.UID != 0 || fo.Latest == nil || !fo.Latest.ChangedSinceFound {
+		t.Fatalf("node original file: %+v", fo)
+	}
+	if got := n.ok("node", "original", "hub", conf, "--latest"); got != "predecessor's, edited\n" {
+		t.Fatalf("node original --latest: %q", got)
+	}
+	if got := n.ok("node", "original", "hub", conf); got != "predecessor's\n" {
+		t.Fatalf("node original: %q", got)
+	}
+}
