@@ -92,6 +92,8 @@ type ContainerDriver struct {
 	crash func(point string)
 	// cut are the containers a take cut over in the last pass, by module, for StepBack.
 	cut map[string][]string
+	// now is the clock a failed cutover's wait is read on (tests move it on).
+	now func() time.Time
 }
 
 // NewContainerDriver returns the container kind's driver on eng; log nil means slog.Default().
@@ -104,7 +106,7 @@ func newContainerDriver(eng engine, log *slog.Logger) *ContainerDriver {
 		log = slog.Default()
 	}
 	c := newCrasher(log)
-	return &ContainerDriver{eng: eng, log: log, crash: c.reach}
+	return &ContainerDriver{eng: eng, log: log, crash: c.reach, now: time.Now}
 }
 
 // Kind is fsm.KindContainer.
@@ -195,6 +197,13 @@ type containerRecord struct {
 	// Cutover is a take under way: committed before the found container is stopped, dropped
 	// when the new one runs or the found one is back. A pass after a crash finishes it.
 	Cutover *ctrCutover `json:"cutover,omitempty"`
+	// A cutover that failed and was put back is not tried again on every pass, for it stops the
+	// found container each time: TakeFailures in a row for the same declaration and found
+	// container (TakeFailedFor, takeKey), the last at TakeFailedAt, why in TakeFailed.
+	TakeFailedFor string    `json:"take_failed_for,omitempty"`
+	TakeFailures  int       `json:"take_failures,omitempty"`
+	TakeFailedAt  time.Time `json:"take_failed_at,omitzero"`
+	TakeFailed    string    `json:"take_failed,omitempty"`
 }
 
 // ctrCutover is what a take in progress must remember to finish or to put back what was found.
@@ -502,6 +511,11 @@ func (p *ctrPass) act(ctx context.Context, a ctrAction, view ContainerView, spec
 		}
 		if a.step == ctrAdopt {
 			return p.adopt(ctx, view, spec, o, rec, a.start)
+		}
+		if until, wait := takeWaits(rec, takeKey(spec, o.ID), p.d.now()); wait {
+			p.observeHeld(&view, rec, o, true)
+			return view, fmt.Errorf("container %s: the take waits until %s after %d failed cutover(s), the found container running on; the last: %s",
+				name, until.Format(time.RFC3339), rec.TakeFailures, rec.TakeFailed)
 		}
 		p.d.log.Info("taking a found container: replacing it", "container", name, "module", module, "id", ctrShort(o.ID), "differences", strings.Join(a.diff, "; "))
 		return p.take(ctx, view, spec, &o, rec)

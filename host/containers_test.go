@@ -697,10 +697,12 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 		t.Fatalf("the held file was written though the cutover failed: %q", got)
 	}
 
-	// The port freed, the take goes through; the found container is kept, stopped, aside.
+	// The port freed and the failed cutover's wait over, the take goes through; the found
+	// container is kept, stopped, aside.
 	if err := eng.Remove(ctx, blocker); err != nil {
 		t.Fatal(err)
 	}
+	h.drivers[0].(*ContainerDriver).now = func() time.Time { return time.Now().Add(time.Minute) }
 	rep = h.Reconcile(ctx, decl(fsm.Adopted, ctTaken(web), ctTaken(conf)))
 	ctNoErrors(t, rep)
 	ctServes(t, port, "new from "+found)

@@ -10,6 +10,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -60,10 +61,17 @@ func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.S
 	movedAside := o == nil
 	fail := func(step string, err error) (ContainerView, error) {
 		cause := fmt.Errorf("container %s: take failed at %s: %w", name, step, err)
+		key := takeKey(spec, cut.OldID)
+		if rec.TakeFailedFor != key {
+			rec.TakeFailures = 0
+		}
+		rec.TakeFailedFor, rec.TakeFailures, rec.TakeFailedAt, rec.TakeFailed = key, rec.TakeFailures+1, p.d.now().UTC(), cause.Error()
 		if back := p.putBack(ctx, name, rec, movedAside); back != nil {
 			return held(), errors.Join(cause, back)
 		}
-		return held(), fmt.Errorf("%w; the found container %s is back as it was", cause, ctrShort(cut.OldID))
+		until, _ := takeWaits(rec, key, p.d.now())
+		return held(), fmt.Errorf("%w; the found container %s is back as it was; the take is tried again from %s",
+			cause, ctrShort(cut.OldID), until.Format(time.RFC3339))
 	}
 	if o != nil {
 		if err := p.d.eng.Stop(ctx, o.ID); err != nil {
@@ -87,6 +95,7 @@ func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.S
 	now := time.Now().UTC()
 	rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, newID, spec.Image, view.Module, now
 	rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside, rec.Cutover = cut.Replaced, now, cut.OldID, cut.Aside, nil
+	rec.TakeFailedFor, rec.TakeFailures, rec.TakeFailedAt, rec.TakeFailed = "", 0, time.Time{}, ""
 	if err := p.put(name, rec); err != nil {
 		return view, err
 	}
@@ -171,4 +180,26 @@ func (d *ContainerDriver) StepBack(ctx context.Context, pass Pass, module string
 	}
 	delete(d.cut, module)
 	return errors.Join(errs...)
+}
+
+// takeKey names what a take replaces with what: a failed cutover's wait holds while both stay.
+func takeKey(spec container.Spec, foundID string) string {
+	b, _ := json.Marshal(spec)
+	return hashOf(append(b, foundID...))
+}
+
+// takeWaits says whether a take of a container whose cutover failed before waits still: 30 s
+// after the first failure, doubling with each, at most 30 minutes; a new declaration or another
+// found container does not wait.
+func takeWaits(rec *containerRecord, key string, now time.Time) (until time.Time, wait bool) {
+	if rec == nil || rec.TakeFailures == 0 || rec.TakeFailedFor != key {
+		return time.Time{}, false
+	}
+	d := 30 * time.Second
+	for i := 1; i < rec.TakeFailures && d < 30*time.Minute; i++ {
+		d *= 2
+	}
+	d = min(d, 30*time.Minute)
+	until = rec.TakeFailedAt.Add(d)
+	return until, now.Before(until)
 }

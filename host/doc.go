@@ -64,7 +64,9 @@
 //     found one renamed back and started; the module's files are then not written. A file that
 //     cannot be written has the module's files already written restored from their recorded
 //     latest bytes (held again) and its containers stepped back (ContainerDriver.StepBack). The
-//     report names the resource and why.
+//     report names the resource and why. A failed cutover stops the found container, so it is
+//     tried again only after a wait (takeWaits: 30 s, doubling to 30 minutes) unless the
+//     declaration or the found container changes.
 //
 // The replaced container is kept stopped under its moved-aside name until the operator removes
 // it, so stepping back is a restart (`docker rename`, `docker start`), not a recovery; `meshd node

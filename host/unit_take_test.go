@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"meshd/catalogue"
 	"meshd/fsm"
@@ -154,8 +155,15 @@ func TestUnitTakeFailedStartPutsBack(t *testing.T) {
 	if v := unitCtrView(t, rep, "web"); v.State != ContainerHeld {
 		t.Fatalf("container after a failed take: %+v", v)
 	}
-	// Once the cause is gone the take goes through.
+	// The next passes do not stop the found container again at once: the take waits.
+	rep = h.Reconcile(unitCtx(t), takeDecl(true))
+	if !reasonNames(rep, fsm.KindContainer+":web", "the take waits until") {
+		t.Fatalf("the pass after a failed cutover: %+v", rep.Errors)
+	}
+	unitOps(t, f)
+	// Once the cause is gone and the wait over, the take goes through.
 	delete(f.failStart, "web:2")
+	h.drivers[0].(*ContainerDriver).now = func() time.Time { return time.Now().Add(time.Minute) }
 	rep = h.Reconcile(unitCtx(t), takeDecl(true))
 	unitNoErrors(t, rep)
 	if unitRead(t, root, takeConf) != "meshd's conf\n" || unitCtrView(t, rep, "web").State != ContainerReplaced {
@@ -337,3 +345,29 @@ func TestUnitTakePreview(t *testing.T) {
 }
 
 func ctTakenUnit(r fsm.Resource) fsm.Resource { r.Taken = true; return r }
+
+// A failed cutover's wait doubles with each failure in a row, up to 30 minutes, and holds only
+// for the same declaration and found container.
+func TestUnitTakeWaits(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		failures int
+		key      string
+		after    time.Duration
+		wait     bool
+	}{
+		{0, "k", 0, false},
+		{1, "k", 29 * time.Second, true},
+		{1, "k", 30 * time.Second, false},
+		{1, "other declaration", time.Second, false},
+		{2, "k", 59 * time.Second, true},
+		{3, "k", 2 * time.Minute, false},
+		{20, "k", 29 * time.Minute, true},
+		{20, "k", 30 * time.Minute, false},
+	} {
+		rec := &containerRecord{TakeFailedFor: "k", TakeFailures: c.failures, TakeFailedAt: at}
+		if _, wait := takeWaits(rec, c.key, at.Add(c.after)); wait != c.wait {
+			t.Errorf("%d failures, key %s, %s after: wait %v, want %v", c.failures, c.key, c.after, wait, c.wait)
+		}
+	}
+}
