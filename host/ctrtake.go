@@ -172,6 +172,16 @@ func (d *ContainerDriver) StepBack(ctx context.Context, pass Pass, module string
 			errs = append(errs, err)
 			continue
 		}
+		for _, r := range pass.Resources { // the take waits before it stops the found one again
+			if r.Container != nil && r.Container.Name == name {
+				key := takeKey(ctrSpecOf(r), rec.ReplacedID)
+				if rec.TakeFailedFor != key {
+					rec.TakeFailures = 0
+				}
+				rec.TakeFailedFor, rec.TakeFailures, rec.TakeFailedAt = key, rec.TakeFailures+1, d.now().UTC()
+				rec.TakeFailed = fmt.Sprintf("container %s: stepped back: a file of module %s could not be written", name, module)
+			}
+		}
 		rec.State, rec.ID, rec.Image, rec.At = ContainerHeld, rec.ReplacedID, rec.FoundImage, time.Now().UTC()
 		rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside = nil, time.Time{}, "", ""
 		if err := p.put(name, rec); err != nil {

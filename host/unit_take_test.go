@@ -207,6 +207,14 @@ func TestUnitTakeFailedFileStepsBack(t *testing.T) {
 	if hf := heldIn(rep, takeConf); hf == nil {
 		t.Fatalf("the first file is not reported held again: %+v", rep.Held)
 	}
+	// The next pass waits before it stops the found container again.
+	rep = h.Reconcile(unitCtx(t), takeDecl(true, unitFile("webapp", second, "meshd's second\n", true)))
+	if !reasonNames(rep, fsm.KindContainer+":web", "the take waits until") || !reasonNames(rep, fsm.KindContainer+":web", "stepped back") {
+		t.Fatalf("the pass after a step back: %+v", rep.Errors)
+	}
+	if ctr, _ := f.get("web"); ctr.id != foundID || !ctr.running {
+		t.Fatalf("the found container was touched again: %+v", ctr)
+	}
 }
 
 func reasonNames(rep Report, resource, what string) bool {
