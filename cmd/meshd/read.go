@@ -207,6 +207,9 @@ func printContainers(w io.Writer, raw any) {
 		if !c.Running && c.ID != "" {
 			state += ", stopped"
 		}
+		if c.Aside != "" {
+			state += "; the replaced one kept stopped as " + c.Aside
+		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Module, state, c.Image, list(c.Ports))
 	}
 	var others []string
