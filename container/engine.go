@@ -418,3 +418,16 @@ func (e *Engine) Stop(ctx context.Context, ref string) error {
 func (e *Engine) Rename(ctx context.Context, ref, to string) error {
 	return e.wrap(fmt.Sprintf("rename container %s to %s", ref, to), e.cli.ContainerRename(ctx, ref, to))
 }
+
+// SetRestart gives the container ref (an id or an exact name) the restart policy restart ("no",
+// "always", "unless-stopped", "on-failure[:N]"). A take sets "no" on the found container it keeps
+// aside, so that a daemon restart or a reboot does not start it beside its replacement.
+func (e *Engine) SetRestart(ctx context.Context, ref, restart string) error {
+	name, n, err := ParseRestart(restart)
+	if err != nil {
+		return fmt.Errorf("restart policy of container %s: %q: %w", ref, restart, err)
+	}
+	_, err = e.cli.ContainerUpdate(ctx, ref, dcontainer.UpdateConfig{
+		RestartPolicy: dcontainer.RestartPolicy{Name: dcontainer.RestartPolicyMode(name), MaximumRetryCount: n}})
+	return e.wrap(fmt.Sprintf("set the restart policy of container %s to %s", ref, name), err)
+}

@@ -74,6 +74,8 @@ type engine interface {
 	// or its id; Remove of one that is not there is not an error.
 	Stop(ctx context.Context, ref string) error
 	Rename(ctx context.Context, ref, to string) error
+	// SetRestart gives a container a restart policy ("no", "always", ...).
+	SetRestart(ctx context.Context, ref, restart string) error
 	Start(ctx context.Context, name string) error
 	Remove(ctx context.Context, name string) error
 	// Published is every port every running container publishes on the machine.
@@ -194,6 +196,8 @@ type containerRecord struct {
 	// stopped (ctrAsideName), until the operator removes it.
 	ReplacedID string `json:"replaced_id,omitempty"`
 	Aside      string `json:"aside,omitempty"`
+	// AsideRestart is the restart policy the aside container had; it is kept with "no".
+	AsideRestart string `json:"aside_restart,omitempty"`
 	// Cutover is a take under way: committed before the found container is stopped, dropped
 	// when the new one runs or the found one is back. A pass after a crash finishes it.
 	Cutover *ctrCutover `json:"cutover,omitempty"`
@@ -213,6 +217,9 @@ type ctrCutover struct {
 	OldID      string          `json:"old_id"`
 	WasRunning bool            `json:"was_running"`
 	Replaced   json.RawMessage `json:"replaced,omitempty"`
+	// Restart is its restart policy, set to "no" while it is kept aside (so a reboot does not
+	// start it beside its replacement) and given back when it is put back.
+	Restart string `json:"restart,omitempty"`
 	// Aside is the name it is moved to; StagedID the new container, prepared under
 	// ctrStagedName.
 	Aside    string `json:"aside"`
@@ -478,6 +485,7 @@ func (p *ctrPass) claim(c ctrClaim, module string, spec container.Spec, o contai
 		rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, o.ID, spec.Image, module, now
 		if c := rec.Cutover; c != nil { // the new one was in place; what it replaced stays aside
 			rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside, rec.Cutover = c.Replaced, now, c.OldID, c.Aside, nil
+			rec.AsideRestart = c.Restart
 		}
 	default:
 		return rec, nil

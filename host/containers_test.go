@@ -684,8 +684,9 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 	if !strings.Contains(why, "starting the new container") || !strings.Contains(why, "is back") {
 		t.Fatalf("failed cutover reported as %q (errors %+v)", why, rep.Errors)
 	}
-	if o, ok := ctInspect(t, eng, found); !ok || o.ID != predID || !o.Running {
-		t.Fatalf("after a failed cutover %s is %s running %v; want the found %s, running", found, ctrShort(o.ID), o.Running, ctrShort(predID))
+	if o, ok := ctInspect(t, eng, found); !ok || o.ID != predID || !o.Running || o.Spec.Restart != container.RestartUnlessStopped {
+		t.Fatalf("after a failed cutover %s is %s running %v restart %q; want the found %s, running, unless-stopped",
+			found, ctrShort(o.ID), o.Running, o.Spec.Restart, ctrShort(predID))
 	}
 	ctServes(t, port, "old from predecessor")
 	for _, other := range []string{ctrStagedName(found), ctrAsideName(found, predID)} {
@@ -707,8 +708,9 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 	ctNoErrors(t, rep)
 	ctServes(t, port, "new from "+found)
 	aside := ctrAsideName(found, predID)
-	if o, ok := ctInspect(t, eng, aside); !ok || o.ID != predID || o.Running {
-		t.Fatalf("the replaced container is not kept stopped as %s: found %v, id %s, running %v", aside, ok, ctrShort(o.ID), o.Running)
+	if o, ok := ctInspect(t, eng, aside); !ok || o.ID != predID || o.Running || o.Spec.Restart != container.RestartNo {
+		t.Fatalf("the replaced container is not kept stopped as %s, restart no: found %v, id %s, running %v, restart %q",
+			aside, ok, ctrShort(o.ID), o.Running, o.Spec.Restart)
 	}
 	if v := ctView(t, rep, found); v.State != ContainerReplaced || v.Aside != aside {
 		t.Fatalf("taken: %+v", v)
@@ -728,7 +730,8 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 
 	// Stepping back is a restart: the new one stopped and moved away, the found one renamed back.
 	newID := ctView(t, rep, found).ID
-	for _, step := range []error{eng.Stop(ctx, newID), eng.Rename(ctx, newID, found+".stepped-back"), eng.Rename(ctx, predID, found), eng.Start(ctx, found)} {
+	for _, step := range []error{eng.Stop(ctx, newID), eng.Rename(ctx, newID, found+".stepped-back"), eng.Rename(ctx, predID, found),
+		eng.SetRestart(ctx, found, cf.AsideRestart), eng.Start(ctx, found)} {
 		if step != nil {
 			t.Fatal(step)
 		}

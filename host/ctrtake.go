@@ -44,11 +44,11 @@ func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.S
 
 	cut := rec.Cutover
 	if o != nil {
-		wasRunning := o.Running
+		wasRunning, restart, raw := o.Running, o.Spec.Restart, o.Raw
 		if cut != nil && cut.OldID == o.ID { // a crash came after it was stopped
-			wasRunning = wasRunning || cut.WasRunning
+			wasRunning, restart, raw = wasRunning || cut.WasRunning, cut.Restart, cut.Replaced
 		}
-		cut = &ctrCutover{OldID: o.ID, WasRunning: wasRunning, Replaced: o.Raw, Aside: ctrAsideName(name, o.ID)}
+		cut = &ctrCutover{OldID: o.ID, WasRunning: wasRunning, Replaced: raw, Aside: ctrAsideName(name, o.ID), Restart: restart}
 	}
 	cut.StagedID = newID
 	rec.Cutover = cut
@@ -78,6 +78,11 @@ func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.S
 			return fail("stopping the found container", err)
 		}
 		p.d.crash("take.container.after-stop")
+		if restartOf(cut.Restart) != container.RestartNo {
+			if err := p.d.eng.SetRestart(ctx, o.ID, container.RestartNo); err != nil {
+				return fail("setting the found container's restart policy to no", err)
+			}
+		}
 		if err := p.d.eng.Rename(ctx, o.ID, cut.Aside); err != nil {
 			return fail("moving the found container aside to "+cut.Aside, err)
 		}
@@ -95,6 +100,7 @@ func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.S
 	now := time.Now().UTC()
 	rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, newID, spec.Image, view.Module, now
 	rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside, rec.Cutover = cut.Replaced, now, cut.OldID, cut.Aside, nil
+	rec.AsideRestart = cut.Restart
 	rec.TakeFailedFor, rec.TakeFailures, rec.TakeFailedAt, rec.TakeFailed = "", 0, time.Time{}, ""
 	if err := p.put(name, rec); err != nil {
 		return view, err
@@ -136,6 +142,11 @@ func (p *ctrPass) putBack(ctx context.Context, name string, rec *containerRecord
 			errs = append(errs, fmt.Errorf("renaming the found container back from %s: %w", cut.Aside, err))
 		}
 	}
+	if restartOf(cut.Restart) != container.RestartNo {
+		if err := p.d.eng.SetRestart(ctx, cut.OldID, cut.Restart); err != nil {
+			errs = append(errs, fmt.Errorf("giving the found container its restart policy %s back: %w", cut.Restart, err))
+		}
+	}
 	if cut.WasRunning {
 		if err := p.d.eng.Start(ctx, cut.OldID); err != nil {
 			errs = append(errs, fmt.Errorf("starting the found container %s again: %w", ctrShort(cut.OldID), err))
@@ -167,7 +178,7 @@ func (d *ContainerDriver) StepBack(ctx context.Context, pass Pass, module string
 		if rec == nil || rec.State != ContainerReplaced || rec.Aside == "" {
 			continue
 		}
-		rec.Cutover = &ctrCutover{OldID: rec.ReplacedID, WasRunning: true, Replaced: rec.Replaced, Aside: rec.Aside, StagedID: rec.ID}
+		rec.Cutover = &ctrCutover{OldID: rec.ReplacedID, WasRunning: true, Replaced: rec.Replaced, Aside: rec.Aside, StagedID: rec.ID, Restart: rec.AsideRestart}
 		if err := p.putBack(ctx, name, rec, true); err != nil {
 			errs = append(errs, err)
 			continue
@@ -183,7 +194,7 @@ func (d *ContainerDriver) StepBack(ctx context.Context, pass Pass, module string
 			}
 		}
 		rec.State, rec.ID, rec.Image, rec.At = ContainerHeld, rec.ReplacedID, rec.FoundImage, time.Now().UTC()
-		rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside = nil, time.Time{}, "", ""
+		rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside, rec.AsideRestart = nil, time.Time{}, "", "", ""
 		if err := p.put(name, rec); err != nil {
 			errs = append(errs, err)
 		}

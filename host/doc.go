@@ -58,10 +58,11 @@
 //     rendered and the found file's latest bytes, mode and owner recorded. A container that
 //     cannot be prepared stops the module's take with nothing touched.
 //  2. cut over: the container's take is recorded (containerRecord.Cutover), the found container
-//     stopped and moved aside to NAME.meshd-replaced-<short id>, the new one moved to NAME and
-//     started; then, after every container of the module, its files are written.
+//     stopped, given restart policy "no" (a reboot must not start it beside its replacement; its
+//     own is recorded) and moved aside to NAME.meshd-replaced-<short id>, the new one moved to
+//     NAME and started; then, after every container of the module, its files are written.
 //  3. put back on failure: a container that cannot be cut over has the new one removed and the
-//     found one renamed back and started; the module's files are then not written. A file that
+//     found one renamed back, given its restart policy back and started; the module's files are then not written. A file that
 //     cannot be written has the module's files already written restored from their recorded
 //     latest bytes (held again) and its containers stepped back (ContainerDriver.StepBack). The
 //     report names the resource and why. A failed cutover stops the found container, so it is

@@ -279,6 +279,21 @@ func (f *fakeEngine) Stop(_ context.Context, ref string) error {
 	return nil
 }
 
+func (f *fakeEngine) SetRestart(_ context.Context, ref, restart string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return f.unreachable("update container " + ref)
+	}
+	name, c := f.lookup(ref)
+	if c == nil {
+		return fmt.Errorf("update container %s (engine %s): no such container", ref, f.host)
+	}
+	c.spec.Restart = restart
+	f.ops = append(f.ops, "restart "+name+" "+restart)
+	return nil
+}
+
 func (f *fakeEngine) Rename(_ context.Context, ref, to string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

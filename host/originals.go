@@ -104,6 +104,9 @@ type ContainerFound struct {
 	ReplacedAt time.Time       `json:"replaced_at,omitzero"`
 	Replaced   json.RawMessage `json:"replaced,omitempty"`
 	Aside      string          `json:"aside,omitempty"`
+	// AsideRestart is the restart policy the replaced container had: it is kept aside with "no",
+	// so that a reboot does not start it; stepping back gives it this one again.
+	AsideRestart string `json:"aside_restart,omitempty"`
 	// TakeUnderWay is set while a take's cutover is unfinished (a crash cut it short).
 	TakeUnderWay bool `json:"take_under_way,omitempty"`
 }
@@ -126,5 +129,5 @@ func (h *Host) ContainerFound(name string) (ContainerFound, error) {
 	}
 	return ContainerFound{Name: name, Module: rec.Module, State: rec.State, FoundID: rec.FoundID, FoundImage: rec.FoundImage,
 		FoundAt: rec.FoundAt, Original: rec.Original, ReplacedID: rec.ReplacedID, ReplacedAt: rec.ReplacedAt,
-		Replaced: rec.Replaced, Aside: rec.Aside, TakeUnderWay: rec.Cutover != nil}, nil
+		Replaced: rec.Replaced, Aside: rec.Aside, AsideRestart: rec.AsideRestart, TakeUnderWay: rec.Cutover != nil}, nil
 }

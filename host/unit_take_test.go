@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"meshd/catalogue"
+	"meshd/container"
 	"meshd/fsm"
 )
 
@@ -131,6 +132,34 @@ func TestUnitTakeNotPreparedTouchesNothing(t *testing.T) {
 				t.Fatalf("the file's error does not say the take did not cut over: %+v", rep.Errors)
 			}
 		})
+	}
+}
+
+// A found container that restarts by itself is kept aside with restart policy "no", so that a
+// reboot does not start it beside its replacement; a failed cutover gives its policy back.
+func TestUnitTakeAsideDoesNotRestart(t *testing.T) {
+	f := newFakeEngine("web:1", "web:2")
+	h, _ := unitHost(t, newContainerDriver(f, unitLog()))
+	found := unitFound("web", "web:1", "old")
+	found.Restart = container.RestartAlways
+	foundID := f.run(found)
+	unitNoErrors(t, h.Reconcile(unitCtx(t), unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", false))))
+	f.takeOps()
+
+	f.failStart["web:2"] = errors.New("port is already allocated")
+	h.Reconcile(unitCtx(t), unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true)))
+	if c, _ := f.get("web"); c.id != foundID || !c.running || c.spec.Restart != container.RestartAlways {
+		t.Fatalf("after a failed cutover: %+v", c)
+	}
+	delete(f.failStart, "web:2")
+	h.drivers[0].(*ContainerDriver).now = func() time.Time { return time.Now().Add(time.Minute) }
+	unitNoErrors(t, h.Reconcile(unitCtx(t), unitDecl(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true))))
+	aside, _ := f.get(ctrAsideName("web", foundID))
+	if aside.id != foundID || aside.running || aside.spec.Restart != container.RestartNo {
+		t.Fatalf("kept aside: %+v", aside)
+	}
+	if cf, err := h.ContainerFound("web"); err != nil || cf.AsideRestart != container.RestartAlways {
+		t.Fatalf("what was found: %+v, %v", cf, err)
 	}
 }
 

@@ -349,8 +349,13 @@ func originalRecord(ctx context.Context, g *globals, base, what, name string) er
 			fmt.Fprintf(w, "found\t%s, image %s, at %s\n", short(c.FoundID), c.FoundImage, c.FoundAt.Format(time.RFC3339))
 			if c.Aside != "" {
 				fmt.Fprintf(w, "replaced\t%s at %s, kept stopped as %s until you remove it\n", short(c.ReplacedID), c.ReplacedAt.Format(time.RFC3339), c.Aside)
-				fmt.Fprintf(w, "step back\tdocker stop %s; docker rename %s %s.stepped-back; docker rename %s %s; docker start %s\n",
-					c.Name, c.Name, c.Name, c.Aside, c.Name, c.Name)
+				restore := ""
+				if c.AsideRestart != "" && c.AsideRestart != "no" {
+					fmt.Fprintf(w, "restart policy\tno while kept aside; it was %s\n", c.AsideRestart)
+					restore = fmt.Sprintf("docker update --restart=%s %s; ", c.AsideRestart, c.Name)
+				}
+				fmt.Fprintf(w, "step back\tdocker stop %s; docker rename %s %s.stepped-back; docker rename %s %s; %sdocker start %s\n",
+					c.Name, c.Name, c.Name, c.Aside, c.Name, restore, c.Name)
 			}
 			if c.TakeUnderWay {
 				fmt.Fprintf(w, "take\tunder way: the agent finishes it on its next pass\n")
