@@ -62,10 +62,10 @@
 //     own is recorded) and moved aside to NAME.meshd-replaced-<short id>, the new one moved to
 //     NAME and started; then, after every container of the module, its files are written.
 //  3. put back on failure: a container that cannot be cut over has the new one removed and the
-//     found one renamed back, given its restart policy back and started; the module's files are then not written. A file that
-//     cannot be written has the module's files already written restored from their recorded
-//     latest bytes (held again) and its containers stepped back (ContainerDriver.StepBack). The
-//     report names the resource and why. A failed cutover stops the found container, so it is
+//     found one renamed back, given its restart policy back and started; the module's files are
+//     then not written. A file that cannot be written has the module's files already written
+//     restored from their recorded latest bytes (held again) and its containers stepped back
+//     (ContainerDriver.StepBack). The report names the resource and why. A failed cutover stops the found container, so it is
 //     tried again only after a wait (takeWaits: 30 s, doubling to 30 minutes) unless the
 //     declaration or the found container changes.
 //
