@@ -78,14 +78,12 @@ func (h *Host) cutoverFiles(ctx context.Context, fc *fileCtx, blocked map[string
 		var done []stagedWrite
 		for _, w := range ws {
 			if err := h.writeFile(fc, w.r, w.loc, w.want, w.mode, w.owner, true); err != nil {
-				h.fail(fc, w.r, err)
-				back := h.putBackFiles(fc, append(done, w))
-				back = errors.Join(back, h.stepBackDrivers(ctx, module, byKind))
-				reason := fmt.Sprintf("the take of module %s failed at file %s and was stepped back: %v", module, w.r.File.Path, err)
+				back := errors.Join(h.putBackFiles(fc, append(done, w)), h.stepBackDrivers(ctx, module, byKind))
+				err = fmt.Errorf("%w; the take of module %s was stepped back, what was found put back", err, module)
 				if back != nil {
-					reason += fmt.Sprintf("; putting back what was found failed: %v", back)
+					err = fmt.Errorf("%w, but not all of it: %v", err, back)
 				}
-				fc.rep.Errors = append(fc.rep.Errors, ResourceError{Resource: "take:" + module, Module: module, Reason: reason})
+				h.fail(fc, w.r, err)
 				break
 			}
 			done = append(done, w)
@@ -106,8 +104,14 @@ func (h *Host) putBackFiles(fc *fileCtx, ws []stagedWrite) error {
 			continue
 		}
 		m := fr.Latest.Meta
-		if err := h.writeAtomic(w.loc.target, b, fs.FileMode(m.Mode), ids{m.UID, m.GID}); err != nil {
-			errs = append(errs, fmt.Errorf("file %s: putting back its latest bytes: %w", p, err))
+		// A write that failed before its rename left the file as it was: only its record goes.
+		if loc, err := locate(h.root, p); err != nil || !loc.exists || hashOf(loc.content) != fr.Latest.Hash {
+			if err := h.writeAtomic(w.loc.target, b, fs.FileMode(m.Mode), ids{m.UID, m.GID}); err != nil {
+				errs = append(errs, fmt.Errorf("file %s: putting back its latest bytes: %w", p, err))
+				continue
+			}
+		} else if err := h.fixMeta(fc, p, loc, fs.FileMode(m.Mode), ids{m.UID, m.GID}); err != nil {
+			errs = append(errs, fmt.Errorf("file %s: putting back its mode and owner: %w", p, err))
 			continue
 		}
 		if err := h.st.deleteWritten(p); err != nil {

@@ -217,7 +217,7 @@ func TestUnitTakeFailedFileStepsBack(t *testing.T) {
 		f.onStart = nil
 	}
 	rep := h.Reconcile(unitCtx(t), takeDecl(true, unitFile("webapp", second, "meshd's second\n", true)))
-	if !reasonNames(rep, "take:webapp", "stepped back") {
+	if !reasonNames(rep, fsm.KindFile+":"+second, "the take of module webapp was stepped back") {
 		t.Fatalf("errors: %+v", rep.Errors)
 	}
 	if got := unitRead(t, root, takeConf); got != takeFoundBytes {
