@@ -201,7 +201,7 @@ func TestProcessEnrolment(t *testing.T) {
 	}
 	// An expired token: short ttl, joined after it passed.
 	var short agent.TokenView
-	hub.jsonOf(&short, "token", "create", "--ttl", "1s")
+	hub.jsonOf(&short, "token", "create", "--adopted", "--ttl", "1s")
 	poll(t, 5*time.Second, "token expiry", func() string {
 		if time.Now().After(short.Expires) {
 			return ""
