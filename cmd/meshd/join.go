@@ -43,7 +43,7 @@ A used, expired, forged or truncated token is refused with the reason; nothing c
 record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.`,
 		Example: `  meshd join eyJ2Ijox...Q --name edge-1 --advertise 192.0.2.2
   meshd join eyJ2Ijox...Q --name edge-1 --port tunnel=51821 --dry-run`,
-		Args:    exactArgs("TOKEN"),
+		Args: exactArgs("TOKEN"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			opts.Token = args[0]
 			var err error
