@@ -71,6 +71,7 @@ func (e *JoinError) Unwrap() error { return e.Err }
 // with its --port values as its settings), and only then writes the data dir: the node file, its
 // sealed identity key, its certificate, the CA's, and the sealed gossip keyring. A refused join
 // writes nothing, and a join refused by its preflight sends nothing: its token stays unused.
+// It stays one body because the order of those steps is the promise.
 func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if opts.Name == "" {
 		return nil, errors.New("join needs the node's name (--name)")
@@ -89,23 +90,9 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if err := pki.CheckExpiry(p, time.Now()); err != nil {
 		return nil, &JoinError{err}
 	}
-	cat, err := catalogue.Default()
-	if err != nil {
-		return nil, fmt.Errorf("the shipped catalogue: %w", err)
-	}
-	settings, err := JoinSettings(cat, opts.Ports)
+	settings, findings, err := joinPreflight(ctx, opts, p)
 	if err != nil {
 		return nil, err
-	}
-	in := preflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost}
-	if r, err := netip.ParsePrefix(p.Range); err == nil {
-		in.Range = r.Masked()
-	}
-	findings := preflight(ctx, in)
-	for _, f := range findings {
-		if f.Level == LevelError {
-			return nil, &PreflightError{Findings: findings, Act: ActJoin}
-		}
 	}
 	if opts.DryRun {
 		return &JoinResult{DataDir: opts.DataDir, Servers: p.Bus, Mode: fsm.Mode(p.Mode), Findings: findings, DryRun: true}, nil
@@ -171,6 +158,30 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return nil, fmt.Errorf("node %s enrolled, but its node file: %w", opts.Name, err)
 	}
 	return res, nil
+}
+
+// joinPreflight resolves join's --port values and runs the preflight on this machine for the
+// ports a client binds and the token's mode; a finding at error level refuses the join.
+func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (map[string]string, []Finding, error) {
+	cat, err := catalogue.Default()
+	if err != nil {
+		return nil, nil, fmt.Errorf("the shipped catalogue: %w", err)
+	}
+	settings, err := JoinSettings(cat, opts.Ports)
+	if err != nil {
+		return nil, nil, err
+	}
+	in := preflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost}
+	if r, err := netip.ParsePrefix(p.Range); err == nil {
+		in.Range = r.Masked()
+	}
+	findings := preflight(ctx, in)
+	for _, f := range findings {
+		if f.Level == LevelError {
+			return nil, nil, &PreflightError{Findings: findings, Act: ActJoin}
+		}
+	}
+	return settings, findings, nil
 }
 
 // JoinSettings resolves join's --port values to the node's settings, keyed MODULE.SETTING as the

@@ -320,7 +320,8 @@ func listensIn(t *testing.T, netns string, port int) {
 // is refused; a converged token on a machine in use (a service listening, an active firewall) is
 // refused naming both, in join's words, with nothing sent and nothing written on either side;
 // --dry-run shows the findings; once the machine is idle the same token joins (so it was never
-// spent), its --port values are the node's settings, and its agent binds them.
+// spent), its --port values are the node's settings, and its agent binds them. A firewall meshd does
+// not speak (firewalld) refuses an adopted join too.
 func TestProcessJoinPreflight(t *testing.T) {
 	hub, edge := newNode(t), newNode(t)
 	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
@@ -392,6 +393,23 @@ func TestProcessJoinPreflight(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &f); err != nil || !f.has("port.mesh.gossip", "error", fmt.Sprintf("labsvc (pid %d)", holder.Process.Pid)) ||
 		!f.has("port.mesh.gossip", "error", "give join another: --port gossip=N") {
 		t.Errorf("the held gossip port is not named with its holder: %v %+v", err, f.Findings)
+	}
+
+	// A firewall meshd does not speak refuses an adopted join too, in genesis's words.
+	var adopted agent.TokenView
+	hub.jsonOf(&adopted, "token", "create", "--adopted")
+	fwd := exec.Command("ip", "netns", "exec", edge.netns, "nft", "add", "table", "inet", "firewalld")
+	if out, err := fwd.CombinedOutput(); err != nil {
+		t.Fatalf("nft add table inet firewalld: %v %s", err, out)
+	}
+	out, errs, code = edge.runIn("join", adopted.Token, "--name", "edge", "--data-dir", edge.dir, "--docker-host", noDocker)
+	if code != 1 || !strings.Contains(errs, "firewall.kind: firewalld is active") || !strings.Contains(errs, "meshd will not adopt a machine whose firewall it cannot speak") {
+		t.Fatalf("an adopted join on a firewalld machine: exit %d\n%s%s", code, out, errs)
+	}
+	t.Logf("adopted join on a firewalld machine: %s", strings.TrimSpace(errs))
+	unchanged("a join refused for firewalld", before)
+	if out, err := exec.Command("ip", "netns", "exec", edge.netns, "nft", "delete", "table", "inet", "firewalld").CombinedOutput(); err != nil {
+		t.Fatalf("nft delete: %v %s", err, out)
 	}
 
 	// Idle: the service and the held port stopped, the firewall gone. The same token joins.
