@@ -194,6 +194,9 @@ func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
 	if err := setValues(r.Catalogue, n, b.Settings, c.Op); err != nil {
 		return nil, err
 	}
+	if err := checkNode(r.Catalogue, n, c.Op, ""); err != nil {
+		return nil, err
+	}
 	carried := -1
 	for i, p := range r.Tunnel.Carried {
 		if b.PublicKey != "" && p.PublicKey == b.PublicKey {
