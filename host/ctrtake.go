@@ -20,6 +20,9 @@ import (
 
 // take replaces a found or held container with spec's, staged. o is the found container at the
 // declared name; nil when an interrupted take already moved it aside (rec.Cutover says where).
+// It is one function, longer than most, because it is one ordered sequence whose every step
+// after the recorded cutover shares the same put-back: split up, the order and what each failure
+// undoes would no longer read in one place.
 func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.Spec, o *container.Observed, rec *containerRecord) (ContainerView, error) {
 	name := spec.Name
 	stage := ctrStagedName(name)
