@@ -110,6 +110,8 @@ func TestUnitDecideContainer(t *testing.T) {
 	held := &containerRecord{State: ContainerHeld, ID: "c1", FoundID: "c1", Module: "webapp"}
 	created := &containerRecord{State: ContainerCreated, ID: "c1", Image: "web:2", Module: "webapp"}
 	stale := &containerRecord{State: ContainerCreated, ID: "c0", Image: "web:2", Module: "webapp"}
+	cutting := &containerRecord{State: ContainerHeld, ID: "c1", FoundID: "c1", Module: "webapp",
+		Cutover: &ctrCutover{OldID: "c1", WasRunning: true, Aside: "web.meshd-replaced-c1", StagedID: "c3"}}
 
 	for _, c := range []struct {
 		name   string
@@ -141,6 +143,18 @@ func TestUnitDecideContainer(t *testing.T) {
 		{"labelled, no record: claimed as created", nil, labelled, true, false, ctrAction{claim: claimLabelled, step: ctrKeep}},
 		{"held, taken, labelled with another id: an interrupted take", held, labelled, true, true,
 			ctrAction{claim: claimInterrupted, step: ctrKeep}},
+		{"held, taken, moved aside by a take a crash cut short: the take resumed", cutting, container.Observed{}, false, true,
+			ctrAction{step: ctrResume}},
+		{"held, taken, stopped by a take a crash cut short: the take again", cutting, func() container.Observed {
+			o := differs
+			o.Running = false
+			return o
+		}(), true, true, ctrAction{step: ctrReplace, diff: []string{"env GREETING: value differs from the declared one"}}},
+		{"held, taken, the new one in place but stopped: claimed and started", cutting, func() container.Observed {
+			o := labelled
+			o.Running = false
+			return o
+		}(), true, true, ctrAction{claim: claimInterrupted, step: ctrStart}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var rec *containerRecord
