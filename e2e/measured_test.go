@@ -132,10 +132,14 @@ func (g *guardCounter) read(ctx context.Context, t *testing.T) (before, after ma
 }
 
 // refusedByGuard checks that outside's packets to every counted port reached the machine over
-// IPv4 and IPv6 and that none passed the guard.
+// IPv4 and IPv6 and that none passed the guard, then removes the counting table (it is not the
+// found firewall's, nor meshd's).
 func (g *guardCounter) refusedByGuard(ctx context.Context, t *testing.T) {
 	t.Helper()
 	before, after := g.read(ctx, t)
+	if out, err := g.hub.Exec(ctx, "nft", "delete", "table", "inet", guardCounterTable); err != nil {
+		t.Fatalf("remove the counting table: %v %s", err, out)
+	}
 	for _, p := range g.ports {
 		for _, fam := range []string{"v4", "v6"} {
 			k := fmt.Sprintf("%s:%d", fam, p)
@@ -259,8 +263,12 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 		if bad := probeVerdicts(t, l, time.Time{}, refused...); len(bad) > 0 {
 			t.Fatalf("outside reached a guarded port:\n%s", strings.Join(bad, "\n"))
 		}
-		// The hub's ufw drops all IPv6 (IPV6=no) after the guard: the counting table shows that
-		// outside's packets arrive over both families and that the guard refuses them first.
+		// IPv6 reaches the hub from outside (the webapp answers over it), and the counting table
+		// shows outside's packets to the guarded ports arrive over both families and that the
+		// guard refuses them before the found firewall sees them.
+		if out, err := outside.Reach(ctx, fmt.Sprintf("http://%s:%d/", hub6, lab.WebappPort)); err != nil {
+			t.Fatalf("outside does not reach the webapp over IPv6: %v %s", err, out)
+		}
 		for _, target := range []string{
 			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort), fmt.Sprintf("tcp://%s:%d", hub6, lab.StorePort),
 			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.BrokerPort), fmt.Sprintf("tcp://%s:%d", hub6, lab.BrokerPort),

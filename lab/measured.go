@@ -25,10 +25,30 @@ const (
 // published, and pred-app, a container whose probes call them at their bridge addresses on those
 // container ports (app-redis, app-broker, app-broker-mgmt) and the machine's own published
 // registry port from the bridge (app-registry). Outside probes the store over IPv6 and the
-// broker's port over IPv4 and IPv6; each must stay unreachable.
+// broker's port over IPv4 and IPv6; each must stay unreachable. With ufw, the hub's ufw filters
+// IPv6 as well (IPV6=yes), so IPv6 reaches it as ufw allows.
 func PredecessorWithApps(fw FirewallKind) Scenario {
 	sc := Predecessor(fw)
 	sc.Name = "predecessor-apps-" + string(fw)
+	if fw == FirewallUFW {
+		// This hub's ufw filters IPv6 too (IPV6=yes, the rules given again so each gets its v6
+		// twin), so outside reaches it over IPv6 the way ufw allows; with IPV6=no, ufw drops all
+		// IPv6, neighbour discovery included.
+		configure := sc.Configure
+		sc.Configure = func(ctx context.Context, l *Lab) error {
+			if err := configure(ctx, l); err != nil {
+				return err
+			}
+			_, err := l.Machine("hub").Run(ctx, `set -e
+sed -i 's/^IPV6=.*/IPV6=yes/' /etc/default/ufw
+ufw allow 22/tcp comment ssh >/dev/null
+ufw allow 51820/udp comment 'predecessor tunnel' >/dev/null
+ufw allow 8080/tcp comment webapp >/dev/null
+ufw allow 5000/tcp comment registry >/dev/null
+`)
+			return err
+		}
+	}
 	base := sc.Populate
 	sc.Populate = func(ctx context.Context, l *Lab) error {
 		if err := base(ctx, l); err != nil {
