@@ -163,7 +163,7 @@ func (g *guardCounter) refusedByGuard(ctx context.Context, t *testing.T) {
 // genesis: app-redis's calls are dropped.
 func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 	bin := labtest.Meshd(t)
-	l := labtest.Up(t, lab.PredecessorWithApps(lab.FirewallUFW))
+	l := labtest.Up(t, lab.PredecessorWithApps(lab.FirewallNftables))
 	ctx := testenv.Context(t, 6*time.Minute)
 	hub, newnode, outside := l.Machine("hub"), l.Machine("newnode"), l.Machine("outside")
 	agentLogOnFailure(t, hub)

@@ -25,27 +25,20 @@ const (
 // published, and pred-app, a container whose probes call them at their bridge addresses on those
 // container ports (app-redis, app-broker, app-broker-mgmt) and the machine's own published
 // registry port from the bridge (app-registry). Outside probes the store over IPv6 and the
-// broker's port over IPv4 and IPv6; each must stay unreachable. With ufw, the hub's ufw filters
-// IPv6 as well (IPV6=yes), so IPv6 reaches it as ufw allows.
+// broker's port over IPv4 and IPv6; each must stay unreachable. Over IPv6 that proves something only
+// with nftables, whose hub here accepts ICMPv6: the lab's ufw runs with IPV6=no, dropping all IPv6.
 func PredecessorWithApps(fw FirewallKind) Scenario {
 	sc := Predecessor(fw)
 	sc.Name = "predecessor-apps-" + string(fw)
-	if fw == FirewallUFW {
-		// This hub's ufw filters IPv6 too (IPV6=yes, the rules given again so each gets its v6
-		// twin), so outside reaches it over IPv6 the way ufw allows; with IPV6=no, ufw drops all
-		// IPv6, neighbour discovery included.
+	if fw == FirewallNftables {
+		// This hub's firewall lets IPv6's neighbour discovery in, so outside reaches it over IPv6
+		// the way its rules allow. (ufw here runs with IPV6=no, which drops all IPv6.)
 		configure := sc.Configure
 		sc.Configure = func(ctx context.Context, l *Lab) error {
 			if err := configure(ctx, l); err != nil {
 				return err
 			}
-			_, err := l.Machine("hub").Run(ctx, `set -e
-sed -i 's/^IPV6=.*/IPV6=yes/' /etc/default/ufw
-ufw allow 22/tcp comment ssh >/dev/null
-ufw allow 51820/udp comment 'predecessor tunnel' >/dev/null
-ufw allow 8080/tcp comment webapp >/dev/null
-ufw allow 5000/tcp comment registry >/dev/null
-`)
+			_, err := l.Machine("hub").Run(ctx, `sed -i 's/meta l4proto icmp accept/meta l4proto { icmp, ipv6-icmp } accept/' /etc/nftables.conf`)
 			return err
 		}
 	}
