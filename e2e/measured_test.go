@@ -287,7 +287,7 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 // with zero failures; outside never reaches the store or the broker's port; the found firewall
 // differs only by meshd's marked rules; the 12 synced files are byte for byte what they were.
 //
-// The scenario is the full 60 containers in the default suite: the lab raises it in about 25 s
+// The scenario is the full 60 containers in the default suite: the lab raises it in about 20 s
 // (measured on the lab host, vfs engine), well under the two minutes past which it would be left
 // to MESHD_SOAK=1.
 func TestAdoptMeasuredMachine(t *testing.T) {
