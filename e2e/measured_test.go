@@ -175,7 +175,7 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	apps := []string{"app-redis", "app-broker", "app-broker-mgmt", "app-registry"}
-	refused := []string{"outside-store", "outside-store6", "outside-broker", "outside-broker6"}
+	refused := []string{"outside-store", "outside-store6", "outside-broker", "outside-broker6", "outside-mgmt", "outside-mgmt6"}
 	began := time.Now()
 
 	if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
@@ -204,7 +204,7 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	counted := countGuard(ctx, t, hub, outside, lab.StorePort, lab.BrokerPort)
+	counted := countGuard(ctx, t, hub, outside, lab.StorePort, lab.BrokerPort, lab.BrokerManagementPort)
 	genesisAt := time.Now()
 	callsSince(t, l, genesisAt, 8, apps...)
 
@@ -272,6 +272,7 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 		for _, target := range []string{
 			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort), fmt.Sprintf("tcp://%s:%d", hub6, lab.StorePort),
 			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.BrokerPort), fmt.Sprintf("tcp://%s:%d", hub6, lab.BrokerPort),
+			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.BrokerManagementPort), fmt.Sprintf("tcp://%s:%d", hub6, lab.BrokerManagementPort),
 		} {
 			if out, err := outside.Reach(ctx, target); err == nil {
 				t.Errorf("outside reached %s: %s", target, out)

@@ -25,7 +25,7 @@ const (
 // published, and pred-app, a container whose probes call them at their bridge addresses on those
 // container ports (app-redis, app-broker, app-broker-mgmt) and the machine's own published
 // registry port from the bridge (app-registry). Outside probes the store over IPv6 and the
-// broker's port over IPv4 and IPv6; each must stay unreachable. Over IPv6 that proves something only
+// broker's ports (5672, 15672) over IPv4 and IPv6; each must stay unreachable. Over IPv6 that proves something only
 // with nftables, whose hub here accepts ICMPv6: the lab's ufw runs with IPV6=no, dropping all IPv6.
 func PredecessorWithApps(fw FirewallKind) Scenario {
 	sc := Predecessor(fw)
@@ -69,6 +69,8 @@ func PredecessorWithApps(fw FirewallKind) Scenario {
 		ProbeSpec{Name: "outside-store6", From: "outside", Target: fmt.Sprintf("tcp://[%s]:%d", hub6, StorePort), Expect: ExpectUnreachable},
 		ProbeSpec{Name: "outside-broker", From: "outside", Target: fmt.Sprintf("tcp://%s:%d", HubAddr, BrokerPort), Expect: ExpectUnreachable},
 		ProbeSpec{Name: "outside-broker6", From: "outside", Target: fmt.Sprintf("tcp://[%s]:%d", hub6, BrokerPort), Expect: ExpectUnreachable},
+		ProbeSpec{Name: "outside-mgmt", From: "outside", Target: fmt.Sprintf("tcp://%s:%d", HubAddr, BrokerManagementPort), Expect: ExpectUnreachable},
+		ProbeSpec{Name: "outside-mgmt6", From: "outside", Target: fmt.Sprintf("tcp://[%s]:%d", hub6, BrokerManagementPort), Expect: ExpectUnreachable},
 	)
 	return sc
 }
