@@ -15,13 +15,10 @@ import (
 // hands them their configuration.
 func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 	var out []host.Driver
-	// Containers, through the Docker engine at cfg.DockerHost. Nothing is dialled here: an engine
-	// that is down is reported on every pass and used again once it answers.
-	eng, err := container.New(cfg.DockerHost, container.WithLogger(log.With("part", "container")))
-	if err != nil {
-		return nil, err
-	}
-	out = append(out, host.NewContainerDriver(eng, log.With("part", "container")))
+	// Openings first, then containers: a pass runs its drivers in this order, and the guard (an
+	// opening's refusal) must be loaded before a foundation container publishes a guarded port,
+	// or the store and the broker are open to anyone for the seconds in between (issue 11: seen
+	// on the measured machine, whose found firewall lets forwarded traffic to 5672 through).
 	// Openings, through the firewall found on this machine (the zero netfilter.Env) on an adopted
 	// node, meshd's derived filter on a converged one; what a retire keeps lives in the data dir.
 	nlog := log.With("part", "netfilter")
@@ -29,5 +26,12 @@ func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 		Env:    netfilter.Env{StateDir: filepath.Join(cfg.DataDir, "netfilter"), Log: nlog},
 		Logger: nlog,
 	}))
+	// Containers, through the Docker engine at cfg.DockerHost. Nothing is dialled here: an engine
+	// that is down is reported on every pass and used again once it answers.
+	eng, err := container.New(cfg.DockerHost, container.WithLogger(log.With("part", "container")))
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, host.NewContainerDriver(eng, log.With("part", "container")))
 	return out, nil
 }

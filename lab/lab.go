@@ -26,6 +26,9 @@ const (
 	Prefix = "ml"
 	// Underlay is the network every lab machine is on, and nothing else.
 	Underlay = "198.51.100.0/24"
+	// Underlay6 is the underlay's IPv6 network (documentation range): each machine has
+	// 2001:db8:100::N beside 198.51.100.N, so a probe can call a machine over IPv6 too.
+	Underlay6 = "2001:db8:100::/64"
 	// BridgeName is the underlay's bridge, inside the lab's switch namespace.
 	BridgeName = "ml-br0"
 	// ImageName is the image every lab container runs: labsvc, imported with `docker import`.
@@ -206,8 +209,24 @@ func (l *Lab) build(ctx context.Context, sc Scenario, o Options) error {
 			return fmt.Errorf("scenario %s: populate: %w", sc.Name, err)
 		}
 	}
+	// Probes in the same container start together, after the containers they call exist.
+	shared := map[string][]ProbeSpec{}
+	var order []string
 	for _, p := range sc.Probes {
-		if err := l.StartProbe(ctx, p); err != nil {
+		if p.Container == "" {
+			if err := l.StartProbe(ctx, p); err != nil {
+				return err
+			}
+			continue
+		}
+		key := p.From + "/" + p.Container
+		if shared[key] == nil {
+			order = append(order, key)
+		}
+		shared[key] = append(shared[key], p)
+	}
+	for _, key := range order {
+		if err := l.StartContainerProbes(ctx, shared[key]); err != nil {
 			return err
 		}
 	}

@@ -31,8 +31,10 @@ type MachineSpec struct {
 
 // Machine is one lab machine.
 type Machine struct {
-	Name       string
-	Addr       netip.Addr
+	Name string
+	Addr netip.Addr
+	// Addr6 is its IPv6 address on the underlay (Underlay6), the same last number as Addr.
+	Addr6      netip.Addr
 	TunnelAddr netip.Addr // the zero Addr when the machine is not on the tunnel
 
 	lab  *Lab
@@ -42,10 +44,17 @@ type Machine struct {
 
 func newMachine(l *Lab, ms MachineSpec) *Machine {
 	m := &Machine{Name: ms.Name, Addr: mustAddr(ms.Addr), lab: l, spec: ms, dir: filepath.Join(l.Dir, "machines", ms.Name)}
+	m.Addr6 = Addr6(m.Addr)
 	if ms.TunnelAddr != "" {
 		m.TunnelAddr = mustAddr(ms.TunnelAddr)
 	}
 	return m
+}
+
+// Addr6 is the IPv6 underlay address of the machine whose IPv4 underlay address is a:
+// 198.51.100.N is 2001:db8:100::N (N written the same, so .10 is ::10).
+func Addr6(a netip.Addr) netip.Addr {
+	return mustAddr(fmt.Sprintf("2001:db8:100::%d", a.As4()[3]))
 }
 
 // Netns is the path of the machine's network namespace (/run/netns/ml-LAB-NAME).
@@ -335,7 +344,8 @@ func (m *Machine) Boot(ctx context.Context) error {
 	if _, err := m.Run(ctx, `set -e
 ip link set lo up
 ip addr replace "$1/24" dev eth0
-ip link set eth0 up`, m.Addr.String()); err != nil {
+ip addr replace "$2/64" dev eth0 nodad
+ip link set eth0 up`, m.Addr.String(), m.Addr6.String()); err != nil {
 		return err
 	}
 	units, err := m.enabledUnits(ctx)

@@ -2,6 +2,8 @@ package lab
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"regexp"
 	"sort"
 	"strings"
@@ -132,10 +134,14 @@ func (m *Machine) Listening(ctx context.Context) ([]int, error) {
 }
 
 // Reach makes one call from the machine: target is http://HOST:PORT/PATH (the body is returned)
-// or tcp://HOST:PORT (a connection accepted is success). Calls time out after two seconds.
+// or tcp://HOST:PORT (a connection accepted is success); HOST may be an IPv6 address in brackets.
+// Calls time out after two seconds.
 func (m *Machine) Reach(ctx context.Context, target string) (string, error) {
 	if hostport, ok := strings.CutPrefix(target, "tcp://"); ok {
-		host, port, _ := strings.Cut(hostport, ":")
+		host, port, err := net.SplitHostPort(hostport)
+		if err != nil {
+			return "", fmt.Errorf("%s: reach %s: %w", m.Name, target, err)
+		}
 		return m.Exec(ctx, "timeout", "2", "bash", "-c", `exec 3<>"/dev/tcp/$1/$2" && echo connected`, "bash", host, port)
 	}
 	return m.Exec(ctx, "curl", "-sS", "--fail", "--max-time", "2", "--noproxy", "*", target)

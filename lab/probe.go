@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +35,11 @@ type ProbeSpec struct {
 	Expect Expectation `json:"expect"`
 	// Every is the interval between calls (default 250ms).
 	Every time.Duration `json:"every,omitempty"`
+	// Container, when set, runs the probe inside a container of that name on machine From's
+	// engine (the lab's image), so it calls the way the machine's containers do: over the
+	// container runtime's bridge. Probes naming the same container run in one. Target may name
+	// another container's bridge address as {container:NAME}.
+	Container string `json:"container,omitempty"`
 }
 
 // ProbeSummary is what a probe's record says.
@@ -154,6 +160,9 @@ func (s *ProbeSummary) noteOutage(from, to time.Time) {
 // to PROBES/NAME.log in the lab's directory. It keeps running across the machine's reboots (the
 // lab's instruments are not the machine's processes) until the lab is torn down.
 func (l *Lab) StartProbe(ctx context.Context, p ProbeSpec) error {
+	if p.Container != "" {
+		return l.StartContainerProbes(ctx, []ProbeSpec{p})
+	}
 	m := l.Machine(p.From)
 	if m == nil {
 		return fmt.Errorf("probe %s: no machine %q", p.Name, p.From)
@@ -182,6 +191,77 @@ func (l *Lab) StartProbe(ctx context.Context, p ProbeSpec) error {
 	l.st.Probes = append(l.st.Probes, probeRunning{ProbeSpec: p, PID: cmd.Process.Pid, File: file})
 	l.mu.Unlock()
 	return l.save()
+}
+
+// containerAddr finds {container:NAME} in a target.
+var containerAddr = regexp.MustCompile(`\{container:([A-Za-z0-9_.-]+)\}`)
+
+// StartContainerProbes starts probes that share one container (each spec's From, Container and
+// Every the same): labsvc probe in a container on machine From's engine, restarted by the engine
+// like the machine's other containers, recording to PROBES/NAME.log in the lab's directory
+// (bind-mounted at the same path). A {container:NAME} in a target is that container's address on
+// its bridge, read when the probe starts.
+func (l *Lab) StartContainerProbes(ctx context.Context, specs []ProbeSpec) error {
+	if len(specs) == 0 {
+		return nil
+	}
+	first := specs[0]
+	m := l.Machine(first.From)
+	if m == nil {
+		return fmt.Errorf("probe %s: no machine %q", first.Name, first.From)
+	}
+	if first.Every == 0 {
+		first.Every = 250 * time.Millisecond
+	}
+	dir := filepath.Join(l.Dir, "probes")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	args := []string{"run", "-d", "--name", first.Container, "--restart", "unless-stopped", "-v", dir + ":" + dir,
+		ImageName, "probe", "--every", first.Every.String(), "--timeout", "1s"}
+	var running []probeRunning
+	for _, p := range specs {
+		if p.Every == 0 {
+			p.Every = 250 * time.Millisecond
+		}
+		if p.From != first.From || p.Container != first.Container || p.Every != first.Every {
+			return fmt.Errorf("probe %s: shares container %s with probe %s but not its machine, container or interval", p.Name, first.Container, first.Name)
+		}
+		if p.Expect == "" {
+			p.Expect = ExpectReach
+		}
+		var err error
+		if p.Target, err = l.resolveTarget(ctx, m, p.Target); err != nil {
+			return fmt.Errorf("probe %s: %w", p.Name, err)
+		}
+		file := filepath.Join(dir, p.Name+".log")
+		args = append(args, "--target", p.Target, "--out", file)
+		running = append(running, probeRunning{ProbeSpec: p, File: file})
+	}
+	if _, err := m.Docker(ctx, args...); err != nil {
+		return fmt.Errorf("probes in container %s on %s: %w", first.Container, first.From, err)
+	}
+	l.mu.Lock()
+	l.st.Probes = append(l.st.Probes, running...)
+	l.mu.Unlock()
+	return l.save()
+}
+
+// resolveTarget replaces each {container:NAME} in target by that container's bridge address on
+// machine m's engine.
+func (l *Lab) resolveTarget(ctx context.Context, m *Machine, target string) (string, error) {
+	var err error
+	out := containerAddr.ReplaceAllStringFunc(target, func(ref string) string {
+		name := containerAddr.FindStringSubmatch(ref)[1]
+		addr, ierr := m.Docker(ctx, "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name)
+		f := strings.Fields(addr)
+		if ierr != nil || len(f) == 0 {
+			err = fmt.Errorf("target %s: no bridge address for container %s on %s: %v", target, name, m.Name, ierr)
+			return ref
+		}
+		return f[0]
+	})
+	return out, err
 }
 
 // Probes summarises every probe's record since the lab was ready (calls made while it came up

@@ -79,7 +79,7 @@ var imageCmd = map[string]string{
 }
 
 // ScenarioNames lists what ScenarioByName knows.
-var ScenarioNames = []string{"predecessor-ufw", "predecessor-nftables", "bare"}
+var ScenarioNames = []string{"predecessor-ufw", "predecessor-nftables", "predecessor-apps-ufw", "predecessor-apps-nftables", "measured", "measured-incoming", "bare"}
 
 // ScenarioByName returns a scenario by its name.
 func ScenarioByName(name string) (Scenario, error) {
@@ -88,6 +88,14 @@ func ScenarioByName(name string) (Scenario, error) {
 		return Predecessor(FirewallUFW), nil
 	case "predecessor-nftables", "predecessor-nft":
 		return Predecessor(FirewallNftables), nil
+	case "predecessor-apps-ufw", "predecessor-apps":
+		return PredecessorWithApps(FirewallUFW), nil
+	case "predecessor-apps-nftables":
+		return PredecessorWithApps(FirewallNftables), nil
+	case "measured":
+		return Measured(MeasuredContainers, MeasuredFull)
+	case "measured-incoming":
+		return Measured(MeasuredContainers, MeasuredIncomingOnly)
 	case "bare":
 		return Bare(), nil
 	}

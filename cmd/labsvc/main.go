@@ -6,7 +6,7 @@
 // with its greeting and the name it was given, so a test can tell which container answered.
 //
 //	labsvc serve --listen :8080 [--listen :9090] [--name webapp]
-//	labsvc probe --target http://10.44.0.1:8080/ [--every 250ms] [--timeout 1s] [--out FILE]
+//	labsvc probe --target http://10.44.0.1:8080/ [--out FILE] [--target ... --out ...] [--every 250ms] [--timeout 1s]
 //
 // probe is the lab's instrument: it calls a target continuously and records every success and
 // failure with a timestamp (see probe.go).

@@ -21,40 +21,68 @@ import (
 //	2026-01-02T15:04:05.373456789Z fail 1s dial tcp 198.51.100.10:6379: i/o timeout
 //
 // A target is http://HOST:PORT/PATH (success: any HTTP response with status < 500) or
-// tcp://HOST:PORT (success: the connection was accepted). Package lab reads the file
-// back into a summary; the format is the contract between the two.
+// tcp://HOST:PORT (success: the connection was accepted); HOST may be an IPv6 address in
+// brackets. Several --target (each with its --out) run side by side in one process. Package lab
+// reads the file back into a summary; the format is the contract between the two.
 func probe(args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ExitOnError)
-	target := fs.String("target", "", "http://HOST:PORT/PATH or tcp://HOST:PORT")
+	var targets, outs listFlag
+	fs.Var(&targets, "target", "http://HOST:PORT/PATH or tcp://HOST:PORT (repeatable: one probe each)")
 	every := fs.Duration("every", 250*time.Millisecond, "interval between calls")
 	timeout := fs.Duration("timeout", time.Second, "timeout of one call")
-	out := fs.String("out", "", "file to append results to (default: stdout)")
+	fs.Var(&outs, "out", "file to append results to, one per --target in order (default: stdout)")
 	_ = fs.Parse(args)
-	u, err := url.Parse(*target)
+	if len(targets) == 0 {
+		return fmt.Errorf("probe: no --target")
+	}
+	if len(outs) > 0 && len(outs) != len(targets) {
+		return fmt.Errorf("probe: %d --target but %d --out: give one --out per --target", len(targets), len(outs))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// Several probes in one process (one container of the lab calling several of its neighbours):
+	// each its own loop and record, the first error ending them all.
+	errc := make(chan error, len(targets))
+	for i, target := range targets {
+		out := ""
+		if len(outs) > 0 {
+			out = outs[i]
+		}
+		go func() { errc <- probeOne(ctx, target, out, *every, *timeout) }()
+	}
+	for range targets {
+		if err := <-errc; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// probeOne calls target every interval until ctx ends, appending one line per call to out.
+func probeOne(ctx context.Context, target, out string, every, timeout time.Duration) error {
+	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "tcp") || u.Host == "" {
-		return fmt.Errorf("probe: target %q is not http://HOST:PORT/ or tcp://HOST:PORT", *target)
+		return fmt.Errorf("probe: target %q is not http://HOST:PORT/ or tcp://HOST:PORT", target)
 	}
 	var w io.Writer = os.Stdout
-	if *out != "" {
-		f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if out != "" {
+		f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
-			return fmt.Errorf("probe: open %s: %w", *out, err)
+			return fmt.Errorf("probe: open %s: %w", out, err)
 		}
 		defer f.Close()
 		w = f
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	client := &http.Client{
-		Timeout: *timeout,
+		Timeout: timeout,
 		// A fresh connection per call, so a call measures the path as it is now.
 		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
 	}
-	tick := time.NewTicker(*every)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		start := time.Now()
-		detail, err := call(ctx, client, u, *timeout)
+		detail, err := call(ctx, client, u, timeout)
 		took := time.Since(start).Round(100 * time.Microsecond)
 		status := "ok"
 		if err != nil {
