@@ -133,6 +133,9 @@ type preflightInput struct {
 	Advertise  string
 	DockerHost string
 	Range      netip.Prefix
+	// TakeTunnel is the found interface genesis takes over: its port is the tunnel port and its
+	// range the range, so neither is a conflict.
+	TakeTunnel string
 }
 
 // preflight checks the machine before genesis raises anything, and reports every finding.
@@ -168,6 +171,9 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 		add("settings", LevelError, "", "%v", err)
 	}
 	for _, b := range plan {
+		if in.TakeTunnel != "" && b.Key == catalogue.MeshModule+".tunnel" {
+			continue // held by the found tunnel it takes over
+		}
 		check := "port." + b.Key
 		what := fmt.Sprintf("port %d/%s (%s, for %s)", b.Port, b.Proto, b.Key, b.By)
 		if holder := publishedHolder(published, b); holder != "" {
@@ -210,7 +216,7 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 				if err != nil || p.Addr().IsLoopback() {
 					continue
 				}
-				if p.Overlaps(in.Range) {
+				if p.Overlaps(in.Range) && ifc.Name != in.TakeTunnel {
 					add("tunnel.range", LevelError, ifc.Name, "the private network's range %s overlaps %s on interface %s (a tunnel still running beside the mesh); give another range: --set mesh.range=CIDR", in.Range, p, ifc.Name)
 				}
 			}

@@ -268,3 +268,10 @@ type TunnelPeer struct {
 	Keepalive  int      `json:"keepalive"` // seconds
 	Carried    bool     `json:"carried,omitempty"`
 }
+
+// CheckTake checks a take on its own, as genesis does before it writes anything: a complete
+// tunnel, and a requested placement that agrees with it.
+func CheckTake(b *TunnelTake) error {
+	_, _, _, err := planTake(NewRecord(), &Node{Name: b.Node}, b, OpGenesis)
+	return err
+}
