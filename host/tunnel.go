@@ -207,6 +207,9 @@ type TunnelPeer struct {
 	TransmitBytes int64     `json:"tx_bytes"`
 }
 
+// tunnelWait bounds how long a pass waits for the tunnel's port to be free and bound.
+const tunnelWait = 30 * time.Second
+
 type takeoverRecord struct {
 	PublicKey string    `json:"public_key"`
 	At        time.Time `json:"at"`
@@ -282,7 +285,9 @@ func (d *TunnelDriver) converge(ctx context.Context, pass Pass, cfg wg.Config, f
 		return fmt.Errorf("the sealed key for %s is %s's, not the recorded %s", cfg.Name, key.PublicKey(), want)
 	}
 	cfg.PrivateKey = key
-	link, err := d.m.Raise(ctx, cfg)
+	rctx, cancel := context.WithTimeout(ctx, tunnelWait)
+	defer cancel()
+	link, err := d.m.Raise(rctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -325,7 +330,9 @@ func (d *TunnelDriver) takeover(ctx context.Context, pass Pass, cfg wg.Config, f
 		return fmt.Errorf("not taking %s over: %w", found, err)
 	}
 	out.Changes++
-	state, link, err := d.m.Takeover(ctx, f, cfg)
+	tctx, cancel := context.WithTimeout(ctx, tunnelWait)
+	defer cancel()
+	state, link, err := d.m.Takeover(tctx, f, cfg)
 	if state == wg.FoundUp {
 		_ = pass.Records.Delete("takeover/" + found)
 		return err
