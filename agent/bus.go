@@ -32,6 +32,10 @@ type EnrolRequest struct {
 	PublicKey string `json:"public_key"`
 	// Advertise is the node's underlay address; empty means the address the request came from.
 	Advertise string `json:"advertise,omitempty"`
+	// WireGuardKey is the WireGuard public key of the machine's found tunnel (FoundTunnel): a
+	// carried peer with this key keeps its address (ADR 0105).
+	WireGuardKey string `json:"wireguard_key,omitempty"`
+	FoundTunnel  string `json:"found_tunnel,omitempty"`
 }
 
 // EnrolResponse is what an enrolled node gets back, once its enrolment is committed.
@@ -227,7 +231,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	v, err := s.raft.apply(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
-		PublicKey: in.PublicKey, Advertise: in.Advertise}, applyTimeout)
+		PublicKey: in.PublicKey, Advertise: in.Advertise, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel}, applyTimeout)
 	if err != nil {
 		var ref *fsm.Refusal
 		if errors.As(err, &ref) {

@@ -16,6 +16,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/pki"
+	"meshd/wg"
 )
 
 // JoinOptions are `meshd join`'s inputs.
@@ -28,6 +29,9 @@ type JoinOptions struct {
 	// SealKey is the seal key file (empty: MESHD_SEAL_KEY, else /etc/meshd/seal.key); one already
 	// there is used, otherwise a new key is made.
 	SealKey string
+	// Tunnel names the machine's found WireGuard interface (a predecessor's tunnel): its public
+	// key is presented, so the machine keeps the address the tunnel had for it.
+	Tunnel string
 }
 
 // JoinResult says what joining made.
@@ -81,7 +85,15 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return nil, err
 	}
 	pub := key.Public().(ed25519.PublicKey)
-	body, _ := json.Marshal(EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise})
+	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise}
+	if opts.Tunnel != "" {
+		f, err := wg.Discover(opts.Tunnel, "")
+		if err != nil {
+			return nil, fmt.Errorf("--tunnel %s: %w", opts.Tunnel, err)
+		}
+		enrol.WireGuardKey, enrol.FoundTunnel = f.PrivateKey.PublicKey().String(), opts.Tunnel
+	}
+	body, _ := json.Marshal(enrol)
 
 	var resp *EnrolResponse
 	var tried []string

@@ -241,7 +241,7 @@ func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
 				return nil, refuse(c.Op, b.Node, "", "WireGuard key %s is already node %s's", b.WireGuardKey, name)
 			}
 		}
-		n.WireGuardKey = b.WireGuardKey
+		n.WireGuardKey, n.FoundTunnel = b.WireGuardKey, b.FoundTunnel
 	}
 	if carried >= 0 {
 		n.Address = strings.Split(r.Tunnel.Carried[carried].Address, "/")[0]

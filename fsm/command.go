@@ -67,6 +67,8 @@ type Enrol struct {
 	// WireGuardKey is the WireGuard public key the joining machine presents (its found tunnel's):
 	// a carried peer with this key keeps its address.
 	WireGuardKey string `json:"wireguard_key,omitempty"`
+	// FoundTunnel names the found interface WireGuardKey was read from.
+	FoundTunnel string `json:"found_tunnel,omitempty"`
 }
 
 // SetMode moves a node between adopted and converged.

@@ -56,9 +56,13 @@ type Node struct {
 	PublicKey string `json:"public_key,omitempty"`
 	// WireGuardKey is the node's overlay key: the WireGuard public key its mesh interface has
 	// (the found tunnel's, on a hub that took it over). Its ed25519 identity is PublicKey.
-	WireGuardKey string    `json:"wireguard_key,omitempty"`
-	EnrolledAt   time.Time `json:"enrolled_at"`
-	ModeSince    time.Time `json:"mode_since"`
+	WireGuardKey string `json:"wireguard_key,omitempty"`
+	// FoundTunnel is the found interface whose key the node presented at enrolment: it keeps
+	// carrying the node's traffic until the node is migrated, so no mesh interface is raised
+	// beside it.
+	FoundTunnel string    `json:"found_tunnel,omitempty"`
+	EnrolledAt  time.Time `json:"enrolled_at"`
+	ModeSince   time.Time `json:"mode_since"`
 }
 
 // Tunnel is the private network.

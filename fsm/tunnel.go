@@ -223,7 +223,11 @@ func composeTunnel(r *Record, n *Node) TunnelView {
 	if err != nil || n.WireGuardKey == "" || n.Address == "" {
 		return v
 	}
-	v.Interface = MeshInterface
+	// A spoke whose found tunnel still carries its traffic raises nothing beside it (not until
+	// its own takeover, which is not built yet); it is still composed as the others' peer.
+	if n.Name == r.Tunnel.Hub || n.FoundTunnel == "" {
+		v.Interface = MeshInterface
+	}
 	v.PublicKey = n.WireGuardKey
 	v.Address = n.Address + "/" + strconv.Itoa(rng.Bits())
 	v.ListenPort, _ = MeshPort(r, n, "tunnel")

@@ -189,7 +189,7 @@ func TestUnitAssignAndTheFlip(t *testing.T) {
 	if err != nil || a != "10.44.0.4" {
 		t.Fatalf("AssignAddress = %s, %v; want 10.44.0.4 (.0 the network, .1 the hub, .2 and .3 carried)", a, err)
 	}
-	mustApply(t, r, cmd(t, OpNodeEnrol, t0.Add(2*time.Minute), Enrol{Node: "peer2", ID: "p2", TokenHash: "a", WireGuardKey: f.peer2, Advertise: "198.51.100.12"}))
+	mustApply(t, r, cmd(t, OpNodeEnrol, t0.Add(2*time.Minute), Enrol{Node: "peer2", ID: "p2", TokenHash: "a", WireGuardKey: f.peer2, FoundTunnel: "wg0", Advertise: "198.51.100.12"}))
 	if got := r.Nodes["peer2"].Address; got != "10.44.0.3" {
 		t.Fatalf("peer2 enrolled at %s, want the address its key had, 10.44.0.3", got)
 	}
@@ -230,5 +230,13 @@ func TestUnitAssignAndTheFlip(t *testing.T) {
 	}
 	if dp.Tunnel.Takeover != "" || dp.Tunnel.Address != "10.44.0.3/24" {
 		t.Errorf("peer2's tunnel %+v", dp.Tunnel)
+	}
+	// Its found tunnel still carries its traffic: no mesh interface is raised beside it; a node
+	// with its own key gets one.
+	if dp.Tunnel.Interface != "" {
+		t.Errorf("peer2 (found tunnel wg0) is told to raise %s beside it", dp.Tunnel.Interface)
+	}
+	if dn, _ := Compose(r, "new"); dn.Tunnel.Interface != MeshInterface {
+		t.Errorf("a node with its own key is not told to raise %s: %+v", MeshInterface, dn.Tunnel)
 	}
 }
