@@ -176,6 +176,39 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	t.Run("a peer enrols and keeps the address the tunnel had for its key", func(t *testing.T) {
+		if err := peer2.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := meshd(ctx, hub, "token", "create", "--adopted", "--json")
+		var tv struct{ Token string }
+		if err != nil || json.Unmarshal([]byte(out), &tv) != nil || tv.Token == "" {
+			t.Fatalf("token create: %v\n%s", err, out)
+		}
+		enrolled := time.Now()
+		out, err = meshd(ctx, peer2, "join", tv.Token, "--name", "peer2", "--data-dir", "/var/lib/meshd", "--tunnel", lab.TunnelIface, "--json")
+		var jr agent.JoinResult
+		if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
+			t.Fatalf("peer2 join --tunnel wg0: %v\n%s", err, out)
+		}
+		if jr.Node.Address != "10.44.0.3" {
+			t.Fatalf("peer2 enrolled at %s, want the address its tunnel had, 10.44.0.3", jr.Node.Address)
+		}
+		v, err := tunnelShow(ctx, hub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range v.Peers {
+			if p.Address == "10.44.0.3" && (!p.Enrolled || p.Node != "peer2") {
+				t.Errorf("tunnel show after peer2 enrolled: %+v", p)
+			}
+		}
+		now, err := peerState(ctx, peer2)
+		if err != nil || now != peersBefore["peer2"] {
+			t.Errorf("peer2's tunnel changed by enrolling: %v\n%s\n---\n%s", err, peersBefore["peer2"], now)
+		}
+		probesSince(t, l, enrolled, "enrolment", 5*time.Second)
+	})
 	t.Run("restarting the agent does not interrupt the peers", func(t *testing.T) {
 		restart := time.Now()
 		if err := hub.StopService(ctx, "meshd"); err != nil {
