@@ -210,6 +210,15 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		probesSince(t, l, enrolled, "enrolment", 5*time.Second)
 	})
 	t.Run("restarting the agent does not interrupt the peers", func(t *testing.T) {
+		// The userspace device runs in a process of its own, not in the agent: the same link
+		// (same index) serves before and after the agent restarts.
+		if out, err := hub.Run(ctx, `pgrep -f "meshd tunnel-device meshd0"`); err != nil {
+			t.Fatalf("no device process for meshd0 on the hub: %v %s", err, out)
+		}
+		linkBefore, err := hub.Exec(ctx, "cat", "/sys/class/net/meshd0/ifindex")
+		if err != nil {
+			t.Fatal(err)
+		}
 		restart := time.Now()
 		if err := hub.StopService(ctx, "meshd"); err != nil {
 			t.Fatal(err)
@@ -226,7 +235,19 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+		// cover at least 3 s after the restart
+		if err := testenv.Poll(t, 30*time.Second, func() error {
+			if time.Since(restart) < 3*time.Second {
+				return fmt.Errorf("%s since the restart", time.Since(restart))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 		probesSince(t, l, restart, "agent restart", 5*time.Second)
+		if linkAfter, err := hub.Exec(ctx, "cat", "/sys/class/net/meshd0/ifindex"); err != nil || linkAfter != linkBefore {
+			t.Errorf("meshd0 was raised again by the restart (ifindex %q -> %q, %v): the peers' tunnel lived in the agent", linkBefore, linkAfter, err)
+		}
 	})
 	t.Run("after a reboot of the hub the mesh's interface is back and the found one is not", func(t *testing.T) {
 		if err := hub.Reboot(ctx); err != nil {
