@@ -54,6 +54,10 @@ func probesSince(t *testing.T, l *lab.Lab, since time.Time, what string, bound t
 		// the probe's latest calls must have succeeded: wait for the record to show it
 		var s lab.ProbeSummary
 		if err := testenv.Poll(t, 30*time.Second, func() error {
+			// the record covers at least 3 s from since, so a gap would show
+			if time.Since(since) < 3*time.Second {
+				return fmt.Errorf("%s since %s", time.Since(since), what)
+			}
 			recent, err := l.Probe(name, time.Now().Add(-time.Second))
 			if err != nil {
 				return err
@@ -215,7 +219,7 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		if out, err := hub.Run(ctx, `pgrep -f "meshd tunnel-device meshd0"`); err != nil {
 			t.Fatalf("no device process for meshd0 on the hub: %v %s", err, out)
 		}
-		linkBefore, err := hub.Exec(ctx, "cat", "/sys/class/net/meshd0/ifindex")
+		linkBefore, err := linkIndex(ctx, hub, "meshd0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,17 +239,8 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		// cover at least 3 s after the restart
-		if err := testenv.Poll(t, 30*time.Second, func() error {
-			if time.Since(restart) < 3*time.Second {
-				return fmt.Errorf("%s since the restart", time.Since(restart))
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
 		probesSince(t, l, restart, "agent restart", 5*time.Second)
-		if linkAfter, err := hub.Exec(ctx, "cat", "/sys/class/net/meshd0/ifindex"); err != nil || linkAfter != linkBefore {
+		if linkAfter, err := linkIndex(ctx, hub, "meshd0"); err != nil || linkAfter != linkBefore {
 			t.Errorf("meshd0 was raised again by the restart (ifindex %q -> %q, %v): the peers' tunnel lived in the agent", linkBefore, linkAfter, err)
 		}
 	})
@@ -266,6 +261,16 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		checkTakenOver(ctx, t, hub, foundKey, confBefore)
 		probesSince(t, l, booted, "after the reboot", 90*time.Second)
 	})
+}
+
+// linkIndex is a link's index on m (the same index: the same link, not one raised again).
+func linkIndex(ctx context.Context, m *lab.Machine, name string) (string, error) {
+	out, err := m.Exec(ctx, "ip", "-o", "link", "show", name)
+	if err != nil {
+		return "", fmt.Errorf("%s: ip link show %s: %v %s", m.Name, name, err, out)
+	}
+	idx, _, _ := strings.Cut(out, ":")
+	return idx, nil
 }
 
 // checkTakenOver: the found interface is gone and its file unchanged, its unit disabled; the
