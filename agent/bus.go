@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
@@ -32,6 +33,9 @@ type EnrolRequest struct {
 	PublicKey string `json:"public_key"`
 	// Advertise is the node's underlay address; empty means the address the request came from.
 	Advertise string `json:"advertise,omitempty"`
+	// Settings are the node's settings from `join --port`, keyed MODULE.SETTING: only the ports a
+	// client binds (JoinSettings).
+	Settings map[string]string `json:"settings,omitempty"`
 	// WireGuardKey is the WireGuard public key of the machine's found tunnel (FoundTunnel): a
 	// carried peer with this key keeps its address (ADR 0105).
 	WireGuardKey string `json:"wireguard_key,omitempty"`
@@ -225,13 +229,19 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 	if in.Advertise == "" {
 		in.Advertise, _, _ = net.SplitHostPort(req.RemoteAddr)
 	}
+	var cat catalogue.Catalogue
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { cat = r.Catalogue })
+	if _, err := JoinSettings(cat, in.Settings); err != nil {
+		refuse(http.StatusBadRequest, err)
+		return
+	}
 	cert, err := s.secrets.CA.IssueNode(in.Node, pub, time.Now())
 	if err != nil {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
 	v, err := s.raft.apply(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
-		PublicKey: in.PublicKey, Advertise: in.Advertise, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel}, applyTimeout)
+		PublicKey: in.PublicKey, Advertise: in.Advertise, Settings: in.Settings, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel}, applyTimeout)
 	if err != nil {
 		var ref *fsm.Refusal
 		if errors.As(err, &ref) {
@@ -282,8 +292,11 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "token request: " + err.Error()})
 		return
 	}
-	if in.Mode == "" {
-		in.Mode = fsm.Converged
+	// The mode is the operator's to say: a forgotten one must not make a machine converged (its
+	// first pass would load a drop-by-default filter), nor silently adopted.
+	if in.Mode != fsm.Adopted && in.Mode != fsm.Converged {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("token mode %q: say the joining node's mode, adopted or converged", in.Mode)})
+		return
 	}
 	ttl, err := time.ParseDuration(in.TTL)
 	if err != nil || ttl < time.Second {
@@ -291,13 +304,14 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var bus []string
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { bus = busAddresses(r) })
+	var rng string
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { bus, rng = busAddresses(r), r.Tunnel.Range })
 	if len(bus) == 0 {
 		writeErr(w, errors.New("the record names no server with a bus address to put in the token"))
 		return
 	}
 	exp := time.Now().Add(ttl).Truncate(time.Second).Add(time.Second)
-	p := pki.TokenPayload{ID: pki.NewTokenID(), Mode: string(in.Mode), Exp: exp.Unix(), Bus: bus}
+	p := pki.TokenPayload{ID: pki.NewTokenID(), Mode: string(in.Mode), Exp: exp.Unix(), Bus: bus, Range: rng}
 	tok, err := pki.SignToken(s.secrets.CA, p)
 	if err != nil {
 		writeErr(w, err)

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -77,7 +79,50 @@ func (c *clientRole) refreshView(ctx context.Context) error {
 	c.viewMu.Lock()
 	c.view = v
 	c.viewMu.Unlock()
+	c.followServers(v)
 	return nil
+}
+
+// followServers keeps the servers' bus addresses as the record has them (a server's mesh.bus may
+// move), in memory and in the node file the next start reads.
+func (c *clientRole) followServers(v GossipView) {
+	var addrs []string
+	for _, p := range v.Nodes {
+		if p.Server && p.Advertise != "" && p.Bus != 0 {
+			addrs = append(addrs, net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Bus))))
+		}
+	}
+	c.serversMu.Lock()
+	defer c.serversMu.Unlock()
+	if len(addrs) == 0 || sameSet(addrs, c.servers) {
+		return
+	}
+	c.log.Info("the servers' bus addresses changed in the record", "from", c.servers, "to", addrs)
+	c.servers = addrs
+	nf := *c.node
+	nf.Servers = append([]string{}, addrs...)
+	if err := writeNodeFile(c.cfg.DataDir, &nf); err != nil {
+		c.log.Warn("node file not updated with the servers' bus addresses", "err", err)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, x := range a {
+		seen[x]++
+	}
+	for _, x := range b {
+		seen[x]--
+	}
+	for _, n := range seen {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *clientRole) enrolledKey(node string) string {

@@ -78,6 +78,7 @@ func gossipViewOf(r *fsm.Record, node string) GossipView {
 type gossipState struct {
 	mu    sync.Mutex
 	g     *gossip.Gossip
+	port  uint16     // the port g is bound to
 	keyMu sync.Mutex // serialises keyring operations and the sealed keyring's rewrite
 	// stop ends the agent's Run (set by Run): `meshd leave` stops the agent after leaving.
 	stop context.CancelFunc
@@ -136,6 +137,13 @@ func (a *Agent) runGossip(ctx context.Context) {
 			continue
 		}
 		a.role.servePeerBus(ctx, self.Bus)
+		if port := a.gossipPort(); port != 0 && port != self.Gossip {
+			// The record moved the node's gossip port (`meshd node set NODE mesh.gossip=N`): leave
+			// on the old one, so the others take the new address at once, and rejoin on the new.
+			a.log.Info("gossip port changed in the record; rejoining on the new one", "from", port, "to", self.Gossip)
+			a.dropGossip(5 * time.Second)
+			lastJoin = time.Time{}
+		}
 		g := a.member()
 		if g == nil {
 			var err error
@@ -203,9 +211,37 @@ func (a *Agent) startGossip(self GossipPeer) (*gossip.Gossip, error) {
 		return nil, fmt.Errorf("node %s: gossip on port %d (tcp and udp, all addresses): %w", a.node.Name, self.Gossip, err)
 	}
 	a.gs.mu.Lock()
-	a.gs.g = g
+	a.gs.g, a.gs.port = g, self.Gossip
 	a.gs.mu.Unlock()
 	return g, nil
+}
+
+// gossipPort is the port the node's member is bound to; 0 when none runs.
+func (a *Agent) gossipPort() uint16 {
+	a.gs.mu.Lock()
+	defer a.gs.mu.Unlock()
+	if a.gs.g == nil {
+		return 0
+	}
+	return a.gs.port
+}
+
+// dropGossip leaves gracefully (the others record the node as left, so its next join may come
+// from another address) and shuts the member down.
+func (a *Agent) dropGossip(timeout time.Duration) {
+	a.gs.mu.Lock()
+	g := a.gs.g
+	a.gs.g, a.gs.port = nil, 0
+	a.gs.mu.Unlock()
+	if g == nil {
+		return
+	}
+	if err := g.Leave(timeout); err != nil {
+		a.log.Warn("gossip leave before moving", "err", err)
+	}
+	if err := g.Shutdown(); err != nil {
+		a.log.Warn("gossip shutdown before moving", "err", err)
+	}
 }
 
 // stopGossip shuts the member down without a leave (the others find it failed until it is back).

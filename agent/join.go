@@ -10,10 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
+	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/pki"
 	"meshd/wg"
@@ -29,6 +33,13 @@ type JoinOptions struct {
 	// SealKey is the seal key file (empty: MESHD_SEAL_KEY, else /etc/meshd/seal.key); one already
 	// there is used, otherwise a new key is made.
 	SealKey string
+	// Ports are `--port KEY=N` as given: KEY is a port of the mesh module a client binds (bus,
+	// gossip, tunnel, or mesh.SETTING). They become the node's settings in the record.
+	Ports map[string]string
+	// DockerHost is the Docker engine the preflight asks for published ports.
+	DockerHost string
+	// DryRun runs the preflight and stops: nothing is sent, nothing written.
+	DryRun bool
 	// Tunnel names the machine's found WireGuard interface (a predecessor's tunnel): its public
 	// key is presented, so the machine keeps the address the tunnel had for it.
 	Tunnel string
@@ -36,13 +47,18 @@ type JoinOptions struct {
 
 // JoinResult says what joining made.
 type JoinResult struct {
-	Node        *fsm.Node        `json:"node"`
+	Node        *fsm.Node        `json:"node,omitempty"`
 	DataDir     string           `json:"data_dir"`
 	Servers     []string         `json:"servers"`
 	Declaration *fsm.Declaration `json:"declaration"`
 	SealKey     string           `json:"seal_key"`
 	// RecoveryCode restores a lost seal key file; set only when join made the key.
 	RecoveryCode string `json:"recovery_code,omitempty"`
+	// Mode is the token's: the joining node's mode.
+	Mode fsm.Mode `json:"mode"`
+	// Findings are the preflight's (warnings only, when the join went ahead).
+	Findings []Finding `json:"findings"`
+	DryRun   bool      `json:"dry_run,omitempty"`
 }
 
 // JoinError is a join refused before anything was written: by the token's form, by the server,
@@ -52,11 +68,14 @@ type JoinError struct{ Err error }
 func (e *JoinError) Error() string { return "join refused: " + e.Err.Error() }
 func (e *JoinError) Unwrap() error { return e.Err }
 
-// Join enrols this machine as a client node with a token: it checks the token's form, reaches a
-// server's bus trusting only the CA the token names, checks the token's signature with that CA,
-// enrols (answered only once the record committed the node), and only then writes the data dir:
-// the node file, its sealed identity key, its certificate, the CA's, and the sealed gossip keyring.
-// A refused join writes nothing.
+// Join enrols this machine as a client node with a token: it checks the token's form, runs the
+// preflight genesis runs (for the ports a client binds, and the token's mode: a converged join
+// refuses a machine in use), reaches a server's bus trusting only the CA the token names, checks
+// the token's signature with that CA, enrols (answered only once the record committed the node,
+// with its --port values as its settings), and only then writes the data dir: the node file, its
+// sealed identity key, its certificate, the CA's, and the sealed gossip keyring. A refused join
+// writes nothing, and a join refused by its preflight sends nothing: its token stays unused.
+// It stays one body because the order of those steps is the promise.
 func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if opts.Name == "" {
 		return nil, errors.New("join needs the node's name (--name)")
@@ -75,6 +94,13 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if err := pki.CheckExpiry(p, time.Now()); err != nil {
 		return nil, &JoinError{err}
 	}
+	settings, findings, err := joinPreflight(ctx, opts, p)
+	if err != nil {
+		return nil, err
+	}
+	if opts.DryRun {
+		return &JoinResult{DataDir: opts.DataDir, Servers: p.Bus, Mode: fsm.Mode(p.Mode), Findings: findings, DryRun: true}, nil
+	}
 	sealPath := pki.SealKeyPath(opts.SealKey)
 	seal, newSeal, err := sealKeyFor(sealPath)
 	if err != nil {
@@ -85,7 +111,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return nil, err
 	}
 	pub := key.Public().(ed25519.PublicKey)
-	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise}
+	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings}
 	if opts.Tunnel != "" {
 		f, err := wg.Discover(opts.Tunnel, "")
 		if err != nil {
@@ -131,7 +157,8 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		CACertPEM: []byte(resp.CACertPEM), Keyring: pki.Keyring{Keys: resp.Keyring}}); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but: %w", opts.Name, err)
 	}
-	res := &JoinResult{Node: resp.Node, DataDir: opts.DataDir, Servers: servers, Declaration: resp.Declaration.Declaration, SealKey: sealPath}
+	res := &JoinResult{Node: resp.Node, DataDir: opts.DataDir, Servers: servers, Declaration: resp.Declaration.Declaration, SealKey: sealPath,
+		Mode: resp.Node.Mode, Findings: findings}
 	if newSeal {
 		if err := seal.Write(); err != nil {
 			return nil, fmt.Errorf("node %s enrolled, but the seal key: %w", opts.Name, err)
@@ -143,6 +170,67 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return nil, fmt.Errorf("node %s enrolled, but its node file: %w", opts.Name, err)
 	}
 	return res, nil
+}
+
+// joinPreflight resolves join's --port values and runs the preflight on this machine for the
+// ports a client binds and the token's mode; a finding at error level refuses the join.
+func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (map[string]string, []Finding, error) {
+	cat, err := catalogue.Default()
+	if err != nil {
+		return nil, nil, fmt.Errorf("the shipped catalogue: %w", err)
+	}
+	settings, err := JoinSettings(cat, opts.Ports)
+	if err != nil {
+		return nil, nil, err
+	}
+	in := preflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost,
+		TakeTunnel: opts.Tunnel}
+	if r, err := netip.ParsePrefix(p.Range); err == nil {
+		in.Range = r.Masked()
+	}
+	findings := preflight(ctx, in)
+	for _, f := range findings {
+		if f.Level == LevelError {
+			return nil, nil, &PreflightError{Findings: findings, Act: ActJoin}
+		}
+	}
+	return settings, findings, nil
+}
+
+// JoinSettings resolves join's --port values to the node's settings, keyed MODULE.SETTING as the
+// record keeps them. A join may set only the ports a client binds: the mesh module's, but its
+// Raft port (a client runs no Raft). Genesis's syntax: --port gossip=17946, or mesh.gossip=17946.
+// A server checks an enrolment's settings with it too, against the record's catalogue.
+func JoinSettings(cat catalogue.Catalogue, ports map[string]string) (map[string]string, error) {
+	if len(ports) == 0 {
+		return nil, nil
+	}
+	mesh := cat[catalogue.MeshModule]
+	if mesh == nil {
+		return nil, fmt.Errorf("the catalogue has no %s module", catalogue.MeshModule)
+	}
+	var allowed []string
+	for _, s := range mesh.PortSettings() {
+		if s != "raft" {
+			allowed = append(allowed, s)
+		}
+	}
+	settings := map[string]string{}
+	for k, v := range ports {
+		key, err := cat.SettingKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("--port %s=%s: %w", k, v, err)
+		}
+		s, ok := cutModule(key, catalogue.MeshModule)
+		if !ok || !slices.Contains(allowed, s) {
+			return nil, fmt.Errorf("--port %s=%s: a joining node sets only the ports it binds itself: %s", k, v, strings.Join(allowed, ", "))
+		}
+		if _, err := catalogue.ParsePort(v); err != nil {
+			return nil, fmt.Errorf("--port %s=%s: %w", k, v, err)
+		}
+		settings[key] = v
+	}
+	return settings, nil
 }
 
 // enrolAt enrols at one server's bus. The TLS handshake itself refuses a server without the

@@ -24,6 +24,7 @@ type peerBus struct {
 	once   sync.Once
 	client *http.Client
 	srv    *http.Server
+	port   uint16 // the port srv serves
 	mu     sync.Mutex
 }
 
@@ -80,13 +81,15 @@ func (a *Agent) peerRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/keyring/local", a.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { a.getLocalKeyring(w, r) }))
 	mux.HandleFunc("POST /v1/keyring/local", a.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { a.postLocalKeyring(w, r) }))
 	mux.HandleFunc("POST /v1/reach", a.withPeer(false, a.postReach))
+	mux.HandleFunc("POST /v1/ports/check", a.withPeer(true, a.postPortCheck))
 }
 
-// startClientBus serves a client node's bus on its mesh.bus port, once.
+// startClientBus serves a client node's bus on its mesh.bus port, and moves it when the record
+// moves the port (`meshd node set NODE mesh.bus=N`): the new port is bound before the old is let go.
 func (c *clientRole) startClientBus(ctx context.Context, port uint16) {
 	c.pb.mu.Lock()
 	defer c.pb.mu.Unlock()
-	if c.pb.srv != nil || port == 0 {
+	if port == 0 || (c.pb.srv != nil && c.pb.port == port) {
 		return
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(port))))
@@ -94,6 +97,11 @@ func (c *clientRole) startClientBus(ctx context.Context, port uint16) {
 		c.log.Error("bus port", "port", port, "err", err)
 		return
 	}
+	if c.pb.srv != nil {
+		_ = c.pb.srv.Close()
+		c.log.Info("bus moving", "from", c.pb.port, "to", port)
+	}
+	c.pb.port = port
 	tlsCfg := pki.ServerTLS(c.identity, c.caCert)
 	mux := http.NewServeMux()
 	c.peerRoutes(mux)

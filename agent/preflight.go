@@ -35,8 +35,12 @@ const (
 	LevelWarning = "warning"
 )
 
-// PreflightError is a refused genesis: every error found, not only the first.
-type PreflightError struct{ Findings []Finding }
+// PreflightError is a refused genesis or join: every error found, not only the first.
+type PreflightError struct {
+	Findings []Finding
+	// Act is the act refused, ActGenesis or ActJoin; empty is genesis.
+	Act string
+}
 
 func (e *PreflightError) Error() string {
 	var b strings.Builder
@@ -46,7 +50,11 @@ func (e *PreflightError) Error() string {
 			n++
 		}
 	}
-	fmt.Fprintf(&b, "genesis refused, nothing was changed: %d problem(s) found", n)
+	if e.Act == ActJoin {
+		fmt.Fprintf(&b, "join refused, nothing was sent and nothing was changed: %d problem(s) found", n)
+	} else {
+		fmt.Fprintf(&b, "genesis refused, nothing was changed: %d problem(s) found", n)
+	}
 	for _, f := range e.Findings {
 		if f.Level == LevelError {
 			fmt.Fprintf(&b, "\n  %s: %s", f.Check, f.Message)
@@ -125,16 +133,71 @@ func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise str
 	return plan, nil
 }
 
-// preflightInput is what genesis checks.
+// The acts a preflight checks a machine for. Genesis binds every foundation port; a join binds the
+// ports a client node binds (clientBindPlan). The findings' words name the act and its remedy.
+const (
+	ActGenesis = "genesis"
+	ActJoin    = "join"
+)
+
+// actWords are the words a finding uses for its act: its name, and how to raise a machine in use
+// without closing it.
+type actWords struct{ name, inUse string }
+
+func wordsFor(act string) actWords {
+	if act == ActJoin {
+		return actWords{name: "join", inUse: "join it with a token made by `meshd token create --adopted`"}
+	}
+	return actWords{name: "genesis", inUse: "raise it with --adopted"}
+}
+
+// clientBindPlan lists the ports a client node binds: the mesh module's (its bus, gossip and
+// tunnel; a client runs no Raft), on every address, with the node's mesh settings over the
+// catalogue's defaults. settings are keyed MODULE.SETTING.
+func clientBindPlan(cat catalogue.Catalogue, settings map[string]string) ([]portBind, error) {
+	m := cat[catalogue.MeshModule]
+	if m == nil {
+		return nil, fmt.Errorf("the catalogue has no %s module", catalogue.MeshModule)
+	}
+	vals := map[string]string{}
+	for k, v := range settings {
+		if s, ok := cutModule(k, catalogue.MeshModule); ok {
+			vals[s] = v
+		}
+	}
+	res, err := m.Resolve(vals)
+	if err != nil {
+		return nil, err
+	}
+	var plan []portBind
+	seen := map[string]bool{}
+	for _, o := range res.Openings {
+		for _, s := range m.PortSettings() {
+			if s == "raft" || res.Settings[s] != strconv.Itoa(int(o.Port)) || seen[s+"/"+o.Proto] {
+				continue
+			}
+			seen[s+"/"+o.Proto] = true
+			key := catalogue.MeshModule + "." + s
+			plan = append(plan, portBind{Key: key, Proto: o.Proto, Addr: netip.IPv4Unspecified(), Port: o.Port, By: "meshd (" + s + ")"})
+			break
+		}
+	}
+	sort.SliceStable(plan, func(i, j int) bool { return plan[i].Key < plan[j].Key })
+	return plan, nil
+}
+
+// preflightInput is what genesis or join checks.
 type preflightInput struct {
+	// Act is ActGenesis (or empty) or ActJoin.
+	Act        string
 	Mode       fsm.Mode
 	Catalogue  catalogue.Catalogue
 	Settings   map[string]string
 	Advertise  string
 	DockerHost string
 	Range      netip.Prefix
-	// TakeTunnel is the found interface genesis takes over: its port is the tunnel port and its
-	// range the range, so neither is a conflict.
+	// TakeTunnel is the found interface genesis takes over (or a join presents with --tunnel):
+	// its port is the tunnel port and its range the range, so neither is a conflict.
 	TakeTunnel string
 }
 
@@ -144,6 +207,7 @@ type preflightInput struct {
 // (listening sockets, published ports, the bind plan); it stays one body so the findings come out
 // in the order the operator reads them.
 func preflight(ctx context.Context, in preflightInput) []Finding {
+	w := wordsFor(in.Act)
 	var out []Finding
 	add := func(check, level, holder, format string, args ...any) {
 		out = append(out, Finding{Check: check, Level: level, Holder: holder, Message: fmt.Sprintf(format, args...)})
@@ -161,12 +225,20 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 		cancel()
 		eng.Close()
 		if err != nil {
-			add("docker.engine", LevelWarning, "", "the Docker engine is not reachable (%v): published ports cannot be checked and the foundation's containers cannot be raised until it is", err)
+			if in.Act == ActJoin {
+				add("docker.engine", LevelWarning, "", "the Docker engine is not reachable (%v): published ports cannot be checked, and modules with containers cannot run here until it is", err)
+			} else {
+				add("docker.engine", LevelWarning, "", "the Docker engine is not reachable (%v): published ports cannot be checked and the foundation's containers cannot be raised until it is", err)
+			}
 		}
 	}
 
-	// Every foundation port, free on the address it will bind.
+	// Every port the node will bind (genesis: the foundation's; join: a client's), free on the
+	// address it will bind.
 	plan, err := bindPlan(in.Catalogue, in.Settings, in.Advertise)
+	if in.Act == ActJoin {
+		plan, err = clientBindPlan(in.Catalogue, in.Settings)
+	}
 	if err != nil {
 		add("settings", LevelError, "", "%v", err)
 	}
@@ -177,7 +249,7 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 		check := "port." + b.Key
 		what := fmt.Sprintf("port %d/%s (%s, for %s)", b.Port, b.Proto, b.Key, b.By)
 		if holder := publishedHolder(published, b); holder != "" {
-			add(check, LevelError, holder, "%s is held by %s; give genesis another: --port %s=N", what, holder, portFlag(b.Key))
+			add(check, LevelError, holder, "%s is held by %s; give %s another: --port %s=N", what, holder, w.name, portFlag(b.Key))
 			continue
 		}
 		if l, ok := listenerHolder(listeners, b); ok {
@@ -185,15 +257,15 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 			if l.Process != "" {
 				holder = fmt.Sprintf("%s (pid %d)", l.Process, l.PID)
 			}
-			add(check, LevelError, holder, "%s is in use by %s on %s; give genesis another: --port %s=N", what, holder, netip.AddrPortFrom(l.Addr, l.Port), portFlag(b.Key))
+			add(check, LevelError, holder, "%s is in use by %s on %s; give %s another: --port %s=N", what, holder, netip.AddrPortFrom(l.Addr, l.Port), w.name, portFlag(b.Key))
 			continue
 		}
 		if err := tryBind(b); err != nil {
 			switch {
 			case errors.Is(err, syscall.EACCES):
-				add(check, LevelError, "", "%s: permission denied binding %s (not in use: run genesis as root)", what, netip.AddrPortFrom(b.Addr, b.Port))
+				add(check, LevelError, "", "%s: permission denied binding %s (not in use: run %s as root)", what, netip.AddrPortFrom(b.Addr, b.Port), w.name)
 			case errors.Is(err, syscall.EADDRINUSE):
-				add(check, LevelError, "", "%s is in use on %s by something this machine does not name; give genesis another: --port %s=N", what, netip.AddrPortFrom(b.Addr, b.Port), portFlag(b.Key))
+				add(check, LevelError, "", "%s is in use on %s by something this machine does not name; give %s another: --port %s=N", what, netip.AddrPortFrom(b.Addr, b.Port), w.name, portFlag(b.Key))
 			case errors.Is(err, syscall.EADDRNOTAVAIL):
 				add(check, LevelError, "", "%s: %s is not an address of this machine (check --advertise)", what, b.Addr)
 			default:
@@ -216,7 +288,14 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 				if err != nil || p.Addr().IsLoopback() {
 					continue
 				}
-				if p.Overlaps(in.Range) && ifc.Name != in.TakeTunnel {
+				if !p.Overlaps(in.Range) || ifc.Name == in.TakeTunnel {
+					continue // the tunnel taken over (or presented) is the range's own
+				}
+				if in.Act == ActJoin {
+					// The range is the mesh's, not this machine's to choose; and a machine of a
+					// tunnel the hub took in place (ADR 0105) overlaps it by design.
+					add("tunnel.range", LevelWarning, ifc.Name, "the private network's range %s overlaps %s on interface %s: unless the mesh carries that tunnel (its hub took it in place), this node's private address will clash with it", in.Range, p, ifc.Name)
+				} else {
 					add("tunnel.range", LevelError, ifc.Name, "the private network's range %s overlaps %s on interface %s (a tunnel still running beside the mesh); give another range: --set mesh.range=CIDR", in.Range, p, ifc.Name)
 				}
 			}
@@ -229,27 +308,27 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 	cancel()
 	switch {
 	case ferr != nil && os.Geteuid() != 0:
-		add("firewall.kind", LevelError, "", "reading the machine's firewall needs root: run genesis as root (%v)", ferr)
+		add("firewall.kind", LevelError, "", "reading the machine's firewall needs root: run %s as root (%v)", w.name, ferr)
 	case ferr != nil && errors.Is(ferr, netfilter.ErrUnsupported):
 		add("firewall.kind", LevelError, "", "%v: meshd will not adopt a machine whose firewall it cannot speak, since nothing would protect the mesh's ports", ferr)
 	case ferr != nil:
 		add("firewall.kind", LevelError, "", "cannot read the machine's firewall: %v", ferr)
 	}
 
-	// A converged genesis loads a drop-by-default ruleset: it refuses a machine in use.
+	// A converged node loads a drop-by-default ruleset: genesis and join refuse a machine in use.
 	if in.Mode == fsm.Converged {
 		if ferr == nil && found.Active && found.Kind != netfilter.KindNone {
-			add("machine.firewall", LevelError, string(found.Kind), "the machine has an active firewall (%s); a converged genesis would replace it and close what it allows. This machine is in use: raise it with --adopted", found)
+			add("machine.firewall", LevelError, string(found.Kind), "the machine has an active firewall (%s); a converged %s would replace it and close what it allows. This machine is in use: %s", found, w.name, w.inUse)
 		}
 		for _, l := range listeners {
 			if l.Addr.IsLoopback() {
 				continue
 			}
-			add("machine.listeners", LevelError, l.String(), "something already listens: %s; a converged genesis would close it. This machine is in use: raise it with --adopted", describeListener(l, published))
+			add("machine.listeners", LevelError, l.String(), "something already listens: %s; a converged %s would close it. This machine is in use: %s", describeListener(l, published), w.name, w.inUse)
 		}
 		for _, p := range published {
 			if !hasListener(listeners, p) {
-				add("machine.listeners", LevelError, p.Container, "container %s publishes %s:%d/%s; a converged genesis would close it. This machine is in use: raise it with --adopted", p.Container, orAny(p.HostIP), p.HostPort, p.Proto)
+				add("machine.listeners", LevelError, p.Container, "container %s publishes %s:%d/%s; a converged %s would close it. This machine is in use: %s", p.Container, orAny(p.HostIP), p.HostPort, p.Proto, w.name, w.inUse)
 			}
 		}
 	}

@@ -56,6 +56,7 @@ func (s *serverRole) logStarted() {
 func (s *serverRole) runLoops(ctx context.Context) {
 	go s.watchOwnDeclaration(ctx)
 	go s.runBus(ctx)
+	go s.followRaftPort(ctx)
 }
 
 // gossipView is the record's: it is always current, so refreshView has nothing to do.
@@ -103,6 +104,7 @@ func (s *serverRole) operatorAPI() http.Handler {
 	mux.HandleFunc("GET /v1/modules/{module}", s.getModule)
 	mux.HandleFunc("POST /v1/modules", s.addModule)
 	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", s.moduleAction)
+	mux.HandleFunc("POST /v1/nodes/{node}/settings", s.postSettings)
 	mux.HandleFunc("GET /v1/declaration/{node}", s.getDeclaration)
 	mux.HandleFunc("GET /v1/raft/peers", s.raftPeers)
 	mux.HandleFunc("GET /v1/snapshot", s.snapshotSave)

@@ -254,6 +254,10 @@ func Parse(file string, data []byte) (*Module, error) {
 
 // validate checks one module on its own: fields, paths, references and, with the defaults filled
 // in, ports.
+//
+// It is one body on purpose: a flat list of independent checks, one per field of the manifest in
+// the order the manifest reads, each adding its problem and going on, so every problem is reported
+// at once; cutting it up would only scatter that order.
 func (p *parser) validate(m *Module) {
 	if m.Name == "" {
 		p.add("name", "required")

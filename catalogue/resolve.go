@@ -110,6 +110,9 @@ func expand(s string, vals map[string]string) string {
 // Resolve fills the module in with node values (by setting name; nil means the defaults) and
 // checks every port, path and volume of the result. Errors name the field and, where a setting
 // made the value, the setting.
+//
+// It walks the manifest's kinds in order (files, containers, openings), filling and checking each
+// field in place; the checks are the field's own, so it stays one pass over the manifest.
 func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 	vals := m.Values(node)
 	var errs Errors

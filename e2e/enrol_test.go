@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"meshd/fsm"
 	"meshd/gossip"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
@@ -75,10 +77,10 @@ func TestEnrolAndGossip(t *testing.T) {
 		return tv.Token
 	}
 	// A refused join changes nothing: the record's nodes are the same, the data dir is absent.
-	refused := func(t *testing.T, what, tok, name, says string) {
+	refused := func(t *testing.T, what, tok, name, says string, extra ...string) {
 		t.Helper()
 		before := recordNodes(ctx, t, hub)
-		out, err := meshd(ctx, newnode, "join", tok, "--name", name, "--data-dir", "/var/lib/meshd-refused")
+		out, err := meshd(ctx, newnode, append([]string{"join", tok, "--name", name, "--data-dir", "/var/lib/meshd-refused"}, extra...)...)
 		if err == nil || !strings.Contains(out, says) {
 			t.Fatalf("%s token: want a refusal saying %q, got %v:\n%s", what, says, err, out)
 		}
@@ -105,6 +107,52 @@ func TestEnrolAndGossip(t *testing.T) {
 		refused(t, "expired", short, "newnode", "expired")
 	})
 
+	t.Run("a converged token on a busy newnode is refused with nothing changed and stays unused", func(t *testing.T) {
+		// newnode in use: a container publishing a port on every address.
+		if _, err := newnode.Docker(ctx, "run", "-d", "--name", "busy", "-p", "8081:8080", lab.ImageName); err != nil {
+			t.Fatal(err)
+		}
+		converged := token(t, "--converged")
+		join := []string{"join", converged, "--name", "newnode", "--data-dir", "/var/lib/meshd-refused", "--docker-host", labDocker}
+		before := recordNodes(ctx, t, hub)
+		out, err := meshd(ctx, newnode, join...)
+		t.Logf("converged join on busy newnode: %s", strings.TrimSpace(out))
+		for _, says := range []string{"join refused, nothing was sent", "machine.listeners", "container busy", "a converged join would close it",
+			"meshd token create --adopted"} {
+			if err == nil || !strings.Contains(out, says) {
+				t.Fatalf("a converged join on a busy machine: want a refusal saying %q, got %v:\n%s", says, err, out)
+			}
+		}
+		out, err = meshd(ctx, newnode, append(join, "--dry-run", "--json")...)
+		var dry struct {
+			OK       bool
+			Findings []struct{ Check, Level, Message string }
+		}
+		// The JSON on stdout, then the refusal on stderr.
+		if jerr := json.NewDecoder(strings.NewReader(out)).Decode(&dry); err == nil || jerr != nil || dry.OK || len(dry.Findings) == 0 {
+			t.Fatalf("join --dry-run --json on busy newnode: %v %v\n%s", err, jerr, out)
+		}
+		named := false
+		for _, f := range dry.Findings {
+			named = named || (f.Check == "machine.listeners" && f.Level == "error" && strings.Contains(f.Message, "container busy"))
+		}
+		if !named {
+			t.Fatalf("the dry run's findings do not name container busy: %+v", dry.Findings)
+		}
+		if after := recordNodes(ctx, t, hub); after != before {
+			t.Fatalf("a refused join changed the record's nodes:\n%s\n%s", before, after)
+		}
+		if _, err := newnode.Exec(ctx, "test", "-e", "/var/lib/meshd-refused"); err == nil {
+			t.Fatal("a refused join created its data dir")
+		}
+		if used := tokenUsedBy(ctx, t, hub, converged); used != "" {
+			t.Fatalf("the refused join's token is spent (used by %s)", used)
+		}
+		if _, err := newnode.Docker(ctx, "rm", "-f", "busy"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("newnode joins with an adopted token and is reported adopted and alive", func(t *testing.T) {
 		if out, err := meshd(ctx, newnode, "join", adopted, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
 			t.Fatalf("join: %v\n%s", err, out)
@@ -112,9 +160,25 @@ func TestEnrolAndGossip(t *testing.T) {
 		if err := newnode.InstallAgent(ctx, bin, agentArgs...); err != nil {
 			t.Fatal(err)
 		}
-		refused(t, "used", adopted, "newnode2", "already used by node newnode")
-		if out, err := meshd(ctx, peer1, "join", token(t, "--adopted"), "--name", "peer1", "--data-dir", "/var/lib/meshd"); err != nil {
+		// newnode's agent now holds its mesh ports, which the join's preflight would name first:
+		// other ports let the used token reach the record's refusal.
+		refused(t, "used", adopted, "newnode2", "already used by node newnode", "--port", "bus=17070", "--port", "gossip=17946")
+		// peer1 runs the predecessor's tunnel on the mesh's default tunnel port: the preflight
+		// names it, and the port is an input, as at genesis.
+		peerTok := token(t, "--adopted")
+		out, err := meshd(ctx, peer1, "join", peerTok, "--name", "peer1", "--data-dir", "/var/lib/meshd", "--dry-run")
+		if err == nil || !strings.Contains(out, "port.mesh.tunnel") || !strings.Contains(out, "give join another: --port tunnel=N") {
+			t.Fatalf("peer1's held tunnel port is not named by join's preflight: %v\n%s", err, out)
+		}
+		if out, err := meshd(ctx, peer1, "join", peerTok, "--name", "peer1", "--data-dir", "/var/lib/meshd", "--port", "tunnel=51821"); err != nil {
 			t.Fatalf("peer1 join: %v\n%s", err, out)
+		}
+		var shown struct {
+			Node struct{ Settings map[string]string }
+		}
+		if out, err := meshd(ctx, hub, "node", "show", "peer1", "--json"); err != nil || json.Unmarshal([]byte(out), &shown) != nil ||
+			shown.Node.Settings["mesh.tunnel"] != "51821" {
+			t.Fatalf("peer1's --port tunnel=51821 is not its setting in the record: %v\n%s", err, out)
 		}
 		if err := peer1.InstallAgent(ctx, bin, agentArgs...); err != nil {
 			t.Fatal(err)
@@ -462,6 +526,28 @@ func recordNodes(ctx context.Context, t *testing.T, m *lab.Machine) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, "; ")
+}
+
+// tokenUsedBy reads the record (a snapshot saved on m) for the node that spent tok; "" if none.
+func tokenUsedBy(ctx context.Context, t *testing.T, m *lab.Machine, tok string) string {
+	t.Helper()
+	const file = "/tmp/meshd-record.snap"
+	if out, err := meshd(ctx, m, "snapshot", "save", file); err != nil {
+		t.Fatalf("snapshot save: %v\n%s", err, out)
+	}
+	b, err := m.ReadFile(ctx, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := fsm.DecodeSnapshot(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := r.Tokens[pki.TokenHash(tok)]
+	if rec == nil {
+		t.Fatalf("the record holds no token with the hash of the one made")
+	}
+	return rec.UsedBy
 }
 
 func expiredYet(tok string) error {

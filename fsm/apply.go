@@ -227,6 +227,9 @@ func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
 	if err := setValues(r.Catalogue, n, b.Settings, c.Op); err != nil {
 		return nil, err
 	}
+	if err := checkNode(r.Catalogue, n, c.Op, ""); err != nil {
+		return nil, err
+	}
 	// A carried peer is matched on the WireGuard key the machine presents from its found tunnel,
 	// never on its ed25519 identity: those are different keys and never match.
 	carried := -1
@@ -304,23 +307,35 @@ func applySetMode(r *Record, c *Command, b *SetMode) (any, error) {
 }
 
 func applySettings(r *Record, c *Command, b *SetSettings) (any, error) {
+	trial, err := trySettings(r, c.Op, b)
+	if err != nil {
+		return nil, err
+	}
+	r.Nodes[b.Node].Settings = trial.Settings
+	return r.Nodes[b.Node], nil
+}
+
+// TrySettings is the node as b would leave it, refused as the record would refuse the command;
+// the record is not changed. The API checks the new ports on the node with it before proposing.
+func TrySettings(r *Record, b SetSettings) (*Node, error) { return trySettings(r, OpSettingsSet, &b) }
+
+func trySettings(r *Record, op Op, b *SetSettings) (*Node, error) {
 	n := r.Nodes[b.Node]
 	if n == nil {
-		return nil, unknownNode(r, c.Op, b.Node)
+		return nil, unknownNode(r, op, b.Node)
 	}
 	trial := *n
 	trial.Settings = copyMap(n.Settings)
-	if err := setValues(r.Catalogue, &trial, b.Values, c.Op); err != nil {
+	if err := setValues(r.Catalogue, &trial, b.Values, op); err != nil {
 		return nil, err
 	}
-	if err := checkNode(r.Catalogue, &trial, c.Op, ""); err != nil {
+	if err := checkNode(r.Catalogue, &trial, op, ""); err != nil {
 		return nil, err
 	}
 	if _, err := tunnelRange(r.Catalogue, &trial); err != nil && n.Name == r.Tunnel.Hub {
-		return nil, refuse(c.Op, n.Name, "", "%v", err)
+		return nil, refuse(op, n.Name, "", "%v", err)
 	}
-	n.Settings = trial.Settings
-	return n, nil
+	return &trial, nil
 }
 
 // setValues validates and stores settings given as "module.setting" (or as the short names the

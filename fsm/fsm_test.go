@@ -322,3 +322,32 @@ func BenchmarkCompose(b *testing.B) {
 		}
 	}
 }
+
+// Issue 11: `meshd join --port` values are the enrolled node's settings, and its declaration
+// carries them: the ports its agent binds. A bad value refuses the enrolment and spends nothing.
+func TestEnrolCarriesSettings(t *testing.T) {
+	r := NewRecord()
+	mustApply(t, r, genesisCmd(t, Adopted))
+	mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: "h", Mode: Converged, Expires: t0.Add(time.Hour)}))
+	before := marshal(t, r)
+	bad := Enrol{Node: "edge", ID: "e", TokenHash: "h", Settings: map[string]string{"mesh.gossip": "99999"}}
+	if _, err := Apply(r, cmd(t, OpNodeEnrol, t0, bad)); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Fatalf("enrol with gossip port 99999: %v", err)
+	}
+	if !bytes.Equal(before, marshal(t, r)) {
+		t.Fatal("a refused enrolment changed the record (the token must stay unused)")
+	}
+	good := Enrol{Node: "edge", ID: "e", TokenHash: "h", Settings: map[string]string{"mesh.gossip": "17946", "mesh.bus": "17170"}}
+	mustApply(t, r, cmd(t, OpNodeEnrol, t0, good))
+	n := r.Nodes["edge"]
+	if n.Settings["mesh.gossip"] != "17946" || n.Settings["mesh.bus"] != "17170" || n.Mode != Converged {
+		t.Fatalf("enrolled node: mode %s settings %v", n.Mode, n.Settings)
+	}
+	d, err := Compose(r, "edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Mesh.Gossip != 17946 || d.Mesh.Bus != 17170 || d.Mesh.Tunnel != 51820 {
+		t.Fatalf("the declaration's mesh ports: %+v, want gossip 17946, bus 17170, tunnel the default 51820", d.Mesh)
+	}
+}

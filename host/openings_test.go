@@ -326,7 +326,9 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 	if det.Firewall.Kind != "nftables" || !strings.Contains(det.Firewall.Description, "nftables, active") {
 		t.Fatalf("found firewall reported as %+v", det.Firewall)
 	}
-	if det.Guard == nil || det.Guard.State != "loaded" || strings.Join(det.Guard.Ports, ",") != "tcp/7001,tcp/15672" {
+	// Every foundation port from private is guarded: the broker (5672), the store (7001 here),
+	// raft (7071) and the broker's management port (15672).
+	if det.Guard == nil || det.Guard.State != "loaded" || strings.Join(det.Guard.Ports, ",") != "tcp/5672,tcp/7001,tcp/7071,tcp/15672" {
 		t.Fatalf("guard reported as %+v", det.Guard)
 	}
 	if !strings.HasPrefix(det.Watch, "re-applied on every change") {

@@ -31,6 +31,9 @@ type TokenPayload struct {
 	// CA is the mesh CA certificate's fingerprint (Fingerprint), so a joining node trusts only
 	// that mesh's servers.
 	CA string `json:"ca"`
+	// Range is the private network's range, so a joining machine's preflight can check that no
+	// tunnel on it overlaps the mesh's; empty in tokens made before it was carried.
+	Range string `json:"range,omitempty"`
 }
 
 // Expires is Exp as a time.

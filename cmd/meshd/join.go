@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,12 +14,26 @@ import (
 )
 
 func joinCmd(g *globals) *cobra.Command {
-	var opts agent.JoinOptions
+	var (
+		opts  agent.JoinOptions
+		ports []string
+	)
 	cmd := &cobra.Command{
-		Use:   "join TOKEN --name NAME [--data-dir DIR] [--advertise IP] [--seal-key FILE]",
+		Use:   "join TOKEN --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--dry-run] [--seal-key FILE]",
 		Short: "Enrol this machine in a mesh with a token, as a client node",
-		Long: `Join enrols this machine with a token from ` + "`meshd token create`" + `. It checks the token's form, reaches a
-server's bus named in the token trusting only the mesh CA the token names, checks the token's signature
+		Long: `Join enrols this machine with a token from ` + "`meshd token create`" + `. It checks the token's form, then
+runs genesis's preflight on this machine before anything is sent: every port this node will bind (its
+bus, gossip and tunnel ports) free, a held one named with its holder; the found firewall one meshd
+speaks (firewalld or an unreadable one is refused, adopted or not); and, for a converged token, a
+machine in use (an active firewall, anything listening on a non-loopback address, a published
+container port) refused and named: a converged node's first pass would close it. Join it with a token
+made by ` + "`meshd token create --adopted`" + ` instead. A join refused there sends nothing and writes nothing,
+so its token stays unused. --dry-run runs the preflight alone (--json for scripts).
+
+The ports are inputs, as at genesis: --port gossip=17946, --port bus=17170, --port tunnel=51821 become
+the node's settings in the record, and its agent binds them.
+
+Then it reaches a server's bus named in the token trusting only the mesh CA the token names, checks the token's signature
 with that CA, makes the node's identity key and enrols: the server answers once the record committed
 the node, with the node's certificate, the CA's, the gossip key, its private address and mode (the
 token's), and its first declaration. Only then is the data dir written, its secrets sealed under the
@@ -25,22 +41,46 @@ seal key (made if there is none; its recovery code is printed this once).
 
 A used, expired, forged or truncated token is refused with the reason; nothing changes here or in the
 record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.`,
-		Example: `  meshd join eyJ2Ijox...Q --name edge-1 --advertise 192.0.2.2`,
-		Args:    exactArgs("TOKEN"),
+		Example: `  meshd join eyJ2Ijox...Q --name edge-1 --advertise 192.0.2.2
+  meshd join eyJ2Ijox...Q --name edge-1 --port tunnel=51821 --dry-run`,
+		Args: exactArgs("TOKEN"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			opts.Token = args[0]
+			var err error
+			if opts.Ports, err = keyValues("--port", ports); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			res, err := agent.Join(ctx, opts)
+			var pe *agent.PreflightError
+			if errors.As(err, &pe) && g.json {
+				_ = g.emit(map[string]any{"ok": false, "findings": pe.Findings}, nil)
+				return errors.New("join refused by its preflight; nothing was sent")
+			}
 			if err != nil {
 				return err
 			}
+			if res.DryRun {
+				return g.emit(map[string]any{"ok": true, "findings": res.Findings, "dry_run": true, "mode": res.Mode}, func(w io.Writer) {
+					fmt.Fprintf(w, "preflight passed for a %s join; nothing was sent or changed (--dry-run)\n", res.Mode)
+					printFindings(w, res.Findings)
+				})
+			}
 			return g.emit(res, func(w io.Writer) {
+				printFindings(w, res.Findings)
 				n := res.Node
 				fmt.Fprintf(w, "joined: node %s, %s, a client of %s\n", n.Name, modeWord(n.Mode), list(res.Servers))
 				fmt.Fprintf(w, "id\t%s\n", n.ID)
 				fmt.Fprintf(w, "data dir\t%s\n", res.DataDir)
 				fmt.Fprintf(w, "private address\t%s\n", n.Address)
+				if len(n.Settings) > 0 {
+					var kv []string
+					for _, k := range sortedKeys(n.Settings) {
+						kv = append(kv, k+"="+n.Settings[k])
+					}
+					fmt.Fprintf(w, "settings\t%s\n", strings.Join(kv, " "))
+				}
 				fmt.Fprintf(w, "seal key\t%s\n", res.SealKey)
 				printRecoveryCode(w, res.RecoveryCode, res.SealKey)
 				fmt.Fprintf(w, "\nstart it with: meshd agent --data-dir %s\n", res.DataDir)
@@ -53,6 +93,9 @@ record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.`,
 	f.StringVar(&opts.Advertise, "advertise", "", "this node's underlay address (default: the address the server sees it at)")
 	f.StringVar(&opts.Tunnel, "tunnel", "", "the machine's found WireGuard interface (a predecessor's tunnel): its key is presented so the node keeps its tunnel address")
 	f.StringVar(&opts.SealKey, "seal-key", "", "the seal key file (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
+	f.StringArrayVar(&ports, "port", nil, "a port this node binds, KEY=N (bus, gossip, tunnel; repeatable)")
+	f.StringVar(&opts.DockerHost, "docker-host", "", "the Docker engine, for published ports (default unix:///var/run/docker.sock)")
+	f.BoolVar(&opts.DryRun, "dry-run", false, "run the preflight only: send nothing, change nothing")
 	_ = cmd.MarkFlagRequired("name")
 	return cmd
 }

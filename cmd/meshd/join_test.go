@@ -201,7 +201,7 @@ func TestProcessEnrolment(t *testing.T) {
 	}
 	// An expired token: short ttl, joined after it passed.
 	var short agent.TokenView
-	hub.jsonOf(&short, "token", "create", "--ttl", "1s")
+	hub.jsonOf(&short, "token", "create", "--adopted", "--ttl", "1s")
 	poll(t, 5*time.Second, "token expiry", func() string {
 		if time.Now().After(short.Expires) {
 			return ""
@@ -302,4 +302,141 @@ func TestProcessEnrolment(t *testing.T) {
 	if text := edge.ok("node", "show", "edge"); !strings.Contains(text, "ADOPTED") {
 		t.Fatalf("node show on the restored client:\n%s", text)
 	}
+}
+
+// listensIn polls until something in netns listens on tcp port.
+func listensIn(t *testing.T, netns string, port int) {
+	t.Helper()
+	poll(t, 20*time.Second, fmt.Sprintf("a listener on tcp port %d in %s", port, netns), func() string {
+		out, _ := exec.Command("ip", "netns", "exec", netns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port)).Output()
+		if len(strings.TrimSpace(string(out))) == 0 {
+			return "nothing listens yet"
+		}
+		return ""
+	})
+}
+
+// Issue 11: join runs genesis's preflight before anything is sent. token create says the mode or
+// is refused; a converged token on a machine in use (a service listening, an active firewall) is
+// refused naming both, in join's words, with nothing sent and nothing written on either side;
+// --dry-run shows the findings; once the machine is idle the same token joins (so it was never
+// spent), its --port values are the node's settings, and its agent binds them. A firewall meshd does
+// not speak (firewalld) refuses an adopted join too.
+func TestProcessJoinPreflight(t *testing.T) {
+	hub, edge := newNode(t), newNode(t)
+	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
+	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
+
+	if out, errs, code := hub.run("token", "create"); code != 1 || !strings.Contains(errs, "--adopted") || !strings.Contains(errs, "--converged") {
+		t.Fatalf("token create without a mode: exit %d, want 1 naming --adopted and --converged:\n%s%s", code, out, errs)
+	} else {
+		t.Logf("token create without a mode: %s", strings.TrimSpace(errs))
+	}
+	var tv agent.TokenView
+	hub.jsonOf(&tv, "token", "create", "--converged")
+	if tv.Mode != fsm.Converged {
+		t.Fatalf("token create --converged made a %s token", tv.Mode)
+	}
+
+	// The edge is in use: a service on every address, and a firewall that lets only it in.
+	svc := edge.serve(t, "0.0.0.0:8088")
+	nft := exec.Command("ip", "netns", "exec", edge.netns, "nft", "-f", "-")
+	nft.Stdin = strings.NewReader("table inet found {\n chain input {\n type filter hook input priority 0; policy drop;\n tcp dport 8088 accept\n }\n}\n")
+	if out, err := nft.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v %s", err, out)
+	}
+	join := []string{"join", tv.Token, "--name", "edge", "--data-dir", edge.dir, "--docker-host", noDocker,
+		"--port", "gossip=17946", "--port", "bus=17170"}
+	unchanged := func(what, before string) {
+		t.Helper()
+		if after := statusNodes(hub); after != before {
+			t.Fatalf("%s changed the record:\n%s\n%s", what, before, after)
+		}
+		for _, p := range []string{edge.dir, edge.sealKey} {
+			if _, err := os.Stat(p); !os.IsNotExist(err) {
+				t.Fatalf("%s wrote %s on the joining machine", what, p)
+			}
+		}
+	}
+	before := statusNodes(hub)
+	out, errs, code := edge.runIn(join...)
+	if code != 1 {
+		t.Fatalf("a converged join on a machine in use: exit %d\n%s%s", code, out, errs)
+	}
+	for _, says := range []string{"join refused, nothing was sent", "machine.listeners", ":8088 (labsvc", "machine.firewall", "nftables",
+		"a converged join would close it", "meshd token create --adopted"} {
+		if !strings.Contains(errs, says) {
+			t.Errorf("the refusal does not say %q:\n%s", says, errs)
+		}
+	}
+	if strings.Contains(errs, "genesis") {
+		t.Errorf("a refused join speaks of genesis:\n%s", errs)
+	}
+	t.Logf("converged join on a machine in use:\n%s", strings.TrimSpace(errs))
+	unchanged("a refused join", before)
+
+	// --dry-run shows the same findings, for scripts, and changes nothing.
+	out, _, code = edge.runIn(append(join, "--dry-run", "--json")...)
+	var f findings
+	if err := json.Unmarshal([]byte(out), &f); err != nil || code != 1 || f.OK {
+		t.Fatalf("join --dry-run --json on a machine in use: exit %d ok %v %v\n%s", code, f.OK, err, out)
+	}
+	if !f.has("machine.listeners", "error", ":8088") || !f.has("machine.firewall", "error", "token create --adopted") {
+		t.Errorf("the dry run's findings do not name the listener and the firewall: %+v", f.Findings)
+	}
+	unchanged("a dry run", before)
+
+	// A port the node would bind, held: named with its holder and a join's remedy, adopted or not.
+	holder := edge.serve(t, "0.0.0.0:17946")
+	out, _, _ = edge.runIn(append(join, "--dry-run", "--json")...)
+	if err := json.Unmarshal([]byte(out), &f); err != nil || !f.has("port.mesh.gossip", "error", fmt.Sprintf("labsvc (pid %d)", holder.Process.Pid)) ||
+		!f.has("port.mesh.gossip", "error", "give join another: --port gossip=N") {
+		t.Errorf("the held gossip port is not named with its holder: %v %+v", err, f.Findings)
+	}
+
+	// A firewall meshd does not speak refuses an adopted join too, in genesis's words.
+	var adopted agent.TokenView
+	hub.jsonOf(&adopted, "token", "create", "--adopted")
+	fwd := exec.Command("ip", "netns", "exec", edge.netns, "nft", "add", "table", "inet", "firewalld")
+	if out, err := fwd.CombinedOutput(); err != nil {
+		t.Fatalf("nft add table inet firewalld: %v %s", err, out)
+	}
+	out, errs, code = edge.runIn("join", adopted.Token, "--name", "edge", "--data-dir", edge.dir, "--docker-host", noDocker)
+	if code != 1 || !strings.Contains(errs, "firewall.kind: firewalld is active") || !strings.Contains(errs, "meshd will not adopt a machine whose firewall it cannot speak") {
+		t.Fatalf("an adopted join on a firewalld machine: exit %d\n%s%s", code, out, errs)
+	}
+	t.Logf("adopted join on a firewalld machine: %s", strings.TrimSpace(errs))
+	unchanged("a join refused for firewalld", before)
+	if out, err := exec.Command("ip", "netns", "exec", edge.netns, "nft", "delete", "table", "inet", "firewalld").CombinedOutput(); err != nil {
+		t.Fatalf("nft delete: %v %s", err, out)
+	}
+
+	// Idle: the service and the held port stopped, the firewall gone. The same token joins.
+	for _, c := range []*exec.Cmd{svc, holder} {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+	}
+	if out, err := exec.Command("ip", "netns", "exec", edge.netns, "nft", "delete", "table", "inet", "found").CombinedOutput(); err != nil {
+		t.Fatalf("nft delete: %v %s", err, out)
+	}
+	out, errs, code = edge.runIn(append(join, "--dry-run")...)
+	if code != 0 || !strings.Contains(out, "preflight passed for a converged join") {
+		t.Fatalf("join --dry-run on the idle machine: exit %d\n%s%s", code, out, errs)
+	}
+	unchanged("a passing dry run", before)
+	out, errs, code = edge.runIn(join...)
+	if code != 0 || !strings.Contains(out, "mesh.bus=17170 mesh.gossip=17946") {
+		t.Fatalf("the same token on the idle machine: exit %d\n%s%s", code, out, errs)
+	}
+	t.Logf("join on the idle machine, with the token refused before:\n%s", out)
+	var v agent.NodeView
+	hub.jsonOf(&v, "node", "show", "edge")
+	if v.Node.Mode != fsm.Converged || v.Node.Settings["mesh.gossip"] != "17946" || v.Node.Settings["mesh.bus"] != "17170" {
+		t.Fatalf("edge in the record: mode %s settings %v", v.Node.Mode, v.Node.Settings)
+	}
+	// Its agent binds the ports the record gives it: gossip, and its bus once gossip knows it.
+	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
+	listensIn(t, edge.netns, 17946)
+	listensIn(t, edge.netns, 17170)
 }

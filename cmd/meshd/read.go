@@ -85,7 +85,7 @@ when gossip never saw it); HELD counts the files and containers its last report 
 }
 
 func nodeCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "node", Short: "Inspect nodes"}
+	cmd := &cobra.Command{Use: "node", Short: "Inspect nodes and change their settings"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show NODE",
 		Short: "Show one node: mode, settings, modules assigned and taken",
@@ -130,6 +130,7 @@ func nodeCmd(g *globals) *cobra.Command {
 		},
 	})
 	cmd.AddCommand(originalCmd(g))
+	cmd.AddCommand(nodeSetCmd(g))
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -15,28 +16,42 @@ import (
 func tokenCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Enrolment tokens: make one for a machine to join with"}
 	var (
-		adopted bool
-		ttl     time.Duration
+		adopted, converged bool
+		ttl                time.Duration
 	)
 	create := &cobra.Command{
-		Use:   "create [--adopted] [--ttl 1h]",
+		Use:   "create --adopted|--converged [--ttl 1h]",
 		Short: "Print a signed, single-use, expiring token for `meshd join`",
 		Long: `Token create asks this server for an enrolment token: signed by the mesh CA, good for one join,
-until --ttl passes. It carries the joining node's mode (converged, or adopted with --adopted: what is
-found on the machine is held until each module is taken), the servers' bus addresses (each server's
-advertise address and mesh.bus port), and the CA's fingerprint, so the joining machine trusts only this
-mesh's servers. The record keeps only the token's hash: the token is printed this once.
+until --ttl passes. It carries the joining node's mode, which you must say: --adopted (what is found on
+the machine is held until each module is taken: for a machine already serving) or --converged (meshd's
+filter replaces the machine's firewall on its first pass: for an idle machine; join refuses it on a
+machine in use). There is no default: a forgotten flag must neither close a working machine nor leave
+one adopted by accident. The token also carries the servers' bus addresses (each server's advertise
+address and mesh.bus port), the private network's range (join's preflight checks it), and the CA's
+fingerprint, so the joining machine trusts only this mesh's servers. The record keeps only the
+token's hash: the token is printed this once.
 
 Run it on a server; give the token to ` + "`meshd join`" + ` on the new machine.`,
 		Example: `  meshd token create --adopted --ttl 30m
+  meshd token create --converged               # for an idle machine
   meshd join "$(meshd token create --adopted)" --name edge-1   # on the new machine`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			mode := fsm.Converged
-			if adopted {
+			var mode fsm.Mode
+			switch {
+			case adopted && converged:
+				return errors.New("token create: give --adopted or --converged, not both")
+			case adopted:
 				mode = fsm.Adopted
+			case converged:
+				mode = fsm.Converged
+			default:
+				return errors.New("token create needs the joining node's mode: --adopted for a machine already serving " +
+					"(what is found is held until each module is taken), or --converged for an idle one " +
+					"(meshd's filter replaces its firewall; join refuses it on a machine in use)")
 			}
 			var v agent.TokenView
 			if err := g.client().Post(ctx, "/v1/tokens", agent.TokenRequest{Mode: mode, TTL: ttl.String()}, &v); err != nil {
@@ -51,6 +66,7 @@ Run it on a server; give the token to ` + "`meshd join`" + ` on the new machine.
 		},
 	}
 	create.Flags().BoolVar(&adopted, "adopted", false, "the joining node is adopted: what is found on it is held until each module is taken")
+	create.Flags().BoolVar(&converged, "converged", false, "the joining node is converged: meshd's filter replaces its firewall (an idle machine)")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is good for")
 	cmd.AddCommand(create)
 	return cmd

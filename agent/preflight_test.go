@@ -1,0 +1,127 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+)
+
+func findingsSay(fs []Finding, check, level, says string) bool {
+	for _, f := range fs {
+		if f.Check == check && f.Level == level && strings.Contains(f.Message, says) {
+			return true
+		}
+	}
+	return false
+}
+
+// Issue 11: join runs genesis's preflight, in join's words. A port held on the joining machine is
+// named with a join remedy (--port for join), a converged join on a machine in use names the
+// adopted token as its remedy, and genesis's words stay what they were.
+func TestPreflightWordsFitTheAct(t *testing.T) {
+	cat, err := catalogue.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	noEngine := "unix://" + t.TempDir() + "/none.sock"
+
+	join := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Converged, Catalogue: cat,
+		Settings: map[string]string{"mesh.gossip": port}, DockerHost: noEngine})
+	if !findingsSay(join, "port.mesh.gossip", LevelError, "give join another: --port gossip=N") {
+		t.Errorf("the held gossip port is not refused in join's words: %+v", join)
+	}
+	if !findingsSay(join, "machine.listeners", LevelError, "a converged join would close it. This machine is in use: join it with a token made by `meshd token create --adopted`") {
+		t.Errorf("the listener is not refused in join's words: %+v", join)
+	}
+	if !findingsSay(join, "docker.engine", LevelWarning, "modules with containers cannot run here") {
+		t.Errorf("an unreachable engine is not a join's warning: %+v", join)
+	}
+	for _, f := range join {
+		if strings.Contains(f.Message, "genesis") || strings.Contains(f.Message, "raise it with") {
+			t.Errorf("a join's finding speaks of genesis: %s: %s", f.Check, f.Message)
+		}
+		if f.Check == "port.mesh.raft" {
+			t.Errorf("a join checks the Raft port, which a client never binds: %s", f.Message)
+		}
+	}
+	refused := (&PreflightError{Findings: join, Act: ActJoin}).Error()
+	if !strings.HasPrefix(refused, "join refused, nothing was sent and nothing was changed") {
+		t.Errorf("a refused join says %q", refused)
+	}
+
+	// Adopted, the machine in use is no finding; its held port still is.
+	adopted := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
+		Settings: map[string]string{"mesh.gossip": port}, DockerHost: noEngine})
+	if findingsSay(adopted, "machine.listeners", LevelError, "") || !findingsSay(adopted, "port.mesh.gossip", LevelError, "--port gossip=N") {
+		t.Errorf("an adopted join: %+v", adopted)
+	}
+
+	// Genesis keeps its words.
+	gen := preflight(context.Background(), preflightInput{Mode: fsm.Converged, Catalogue: cat,
+		Settings: map[string]string{"mesh.gossip": port}, Advertise: "127.0.0.1", DockerHost: noEngine})
+	if !findingsSay(gen, "port.mesh.gossip", LevelError, "give genesis another: --port gossip=N") ||
+		!findingsSay(gen, "machine.listeners", LevelError, "a converged genesis would close it. This machine is in use: raise it with --adopted") {
+		t.Errorf("genesis's words changed: %+v", gen)
+	}
+	if s := (&PreflightError{Findings: gen}).Error(); !strings.HasPrefix(s, "genesis refused, nothing was changed") {
+		t.Errorf("a refused genesis says %q", s)
+	}
+}
+
+// A client binds the mesh module's ports but Raft, on every address, with its settings over the
+// catalogue's defaults.
+func TestClientBindPlan(t *testing.T) {
+	cat, err := catalogue.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := clientBindPlan(cat, map[string]string{"mesh.tunnel": "51821"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range plan {
+		got = append(got, b.Key+" "+strconv.Itoa(int(b.Port))+"/"+b.Proto+" "+b.Addr.String())
+	}
+	want := []string{"mesh.bus 7070/tcp 0.0.0.0", "mesh.gossip 7946/tcp 0.0.0.0", "mesh.gossip 7946/udp 0.0.0.0", "mesh.tunnel 51821/udp 0.0.0.0"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("client bind plan:\n got %v\nwant %v", got, want)
+	}
+}
+
+// join --port takes genesis's syntax for the ports a client binds, and refuses the others.
+func TestJoinSettings(t *testing.T) {
+	cat, err := catalogue.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := JoinSettings(cat, map[string]string{"gossip": "17946", "mesh.tunnel": "51821", "bus": "17170"})
+	if err != nil || len(got) != 3 || got["mesh.gossip"] != "17946" || got["mesh.tunnel"] != "51821" || got["mesh.bus"] != "17170" {
+		t.Fatalf("JoinSettings: %v %v", got, err)
+	}
+	for _, c := range []struct{ key, val, says string }{
+		{"raft", "17071", "ports it binds itself: bus, gossip, tunnel"},
+		{"registry", "5001", "ports it binds itself"},
+		{"mesh.range", "10.1.0.0/24", "ports it binds itself"},
+		{"gossip", "99999", "--port gossip=99999"},
+		{"nosuch", "1", "not known"},
+	} {
+		if _, err := JoinSettings(cat, map[string]string{c.key: c.val}); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("--port %s=%s: %v, want it refused saying %q", c.key, c.val, err, c.says)
+		}
+	}
+	if got, err := JoinSettings(cat, nil); err != nil || got != nil {
+		t.Fatalf("no --port: %v %v", got, err)
+	}
+}

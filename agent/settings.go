@@ -1,0 +1,358 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"meshd/catalogue"
+	"meshd/container"
+	"meshd/fsm"
+	"meshd/host"
+)
+
+// Settings outlive genesis (ADR 0100): `meshd node set` changes a node's settings in the record.
+// Before the command is proposed, every port the change moves is checked on the node itself by
+// genesis's own port checks (preflight.go: a published port, a listener, a bind), so a port held
+// there is refused naming its holder and nothing is committed. Every reader follows the record:
+// the host re-publishes containers and moves openings and the guard, the agent rebinds the bus
+// and gossip, and a server's Raft port is the record's from its next start.
+
+// SettingsRequest is `meshd node set`: values by "module.setting"; an empty value returns the
+// setting to its default.
+type SettingsRequest struct {
+	Values map[string]string `json:"values"`
+}
+
+// SettingsView is what `meshd node set` answers: the node as the record now holds it and the
+// ports that were checked on the node before the change was committed.
+type SettingsView struct {
+	Node    *fsm.Node   `json:"node"`
+	Checked []PortCheck `json:"checked"`
+}
+
+// PortCheck is one port a settings change moves, as it was checked on the node.
+type PortCheck struct {
+	Setting string `json:"setting"`
+	Proto   string `json:"proto"`
+	Address string `json:"address"`
+	Port    uint16 `json:"port"`
+	By      string `json:"by"`
+}
+
+// portCheckRequest asks a node's agent, over the peer bus, to check ports on its machine.
+type portCheckRequest struct {
+	Binds []portBind `json:"binds"`
+}
+
+// portCheckAnswer is the node's findings; an error-level finding refuses the change.
+type portCheckAnswer struct {
+	Node     string    `json:"node"`
+	Findings []Finding `json:"findings"`
+}
+
+// SettingsRefusal is a settings change the node's check refused: nothing was committed.
+type SettingsRefusal struct {
+	Node     string
+	Findings []Finding
+}
+
+func (e *SettingsRefusal) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "node %s: settings refused, nothing was changed:", e.Node)
+	for _, f := range e.Findings {
+		if f.Level == LevelError {
+			fmt.Fprintf(&b, "\n  %s: %s", f.Check, f.Message)
+		}
+	}
+	return b.String()
+}
+
+// postSettings is `meshd node set`: the change is tried against the record, the ports it moves
+// are checked on the node, and only then is the command proposed.
+func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
+	node := req.PathValue("node")
+	var body SettingsRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad request: " + err.Error()})
+		return
+	}
+	if len(body.Values) == 0 {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: no setting given; give KEY=VALUE, such as store.port=6380", node)})
+		return
+	}
+	var binds []portBind
+	var err error
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { binds, err = settingsBinds(r, node, body.Values) })
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), 30*time.Second)
+	findings, err := s.checkOnNode(ctx, node, binds)
+	cancel()
+	if err != nil {
+		writeErr(w, fmt.Errorf("node %s: the ports the change moves could not be checked on the node, nothing was changed: %w", node, err))
+		return
+	}
+	if refusing(findings) {
+		writeJSON(w, http.StatusConflict, apiError{Error: (&SettingsRefusal{Node: node, Findings: findings}).Error()})
+		return
+	}
+	v, err := s.raft.apply(fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values}, applyTimeout)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := SettingsView{Node: v.(*fsm.Node), Checked: []PortCheck{}}
+	for _, b := range binds {
+		out.Checked = append(out.Checked, PortCheck{Setting: b.Key, Proto: b.Proto, Address: b.Addr.String(), Port: b.Port, By: b.By})
+	}
+	s.log.Info("settings changed", "about", node, "values", body.Values, "ports_checked", len(binds))
+	writeJSON(w, http.StatusOK, out)
+}
+
+func refusing(fs []Finding) bool {
+	for _, f := range fs {
+		if f.Level == LevelError {
+			return true
+		}
+	}
+	return false
+}
+
+// settingsBinds is what a settings change makes the node bind anew: every port of its assigned
+// modules (and meshd's own) that is not bound today at the same address for the same setting.
+// A port the node already binds for the same setting is not asked about, so moving a setting back
+// and forth works. The change is refused here as the record would refuse it.
+func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]portBind, error) {
+	n := r.Nodes[node]
+	if n == nil {
+		return nil, notFound(fmt.Sprintf("node %s: no such node (the record has: %s)", node, strings.Join(r.NodeNames(), ", ")))
+	}
+	trial, err := fsm.TrySettings(r, fsm.SetSettings{Node: node, Values: values})
+	if err != nil {
+		return nil, err
+	}
+	cat := assignedCatalogue(r.Catalogue, n.Assigned)
+	before, err := bindPlan(cat, n.Settings, n.Advertise)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: its ports today: %w", node, err)
+	}
+	after, err := bindPlan(cat, trial.Settings, n.Advertise)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: its ports with the change: %w", node, err)
+	}
+	bound := map[portBind]bool{}
+	for _, b := range before {
+		bound[b] = true
+	}
+	var out []portBind
+	for _, b := range after {
+		if bound[b] || (!n.Server && b.Key == catalogue.MeshModule+".raft") {
+			continue // bound today for the same setting, or a client's raft port (it runs no Raft)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// assignedCatalogue is the catalogue's modules assigned to a node, each marked as bindPlan reads
+// a foundation module, so genesis's bind plan lists every port the node binds.
+func assignedCatalogue(cat catalogue.Catalogue, assigned []string) catalogue.Catalogue {
+	out := catalogue.Catalogue{}
+	for _, name := range assigned {
+		if m := cat[name]; m != nil {
+			cp := *m
+			cp.Foundation = true
+			out[name] = &cp
+		}
+	}
+	return out
+}
+
+// checkOnNode runs the port check on the node: here when it is this node, else by asking the
+// node's agent over the peer bus.
+func (s *serverRole) checkOnNode(ctx context.Context, node string, binds []portBind) ([]Finding, error) {
+	if len(binds) == 0 {
+		return nil, nil
+	}
+	if node == s.node.Name {
+		return checkBinds(ctx, s.node.Name, s.cfg.DockerHost, binds), nil
+	}
+	p, ok := s.gossipView().peer(node)
+	if !ok || p.Advertise == "" || p.Bus == 0 {
+		return nil, fmt.Errorf("node %s has no bus address in the record", node)
+	}
+	var ans portCheckAnswer
+	if err := s.peerJSON(ctx, p, http.MethodPost, "/v1/ports/check", portCheckRequest{Binds: binds}, &ans); err != nil {
+		return nil, err
+	}
+	return ans.Findings, nil
+}
+
+// postPortCheck is the peer bus's port check: a server asks it before it commits a settings
+// change for this node.
+func (a *Agent) postPortCheck(w http.ResponseWriter, req *http.Request, _ string) {
+	var in portCheckRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "port check: " + err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), 20*time.Second)
+	defer cancel()
+	writeJSON(w, http.StatusOK, portCheckAnswer{Node: a.node.Name, Findings: checkBinds(ctx, a.node.Name, a.cfg.DockerHost, in.Binds)})
+}
+
+// checkBinds is genesis's port check (preflight.go) for a running node: what it reads of the
+// machine (listening sockets, the engine's published ports), then judgeBinds.
+func checkBinds(ctx context.Context, node, dockerHost string, binds []portBind) []Finding {
+	var out []Finding
+	listeners, err := host.Listeners()
+	if err != nil {
+		out = append(out, Finding{Check: "machine.listeners", Level: LevelWarning, Message: fmt.Sprintf("node %s: cannot read its listening sockets: %v", node, err)})
+	}
+	var published []container.Published
+	if eng, err := container.New(dockerHost); err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		published, err = eng.Published(pctx)
+		cancel()
+		eng.Close()
+		if err != nil {
+			out = append(out, Finding{Check: "docker.engine", Level: LevelWarning, Message: fmt.Sprintf("node %s: the Docker engine at %s is not reachable (%v): published ports are checked by bind only", node, orDefault(dockerHost), err)})
+		}
+	}
+	return append(out, judgeBinds(node, binds, listeners, published, os.Getpid())...)
+}
+
+// judgeBinds refuses each port a container publishes, a process listens on, or that cannot be
+// bound, except by what binds it for the same setting today: the module's own container, or meshd
+// itself (pid self) for one of its own ports.
+func judgeBinds(node string, binds []portBind, listeners []host.Listener, published []container.Published, self int) []Finding {
+	var out []Finding
+	add := func(b portBind, holder, format string, args ...any) {
+		msg := fmt.Sprintf("node %s: setting %s: port %d/%s ", node, b.Key, b.Port, b.Proto) + fmt.Sprintf(format, args...)
+		out = append(out, Finding{Check: "port." + b.Key, Level: LevelError, Holder: holder, Message: msg})
+	}
+	binds = append([]portBind{}, binds...)
+	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Key < binds[j].Key })
+	for _, b := range binds {
+		if holder := publishedHolder(published, b); holder != "" {
+			if strings.HasPrefix(holder, b.By+" (") {
+				continue // the module's own container publishes it for this very setting
+			}
+			add(b, holder, "is held by %s; nothing was changed", holder)
+			continue
+		}
+		if l, ok := listenerHolder(listeners, b); ok {
+			if l.PID == self && strings.HasPrefix(b.By, "meshd (") {
+				continue // meshd itself binds it (a setting moved back before the old bind was let go)
+			}
+			holder := "a process"
+			if l.Process != "" {
+				holder = fmt.Sprintf("%s (pid %d)", l.Process, l.PID)
+			}
+			add(b, holder, "is in use by %s on %s; nothing was changed", holder, netip.AddrPortFrom(l.Addr, l.Port))
+			continue
+		}
+		if err := tryBind(b); err != nil {
+			switch {
+			case errors.Is(err, syscall.EADDRINUSE):
+				add(b, "", "is in use on %s by something the node does not name; nothing was changed", netip.AddrPortFrom(b.Addr, b.Port))
+			case errors.Is(err, syscall.EADDRNOTAVAIL):
+				add(b, "", "cannot be bound: %s is not an address of the node; nothing was changed", b.Addr)
+			default:
+				add(b, "", "cannot be bound on %s (%v); nothing was changed", netip.AddrPortFrom(b.Addr, b.Port), err)
+			}
+		}
+	}
+	return out
+}
+
+// followRaftPort makes the record authoritative for the Raft port: node.json keeps a copy of the
+// node's mesh.raft setting (Raft opens before the record is read back, so the next start binds
+// the port the record says), and the leader moves each server's address in Raft's configuration to
+// the record's, so the group reaches a server that restarted on its new port.
+func (s *serverRole) followRaftPort(ctx context.Context) {
+	if err := s.raft.waitCaughtUp(ctx); err != nil {
+		return
+	}
+	kept := s.node.RaftPort
+	var index uint64
+	for ctx.Err() == nil {
+		want := map[string]string{} // raft server ID -> advertise:raft, as the record says
+		var own uint16
+		s.fsm.Read(func(r *fsm.Record, i uint64) {
+			index = i
+			for _, n := range r.Nodes {
+				if !n.Server || n.Advertise == "" {
+					continue
+				}
+				p, err := fsm.MeshPort(r, n, "raft")
+				if err != nil || p == 0 {
+					continue
+				}
+				want[n.ID] = net.JoinHostPort(n.Advertise, strconv.Itoa(int(p)))
+				if n.Name == s.node.Name {
+					own = p
+				}
+			}
+		})
+		if own != 0 && own != kept {
+			nf := *s.node
+			nf.RaftPort = own
+			if err := writeNodeFile(s.cfg.DataDir, &nf); err != nil {
+				s.log.Error("node file not updated with the record's raft port", "port", own, "err", err)
+			} else {
+				kept = own
+				s.log.Warn("the record moved this server's raft port; it binds the new one at the agent's next start",
+					"bound", s.node.RaftPort, "record", own)
+			}
+		}
+		if s.raft.raft.State() == raft.Leader {
+			s.moveRaftAddresses(want)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s.fsm.Wait(wctx, index)
+		cancel()
+	}
+}
+
+// moveRaftAddresses changes the address of every server in Raft's configuration whose address
+// differs from the record's; the leader alone may.
+func (s *serverRole) moveRaftAddresses(want map[string]string) {
+	fut := s.raft.raft.GetConfiguration()
+	if err := fut.Error(); err != nil {
+		return
+	}
+	for _, srv := range fut.Configuration().Servers {
+		addr, ok := want[string(srv.ID)]
+		if !ok || string(srv.Address) == addr {
+			continue
+		}
+		var f raft.IndexFuture
+		if srv.Suffrage == raft.Voter {
+			f = s.raft.raft.AddVoter(srv.ID, raft.ServerAddress(addr), 0, 5*time.Second)
+		} else {
+			f = s.raft.raft.AddNonvoter(srv.ID, raft.ServerAddress(addr), 0, 5*time.Second)
+		}
+		if err := f.Error(); err != nil {
+			s.log.Warn("raft address not moved to the record's", "server", srv.ID, "from", srv.Address, "to", addr, "err", err)
+			continue
+		}
+		s.log.Info("raft address moved to the record's", "server", srv.ID, "from", srv.Address, "to", addr)
+	}
+}
