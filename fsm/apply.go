@@ -335,6 +335,9 @@ func trySettings(r *Record, op Op, b *SetSettings) (*Node, error) {
 	if _, err := tunnelRange(r.Catalogue, &trial); err != nil && n.Name == r.Tunnel.Hub {
 		return nil, refuse(op, n.Name, "", "%v", err)
 	}
+	if err := keepsTakenTunnel(r, n, &trial, op); err != nil {
+		return nil, err
+	}
 	return &trial, nil
 }
 

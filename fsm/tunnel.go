@@ -279,3 +279,18 @@ func CheckTake(b *TunnelTake) error {
 	_, _, _, err := planTake(NewRecord(), &Node{Name: b.Node}, b, OpGenesis)
 	return err
 }
+
+// keepsTakenTunnel refuses a setting that would move the hub's tunnel off the one it took over:
+// its port and range are the found tunnel's, which the peers know (ADR 0105).
+func keepsTakenTunnel(r *Record, n, trial *Node, op Op) error {
+	if r.Tunnel.Taken == "" || n.Name != r.Tunnel.Hub {
+		return nil
+	}
+	for _, s := range []string{"tunnel", "range"} {
+		key := catalogue.MeshModule + "." + s
+		if was, now := n.Settings[key], trial.Settings[key]; was != now {
+			return refuse(op, n.Name, "", "setting %s to %q: the hub took tunnel %s over, and its %s is the tunnel's, %s", key, now, r.Tunnel.Taken, s, was)
+		}
+	}
+	return nil
+}

@@ -154,6 +154,10 @@ func TestUnitTakeOnARunningMesh(t *testing.T) {
 	if _, err := Apply(r, cmd(t, OpTunnelTake, t0.Add(2*time.Minute), f.take)); err == nil || !strings.Contains(err.Error(), "already took") {
 		t.Fatalf("a second take: %v", err)
 	}
+	// The taken tunnel's port and range stay the hub's: a setting that moves them is refused.
+	if _, err := Apply(r, cmd(t, OpSettingsSet, t0.Add(3*time.Minute), SetSettings{Node: "hub", Values: map[string]string{"tunnel": "51821"}})); err == nil || !strings.Contains(err.Error(), "51821") || !strings.Contains(err.Error(), "51820") {
+		t.Fatalf("moving the taken tunnel's port: %v", err)
+	}
 
 	r = NewRecord()
 	mustApply(t, r, genesisCmd(t, Adopted))
