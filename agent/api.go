@@ -66,6 +66,9 @@ type NodeSummary struct {
 	// server), or "" (none yet). When it was made is in `meshd node show` (the status stays the
 	// same while nothing changes).
 	ReportFrom string `json:"report_from,omitempty"`
+	// Tunnel is the node's tunnel state from its last report (host.TunnelMeshUp, TunnelFoundUp,
+	// TunnelDark), "" when it raises none.
+	Tunnel string `json:"tunnel,omitempty"`
 }
 
 // NodeView is `meshd node show`: the record's node and, when known, its host report.
@@ -169,6 +172,7 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 		n.Liveness, _ = s.liveness(members, n.Name)
 		rep, from := s.reportFrom(n.Name)
 		n.HeldFiles, n.HeldContainers = heldCounts(rep)
+		n.Tunnel = tunnelState(rep)
 		if rep != nil {
 			n.ReportFrom = from
 		}

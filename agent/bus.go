@@ -36,6 +36,10 @@ type EnrolRequest struct {
 	// Settings are the node's settings from `join --port`, keyed MODULE.SETTING: only the ports a
 	// client binds (JoinSettings).
 	Settings map[string]string `json:"settings,omitempty"`
+	// WireGuardKey is the WireGuard public key of the machine's found tunnel (FoundTunnel): a
+	// carried peer with this key keeps its address (ADR 0105).
+	WireGuardKey string `json:"wireguard_key,omitempty"`
+	FoundTunnel  string `json:"found_tunnel,omitempty"`
 }
 
 // EnrolResponse is what an enrolled node gets back, once its enrolment is committed.
@@ -237,7 +241,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	v, err := s.raft.apply(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
-		PublicKey: in.PublicKey, Advertise: in.Advertise, Settings: in.Settings}, applyTimeout)
+		PublicKey: in.PublicKey, Advertise: in.Advertise, Settings: in.Settings, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel}, applyTimeout)
 	if err != nil {
 		var ref *fsm.Refusal
 		if errors.As(err, &ref) {

@@ -2,11 +2,14 @@ package agent
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"meshd/container"
 	"meshd/host"
 	"meshd/netfilter"
+	"meshd/pki"
+	"meshd/wg"
 )
 
 // drivers builds the host reconciler's drivers for the resource kinds other than files, from the
@@ -26,6 +29,20 @@ func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 		Env:    netfilter.Env{StateDir: filepath.Join(cfg.DataDir, "netfilter"), Log: nlog},
 		Logger: nlog,
 	}))
+	// The private network's interface: raised from the declaration, or the found tunnel taken
+	// over in place. Its key is sealed under the node's seal key; a userspace device runs in a
+	// process of its own (`meshd tunnel-device`), so restarting the agent does not interrupt it.
+	seal, err := pki.ReadSealKey(pki.SealKeyPath(cfg.SealKey))
+	if err != nil {
+		return nil, err
+	}
+	tcfg := host.TunnelConfig{Keys: host.SealedTunnelKey{Path: host.TunnelKeyPath(cfg.DataDir), Seal: seal},
+		Logger: log.With("part", "tunnel")}
+	if exe, err := os.Executable(); err == nil {
+		tcfg.Device = wg.DeviceCommand{Path: exe, Args: []string{"tunnel-device"},
+			LogFile: filepath.Join(cfg.DataDir, "tunnel-device.log")}.Spawn
+	}
+	out = append(out, host.NewTunnelDriver(tcfg))
 	// Containers, through the Docker engine at cfg.DockerHost. Nothing is dialled here: an engine
 	// that is down is reported on every pass and used again once it answers.
 	eng, err := container.New(cfg.DockerHost, container.WithLogger(log.With("part", "container")))

@@ -2,16 +2,23 @@ package agent
 
 import (
 	"log/slog"
+	"path/filepath"
 	"testing"
 
 	"meshd/fsm"
+	"meshd/pki"
 )
 
-// A pass runs its drivers in order: the openings (the guard among them) come before the
-// containers, so a foundation container never publishes a guarded port before the guard refuses
-// it from outside (issue 11).
+// A pass runs its drivers in order: the openings (the guard among them) come before the tunnel
+// and the containers, so a foundation container never publishes a guarded port before the guard
+// refuses it from outside (issue 11).
 func TestUnitOpeningsBeforeContainers(t *testing.T) {
-	ds, err := drivers(Config{DockerHost: "unix:///nonexistent/docker.sock", DataDir: t.TempDir()}, slog.Default())
+	dir := t.TempDir()
+	seal := pki.NewSealKey(filepath.Join(dir, "seal.key"))
+	if err := seal.Write(); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := drivers(Config{DockerHost: "unix:///nonexistent/docker.sock", DataDir: dir, SealKey: seal.Path}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +26,8 @@ func TestUnitOpeningsBeforeContainers(t *testing.T) {
 	for _, d := range ds {
 		kinds = append(kinds, d.Kind())
 	}
-	if len(kinds) != 2 || kinds[0] != fsm.KindOpening || kinds[1] != fsm.KindContainer {
-		t.Fatalf("driver order %v, want [%s %s]", kinds, fsm.KindOpening, fsm.KindContainer)
+	want := []string{fsm.KindOpening, fsm.KindTunnel, fsm.KindContainer}
+	if len(kinds) != len(want) || kinds[0] != want[0] || kinds[1] != want[1] || kinds[2] != want[2] {
+		t.Fatalf("driver order %v, want %v", kinds, want)
 	}
 }

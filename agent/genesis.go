@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -38,6 +39,9 @@ type GenesisOptions struct {
 	// SealKey is the seal key file (empty: MESHD_SEAL_KEY, else /etc/meshd/seal.key). A file
 	// already there is used; otherwise a new key is made and its recovery code returned once.
 	SealKey string
+	// TakeTunnel names a found WireGuard interface the control-node takes over in place
+	// (ADR 0105): its port becomes mesh.tunnel, its range the record's, its peers are carried.
+	TakeTunnel string
 	// DryRun runs the preflight and stops: nothing is created.
 	DryRun bool
 	// LogOutput receives Raft's own log; nil discards it.
@@ -93,6 +97,14 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	var take *fsm.TunnelTake
+	if opts.TakeTunnel != "" {
+		if take, err = genesisTake(opts, settings); err != nil {
+			return nil, err
+		}
+		settings[catalogue.MeshModule+".tunnel"] = strconv.Itoa(int(take.Port))
+		settings[catalogue.MeshModule+".range"] = netip.MustParsePrefix(take.Address).Masked().String()
+	}
 	mesh := cat[catalogue.MeshModule]
 	vals := map[string]string{}
 	for k, v := range settings {
@@ -119,7 +131,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		return nil, fmt.Errorf("setting mesh.range: %q is not a range such as 10.99.0.0/24", mesh.Values(vals)["range"])
 	}
 	findings := preflight(context.Background(), preflightInput{Mode: opts.Mode, Catalogue: cat, Settings: settings,
-		Advertise: opts.Advertise, DockerHost: opts.DockerHost, Range: rng.Masked()})
+		Advertise: opts.Advertise, DockerHost: opts.DockerHost, Range: rng.Masked(), TakeTunnel: opts.TakeTunnel})
 	for _, f := range findings {
 		if f.Level == LevelError {
 			return nil, &PreflightError{Findings: findings}
@@ -183,7 +195,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	// The control-node's public key is recorded as an enrolled node's is: servers verify its
 	// signed gossip reports with it.
 	v, err := rn.apply(fsm.OpGenesis, fsm.Genesis{Node: opts.Name, ID: nf.ID, Mode: opts.Mode, Advertise: opts.Advertise,
-		PublicKey: pki.PublicKeyString(nodePub), Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation}, 10*time.Second)
+		PublicKey: pki.PublicKeyString(nodePub), Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation, Tunnel: take}, 10*time.Second)
 	if err != nil {
 		return fail(err)
 	}

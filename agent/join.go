@@ -20,6 +20,7 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/pki"
+	"meshd/wg"
 )
 
 // JoinOptions are `meshd join`'s inputs.
@@ -39,6 +40,9 @@ type JoinOptions struct {
 	DockerHost string
 	// DryRun runs the preflight and stops: nothing is sent, nothing written.
 	DryRun bool
+	// Tunnel names the machine's found WireGuard interface (a predecessor's tunnel): its public
+	// key is presented, so the machine keeps the address the tunnel had for it.
+	Tunnel string
 }
 
 // JoinResult says what joining made.
@@ -107,7 +111,15 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return nil, err
 	}
 	pub := key.Public().(ed25519.PublicKey)
-	body, _ := json.Marshal(EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings})
+	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings}
+	if opts.Tunnel != "" {
+		f, err := wg.Discover(opts.Tunnel, "")
+		if err != nil {
+			return nil, fmt.Errorf("--tunnel %s: %w", opts.Tunnel, err)
+		}
+		enrol.WireGuardKey, enrol.FoundTunnel = f.PrivateKey.PublicKey().String(), opts.Tunnel
+	}
+	body, _ := json.Marshal(enrol)
 
 	var resp *EnrolResponse
 	var tried []string
@@ -171,7 +183,8 @@ func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (
 	if err != nil {
 		return nil, nil, err
 	}
-	in := preflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost}
+	in := preflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost,
+		TakeTunnel: opts.Tunnel}
 	if r, err := netip.ParsePrefix(p.Range); err == nil {
 		in.Range = r.Masked()
 	}

@@ -196,6 +196,9 @@ type preflightInput struct {
 	Advertise  string
 	DockerHost string
 	Range      netip.Prefix
+	// TakeTunnel is the found interface genesis takes over (or a join presents with --tunnel):
+	// its port is the tunnel port and its range the range, so neither is a conflict.
+	TakeTunnel string
 }
 
 // preflight checks the machine before genesis raises anything, and reports every finding.
@@ -240,6 +243,9 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 		add("settings", LevelError, "", "%v", err)
 	}
 	for _, b := range plan {
+		if in.TakeTunnel != "" && b.Key == catalogue.MeshModule+".tunnel" {
+			continue // held by the found tunnel it takes over
+		}
 		check := "port." + b.Key
 		what := fmt.Sprintf("port %d/%s (%s, for %s)", b.Port, b.Proto, b.Key, b.By)
 		if holder := publishedHolder(published, b); holder != "" {
@@ -282,11 +288,14 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 				if err != nil || p.Addr().IsLoopback() {
 					continue
 				}
-				if p.Overlaps(in.Range) && in.Act == ActJoin {
+				if !p.Overlaps(in.Range) || ifc.Name == in.TakeTunnel {
+					continue // the tunnel taken over (or presented) is the range's own
+				}
+				if in.Act == ActJoin {
 					// The range is the mesh's, not this machine's to choose; and a machine of a
 					// tunnel the hub took in place (ADR 0105) overlaps it by design.
 					add("tunnel.range", LevelWarning, ifc.Name, "the private network's range %s overlaps %s on interface %s: unless the mesh carries that tunnel (its hub took it in place), this node's private address will clash with it", in.Range, p, ifc.Name)
-				} else if p.Overlaps(in.Range) {
+				} else {
 					add("tunnel.range", LevelError, ifc.Name, "the private network's range %s overlaps %s on interface %s (a tunnel still running beside the mesh); give another range: --set mesh.range=CIDR", in.Range, p, ifc.Name)
 				}
 			}

@@ -116,6 +116,8 @@ func (s *serverRole) operatorAPI() http.Handler {
 	mux.HandleFunc("GET /v1/keyring", s.getKeyring)
 	mux.HandleFunc("POST /v1/keyring", s.postKeyring)
 	mux.HandleFunc("GET /v1/reach/{node}", s.getReach)
+	mux.HandleFunc("GET /v1/tunnel", s.getTunnel)
+	mux.HandleFunc("POST /v1/tunnel/take", s.postTunnelTake)
 	return s.raft.caughtUpOnly(mux)
 }
 

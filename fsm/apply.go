@@ -70,6 +70,12 @@ func Apply(r *Record, data []byte) (any, error) {
 			return nil, err
 		}
 		return applyCatalogueAdd(r, &c, &b)
+	case OpTunnelTake:
+		var b TunnelTake
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyTunnelTake(r, &c, &b)
 	case OpTokenCreate:
 		var b TokenCreate
 		if err := decode(&b); err != nil {
@@ -115,6 +121,30 @@ func applyGenesis(r *Record, c *Command, b *Genesis) (any, error) {
 	if err := setValues(cat, n, b.Settings, c.Op); err != nil {
 		return nil, err
 	}
+	var taken *Tunnel
+	if b.Tunnel != nil {
+		// The operator's own mesh.tunnel and mesh.range, given at genesis, are the placement
+		// asked for: they must agree with the tunnel.
+		take := *b.Tunnel
+		if v := n.Settings[catalogue.MeshModule+".tunnel"]; take.Requested.Port == 0 && v != "" {
+			p, err := catalogue.ParsePort(v)
+			if err != nil {
+				return nil, refuse(c.Op, b.Node, "", "setting mesh.tunnel: %v", err)
+			}
+			take.Requested.Port = p
+		}
+		if v := n.Settings[catalogue.MeshModule+".range"]; take.Requested.Range == "" && v != "" {
+			take.Requested.Range = v
+		}
+		t, settings, _, err := planTake(NewRecord(), n, &take, c.Op)
+		if err != nil {
+			return nil, err
+		}
+		if err := setValues(cat, n, settings, c.Op); err != nil {
+			return nil, err
+		}
+		taken, n.WireGuardKey = t, b.Tunnel.PublicKey
+	}
 	for _, m := range b.Assign {
 		if cat[m] == nil {
 			return nil, refuse(c.Op, b.Node, m, "not in the catalogue")
@@ -128,13 +158,16 @@ func applyGenesis(r *Record, c *Command, b *Genesis) (any, error) {
 	if err != nil {
 		return nil, refuse(c.Op, b.Node, "", "%v", err)
 	}
-	hub := rng.Addr().Next()
-	n.Address = hub.String()
+	tunnel := Tunnel{Range: rng.String(), Hub: n.Name, HubAddress: rng.Addr().Next().String()}
+	if taken != nil {
+		tunnel = *taken
+	}
+	n.Address = tunnel.HubAddress
 	// Everything checked: now change the record.
 	r.Genesis = &GenesisInfo{ControlNode: b.Node, At: c.At}
 	r.Catalogue = cat
 	r.Nodes[n.Name] = n
-	r.Tunnel = Tunnel{Range: rng.String(), Hub: n.Name, HubAddress: n.Address}
+	r.Tunnel = tunnel
 	return n, nil
 }
 
@@ -197,11 +230,21 @@ func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
 	if err := checkNode(r.Catalogue, n, c.Op, ""); err != nil {
 		return nil, err
 	}
+	// A carried peer is matched on the WireGuard key the machine presents from its found tunnel,
+	// never on its ed25519 identity: those are different keys and never match.
 	carried := -1
 	for i, p := range r.Tunnel.Carried {
-		if b.PublicKey != "" && p.PublicKey == b.PublicKey {
+		if b.WireGuardKey != "" && p.PublicKey == b.WireGuardKey {
 			carried = i
 		}
+	}
+	if b.WireGuardKey != "" {
+		for _, name := range r.NodeNames() {
+			if r.Nodes[name].WireGuardKey == b.WireGuardKey {
+				return nil, refuse(c.Op, b.Node, "", "WireGuard key %s is already node %s's", b.WireGuardKey, name)
+			}
+		}
+		n.WireGuardKey, n.FoundTunnel = b.WireGuardKey, b.FoundTunnel
 	}
 	if carried >= 0 {
 		n.Address = strings.Split(r.Tunnel.Carried[carried].Address, "/")[0]
@@ -291,6 +334,9 @@ func trySettings(r *Record, op Op, b *SetSettings) (*Node, error) {
 	}
 	if _, err := tunnelRange(r.Catalogue, &trial); err != nil && n.Name == r.Tunnel.Hub {
 		return nil, refuse(op, n.Name, "", "%v", err)
+	}
+	if err := keepsTakenTunnel(r, n, &trial, op); err != nil {
+		return nil, err
 	}
 	return &trial, nil
 }

@@ -49,6 +49,10 @@ type Genesis struct {
 	Catalogue []catalogue.Source `json:"catalogue"`
 	// Assign lists the modules assigned to the control-node at genesis (the foundation).
 	Assign []string `json:"assign"`
+	// Tunnel, when set, is the found tunnel the control-node takes over at genesis
+	// (--take-tunnel): its port becomes mesh.tunnel, its range the record's, its address the
+	// hub's, and its peers are carried.
+	Tunnel *TunnelTake `json:"tunnel,omitempty"`
 }
 
 // Enrol adds a node, spending a token.
@@ -60,6 +64,11 @@ type Enrol struct {
 	Advertise string            `json:"advertise,omitempty"`
 	Server    bool              `json:"server,omitempty"`
 	Settings  map[string]string `json:"settings,omitempty"`
+	// WireGuardKey is the WireGuard public key the joining machine presents (its found tunnel's):
+	// a carried peer with this key keeps its address.
+	WireGuardKey string `json:"wireguard_key,omitempty"`
+	// FoundTunnel names the found interface WireGuardKey was read from.
+	FoundTunnel string `json:"found_tunnel,omitempty"`
 }
 
 // SetMode moves a node between adopted and converged.

@@ -30,7 +30,23 @@ type TunnelView struct {
 	Range      string `json:"range,omitempty"`
 	Hub        string `json:"hub,omitempty"`
 	HubAddress string `json:"hub_address,omitempty"`
-	Port       uint16 `json:"port,omitempty"`
+	// Port is the hub's tunnel port.
+	Port uint16 `json:"port,omitempty"`
+	// Carried are the tunnel's peers that are not nodes (yet), as the record carries them.
+	Carried []CarriedPeer `json:"carried,omitempty"`
+
+	// The node's own interface, set only when the record holds the node's overlay key.
+	// Interface is the mesh's interface to raise (MeshInterface); empty: none.
+	Interface string `json:"interface,omitempty"`
+	// PublicKey is the interface's WireGuard public key as recorded.
+	PublicKey string `json:"public_key,omitempty"`
+	// Address is the node's address with the range's prefix length (10.44.0.1/24).
+	Address string `json:"address,omitempty"`
+	// ListenPort is the node's own mesh.tunnel.
+	ListenPort uint16 `json:"listen_port,omitempty"`
+	// Takeover names the found interface this node takes over in place; empty: none.
+	Takeover string       `json:"takeover,omitempty"`
+	Peers    []TunnelPeer `json:"peers,omitempty"`
 }
 
 // MeshPorts are a node's mesh.* ports (0 where the setting does not read as a port).
@@ -114,14 +130,9 @@ func Compose(r *Record, node string) (*Declaration, error) {
 		Taken:     n.EffectiveTaken(),
 		Settings:  map[string]string{},
 		Address:   n.Address,
-		Tunnel:    TunnelView{Range: r.Tunnel.Range, Hub: r.Tunnel.Hub, HubAddress: r.Tunnel.HubAddress},
+		Tunnel:    composeTunnel(r, n),
 		Mesh:      meshPortsOf(r, n),
 		Resources: []Resource{},
-	}
-	if hub := r.Nodes[r.Tunnel.Hub]; hub != nil {
-		if p, err := MeshPort(r, hub, "tunnel"); err == nil {
-			d.Tunnel.Port = p
-		}
 	}
 	sort.Strings(d.Taken)
 	for _, name := range n.Assigned {

@@ -52,10 +52,17 @@ type Node struct {
 	// Address is the node's address on the private network.
 	Address string `json:"address,omitempty"`
 	// Advertise is the node's address on the underlay, where its bus and raft ports are reached.
-	Advertise  string    `json:"advertise,omitempty"`
-	PublicKey  string    `json:"public_key,omitempty"`
-	EnrolledAt time.Time `json:"enrolled_at"`
-	ModeSince  time.Time `json:"mode_since"`
+	Advertise string `json:"advertise,omitempty"`
+	PublicKey string `json:"public_key,omitempty"`
+	// WireGuardKey is the node's overlay key: the WireGuard public key its mesh interface has
+	// (the found tunnel's, on a hub that took it over). Its ed25519 identity is PublicKey.
+	WireGuardKey string `json:"wireguard_key,omitempty"`
+	// FoundTunnel is the found interface whose key the node presented at enrolment: it keeps
+	// carrying the node's traffic until the node is migrated, so no mesh interface is raised
+	// beside it.
+	FoundTunnel string    `json:"found_tunnel,omitempty"`
+	EnrolledAt  time.Time `json:"enrolled_at"`
+	ModeSince   time.Time `json:"mode_since"`
 }
 
 // Tunnel is the private network.
@@ -63,6 +70,9 @@ type Tunnel struct {
 	Range      string `json:"range,omitempty"`
 	Hub        string `json:"hub,omitempty"`
 	HubAddress string `json:"hub_address,omitempty"`
+	// Taken names the found interface the hub took over in place (ADR 0105); the range and the
+	// carried peers came from it, and outlive the node's flip to converged.
+	Taken string `json:"taken,omitempty"`
 	// Carried are peers of an adopted tunnel that have not enrolled as nodes yet.
 	Carried []CarriedPeer `json:"carried,omitempty"`
 }
@@ -71,6 +81,8 @@ type Tunnel struct {
 type CarriedPeer struct {
 	PublicKey string `json:"public_key"`
 	Address   string `json:"address"`
+	// Endpoint is where the found interface last saw the peer (host:port), "" when unknown.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // Token is an enrolment token, recorded by hash only.

@@ -3,7 +3,9 @@
 // it saw. It owns the words found, held and taken on the machine (ADR 0100); it knows no firewall
 // or container syntax. Files are its own first kind; containers and openings are Drivers of this
 // package (ContainerDriver, OpeningDriver), called with the declared resources of their kind on
-// every pass, which speak to the machine through container/ and netfilter/.
+// every pass, which speak to the machine through container/ and netfilter/. The private network's
+// interface is a Driver too (TunnelDriver, kind "tunnel", over wg/): it reads the declaration's
+// Tunnel section rather than resources, and takes a found tunnel over in place (ADR 0105).
 //
 // # Decide, then act
 //

@@ -25,9 +25,9 @@ import (
 
 // MeshInterface is the mesh's WireGuard interface: the private network's side of this machine.
 // Openings from "private" match it (and the private network's range), and the guard lets it
-// through. It is a constant here until the tunnel issue lands and the tunnel driver owns the
-// interface's name.
-const MeshInterface = "meshd0"
+// through. A declaration that raises an interface (fsm.Declaration.Tunnel.Interface) names it
+// there, and that name wins.
+const MeshInterface = fsm.MeshInterface
 
 // DefaultRecheck is the watch's timer: besides every change the kernel's packet filter reports
 // (nftables events, raised by nft, iptables-nft and ufw over it), the last desired state is
@@ -128,7 +128,8 @@ type OpeningConfig struct {
 // flip closes nothing that is declared. A retired (inactive) found firewall is not touched, so it
 // can be restored exactly.
 //
-// The private network is netfilter.Private{Interface: MeshInterface, Range: Tunnel.Range}.
+// The private network is netfilter.Private{Interface: Tunnel.Interface (else MeshInterface),
+// Range: Tunnel.Range}.
 //
 // A reload or a reboot of the found firewall can drop the openings and, with nft's "flush
 // ruleset", meshd's own tables too. So the first pass starts a watch (netfilter.Watch), stopped
@@ -391,8 +392,14 @@ func (d *OpeningDriver) compose(decl *fsm.Declaration, rs []fsm.Resource) *desir
 	if decl != nil {
 		w.mode = decl.Mode
 	}
-	w.priv = netfilter.Private{Interface: d.iface}
-	w.privNote = d.iface
+	// The private network's interface is the one the declaration raises, whatever its name;
+	// the configured one (MeshInterface) where it declares none.
+	iface := d.iface
+	if decl != nil && decl.Tunnel.Interface != "" {
+		iface = decl.Tunnel.Interface
+	}
+	w.priv = netfilter.Private{Interface: iface}
+	w.privNote = iface
 	if decl != nil && decl.Tunnel.Range != "" {
 		if p, err := netip.ParsePrefix(decl.Tunnel.Range); err == nil {
 			w.priv.Range = p.Masked()

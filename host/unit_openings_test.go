@@ -203,3 +203,16 @@ func TestUnitOpeningsConvergedDerivedFilter(t *testing.T) {
 		t.Errorf("opening through %q, want the filter alone", v.Through)
 	}
 }
+
+// The guard admits the mesh's own ports from the interface the declaration raises, whatever its
+// name (ADR 0105: the private interface is the declared tunnel interface).
+func TestUnitGuardFollowsTheDeclaredTunnelInterface(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	d := unitOpeningDecl(fsm.Adopted, unitOpening("store", 7001, "tcp", "private", true))
+	d.Tunnel.Interface = "wg-mesh"
+	unitNoErrors(t, h.Reconcile(unitCtx(t), d))
+	if pf.guard == nil || pf.guard.Private.Interface != "wg-mesh" {
+		t.Fatalf("guard %+v, want the private network on the declared interface wg-mesh", pf.guard)
+	}
+}

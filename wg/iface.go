@@ -28,6 +28,9 @@ type Config struct {
 	Peers      []Peer
 	MTU        int // 0: 1420, WireGuard's usual
 	Logger     *slog.Logger
+	// Spawn, when set, starts a userspace device in a process of its own where the kernel has no
+	// WireGuard (see DeviceCommand.Spawn), instead of embedding wireguard-go in this process.
+	Spawn func(ctx context.Context, name string, mtu int) error
 }
 
 // Interface is the mesh's WireGuard interface, raised by this process: kernel WireGuard where
@@ -38,7 +41,10 @@ type Interface struct {
 	log    *slog.Logger
 	client *wgctrl.Client
 	link   netlink.Link
-	embed  *embedded // nil for kernel WireGuard
+	embed  *embedded // nil for kernel WireGuard and a device process
+	// external: a userspace device in another process (Config.Spawn, Attach), configured from
+	// here through its UAPI socket.
+	external bool
 }
 
 // Raise creates, configures and brings up the mesh's interface.
@@ -60,25 +66,39 @@ func (i *Interface) Name() string { return i.cfg.Name }
 // Embedded says whether the interface is wireguard-go inside this process.
 func (i *Interface) Embedded() bool { return i.embed != nil }
 
+// Release lets the interface go without taking it down: a kernel link or a device process stays
+// up for its peers when the process that configured it ends. An embedded device cannot outlive
+// this process; Release closes only the wgctrl client.
+func (i *Interface) Release() {
+	if i.client != nil {
+		i.client.Close()
+	}
+}
+
 // prepare does everything that can be done while another interface still holds the port: the
 // link (kernel) or TUN and device (embedded), key, port, peers and address, all while the link
 // is down, so nothing is bound and nothing is routed to it yet.
 func prepare(cfg Config) (*Interface, error) {
-	if cfg.Name == "" || cfg.PrivateKey == (wgtypes.Key{}) || !cfg.Address.IsValid() {
-		return nil, fmt.Errorf("raising WireGuard interface %q: a name, a private key and an address are needed", cfg.Name)
+	i, err := newInterface(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.MTU == 0 {
-		cfg.MTU = 1420
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	i := &Interface{cfg: cfg, log: cfg.Logger.With("iface", cfg.Name)}
+	cfg = i.cfg
 	ok, err := i.kernelLink()
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
+	switch {
+	case ok:
+	case cfg.Spawn != nil:
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		err := cfg.Spawn(ctx, cfg.Name, cfg.MTU)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("raising WireGuard interface %s: %w", cfg.Name, err)
+		}
+		i.external = true
+	default:
 		if i.embed, err = startEmbedded(cfg.Name, cfg.MTU, i.log); err != nil {
 			return nil, err
 		}
@@ -88,6 +108,19 @@ func prepare(cfg Config) (*Interface, error) {
 		return nil, err
 	}
 	return i, nil
+}
+
+func newInterface(cfg Config) (*Interface, error) {
+	if cfg.Name == "" || cfg.PrivateKey == (wgtypes.Key{}) || !cfg.Address.IsValid() {
+		return nil, fmt.Errorf("raising WireGuard interface %q: a name, a private key and an address are needed", cfg.Name)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1420
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Interface{cfg: cfg, log: cfg.Logger.With("iface", cfg.Name)}, nil
 }
 
 // kernelLink adds a kernel WireGuard link and says whether that worked; a kernel without
@@ -146,6 +179,12 @@ func (i *Interface) up(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("raising WireGuard interface %s on port %d: %w", name, port, last)
 		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if i.external && port != 0 {
+		// the device process binds the port once it sees its link up
+		if err := waitPortBound(ctx, port); err != nil {
+			return fmt.Errorf("raising WireGuard interface %s: %w", name, err)
 		}
 	}
 	return i.syncRoutes(i.cfg.Peers)

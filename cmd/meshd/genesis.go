@@ -42,8 +42,16 @@ with a stable check name (--json for scripts): every foundation port free on the
 bind (a held port names its holder: the process and pid, or the container whose published port it
 is); the private network's range clear of any tunnel running beside it; the found firewall one meshd
 speaks. A converged genesis also refuses a machine in use (an active firewall, or anything
-listening), naming each: use --adopted there. --dry-run runs the preflight alone.`,
+listening), naming each: use --adopted there. --dry-run runs the preflight alone.
+
+--take-tunnel IFACE (with --adopted) takes the predecessor's WireGuard tunnel IFACE over in place
+(ADR 0105): its port becomes mesh.tunnel and its range the record's range (no --port tunnel=N is
+needed, and neither the port the found tunnel holds nor its range is a preflight conflict), its
+address becomes the hub's, and its peers are carried. A --port tunnel=N or --set mesh.range=CIDR that
+disagrees with the tunnel is refused, naming both values. The agent then stops IFACE without
+flushing it and raises the mesh's interface in its place; see ` + "`meshd tunnel show`" + `.`,
 		Example: `  meshd genesis --name hub --adopted --port registry=5001
+  meshd genesis --name hub --adopted --take-tunnel wg0 --port registry=5001
   meshd genesis --name hub --data-dir /tmp/hub --advertise 127.0.0.1 --port raft=17071`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -60,6 +68,9 @@ listening), naming each: use --adopted there. --dry-run runs the preflight alone
 			opts.Mode = fsm.Converged
 			if adopted {
 				opts.Mode = fsm.Adopted
+			}
+			if opts.TakeTunnel != "" && !adopted {
+				return errors.New("--take-tunnel takes a tunnel in use over: raise the node with --adopted")
 			}
 			var raftLog io.Writer = io.Discard
 			if os.Getenv("MESHD_DEBUG") != "" {
@@ -112,6 +123,7 @@ listening), naming each: use --adopted there. --dry-run runs the preflight alone
 	f.StringArrayVar(&sets, "set", nil, "any other setting, MODULE.SETTING=VALUE (repeatable), e.g. mesh.range=10.99.0.0/24")
 	f.StringVar(&opts.DockerHost, "docker-host", "", "the Docker engine, for published ports (default unix:///var/run/docker.sock)")
 	f.StringVar(&opts.SealKey, "seal-key", "", "the seal key file the node's secrets are sealed under (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
+	f.StringVar(&opts.TakeTunnel, "take-tunnel", "", "take the found WireGuard interface IFACE over in place: its port, range, address, key and peers (needs --adopted)")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "run the preflight only and change nothing")
 	f.StringVar(&opts.Advertise, "advertise", "", "the address other servers reach this one at (default: the first global IPv4 address)")
 	_ = cmd.MarkFlagRequired("name")

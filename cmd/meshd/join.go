@@ -91,6 +91,7 @@ record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.`,
 	f.StringVar(&opts.Name, "name", "", "this node's name (required)")
 	f.StringVar(&opts.DataDir, "data-dir", agent.DefaultDataDir, "where the node keeps its identity and keys")
 	f.StringVar(&opts.Advertise, "advertise", "", "this node's underlay address (default: the address the server sees it at)")
+	f.StringVar(&opts.Tunnel, "tunnel", "", "the machine's found WireGuard interface (a predecessor's tunnel): its key is presented so the node keeps its tunnel address")
 	f.StringVar(&opts.SealKey, "seal-key", "", "the seal key file (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
 	f.StringArrayVar(&ports, "port", nil, "a port this node binds, KEY=N (bus, gossip, tunnel; repeatable)")
 	f.StringVar(&opts.DockerHost, "docker-host", "", "the Docker engine, for published ports (default unix:///var/run/docker.sock)")

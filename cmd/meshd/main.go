@@ -60,6 +60,7 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text")
 	root.AddCommand(genesisCmd(g), agentCmd(g), statusCmd(g), nodeCmd(g), moduleCmd(g), declarationCmd(g),
 		operatorCmd(g), snapshotCmd(g), tokenCmd(g), joinCmd(g), membersCmd(g), leaveCmd(g), keyringCmd(g), checkCmd(g))
+	root.AddCommand(tunnelCmd(g), tunnelDeviceCmd())
 	return root
 }
 

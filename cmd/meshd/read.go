@@ -73,6 +73,11 @@ when gossip never saw it); HELD counts the files and containers its last report 
 				if len(rejected) > 0 {
 					fmt.Fprintf(w, "\nreports rejected by %s: %s\n", st.Gossip.Node, strings.Join(rejected, ", "))
 				}
+				for _, n := range st.Nodes {
+					if n.Tunnel == host.TunnelDark {
+						fmt.Fprintf(w, "\nnode %s: TUNNEL DOWN: the found interface is down and the mesh's is not up; its peers reach nothing (meshd tunnel show)\n", n.Name)
+					}
+				}
 				if adopted > 0 {
 					fmt.Fprintf(w, "\n%d node(s) ADOPTED: what was found on them is held until each module is taken.\n", adopted)
 				}
@@ -166,6 +171,7 @@ func printReport(w io.Writer, rep *host.Report) {
 	}
 	printContainers(w, rep.Kinds[fsm.KindContainer])
 	printOpenings(w, rep.Kinds[fsm.KindOpening])
+	printTunnel(w, rep.Kinds[fsm.KindTunnel])
 	if len(rep.Errors) > 0 {
 		fmt.Fprintf(w, "\nFAILED RESOURCE\tMODULE\tREASON\n")
 		for _, e := range rep.Errors {
@@ -181,6 +187,17 @@ func kind(raw any, into any) bool {
 	}
 	b, err := json.Marshal(raw)
 	return err == nil && json.Unmarshal(b, into) == nil
+}
+
+func printTunnel(w io.Writer, raw any) {
+	var td host.TunnelDetail
+	if !kind(raw, &td) || td.State == "" {
+		return
+	}
+	fmt.Fprintf(w, "\ntunnel\t%s %s port %d: %s (%s)\n", td.Interface, td.Address, td.Port, td.State, td.Says)
+	if td.Found != "" {
+		fmt.Fprintf(w, "taken over\t%s\n", td.Found)
+	}
 }
 
 func printContainers(w io.Writer, raw any) {

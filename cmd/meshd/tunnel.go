@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"meshd/agent"
+	"meshd/fsm"
+	"meshd/host"
+	"meshd/wg"
+)
+
+func tunnelCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "tunnel", Short: "The private network: take a found tunnel over, show the tunnel"}
+	var req fsm.Placement
+	take := &cobra.Command{
+		Use:   "take NODE IFACE",
+		Short: "Take the WireGuard tunnel found on NODE over in place (ADR 0105)",
+		Long: `Take reads the WireGuard interface IFACE found on NODE (its key, port, address and range, and every
+peer) and records the take: the tunnel's port becomes NODE's mesh.tunnel setting, its range the
+record's range, its address the hub's, and its peers are carried as peers of the tunnel (not nodes)
+until they enrol, each keeping its address. Then NODE's host stops IFACE without flushing it (its
+wg-quick file stays on disk byte for byte; its wg-quick@ unit is disabled) and raises the mesh's
+interface (` + fsm.MeshInterface + `) with the found key, port, address and peers, everything prepared before
+IFACE goes down. Nothing a peer knows changes.
+
+Run it on NODE (the hub): the found tunnel is read where it runs. --address, --port and --range say
+where the operator expects the tunnel to be; a value that disagrees with the tunnel is refused
+before anything changes, naming both.`,
+		Example: `  meshd tunnel take hub wg0
+  meshd tunnel take hub wg0 --port 51820 --range 10.44.0.0/24`,
+		Args: exactArgs("NODE", "IFACE"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			var v fsm.TunnelTaken
+			if err := g.client().Post(ctx, "/v1/tunnel/take", agent.TunnelTakeRequest{Node: args[0], Interface: args[1], Requested: req}, &v); err != nil {
+				return err
+			}
+			return g.emit(v, func(w io.Writer) {
+				fmt.Fprintf(w, "node %s takes tunnel %s over\n", v.Node.Name, v.Tunnel.Taken)
+				fmt.Fprintf(w, "range\t%s\n", v.Tunnel.Range)
+				fmt.Fprintf(w, "hub address\t%s\n", v.Tunnel.HubAddress)
+				fmt.Fprintf(w, "port\t%s\n", v.Node.Settings["mesh.tunnel"])
+				fmt.Fprintf(w, "carried peers\t%d\n", len(v.Tunnel.Carried))
+				for _, s := range v.Skipped {
+					fmt.Fprintf(w, "skipped\t%s\n", s)
+				}
+				fmt.Fprintf(w, "\nwatch it with: meshd tunnel show\n")
+			})
+		},
+	}
+	take.Flags().StringVar(&req.Address, "address", "", "the hub's tunnel address the operator expects (refused if it is not the tunnel's)")
+	take.Flags().Uint16Var(&req.Port, "port", 0, "the tunnel port the operator expects (refused if it is not the tunnel's)")
+	take.Flags().StringVar(&req.Range, "range", "", "the range the operator expects (refused if it does not hold the tunnel's address)")
+
+	show := &cobra.Command{
+		Use:   "show",
+		Short: "Show the private network: its range, the hub, each peer enrolled or carried, the hub's tunnel state",
+		Long: `Show prints the private network's range, the hub and its address and port, the found interface the
+hub took over, and each peer of the tunnel: carried (a peer of the tunnel, not yet a node) or
+enrolled (a node now), with when the hub last heard from it.
+
+STATE is the hub's tunnel as its host last reported it: found-up (the found interface still
+carries the peers), mesh-up (the mesh's interface in its place), or found-down-mesh-not-up (the
+found interface is down and the mesh's is not up: the peers reach nothing). Show exits non-zero in
+that last state.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			var v agent.TunnelView
+			if err := g.client().Get(ctx, "/v1/tunnel", &v); err != nil {
+				return err
+			}
+			err := g.emit(v, func(w io.Writer) {
+				fmt.Fprintf(w, "range\t%s\n", v.Range)
+				fmt.Fprintf(w, "hub\t%s %s port %d\n", v.Hub, v.HubAddress, v.Port)
+				if v.Taken != "" {
+					fmt.Fprintf(w, "taken over\t%s\n", v.Taken)
+				}
+				state := v.State
+				if state == "" {
+					state = "- (the hub reports no tunnel)"
+				} else if v.Says != "" {
+					state += " (" + v.Says + ")"
+				}
+				fmt.Fprintf(w, "state\t%s\n", state)
+				if v.Reason != "" {
+					fmt.Fprintf(w, "reason\t%s\n", v.Reason)
+				}
+				fmt.Fprintf(w, "\nPEER\tADDRESS\tENROLLED\tENDPOINT\tLAST HEARD\n")
+				for _, p := range v.Peers {
+					enrolled := "no (carried)"
+					if p.Enrolled {
+						enrolled = "yes, node " + p.Node
+					}
+					heard := "never"
+					if !p.LastHandshake.IsZero() {
+						heard = time.Since(p.LastHandshake).Round(time.Second).String() + " ago"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.PublicKey, p.Address, enrolled, orDash(p.Endpoint), heard)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			if v.State == host.TunnelDark {
+				return errors.New("the hub's found tunnel is down and the mesh's is not up: its peers reach nothing")
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(take, show)
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// tunnelDeviceCmd is the userspace WireGuard device the agent starts in a process of its own
+// (wg.RunDevice), so the tunnel outlives a restart of the agent. Not an operator's command.
+func tunnelDeviceCmd() *cobra.Command {
+	var mtu int
+	cmd := &cobra.Command{
+		Use:    "tunnel-device IFACE",
+		Short:  "Run the mesh's userspace WireGuard device IFACE (started by the agent)",
+		Hidden: true,
+		Args:   exactArgs("IFACE"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			signal.Ignore(syscall.SIGHUP)
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			return wg.RunDevice(ctx, args[0], mtu, log.With("device", args[0]))
+		},
+	}
+	cmd.Flags().IntVar(&mtu, "mtu", 1420, "the device's MTU")
+	return cmd
+}

@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"meshd/agent"
+	"meshd/host"
+	"meshd/internal/labtest"
+	"meshd/internal/testenv"
+	"meshd/lab"
+)
+
+// tunnelShow reads `meshd tunnel show --json` on m; the error is the command's (non-zero in the
+// found-down-mesh-not-up state).
+func tunnelShow(ctx context.Context, m *lab.Machine) (agent.TunnelView, error) {
+	var v agent.TunnelView
+	out, err := meshd(ctx, m, "tunnel", "show", "--json")
+	if jerr := json.Unmarshal([]byte(out), &v); jerr != nil && err == nil {
+		err = fmt.Errorf("tunnel show --json: %v: %s", jerr, out)
+	}
+	return v, err
+}
+
+// peerState is everything a predecessor peer knows of its tunnel: its wg-quick file and the
+// device's configuration (keys, port, the hub's endpoint and allowed IPs), and its address.
+func peerState(ctx context.Context, m *lab.Machine) (string, error) {
+	conf, err := m.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf")
+	if err != nil {
+		return "", err
+	}
+	dev, err := m.Exec(ctx, "wg", "showconf", lab.TunnelIface)
+	if err != nil {
+		return "", fmt.Errorf("wg showconf on %s: %v %s", m.Name, err, dev)
+	}
+	addr, err := m.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", lab.TunnelIface)
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(addr)
+	return string(conf) + "\n--\n" + dev + "\n--\n" + strings.Join(f[1:4], " "), nil
+}
+
+// probesSince checks each peer's probe through the tunnel since t: it kept answering (its longest
+// gap is logged, loosely bounded), and its last call succeeded.
+func probesSince(t *testing.T, l *lab.Lab, since time.Time, what string, bound time.Duration) {
+	t.Helper()
+	for _, name := range []string{"peer1-tunnel", "peer2-tunnel"} {
+		// the probe's latest calls must have succeeded: wait for the record to show it
+		var s lab.ProbeSummary
+		if err := testenv.Poll(t, 30*time.Second, func() error {
+			// the record covers at least 3 s from since, so a gap would show
+			if time.Since(since) < 3*time.Second {
+				return fmt.Errorf("%s since %s", time.Since(since), what)
+			}
+			recent, err := l.Probe(name, time.Now().Add(-time.Second))
+			if err != nil {
+				return err
+			}
+			if recent.Calls == 0 || recent.Failures > 0 {
+				return fmt.Errorf("%s not answering now: %s", name, recent)
+			}
+			s, err = l.Probe(name, since)
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: %s: %d calls, %d failed, longest gap %s", what, name, s.Calls, s.Failures, s.LongestOutage.Round(time.Millisecond))
+		if s.LongestOutage > bound {
+			t.Errorf("%s: %s was down for %s (want under %s): %s", what, name, s.LongestOutage, bound, s)
+		}
+	}
+}
+
+// ADR 0105, "How it is checked", on the lab's predecessor hub: adopted with --take-tunnel, the
+// tunnel changes hands and the peers notice nothing.
+func TestTunnelTakeoverInPlace(t *testing.T) {
+	bin := labtest.Meshd(t)
+	l := labtest.Up(t, lab.Predecessor(lab.FirewallUFW))
+	ctx := testenv.Context(t, 8*time.Minute)
+	hub, peer1, peer2 := l.Machine("hub"), l.Machine("peer1"), l.Machine("peer2")
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
+		t.Fatal(err)
+	}
+	confPath := "/etc/wireguard/" + lab.TunnelIface + ".conf"
+	confBefore, err := hub.ReadFile(ctx, confPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foundKey, err := hub.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key")
+	if err != nil {
+		t.Fatalf("the predecessor's tunnel: %v %s", err, foundKey)
+	}
+	foundKey = strings.TrimSpace(foundKey)
+	peersBefore := map[string]string{}
+	for _, p := range []*lab.Machine{peer1, peer2} {
+		if peersBefore[p.Name], err = peerState(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	genesis := []string{"genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
+		"--advertise", lab.HubAddr, "--adopted", "--port", "registry=5001"}
+
+	t.Run("a placement that disagrees with the tunnel is refused with nothing changed", func(t *testing.T) {
+		out, err := meshd(ctx, hub, append(genesis, "--take-tunnel", lab.TunnelIface, "--port", "tunnel=51821")...)
+		if err == nil || !strings.Contains(out, "51821") || !strings.Contains(out, "51820") {
+			t.Fatalf("genesis with --port tunnel=51821 and the tunnel on 51820: %v\n%s", err, out)
+		}
+		if _, err := hub.Exec(ctx, "test", "-e", "/var/lib/meshd/node.json"); err == nil {
+			t.Fatal("a refused genesis left a node behind")
+		}
+		if _, err := hub.Exec(ctx, "ip", "link", "show", lab.TunnelIface); err != nil {
+			t.Fatal("a refused genesis touched the found tunnel")
+		}
+	})
+
+	out, err := meshd(ctx, hub, append(genesis, "--take-tunnel", lab.TunnelIface)...)
+	if err != nil {
+		t.Fatalf("adopted genesis taking the tunnel (no --port tunnel=N): %v\n%s", err, out)
+	}
+	if !strings.Contains(out, lab.HubTunnelAddr) {
+		t.Errorf("genesis does not give the hub the tunnel's address %s:\n%s", lab.HubTunnelAddr, out)
+	}
+	took := time.Now()
+	if err := hub.InstallAgent(ctx, bin, "agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"); err != nil {
+		t.Fatal(err)
+	}
+	var v agent.TunnelView
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		v, err = tunnelShow(ctx, hub)
+		if err == nil && v.State != host.TunnelMeshUp {
+			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the tunnel never changed hands: %v", err)
+	}
+
+	t.Run("the peers notice nothing: their probes through the tunnel held before, during and after", func(t *testing.T) {
+		probesSince(t, l, took.Add(-10*time.Second), "takeover", 5*time.Second)
+		for _, p := range []*lab.Machine{peer1, peer2} {
+			now, err := peerState(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now != peersBefore[p.Name] {
+				t.Errorf("%s's tunnel changed:\n%s\n---\n%s", p.Name, peersBefore[p.Name], now)
+			}
+		}
+	})
+	t.Run("the found interface is down, its file byte for byte; the mesh's is up with the found key, port and address", func(t *testing.T) {
+		checkTakenOver(ctx, t, hub, foundKey, confBefore)
+		if v.Range != lab.TunnelRange || v.HubAddress != lab.HubTunnelAddr || v.Port != lab.TunnelPort || v.Taken != lab.TunnelIface {
+			t.Errorf("tunnel show: %+v", v)
+		}
+		if len(v.Peers) != 2 {
+			t.Fatalf("tunnel show lists %d peers, want the two carried: %+v", len(v.Peers), v.Peers)
+		}
+		if err := testenv.Poll(t, 30*time.Second, func() error {
+			v, _ := tunnelShow(ctx, hub)
+			for _, p := range v.Peers {
+				if p.Enrolled || p.LastHandshake.IsZero() {
+					return fmt.Errorf("peer %s %s: enrolled %v, last heard %v", p.Address, p.PublicKey, p.Enrolled, p.LastHandshake)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("a peer enrols and keeps the address the tunnel had for its key", func(t *testing.T) {
+		if err := peer2.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := meshd(ctx, hub, "token", "create", "--adopted", "--json")
+		var tv struct{ Token string }
+		if err != nil || json.Unmarshal([]byte(out), &tv) != nil || tv.Token == "" {
+			t.Fatalf("token create: %v\n%s", err, out)
+		}
+		enrolled := time.Now()
+		out, err = meshd(ctx, peer2, "join", tv.Token, "--name", "peer2", "--data-dir", "/var/lib/meshd", "--tunnel", lab.TunnelIface, "--json")
+		var jr agent.JoinResult
+		if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
+			t.Fatalf("peer2 join --tunnel wg0: %v\n%s", err, out)
+		}
+		if jr.Node.Address != "10.44.0.3" {
+			t.Fatalf("peer2 enrolled at %s, want the address its tunnel had, 10.44.0.3", jr.Node.Address)
+		}
+		v, err := tunnelShow(ctx, hub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range v.Peers {
+			if p.Address == "10.44.0.3" && (!p.Enrolled || p.Node != "peer2") {
+				t.Errorf("tunnel show after peer2 enrolled: %+v", p)
+			}
+		}
+		now, err := peerState(ctx, peer2)
+		if err != nil || now != peersBefore["peer2"] {
+			t.Errorf("peer2's tunnel changed by enrolling: %v\n%s\n---\n%s", err, peersBefore["peer2"], now)
+		}
+		probesSince(t, l, enrolled, "enrolment", 5*time.Second)
+	})
+	t.Run("restarting the agent does not interrupt the peers", func(t *testing.T) {
+		// The userspace device runs in a process of its own, not in the agent: the same link
+		// (same index) serves before and after the agent restarts.
+		if out, err := hub.Run(ctx, `pgrep -f "meshd tunnel-device meshd0"`); err != nil {
+			t.Fatalf("no device process for meshd0 on the hub: %v %s", err, out)
+		}
+		linkBefore, err := linkIndex(ctx, hub, "meshd0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		restart := time.Now()
+		if err := hub.StopService(ctx, "meshd"); err != nil {
+			t.Fatal(err)
+		}
+		if err := hub.StartService(ctx, "meshd"); err != nil {
+			t.Fatal(err)
+		}
+		if err := testenv.Poll(t, 60*time.Second, func() error {
+			v, err := tunnelShow(ctx, hub)
+			if err == nil && v.State != host.TunnelMeshUp {
+				err = fmt.Errorf("state %q", v.State)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		probesSince(t, l, restart, "agent restart", 5*time.Second)
+		if linkAfter, err := linkIndex(ctx, hub, "meshd0"); err != nil || linkAfter != linkBefore {
+			t.Errorf("meshd0 was raised again by the restart (ifindex %q -> %q, %v): the peers' tunnel lived in the agent", linkBefore, linkAfter, err)
+		}
+	})
+	t.Run("after a reboot of the hub the mesh's interface is back and the found one is not", func(t *testing.T) {
+		if err := hub.Reboot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		booted := time.Now()
+		if err := testenv.Poll(t, 90*time.Second, func() error {
+			v, err := tunnelShow(ctx, hub)
+			if err == nil && v.State != host.TunnelMeshUp {
+				err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("after the reboot: %v", err)
+		}
+		checkTakenOver(ctx, t, hub, foundKey, confBefore)
+		probesSince(t, l, booted, "after the reboot", 90*time.Second)
+	})
+}
+
+// linkIndex is a link's index on m (the same index: the same link, not one raised again).
+func linkIndex(ctx context.Context, m *lab.Machine, name string) (string, error) {
+	out, err := m.Exec(ctx, "ip", "-o", "link", "show", name)
+	if err != nil {
+		return "", fmt.Errorf("%s: ip link show %s: %v %s", m.Name, name, err, out)
+	}
+	idx, _, _ := strings.Cut(out, ":")
+	return idx, nil
+}
+
+// checkTakenOver: the found interface is gone and its file unchanged, its unit disabled; the
+// mesh's interface is up with the found key, port and address.
+func checkTakenOver(ctx context.Context, t *testing.T, hub *lab.Machine, foundKey string, confBefore []byte) {
+	t.Helper()
+	if out, err := hub.Exec(ctx, "ip", "link", "show", lab.TunnelIface); err == nil {
+		t.Errorf("the found interface is still there: %s", out)
+	}
+	if now, err := hub.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf"); err != nil || string(now) != string(confBefore) {
+		t.Errorf("the found wg-quick file changed: %v\n%s\n---\n%s", err, confBefore, now)
+	}
+	if _, err := hub.Exec(ctx, "test", "-L", "/etc/systemd/system/multi-user.target.wants/wg-quick@"+lab.TunnelIface+".service"); err == nil {
+		t.Error("wg-quick@wg0 is still enabled")
+	}
+	key, err := hub.Exec(ctx, "wg", "show", "meshd0", "public-key")
+	if err != nil || strings.TrimSpace(key) != foundKey {
+		t.Errorf("meshd0's key %q (%v), want the found %s", strings.TrimSpace(key), err, foundKey)
+	}
+	port, err := hub.Exec(ctx, "wg", "show", "meshd0", "listen-port")
+	if err != nil || strings.TrimSpace(port) != fmt.Sprint(lab.TunnelPort) {
+		t.Errorf("meshd0's port %q (%v), want %d", strings.TrimSpace(port), err, lab.TunnelPort)
+	}
+	addr, err := hub.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0")
+	if err != nil || !strings.Contains(addr, lab.HubTunnelAddr+"/24") {
+		t.Errorf("meshd0's address %q (%v), want %s/24", addr, err, lab.HubTunnelAddr)
+	}
+	if out, err := hub.Exec(ctx, "ip", "-o", "link", "show", "meshd0"); err != nil || !strings.Contains(out, "UP") {
+		t.Errorf("meshd0 is not up: %v %s", err, out)
+	}
+}

@@ -1,0 +1,453 @@
+// Tunnel: the host's driver for the private network's interface (fsm.KindTunnel, the
+// declaration's Tunnel section), over wg/ (ADR 0105).
+
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"meshd/fsm"
+	"meshd/pki"
+	"meshd/wg"
+)
+
+// tunnelMachine is what the tunnel driver needs of the machine's WireGuard, in the driver's
+// terms: wgMachine is the real one (wg/ on the machine); the unit tests put a fake in its place.
+type tunnelMachine interface {
+	// Discover reads a found interface; one that is not there satisfies errors.Is(err, fs.ErrNotExist).
+	Discover(iface string) (*wg.Found, error)
+	// LinkUp says whether a link of that name is there and up.
+	LinkUp(name string) bool
+	// Running says whether the mesh's interface is there and answers wgctrl.
+	Running(name string) bool
+	// Raise raises the mesh's interface, or attaches to it when it already runs.
+	Raise(ctx context.Context, cfg wg.Config) (meshLink, error)
+	// Takeover replaces the found interface by the mesh's (wg.Takeover).
+	Takeover(ctx context.Context, f *wg.Found, cfg wg.Config) (wg.State, meshLink, error)
+}
+
+// meshLink is the mesh's interface once raised.
+type meshLink interface {
+	SetPeers(want []wg.Peer) error
+	Peers() ([]wg.PeerStatus, error)
+	// Release lets it go without taking it down (the agent stops; the peers keep their tunnel).
+	Release()
+}
+
+// wgMachine is the machine's WireGuard through wg/.
+type wgMachine struct {
+	spawn func(ctx context.Context, name string, mtu int) error
+}
+
+func (wgMachine) Discover(iface string) (*wg.Found, error) { return wg.Discover(iface, "") }
+func (wgMachine) LinkUp(name string) bool                  { return wg.Observe(name, "") == wg.FoundUp }
+func (wgMachine) Running(name string) bool                 { return wg.Running(name) }
+
+func (m wgMachine) Raise(ctx context.Context, cfg wg.Config) (meshLink, error) {
+	cfg.Spawn = m.spawn
+	if wg.Running(cfg.Name) {
+		return wg.Attach(ctx, cfg)
+	}
+	return wg.Raise(ctx, cfg)
+}
+
+func (m wgMachine) Takeover(ctx context.Context, f *wg.Found, cfg wg.Config) (wg.State, meshLink, error) {
+	cfg.Spawn = m.spawn
+	s, i, err := wg.Takeover(ctx, f, cfg)
+	if i == nil {
+		return s, nil, err
+	}
+	return s, i, err
+}
+
+// tunnelKeys keeps the mesh interface's private key sealed like the mesh's own secrets.
+type tunnelKeys interface {
+	Load() (wgtypes.Key, bool, error)
+	Save(k wgtypes.Key) error
+}
+
+// SealedTunnelKey is the private key sealed under the node's seal key at DATA/pki/tunnel.key.sealed
+// (0600): the only copy meshd keeps of a found interface's key. The found file is copied nowhere.
+type SealedTunnelKey struct {
+	Path string
+	Seal *pki.SealKey
+}
+
+const tunnelKeyPurpose = "meshd tunnel private key"
+
+// TunnelKeyPath is where a node's sealed tunnel key lives.
+func TunnelKeyPath(dataDir string) string { return pki.Path(dataDir, "tunnel.key.sealed") }
+
+// Load reads and opens the sealed key; ok is false when there is none.
+func (s SealedTunnelKey) Load() (wgtypes.Key, bool, error) {
+	b, err := s.Seal.ReadSealed(s.Path, tunnelKeyPurpose)
+	if errors.Is(err, fs.ErrNotExist) {
+		return wgtypes.Key{}, false, nil
+	}
+	if err != nil {
+		return wgtypes.Key{}, false, err
+	}
+	k, err := wgtypes.NewKey(b)
+	if err != nil {
+		return wgtypes.Key{}, false, fmt.Errorf("sealed tunnel key %s: %w", s.Path, err)
+	}
+	return k, true, nil
+}
+
+// Save seals k at Path.
+func (s SealedTunnelKey) Save(k wgtypes.Key) error {
+	if err := os.MkdirAll(filepath.Dir(s.Path), 0o700); err != nil {
+		return fmt.Errorf("sealing the tunnel key: %w", err)
+	}
+	return s.Seal.WriteSealed(s.Path, tunnelKeyPurpose, k[:])
+}
+
+// TunnelConfig is how the agent builds the tunnel driver.
+type TunnelConfig struct {
+	// Root prefixes the paths of the wg-quick units it disables ("" means "/").
+	Root string
+	Keys SealedTunnelKey
+	// Device starts a userspace device in a process of its own (wg.DeviceCommand.Spawn); nil
+	// embeds wireguard-go in the agent, where it dies with the agent.
+	Device func(ctx context.Context, name string, mtu int) error
+	Logger *slog.Logger
+}
+
+// TunnelDriver raises the mesh's WireGuard interface from the declaration's Tunnel section, or on
+// a hub that takes a found tunnel over (Tunnel.Takeover), does the takeover in place:
+//
+//   - it reads the found interface and checks it is the one the record took (its key, port and
+//     address), refusing with nothing stopped when it is not;
+//   - it seals the found private key (the one credential the mesh takes rather than mints) and
+//     records the takeover in the record store, before anything stops;
+//   - wg.Takeover prepares the mesh's interface beside the found one, deletes the found link
+//     (never flushed: its wg-quick file stays on disk byte for byte, held like any found file),
+//     and brings the mesh's up with the found key, port, address and peers;
+//   - it disables the found interface's wg-quick@ unit (the target.wants links under
+//     /etc/systemd/system), so a reboot does not raise it again.
+//
+// Every later pass (and every start of the agent) raises or attaches to the mesh's interface with
+// the sealed key and applies the declared peers as a difference. It reports one of three states
+// (TunnelDetail.State); the third — the found interface down and the mesh's not up, where the
+// peers reach nothing — is also a resource error.
+type TunnelDriver struct {
+	m    tunnelMachine
+	keys tunnelKeys
+	root string
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	link meshLink
+	name string
+}
+
+// NewTunnelDriver returns the tunnel driver; nothing happens until the first Reconcile.
+func NewTunnelDriver(cfg TunnelConfig) *TunnelDriver {
+	return newTunnelDriver(cfg, wgMachine{spawn: cfg.Device}, cfg.Keys)
+}
+
+func newTunnelDriver(cfg TunnelConfig, m tunnelMachine, keys tunnelKeys) *TunnelDriver {
+	d := &TunnelDriver{m: m, keys: keys, root: cfg.Root, log: cfg.Logger}
+	if d.root == "" {
+		d.root = "/"
+	}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	return d
+}
+
+// Kind implements Driver.
+func (d *TunnelDriver) Kind() string { return fsm.KindTunnel }
+
+// The three states a hub's tunnel is in, as the report says them.
+const (
+	TunnelFoundUp = "found-up"
+	TunnelMeshUp  = "mesh-up"
+	TunnelDark    = "found-down-mesh-not-up"
+)
+
+// TunnelDetail is the driver's part of the host report (Report.Kinds["tunnel"]).
+type TunnelDetail struct {
+	// State is TunnelFoundUp, TunnelMeshUp or TunnelDark; empty when no interface is declared.
+	State string `json:"state,omitempty"`
+	// Says is the state in words.
+	Says      string       `json:"says,omitempty"`
+	Interface string       `json:"interface,omitempty"`
+	Found     string       `json:"found,omitempty"`
+	Address   string       `json:"address,omitempty"`
+	Port      uint16       `json:"port,omitempty"`
+	PublicKey string       `json:"public_key,omitempty"`
+	TakenAt   time.Time    `json:"taken_at,omitzero"`
+	Peers     []TunnelPeer `json:"peers,omitempty"`
+	Reason    string       `json:"reason,omitempty"`
+}
+
+// TunnelPeer is one peer of the mesh's interface as the device has it.
+type TunnelPeer struct {
+	PublicKey     string    `json:"public_key"`
+	Name          string    `json:"name,omitempty"`
+	Carried       bool      `json:"carried,omitempty"`
+	AllowedIPs    []string  `json:"allowed_ips"`
+	Endpoint      string    `json:"endpoint,omitempty"`
+	LastHandshake time.Time `json:"last_handshake,omitzero"`
+	ReceiveBytes  int64     `json:"rx_bytes"`
+	TransmitBytes int64     `json:"tx_bytes"`
+}
+
+// tunnelWait bounds how long a pass waits for the tunnel's port to be free and bound.
+const tunnelWait = 30 * time.Second
+
+type takeoverRecord struct {
+	PublicKey string    `json:"public_key"`
+	At        time.Time `json:"at"`
+}
+
+// Reconcile implements Driver.
+func (d *TunnelDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := pass.Declaration.Tunnel
+	if t.Interface == "" {
+		return Outcome{}
+	}
+	det := TunnelDetail{Interface: t.Interface, Found: t.Takeover, Address: t.Address, Port: t.ListenPort, PublicKey: t.PublicKey}
+	out := Outcome{}
+	fail := func(err error) {
+		det.Reason = err.Error()
+		out.Errors = append(out.Errors, ResourceError{Resource: fsm.KindTunnel + ":" + t.Interface, Module: "mesh", Reason: err.Error()})
+	}
+	cfg, err := tunnelConfig(t)
+	if err != nil {
+		fail(err)
+	} else if err := d.converge(ctx, pass, cfg, t.Takeover, &det, &out); err != nil {
+		fail(err)
+	}
+	d.state(t, &det)
+	if det.State == TunnelDark && len(out.Errors) == 0 {
+		fail(fmt.Errorf("%s", det.Says))
+	}
+	out.Detail = det
+	return out
+}
+
+// converge brings the mesh's interface to cfg: peers by difference on a live interface, else a
+// takeover (not yet recorded) or a raise (or attach) with the sealed key.
+func (d *TunnelDriver) converge(ctx context.Context, pass Pass, cfg wg.Config, found string, det *TunnelDetail, out *Outcome) error {
+	if d.link != nil && (d.name != cfg.Name || !d.m.Running(cfg.Name)) {
+		d.link.Release()
+		d.link = nil
+	}
+	var rec takeoverRecord
+	took := false
+	if found != "" {
+		b, ok, err := pass.Records.Get("takeover/" + found)
+		if err != nil {
+			return err
+		}
+		if ok {
+			took = json.Unmarshal(b, &rec) == nil
+			det.TakenAt = rec.At
+		}
+	}
+	// Not taken yet, or the found interface is up again (raised by hand) and holds the port: take
+	// it over (again).
+	if found != "" && (!took || d.m.LinkUp(found)) {
+		if d.link != nil {
+			d.link.Release()
+			d.link = nil
+		}
+		return d.takeover(ctx, pass, cfg, found, det, out)
+	}
+	if d.link != nil {
+		return d.link.SetPeers(cfg.Peers)
+	}
+	key, ok, err := d.keys.Load()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("no sealed key for %s at this node: the record holds its public key %s", cfg.Name, cfg.PrivateKey.PublicKey())
+	}
+	if want := cfg.PrivateKey; key.PublicKey() != want {
+		return fmt.Errorf("the sealed key for %s is %s's, not the recorded %s", cfg.Name, key.PublicKey(), want)
+	}
+	cfg.PrivateKey = key
+	rctx, cancel := context.WithTimeout(ctx, tunnelWait)
+	defer cancel()
+	link, err := d.m.Raise(rctx, cfg)
+	if err != nil {
+		return err
+	}
+	d.link, d.name = link, cfg.Name
+	out.Changes++
+	return nil
+}
+
+// takeover takes the found interface over in place (see TunnelDriver).
+func (d *TunnelDriver) takeover(ctx context.Context, pass Pass, cfg wg.Config, found string, det *TunnelDetail, out *Outcome) error {
+	f, err := d.m.Discover(found)
+	if err != nil {
+		return fmt.Errorf("taking %s over: %w", found, err)
+	}
+	want := cfg.PrivateKey // tunnelConfig put the recorded public key here
+	switch {
+	case f.PrivateKey.PublicKey() != want:
+		return fmt.Errorf("not taking %s over: its key is %s, the record took %s", found, f.PrivateKey.PublicKey(), want)
+	case f.ListenPort != cfg.ListenPort:
+		return fmt.Errorf("not taking %s over: it listens on %d, the record says %d", found, f.ListenPort, cfg.ListenPort)
+	case f.Address() != cfg.Address:
+		return fmt.Errorf("not taking %s over: its address is %s, the record says %s", found, f.Address(), cfg.Address)
+	}
+	cfg.PrivateKey = f.PrivateKey
+	// The peers' endpoints as the found interface has them now are newer than the record's.
+	seen := map[wgtypes.Key]netip.AddrPort{}
+	for _, p := range f.Peers {
+		seen[p.PublicKey] = p.Endpoint
+	}
+	for i, p := range cfg.Peers {
+		if e := seen[p.PublicKey]; e.IsValid() {
+			cfg.Peers[i].Endpoint = e
+		}
+	}
+	if err := d.keys.Save(f.PrivateKey); err != nil {
+		return fmt.Errorf("not taking %s over: %w", found, err)
+	}
+	rec, _ := json.Marshal(takeoverRecord{PublicKey: want.String(), At: time.Now().UTC()})
+	if err := pass.Records.Put("takeover/"+found, rec); err != nil {
+		return fmt.Errorf("not taking %s over: %w", found, err)
+	}
+	out.Changes++
+	tctx, cancel := context.WithTimeout(ctx, tunnelWait)
+	defer cancel()
+	state, link, err := d.m.Takeover(tctx, f, cfg)
+	if state == wg.FoundUp {
+		_ = pass.Records.Delete("takeover/" + found)
+		return err
+	}
+	det.TakenAt = time.Now().UTC()
+	if derr := d.disableUnits(found); derr != nil {
+		d.log.Warn("disabling the found tunnel's unit", "iface", found, "err", derr)
+		if err == nil {
+			err = derr
+		}
+	}
+	if link != nil {
+		d.link, d.name = link, cfg.Name
+	}
+	d.log.Info("took the found tunnel over", "found", found, "mesh", cfg.Name, "state", state.String())
+	return err
+}
+
+// disableUnits removes the wg-quick@FOUND unit's target.wants links under /etc/systemd/system
+// (what `systemctl disable` removes), so a reboot does not raise the found interface again. The
+// found wg-quick file itself is never touched.
+func (d *TunnelDriver) disableUnits(found string) error {
+	links, err := filepath.Glob(filepath.Join(d.root, "etc/systemd/system/*.wants", "wg-quick@"+found+".service"))
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if err := os.Remove(l); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("disabling wg-quick@%s: %w", found, err)
+		}
+		d.log.Info("disabled the found tunnel's unit", "link", l)
+	}
+	return nil
+}
+
+// state reads which of the three states the node is in, and the peers as the device has them.
+func (d *TunnelDriver) state(t fsm.TunnelView, det *TunnelDetail) {
+	switch {
+	case d.link != nil && d.m.Running(t.Interface):
+		det.State, det.Says = TunnelMeshUp, wg.MeshUp.String()
+	case t.Takeover != "" && d.m.LinkUp(t.Takeover):
+		det.State, det.Says = TunnelFoundUp, wg.FoundUp.String()
+	default:
+		det.State, det.Says = TunnelDark, wg.Dark.String()
+		if t.Takeover == "" {
+			det.Says = "the mesh's interface " + t.Interface + " is not up"
+		}
+	}
+	names := map[string]fsm.TunnelPeer{}
+	for _, p := range t.Peers {
+		names[p.PublicKey] = p
+	}
+	if d.link == nil {
+		return
+	}
+	ps, err := d.link.Peers()
+	if err != nil {
+		return
+	}
+	for _, p := range ps {
+		v := TunnelPeer{PublicKey: p.PublicKey.String(), Name: names[p.PublicKey.String()].Name, Carried: names[p.PublicKey.String()].Carried,
+			LastHandshake: p.LastHandshake, ReceiveBytes: p.ReceiveBytes, TransmitBytes: p.TransmitBytes}
+		for _, a := range p.AllowedIPs {
+			v.AllowedIPs = append(v.AllowedIPs, a.String())
+		}
+		if p.Endpoint.IsValid() {
+			v.Endpoint = p.Endpoint.String()
+		}
+		det.Peers = append(det.Peers, v)
+	}
+}
+
+// tunnelConfig is the wg.Config the declaration asks for. Its PrivateKey holds the recorded
+// public key until the driver puts the sealed (or found) private key in its place.
+func tunnelConfig(t fsm.TunnelView) (wg.Config, error) {
+	addr, err := netip.ParsePrefix(t.Address)
+	if err != nil {
+		return wg.Config{}, fmt.Errorf("the declared tunnel address %q: %w", t.Address, err)
+	}
+	pub, err := wgtypes.ParseKey(t.PublicKey)
+	if err != nil {
+		return wg.Config{}, fmt.Errorf("the declared tunnel key %q: %w", t.PublicKey, err)
+	}
+	cfg := wg.Config{Name: t.Interface, PrivateKey: pub, ListenPort: int(t.ListenPort), Address: addr}
+	for _, p := range t.Peers {
+		k, err := wgtypes.ParseKey(p.PublicKey)
+		if err != nil {
+			return wg.Config{}, fmt.Errorf("the declared peer key %q: %w", p.PublicKey, err)
+		}
+		peer := wg.Peer{PublicKey: k, Keepalive: time.Duration(p.Keepalive) * time.Second}
+		for _, a := range p.AllowedIPs {
+			pr, err := netip.ParsePrefix(a)
+			if err != nil {
+				return wg.Config{}, fmt.Errorf("peer %s: allowed IP %q: %w", p.PublicKey, a, err)
+			}
+			peer.AllowedIPs = append(peer.AllowedIPs, pr)
+		}
+		if p.Endpoint != "" {
+			if e, err := netip.ParseAddrPort(p.Endpoint); err == nil {
+				peer.Endpoint = e
+			}
+		}
+		cfg.Peers = append(cfg.Peers, peer)
+	}
+	return cfg, nil
+}
+
+// Close lets the interface go without taking it down: the peers keep their tunnel while the agent
+// restarts (a kernel link or a device process outlives it; an embedded device cannot).
+func (d *TunnelDriver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.link != nil {
+		d.link.Release()
+		d.link = nil
+	}
+	return nil
+}

@@ -1,0 +1,417 @@
+package host
+
+// Unit tests of the tunnel driver over an in-memory WireGuard machine (fakeWG): the takeover in
+// place of ADR 0105 and the three states, without root, in milliseconds. The real interfaces are
+// wg/'s lab tests and the e2e tunnel test.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"meshd/fsm"
+	"meshd/pki"
+	"meshd/wg"
+)
+
+// fakeWG is a machine's WireGuard in memory: links by name, each with its device's key, port,
+// address and peers.
+type fakeWG struct {
+	mu    sync.Mutex
+	links map[string]*fakeLink
+	// ops are the calls that changed something, in order: "prepare NAME", "stop NAME", "up NAME",
+	// "peers NAME +a ~b -c", "attach NAME".
+	ops       []string
+	failStart bool // preparing the mesh's interface fails (nothing stopped)
+	failUp    bool // the mesh's interface cannot come up after the found one stopped
+}
+
+type fakeLink struct {
+	up    bool
+	key   wgtypes.Key
+	port  int
+	addr  netip.Prefix
+	peers []wg.Peer
+	found bool // the predecessor's, not raised by meshd
+}
+
+func newFakeWG() *fakeWG { return &fakeWG{links: map[string]*fakeLink{}} }
+
+func (f *fakeWG) Discover(iface string) (*wg.Found, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.links[iface]
+	if l == nil {
+		return nil, fmt.Errorf("discovering %s: %w", iface, fs.ErrNotExist)
+	}
+	out := &wg.Found{Name: iface, Up: l.up, PrivateKey: l.key, ListenPort: l.port, Addresses: []netip.Prefix{l.addr}}
+	for _, p := range l.peers {
+		out.Peers = append(out.Peers, wg.PeerStatus{Peer: p, LastHandshake: time.Now()})
+	}
+	return out, nil
+}
+
+func (f *fakeWG) LinkUp(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.links[name] != nil && f.links[name].up
+}
+
+func (f *fakeWG) Running(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.links[name] != nil && !f.links[name].found
+}
+
+func (f *fakeWG) Raise(_ context.Context, cfg wg.Config) (meshLink, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l := f.links[cfg.Name]; l != nil {
+		f.ops = append(f.ops, "attach "+cfg.Name)
+		l.key, l.port, l.addr = cfg.PrivateKey, cfg.ListenPort, cfg.Address
+		return &fakeMesh{f: f, name: cfg.Name}, (&fakeMesh{f: f, name: cfg.Name}).setPeersLocked(cfg.Peers)
+	}
+	if l := f.portHolder(cfg.ListenPort); l != "" {
+		return nil, fmt.Errorf("port %d is held by %s", cfg.ListenPort, l)
+	}
+	f.ops = append(f.ops, "prepare "+cfg.Name, "up "+cfg.Name)
+	f.links[cfg.Name] = &fakeLink{up: true, key: cfg.PrivateKey, port: cfg.ListenPort, addr: cfg.Address, peers: slices.Clone(cfg.Peers)}
+	return &fakeMesh{f: f, name: cfg.Name}, nil
+}
+
+func (f *fakeWG) portHolder(port int) string {
+	for n, l := range f.links {
+		if l.up && l.port == port {
+			return n
+		}
+	}
+	return ""
+}
+
+func (f *fakeWG) Takeover(_ context.Context, found *wg.Found, cfg wg.Config) (wg.State, meshLink, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failStart {
+		return wg.FoundUp, nil, errors.New("cannot create the TUN")
+	}
+	f.ops = append(f.ops, "prepare "+cfg.Name)
+	f.links[cfg.Name] = &fakeLink{key: cfg.PrivateKey, port: cfg.ListenPort, addr: cfg.Address, peers: slices.Clone(cfg.Peers)}
+	// stopped by deleting its link: no peer or key is removed from it first
+	delete(f.links, found.Name)
+	f.ops = append(f.ops, "stop "+found.Name)
+	if f.failUp {
+		delete(f.links, cfg.Name)
+		return wg.Dark, nil, errors.New("binding the port: address in use")
+	}
+	f.links[cfg.Name].up = true
+	f.ops = append(f.ops, "up "+cfg.Name)
+	return wg.MeshUp, &fakeMesh{f: f, name: cfg.Name}, nil
+}
+
+// reboot takes every link down and away, then raises the found ones whose wg-quick unit is
+// still enabled under root.
+func (f *fakeWG) reboot(root string, found map[string]*fakeLink) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.links = map[string]*fakeLink{}
+	for name, l := range found {
+		if _, err := os.Lstat(filepath.Join(root, "etc/systemd/system/multi-user.target.wants/wg-quick@"+name+".service")); err == nil {
+			c := *l
+			f.links[name] = &c
+		}
+	}
+	f.ops = nil
+}
+
+type fakeMesh struct {
+	f    *fakeWG
+	name string
+}
+
+func (m *fakeMesh) SetPeers(want []wg.Peer) error {
+	m.f.mu.Lock()
+	defer m.f.mu.Unlock()
+	return m.setPeersLocked(want)
+}
+
+func (m *fakeMesh) setPeersLocked(want []wg.Peer) error {
+	l := m.f.links[m.name]
+	if l == nil {
+		return fmt.Errorf("%s is gone", m.name)
+	}
+	have := map[wgtypes.Key]string{}
+	for _, p := range l.peers {
+		have[p.PublicKey] = fmt.Sprint(p.AllowedIPs, p.Keepalive)
+	}
+	var diff []string
+	for _, p := range want {
+		h, ok := have[p.PublicKey]
+		switch {
+		case !ok:
+			diff = append(diff, "+"+p.PublicKey.String()[:4])
+		case h != fmt.Sprint(p.AllowedIPs, p.Keepalive):
+			diff = append(diff, "~"+p.PublicKey.String()[:4])
+		}
+		delete(have, p.PublicKey)
+	}
+	for k := range have {
+		diff = append(diff, "-"+k.String()[:4])
+	}
+	if len(diff) > 0 {
+		slices.Sort(diff)
+		m.f.ops = append(m.f.ops, "peers "+m.name+" "+strings.Join(diff, " "))
+	}
+	l.peers = slices.Clone(want)
+	return nil
+}
+
+func (m *fakeMesh) Peers() ([]wg.PeerStatus, error) {
+	m.f.mu.Lock()
+	defer m.f.mu.Unlock()
+	l := m.f.links[m.name]
+	if l == nil {
+		return nil, fmt.Errorf("%s is gone", m.name)
+	}
+	var out []wg.PeerStatus
+	for _, p := range l.peers {
+		out = append(out, wg.PeerStatus{Peer: p})
+	}
+	return out, nil
+}
+
+func (m *fakeMesh) Release() {}
+
+// tunnelBed is a predecessor hub's tunnel: wg0 on 51820 at 10.44.0.1/24 with two peers, its
+// wg-quick file and enabled unit under the root, and the declaration the record composes for it.
+type tunnelBed struct {
+	t        *testing.T
+	wg       *fakeWG
+	found    map[string]*fakeLink
+	key      wgtypes.Key
+	p1, p2   wgtypes.Key
+	root     string
+	data     string
+	conf     []byte
+	seal     *pki.SealKey
+	decl     *fsm.Declaration
+	confPath string
+}
+
+func newTunnelBed(t *testing.T) *tunnelBed {
+	b := &tunnelBed{t: t, wg: newFakeWG(), root: t.TempDir(), data: t.TempDir()}
+	mk := func() wgtypes.Key {
+		k, err := wgtypes.GeneratePrivateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	b.key, b.p1, b.p2 = mk(), mk(), mk()
+	peers := []wg.Peer{
+		{PublicKey: b.p1.PublicKey(), AllowedIPs: []netip.Prefix{netip.MustParsePrefix("10.44.0.2/32")}, Endpoint: netip.MustParseAddrPort("198.51.100.11:51820")},
+		{PublicKey: b.p2.PublicKey(), AllowedIPs: []netip.Prefix{netip.MustParsePrefix("10.44.0.3/32")}, Endpoint: netip.MustParseAddrPort("198.51.100.12:51820")},
+	}
+	wg0 := &fakeLink{up: true, found: true, key: b.key, port: 51820, addr: netip.MustParsePrefix("10.44.0.1/24"), peers: peers}
+	b.found = map[string]*fakeLink{"wg0": wg0}
+	b.wg.links["wg0"] = wg0
+	b.conf = []byte(fmt.Sprintf("[Interface]\nAddress = 10.44.0.1/24\nListenPort = 51820\nPrivateKey = %s\n", b.key))
+	b.confPath = filepath.Join(b.root, "etc/wireguard/wg0.conf")
+	wants := filepath.Join(b.root, "etc/systemd/system/multi-user.target.wants")
+	for _, d := range []string{filepath.Dir(b.confPath), wants} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(b.confPath, b.conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/lib/systemd/system/wg-quick@.service", filepath.Join(wants, "wg-quick@wg0.service")); err != nil {
+		t.Fatal(err)
+	}
+	b.seal = pki.NewSealKey(filepath.Join(b.data, "seal.key"))
+	// What fsm.Compose says for the hub after the take: the carried peers without endpoints for
+	// peer2 (the record did not know it), a keepalive each.
+	b.decl = &fsm.Declaration{Node: "hub", Mode: fsm.Adopted, Settings: map[string]string{}, Tunnel: fsm.TunnelView{
+		Range: "10.44.0.0/24", Hub: "hub", HubAddress: "10.44.0.1", Port: 51820,
+		Interface: fsm.MeshInterface, PublicKey: b.key.PublicKey().String(), Address: "10.44.0.1/24", ListenPort: 51820, Takeover: "wg0",
+		Peers: []fsm.TunnelPeer{
+			{PublicKey: b.p1.PublicKey().String(), AllowedIPs: []string{"10.44.0.2/32"}, Endpoint: "198.51.100.11:51820", Keepalive: 25, Carried: true},
+			{PublicKey: b.p2.PublicKey().String(), AllowedIPs: []string{"10.44.0.3/32"}, Keepalive: 25, Carried: true},
+		}}}
+	return b
+}
+
+// host opens a host (a fresh agent) with a tunnel driver over the bed's machine.
+func (b *tunnelBed) host() *Host {
+	b.t.Helper()
+	drv := newTunnelDriver(TunnelConfig{Root: b.root, Logger: unitLog()}, b.wg,
+		SealedTunnelKey{Path: TunnelKeyPath(b.data), Seal: b.seal})
+	h, err := Open(Config{DataDir: b.data, Root: b.root, Logger: unitLog(), Drivers: []Driver{drv}})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { h.Close() })
+	return h
+}
+
+func tunnelDetail(t *testing.T, rep Report) TunnelDetail {
+	t.Helper()
+	d, ok := rep.Kinds[fsm.KindTunnel].(TunnelDetail)
+	if !ok {
+		t.Fatalf("no tunnel detail in %+v", rep.Kinds)
+	}
+	return d
+}
+
+// The host raises the mesh's interface with the found key, port, address and peers, and stops the
+// found one without flushing it: its file stays byte for byte, its unit is disabled, and its key
+// is sealed like the mesh's own secrets.
+func TestUnitTunnelTakeoverInPlace(t *testing.T) {
+	b := newTunnelBed(t)
+	h := b.host()
+	rep := h.Reconcile(unitCtx(t), b.decl)
+	noErrors(t, rep)
+	if det := tunnelDetail(t, rep); det.State != TunnelMeshUp || det.Found != "wg0" || len(det.Peers) != 2 {
+		t.Fatalf("detail %+v: want mesh-up in wg0's place with its two peers", det)
+	}
+	if want := []string{"prepare meshd0", "stop wg0", "up meshd0"}; !slices.Equal(b.wg.ops, want) {
+		t.Fatalf("ops %v, want %v (everything prepared before the found one stops)", b.wg.ops, want)
+	}
+	m := b.wg.links[fsm.MeshInterface]
+	if m == nil || m.key != b.key || m.port != 51820 || m.addr != netip.MustParsePrefix("10.44.0.1/24") || len(m.peers) != 2 {
+		t.Fatalf("mesh's interface %+v: want the found key, port 51820, 10.44.0.1/24 and both peers", m)
+	}
+	for _, p := range m.peers {
+		if !p.Endpoint.IsValid() || p.Keepalive != 25*time.Second {
+			t.Errorf("peer %s carried as %+v: want its endpoint (from the found interface) and a keepalive", p.PublicKey, p)
+		}
+	}
+	if b.wg.links["wg0"] != nil {
+		t.Error("the found interface is still there")
+	}
+	if got, err := os.ReadFile(b.confPath); err != nil || !bytes.Equal(got, b.conf) {
+		t.Errorf("the found wg-quick file changed: %v\n%s", err, got)
+	}
+	if _, err := os.Lstat(filepath.Join(b.root, "etc/systemd/system/multi-user.target.wants/wg-quick@wg0.service")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("wg-quick@wg0 is still enabled: %v", err)
+	}
+	fi, err := os.Stat(TunnelKeyPath(b.data))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("sealed key: %v %v", fi, err)
+	}
+	raw, _ := os.ReadFile(TunnelKeyPath(b.data))
+	if bytes.Contains(raw, []byte(b.key.String())) || bytes.Contains(raw, b.key[:]) {
+		t.Error("the tunnel key is stored in the clear")
+	}
+	if k, ok, err := (SealedTunnelKey{Path: TunnelKeyPath(b.data), Seal: b.seal}).Load(); err != nil || !ok || k != b.key {
+		t.Errorf("sealed key opens to %v %v %v", k, ok, err)
+	}
+	// Nothing else under the root holds the key: the found file is copied nowhere.
+	_ = filepath.WalkDir(b.root, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() && p != b.confPath {
+			if c, _ := os.ReadFile(p); bytes.Contains(c, []byte(b.key.String())) {
+				t.Errorf("%s holds the found key", p)
+			}
+		}
+		return nil
+	})
+
+	// The next pass changes nothing; a peer change is a difference, not a replacement.
+	b.wg.ops = nil
+	if rep := h.Reconcile(unitCtx(t), b.decl); rep.Changes != 0 || len(b.wg.ops) != 0 {
+		t.Fatalf("a pass with nothing to do: changes %d, ops %v", rep.Changes, b.wg.ops)
+	}
+	d2 := *b.decl
+	d2.Tunnel.Peers = d2.Tunnel.Peers[:1]
+	noErrors(t, h.Reconcile(unitCtx(t), &d2))
+	if want := []string{"peers meshd0 -" + b.p2.PublicKey().String()[:4]}; !slices.Equal(b.wg.ops, want) {
+		t.Fatalf("ops %v, want only peer2 removed %v", b.wg.ops, want)
+	}
+}
+
+// A restarted agent attaches to the mesh's interface that outlived it; a rebooted hub raises the
+// mesh's interface from the sealed key and the found one stays down.
+func TestUnitTunnelAfterRestartAndReboot(t *testing.T) {
+	b := newTunnelBed(t)
+	h := b.host()
+	noErrors(t, h.Reconcile(unitCtx(t), b.decl))
+	h.Close()
+
+	b.wg.ops = nil
+	h = b.host()
+	rep := h.Reconcile(unitCtx(t), b.decl)
+	noErrors(t, rep)
+	if want := []string{"attach meshd0"}; !slices.Equal(b.wg.ops, want) || tunnelDetail(t, rep).State != TunnelMeshUp {
+		t.Fatalf("restart: ops %v state %s, want only an attach", b.wg.ops, tunnelDetail(t, rep).State)
+	}
+	h.Close()
+
+	b.wg.reboot(b.root, b.found)
+	if b.wg.links["wg0"] != nil {
+		t.Fatal("the reboot raised wg0 again: its unit was not disabled")
+	}
+	h = b.host()
+	rep = h.Reconcile(unitCtx(t), b.decl)
+	noErrors(t, rep)
+	if m := b.wg.links[fsm.MeshInterface]; m == nil || !m.up || m.key != b.key || tunnelDetail(t, rep).State != TunnelMeshUp {
+		t.Fatalf("after the reboot: mesh %+v, state %s", m, tunnelDetail(t, rep).State)
+	}
+}
+
+// A found interface that is not the one the record took is not stopped: nothing changes and the
+// refusal names both values; a takeover that cannot prepare stops nothing (found up); one whose
+// mesh's interface cannot come up is the third state, an error.
+func TestUnitTunnelThreeStates(t *testing.T) {
+	b := newTunnelBed(t)
+	b.wg.links["wg0"].port = 51999
+	rep := b.host().Reconcile(unitCtx(t), b.decl)
+	if e := tunnelError(rep); e == nil || !strings.Contains(e.Reason, "51999") || !strings.Contains(e.Reason, "51820") {
+		t.Fatalf("errors %+v: want a refusal naming 51999 and 51820", rep.Errors)
+	}
+	if len(b.wg.ops) != 0 || tunnelDetail(t, rep).State != TunnelFoundUp {
+		t.Fatalf("a refused takeover did %v, state %s", b.wg.ops, tunnelDetail(t, rep).State)
+	}
+	if _, err := os.Stat(TunnelKeyPath(b.data)); err == nil {
+		t.Error("a refused takeover sealed the key")
+	}
+
+	b = newTunnelBed(t)
+	b.wg.failStart = true
+	rep = b.host().Reconcile(unitCtx(t), b.decl)
+	if len(rep.Errors) == 0 || tunnelDetail(t, rep).State != TunnelFoundUp || b.wg.links["wg0"] == nil {
+		t.Fatalf("a takeover that cannot prepare: %+v, state %s", rep.Errors, tunnelDetail(t, rep).State)
+	}
+	if _, err := os.Lstat(filepath.Join(b.root, "etc/systemd/system/multi-user.target.wants/wg-quick@wg0.service")); err != nil {
+		t.Errorf("a takeover that stopped nothing disabled the unit: %v", err)
+	}
+
+	b = newTunnelBed(t)
+	b.wg.failUp = true
+	rep = b.host().Reconcile(unitCtx(t), b.decl)
+	det := tunnelDetail(t, rep)
+	if det.State != TunnelDark || len(rep.Errors) == 0 || !strings.Contains(det.Says, "not up") {
+		t.Fatalf("found down and mesh not up: state %s says %q, errors %+v", det.State, det.Says, rep.Errors)
+	}
+}
+
+// tunnelError is the report's error for the tunnel resource.
+func tunnelError(rep Report) *ResourceError {
+	for i := range rep.Errors {
+		if rep.Errors[i].Resource == fsm.KindTunnel+":"+fsm.MeshInterface {
+			return &rep.Errors[i]
+		}
+	}
+	return nil
+}
