@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,14 +13,6 @@ import (
 	"meshd/internal/testenv"
 	"meshd/lab"
 )
-
-// meshd runs the meshd CLI on a lab machine (its own socket, /run/meshd/meshd.sock).
-func meshd(ctx context.Context, m *lab.Machine, args ...string) (string, error) {
-	return m.Exec(ctx, "/usr/local/bin/meshd", args...)
-}
-
-// labDocker is the engine address an agent on a lab machine uses: the machine's own dockerd.
-const labDocker = "unix:///run/docker.sock"
 
 // nodeReport reads `meshd node show NODE --json` on m.
 func nodeReport(ctx context.Context, m *lab.Machine, node string) (map[string]any, error) {
@@ -94,15 +85,8 @@ func testAdoptPredecessorHub(t *testing.T, fw lab.FirewallKind) {
 	l := labtest.Up(t, lab.Predecessor(fw))
 	ctx := testenv.Context(t, 6*time.Minute)
 	hub, newnode, outside := l.Machine("hub"), l.Machine("newnode"), l.Machine("outside")
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hub.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	genesis := []string{"genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
-		"--advertise", lab.HubAddr, "--port", "tunnel=51821"}
+	installMeshd(ctx, t, bin, hub)
+	genesis := hubGenesis("--port", "tunnel=51821")
 
 	t.Run("genesis converged refuses and names the firewall and the listener", func(t *testing.T) {
 		out, err := meshd(ctx, hub, genesis...)
@@ -130,9 +114,7 @@ func testAdoptPredecessorHub(t *testing.T, fw lab.FirewallKind) {
 
 	// The operator stops the predecessor's control before adopting (ADR 0100), then raises the
 	// node adopted with the registry on another port.
-	if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
-		t.Fatal(err)
-	}
+	stopPredecessorControl(ctx, t, hub)
 	fileBefore, err := hub.ReadFile(ctx, lab.WebappFile)
 	if err != nil {
 		t.Fatal(err)
@@ -148,27 +130,14 @@ func testAdoptPredecessorHub(t *testing.T, fw lab.FirewallKind) {
 	if out, err := meshd(ctx, hub, append(genesis, "--adopted", "--port", "registry=5001")...); err != nil {
 		t.Fatalf("adopted genesis on another registry port: %v\n%s", err, out)
 	}
-	if err := hub.InstallAgent(ctx, bin, "agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"); err != nil {
-		t.Fatal(err)
-	}
+	installAgent(ctx, t, hub, bin)
 	if err := testenv.Poll(t, 30*time.Second, func() error { _, err := nodeReport(ctx, hub, "hub"); return err }); err != nil {
 		t.Fatalf("the agent never reported: %v", err)
 	}
-	if out, err := meshd(ctx, hub, "module", "assign", "hub", "webapp"); err != nil {
-		t.Fatalf("assign webapp: %v\n%s", err, out)
-	}
+	assignWebapp(ctx, t, hub)
 
 	t.Run("assigning prepares: the found file is held byte for byte", func(t *testing.T) {
-		if err := testenv.Poll(t, 20*time.Second, func() error {
-			rep, err := nodeReport(ctx, hub, "hub")
-			if err != nil {
-				return err
-			}
-			if h := heldFile(rep, lab.WebappFile); h == nil || h["changed"] == true {
-				return fmt.Errorf("webapp's file not held unchanged: %v", rep["held"])
-			}
-			return nil
-		}); err != nil {
+		if err := testenv.Poll(t, 20*time.Second, webappHeldUnchanged(ctx, hub)); err != nil {
 			t.Fatal(err)
 		}
 		after, _ := hub.ReadFile(ctx, lab.WebappFile)
@@ -185,17 +154,7 @@ func testAdoptPredecessorHub(t *testing.T, fw lab.FirewallKind) {
 			t.Fatalf("the found webapp container was replaced on assign: %s -> %s", webappBefore, id)
 		}
 		// ufw applies a change in several steps: poll until the firewall has settled.
-		var dump string
-		if err := testenv.Poll(t, 15*time.Second, func() error {
-			d, err := hub.FirewallDump(ctx)
-			if err != nil {
-				return err
-			}
-			dump = d
-			return markedOnly(dumpBefore, dump)
-		}); err != nil {
-			t.Fatalf("found firewall: %v\nbefore:\n%s\nafter:\n%s", err, dumpBefore, dump)
-		}
+		firewallMarkedOnly(ctx, t, hub, dumpBefore)
 	})
 	t.Run("the foundation comes up on the port genesis gave", func(t *testing.T) {
 		if err := testenv.Poll(t, 60*time.Second, func() error {

@@ -34,32 +34,12 @@ func TestEnrolAndGossip(t *testing.T) {
 	l := labtest.Up(t, lab.Predecessor(lab.FirewallNftables))
 	ctx := testenv.Context(t, 8*time.Minute)
 	hub, newnode, peer1 := l.Machine("hub"), l.Machine("newnode"), l.Machine("peer1")
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []*lab.Machine{hub, newnode, peer1} {
-		if err := m.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, m := range []*lab.Machine{hub, newnode, peer1} {
-				if log, err := os.ReadFile(filepath.Join(m.Dir(), "log", "meshd.log")); err == nil {
-					t.Logf("%s agent log (tail):\n%s", m.Name, tail(string(log), 4000))
-				}
-			}
-		}
-	})
-	if out, err := meshd(ctx, hub, "genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
-		"--advertise", lab.HubAddr, "--port", "tunnel=51821", "--adopted", "--port", "registry=5001"); err != nil {
+	installMeshd(ctx, t, bin, hub, newnode, peer1)
+	agentLogsOnFailure(t, 4000, hub, newnode, peer1)
+	if out, err := meshd(ctx, hub, hubGenesis("--port", "tunnel=51821", "--adopted", "--port", "registry=5001")...); err != nil {
 		t.Fatalf("adopted genesis: %v\n%s", err, out)
 	}
-	agentArgs := []string{"agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"}
-	if err := hub.InstallAgent(ctx, bin, agentArgs...); err != nil {
-		t.Fatal(err)
-	}
+	installAgent(ctx, t, hub, bin)
 	if err := testenv.Poll(t, 30*time.Second, func() error { _, err := statusOf(ctx, hub); return err }); err != nil {
 		t.Fatalf("the hub's agent never answered: %v", err)
 	}
@@ -157,9 +137,7 @@ func TestEnrolAndGossip(t *testing.T) {
 		if out, err := meshd(ctx, newnode, "join", adopted, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
 			t.Fatalf("join: %v\n%s", err, out)
 		}
-		if err := newnode.InstallAgent(ctx, bin, agentArgs...); err != nil {
-			t.Fatal(err)
-		}
+		installAgent(ctx, t, newnode, bin)
 		// newnode's agent now holds its mesh ports, which the join's preflight would name first:
 		// other ports let the used token reach the record's refusal.
 		refused(t, "used", adopted, "newnode2", "already used by node newnode", "--port", "bus=17070", "--port", "gossip=17946")
@@ -180,9 +158,7 @@ func TestEnrolAndGossip(t *testing.T) {
 			shown.Node.Settings["mesh.tunnel"] != "51821" {
 			t.Fatalf("peer1's --port tunnel=51821 is not its setting in the record: %v\n%s", err, out)
 		}
-		if err := peer1.InstallAgent(ctx, bin, agentArgs...); err != nil {
-			t.Fatal(err)
-		}
+		installAgent(ctx, t, peer1, bin)
 		if err := testenv.Poll(t, 40*time.Second, func() error { return allAlive(ctx, hub, "hub", "newnode", "peer1") }); err != nil {
 			t.Fatal(err)
 		}
@@ -694,13 +670,6 @@ func sealedKeyOf(ctx context.Context, t *testing.T, m *lab.Machine, id string) s
 	}
 	t.Fatalf("%s's sealed keyring has no key %s", m.Name, id)
 	return ""
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 // The forger: this test binary, run on a lab machine with MESHD_E2E_FORGER=1, is a gossip member

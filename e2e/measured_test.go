@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -66,17 +64,6 @@ func callsSince(t *testing.T, l *lab.Lab, since time.Time, min int, names ...str
 	}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// agentLogOnFailure logs the tail of the hub's agent log when the test failed.
-func agentLogOnFailure(t *testing.T, m *lab.Machine) {
-	t.Cleanup(func() {
-		if t.Failed() {
-			if log, err := os.ReadFile(filepath.Join(m.Dir(), "log", "meshd.log")); err == nil {
-				t.Logf("%s agent log (tail):\n%s", m.Name, tail(string(log), 4000))
-			}
-		}
-	})
 }
 
 // guardCounter is a test table that counts outside's packets to the guarded ports just before
@@ -166,51 +153,26 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 	l := labtest.Up(t, lab.PredecessorWithApps(lab.FirewallNftables))
 	ctx := testenv.Context(t, 6*time.Minute)
 	hub, newnode, outside := l.Machine("hub"), l.Machine("newnode"), l.Machine("outside")
-	agentLogOnFailure(t, hub)
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hub.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	agentLogsOnFailure(t, 4000, hub)
+	installMeshd(ctx, t, bin, hub)
 	apps := []string{"app-redis", "app-broker", "app-broker-mgmt", "app-registry"}
 	refused := []string{"outside-store", "outside-store6", "outside-broker", "outside-broker6", "outside-mgmt", "outside-mgmt6"}
 	began := time.Now()
 
-	if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := meshd(ctx, hub, "genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
-		"--advertise", lab.HubAddr, "--adopted", "--port", "tunnel=51821", "--port", "registry=5001"); err != nil {
+	stopPredecessorControl(ctx, t, hub)
+	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--port", "tunnel=51821", "--port", "registry=5001")...); err != nil {
 		t.Fatalf("adopted genesis: %v\n%s", err, out)
 	}
-	if err := hub.InstallAgent(ctx, bin, "agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"); err != nil {
-		t.Fatal(err)
-	}
+	installAgent(ctx, t, hub, bin)
 	// The foundation is up (the store and the broker on the standard ports, published on every
 	// address, IPv6 too) and the guard loaded.
 	hub6 := fmt.Sprintf("[%s]", hub.Addr6)
-	if err := testenv.Poll(t, 90*time.Second, func() error {
-		for _, target := range []string{"tcp://127.0.0.1:6379", "tcp://[::1]:6379", "tcp://127.0.0.1:5672", "tcp://[::1]:5672"} {
-			if out, err := hub.Reach(ctx, target); err != nil {
-				return fmt.Errorf("the foundation does not answer on the machine at %s: %v %s", target, err, out)
-			}
-		}
-		if _, err := hub.Exec(ctx, "nft", "list", "table", "inet", "meshd_guard"); err != nil {
-			return err
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	foundationUp(ctx, t, hub, "tcp://127.0.0.1:6379", "tcp://[::1]:6379", "tcp://127.0.0.1:5672", "tcp://[::1]:5672")
 	counted := countGuard(ctx, t, hub, outside, lab.StorePort, lab.BrokerPort, lab.BrokerManagementPort)
 	genesisAt := time.Now()
 	callsSince(t, l, genesisAt, 8, apps...)
 
-	if out, err := meshd(ctx, hub, "module", "assign", "hub", "webapp"); err != nil {
-		t.Fatalf("assign webapp: %v\n%s", err, out)
-	}
+	assignWebapp(ctx, t, hub)
 	if err := testenv.Poll(t, 30*time.Second, func() error {
 		rep, err := nodeReport(ctx, hub, "hub")
 		if err != nil {
@@ -269,15 +231,7 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 		if out, err := outside.Reach(ctx, fmt.Sprintf("http://%s:%d/", hub6, lab.WebappPort)); err != nil {
 			t.Fatalf("outside does not reach the webapp over IPv6: %v %s", err, out)
 		}
-		for _, target := range []string{
-			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort), fmt.Sprintf("tcp://%s:%d", hub6, lab.StorePort),
-			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.BrokerPort), fmt.Sprintf("tcp://%s:%d", hub6, lab.BrokerPort),
-			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.BrokerManagementPort), fmt.Sprintf("tcp://%s:%d", hub6, lab.BrokerManagementPort),
-		} {
-			if out, err := outside.Reach(ctx, target); err == nil {
-				t.Errorf("outside reached %s: %s", target, out)
-			}
-		}
+		outsideRefused(ctx, t, outside, hub6, lab.StorePort, lab.BrokerPort, lab.BrokerManagementPort)
 		counted.refusedByGuard(ctx, t)
 	})
 }
@@ -307,14 +261,8 @@ func testAdoptMeasured(t *testing.T, fw lab.MeasuredFirewall) {
 	t.Logf("scenario %s raised in %s", sc.Name, time.Since(raising).Round(time.Millisecond))
 	ctx := testenv.Context(t, 6*time.Minute)
 	hub, outside := l.Machine("hub"), l.Machine("outside")
-	agentLogOnFailure(t, hub)
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hub.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	agentLogsOnFailure(t, 4000, hub)
+	installMeshd(ctx, t, bin, hub)
 
 	// The machine is shaped as measured: 60 containers, 54 incoming and (full) 52 forwarding
 	// allow rules.
@@ -369,38 +317,14 @@ func testAdoptMeasured(t *testing.T, fw lab.MeasuredFirewall) {
 
 	// The broker's management port is held on loopback and the registry's port: both given
 	// elsewhere at genesis.
-	if out, err := meshd(ctx, hub, "genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
-		"--advertise", lab.HubAddr, "--adopted", "--port", "registry=5001", "--port", "broker.management=15673"); err != nil {
+	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--port", "registry=5001", "--port", "broker.management=15673")...); err != nil {
 		t.Fatalf("adopted genesis on the measured machine: %v\n%s", err, out)
 	}
-	if err := hub.InstallAgent(ctx, bin, "agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"); err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.Poll(t, 90*time.Second, func() error {
-		for _, target := range []string{"tcp://127.0.0.1:6379", "tcp://[::1]:6379", "tcp://127.0.0.1:5672", "tcp://[::1]:5672", "tcp://127.0.0.1:15673"} {
-			if out, err := hub.Reach(ctx, target); err != nil {
-				return fmt.Errorf("the foundation does not answer on the machine at %s: %v %s", target, err, out)
-			}
-		}
-		_, err := hub.Exec(ctx, "nft", "list", "table", "inet", "meshd_guard")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	installAgent(ctx, t, hub, bin)
+	foundationUp(ctx, t, hub, "tcp://127.0.0.1:6379", "tcp://[::1]:6379", "tcp://127.0.0.1:5672", "tcp://[::1]:5672", "tcp://127.0.0.1:15673")
 	counted := countGuard(ctx, t, hub, outside, lab.StorePort, lab.BrokerPort)
-	if out, err := meshd(ctx, hub, "module", "assign", "hub", "webapp"); err != nil {
-		t.Fatalf("assign webapp: %v\n%s", err, out)
-	}
-	if err := testenv.Poll(t, 30*time.Second, func() error {
-		rep, err := nodeReport(ctx, hub, "hub")
-		if err != nil {
-			return err
-		}
-		if h := heldFile(rep, lab.WebappFile); h == nil || h["changed"] == true {
-			return fmt.Errorf("webapp's file not held unchanged: %v", rep["held"])
-		}
-		return nil
-	}); err != nil {
+	assignWebapp(ctx, t, hub)
+	if err := testenv.Poll(t, 30*time.Second, webappHeldUnchanged(ctx, hub)); err != nil {
 		t.Fatal(err)
 	}
 	assigned := time.Now()
@@ -413,28 +337,11 @@ func testAdoptMeasured(t *testing.T, fw lab.MeasuredFirewall) {
 	})
 	t.Run("outside never reaches the store or the broker's port", func(t *testing.T) {
 		hub6 := fmt.Sprintf("[%s]", hub.Addr6)
-		for _, target := range []string{
-			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort), fmt.Sprintf("tcp://%s:%d", hub6, lab.StorePort),
-			fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.BrokerPort), fmt.Sprintf("tcp://%s:%d", hub6, lab.BrokerPort),
-		} {
-			if out, err := outside.Reach(ctx, target); err == nil {
-				t.Errorf("outside reached %s: %s", target, out)
-			}
-		}
+		outsideRefused(ctx, t, outside, hub6, lab.StorePort, lab.BrokerPort)
 		counted.refusedByGuard(ctx, t)
 	})
 	t.Run("the found firewall differs only by rules marked as meshd's", func(t *testing.T) {
-		var dump string
-		if err := testenv.Poll(t, 15*time.Second, func() error {
-			d, err := hub.FirewallDump(ctx)
-			if err != nil {
-				return err
-			}
-			dump = d
-			return markedOnly(dumpBefore, dump)
-		}); err != nil {
-			t.Fatalf("found firewall: %v\nbefore:\n%s\nafter:\n%s", err, dumpBefore, dump)
-		}
+		firewallMarkedOnly(ctx, t, hub, dumpBefore)
 	})
 	t.Run("the 12 synced files are byte for byte what they were", func(t *testing.T) {
 		for f, before := range files {

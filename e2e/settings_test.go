@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -61,35 +60,13 @@ func TestNodeSetMovesTheStore(t *testing.T) {
 	l := labtest.Up(t, lab.Predecessor(lab.FirewallUFW))
 	ctx := testenv.Context(t, 8*time.Minute)
 	hub, newnode, outside := l.Machine("hub"), l.Machine("newnode"), l.Machine("outside")
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []*lab.Machine{hub, newnode} {
-		if err := m.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, m := range []*lab.Machine{hub, newnode} {
-				if log, err := os.ReadFile(filepath.Join(m.Dir(), "log", "meshd.log")); err == nil {
-					t.Logf("%s agent log (tail):\n%s", m.Name, tail(string(log), 6000))
-				}
-			}
-		}
-	})
-	if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := meshd(ctx, hub, "genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
-		"--advertise", lab.HubAddr, "--port", "tunnel=51821", "--adopted", "--port", "registry=5001"); err != nil {
+	installMeshd(ctx, t, bin, hub, newnode)
+	agentLogsOnFailure(t, 6000, hub, newnode)
+	stopPredecessorControl(ctx, t, hub)
+	if out, err := meshd(ctx, hub, hubGenesis("--port", "tunnel=51821", "--adopted", "--port", "registry=5001")...); err != nil {
 		t.Fatalf("adopted genesis: %v\n%s", err, out)
 	}
-	agentArgs := []string{"agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"}
-	if err := hub.InstallAgent(ctx, bin, agentArgs...); err != nil {
-		t.Fatal(err)
-	}
+	installAgent(ctx, t, hub, bin)
 	privateLink(ctx, t, hub, newnode)
 	store := func(addr string, port int) string { return fmt.Sprintf("tcp://%s:%d", addr, port) }
 	if err := testenv.Poll(t, 60*time.Second, func() error {
@@ -167,17 +144,11 @@ func TestNodeSetMovesTheStore(t *testing.T) {
 	})
 
 	t.Run("a client's port is checked on the client; its moved gossip port is learnt from the record", func(t *testing.T) {
-		out, err := meshd(ctx, hub, "token", "create", "--adopted", "--json")
-		var tv struct{ Token string }
-		if err != nil || json.Unmarshal([]byte(out), &tv) != nil || tv.Token == "" {
-			t.Fatalf("token create: %v\n%s", err, out)
-		}
-		if out, err := meshd(ctx, newnode, "join", tv.Token, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
+		tok := adoptedToken(ctx, t, hub)
+		if out, err := meshd(ctx, newnode, "join", tok, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
 			t.Fatalf("join: %v\n%s", err, out)
 		}
-		if err := newnode.InstallAgent(ctx, bin, agentArgs...); err != nil {
-			t.Fatal(err)
-		}
+		installAgent(ctx, t, newnode, bin)
 		if err := testenv.Poll(t, 40*time.Second, func() error { return allAlive(ctx, hub, "hub", "newnode") }); err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +156,7 @@ func TestNodeSetMovesTheStore(t *testing.T) {
 			t.Fatalf("a container on newnode: %v %s", err, out)
 		}
 		before := nodeSettings(ctx, t, hub, "newnode")
-		out, err = meshd(ctx, hub, "node", "set", "newnode", "mesh.gossip=7960")
+		out, err := meshd(ctx, hub, "node", "set", "newnode", "mesh.gossip=7960")
 		if err == nil {
 			t.Fatalf("node set to a port a container publishes on newnode went ahead:\n%s", out)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -84,16 +83,8 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 	l := labtest.Up(t, lab.Predecessor(lab.FirewallUFW))
 	ctx := testenv.Context(t, 8*time.Minute)
 	hub, peer1, peer2 := l.Machine("hub"), l.Machine("peer1"), l.Machine("peer2")
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hub.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
-		t.Fatal(err)
-	}
+	installMeshd(ctx, t, bin, hub)
+	stopPredecessorControl(ctx, t, hub)
 	confPath := "/etc/wireguard/" + lab.TunnelIface + ".conf"
 	confBefore, err := hub.ReadFile(ctx, confPath)
 	if err != nil {
@@ -110,8 +101,7 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	genesis := []string{"genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
-		"--advertise", lab.HubAddr, "--adopted", "--port", "registry=5001"}
+	genesis := hubGenesis("--adopted", "--port", "registry=5001")
 
 	t.Run("a placement that disagrees with the tunnel is refused with nothing changed", func(t *testing.T) {
 		out, err := meshd(ctx, hub, append(genesis, "--take-tunnel", lab.TunnelIface, "--port", "tunnel=51821")...)
@@ -134,9 +124,7 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		t.Errorf("genesis does not give the hub the tunnel's address %s:\n%s", lab.HubTunnelAddr, out)
 	}
 	took := time.Now()
-	if err := hub.InstallAgent(ctx, bin, "agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"); err != nil {
-		t.Fatal(err)
-	}
+	installAgent(ctx, t, hub, bin)
 	var v agent.TunnelView
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		v, err = tunnelShow(ctx, hub)
@@ -181,16 +169,10 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		}
 	})
 	t.Run("a peer enrols and keeps the address the tunnel had for its key", func(t *testing.T) {
-		if err := peer2.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		out, err := meshd(ctx, hub, "token", "create", "--adopted", "--json")
-		var tv struct{ Token string }
-		if err != nil || json.Unmarshal([]byte(out), &tv) != nil || tv.Token == "" {
-			t.Fatalf("token create: %v\n%s", err, out)
-		}
+		installMeshd(ctx, t, bin, peer2)
+		tok := adoptedToken(ctx, t, hub)
 		enrolled := time.Now()
-		out, err = meshd(ctx, peer2, "join", tv.Token, "--name", "peer2", "--data-dir", "/var/lib/meshd", "--tunnel", lab.TunnelIface, "--json")
+		out, err := meshd(ctx, peer2, "join", tok, "--name", "peer2", "--data-dir", "/var/lib/meshd", "--tunnel", lab.TunnelIface, "--json")
 		var jr agent.JoinResult
 		if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
 			t.Fatalf("peer2 join --tunnel wg0: %v\n%s", err, out)

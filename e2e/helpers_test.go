@@ -1,0 +1,170 @@
+package e2e
+
+// The set-up steps the acceptance tests share: putting the meshd binary on lab machines, raising
+// the hub with genesis and its agent, keeping the agents' logs of a failed test, and the checks
+// that the adoption tests make the same way (the found firewall only gained marked rules, outside
+// is refused the guarded ports).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"meshd/internal/testenv"
+	"meshd/lab"
+)
+
+// meshd runs the meshd CLI on a lab machine (its own socket, /run/meshd/meshd.sock).
+func meshd(ctx context.Context, m *lab.Machine, args ...string) (string, error) {
+	return m.Exec(ctx, "/usr/local/bin/meshd", args...)
+}
+
+// labDocker is the engine address an agent on a lab machine uses: the machine's own dockerd.
+const labDocker = "unix:///run/docker.sock"
+
+// installMeshd puts the meshd binary at bin on each machine as /usr/local/bin/meshd.
+func installMeshd(ctx context.Context, t *testing.T, bin string, machines ...*lab.Machine) {
+	t.Helper()
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range machines {
+		if err := m.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// hubGenesis is `meshd genesis` for the lab's hub (named hub, its data dir, its own dockerd, its
+// address advertised), followed by extra.
+func hubGenesis(extra ...string) []string {
+	return append([]string{"genesis", "--name", "hub", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker,
+		"--advertise", lab.HubAddr}, extra...)
+}
+
+// agentArgs runs the agent on a lab machine: its data dir, its own dockerd, a pass every second.
+func agentArgs() []string {
+	return []string{"agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"}
+}
+
+// installAgent installs and starts the agent (agentArgs) from bin on m.
+func installAgent(ctx context.Context, t *testing.T, m *lab.Machine, bin string) {
+	t.Helper()
+	if err := m.InstallAgent(ctx, bin, agentArgs()...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stopPredecessorControl stops the predecessor's control on hub, as the operator does before
+// adopting (ADR 0100).
+func stopPredecessorControl(ctx context.Context, t *testing.T, hub *lab.Machine) {
+	t.Helper()
+	if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentLogsOnFailure logs the last n bytes of each machine's agent log when the test failed.
+func agentLogsOnFailure(t *testing.T, n int, machines ...*lab.Machine) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, m := range machines {
+				if log, err := os.ReadFile(filepath.Join(m.Dir(), "log", "meshd.log")); err == nil {
+					t.Logf("%s agent log (tail):\n%s", m.Name, tail(string(log), n))
+				}
+			}
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// adoptedToken creates an adopted join token on hub.
+func adoptedToken(ctx context.Context, t *testing.T, hub *lab.Machine) string {
+	t.Helper()
+	out, err := meshd(ctx, hub, "token", "create", "--adopted", "--json")
+	var tv struct{ Token string }
+	if err != nil || json.Unmarshal([]byte(out), &tv) != nil || tv.Token == "" {
+		t.Fatalf("token create: %v\n%s", err, out)
+	}
+	return tv.Token
+}
+
+// assignWebapp assigns the webapp module to the hub.
+func assignWebapp(ctx context.Context, t *testing.T, hub *lab.Machine) {
+	t.Helper()
+	if out, err := meshd(ctx, hub, "module", "assign", "hub", "webapp"); err != nil {
+		t.Fatalf("assign webapp: %v\n%s", err, out)
+	}
+}
+
+// webappHeldUnchanged is a poll step: the hub's report holds webapp's file, unchanged.
+func webappHeldUnchanged(ctx context.Context, hub *lab.Machine) func() error {
+	return func() error {
+		rep, err := nodeReport(ctx, hub, "hub")
+		if err != nil {
+			return err
+		}
+		if h := heldFile(rep, lab.WebappFile); h == nil || h["changed"] == true {
+			return fmt.Errorf("webapp's file not held unchanged: %v", rep["held"])
+		}
+		return nil
+	}
+}
+
+// foundationUp waits until the foundation answers on the hub itself at every target and the
+// guard table is loaded.
+func foundationUp(ctx context.Context, t *testing.T, hub *lab.Machine, targets ...string) {
+	t.Helper()
+	if err := testenv.Poll(t, 90*time.Second, func() error {
+		for _, target := range targets {
+			if out, err := hub.Reach(ctx, target); err != nil {
+				return fmt.Errorf("the foundation does not answer on the machine at %s: %v %s", target, err, out)
+			}
+		}
+		_, err := hub.Exec(ctx, "nft", "list", "table", "inet", "meshd_guard")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// outsideRefused checks that outside reaches none of the hub's ports over IPv4 (lab.HubAddr) and
+// IPv6 (hub6, bracketed).
+func outsideRefused(ctx context.Context, t *testing.T, outside *lab.Machine, hub6 string, ports ...int) {
+	t.Helper()
+	for _, p := range ports {
+		for _, target := range []string{fmt.Sprintf("tcp://%s:%d", lab.HubAddr, p), fmt.Sprintf("tcp://%s:%d", hub6, p)} {
+			if out, err := outside.Reach(ctx, target); err == nil {
+				t.Errorf("outside reached %s: %s", target, out)
+			}
+		}
+	}
+}
+
+// firewallMarkedOnly waits (ufw applies a change in several steps) until the hub's found firewall
+// differs from dumpBefore only by rules marked as meshd's.
+func firewallMarkedOnly(ctx context.Context, t *testing.T, hub *lab.Machine, dumpBefore string) {
+	t.Helper()
+	var dump string
+	if err := testenv.Poll(t, 15*time.Second, func() error {
+		d, err := hub.FirewallDump(ctx)
+		if err != nil {
+			return err
+		}
+		dump = d
+		return markedOnly(dumpBefore, dump)
+	}); err != nil {
+		t.Fatalf("found firewall: %v\nbefore:\n%s\nafter:\n%s", err, dumpBefore, dump)
+	}
+}
