@@ -39,18 +39,22 @@ on hub cat /etc/webapp/app.conf
 say "Put meshd on the hub. A converged genesis would load a drop-by-default ruleset: it refuses a machine in use"
 "$meshlab" exec --name "$lab" hub -- sh -c "cat > /usr/local/bin/meshd" < "$meshd_bin"
 on hub chmod 0755 /usr/local/bin/meshd
-try hub meshd genesis --name hub --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --port tunnel=51821
+try hub meshd genesis --name hub --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --take-tunnel wg0
 
 say "Adopted keeps what is found in force. The registry's port is the predecessor's: genesis names the holder"
-try hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --port tunnel=51821
+try hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --take-tunnel wg0
 
-say "The operator stops the predecessor's control (its services keep serving), and gives the registry another port"
+say "The operator stops the predecessor's control (its services keep serving), gives the registry another port,"
+say "and has the mesh take the predecessor's tunnel wg0 over in place: its key, port, address, range and peers"
 lab stop-service --name "$lab" hub predecessor-control
-on hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --port tunnel=51821 --port registry=5001
-say "Run the agent on the hub (as a unit, so a reboot starts it again); it raises the foundation"
+on hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --take-tunnel wg0 --port registry=5001
+say "Run the agent on the hub (as a unit, so a reboot starts it again); it raises the foundation and the tunnel"
 lab install-agent --name "$lab" hub "$meshd_bin" -- agent --data-dir /var/lib/meshd --docker-host unix:///run/docker.sock --reconcile-interval 2s
 until_report "meshd-registry .*created"
 on hub meshd status
+say "The tunnel changed hands: wg0 is down, its file still on disk; meshd0 carries the peers, who changed nothing"
+on hub meshd tunnel show
+on hub ip -brief link
 on hub docker ps --format '{{.Names}}  {{.Ports}}'
 
 say "Assigning webapp on an adopted node only prepares it: the found container and file are held"
