@@ -2,12 +2,15 @@ package netfilter
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"meshd/internal/testenv"
 )
 
 // newUFWLab raises a found ufw the way a predecessor that filters Docker's published ports
@@ -114,7 +117,11 @@ func TestUFWOpenings(t *testing.T) {
 	}
 
 	// ufw reload and a reboot each lose no opening for longer than 2 s.
-	go Watch(ctx, l.env, 500*time.Millisecond, func(ctx context.Context) { d.Converge(ctx, want) })
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		Watch(ctx, l.env, 500*time.Millisecond, func(ctx context.Context) { d.Converge(ctx, want) })
+	}()
 	pIn := startProbe(l.cli, l.hostAddr+":7000")
 	defer pIn.close()
 	pFwd := startProbe(l.cli, pub)
@@ -143,6 +150,7 @@ func TestUFWOpenings(t *testing.T) {
 		l.wantReach(l.cli, pub, true)
 	}
 	cancel()
+	<-watched // a re-check still in flight would converge the whole set again, racing the unassign below
 	pIn.close()
 	pFwd.close()
 	pIn.stop, pFwd.stop = make(chan struct{}), make(chan struct{})
@@ -150,9 +158,24 @@ func TestUFWOpenings(t *testing.T) {
 
 	// Unassigning a module removes its openings and nothing else.
 	tm, km := ufwState(l)
-	r = mustConverge(t, d, want[:2])
-	if r.Removed != 2 { // its ufw route rule and its DOCKER-USER rule
-		t.Fatalf("removed %d rules, want 2", r.Removed)
+	// One pass removes its ufw route rule and its DOCKER-USER rule. A ufw call can fail on its own
+	// (ufw's capability probe of ip6tables was seen failing once in a few runs); the reconcile is
+	// level-triggered, so the next pass finishes what one left: converge until nothing is left
+	// to remove, as the host's loop would, and then hold the machine to exactly what changed.
+	removedTotal := 0
+	if err := testenv.Poll(t, 10*time.Second, func() error {
+		r := mustConverge(t, d, want[:2])
+		removedTotal += r.Removed
+		if r.Added+r.Removed != 0 {
+			t.Logf("unassign pass: added %d, removed %d", r.Added, r.Removed)
+			return fmt.Errorf("the last pass still changed rules")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if removedTotal < 2 { // its ufw route rule and its DOCKER-USER rule
+		t.Fatalf("removed %d rules, want at least its route rule and its DOCKER-USER rule", removedTotal)
 	}
 	l.wantReach(l.cli, pub, false)
 	l.wantReach(l.cli, l.hostAddr+":7000", true)
