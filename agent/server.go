@@ -105,6 +105,7 @@ func (s *serverRole) operatorAPI() http.Handler {
 	mux.HandleFunc("POST /v1/modules", s.addModule)
 	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", s.moduleAction)
 	mux.HandleFunc("GET /v1/nodes/{node}/modules/{module}/take-preview", s.takePreview)
+	mux.HandleFunc("GET /v1/nodes/{node}/converge-preview", s.convergePreview)
 	mux.HandleFunc("POST /v1/nodes/{node}/settings", s.postSettings)
 	mux.HandleFunc("GET /v1/declaration/{node}", s.getDeclaration)
 	mux.HandleFunc("GET /v1/raft/peers", s.raftPeers)

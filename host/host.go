@@ -83,6 +83,11 @@ type Report struct {
 	Changes int `json:"changes"`
 	// Kinds holds the other drivers' parts of the report, by resource kind.
 	Kinds map[string]any `json:"kinds,omitempty"`
+	// Listeners are the machine's listening sockets this pass (Listeners: a read of
+	// /proc/net), what a converge preview marks; nil in a report from an agent that did not
+	// read them, ListenersError why a read failed.
+	Listeners      []Listener `json:"listeners"`
+	ListenersError string     `json:"listeners_error,omitempty"`
 }
 
 // ChangedBySomethingElse is a held file's reason when its content is not what was recorded.
@@ -310,6 +315,11 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	}
 	if ctx.Err() != nil {
 		rep.Errors = append(rep.Errors, ResourceError{Resource: "pass", Reason: "interrupted: " + ctx.Err().Error()})
+	}
+	if ls, err := Listeners(); err != nil {
+		rep.ListenersError = fmt.Sprintf("read listening sockets: %v", err)
+	} else {
+		rep.Listeners = append([]Listener{}, ls...)
 	}
 	// Each failure is logged when it starts or its reason changes, not on every pass.
 	h.mu.Lock()

@@ -233,6 +233,10 @@ type FirewallView struct {
 	Description string `json:"description"`
 	// Refused is why meshd cannot speak it (firewalld, unreadable), naming it.
 	Refused string `json:"refused,omitempty"`
+	// Config is where its configuration lives; Tables are a found nftables ruleset's own
+	// tables ("inet filter"): what the flip moves aside.
+	Config string   `json:"config,omitempty"`
+	Tables []string `json:"tables,omitempty"`
 }
 
 // OpeningView is one declared opening and what became of it.
@@ -739,7 +743,7 @@ func (d *OpeningDriver) detailLocked() OpeningDetail {
 			out.Firewall.Kind, out.Firewall.Description = "unreadable", "could not be read"
 		}
 	default:
-		out.Firewall = FirewallView{Kind: string(d.found.Kind), Description: d.found.String()}
+		out.Firewall = FirewallView{Kind: string(d.found.Kind), Description: d.found.String(), Config: d.found.Config, Tables: d.found.Tables}
 	}
 	for _, e := range w.entries {
 		v := OpeningView{Resource: e.res.ID(), Module: e.res.Module, Taken: e.res.Taken}

@@ -30,8 +30,11 @@ func main() {
 	g := &globals{out: os.Stdout}
 	root := newRoot(g)
 	if err := root.Execute(); err != nil {
-		fmt.Fprintf(os.Stderr, "meshd: %v\n", err)
-		os.Exit(1)
+		code, quiet := exitCodeOf(err)
+		if !quiet {
+			fmt.Fprintf(os.Stderr, "meshd: %v\n", err)
+		}
+		os.Exit(code)
 	}
 }
 
@@ -60,6 +63,7 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text")
 	root.AddCommand(genesisCmd(g), agentCmd(g), statusCmd(g), nodeCmd(g), moduleCmd(g), declarationCmd(g),
 		operatorCmd(g), snapshotCmd(g), tokenCmd(g), joinCmd(g), membersCmd(g), leaveCmd(g), keyringCmd(g), checkCmd(g))
+	root.AddCommand(convergeCmd(g))
 	root.AddCommand(tunnelCmd(g), tunnelDeviceCmd())
 	return root
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"meshd/host"
+)
+
+// The converge preview through the CLI on a real agent in its own network namespace: a service
+// listening on the unspecified address that no module declares is named "will close" and the
+// preview exits 2; its JSON parses; once a module assigned to the node declares the port, the
+// preview exits 0. Converge without --preview is refused, saying only the preview is built.
+func TestProcessConvergePreview(t *testing.T) {
+	n := newNode(t)
+	n.genesis("--adopted")
+	n.startAgent("--reconcile-interval", "200ms")
+	port := freePort(t)
+	svc := n.inNetns(labsvcBin, "serve", "--listen", fmt.Sprintf("0.0.0.0:%d", port), "--name", "undeclared")
+	if err := svc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Process.Kill(); _ = svc.Wait() })
+
+	// Go's listener on 0.0.0.0 is dual-stack: the socket is tcp [::]:PORT.
+	want := fmt.Sprintf(":%d ", port)
+	var text string
+	poll(t, 20*time.Second, "the preview names the undeclared listener and exits 2", func() string {
+		out, errs, code := n.run("converge", "hub", "--preview")
+		text = out
+		if code != 2 || !strings.Contains(out, want) || !strings.Contains(out, "labsvc") {
+			return fmt.Sprintf("exit %d\n%s%s", code, out, errs)
+		}
+		return ""
+	})
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, want) && !strings.Contains(line, "will close") {
+			t.Fatalf("the undeclared listener is not marked will close: %q\n%s", line, text)
+		}
+	}
+	if !strings.Contains(text, "plan token") {
+		t.Fatalf("the preview does not end with a plan token:\n%s", text)
+	}
+
+	out, errs, code := n.run("converge", "hub", "--preview", "--json")
+	var pv host.ConvergePreview
+	if err := json.Unmarshal([]byte(out), &pv); err != nil || code != 2 {
+		t.Fatalf("--json: exit %d, %v\n%s%s", code, err, out, errs)
+	}
+	found := false
+	for _, l := range pv.Listeners {
+		if l.Port == uint16(port) && l.Proto == "tcp" {
+			found = l.Verdict.Mark == host.MarkWillClose && l.Process != "" && l.PID != 0
+		}
+	}
+	if !found || pv.WillClose == 0 || len(pv.Token) != 16 || pv.Node != "hub" {
+		t.Fatalf("--json preview: %+v", pv)
+	}
+
+	if _, errs, code := n.run("converge", "hub"); code != 1 || !strings.Contains(errs, "only the preview is built") {
+		t.Fatalf("converge without --preview: exit %d, %s", code, errs)
+	}
+
+	manifest := filepath.Join(t.TempDir(), "svc.yaml")
+	if err := os.WriteFile(manifest, []byte(fmt.Sprintf("name: svc\nopenings:\n  - {port: \"%d\", from: anywhere, path: incoming}\n", port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.ok("module", "add", manifest)
+	n.ok("module", "assign", "hub", "svc")
+	poll(t, 20*time.Second, "the preview exits 0 once the port is declared", func() string {
+		out, errs, code := n.run("converge", "hub", "--preview")
+		if code != 0 {
+			return fmt.Sprintf("exit %d\n%s%s", code, out, errs)
+		}
+		if !strings.Contains(out, "declared by svc") || !strings.Contains(out, "nothing will close") {
+			return out
+		}
+		return ""
+	})
+	var after host.ConvergePreview
+	n.jsonOf(&after, "converge", "hub", "--preview")
+	if after.Token == pv.Token || after.WillClose != 0 || !strings.Contains(","+strings.Join(after.Take, ",")+",", ",svc,") {
+		t.Fatalf("after declaring: token %s (was %s), will close %d, take %v", after.Token, pv.Token, after.WillClose, after.Take)
+	}
+}

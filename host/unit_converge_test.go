@@ -1,0 +1,216 @@
+package host
+
+// Unit tests of the converge preview's decision (no root): each socket and published port
+// marked declared by its module or closing, the mesh's own ports declared by the mesh, IPv6
+// sockets marked like IPv4 ones, loopback ignored, the modules to take, the found firewall's
+// retirement, and the plan token changing when anything seen changes and only then.
+
+import (
+	"encoding/json"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+)
+
+func previewDecl() *fsm.Declaration {
+	return &fsm.Declaration{
+		Node: "hub", Mode: fsm.Adopted,
+		Assigned: []string{"mesh", "notes", "web"}, Taken: []string{"mesh", "notes"},
+		Mesh: fsm.MeshPorts{Bus: 7400, Raft: 7401, Gossip: 7402, Tunnel: 51820},
+		Resources: []fsm.Resource{
+			{Module: "web", Kind: fsm.KindOpening, Opening: &catalogue.PortOpening{Port: 443, Proto: "tcp", Path: "incoming", From: "anywhere"}},
+			{Module: "notes", Kind: fsm.KindOpening, Taken: true, Opening: &catalogue.PortOpening{Port: 8080, Proto: "tcp", Path: "forwarded", From: "anywhere"}},
+			{Module: "notes", Kind: fsm.KindFile, Taken: true, File: &catalogue.File{Path: "/etc/notes.conf"}},
+		},
+	}
+}
+
+func lst(proto, addr string, port uint16, proc string, pid int) Listener {
+	return Listener{Proto: proto, Addr: netip.MustParseAddr(addr), Port: port, Process: proc, PID: pid}
+}
+
+func previewSeen() ([]Listener, *ContainerReport, *OpeningDetail) {
+	ls := []Listener{
+		lst("tcp", "0.0.0.0", 443, "nginx", 100),
+		lst("tcp", "::", 443, "nginx", 100),
+		lst("tcp", "0.0.0.0", 5432, "postgres", 200),
+		lst("tcp", "::", 9000, "minio", 300),
+		lst("tcp", "127.0.0.1", 6379, "redis", 400),
+		lst("tcp", "::1", 6379, "redis", 400),
+		lst("tcp", "10.0.0.1", 7400, "meshd", 500),
+		lst("udp", "0.0.0.0", 7402, "meshd", 500),
+		lst("udp", "0.0.0.0", 51820, "", 0),
+	}
+	cr := &ContainerReport{Published: []PublishedPort{
+		{Container: "notes", HostIP: "0.0.0.0", HostPort: 8080, ContainerPort: 80, Proto: "tcp"},
+		{Container: "metrics", HostIP: "0.0.0.0", HostPort: 9100, ContainerPort: 9100, Proto: "tcp"},
+		{Container: "admin", HostIP: "127.0.0.1", HostPort: 8081, ContainerPort: 80, Proto: "tcp"},
+	}}
+	od := &OpeningDetail{Firewall: FirewallView{Kind: "ufw", Description: "ufw over iptables-nft, active, 3 incoming and 1 forwarded rules, config /etc/ufw", Config: "/etc/ufw"}}
+	return ls, cr, od
+}
+
+func mark(d *fsm.Declaration, ls []Listener, cr *ContainerReport, od *OpeningDetail) ConvergePreview {
+	return MarkConverge(ConvergePreview{Node: d.Node, Mode: d.Mode, Listeners: []PreviewListener{}, Published: []PreviewPublished{}, Take: []string{}}, d, ls, cr, od)
+}
+
+func TestUnitConvergePreviewMarks(t *testing.T) {
+	ls, cr, od := previewSeen()
+	pv := mark(previewDecl(), ls, cr, od)
+	got := map[string]string{}
+	for _, l := range pv.Listeners {
+		got[l.Listener.String()] = l.Verdict.String()
+	}
+	for _, p := range pv.Published {
+		got["published "+p.Container+" "+p.HostIP+":"+itoa(p.HostPort)] = p.Verdict.String()
+	}
+	want := map[string]string{
+		"tcp 0.0.0.0:443 (nginx, pid 100)":     "declared by web (443/tcp incoming from anywhere)",
+		"tcp [::]:443 (nginx, pid 100)":        "declared by web (443/tcp incoming from anywhere)",
+		"tcp 0.0.0.0:5432 (postgres, pid 200)": "will close",
+		"tcp [::]:9000 (minio, pid 300)":       "will close",
+		"tcp 10.0.0.1:7400 (meshd, pid 500)":   "declared by mesh (7400/tcp the mesh's bus port)",
+		"udp 0.0.0.0:7402 (meshd, pid 500)":    "declared by mesh (7402/udp the mesh's gossip port)",
+		"udp 0.0.0.0:51820":                    "declared by mesh (51820/udp the mesh's tunnel port)",
+		"published notes 0.0.0.0:8080":         "declared by notes (8080/tcp forwarded from anywhere)",
+		"published metrics 0.0.0.0:9100":       "will close",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: marked %q, want %q", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if strings.Contains(k, "6379") || strings.Contains(k, "8081") {
+			t.Errorf("loopback %s listed; the flip cannot close what only the machine reaches", k)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("listed %d sockets and ports, want %d: %v", len(got), len(want), got)
+	}
+	if pv.WillClose != 3 {
+		t.Errorf("will close %d, want 3 (postgres, minio, metrics)", pv.WillClose)
+	}
+	if !slices.Equal(pv.Take, []string{"web"}) {
+		t.Errorf("take %v, want [web] (assigned, not taken)", pv.Take)
+	}
+	if !strings.HasPrefix(pv.Firewall.Retire, "`ufw disable`") || !strings.Contains(pv.Firewall.Retire, "/etc/ufw") {
+		t.Errorf("ufw retired as %q, want `ufw disable` with its configuration kept", pv.Firewall.Retire)
+	}
+	if len(pv.Token) != 16 {
+		t.Errorf("plan token %q, want 16 hex digits", pv.Token)
+	}
+}
+
+func TestUnitConvergePreviewNothingCloses(t *testing.T) {
+	d := previewDecl()
+	pv := mark(d, []Listener{lst("tcp", "0.0.0.0", 443, "nginx", 1), lst("tcp", "127.0.0.1", 5432, "postgres", 2)}, nil,
+		&OpeningDetail{Firewall: FirewallView{Kind: "nftables", Tables: []string{"inet filter"}}})
+	if pv.WillClose != 0 {
+		t.Errorf("will close %d, want 0: %+v", pv.WillClose, pv.Listeners)
+	}
+	if !strings.Contains(pv.Firewall.Retire, "inet filter") || !strings.Contains(pv.Firewall.Retire, "moved aside") {
+		t.Errorf("nftables retired as %q, want its table inet filter moved aside", pv.Firewall.Retire)
+	}
+}
+
+func TestUnitConvergePreviewFromReport(t *testing.T) {
+	ls, cr, od := previewSeen()
+	rep := &Report{Node: "hub", When: time.Now(), Listeners: ls, Kinds: map[string]any{fsm.KindContainer: *cr, fsm.KindOpening: *od}}
+	// As a server gets it: through JSON.
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded Report
+	if err := json.Unmarshal(b, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	local, err := PreviewConverge(rep, previewDecl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried, err := PreviewConverge(&decoded, previewDecl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if local.Token != carried.Token || carried.WillClose != 3 {
+		t.Errorf("a report carried as JSON previews differently: token %s vs %s, will close %d", local.Token, carried.Token, carried.WillClose)
+	}
+	if _, err := PreviewConverge(nil, previewDecl()); err == nil || !strings.Contains(err.Error(), "no host report") {
+		t.Errorf("no report: %v, want an error saying so", err)
+	}
+	if _, err := PreviewConverge(&Report{Node: "hub", When: time.Now()}, previewDecl()); err == nil || !strings.Contains(err.Error(), "listening sockets") {
+		t.Errorf("a report without listeners: %v, want an error naming the listening sockets", err)
+	}
+}
+
+func TestUnitConvergePlanToken(t *testing.T) {
+	base := func() (*fsm.Declaration, []Listener, *ContainerReport, *OpeningDetail) {
+		ls, cr, od := previewSeen()
+		return previewDecl(), ls, cr, od
+	}
+	d, ls, cr, od := base()
+	token := mark(d, ls, cr, od).Token
+
+	// Not changed by the order things were read in, the pids or when.
+	d, ls, cr, od = base()
+	slices.Reverse(ls)
+	slices.Reverse(cr.Published)
+	for i := range ls {
+		ls[i].PID += 1000
+	}
+	if got := mark(d, ls, cr, od).Token; got != token {
+		t.Errorf("token changed with the order and pids only: %s, was %s", got, token)
+	}
+
+	changes := map[string]func(d *fsm.Declaration, ls *[]Listener, cr *ContainerReport, od *OpeningDetail){
+		"something new listening": func(_ *fsm.Declaration, ls *[]Listener, _ *ContainerReport, _ *OpeningDetail) {
+			*ls = append(*ls, lst("tcp", "0.0.0.0", 2222, "sshd", 9))
+		},
+		"a new IPv6 socket": func(_ *fsm.Declaration, ls *[]Listener, _ *ContainerReport, _ *OpeningDetail) {
+			*ls = append(*ls, lst("tcp", "::", 5432, "postgres", 200))
+		},
+		"a new published port": func(_ *fsm.Declaration, _ *[]Listener, cr *ContainerReport, _ *OpeningDetail) {
+			cr.Published = append(cr.Published, PublishedPort{Container: "x", HostIP: "0.0.0.0", HostPort: 7000, Proto: "tcp"})
+		},
+		"a port declared since": func(d *fsm.Declaration, _ *[]Listener, _ *ContainerReport, _ *OpeningDetail) {
+			d.Resources = append(d.Resources, fsm.Resource{Module: "web", Kind: fsm.KindOpening, Opening: &catalogue.PortOpening{Port: 5432, Proto: "tcp", Path: "incoming", From: "private"}})
+		},
+		"a module assigned since": func(d *fsm.Declaration, _ *[]Listener, _ *ContainerReport, _ *OpeningDetail) {
+			d.Assigned = append(d.Assigned, "cache")
+		},
+		"a module taken since": func(d *fsm.Declaration, _ *[]Listener, _ *ContainerReport, _ *OpeningDetail) {
+			d.Taken = append(d.Taken, "web")
+		},
+		"the found firewall changed": func(_ *fsm.Declaration, _ *[]Listener, _ *ContainerReport, od *OpeningDetail) {
+			od.Firewall.Description = strings.Replace(od.Firewall.Description, "3 incoming", "4 incoming", 1)
+		},
+		"a process replaced": func(_ *fsm.Declaration, ls *[]Listener, _ *ContainerReport, _ *OpeningDetail) {
+			(*ls)[2].Process = "nc"
+		},
+	}
+	for name, change := range changes {
+		d, ls, cr, od := base()
+		change(d, &ls, cr, od)
+		if got := mark(d, ls, cr, od).Token; got == token {
+			t.Errorf("%s: plan token unchanged (%s)", name, got)
+		}
+	}
+	// Loopback is not seen: a new loopback socket changes nothing.
+	d, ls, cr, od = base()
+	ls = append(ls, lst("tcp", "127.0.0.1", 9999, "debug", 7))
+	if got := mark(d, ls, cr, od).Token; got != token {
+		t.Errorf("a loopback socket changed the token")
+	}
+}
+
+func itoa(p uint16) string {
+	b, _ := json.Marshal(p)
+	return string(b)
+}
