@@ -39,6 +39,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"meshd/internal/testenv"
 )
 
 const helperEnv = "MESHD_WG_LAB_HELPER"
@@ -52,24 +54,11 @@ func TestMain(m *testing.M) {
 
 func requireLab(t testing.TB) {
 	t.Helper()
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
+	missing := testenv.Missing(true, "ip", "nsenter", "unshare", "wg", "wg-quick", "wireguard-go")
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		missing = append(missing, "/dev/net/tun")
 	}
-	for _, b := range []string{"ip", "nsenter", "unshare", "wg", "wg-quick", "wireguard-go"} {
-		if _, err := exec.LookPath(b); err != nil {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) > 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("lab prerequisites missing: %v", missing)
-		}
-		t.Skipf("lab prerequisites missing (set CI=true to fail instead): %v", missing)
-	}
+	testenv.Require(t, "the WireGuard lab", missing...)
 }
 
 var labSeq atomic.Int32
@@ -89,21 +78,13 @@ type machine struct {
 	ip     string // underlay address
 }
 
-func run(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
+func run(t testing.TB, args ...string) string { t.Helper(); return testenv.Run(t, args...) }
 
 func newLab(t *testing.T) *lab {
 	requireLab(t)
 	l := &lab{t: t, id: fmt.Sprintf("wgt%d-%d", os.Getpid()%100000, labSeq.Add(1))}
 	l.sw = l.id + "-sw"
-	run(t, "ip", "netns", "add", l.sw)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", l.sw).Run() })
+	testenv.NewNetns(t, l.sw)
 	run(t, "ip", "-n", l.sw, "link", "add", "br0", "type", "bridge")
 	run(t, "ip", "-n", l.sw, "link", "set", "br0", "up")
 	return l
@@ -114,15 +95,13 @@ func (l *lab) machine(name string) *machine {
 	t := l.t
 	l.n++
 	m := &machine{t: t, name: name, ns: l.id + "-" + name, ip: fmt.Sprintf("198.51.100.%d", l.n)}
-	run(t, "ip", "netns", "add", m.ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", m.ns).Run() })
+	testenv.NewNetns(t, m.ns)
 	// every process left in the machine (a found wireguard-go daemonises) is ended by its id
 	t.Cleanup(func() { m.killAll() })
 	run(t, "ip", "link", "add", "eth0", "netns", m.ns, "type", "veth", "peer", "name", "v-"+name, "netns", l.sw)
 	run(t, "ip", "-n", l.sw, "link", "set", "v-"+name, "master", "br0", "up")
 	run(t, "ip", "-n", m.ns, "addr", "add", m.ip+"/24", "dev", "eth0")
 	run(t, "ip", "-n", m.ns, "link", "set", "eth0", "up")
-	run(t, "ip", "-n", m.ns, "link", "set", "lo", "up")
 
 	m.holder = exec.Command("nsenter", "--net=/run/netns/"+m.ns, "--", "unshare", "--mount", "--propagation", "private", "--",
 		"sh", "-c", "mount -t tmpfs tmpfs /run && mount -t tmpfs -o mode=0700 tmpfs /etc/wireguard && echo ready && exec sleep 1000000")
