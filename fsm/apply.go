@@ -86,6 +86,8 @@ func Apply(r *Record, data []byte) (any, error) {
 	return nil, refuse(c.Op, "", "", "unknown command %q", c.Op)
 }
 
+// applyGenesis checks genesis whole (node, mode, catalogue, settings, tunnel placement) before it
+// records anything: one body, since every check must pass before the first write to the record.
 func applyGenesis(r *Record, c *Command, b *Genesis) (any, error) {
 	if r.Genesis != nil {
 		return nil, refuse(c.Op, b.Node, "", "the mesh already began on %s at %s; genesis runs once", r.Genesis.ControlNode, r.Genesis.At.Format("2006-01-02 15:04:05Z07:00"))

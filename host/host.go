@@ -262,7 +262,9 @@ func (h *Host) Run(ctx context.Context, decls <-chan *fsm.Declaration) error {
 }
 
 // Reconcile runs one pass: it brings the machine to d where d says so, keeps what is held, and
-// returns (and keeps, for Report) what it saw.
+// returns (and keeps, for Report) what it saw. It is the pass's one ordered sequence (read the
+// records, files, each driver, listeners, the report), each step a call; kept in one place so the
+// order a pass runs in reads at once.
 func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	h.pass.Lock()
 	defer h.pass.Unlock()

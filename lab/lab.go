@@ -155,6 +155,8 @@ func Start(ctx context.Context, sc Scenario, o Options) (*Lab, error) {
 	return l, nil
 }
 
+// build raises a scenario: the switch, the machines on it, their units and the scenario's own
+// steps; one sequence, since each step needs the one before it.
 func (l *Lab) build(ctx context.Context, sc Scenario, o Options) error {
 	var labsvcErr error
 	var wg sync.WaitGroup

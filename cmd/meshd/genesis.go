@@ -14,6 +14,8 @@ import (
 	"meshd/fsm"
 )
 
+// genesisCmd declares the genesis command: its help text, flags and the call into agent.Genesis.
+// It is long because it is declarations (a help text that teaches, one line per flag), not logic.
 func genesisCmd(g *globals) *cobra.Command {
 	var (
 		opts    agent.GenesisOptions

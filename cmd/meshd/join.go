@@ -13,6 +13,7 @@ import (
 	"meshd/agent"
 )
 
+// joinCmd declares the join command; long only for its help text and flags, not for logic.
 func joinCmd(g *globals) *cobra.Command {
 	var (
 		opts  agent.JoinOptions

@@ -16,6 +16,8 @@ import (
 	"meshd/host"
 )
 
+// moduleCmd declares the module subcommands (list, show, add, assign, unassign, take); long only
+// because it is their declarations side by side, each a few lines calling the agent's API.
 func moduleCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "module",

@@ -19,6 +19,8 @@ import (
 	"meshd/wg"
 )
 
+// tunnelCmd declares the tunnel subcommands (take, show) and the hidden tunnel-device; long only
+// because it is their declarations side by side, each calling the agent's API or package wg.
 func tunnelCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tunnel", Short: "The private network: take a found tunnel over, show the tunnel"}
 	var req fsm.Placement
