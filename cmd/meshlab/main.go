@@ -33,29 +33,54 @@ import (
 	"meshd/lab"
 )
 
-func usage() {
-	fmt.Fprintf(os.Stderr, `usage:
-  meshlab up [--scenario NAME] [--name LAB] [--dir DIR]   scenarios: %s
-  meshlab down [--name LAB] [--dir DIR] | --all
-  meshlab status [--name LAB] [--dir DIR]
-  meshlab exec [--name LAB] [--dir DIR] MACHINE -- CMD [ARG...]
-  meshlab probes [--json] [--name LAB] [--dir DIR]
-  meshlab reboot|stop|boot|cutoff|restore [--name LAB] [--dir DIR] MACHINE
-  meshlab install-agent [--name LAB] [--dir DIR] MACHINE BINARY [-- ARG...]
-  meshlab start-service|stop-service [--name LAB] [--dir DIR] MACHINE UNIT
-`, strings.Join(lab.ScenarioNames, ", "))
-	os.Exit(2)
+// verbs says what each verb does, for `meshlab help` and each verb's -h.
+var verbs = []struct{ use, what string }{
+	{"up [--scenario NAME] [--name LAB] [--dir DIR]", "raise a lab: machines as namespaces, shaped by the scenario"},
+	{"down [--name LAB] [--dir DIR] | --all", "take a lab down (idempotent); --all takes down EVERY lab on this host, tests' included"},
+	{"status [--json] [--name LAB] [--dir DIR]", "the lab's machines, their addresses and state"},
+	{"exec [--name LAB] [--dir DIR] MACHINE -- CMD [ARG...]", "run a command on a machine (its namespaces)"},
+	{"probes [--json] [--name LAB] [--dir DIR]", "every probe's calls, failures and longest outage"},
+	{"reboot|stop|boot|cutoff|restore [--name LAB] [--dir DIR] MACHINE", "faults: reboot, power off/on, cut off from the underlay and back"},
+	{"install-agent [--name LAB] [--dir DIR] MACHINE BINARY [-- ARG...]", "put meshd on a machine at /usr/local/bin/meshd and run it as meshd.service"},
+	{"start-service|stop-service [--name LAB] [--dir DIR] MACHINE UNIT", "start or stop one of a machine's units (the predecessor's control, say)"},
+}
+
+func usage(code int) {
+	w := os.Stderr
+	if code == 0 {
+		w = os.Stdout
+	}
+	fmt.Fprintln(w, "meshlab drives the lab bed by hand (docs/lab.md walks it). usage:")
+	for _, v := range verbs {
+		fmt.Fprintf(w, "  meshlab %s\n      %s\n", v.use, v.what)
+	}
+	fmt.Fprintf(w, "scenarios: %s\n", strings.Join(lab.ScenarioNames, ", "))
+	os.Exit(code)
 }
 
 func main() {
 	if len(os.Args) < 2 {
-		usage()
+		usage(2)
+	}
+	switch os.Args[1] {
+	case "help", "-h", "-help", "--help":
+		usage(0)
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	verb := os.Args[1]
 	fs := flag.NewFlagSet(verb, flag.ExitOnError)
+	fs.Usage = func() {
+		for _, v := range verbs {
+			for _, name := range strings.Split(strings.Fields(v.use)[0], "|") {
+				if name == verb {
+					fmt.Fprintf(fs.Output(), "meshlab %s\n  %s\n", v.use, v.what)
+				}
+			}
+		}
+		fs.PrintDefaults()
+	}
 	name := fs.String("name", "lab", "lab name")
 	dir := fs.String("dir", "", "lab state directory (default "+lab.DefaultStateRoot+"/NAME)")
 	scenario := fs.String("scenario", "predecessor-ufw", "scenario to raise (up)")
@@ -93,7 +118,8 @@ func main() {
 	case "install-agent", "start-service", "stop-service":
 		err = service(ctx, *dir, verb, fs.Args())
 	default:
-		usage()
+		fmt.Fprintf(os.Stderr, "meshlab: unknown verb %q\n", verb)
+		usage(2)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "meshlab %s: %v\n", verb, err)
