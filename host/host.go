@@ -146,7 +146,8 @@ type Host struct {
 	mu   sync.Mutex
 	last Report
 
-	owners map[string]ids // resolved owners, guarded by pass
+	owners    map[string]ids // resolved owners, guarded by pass
+	listeners ListenerReader // the machine's listening sockets, read each pass; guarded by pass
 
 	crasher *crasher // CrashEnv's point; reaches nothing in production
 }
@@ -318,7 +319,7 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	if ctx.Err() != nil {
 		rep.Errors = append(rep.Errors, ResourceError{Resource: "pass", Reason: "interrupted: " + ctx.Err().Error()})
 	}
-	if ls, err := Listeners(); err != nil {
+	if ls, err := h.listeners.Read(); err != nil {
 		rep.ListenersError = fmt.Sprintf("read listening sockets: %v", err)
 	} else {
 		rep.Listeners = append([]Listener{}, ls...)

@@ -45,20 +45,35 @@ func (l Listener) Covers(proto string, addr netip.Addr, port uint16) bool {
 
 // Listeners reads every listening socket of the network namespace this process is in, with the
 // process holding it where /proc says so.
-func Listeners() ([]Listener, error) {
-	owners := socketOwners()
+func Listeners() ([]Listener, error) { return new(ListenerReader).Read() }
+
+// ListenerReader reads the listening sockets pass after pass, remembering which process holds each
+// socket: finding a holder means reading every process's file descriptors, so it is done only when
+// a socket it has not seen yet listens. A pass where nothing new listens reads /proc/net alone.
+type ListenerReader struct {
+	owners map[string]owner // socket inode → holder; owner{} where /proc named none
+}
+
+// Read returns every listening socket now, sorted by port, protocol and address.
+func (r *ListenerReader) Read() ([]Listener, error) {
 	var out []Listener
+	var inodes []string
 	for _, src := range []struct{ file, proto string }{
 		{"/proc/net/tcp", "tcp"}, {"/proc/net/tcp6", "tcp"}, {"/proc/net/udp", "udp"}, {"/proc/net/udp6", "udp"},
 	} {
-		ls, err := readProcNet(src.file, src.proto, owners)
+		ls, in, err := readProcNet(src.file, src.proto)
 		if err != nil {
 			if os.IsNotExist(err) {
 				continue
 			}
 			return nil, err
 		}
-		out = append(out, ls...)
+		out, inodes = append(out, ls...), append(inodes, in...)
+	}
+	r.resolve(inodes)
+	for i := range out {
+		o := r.owners[inodes[i]]
+		out[i].PID, out[i].Process = o.pid, o.comm
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Port != out[j].Port {
@@ -70,6 +85,25 @@ func Listeners() ([]Listener, error) {
 		return out[i].Addr.Less(out[j].Addr)
 	})
 	return out, nil
+}
+
+// resolve makes owners hold exactly the listening inodes, walking /proc for their holders only
+// when one of them is new.
+func (r *ListenerReader) resolve(inodes []string) {
+	fresh := r.owners == nil
+	for _, in := range inodes {
+		if _, ok := r.owners[in]; !ok {
+			fresh = true
+		}
+	}
+	if !fresh {
+		return
+	}
+	all := socketOwners()
+	r.owners = make(map[string]owner, len(inodes))
+	for _, in := range inodes {
+		r.owners[in] = all[in]
+	}
 }
 
 type owner struct {
@@ -98,13 +132,15 @@ func socketOwners() map[string]owner {
 	return out
 }
 
-func readProcNet(file, proto string, owners map[string]owner) ([]Listener, error) {
+// readProcNet reads the listening sockets of one /proc/net table, and beside each its inode.
+func readProcNet(file, proto string) ([]Listener, []string, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	var out []Listener
+	var inodes []string
 	sc := bufio.NewScanner(f)
 	sc.Scan() // header
 	for sc.Scan() {
@@ -121,15 +157,12 @@ func readProcNet(file, proto string, owners map[string]owner) ([]Listener, error
 		}
 		addr, port, err := parseHexAddr(local)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
+			return nil, nil, fmt.Errorf("%s: %w", file, err)
 		}
-		l := Listener{Proto: proto, Addr: addr, Port: port}
-		if o, ok := owners[inode]; ok {
-			l.PID, l.Process = o.pid, o.comm
-		}
-		out = append(out, l)
+		out = append(out, Listener{Proto: proto, Addr: addr, Port: port})
+		inodes = append(inodes, inode)
 	}
-	return out, sc.Err()
+	return out, inodes, sc.Err()
 }
 
 // parseHexAddr reads /proc/net's "0100007F:1F90" (little-endian words) form.

@@ -57,3 +57,40 @@ func TestListenersFindsOwnSocket(t *testing.T) {
 		t.Fatal("Covers is wrong")
 	}
 }
+
+// A reader kept across passes names the holder of a socket that starts listening after its first
+// read (it looks the holders up again when a new socket appears), and drops one that closed.
+func TestListenerReaderFollowsNewSockets(t *testing.T) {
+	var r ListenerReader
+	first, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	first.Close()
+	ls, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(port int) (Listener, bool) {
+		for _, l := range ls {
+			if l.Proto == "tcp" && int(l.Port) == port {
+				return l, true
+			}
+		}
+		return Listener{}, false
+	}
+	if l, ok := has(second.Addr().(*net.TCPAddr).Port); !ok || l.PID != os.Getpid() || l.Process == "" {
+		t.Fatalf("the socket opened after the first read is not named with its holder: %+v (found %v)", l, ok)
+	}
+	if _, ok := has(first.Addr().(*net.TCPAddr).Port); ok {
+		t.Fatal("a closed socket is still reported listening")
+	}
+}
