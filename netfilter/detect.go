@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/google/nftables"
 )
@@ -241,10 +242,16 @@ type ufwTuple struct {
 	Route   bool
 }
 
+// readUFWTuples reads the rules ufw keeps in user.rules and user6.rules. ufw rewrites those
+// files in place (truncate, then write, under its own lock in /run), so a read can land on
+// half a file: a file that does not end in COMMIT is read again, and still half after a few
+// tries is an error, never a shorter rule list (meshd would take the found firewall's own
+// rules for missing, and a `ufw allow … comment meshd:…` over one would re-label it as
+// meshd's). A missing user.rules is an error for the same reason; user6.rules may be absent.
 func readUFWTuples(ctx context.Context, env Env) ([]ufwTuple, error) {
 	var out []ufwTuple
 	for _, p := range []string{ufwUserRules, ufwUser6} {
-		b, _, err := env.readFile(ctx, p)
+		b, err := readWholeUFWFile(ctx, env, p)
 		if err != nil {
 			return nil, err
 		}
@@ -267,6 +274,38 @@ func readUFWTuples(ctx context.Context, env Env) ([]ufwTuple, error) {
 		}
 	}
 	return out, nil
+}
+
+// ufwFileTries is how many times a rules file caught mid-write is read before giving up.
+const ufwFileTries = 10
+
+// readWholeUFWFile reads one of ufw's rules files, again while it is caught mid-write.
+func readWholeUFWFile(ctx context.Context, env Env, p string) ([]byte, error) {
+	for try := 1; ; try++ {
+		b, ok, err := env.readFile(ctx, p)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok && p == ufwUser6:
+			return nil, nil
+		case !ok:
+			return nil, fmt.Errorf("ufw is in use but %s is missing", p)
+		case ufwFileComplete(b):
+			return b, nil
+		case try == ufwFileTries:
+			return nil, fmt.Errorf("%s: still incomplete (no closing COMMIT) after %d reads; is something rewriting it?", p, try)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(try) * 20 * time.Millisecond):
+		}
+	}
+}
+
+// ufwFileComplete says whether a rules file is whole: its last line is COMMIT.
+func ufwFileComplete(b []byte) bool {
+	return bytes.HasSuffix(bytes.TrimRight(b, " \t\n"), []byte("\nCOMMIT"))
 }
 
 func countUFW(ctx context.Context, env Env, f *Found) error {

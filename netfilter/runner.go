@@ -3,6 +3,7 @@ package netfilter
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -86,10 +87,16 @@ func (e Env) log() *slog.Logger {
 }
 
 // readFile reads a file where the firewall lives (through the runner, so a mount namespace
-// is honoured). ok is false when it does not exist.
+// is honoured). ok is false when it does not exist. A check that could not run (a cancelled
+// context, nsenter failing) is an error, never "absent": a caller deciding from an empty
+// read would take the found firewall's own rules for missing.
 func (e Env) readFile(ctx context.Context, path string) (data []byte, ok bool, err error) {
 	if _, err := e.run(ctx, "test", "-e", path); err != nil {
-		return nil, false, nil
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == 1 {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("check %s: %w", path, err)
 	}
 	b, err := e.run(ctx, "cat", path)
 	if err != nil {
