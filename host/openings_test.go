@@ -84,7 +84,7 @@ func newHoLab(t *testing.T) *hoLab {
 		"mount --bind %[1]s/nftables.conf /etc/nftables.conf && echo ready && exec sleep infinity", l.dir)
 	mntns := testenv.HoldMountNS(t, script)
 	netns := "/run/netns/" + l.host
-	l.env = netfilter.Env{NetNS: netns, Runner: netfilter.NSEnter(netns, mntns),
+	l.env = netfilter.Env{NetNS: netns, Runner: netfilter.NSEnter(netns, mntns), Root: strings.TrimSuffix(mntns, "/ns/mnt") + "/root",
 		StateDir: filepath.Join(l.dir, "state"), Log: quietLogger()}
 	return l
 }

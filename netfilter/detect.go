@@ -255,25 +255,43 @@ func readUFWTuples(ctx context.Context, env Env) ([]ufwTuple, error) {
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			l := sc.Text()
-			if !strings.HasPrefix(l, "### tuple ### ") {
-				continue
+		ts, err := parseUFWTuples(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		out = append(out, ts...)
+	}
+	return out, nil
+}
+
+// parseUFWTuples reads the "### tuple ###" lines of one of ufw's rules files.
+func parseUFWTuples(b []byte) ([]ufwTuple, error) {
+	var out []ufwTuple
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if l := sc.Text(); strings.HasPrefix(l, "### tuple ### ") {
+			t, err := parseTupleLine(l)
+			if err != nil {
+				return nil, err
 			}
-			t := ufwTuple{Text: strings.TrimPrefix(l, "### tuple ### ")}
-			if i := strings.Index(t.Text, " comment="); i >= 0 {
-				c, err := hex.DecodeString(t.Text[i+len(" comment="):])
-				if err != nil {
-					return nil, fmt.Errorf("%s: comment of %q is not hex: %w: %w", p, l, err, ErrUnsupported)
-				}
-				t.Comment, t.Text = string(c), t.Text[:i]
-			}
-			t.Route = strings.HasPrefix(t.Text, "route:")
 			out = append(out, t)
 		}
 	}
-	return out, nil
+	return out, sc.Err()
+}
+
+// parseTupleLine reads one "### tuple ###" line, its hex comment decoded.
+func parseTupleLine(l string) (ufwTuple, error) {
+	t := ufwTuple{Text: strings.TrimPrefix(l, "### tuple ### ")}
+	if i := strings.Index(t.Text, " comment="); i >= 0 {
+		c, err := hex.DecodeString(t.Text[i+len(" comment="):])
+		if err != nil {
+			return t, fmt.Errorf("comment of %q is not hex: %w: %w", l, err, ErrUnsupported)
+		}
+		t.Comment, t.Text = string(c), t.Text[:i]
+	}
+	t.Route = strings.HasPrefix(t.Text, "route:")
+	return t, nil
 }
 
 // ufwFileTries is how many times a rules file caught mid-write is read before giving up.

@@ -192,8 +192,8 @@ func (d *ufwDriver) apply(ctx context.Context, add, remove []ufwMarked, out *out
 	}
 }
 
-// Converge makes meshd's ufw rules equal to what desired needs (read, plan, one command per
-// rule, re-read), then its DOCKER-USER rules in ufw's iptables backend through xtConverge.
+// Converge makes meshd's ufw rules equal to what desired needs (in one batch where this
+// process sees ufw's files, else one ufw command per rule), then its DOCKER-USER rules in ufw's iptables backend through xtConverge.
 func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -201,24 +201,13 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	if err != nil {
 		return Report{}, err
 	}
-	tuples, err := readUFWTuples(ctx, d.env)
+	convergeUFW := d.convergeCommands
+	if d.env.seesFiles() {
+		convergeUFW = d.convergeFiles
+	}
+	rules, heldBy, have, out, err := convergeUFW(ctx, want, keys)
 	if err != nil {
 		return Report{}, err
-	}
-	rules, heldBy, failed := ufwWant(tuples, want, keys, d.priv)
-	have := markedTuples(tuples)
-	add, remove := plan(have, rules)
-	out := newOutcome()
-	out.failed = failed
-	for _, t := range add {
-		out.missingBefore[t.mark] = true
-	}
-	if len(add)+len(remove) > 0 {
-		d.apply(ctx, add, remove, &out)
-		if tuples, err = readUFWTuples(ctx, d.env); err != nil {
-			return Report{}, err
-		}
-		have = markedTuples(tuples)
 	}
 
 	// DOCKER-USER, in ufw's iptables backend.
@@ -243,6 +232,31 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 		}
 	}
 	return r, nil
+}
+
+// convergeCommands is the per-rule way, for a ufw whose files this process does not see: read,
+// plan, one ufw command per rule, re-read.
+func (d *ufwDriver) convergeCommands(ctx context.Context, want map[string]Opening, keys []string) (rules []ufwMarked, heldBy map[string]string, have []ufwMarked, out outcome, err error) {
+	tuples, err := readUFWTuples(ctx, d.env)
+	if err != nil {
+		return nil, nil, nil, out, err
+	}
+	rules, heldBy, failed := ufwWant(tuples, want, keys, d.priv)
+	have = markedTuples(tuples)
+	add, remove := plan(have, rules)
+	out = newOutcome()
+	out.failed = failed
+	for _, t := range add {
+		out.missingBefore[t.mark] = true
+	}
+	if len(add)+len(remove) > 0 {
+		d.apply(ctx, add, remove, &out)
+		if tuples, err = readUFWTuples(ctx, d.env); err != nil {
+			return nil, nil, nil, out, err
+		}
+		have = markedTuples(tuples)
+	}
+	return rules, heldBy, have, out, nil
 }
 
 // notLoaded says why ufw's rules do nothing, if it is enabled but its chains are absent from

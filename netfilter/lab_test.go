@@ -97,7 +97,7 @@ func newLab(t testing.TB) *lab {
 		"touch /etc/nftables.conf && mount --bind %[1]s/nftables.conf /etc/nftables.conf && echo ready && exec sleep infinity", l.dir)
 	mntns := testenv.HoldMountNS(t, script)
 	netns := "/run/netns/" + l.host
-	l.env = Env{NetNS: netns, Runner: NSEnter(netns, mntns)}
+	l.env = Env{NetNS: netns, Runner: NSEnter(netns, mntns), Root: strings.TrimSuffix(mntns, "/ns/mnt") + "/root"}
 	return l
 }
 

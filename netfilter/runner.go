@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -62,9 +63,35 @@ type Env struct {
 	// Runner runs commands in the same network namespace (and the mount namespace that holds
 	// the firewall's configuration); nil means ExecRunner{}.
 	Runner Runner
+	// Root is where the firewall's configuration files are seen from this process: "" is the
+	// machine's own /; a test running the firewall in another mount namespace sets
+	// /proc/PID/root of a process there. ufw's rules are edited in one batch only where meshd
+	// sees its files (Root set, or a runner that does not enter another mount namespace).
+	Root string
 	// StateDir, if set, is where Retire keeps what Restore needs (besides returning it).
 	StateDir string
 	Log      *slog.Logger
+}
+
+// path is p as this process sees the firewall's file system.
+func (e Env) path(p string) string { return filepath.Join("/", e.Root, p) }
+
+// seesFiles says whether this process sees the firewall's files at path(): Root is set, or
+// commands run in this process's own mount namespace.
+func (e Env) seesFiles() bool {
+	if e.Root != "" || e.Runner == nil {
+		return true
+	}
+	r, ok := e.Runner.(ExecRunner)
+	if !ok {
+		return false
+	}
+	for _, a := range r.Prefix {
+		if strings.HasPrefix(a, "--mount") {
+			return false
+		}
+	}
+	return true
 }
 
 func (e Env) run(ctx context.Context, name string, args ...string) ([]byte, error) {

@@ -17,7 +17,7 @@ import (
 // leaves one (the ufw-docker recipe): ufw active, deny incoming and routed, 22/tcp allowed,
 // and after.rules sending DOCKER-USER through ufw-user-forward, dropping the rest from the
 // outside to the container bridge. Docker starts after ufw.
-func newUFWLab(t *testing.T) *lab {
+func newUFWLab(t testing.TB) *lab {
 	l := newLab(t)
 	p := filepath.Join(l.dir, "etc-ufw", "after.rules")
 	b, err := os.ReadFile(p)
@@ -213,3 +213,79 @@ func TestUFWOpenings(t *testing.T) {
 }
 
 func closedChan() chan struct{} { c := make(chan struct{}); close(c); return c }
+
+// TestUFWBatchWritesWhatUFWWrites holds the batch to ufw itself: the same openings applied
+// one `ufw allow` at a time and in meshd's one batch leave ufw's rules files byte for byte the
+// same and the same rules in ufw's chains; `ufw status` lists each with its meshd comment; a
+// `ufw reload` changes nothing; and taking them away again gives back the files as they were.
+func TestUFWBatchWritesWhatUFWWrites(t *testing.T) {
+	l := newUFWLab(t)
+	ctx := context.Background()
+	f, err := Detect(ctx, l.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Opening{
+		{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming},
+		{Module: "store", Proto: "tcp", Port: 7001, From: FromPrivate, Path: PathIncoming},
+		{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded},
+		{Module: "dns", Proto: "udp", Port: 53, From: FromAnywhere, Path: PathIncoming},
+		{Module: "office", Proto: "tcp", Port: 9000, From: "198.51.100.0/24", Path: PathIncoming},
+		{Module: "office6", Proto: "tcp", Port: 9001, From: "2001:db8:7::/48", Path: PathIncoming},
+		{Module: "ssh", Proto: "tcp", Port: 22, From: FromAnywhere, Path: PathIncoming},
+	}
+	files := func() string { return l.sh("cat /etc/ufw/user.rules /etc/ufw/user6.rules") }
+	chains := func() string {
+		return counters.ReplaceAllString(l.sh("{ iptables-save -t filter; ip6tables-save -t filter; } | grep -E '^-A ufw6?-user-(input|forward) '"), "")
+	}
+	base := files()
+
+	byCommand := Env{NetNS: l.env.NetNS, Runner: l.env.Runner} // no Root: one ufw command per rule
+	if byCommand.seesFiles() {
+		t.Fatal("a runner entering another mount namespace must not be taken for one that sees the files")
+	}
+	dc, _ := NewDriver(byCommand, f, l.private)
+	mustConverge(t, dc, want)
+	filesByUFW, chainsByUFW := files(), chains()
+	if r := mustConverge(t, dc, nil); r.Removed == 0 {
+		t.Fatal("taking the openings away by command removed nothing")
+	}
+	if got := files(); got != base {
+		added, removed := diffLines(base, got)
+		t.Fatalf("ufw's files after removing by command: +%q -%q", added, removed)
+	}
+
+	db, _ := NewDriver(l.env, f, l.private)
+	r := mustConverge(t, db, want)
+	t.Logf("batch: added %d, removed %d", r.Added, r.Removed)
+	if got := files(); got != filesByUFW {
+		added, removed := diffLines(filesByUFW, got)
+		t.Fatalf("the batch wrote ufw's files differently from ufw: +%q -%q", added, removed)
+	}
+	if got := chains(); got != chainsByUFW {
+		added, removed := diffLines(chainsByUFW, got)
+		t.Fatalf("the batch loaded other rules than ufw: +%q -%q", added, removed)
+	}
+	status := l.sh("ufw status")
+	for _, port := range []string{"7000/tcp", "8080/tcp", "53/udp", "9000/tcp", "9001/tcp"} {
+		if !strings.Contains(status, port) {
+			t.Errorf("ufw status does not list %s:\n%s", port, status)
+		}
+	}
+	if !strings.Contains(status, "# meshd:web:incoming:tcp/7000:anywhere") {
+		t.Errorf("ufw status does not show meshd's comment:\n%s", status)
+	}
+	if r := mustConverge(t, db, want); r.Added+r.Removed != 0 {
+		t.Fatalf("a second pass changed %d/%d rules", r.Added, r.Removed)
+	}
+	l.sh("ufw reload >/dev/null") // ufw reloads from its files: what the batch wrote is ufw's own
+	if got := chains(); got != chainsByUFW {
+		added, removed := diffLines(chainsByUFW, got)
+		t.Fatalf("ufw reload changed the rules the batch loaded: +%q -%q", added, removed)
+	}
+	mustConverge(t, db, nil)
+	if got := files(); got != base {
+		added, removed := diffLines(base, got)
+		t.Fatalf("ufw's files after removing in a batch: +%q -%q", added, removed)
+	}
+}

@@ -1,0 +1,321 @@
+package netfilter
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ufw in one batch. ufw has no batch command, and one `ufw allow` per rule costs about half a
+// second (a Python start and an iptables call each): 100 openings took as long as 100 calls by
+// hand. So where meshd can reach ufw's files it speaks ufw's format itself, under ufw's own
+// lock: every rule added or removed is one edit of user.rules and user6.rules, written exactly
+// as `ufw allow … comment …` would write them (ufw itself, `ufw status` and a `ufw reload` keep
+// reading them as their own), and one iptables-restore --noflush of each file puts the same
+// rules in the kernel, as ufw's own reload of its user rules does. The per-rule ufw commands
+// stay for a firewall seen only through a runner in another mount namespace.
+
+// ufwLockPath is the lock every ufw command holds (fcntl, whole file) while it reads and
+// rewrites its files.
+const ufwLockPath = "/run/ufw.lock"
+
+// ufwDefaults is where ufw says whether it keeps IPv6 rules (IPV6=yes).
+const ufwDefaults = "/etc/default/ufw"
+
+// lockUFW takes ufw's lock the way ufw takes it, waiting for a running ufw command to finish
+// (or ctx to end). The returned function releases it.
+func lockUFW(ctx context.Context, env Env) (func(), error) {
+	p := env.path(ufwLockPath)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("ufw's lock: %w", err)
+	}
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0}
+	for {
+		err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk)
+		if err == nil {
+			return func() {
+				lk.Type = syscall.F_UNLCK
+				_ = syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk)
+				f.Close()
+			}, nil
+		}
+		if err != syscall.EAGAIN && err != syscall.EACCES {
+			f.Close()
+			return nil, fmt.Errorf("ufw's lock %s: %w", p, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("ufw's lock %s is held by another ufw command: %w", p, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// ufwFiles is ufw's two rules files as read under its lock; v6 is nil when user6.rules is absent.
+type ufwFiles struct {
+	v4, v6       []byte
+	ipv6         bool // ufw keeps IPv6 rules (IPV6=yes in /etc/default/ufw)
+	mode4, mode6 os.FileInfo
+	path4, p6    string
+	tuples       []ufwTuple
+}
+
+func readUFWFiles(env Env) (*ufwFiles, error) {
+	f := &ufwFiles{path4: env.path(ufwUserRules), p6: env.path(ufwUser6)}
+	var err error
+	if f.v4, err = os.ReadFile(f.path4); err != nil {
+		return nil, fmt.Errorf("ufw is in use but its rules cannot be read: %w", err)
+	}
+	if f.mode4, err = os.Stat(f.path4); err != nil {
+		return nil, err
+	}
+	if b, err := os.ReadFile(f.p6); err == nil {
+		f.v6 = b
+		f.mode6, _ = os.Stat(f.p6)
+	} else if !os.IsNotExist(err) {
+		return nil, err
+	}
+	def, _ := os.ReadFile(env.path(ufwDefaults))
+	f.ipv6 = bytes.Contains(def, []byte("\nIPV6=yes")) || bytes.HasPrefix(def, []byte("IPV6=yes"))
+	for _, b := range [][]byte{f.v4, f.v6} {
+		if b == nil {
+			continue
+		}
+		if !ufwFileComplete(b) {
+			return nil, fmt.Errorf("a ufw rules file does not end in COMMIT, though ufw's lock is held: %w", ErrUnsupported)
+		}
+		ts, err := parseUFWTuples(b)
+		if err != nil {
+			return nil, err
+		}
+		f.tuples = append(f.tuples, ts...)
+	}
+	return f, nil
+}
+
+// ufwRuleLine is the iptables rule ufw writes under a tuple for meshd's openings' shapes:
+// allow or route:allow, one protocol, one port, from anywhere or one prefix, optionally in on
+// one interface. v6 picks ufw's IPv6 chains.
+func ufwRuleLine(text string, v6 bool) (string, error) {
+	f := strings.Fields(text)
+	if len(f) != 7 || (f[0] != "allow" && f[0] != "route:allow") || f[4] != "any" {
+		return "", fmt.Errorf("ufw tuple %q: not a shape meshd writes: %w", text, ErrUnsupported)
+	}
+	chain := "ufw-user-input"
+	if f[0] == "route:allow" {
+		chain = "ufw-user-forward"
+	}
+	if v6 {
+		chain = strings.Replace(chain, "ufw-", "ufw6-", 1)
+	}
+	var b strings.Builder
+	b.WriteString("-A " + chain)
+	if _, iface, ok := strings.Cut(f[6], "_"); ok {
+		b.WriteString(" -i " + iface)
+	}
+	b.WriteString(" -p " + f[1] + " --dport " + f[2])
+	if f[5] != "0.0.0.0/0" && f[5] != "::/0" {
+		b.WriteString(" -s " + f[5])
+	}
+	b.WriteString(" -j ACCEPT")
+	return b.String(), nil
+}
+
+// ufwV6Twin is the IPv6 tuple ufw writes beside an IPv4 one from anywhere; "" when the rule
+// has an IPv4 source and so no twin.
+func ufwV6Twin(text string) string {
+	f := strings.Fields(text)
+	if len(f) != 7 || f[5] != "0.0.0.0/0" {
+		return ""
+	}
+	return strings.ReplaceAll(text, "0.0.0.0/0", "::/0")
+}
+
+// editUFWRules rewrites one rules file: the blocks of the removed rules out, the added ones in
+// before "### END RULES ###", everything else byte for byte. v6 says which file it is.
+func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error) {
+	lines := strings.SplitAfter(string(file), "\n")
+	end := -1
+	for i, l := range lines {
+		if strings.TrimRight(l, "\n") == "### END RULES ###" {
+			end = i
+			break
+		}
+	}
+	if end < 0 {
+		return nil, fmt.Errorf("no \"### END RULES ###\" line: %w", ErrUnsupported)
+	}
+	gone := map[string]bool{}
+	for _, r := range remove {
+		gone[r.slot()] = true
+	}
+	var out []string
+	for i := 0; i < end; i++ {
+		l := lines[i]
+		if !strings.HasPrefix(l, "### tuple ### ") {
+			out = append(out, l)
+			continue
+		}
+		t, err := parseTupleLine(strings.TrimRight(l, "\n"))
+		if err != nil {
+			return nil, err
+		}
+		folded := ufwMarked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}
+		if !gone[(ufwMarked{t.Comment, t.Text}).slot()] && !gone[folded.slot()] {
+			out = append(out, l)
+			continue
+		}
+		// skip the tuple, its rule lines and the blank line that ends its block
+		for i+1 < end && strings.TrimSpace(lines[i+1]) != "" {
+			i++
+		}
+		if i+1 < end {
+			i++
+		}
+	}
+	for _, a := range add {
+		text := a.text
+		isV6 := strings.Contains(strings.Fields(text)[5], ":")
+		if v6 && !isV6 {
+			if text = ufwV6Twin(text); text == "" {
+				continue
+			}
+		} else if !v6 && isV6 {
+			continue
+		}
+		rule, err := ufwRuleLine(text, v6)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, "### tuple ### "+text+" comment="+hex.EncodeToString([]byte(a.mark))+"\n", rule+"\n", "\n")
+	}
+	out = append(out, lines[end:]...)
+	return []byte(strings.Join(out, "")), nil
+}
+
+// writeUFWFile replaces a rules file in one rename, with its mode and owner kept.
+func writeUFWFile(path string, b []byte, was os.FileInfo) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".meshd-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err == nil {
+		err = tmp.Sync()
+	}
+	if err == nil && was != nil {
+		if err = tmp.Chmod(was.Mode().Perm()); err == nil {
+			if st, ok := was.Sys().(*syscall.Stat_t); ok {
+				err = tmp.Chown(int(st.Uid), int(st.Gid))
+			}
+		}
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// convergeFiles is the batch: under ufw's lock, read its files, decide, and when something
+// changes load the edited files into the kernel (one iptables-restore --noflush per family,
+// which refills ufw's user chains exactly as `ufw reload` would) and then write them. A kernel
+// load that fails leaves the files as they were, so the next pass decides again.
+func (d *ufwDriver) convergeFiles(ctx context.Context, want map[string]Opening, keys []string) (rules []ufwMarked, heldBy map[string]string, have []ufwMarked, out outcome, err error) {
+	unlock, err := lockUFW(ctx, d.env)
+	if err != nil {
+		return nil, nil, nil, out, err
+	}
+	defer unlock()
+	files, err := readUFWFiles(d.env)
+	if err != nil {
+		return nil, nil, nil, out, err
+	}
+	rules, heldBy, failed := ufwWant(files.tuples, want, keys, d.priv)
+	have = markedTuples(files.tuples)
+	add, remove := plan(have, rules)
+	out = newOutcome()
+	out.failed = failed
+	if len(add)+len(remove) == 0 {
+		return rules, heldBy, have, out, nil
+	}
+	for _, t := range add {
+		out.missingBefore[t.mark] = true
+	}
+	if err := d.writeBatch(ctx, files, add, remove); err != nil {
+		d.env.log().Warn("ufw batch failed", "added", len(add), "removed", len(remove), "err", err)
+		for _, t := range add {
+			out.failed[t.mark] = err.Error()
+		}
+		return rules, heldBy, have, out, nil
+	}
+	out.added, out.removed = len(add), len(remove)
+	// what ufw now holds: have less the removed, plus the added
+	gone := heldSlots(remove)
+	var now []ufwMarked
+	for _, h := range have {
+		if gone[h.slot()] == 0 {
+			now = append(now, h)
+		}
+	}
+	return rules, heldBy, append(now, add...), out, nil
+}
+
+// writeBatch edits both files, loads them where ufw's chains are loaded, then writes them.
+func (d *ufwDriver) writeBatch(ctx context.Context, files *ufwFiles, add, remove []ufwMarked) error {
+	v4, err := editUFWRules(files.v4, add, remove, false)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ufwUserRules, err)
+	}
+	var v6 []byte
+	if files.v6 != nil {
+		add6 := add
+		if !files.ipv6 { // ufw writes no IPv6 twin then
+			add6 = nil
+		}
+		if v6, err = editUFWRules(files.v6, add6, remove, true); err != nil {
+			return fmt.Errorf("%s: %w", ufwUser6, err)
+		}
+	}
+	backend := d.found.Backend
+	if backend == "" {
+		backend = "nft"
+	}
+	x, _, err := readXT(ctx, d.env, backend)
+	if err != nil {
+		return err
+	}
+	if x != nil && x.has("ufw-user-input") { // ufw is loaded: the kernel first
+		if _, err := d.env.runIn(ctx, v4, xtBin(backend, "iptables-restore"), "--noflush"); err != nil {
+			return fmt.Errorf("load ufw's edited user.rules: %w", err)
+		}
+		if v6 != nil && files.ipv6 {
+			if _, err := d.env.runIn(ctx, v6, "ip6tables-"+backend+"-restore", "--noflush"); err != nil {
+				_, _ = d.env.runIn(ctx, files.v4, xtBin(backend, "iptables-restore"), "--noflush")
+				return fmt.Errorf("load ufw's edited user6.rules: %w", err)
+			}
+		}
+	}
+	if err := writeUFWFile(files.path4, v4, files.mode4); err != nil {
+		return err
+	}
+	if v6 != nil {
+		if err := writeUFWFile(files.p6, v6, files.mode6); err != nil {
+			return err
+		}
+	}
+	return nil
+}
