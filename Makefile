@@ -25,8 +25,9 @@ vet: deps
 test: vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee /tmp/meshd-test.log; exit $${PIPESTATUS[0]}
 
+# The side-by-side figures (docs/performance.md): one table, and bench/results.json.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./cmd/meshbench --out bench/results.json
 
 demo: build
 	@bash scripts/demo.sh

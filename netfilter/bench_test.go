@@ -2,8 +2,13 @@ package netfilter
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkNoopConverge is the cost of the re-check every reconcile (and the watcher) pays
@@ -31,33 +36,223 @@ func BenchmarkNoopConverge(b *testing.B) {
 	}
 }
 
-// BenchmarkUFWApply is N openings put in force through a found ufw, and taken away again:
-// in meshd's one batch, against one `ufw allow` per rule (what an operator, or meshd without
-// sight of ufw's files, does).
-func BenchmarkUFWApply(b *testing.B) {
-	l := newUFWLab(b)
-	f, err := Detect(context.Background(), l.env)
-	if err != nil {
-		b.Fatal(err)
+// The side-by-side figures of docs/performance.md (issue 18), read by cmd/meshbench: each
+// sub-benchmark's name is KIND/WAY/N, WAY one of
+//   meshd    the driver puts N openings in force from none (one pass, one batch)
+//   by-hand  the same N rules the way an operator would: `ufw allow` per port, `nft add rule`
+//            per rule, `iptables -A` per rule
+//   nft-f    (nftables) the N rules in one `nft -f` file: the floor meshd's batch is held to
+//   recheck  a pass with the N openings in place and nothing to change
+//   restore  the found firewall reloaded (nft -f with flush ruleset, iptables-restore of the
+//            found rules, ufw reload) until the watch has every opening back in force
+// MESHD_BENCH_N lists the sizes (default 10,100,1000); `ufw allow` per port stops at 100
+// unless MESHD_BENCH_LONG=1 (1000 calls take about ten minutes).
+
+func benchSizes() []int {
+	v := os.Getenv("MESHD_BENCH_N")
+	if v == "" {
+		v = "10,100,1000"
 	}
-	for _, n := range []int{10, 100} {
-		var want []Opening
-		for i := 0; i < n; i++ {
-			want = append(want, Opening{Module: "m", Proto: "tcp", Port: uint16(30000 + i), From: FromAnywhere, Path: PathIncoming})
+	var ns []int
+	for _, f := range strings.Split(v, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			ns = append(ns, n)
 		}
-		for _, way := range []struct {
-			name string
-			env  Env
-		}{{"batch", l.env}, {"ufw-allow-per-rule", Env{NetNS: l.env.NetNS, Runner: l.env.Runner}}} {
-			b.Run(way.name+"/"+strconv.Itoa(n), func(b *testing.B) {
-				d, _ := NewDriver(way.env, f, l.private)
-				for i := 0; i < b.N; i++ {
+	}
+	return ns
+}
+
+func bulkOpenings(n int, path string) []Opening {
+	want := make([]Opening, n)
+	for i := range want {
+		want[i] = Opening{Module: "bulk", Proto: "tcp", Port: uint16(20000 + i), From: FromAnywhere, Path: path}
+	}
+	return want
+}
+
+// benchKind is one found firewall on a bench lab: how to raise it, how an operator adds N
+// rules by hand, and how the found firewall is reloaded.
+type benchKind struct {
+	name   string
+	setup  func(l *lab)
+	byHand func(l *lab, ports []int)
+	reset  func(l *lab) // back to the found firewall alone
+	reload string       // the found firewall's own reload
+	path   string       // what the restore figure opens (ufw reload keeps incoming rules: they are ufw's)
+}
+
+func benchKinds() []benchKind {
+	xtFound := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:DOCKER-USER - [0:0]\n" +
+		"-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A INPUT -i lo -j ACCEPT\n" +
+		"-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n-A FORWARD -j DOCKER-USER\nCOMMIT\n"
+	return []benchKind{
+		{
+			name: "nftables", path: PathIncoming, reload: "nft -f /etc/nftables.conf",
+			setup: func(l *lab) { l.writeHostFile("nftables.conf", foundNftConf(l)); l.sh("nft -f /etc/nftables.conf") },
+			byHand: func(l *lab, ports []int) {
+				var b strings.Builder
+				for _, p := range ports {
+					fmt.Fprintf(&b, "nft add rule inet nffound input tcp dport %d accept\n", p)
+				}
+				l.sh(b.String())
+			},
+			reset: func(l *lab) { l.sh("nft -f /etc/nftables.conf") },
+		},
+		{
+			name: "iptables", path: PathIncoming, reload: "iptables-restore < /etc/iptables/rules.v4",
+			setup: func(l *lab) {
+				l.writeHostFile("rules.v4", xtFound)
+				l.sh("mkdir -p /etc/iptables && cat > /etc/iptables/rules.v4 <<'EOF'\n" + xtFound + "EOF\niptables-restore < /etc/iptables/rules.v4")
+			},
+			byHand: func(l *lab, ports []int) {
+				var b strings.Builder
+				for _, p := range ports {
+					fmt.Fprintf(&b, "iptables -A INPUT -p tcp --dport %d -j ACCEPT\n", p)
+				}
+				l.sh(b.String())
+			},
+			reset: func(l *lab) { l.sh("iptables-restore < /etc/iptables/rules.v4") },
+		},
+		{
+			name: "ufw", path: PathForwarded, reload: "ufw reload",
+			setup: func(l *lab) {
+				l.sh("ufw allow 22/tcp >/dev/null && ufw --force enable >/dev/null && " +
+					"cp /etc/ufw/user.rules /etc/ufw/user.rules.found && cp /etc/ufw/user6.rules /etc/ufw/user6.rules.found")
+			},
+			byHand: func(l *lab, ports []int) {
+				var b strings.Builder
+				for _, p := range ports {
+					fmt.Fprintf(&b, "ufw allow %d/tcp >/dev/null\n", p)
+				}
+				l.sh(b.String())
+			},
+			reset: func(l *lab) {
+				l.sh("cp /etc/ufw/user.rules.found /etc/ufw/user.rules && cp /etc/ufw/user6.rules.found /etc/ufw/user6.rules && ufw reload >/dev/null")
+			},
+		},
+	}
+}
+
+func BenchmarkOpenings(b *testing.B) {
+	long := os.Getenv("MESHD_BENCH_LONG") == "1"
+	for _, k := range benchKinds() {
+		b.Run(k.name, func(b *testing.B) {
+			l := newLab(b)
+			if k.name == "ufw" {
+				l = newUFWLab(b)
+			}
+			k.setup(l)
+			f, err := Detect(context.Background(), l.env)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d, _ := NewDriver(l.env, f, l.private)
+			for _, n := range benchSizes() {
+				want := bulkOpenings(n, PathIncoming)
+				ports := make([]int, n)
+				for i := range ports {
+					ports[i] = 20000 + i
+				}
+				b.Run("meshd/"+strconv.Itoa(n), func(b *testing.B) {
+					for i := 0; i < b.N; i++ {
+						if r := mustConverge(b, d, want); r.Added < n {
+							b.Fatalf("added %d of %d", r.Added, n)
+						}
+						b.StopTimer()
+						mustConverge(b, d, nil)
+						b.StartTimer()
+					}
+				})
+				b.Run("recheck/"+strconv.Itoa(n), func(b *testing.B) {
 					mustConverge(b, d, want)
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						if r := mustConverge(b, d, want); r.Added+r.Removed != 0 {
+							b.Fatalf("a pass with nothing to do wrote %d/%d", r.Added, r.Removed)
+						}
+					}
 					b.StopTimer()
 					mustConverge(b, d, nil)
-					b.StartTimer()
+				})
+				if k.name == "nftables" {
+					b.Run("nft-f/"+strconv.Itoa(n), func(b *testing.B) {
+						var file strings.Builder
+						for _, p := range ports {
+							fmt.Fprintf(&file, "add rule inet nffound input tcp dport %d accept\n", p)
+						}
+						bulk := filepath.Join(l.dir, "bulk.nft")
+						if err := os.WriteFile(bulk, []byte(file.String()), 0o644); err != nil {
+							b.Fatal(err)
+						}
+						b.ResetTimer()
+						for i := 0; i < b.N; i++ {
+							l.sh("nft -f " + bulk)
+							b.StopTimer()
+							k.reset(l)
+							b.StartTimer()
+						}
+					})
 				}
-			})
+				if k.name != "ufw" || n <= 100 || long {
+					b.Run("by-hand/"+strconv.Itoa(n), func(b *testing.B) {
+						for i := 0; i < b.N; i++ {
+							k.byHand(l, ports)
+							b.StopTimer()
+							k.reset(l)
+							b.StartTimer()
+						}
+					})
+				}
+				b.Run("restore/"+strconv.Itoa(n), func(b *testing.B) { benchRestore(b, l, d, k, bulkOpenings(n, k.path)) })
+			}
+		})
+	}
+}
+
+// benchRestore times the end of the found firewall's reload to the watch's pass that has every opening
+// back in force.
+func benchRestore(b *testing.B, l *lab, d Driver, k benchKind, want []Opening) {
+	mustConverge(b, d, want)
+	ctx, cancel := context.WithCancel(context.Background())
+	restored := make(chan struct{}, 1)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		Watch(ctx, l.env, 500*time.Millisecond, func(ctx context.Context) {
+			if r, err := d.Converge(ctx, want); err == nil && r.Added > 0 && allInForce(r) {
+				select {
+				case restored <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		select {
+		case <-restored:
+		default:
+		}
+		l.sh(k.reload + " >/dev/null") // from the reload's end: meshd cannot act before it is done
+		b.StartTimer()
+		select {
+		case <-restored:
+		case <-time.After(30 * time.Second):
+			b.Fatalf("%s: openings not back in force 30 s after %q", k.name, k.reload)
 		}
 	}
+	b.StopTimer()
+	cancel()
+	<-watched
+	mustConverge(b, d, nil)
+}
+
+func allInForce(r Report) bool {
+	for _, o := range r.Openings {
+		if o.State != InForce && o.State != Restored {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options says what to run.
+type Options struct {
+	Count int
+	Sizes string
+	Long  bool
+	Log   io.Writer // the benchmarks' own output goes here as it runs (nil: nowhere)
+	// Suites overrides the packages and benchmarks run (tests use a small one).
+	Suites []Suite
+}
+
+// Suite is one `go test -bench` invocation.
+type Suite struct {
+	Package string
+	Bench   string // -bench regexp
+}
+
+// DefaultSuites are the benchmarks docs/performance.md explains.
+var DefaultSuites = []Suite{
+	{Package: "./netfilter/", Bench: "^BenchmarkOpenings$"},
+	{Package: "./host/", Bench: "^BenchmarkNoOpPass$"},
+	{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
+	{Package: "./gossip/", Bench: "^BenchmarkVerifyReport$"},
+}
+
+// Bench is one benchmark's runs.
+type Bench struct {
+	Runs     []float64 `json:"runs_ns"` // ns/op of each run
+	MedianNs float64   `json:"median_ns"`
+	Allocs   float64   `json:"allocs_per_op,omitempty"`
+	Bytes    float64   `json:"bytes_per_op,omitempty"`
+}
+
+// Figure is one line of the table: a meshd figure, what an operator's way took in the same
+// run, their ratio, and the goal the issue set for it.
+type Figure struct {
+	Key     string  `json:"key"`
+	What    string  `json:"what"`
+	MeshdMs float64 `json:"meshd_ms"`
+	VsMs    float64 `json:"versus_ms,omitempty"`
+	Versus  string  `json:"versus,omitempty"`
+	Ratio   float64 `json:"ratio,omitempty"` // versus / meshd: how many times faster meshd is
+	Goal    string  `json:"goal,omitempty"`
+	Met     *bool   `json:"met,omitempty"`
+}
+
+// Results is what a run found, as written to bench/results.json.
+type Results struct {
+	When    time.Time        `json:"when"`
+	Machine string           `json:"machine"`
+	Count   int              `json:"count"`
+	Sizes   string           `json:"sizes"`
+	Figures []Figure         `json:"figures"`
+	Benches map[string]Bench `json:"benchmarks"`
+}
+
+// benchLine is one result line of `go test -bench`: name-GOMAXPROCS, iterations, ns/op, then
+// optional B/op and allocs/op.
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+
+// Run runs every suite Count times (one iteration each for the side-by-side figures, which
+// are seconds long; Go picks the iterations of the micro-benchmarks) and gathers the figures.
+func Run(o Options) (*Results, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	suites := o.Suites
+	if suites == nil {
+		suites = DefaultSuites
+	}
+	res := &Results{When: time.Now().UTC(), Machine: machine(), Count: o.Count, Sizes: o.Sizes, Benches: map[string]Bench{}}
+	for _, s := range suites {
+		args := []string{"test", "-run", "^$", "-bench", s.Bench, "-benchmem", "-count", strconv.Itoa(o.Count), s.Package}
+		if strings.Contains(s.Package, "netfilter") {
+			args = append(args[:len(args)-1], "-benchtime", "1x", s.Package)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "MESHD_BENCH_N="+o.Sizes)
+		if o.Long {
+			cmd.Env = append(cmd.Env, "MESHD_BENCH_LONG=1")
+		}
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if o.Log != nil {
+			cmd.Stdout = io.MultiWriter(&out, o.Log)
+			cmd.Stderr = o.Log
+		}
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("go %s: %w (its output says why)", strings.Join(args, " "), err)
+		}
+		parse(out.Bytes(), res.Benches)
+	}
+	for name, b := range res.Benches {
+		b.MedianNs = median(b.Runs)
+		res.Benches[name] = b
+	}
+	res.Figures = figures(res.Benches, sizes(o.Sizes))
+	return res, nil
+}
+
+func parse(out []byte, into map[string]Bench) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		ns, _ := strconv.ParseFloat(m[2], 64)
+		b := into[m[1]]
+		b.Runs = append(b.Runs, ns)
+		if m[3] != "" {
+			b.Bytes, _ = strconv.ParseFloat(m[3], 64)
+		}
+		if m[4] != "" {
+			b.Allocs, _ = strconv.ParseFloat(m[4], 64)
+		}
+		into[m[1]] = b
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func sizes(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// figures turns the benchmarks into the table's lines, with the goals issue 18 set.
+func figures(b map[string]Bench, ns []string) []Figure {
+	ms := func(name string) (float64, bool) {
+		x, ok := b[name]
+		return x.MedianNs / 1e6, ok && len(x.Runs) > 0
+	}
+	var fs []Figure
+	for _, kind := range []string{"nftables", "iptables", "ufw"} {
+		by := map[string]string{"nftables": "`nft add rule` per rule", "iptables": "`iptables -A` per rule", "ufw": "`ufw allow` per port"}[kind]
+		for _, n := range ns {
+			pre := "BenchmarkOpenings/" + kind + "/"
+			m, ok := ms(pre + "meshd/" + n)
+			if !ok {
+				continue
+			}
+			f := Figure{Key: "openings." + kind + "." + n, What: n + " openings through a found " + kind, MeshdMs: m}
+			if v, ok := ms(pre + "by-hand/" + n); ok {
+				f.VsMs, f.Versus, f.Ratio = v, by, v/m
+			}
+			switch {
+			case kind == "nftables" && n == "1000":
+				f.Goal = "≤ 100 ms"
+				f.Met = boolp(m <= 100)
+			case kind == "ufw" && f.Ratio > 0:
+				f.Goal = "≥ 10× faster"
+				f.Met = boolp(f.Ratio >= 10)
+			}
+			fs = append(fs, f)
+			if kind == "nftables" {
+				if v, ok := ms(pre + "nft-f/" + n); ok {
+					fs = append(fs, Figure{Key: "openings.nftables." + n + ".vs_nft_f", What: n + " openings vs the same rules in one `nft -f`", MeshdMs: m, VsMs: v, Versus: "one `nft -f`", Ratio: v / m})
+				}
+			}
+			if v, ok := ms(pre + "recheck/" + n); ok {
+				fs = append(fs, Figure{Key: "recheck." + kind + "." + n, What: "a pass with " + n + " openings in place, nothing to do (" + kind + ")", MeshdMs: v})
+			}
+			if v, ok := ms(pre + "restore/" + n); ok {
+				fs = append(fs, Figure{Key: "restore." + kind + "." + n, What: "found " + kind + " reloaded to " + n + " openings back in force", MeshdMs: v, Goal: "< 500 ms", Met: boolp(v < 500)})
+			}
+		}
+	}
+	if v, ok := ms("BenchmarkNoOpPass"); ok {
+		fs = append(fs, Figure{Key: "reconcile.noop.40files", What: fmt.Sprintf("a host pass with nothing to do, 40 files (%.0f allocs)", b["BenchmarkNoOpPass"].Allocs), MeshdMs: v})
+	}
+	if v, ok := ms("BenchmarkCompose"); ok {
+		fs = append(fs, Figure{Key: "fsm.compose", What: "compose one node's declaration from the record", MeshdMs: v})
+	}
+	if v, ok := ms("BenchmarkVerifyReport"); ok {
+		fs = append(fs, Figure{Key: "gossip.verify_report", What: "verify one signed host report", MeshdMs: v})
+	}
+	return fs
+}
+
+func boolp(b bool) *bool { return &b }
+
+// Table prints the figures, one line each.
+func (r *Results) Table(w io.Writer) {
+	fmt.Fprintf(w, "meshd benchmarks — %s, %d run(s) each, median; %s\n\n", r.When.Format(time.RFC3339), r.Count, r.Machine)
+	fmt.Fprintf(w, "%-34s %12s %12s  %-26s %9s  %s\n", "FIGURE", "MESHD", "VERSUS", "(WAY)", "RATIO", "GOAL")
+	for _, f := range r.Figures {
+		vs, ratio, goal := "", "", f.Goal
+		if f.Versus != "" {
+			vs, ratio = fmtMs(f.VsMs), fmt.Sprintf("%.1f×", f.Ratio)
+		}
+		if f.Met != nil {
+			goal += map[bool]string{true: " met", false: " MISSED"}[*f.Met]
+		}
+		fmt.Fprintf(w, "%-34s %12s %12s  %-26s %9s  %s\n", f.Key, fmtMs(f.MeshdMs), vs, f.Versus, ratio, goal)
+	}
+}
+
+func fmtMs(v float64) string {
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.2f s", v/1000)
+	case v >= 1:
+		return fmt.Sprintf("%.1f ms", v)
+	default:
+		return fmt.Sprintf("%.0f µs", v*1000)
+	}
+}
+
+// JSON is the results as bench/results.json holds them.
+func (r *Results) JSON() []byte {
+	b, _ := json.MarshalIndent(r, "", "  ")
+	return append(b, '\n')
+}
+
+// Write writes the results to path, relative to the module root when not absolute.
+func (r *Results) Write(path string) error {
+	if !filepath.IsAbs(path) {
+		root, err := moduleRoot()
+		if err != nil {
+			return err
+		}
+		path = filepath.Join(root, path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, r.JSON(), 0o644)
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
+		return "", fmt.Errorf("run meshbench inside the meshd module (go env GOMOD: %v)", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+func machine() string {
+	host, _ := os.Hostname()
+	cpu := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu = strings.TrimSpace(l[strings.Index(l, ":")+1:])
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d cores (%s), %s", host, runtime.NumCPU(), cpu, runtime.Version())
+}

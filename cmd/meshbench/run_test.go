@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"meshd/internal/testenv"
+)
+
+// The harness's smoke run (N=10, one run each) so `make bench` cannot rot: it runs the
+// openings benchmarks on the lab and a micro-benchmark, and every figure it promises for N=10
+// is in the table and in the JSON, with a ratio where an operator's way was measured beside it.
+func TestSmokeRun(t *testing.T) {
+	testenv.RequireRoot(t, "the openings benchmarks run on lab namespaces", "nft", "iptables", "ufw", "dockerd")
+	res, err := Run(Options{Count: 1, Sizes: "10", Suites: []Suite{
+		{Package: "./netfilter/", Bench: "^BenchmarkOpenings$"},
+		{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Figure{}
+	for _, f := range res.Figures {
+		got[f.Key] = f
+	}
+	for _, k := range []string{"openings.nftables.10", "openings.iptables.10", "openings.ufw.10", "openings.nftables.10.vs_nft_f",
+		"recheck.nftables.10", "recheck.ufw.10", "restore.nftables.10", "restore.iptables.10", "restore.ufw.10", "fsm.compose"} {
+		f, ok := got[k]
+		if !ok || f.MeshdMs <= 0 {
+			t.Errorf("figure %s missing or zero: %+v", k, f)
+		}
+	}
+	if f := got["openings.ufw.10"]; f.Ratio <= 0 || f.Met == nil {
+		t.Errorf("ufw openings have no ratio against `ufw allow` per port: %+v", f)
+	} else {
+		t.Logf("ufw, 10 openings: meshd %.1f ms, ufw allow per port %.1f ms: %.1f× (goal ≥ 10×)", f.MeshdMs, f.VsMs, f.Ratio)
+	}
+	var table strings.Builder
+	res.Table(&table)
+	if !strings.Contains(table.String(), "openings.ufw.10") || !strings.Contains(table.String(), "`ufw allow` per port") {
+		t.Errorf("table:\n%s", table.String())
+	}
+	out := filepath.Join(t.TempDir(), "results.json")
+	if err := res.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	var back Results
+	b, _ := os.ReadFile(out)
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Figures) != len(res.Figures) {
+		t.Fatalf("results.json does not read back: %v", err)
+	}
+}
+
+func TestParse(t *testing.T) {
+	out := "goos: linux\nBenchmarkOpenings/ufw/meshd/10-2   \t       1\t 108439338 ns/op\t  1024 B/op\t  12 allocs/op\n" +
+		"BenchmarkOpenings/ufw/meshd/10-2   \t       1\t 100000000 ns/op\nBenchmarkCompose-2 \t 5000\t 2400 ns/op\nPASS\n"
+	b := map[string]Bench{}
+	parse([]byte(out), b)
+	if r := b["BenchmarkOpenings/ufw/meshd/10"].Runs; len(r) != 2 || r[0] != 108439338 {
+		t.Fatalf("runs %v", r)
+	}
+	if b["BenchmarkCompose"].Runs[0] != 2400 {
+		t.Fatalf("compose %v", b["BenchmarkCompose"])
+	}
+	if m := median([]float64{5, 1, 3, 100}); m != 4 {
+		t.Fatalf("median %v, want 4", m)
+	}
+}
