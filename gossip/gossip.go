@@ -62,6 +62,10 @@ type Config struct {
 	// Tuning adjusts memberlist's timers; the zero value is memberlist's
 	// LAN profile.
 	Tuning Tuning
+	// Transport, if set, replaces memberlist's UDP/TCP transport: benchmarks
+	// run hundreds of members in one process over memberlist's in-memory
+	// network. An agent leaves it nil.
+	Transport memberlist.Transport
 }
 
 // Tuning selects memberlist's timers. Zero fields keep the profile's value.
@@ -283,6 +287,9 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 	mc.AdvertisePort = c.AdvertisePort
 	if mc.AdvertisePort == 0 {
 		mc.AdvertisePort = c.BindPort
+	}
+	if c.Transport != nil {
+		mc.Transport = c.Transport
 	}
 	return mc, nil
 }

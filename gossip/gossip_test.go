@@ -81,7 +81,7 @@ type gsMember struct {
 
 type gsOpt func(*Config)
 
-func gsStart(t *testing.T, reg *gsRegistry, name string, ring [][]byte, join []string, tuning Tuning, opts ...gsOpt) (*gsMember, error) {
+func gsStart(t testing.TB, reg *gsRegistry, name string, ring [][]byte, join []string, tuning Tuning, opts ...gsOpt) (*gsMember, error) {
 	t.Helper()
 	ev := make(chan MemberEvent, 1024)
 	cfg := Config{
@@ -107,7 +107,7 @@ func gsStart(t *testing.T, reg *gsRegistry, name string, ring [][]byte, join []s
 }
 
 // gsMesh starts len(names) members with one key, each joining the first.
-func gsMesh(t *testing.T, reg *gsRegistry, ring [][]byte, tuning Tuning, names ...string) []*gsMember {
+func gsMesh(t testing.TB, reg *gsRegistry, ring [][]byte, tuning Tuning, names ...string) []*gsMember {
 	t.Helper()
 	var ms []*gsMember
 	for i, name := range names {
@@ -126,7 +126,7 @@ func gsMesh(t *testing.T, reg *gsRegistry, ring [][]byte, tuning Tuning, names .
 }
 
 // gsEventually polls cond until it holds or the deadline passes.
-func gsEventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) time.Duration {
+func gsEventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(within)
@@ -152,7 +152,7 @@ func gsState(g *Gossip, name string) (State, bool) {
 }
 
 // gsAllSee waits until every member sees every named member alive.
-func gsAllSee(t *testing.T, ms []*gsMember, within time.Duration, names ...string) {
+func gsAllSee(t testing.TB, ms []*gsMember, within time.Duration, names ...string) {
 	t.Helper()
 	gsEventually(t, within, "every member sees "+strings.Join(names, ", ")+" alive", func() (bool, string) {
 		for _, m := range ms {

@@ -38,7 +38,7 @@ var DefaultSuites = []Suite{
 	{Package: "./netfilter/", Bench: "^BenchmarkOpenings$"},
 	{Package: "./host/", Bench: "^BenchmarkNoOpPass$"},
 	{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
-	{Package: "./gossip/", Bench: "^BenchmarkVerifyReport$"},
+	{Package: "./gossip/", Bench: "^(BenchmarkVerifyReport|BenchmarkReportSpread)$"},
 }
 
 // Bench is one benchmark's runs.
@@ -47,6 +47,10 @@ type Bench struct {
 	MedianNs float64   `json:"median_ns"`
 	Allocs   float64   `json:"allocs_per_op,omitempty"`
 	Bytes    float64   `json:"bytes_per_op,omitempty"`
+	// Metrics are the benchmark's own figures (b.ReportMetric), unit -> each run's value;
+	// Medians their medians.
+	Metrics map[string][]float64 `json:"metrics,omitempty"`
+	Medians map[string]float64   `json:"metric_medians,omitempty"`
 }
 
 // Figure is one line of the table: a meshd figure, what an operator's way took in the same
@@ -72,9 +76,9 @@ type Results struct {
 	Benches map[string]Bench `json:"benchmarks"`
 }
 
-// benchLine is one result line of `go test -bench`: name-GOMAXPROCS, iterations, ns/op, then
-// optional B/op and allocs/op.
-var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+// benchLine is one result line of `go test -bench`: name-GOMAXPROCS, iterations, then
+// "value unit" pairs (ns/op, B/op, allocs/op and the benchmark's own metrics).
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+((?:\s+[\d.e+-]+ \S+)+)\s*$`)
 
 // Run runs every suite Count times (one iteration each for the side-by-side figures, which
 // are seconds long; Go picks the iterations of the micro-benchmarks) and gathers the figures.
@@ -112,6 +116,12 @@ func Run(o Options) (*Results, error) {
 	}
 	for name, b := range res.Benches {
 		b.MedianNs = median(b.Runs)
+		for unit, v := range b.Metrics {
+			if b.Medians == nil {
+				b.Medians = map[string]float64{}
+			}
+			b.Medians[unit] = median(v)
+		}
 		res.Benches[name] = b
 	}
 	res.Figures = figures(res.Benches, sizes(o.Sizes))
@@ -125,14 +135,26 @@ func parse(out []byte, into map[string]Bench) {
 		if m == nil {
 			continue
 		}
-		ns, _ := strconv.ParseFloat(m[2], 64)
 		b := into[m[1]]
-		b.Runs = append(b.Runs, ns)
-		if m[3] != "" {
-			b.Bytes, _ = strconv.ParseFloat(m[3], 64)
-		}
-		if m[4] != "" {
-			b.Allocs, _ = strconv.ParseFloat(m[4], 64)
+		f := strings.Fields(m[2])
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch unit := f[i+1]; unit {
+			case "ns/op":
+				b.Runs = append(b.Runs, v)
+			case "B/op":
+				b.Bytes = v
+			case "allocs/op":
+				b.Allocs = v
+			default:
+				if b.Metrics == nil {
+					b.Metrics = map[string][]float64{}
+				}
+				b.Metrics[unit] = append(b.Metrics[unit], v)
+			}
 		}
 		into[m[1]] = b
 	}
@@ -200,6 +222,15 @@ func figures(b map[string]Bench, ns []string) []Figure {
 				fs = append(fs, Figure{Key: "restore." + kind + "." + n, What: "found " + kind + " reloaded to " + n + " openings back in force", MeshdMs: v, Goal: "< 500 ms", Met: boolp(v < 500)})
 			}
 		}
+	}
+	for _, n := range []string{"10", "50", "100"} {
+		x, ok := b["BenchmarkReportSpread/"+n]
+		if !ok || x.Medians["ms-to-all"] == 0 {
+			continue
+		}
+		m, model := x.Medians["ms-to-all"], x.Medians["model-ms"]
+		fs = append(fs, Figure{Key: "gossip.spread." + n, What: "a changed host report reaching all " + n + " members", MeshdMs: m,
+			VsMs: model, Versus: "memberlist's epidemic model", Ratio: model / m})
 	}
 	if v, ok := ms("BenchmarkNoOpPass"); ok {
 		fs = append(fs, Figure{Key: "reconcile.noop.40files", What: fmt.Sprintf("a host pass with nothing to do, 40 files (%.0f allocs)", b["BenchmarkNoOpPass"].Allocs), MeshdMs: v})

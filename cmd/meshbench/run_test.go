@@ -56,7 +56,8 @@ func TestSmokeRun(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	out := "goos: linux\nBenchmarkOpenings/ufw/meshd/10-2   \t       1\t 108439338 ns/op\t  1024 B/op\t  12 allocs/op\n" +
-		"BenchmarkOpenings/ufw/meshd/10-2   \t       1\t 100000000 ns/op\nBenchmarkCompose-2 \t 5000\t 2400 ns/op\nPASS\n"
+		"BenchmarkOpenings/ufw/meshd/10-2   \t       1\t 100000000 ns/op\nBenchmarkCompose-2 \t 5000\t 2400 ns/op\n" +
+		"BenchmarkReportSpread/10-2  \t 3\t 324807240 ns/op\t 400.0 model-ms\t 324.7 ms-to-all\nPASS\n"
 	b := map[string]Bench{}
 	parse([]byte(out), b)
 	if r := b["BenchmarkOpenings/ufw/meshd/10"].Runs; len(r) != 2 || r[0] != 108439338 {
@@ -64,6 +65,9 @@ func TestParse(t *testing.T) {
 	}
 	if b["BenchmarkCompose"].Runs[0] != 2400 {
 		t.Fatalf("compose %v", b["BenchmarkCompose"])
+	}
+	if v := b["BenchmarkReportSpread/10"].Metrics["ms-to-all"]; len(v) != 1 || v[0] != 324.7 {
+		t.Fatalf("spread metrics %v", b["BenchmarkReportSpread/10"].Metrics)
 	}
 	if m := median([]float64{5, 1, 3, 100}); m != 4 {
 		t.Fatalf("median %v, want 4", m)
