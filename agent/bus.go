@@ -78,7 +78,11 @@ func (s *serverRole) runBus(ctx context.Context) {
 		srv   *http.Server
 		index uint64
 	)
-	tlsCfg := pki.ServerTLS(s.identity, s.caCert)
+	tlsCfg, err := pki.ServerTLS(s.identity, s.caCert)
+	if err != nil {
+		s.log.Error("bus not served", "err", err)
+		return
+	}
 	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	for ctx.Err() == nil {
 		var port uint16
@@ -235,7 +239,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
-	cert, err := s.secrets.CA.IssueNode(in.Node, pub, time.Now())
+	cert, err := s.secrets.CA.IssueNode(in.Node, pub, pki.ClientCert, time.Now())
 	if err != nil {
 		refuse(http.StatusBadRequest, err)
 		return

@@ -36,8 +36,11 @@ func newServerRole(a *Agent) (*serverRole, error) {
 }
 
 func (s *serverRole) open() error {
-	var err error
-	s.raft, err = openRaft(s.cfg.DataDir, s.node, s.fsm, s.cfg.LogOutput)
+	raftTLS, err := pki.RaftTLS(s.identity, s.caCert)
+	if err != nil {
+		return fmt.Errorf("server node %s: %w (%s)", s.node.Name, err, pki.Path(s.cfg.DataDir, pki.NodeCertFile))
+	}
+	s.raft, err = openRaft(s.cfg.DataDir, s.node, s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
 	return err
 }
 
