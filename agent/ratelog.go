@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// rateLog bounds how often one kind of line reaches the log: at most burst lines per window; the
-// rest are counted, and the next line let through says how many were left out. It is for lines
+// rateLog bounds how often each kind of line (its message) reaches the log: at most burst lines
+// per window; the rest are counted, and the next line of that kind let through says how many were
+// left out. It is for lines
 // anyone on the network can cause (a refused enrolment, a refused Raft handshake), so that a flood
 // of them cannot fill the disk.
 type rateLog struct {
@@ -16,32 +17,41 @@ type rateLog struct {
 	window time.Duration
 	burst  int
 
-	mu         sync.Mutex
+	mu    sync.Mutex
+	kinds map[string]*rateWindow // by message
+	now   func() time.Time
+}
+
+type rateWindow struct {
 	start      time.Time // the current window's start
 	n          int       // lines let through in the current window
 	suppressed int       // lines left out since the last one let through
-	now        func() time.Time
 }
 
 func newRateLog(log *slog.Logger, burst int, window time.Duration) *rateLog {
-	return &rateLog{log: log, burst: burst, window: window, now: time.Now}
+	return &rateLog{log: log, burst: burst, window: window, now: time.Now, kinds: map[string]*rateWindow{}}
 }
 
 // Warn logs msg at warn level unless this window's lines are spent.
 func (l *rateLog) Warn(msg string, args ...any) {
 	l.mu.Lock()
-	now := l.now()
-	if now.Sub(l.start) >= l.window {
-		l.start, l.n = now, 0
+	w := l.kinds[msg]
+	if w == nil {
+		w = &rateWindow{}
+		l.kinds[msg] = w
 	}
-	if l.n >= l.burst {
-		l.suppressed++
+	now := l.now()
+	if now.Sub(w.start) >= l.window {
+		w.start, w.n = now, 0
+	}
+	if w.n >= l.burst {
+		w.suppressed++
 		l.mu.Unlock()
 		return
 	}
-	l.n++
-	left := l.suppressed
-	l.suppressed = 0
+	w.n++
+	left := w.suppressed
+	w.suppressed = 0
 	l.mu.Unlock()
 	if left > 0 {
 		args = append(args, "left_out", left)
