@@ -125,11 +125,16 @@ func (c *clientRole) startClientBus(ctx context.Context, port uint16) {
 	tlsCfg := pki.PeerServerTLS(c.identity, c.caCert)
 	mux := http.NewServeMux()
 	c.peerRoutes(mux)
-	srv := &http.Server{Handler: mux, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second,
+	// The same bounds as a server's bus (buslimit.go): every route here needs a certificate, but
+	// anyone reaching the port can open connections.
+	srv := &http.Server{Handler: http.MaxBytesHandler(mux, busMaxBody), TLSConfig: tlsCfg,
+		ReadHeaderTimeout: busReadHeaderTimeout, ReadTimeout: busReadTimeout, WriteTimeout: busWriteTimeout,
+		IdleTimeout: busIdleTimeout, MaxHeaderBytes: busMaxHeader,
 		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)}
 	c.pb.srv = srv
+	limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, newRateLog(c.log.With("part", "bus"), 10, time.Minute))
 	go func() {
-		if err := srv.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(tls.NewListener(limited, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.log.Error("bus stopped", "port", port, "err", err)
 		}
 	}()
