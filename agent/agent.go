@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"meshd/fsm"
@@ -38,6 +37,9 @@ type Config struct {
 	// SealKey is the seal key file the node's secrets are sealed under; empty means
 	// MESHD_SEAL_KEY, else /etc/meshd/seal.key.
 	SealKey string `yaml:"seal_key"`
+	// SocketGroup is a group (name or number) whose members may use the operator socket besides
+	// root: the socket is then 0660 with that group; empty means root only (0600).
+	SocketGroup string `yaml:"socket_group"`
 	// LogOutput receives Raft's own log; nil means stderr.
 	LogOutput io.Writer `yaml:"-"`
 }
@@ -119,14 +121,20 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 		a.host.Close()
 		return nil, err
 	}
-	ln, err := listenSocket(cfg.Socket)
+	gid, err := SocketGroupID(cfg.SocketGroup)
+	if err != nil {
+		a.role.close()
+		a.host.Close()
+		return nil, err
+	}
+	ln, err := listenSocket(cfg.Socket, gid)
 	if err != nil {
 		a.role.close()
 		a.host.Close()
 		return nil, err
 	}
 	a.ln = ln
-	a.http = &http.Server{Handler: a.role.operatorAPI(), ReadHeaderTimeout: 10 * time.Second}
+	a.http = &http.Server{Handler: onlyOperators(gid, a.role.operatorAPI()), ReadHeaderTimeout: 10 * time.Second, ConnContext: withPeerCred}
 	go func() {
 		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("operator API stopped", "socket", cfg.Socket, "err", err)
@@ -134,30 +142,6 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	}()
 	a.role.logStarted()
 	return a, nil
-}
-
-// listenSocket opens the operator's unix socket, root only: the directory 0700, the socket 0600.
-// A socket left by an agent that died is replaced; one another agent is serving is not.
-func listenSocket(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create socket dir %s: %w", filepath.Dir(path), err)
-	}
-	if _, err := os.Stat(path); err == nil {
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("socket %s is served by another agent; stop it or give this one --socket", path)
-		}
-		os.Remove(path)
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("chmod %s: %w", path, err)
-	}
-	return ln, nil
 }
 
 // Run watches the node's declaration and reconciles the machine to it until ctx is done, then

@@ -78,7 +78,11 @@ func (s *serverRole) runBus(ctx context.Context) {
 		srv   *http.Server
 		index uint64
 	)
-	tlsCfg := pki.ServerTLS(s.identity, s.caCert)
+	tlsCfg, err := pki.ServerTLS(s.identity, s.caCert)
+	if err != nil {
+		s.log.Error("bus not served", "err", err)
+		return
+	}
 	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	for ctx.Err() == nil {
 		var port uint16
@@ -102,9 +106,12 @@ func (s *serverRole) runBus(ctx context.Context) {
 				if srv != nil {
 					_ = srv.Close()
 				}
-				srv = &http.Server{Handler: s.busRoutes(), TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+				srv = &http.Server{Handler: http.MaxBytesHandler(s.busRoutes(), busMaxBody), TLSConfig: tlsCfg, ErrorLog: errLog,
+					ReadHeaderTimeout: busReadHeaderTimeout, ReadTimeout: busReadTimeout, WriteTimeout: busWriteTimeout,
+					IdleTimeout: busIdleTimeout, MaxHeaderBytes: busMaxHeader}
+				limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, s.busRefusals)
 				go func(hs *http.Server) {
-					if err := hs.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					if err := hs.Serve(tls.NewListener(limited, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						s.log.Error("bus stopped", "port", port, "err", err)
 					}
 				}(srv)
@@ -178,11 +185,16 @@ func certIdentity(w http.ResponseWriter, req *http.Request, hint string) (name, 
 }
 
 // ownDeclaration is the operator API's blocking declaration query, for the asking node alone.
+// The caller is a known node, so its long poll is freed from the bus's read and write timeouts
+// (which would end it), within a bound of its own.
 func (s *serverRole) ownDeclaration(w http.ResponseWriter, req *http.Request, peer string) {
 	if want := req.PathValue("node"); want != peer {
 		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s may read only its own declaration, not node %s's", peer, want)})
 		return
 	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Minute))
 	s.getDeclaration(w, req)
 }
 
@@ -207,15 +219,22 @@ func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer s
 // enrol admits a node: the token's signature is checked with the CA, the record spends the token
 // (single use and expiry are the record's), and the node gets its certificate only after Raft
 // committed it.
+//
+// Anyone may call it, so what it logs is bounded: refusals go to busRefusals (a few a minute),
+// with the caller's node name and the reason cut short.
 func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 	var in EnrolRequest
-	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "enrolment request: " + err.Error()})
+	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, enrolMaxBody)).Decode(&in); err != nil {
+		code := http.StatusBadRequest
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			code = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, code, apiError{Error: "enrolment request: " + clip(err.Error(), 200)})
 		return
 	}
 	refuse := func(code int, err error) {
-		s.log.Warn("enrolment refused", "node", in.Node, "from", req.RemoteAddr, "err", err)
-		writeJSON(w, code, apiError{Error: fmt.Sprintf("enrolment of node %s refused: %v", in.Node, err)})
+		s.busRefusals.Warn("enrolment refused", "node", clip(in.Node, 64), "from", req.RemoteAddr, "err", clip(err.Error(), 300))
+		writeJSON(w, code, apiError{Error: fmt.Sprintf("enrolment of node %s refused: %s", clip(in.Node, 64), clip(err.Error(), 1000))})
 	}
 	if _, err := pki.VerifyToken(in.Token, s.caCert, time.Now()); err != nil {
 		refuse(http.StatusForbidden, err)
@@ -235,7 +254,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
-	cert, err := s.secrets.CA.IssueNode(in.Node, pub, time.Now())
+	cert, err := s.secrets.CA.IssueNode(in.Node, pub, pki.ClientCert, time.Now())
 	if err != nil {
 		refuse(http.StatusBadRequest, err)
 		return

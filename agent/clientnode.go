@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"meshd/gossip"
+	"meshd/host"
 	"meshd/pki"
 )
 
@@ -258,36 +259,12 @@ func (c *clientRole) watchBus(ctx context.Context) {
 
 // postReports sends the host's report to a server over the bus after each pass, and again now and
 // then so a server that restarted (reports live in its memory) has it back, while the node's
-// gossip sees no server alive: gossip is how reports travel, the bus is the fallback.
+// gossip sees no server alive: gossip is how reports travel, the bus is the fallback. A failed
+// post is retried with backoff (reportpost.go).
 func (c *clientRole) postReports(ctx context.Context) {
-	var sent time.Time
-	var at time.Time
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rep := c.host.Report()
-		if rep.When.IsZero() || (rep.When.Equal(sent) && time.Since(at) < 15*time.Second) {
-			continue
-		}
-		if c.serverAlive() {
-			// Gossip carries the report, signed, to the servers: the bus is the fallback only.
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := c.busJSON(rctx, http.MethodPost, "/v1/report", rep, nil)
-		cancel()
-		at = time.Now()
-		if err != nil {
-			c.log.Warn("host report not delivered; will retry", "err", err)
-			continue
-		}
-		sent = rep.When
-	}
+	newReportPoster(c.log, c.host.Report, c.serverAlive, func(ctx context.Context, rep host.Report) error {
+		return c.busJSON(ctx, http.MethodPost, "/v1/report", rep, nil)
+	}).run(ctx)
 }
 
 // serverAlive says whether this (client) node's gossip sees a server alive: while it does, its

@@ -160,7 +160,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		return nil, err
 	}
 	nodePub := nodeKey.Public().(ed25519.PublicKey)
-	nodeCert, err := ca.IssueNode(opts.Name, nodePub, time.Now())
+	nodeCert, err := ca.IssueNode(opts.Name, nodePub, pki.ServerCert, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -173,8 +173,18 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if logOut == nil {
 		logOut = io.Discard
 	}
+	id, err := pki.Identity(nodeCert, ca.CertPEM, nodeKey)
+	if err != nil {
+		os.RemoveAll(filepath.Join(opts.DataDir, pki.Subdir))
+		return nil, err
+	}
+	raftTLS, err := pki.RaftTLS(id, ca.Cert)
+	if err != nil {
+		os.RemoveAll(filepath.Join(opts.DataDir, pki.Subdir))
+		return nil, err
+	}
 	f := fsm.NewFSM()
-	rn, err := openRaft(opts.DataDir, nf, f, logOut)
+	rn, err := openRaft(opts.DataDir, nf, f, raftTLS, log, logOut)
 	if err != nil {
 		os.RemoveAll(raftDir(opts.DataDir))
 		return nil, err

@@ -21,26 +21,46 @@ import (
 // with that very key; keyring operations are a server's alone.
 
 type peerBus struct {
-	once   sync.Once
-	client *http.Client
-	srv    *http.Server
-	port   uint16 // the port srv serves
-	mu     sync.Mutex
+	clientsMu sync.Mutex
+	// clients are the mTLS clients for other nodes' buses, one per node and key: each accepts
+	// only that node's certificate (pki.PeerTLS).
+	clients map[string]*http.Client
+	srv     *http.Server
+	port    uint16 // the port srv serves
+	mu      sync.Mutex
 }
 
-// peerHTTP is the mTLS client this node calls other nodes' buses with.
-func (a *Agent) peerHTTP() *http.Client {
-	a.pb.once.Do(func() {
-		a.pb.client = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&a.identity, a.caCert),
-			IdleConnTimeout: time.Minute}}
-	})
-	return a.pb.client
+// peerHTTP is the mTLS client this node calls node p's bus with: the answer must come with p's
+// certificate for the key the mesh knows p by, so no other node (a client in the path) answers
+// for it.
+func (a *Agent) peerHTTP(p GossipPeer) (*http.Client, error) {
+	pub, err := pki.ParsePublicKey(p.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", p.Name, err)
+	}
+	a.pb.clientsMu.Lock()
+	defer a.pb.clientsMu.Unlock()
+	key := p.Name + " " + p.PublicKey
+	if c := a.pb.clients[key]; c != nil {
+		return c, nil
+	}
+	if a.pb.clients == nil {
+		a.pb.clients = map[string]*http.Client{}
+	}
+	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: pki.PeerTLS(&a.identity, a.caCert, p.Name, pub),
+		IdleConnTimeout: time.Minute}}
+	a.pb.clients[key] = c
+	return c, nil
 }
 
 // peerJSON calls one node's bus; errors name the node, its bus address and port.
 func (a *Agent) peerJSON(ctx context.Context, p GossipPeer, method, path string, in, out any) error {
 	addr := net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Bus)))
-	bus := jsonHTTP{client: a.peerHTTP(), base: "https://" + addr, limit: 4 << 20}
+	client, err := a.peerHTTP(p)
+	if err != nil {
+		return err
+	}
+	bus := jsonHTTP{client: client, base: "https://" + addr, limit: 4 << 20}
 	resp, err := bus.send(ctx, method, path, in)
 	if err != nil {
 		return fmt.Errorf("node %s (bus %s, tcp port %d): %w", p.Name, addr, p.Bus, err)
@@ -102,14 +122,19 @@ func (c *clientRole) startClientBus(ctx context.Context, port uint16) {
 		c.log.Info("bus moving", "from", c.pb.port, "to", port)
 	}
 	c.pb.port = port
-	tlsCfg := pki.ServerTLS(c.identity, c.caCert)
+	tlsCfg := pki.PeerServerTLS(c.identity, c.caCert)
 	mux := http.NewServeMux()
 	c.peerRoutes(mux)
-	srv := &http.Server{Handler: mux, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second,
+	// The same bounds as a server's bus (buslimit.go): every route here needs a certificate, but
+	// anyone reaching the port can open connections.
+	srv := &http.Server{Handler: http.MaxBytesHandler(mux, busMaxBody), TLSConfig: tlsCfg,
+		ReadHeaderTimeout: busReadHeaderTimeout, ReadTimeout: busReadTimeout, WriteTimeout: busWriteTimeout,
+		IdleTimeout: busIdleTimeout, MaxHeaderBytes: busMaxHeader,
 		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)}
 	c.pb.srv = srv
+	limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, newRateLog(c.log.With("part", "bus"), 10, time.Minute))
 	go func() {
-		if err := srv.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(tls.NewListener(limited, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.log.Error("bus stopped", "port", port, "err", err)
 		}
 	}()

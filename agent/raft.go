@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -38,8 +39,9 @@ type raftNode struct {
 func raftDir(dataDir string) string { return filepath.Join(dataDir, "raft") }
 
 // openRaft starts Raft for node n on its data dir. The log and stable store are one bolt file;
-// snapshots are files beside it.
-func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, logOut io.Writer) (*raftNode, error) {
+// snapshots are files beside it. Its transport is mutual TLS with tlsCfg (pki.RaftTLS): only a
+// server of the mesh reaches the log; refused peers are logged to log, a few a minute.
+func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, tlsCfg *tls.Config, log *slog.Logger, logOut io.Writer) (*raftNode, error) {
 	dir := raftDir(dataDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
@@ -59,11 +61,13 @@ func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, logOut io.Writer) (*raftN
 		store.Close()
 		return nil, fmt.Errorf("raft address %s: %w", addr, err)
 	}
-	transport, err := raft.NewTCPTransport(addr, adv, 3, 10*time.Second, logOut)
+	stream, err := listenRaftTLS(addr, adv, tlsCfg, log)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("raft port %s: %w", addr, err)
 	}
+	transport := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: stream, MaxPool: 3, Timeout: 10 * time.Second,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "raft-net", Output: logOut, Level: hclog.Warn})})
 	cfg := raft.DefaultConfig()
 	cfg.LocalID = raft.ServerID(n.ID)
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Output: logOut, Level: hclog.Warn})

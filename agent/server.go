@@ -25,6 +25,10 @@ type serverRole struct {
 	// reports are the clients' last host reports, as they posted them to this server's bus.
 	reportsMu sync.Mutex
 	reports   map[string]host.Report
+
+	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
+	// over the limit), a few lines a minute.
+	busRefusals *rateLog
 }
 
 // newServerRole checks that the node can act as a server: it holds the mesh CA key.
@@ -32,12 +36,16 @@ func newServerRole(a *Agent) (*serverRole, error) {
 	if a.secrets.CA == nil {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
-	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]host.Report{}}, nil
+	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]host.Report{},
+		busRefusals: newRateLog(a.log.With("part", "bus"), 10, time.Minute)}, nil
 }
 
 func (s *serverRole) open() error {
-	var err error
-	s.raft, err = openRaft(s.cfg.DataDir, s.node, s.fsm, s.cfg.LogOutput)
+	raftTLS, err := pki.RaftTLS(s.identity, s.caCert)
+	if err != nil {
+		return fmt.Errorf("server node %s: %w (%s)", s.node.Name, err, pki.Path(s.cfg.DataDir, pki.NodeCertFile))
+	}
+	s.raft, err = openRaft(s.cfg.DataDir, s.node, s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
 	return err
 }
 

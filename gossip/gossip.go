@@ -140,6 +140,7 @@ type Gossip struct {
 	rejected map[Reason]uint64
 
 	intents   map[string]time.Time // members that announced a graceful leave (signed), when
+	lastLeave map[string]int64     // the newest leave intent taken from each node (signed Unix ns): an older or equal one is a replay
 	leaveAcks chan string          // while this member leaves: who acknowledged its intent
 	stopped   atomic.Bool
 	dropped   atomic.Uint64
@@ -156,12 +157,13 @@ func Start(cfg Config) (*Gossip, error) {
 		return nil, err
 	}
 	g := &Gossip{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		members:  map[string]*Member{},
-		reports:  map[string]*stored{},
-		rejected: map[Reason]uint64{},
-		intents:  map[string]time.Time{},
+		cfg:       cfg,
+		log:       cfg.Logger,
+		members:   map[string]*Member{},
+		reports:   map[string]*stored{},
+		rejected:  map[Reason]uint64{},
+		intents:   map[string]time.Time{},
+		lastLeave: map[string]int64{},
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)

@@ -470,3 +470,43 @@ func TestLateLeaveIntentTurnsFailedIntoLeft(t *testing.T) {
 		t.Fatalf("event %+v, want gs-c left", e)
 	}
 }
+
+// A leave intent is good once and for LeaveMaxAge: one signed long ago (a
+// recording replayed), or the very intent already taken sent again, is
+// refused as stale and leaves a failed node failed.
+func TestStaleOrReplayedLeaveIntentIsRefused(t *testing.T) {
+	reg := &gsRegistry{}
+	key := reg.enrol(t, "gs-c")
+	g := gsBare(reg, "gs-a", nil)
+	g.members["gs-c"] = &Member{Name: "gs-c", State: StateFailed, Since: time.Now()}
+	signed := func(at time.Time) []byte {
+		l := leaveIntent{Node: "gs-c", At: at.UnixNano()}
+		l.Sig = ed25519.Sign(key, l.signedBytes())
+		raw, _ := json.Marshal(&l)
+		return raw
+	}
+	for what, at := range map[string]time.Time{"an hour old": time.Now().Add(-time.Hour), "an hour ahead": time.Now().Add(time.Hour)} {
+		g.receiveLeave(signed(at))
+		if st, _ := gsState(g, "gs-c"); st != StateFailed {
+			t.Fatalf("a genuine intent %s made gs-c %q", what, st)
+		}
+	}
+	if n := g.Rejected()[ReasonStale]; n != 2 {
+		t.Fatalf("stale intents rejected %d times, want 2: %v", n, g.Rejected())
+	}
+
+	fresh := signed(time.Now())
+	g.receiveLeave(fresh)
+	if st, _ := gsState(g, "gs-c"); st != StateLeft {
+		t.Fatalf("a fresh intent: gs-c is %q, want left", st)
+	}
+	// gs-c comes back, fails again; the intent it sent last time is replayed.
+	g.mu.Lock()
+	delete(g.intents, "gs-c")
+	g.members["gs-c"].State = StateFailed
+	g.mu.Unlock()
+	g.receiveLeave(fresh)
+	if st, _ := gsState(g, "gs-c"); st != StateFailed || g.Rejected()[ReasonStale] != 3 {
+		t.Fatalf("a replayed intent: gs-c is %q, rejected %v", st, g.Rejected())
+	}
+}

@@ -8,9 +8,16 @@ import (
 	"time"
 )
 
+// LeaveMaxAge is how far a leave intent's signed time may be from the
+// receiver's clock, either way, before it is refused as stale: a recorded
+// intent replayed later cannot make a failed node read "left".
+const LeaveMaxAge = 2 * time.Minute
+
 // leaveIntent is a node's signed word that it is leaving on purpose. It is
 // signed like a report, so a member holding the gossip key cannot make a
-// failed node look as if it had left.
+// failed node look as if it had left; its signed time makes it good for
+// LeaveMaxAge only, and once (a member refuses one no newer than the last it
+// took from that node).
 type leaveIntent struct {
 	Node string `json:"node"`
 	At   int64  `json:"at"` // Unix nanoseconds
@@ -101,8 +108,21 @@ func (g *Gossip) receiveLeave(raw []byte) {
 		g.reject(Rejection{Node: l.Node, Reason: ReasonBadSignature, From: "direct", Err: fmt.Errorf("leave intent of node %q is not signed by the key it enrolled with", l.Node)})
 		return
 	}
+	at := time.Unix(0, l.At)
+	if age := time.Since(at); age > LeaveMaxAge || age < -LeaveMaxAge {
+		g.reject(Rejection{Node: l.Node, Reason: ReasonStale, From: "direct", Err: fmt.Errorf("leave intent of node %q signed at %s, %s from this member's clock (limit %s)",
+			l.Node, at.UTC().Format(time.RFC3339), age.Round(time.Second), LeaveMaxAge)})
+		return
+	}
 	g.mu.Lock()
-	g.intents[l.Node] = time.Unix(0, l.At)
+	if last, ok := g.lastLeave[l.Node]; ok && l.At <= last {
+		g.mu.Unlock()
+		g.reject(Rejection{Node: l.Node, Reason: ReasonStale, From: "direct", Err: fmt.Errorf("leave intent of node %q signed at %s is not newer than the last one taken: a replay",
+			l.Node, at.UTC().Format(time.RFC3339Nano))})
+		return
+	}
+	g.lastLeave[l.Node] = l.At
+	g.intents[l.Node] = at
 	// Without the acknowledgement (a deadline passed) memberlist's leave can
 	// overtake the intent: a member found failed after it announced its
 	// leave has left. (It cannot be an older failure: a member that sends

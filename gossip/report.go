@@ -42,6 +42,7 @@ const (
 	ReasonUnknownNode  Reason = "unknown-node"  // Verify knows no key for the signer
 	ReasonBadSignature Reason = "bad-signature" // not signed by the key the signer enrolled with
 	ReasonImpersonates Reason = "impersonation" // a node's genuine signature on a report naming another node
+	ReasonStale        Reason = "stale"         // a leave intent older than LeaveMaxAge, or one already seen (a replay)
 )
 
 // Rejection is one rejected report.

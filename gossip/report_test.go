@@ -159,13 +159,14 @@ func TestForgedReportsAreRejected(t *testing.T) {
 // gsBare is a Gossip with no network: enough to drive receive directly.
 func gsBare(reg *gsRegistry, name string, onReject func(Rejection)) *Gossip {
 	return &Gossip{
-		cfg:      Config{Name: name, Verify: reg.verify, OnReject: onReject},
-		log:      slog.New(slog.DiscardHandler),
-		members:  map[string]*Member{},
-		reports:  map[string]*stored{},
-		rejected: map[Reason]uint64{},
-		intents:  map[string]time.Time{},
-		queue:    &memberlist.TransmitLimitedQueue{NumNodes: func() int { return 1 }, RetransmitMult: 1},
+		cfg:       Config{Name: name, Verify: reg.verify, OnReject: onReject},
+		log:       slog.New(slog.DiscardHandler),
+		members:   map[string]*Member{},
+		reports:   map[string]*stored{},
+		rejected:  map[Reason]uint64{},
+		intents:   map[string]time.Time{},
+		lastLeave: map[string]int64{},
+		queue:     &memberlist.TransmitLimitedQueue{NumNodes: func() int { return 1 }, RetransmitMult: 1},
 	}
 }
 

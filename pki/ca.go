@@ -110,11 +110,35 @@ func ParsePublicKey(s string) (ed25519.PublicKey, error) {
 // NodeDNSName is the DNS SAN a node's certificate carries.
 func NodeDNSName(node string) string { return node + ".node.meshd" }
 
-// IssueNode issues node's certificate for its identity key: valid for client and server auth, its
-// CN the node's name, its SANs meshd://node/NAME and NAME.node.meshd.
-func (ca *CA) IssueNode(node string, pub ed25519.PublicKey, now time.Time) ([]byte, error) {
+// CertRole is what a node certificate may do. A server's certificate carries both TLS usages: it
+// serves the bus and Raft, and calls other servers' Raft and the nodes' buses. A client's carries
+// client auth only, so a client node (or whoever steals its key) can never pass for a server:
+// Raft refuses it and clients refuse it as a bus (invariant 12).
+type CertRole int
+
+const (
+	// ClientCert is a client node's certificate: TLS client auth only.
+	ClientCert CertRole = iota
+	// ServerCert is a server node's certificate: TLS server and client auth.
+	ServerCert
+)
+
+func (r CertRole) String() string {
+	if r == ServerCert {
+		return "server"
+	}
+	return "client"
+}
+
+// IssueNode issues node's certificate for its identity key in the given role, its CN the node's
+// name, its SANs meshd://node/NAME and NAME.node.meshd.
+func (ca *CA) IssueNode(node string, pub ed25519.PublicKey, role CertRole, now time.Time) ([]byte, error) {
 	if len(pub) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("node %s: public key is %d bytes, want ed25519 (%d)", node, len(pub), ed25519.PublicKeySize)
+	}
+	usages := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	if role == ServerCert {
+		usages = append(usages, x509.ExtKeyUsageServerAuth)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
@@ -124,13 +148,23 @@ func (ca *CA) IssueNode(node string, pub ed25519.PublicKey, now time.Time) ([]by
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     ca.Cert.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  usages,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
 		return nil, fmt.Errorf("node %s certificate: %w", node, err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// RoleOf is the role a node certificate was issued for.
+func RoleOf(cert *x509.Certificate) CertRole {
+	for _, u := range cert.ExtKeyUsage {
+		if u == x509.ExtKeyUsageServerAuth {
+			return ServerCert
+		}
+	}
+	return ClientCert
 }
 
 // NodeName returns the node a certificate names (its meshd://node/ URI SAN).
@@ -173,29 +207,109 @@ func Identity(nodeCertPEM, caCertPEM []byte, key ed25519.PrivateKey) (tls.Certif
 	return tls.Certificate{Certificate: [][]byte{leaf.Raw, ca.Raw}, PrivateKey: key, Leaf: leaf}, nil
 }
 
-// ServerTLS is the bus's TLS: the server's node certificate; a client certificate is asked for
-// and, when given, must be the mesh CA's (enrolment comes without one).
-func ServerTLS(id tls.Certificate, ca *x509.Certificate) *tls.Config {
+// ServerTLS is the servers' bus: the server's own certificate, which must be a server
+// certificate; a client certificate is asked for and, when given, must be the mesh CA's
+// (enrolment comes without one).
+func ServerTLS(id tls.Certificate, ca *x509.Certificate) (*tls.Config, error) {
+	if err := ownServerCert(id); err != nil {
+		return nil, fmt.Errorf("serve the bus: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &tls.Config{Certificates: []tls.Certificate{id}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool, MinVersion: tls.VersionTLS13}, nil
+}
+
+// PeerServerTLS is a client node's own bus (the few routes other nodes ask of it): it serves with
+// the node's certificate, whatever its role, and asks for the caller's, from the mesh CA.
+func PeerServerTLS(id tls.Certificate, ca *x509.Certificate) *tls.Config {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	return &tls.Config{Certificates: []tls.Certificate{id}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool, MinVersion: tls.VersionTLS13}
 }
 
-// ClientTLS is a node's TLS towards the bus: its own certificate, and the server's verified
-// against the mesh CA (by the CA, not by host name: servers are reached by address).
+// ClientTLS is a node's TLS towards the servers' bus: its own certificate, and the server's
+// verified against the mesh CA (by the CA, not by host name: servers are reached by address) as
+// a server certificate, so a client node in the path cannot answer as a server.
 func ClientTLS(id *tls.Certificate, ca *x509.Certificate) *tls.Config {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("the server sent no certificate")
 			}
-			_, err := VerifyNode(cs.PeerCertificates[0], ca, x509.ExtKeyUsageServerAuth, time.Now())
+			_, err := verifyServer(cs.PeerCertificates[0], ca)
 			return err
 		}}
 	if id != nil {
 		cfg.Certificates = []tls.Certificate{*id}
 	}
 	return cfg
+}
+
+// PeerTLS is a node's TLS towards one named node's bus (a server's or a client's): the answer
+// must come with that node's certificate from the mesh CA, for the key pub the caller knows it by.
+func PeerTLS(id *tls.Certificate, ca *x509.Certificate, node string, pub ed25519.PublicKey) *tls.Config {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("node %s sent no certificate", node)
+			}
+			cert := cs.PeerCertificates[0]
+			name, err := VerifyNode(cert, ca, x509.ExtKeyUsageClientAuth, time.Now())
+			if err != nil {
+				return err
+			}
+			if key, ok := cert.PublicKey.(ed25519.PublicKey); name != node || !ok || !key.Equal(pub) {
+				return fmt.Errorf("the bus answered with node %s's certificate, not node %s's with the key the mesh knows", name, node)
+			}
+			return nil
+		}}
+	if id != nil {
+		cfg.Certificates = []tls.Certificate{*id}
+	}
+	return cfg
+}
+
+// RaftTLS is both ends of a Raft connection between servers: each side presents its own server
+// certificate and accepts only a server certificate from the mesh CA. No certificate, another
+// CA's, or a client node's is refused in the handshake, before a byte of Raft is read.
+func RaftTLS(id tls.Certificate, ca *x509.Certificate) (*tls.Config, error) {
+	if err := ownServerCert(id); err != nil {
+		return nil, fmt.Errorf("raft: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{id}, MinVersion: tls.VersionTLS13,
+		// The handshake's own checks are replaced by VerifyConnection, the same on either end:
+		// ClientAuth only makes the listening end ask for the certificate, InsecureSkipVerify only
+		// stops the dialling end checking a host name (servers are reached by address).
+		ClientAuth: tls.RequireAnyClientCert, InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("raft peer sent no certificate")
+			}
+			_, err := verifyServer(cs.PeerCertificates[0], ca)
+			return err
+		}}, nil
+}
+
+// verifyServer checks cert is a server certificate of the mesh CA and returns the node it names.
+func verifyServer(cert *x509.Certificate, ca *x509.Certificate) (string, error) {
+	name, err := VerifyNode(cert, ca, x509.ExtKeyUsageClientAuth, time.Now())
+	if err != nil {
+		return "", err
+	}
+	if RoleOf(cert) != ServerCert {
+		return "", fmt.Errorf("certificate of node %s is a client node's, not a server's", name)
+	}
+	return name, nil
+}
+
+func ownServerCert(id tls.Certificate) error {
+	if id.Leaf == nil {
+		return errors.New("the node's certificate is not loaded")
+	}
+	if RoleOf(id.Leaf) != ServerCert {
+		return fmt.Errorf("certificate of node %s is a client node's: only a server's may serve", id.Leaf.Subject.CommonName)
+	}
+	return nil
 }
 
 // PinnedTLS is a joining node's TLS: it has no CA yet, only the token's fingerprint of it. The

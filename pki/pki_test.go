@@ -93,7 +93,7 @@ func TestTokenRoundTripAndRefusals(t *testing.T) {
 func TestNodeCertificate(t *testing.T) {
 	ca := newCA(t)
 	key, _ := NewNodeKey()
-	pemb, err := ca.IssueNode("edge-1", key.Public().(ed25519Pub), time.Now())
+	pemb, err := ca.IssueNode("edge-1", key.Public().(ed25519Pub), ServerCert, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +102,15 @@ func TestNodeCertificate(t *testing.T) {
 		if n, err := VerifyNode(cert, ca.Cert, use, time.Now()); err != nil || n != "edge-1" {
 			t.Fatalf("verify %v: %q %v", use, n, err)
 		}
+	}
+	// A client node's certificate is for client auth only.
+	cpem, _ := ca.IssueNode("edge-2", key.Public().(ed25519Pub), ClientCert, time.Now())
+	ccert, _ := ParseCert(cpem)
+	if RoleOf(ccert) != ClientCert || RoleOf(cert) != ServerCert {
+		t.Fatalf("roles: client cert reads %s, server cert reads %s", RoleOf(ccert), RoleOf(cert))
+	}
+	if _, err := VerifyNode(ccert, ca.Cert, x509.ExtKeyUsageServerAuth, time.Now()); err == nil {
+		t.Fatal("a client node's certificate verified for server auth")
 	}
 	if cert.Subject.CommonName != "edge-1" || cert.DNSNames[0] != "edge-1.node.meshd" {
 		t.Fatalf("names: %s %v", cert.Subject.CommonName, cert.DNSNames)
@@ -128,7 +137,7 @@ func TestSealAndRecovery(t *testing.T) {
 	}
 	ca := newCA(t)
 	nodeKey, _ := NewNodeKey()
-	cert, _ := ca.IssueNode("hub", nodeKey.Public().(ed25519Pub), time.Now())
+	cert, _ := ca.IssueNode("hub", nodeKey.Public().(ed25519Pub), ServerCert, time.Now())
 	s := &NodeSecrets{NodeKey: nodeKey, NodeCertPEM: cert, CACertPEM: ca.CertPEM, Keyring: NewKeyring(), CA: ca}
 	if err := WriteNodeSecrets(data, k, s); err != nil {
 		t.Fatal(err)

@@ -29,8 +29,13 @@ the operator's socket and the watch on the node's own declaration. SIGTERM or SI
 everything is kept on disk for the next start.
 
 --config names a YAML file with any of: data_dir, socket, reconcile_interval (e.g. 10s), log_level
-(debug, info, warn, error), docker_host (the Docker engine the node's containers run on). Flags given
-on the command line win over the file.`,
+(debug, info, warn, error), docker_host (the Docker engine the node's containers run on), socket_group
+(a group whose members may use the operator socket besides root). Flags given on the command line win
+over the file.
+
+The operator socket is root's alone (0600), or with --socket-group GROUP also that group's (0660); each
+caller's credentials are checked again on every connection. Something at the socket path that is not a
+socket is never removed: the agent refuses to start, naming it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fileCfg := agent.Config{}
@@ -60,6 +65,9 @@ on the command line win over the file.`,
 			if !cmd.Flags().Changed("docker-host") && fileCfg.DockerHost != "" {
 				cfg.DockerHost = fileCfg.DockerHost
 			}
+			if !cmd.Flags().Changed("socket-group") && fileCfg.SocketGroup != "" {
+				cfg.SocketGroup = fileCfg.SocketGroup
+			}
 			cfg.Socket = g.socket
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
@@ -81,6 +89,7 @@ on the command line win over the file.`,
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often the host re-checks the machine without a new declaration")
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.SealKey, "seal-key", "", "the seal key file the node's secrets are sealed under (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
+	f.StringVar(&cfg.SocketGroup, "socket-group", "", "a group (name or gid) whose members may use the operator socket besides root (default: root only)")
 	f.StringVar(&cfg.DockerHost, "docker-host", "", "the Docker engine's address: a unix socket path or unix://, tcp:// URL (default unix:///var/run/docker.sock)")
 	return cmd
 }

@@ -1,0 +1,163 @@
+package agent
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"meshd/fsm"
+	"meshd/internal/testenv"
+	"meshd/pki"
+)
+
+// appendToken is an attacker at the Raft port: through trans it sends the server an AppendEntries
+// from a "leader" of a newer term carrying a token.create for hash, committed at once, the way a
+// forged leader would mint itself an enrolment token.
+func appendToken(ts *testServer, trans raft.Transport, hash string) error {
+	st := ts.s.raft.raft.Stats()
+	term, _ := strconv.ParseUint(st["term"], 10, 64)
+	last, _ := strconv.ParseUint(st["last_log_index"], 10, 64)
+	lastTerm, _ := strconv.ParseUint(st["last_log_term"], 10, 64)
+	data, err := fsm.Encode(fsm.OpTokenCreate, time.Now(), fsm.TokenCreate{Hash: hash, Mode: fsm.Converged, Expires: time.Now().Add(time.Hour).UTC()})
+	if err != nil {
+		return err
+	}
+	req := &raft.AppendEntriesRequest{
+		RPCHeader:         raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("intruder"), Addr: []byte(trans.LocalAddr())},
+		Term:              term + 1,
+		PrevLogEntry:      last,
+		PrevLogTerm:       lastTerm,
+		Entries:           []*raft.Log{{Index: last + 1, Term: term + 1, Type: raft.LogCommand, Data: data}},
+		LeaderCommitIndex: last + 1,
+	}
+	var resp raft.AppendEntriesResponse
+	if err := trans.AppendEntries("hub-id", raft.ServerAddress(ts.raftAddr), req, &resp); err != nil {
+		return err
+	}
+	if !resp.Success {
+		return fmt.Errorf("append refused by raft itself (term %d, last log %d)", resp.Term, resp.LastLog)
+	}
+	return nil
+}
+
+// tlsTransport is a Raft transport on loopback whose TLS presents id and checks the other end as
+// pki.RaftTLS does (a client node's id is put in by hand: RaftTLS itself refuses it).
+func tlsTransport(t *testing.T, ca *pki.CA, id tls.Certificate) raft.Transport {
+	t.Helper()
+	srvID, _, _ := nodeIdentity(t, ca, "carrier", pki.ServerCert)
+	cfg, err := pki.RaftTLS(srvID, ca.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.Clone()
+	cfg.Certificates = []tls.Certificate{id}
+	adv := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	stream, err := listenRaftTLS("127.0.0.1:0", adv, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.advertise = stream.ln.Addr()
+	trans := raft.NewNetworkTransport(stream, 1, 5*time.Second, io.Discard)
+	t.Cleanup(func() { trans.Close() })
+	return trans
+}
+
+// Issue 14's critical hole: whoever reached the Raft port could append to the log. Now neither a
+// peer with no certificate (plain TCP Raft) nor one with a client node's certificate gets an
+// entry in: the record is unchanged. A server certificate of the mesh does (the control that the
+// attack itself works), and a refusal is logged, a bounded number of times.
+func TestRaftRefusesAnyoneButAServer(t *testing.T) {
+	ts := startTestServer(t)
+
+	plain, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plain.Close() })
+	cliID, _, _ := nodeIdentity(t, ts.ca, "edge", pki.ClientCert)
+	otherCA, _ := pki.NewCA("elsewhere", time.Now())
+	foreignID, _, _ := nodeIdentity(t, otherCA, "hub", pki.ServerCert)
+	attackers := []struct {
+		name  string
+		trans raft.Transport
+	}{
+		{"no certificate (plain TCP raft)", plain},
+		{"a client node's certificate", tlsTransport(t, ts.ca, cliID)},
+		{"another mesh's server certificate", tlsTransport(t, otherCA, foreignID)},
+	}
+	for i, a := range attackers {
+		hash := fmt.Sprintf("sha256:intruder-%d", i)
+		// Several tries: a refusal must not depend on a pooled connection or a first attempt.
+		for try := 0; try < 3; try++ {
+			if err := appendToken(ts, a.trans, hash); err == nil {
+				t.Fatalf("%s: AppendEntries was accepted", a.name)
+			} else if try == 0 {
+				t.Logf("%s: refused: %v", a.name, err)
+			}
+		}
+		// A command through the real leader after the attempt: once it is applied, anything the
+		// attempt had got in would be too.
+		legit := fmt.Sprintf("sha256:legit-%d", i)
+		if _, err := ts.s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: legit, Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+			t.Fatalf("after %s: the leader cannot commit: %v", a.name, err)
+		}
+		if !ts.hasToken(legit) || ts.hasToken(hash) {
+			t.Fatalf("%s: the record holds the intruder's token %v, the leader's %v", a.name, ts.hasToken(hash), ts.hasToken(legit))
+		}
+	}
+	if log := ts.log.String(); !strings.Contains(log, "raft connection refused") {
+		t.Fatalf("no refusal logged:\n%s", log)
+	}
+
+	// The control: a server certificate of this mesh is let in, and its entry is applied. This
+	// is what a peer with no certificate could do before (raft.NewTCPTransport).
+	srvID, _, _ := nodeIdentity(t, ts.ca, "hub-2", pki.ServerCert)
+	server := tlsTransport(t, ts.ca, srvID)
+	if err := appendToken(ts, server, "sha256:server"); err != nil {
+		t.Fatalf("a server of the mesh could not append: %v", err)
+	}
+	if err := testenv.Poll(t, 10*time.Second, func() error {
+		if !ts.hasToken("sha256:server") {
+			return errors.New("the server's entry is not applied")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On an adopted control-node the Raft port is guarded like the store's: its declaration carries
+// the raft opening from the private network with guarded set, on the port the record says, so the
+// guard refuses it from anywhere else (TLS is the second wall, not the only one).
+func TestRaftOpeningIsGuardedOnAdoptedNode(t *testing.T) {
+	r := settingsRecord(t, map[string]string{"mesh.raft": "17071"})
+	d, err := fsm.Compose(r, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var store, raftPort bool
+	for _, res := range d.Resources {
+		o := res.Opening
+		if o == nil || !o.Guarded || o.From != "private" {
+			continue
+		}
+		switch {
+		case res.Module == "mesh" && o.Port == 17071 && o.Proto == "tcp":
+			raftPort = true
+		case res.Module == "store":
+			store = true
+		}
+	}
+	if d.Mode != fsm.Adopted || !store || !raftPort {
+		t.Fatalf("adopted hub's declaration: mode %s, store guarded %v, raft 17071/tcp guarded %v: %+v", d.Mode, store, raftPort, d.Resources)
+	}
+}

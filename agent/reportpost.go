@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"meshd/host"
+)
+
+// How a client posts its host report over the bus while its gossip reaches no server.
+const (
+	// reportTick is how often a new report is looked for.
+	reportTick = 250 * time.Millisecond
+	// reportResend is how often an unchanged report is posted again (a server that restarted
+	// keeps reports only in memory).
+	reportResend = 15 * time.Second
+	// reportBackoffMin and reportBackoffMax bound the wait after a failed post, doubling each
+	// time: a server that is down is not asked four times a second.
+	reportBackoffMin = time.Second
+	reportBackoffMax = 30 * time.Second
+)
+
+// reportPoster is the client's report loop. Its clock and its post are fields so that a test can
+// run an outage of minutes in no time.
+type reportPoster struct {
+	log *slog.Logger
+	// report is the host's latest report; alive says whether gossip reaches a server (then it
+	// carries the reports and the bus is not needed); post sends one report to a server's bus.
+	report func() host.Report
+	alive  func() bool
+	post   func(context.Context, host.Report) error
+	// now and after are the clock; jitter returns a random duration in [0, d).
+	now    func() time.Time
+	after  func(time.Duration) <-chan time.Time
+	jitter func(time.Duration) time.Duration
+}
+
+func newReportPoster(log *slog.Logger, report func() host.Report, alive func() bool, post func(context.Context, host.Report) error) *reportPoster {
+	return &reportPoster{log: log, report: report, alive: alive, post: post, now: time.Now, after: time.After,
+		jitter: func(d time.Duration) time.Duration { return rand.N(d) }}
+}
+
+// run posts each new report (and an unchanged one every reportResend) until ctx ends. After a
+// failed post it waits with exponential backoff and jitter, half the backoff plus up to as much
+// again at random (so clients do not come back in step), and warns once per outage; the first
+// post that gets through after one says so.
+func (p *reportPoster) run(ctx context.Context) {
+	var (
+		sent, at time.Time
+		backoff  time.Duration // zero while posts get through
+		failures int
+	)
+	wait := reportTick
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.after(wait):
+		}
+		wait = reportTick
+		rep := p.report()
+		if rep.When.IsZero() || (rep.When.Equal(sent) && p.now().Sub(at) < reportResend) {
+			continue
+		}
+		if p.alive() {
+			// Gossip carries the report, signed, to the servers: the bus is the fallback only.
+			backoff, failures = 0, 0
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := p.post(rctx, rep)
+		cancel()
+		at = p.now()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			if backoff == 0 {
+				backoff = reportBackoffMin
+				p.log.Warn("host report not delivered; retrying with backoff until a server answers", "err", err, "backoff_max", reportBackoffMax)
+			} else {
+				backoff = min(2*backoff, reportBackoffMax)
+			}
+			wait = backoff/2 + p.jitter(backoff/2)
+			continue
+		}
+		if backoff != 0 {
+			p.log.Info("host report delivered again", "failed_posts", failures)
+			backoff, failures = 0, 0
+		}
+		sent = rep.When
+	}
+}

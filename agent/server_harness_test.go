@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+	"meshd/pki"
+)
+
+// syncBuffer is a log destination tests read while the server writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testServer is a real server role on loopback: the mesh CA, the server's certificate, Raft over
+// its real transport with the record after an adopted genesis, and (started by the test) its bus.
+// Nothing but the host reconciler and gossip is missing.
+type testServer struct {
+	s        *serverRole
+	ca       *pki.CA
+	raftAddr string
+	busAddr  string
+	log      *syncBuffer
+}
+
+func freeLoopbackPort(t *testing.T) uint16 {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// nodeIdentity issues node a certificate of ca in role, and returns it with its TLS identity.
+func nodeIdentity(t *testing.T, ca *pki.CA, node string, role pki.CertRole) (tls.Certificate, []byte, ed25519.PrivateKey) {
+	t.Helper()
+	key, err := pki.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := ca.IssueNode(node, key.Public().(ed25519.PublicKey), role, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := pki.Identity(certPEM, ca.CertPEM, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, certPEM, key
+}
+
+func startTestServer(t *testing.T) *testServer {
+	t.Helper()
+	ca, err := pki.NewCA("hub", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, certPEM, key := nodeIdentity(t, ca, "hub", pki.ServerCert)
+	ts := &testServer{ca: ca, log: &syncBuffer{}}
+	log := slog.New(slog.NewTextHandler(ts.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	raftPort, busPort := freeLoopbackPort(t), freeLoopbackPort(t)
+	ts.raftAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(raftPort)))
+	ts.busAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(busPort)))
+	nf := &NodeFile{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1", RaftPort: raftPort}
+	a := &Agent{cfg: Config{DataDir: t.TempDir(), LogOutput: ts.log}, node: nf, log: log.With("node", "hub"), identity: id,
+		caCert: ca.Cert, declarations: make(chan *fsm.Declaration, 1),
+		secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}}
+	s, err := newServerRole(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.role = s
+	if err := s.open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.close() })
+	boot := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(nf.ID), Address: s.raft.transport.LocalAddr()}}}
+	if err := s.raft.raft.BootstrapCluster(boot).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.raft.waitLeader(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.raft.apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
+		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Catalogue: catalogue.DefaultSources(),
+		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(raftPort)), "mesh.bus": strconv.Itoa(int(busPort))}}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ts.s = s
+	return ts
+}
+
+// hasToken says whether the record holds a token with this hash.
+func (ts *testServer) hasToken(hash string) bool {
+	var ok bool
+	ts.s.fsm.Read(func(r *fsm.Record, _ uint64) { ok = r.Tokens[hash] != nil })
+	return ok
+}
