@@ -366,72 +366,15 @@ func directPeers(ctx context.Context, t *testing.T, a, b *lab.Machine, bKey, bEn
 }
 
 // newMachineOnTheMesh: after the hub took the tunnel over and peer2 enrolled over it keeping its
-// address, newnode (no found tunnel) joins: it makes its own WireGuard key (only the public key
-// is sent; the private one is sealed), gets a fresh address of the same range, and reaches the hub
-// over the mesh. peer2's found tunnel is then taken over (tunnel take on a spoke): its probe
-// through the tunnel holds, and peer2 and newnode reach each other directly, not through the
-// hub. A push that moves newnode's tunnel port reaches every endpoint (nothing keeps the old
-// one), and a restart of newnode's agent keeps its key.
+// address, newnode (no found tunnel) joins with its own key and a fresh address and reaches the
+// hub over the mesh; peer2's found tunnel is then taken over, and peer2 and newnode reach each
+// other directly, not through the hub. A push that moves newnode's tunnel port reaches every
+// endpoint (nothing keeps the old one), and a restart of newnode's agent keeps its key.
 func newMachineOnTheMesh(ctx context.Context, t *testing.T, l *lab.Lab, bin string) {
 	hub, peer2, nn := l.Machine("hub"), l.Machine("peer2"), l.Machine("newnode")
 	agentLogsOnFailure(t, 6000, hub, peer2, nn)
-	installMeshd(ctx, t, bin, nn)
-	installAgent(ctx, t, peer2, bin)
-	out, err := meshd(ctx, nn, "join", adoptedToken(ctx, t, hub), "--name", "newnode", "--data-dir", "/var/lib/meshd",
-		"--advertise", lab.NewnodeAddr, "--json")
-	var jr agent.JoinResult
-	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
-		t.Fatalf("newnode join: %v\n%s", err, out)
-	}
-	if jr.Node.Address != "10.44.0.4" || jr.Node.WireGuardKey == "" || jr.Node.FoundTunnel != "" {
-		t.Fatalf("newnode enrolled at %s with overlay key %q: want a fresh 10.44.0.4 (.1 hub, .2 .3 the tunnel's) and its own key",
-			jr.Node.Address, jr.Node.WireGuardKey)
-	}
-	nnKey := jr.Node.WireGuardKey
-	if sealed, err := nn.ReadFile(ctx, "/var/lib/meshd/pki/tunnel.key.sealed"); err != nil || len(sealed) == 0 {
-		t.Fatalf("newnode's WireGuard key is not sealed in its data dir: %v", err)
-	}
-	installAgent(ctx, t, nn, bin)
-
-	// newnode raises meshd0 with its own key and address, and reaches the hub's service over it.
-	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
-	pub, port, _, err := wgDump(ctx, nn, "meshd0")
-	if err != nil || pub != nnKey || port != "51820" {
-		t.Fatalf("newnode's meshd0: key %s port %s (%v), want its recorded key %s on 51820", pub, port, err, nnKey)
-	}
-	if addr, err := nn.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(addr, "10.44.0.4/24") {
-		t.Fatalf("newnode's meshd0 address: %v %s", err, addr)
-	}
-	directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
-
-	// peer2's found tunnel is taken over: the record holds its key and address already.
-	p2Key, err := peer2.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key")
-	if err != nil {
-		t.Fatalf("peer2's found tunnel: %v %s", err, p2Key)
-	}
-	p2Key = strings.TrimSpace(p2Key)
-	taken := time.Now()
-	if out, err := meshd(ctx, hub, "tunnel", "take", "peer2", lab.TunnelIface); err != nil {
-		t.Fatalf("tunnel take peer2 wg0: %v\n%s", err, out)
-	}
-	if err := testenv.Poll(t, 60*time.Second, func() error {
-		pub, _, _, err := wgDump(ctx, peer2, "meshd0")
-		if err == nil && pub != p2Key {
-			err = fmt.Errorf("peer2's meshd0 has key %s, want its found %s", pub, p2Key)
-		}
-		if err == nil {
-			if out, lerr := peer2.Exec(ctx, "ip", "link", "show", lab.TunnelIface); lerr == nil {
-				err = fmt.Errorf("peer2's found interface is still there: %s", out)
-			}
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	probesSince(t, l, taken, "peer2's takeover", 5*time.Second)
-	if addr, err := peer2.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(addr, "10.44.0.3/24") {
-		t.Fatalf("peer2's meshd0 address: %v %s", err, addr)
-	}
+	nnKey := joinNewMachine(ctx, t, hub, nn, bin)
+	p2Key := takeSpokeTunnel(ctx, t, l, hub, peer2, bin)
 
 	// peer2 and newnode reach each other over the mesh, directly.
 	reachPoll(ctx, t, nn, "tcp://10.44.0.3:7946", 60*time.Second)
@@ -468,4 +411,74 @@ func newMachineOnTheMesh(ctx context.Context, t *testing.T, l *lab.Lab, bin stri
 	if pub, _, _, err := wgDump(ctx, nn, "meshd0"); err != nil || pub != nnKey {
 		t.Fatalf("after newnode's agent restarted its meshd0 has key %s (%v), want the same %s", pub, err, nnKey)
 	}
+}
+
+// joinNewMachine joins nn with no found tunnel: it makes its own WireGuard key (only the public
+// key is sent; the private one is sealed), gets a fresh address of the taken range, raises
+// meshd0 with them and reaches the hub's service over it, peered directly with the hub. It
+// returns nn's recorded overlay key.
+func joinNewMachine(ctx context.Context, t *testing.T, hub, nn *lab.Machine, bin string) string {
+	t.Helper()
+	installMeshd(ctx, t, bin, nn)
+	out, err := meshd(ctx, nn, "join", adoptedToken(ctx, t, hub), "--name", "newnode", "--data-dir", "/var/lib/meshd",
+		"--advertise", lab.NewnodeAddr, "--json")
+	var jr agent.JoinResult
+	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
+		t.Fatalf("newnode join: %v\n%s", err, out)
+	}
+	if jr.Node.Address != "10.44.0.4" || jr.Node.WireGuardKey == "" || jr.Node.FoundTunnel != "" {
+		t.Fatalf("newnode enrolled at %s with overlay key %q: want a fresh 10.44.0.4 (.1 hub, .2 .3 the tunnel's) and its own key",
+			jr.Node.Address, jr.Node.WireGuardKey)
+	}
+	nnKey := jr.Node.WireGuardKey
+	if sealed, err := nn.ReadFile(ctx, "/var/lib/meshd/pki/tunnel.key.sealed"); err != nil || len(sealed) == 0 {
+		t.Fatalf("newnode's WireGuard key is not sealed in its data dir: %v", err)
+	}
+	installAgent(ctx, t, nn, bin)
+	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
+	pub, port, _, err := wgDump(ctx, nn, "meshd0")
+	if err != nil || pub != nnKey || port != "51820" {
+		t.Fatalf("newnode's meshd0: key %s port %s (%v), want its recorded key %s on 51820", pub, port, err, nnKey)
+	}
+	if addr, err := nn.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(addr, "10.44.0.4/24") {
+		t.Fatalf("newnode's meshd0 address: %v %s", err, addr)
+	}
+	directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
+	return nnKey
+}
+
+// takeSpokeTunnel starts peer2's agent and takes its found tunnel over from the hub (the record
+// holds its key and address already): meshd0 comes up in wg0's place with the found key and
+// address, and the peers' probes through the tunnel hold. It returns peer2's key.
+func takeSpokeTunnel(ctx context.Context, t *testing.T, l *lab.Lab, hub, peer2 *lab.Machine, bin string) string {
+	t.Helper()
+	installAgent(ctx, t, peer2, bin)
+	p2Key, err := peer2.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key")
+	if err != nil {
+		t.Fatalf("peer2's found tunnel: %v %s", err, p2Key)
+	}
+	p2Key = strings.TrimSpace(p2Key)
+	taken := time.Now()
+	if out, err := meshd(ctx, hub, "tunnel", "take", "peer2", lab.TunnelIface); err != nil {
+		t.Fatalf("tunnel take peer2 wg0: %v\n%s", err, out)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		pub, _, _, err := wgDump(ctx, peer2, "meshd0")
+		if err == nil && pub != p2Key {
+			err = fmt.Errorf("peer2's meshd0 has key %s, want its found %s", pub, p2Key)
+		}
+		if err == nil {
+			if out, lerr := peer2.Exec(ctx, "ip", "link", "show", lab.TunnelIface); lerr == nil {
+				err = fmt.Errorf("peer2's found interface is still there: %s", out)
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	probesSince(t, l, taken, "peer2's takeover", 5*time.Second)
+	if addr, err := peer2.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(addr, "10.44.0.3/24") {
+		t.Fatalf("peer2's meshd0 address: %v %s", err, addr)
+	}
+	return p2Key
 }
