@@ -21,6 +21,7 @@ import (
 
 	"meshd/agent"
 	"meshd/fsm"
+	"meshd/host"
 	"meshd/internal/testenv"
 	"meshd/pki"
 )
@@ -186,6 +187,17 @@ func TestProcessEnrolment(t *testing.T) {
 		if st, err := os.Stat(pki.Path(edge.dir, f)); err != nil || st.Mode().Perm() != 0o600 {
 			t.Fatalf("edge %s: %v %v", f, st, err)
 		}
+	}
+	// The node's WireGuard key was made here: sealed in its data dir, only its public key in the
+	// record, the one join printed.
+	if raw, err := os.ReadFile(host.TunnelKeyPath(edge.dir)); err != nil || !bytes.HasPrefix(raw, []byte("MESHD-SEALED-1")) {
+		t.Fatalf("edge's WireGuard key %s is not sealed: %v", host.TunnelKeyPath(edge.dir), err)
+	}
+	wk := regexp.MustCompile(`wireguard key\s+(\S+) \(made here`).FindStringSubmatch(out)
+	var shown struct{ Node fsm.Node }
+	hub.jsonOf(&shown, "node", "show", "edge")
+	if wk == nil || shown.Node.WireGuardKey != wk[1] {
+		t.Fatalf("the record holds edge's WireGuard key %q, join printed %v", shown.Node.WireGuardKey, wk)
 	}
 
 	// The used token, again, for another name and data dir: refused, nothing changes.
