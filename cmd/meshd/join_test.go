@@ -231,6 +231,14 @@ func TestProcessEnrolment(t *testing.T) {
 
 	// The client agent: no Raft; reads through its socket come from the server.
 	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
+	// It raises the mesh's interface with the key join made and the address the record gave it.
+	poll(t, 30*time.Second, "edge's meshd0 up at 10.99.0.2/24", func() string {
+		out, err := exec.Command("ip", "-n", edge.netns, "-4", "-o", "addr", "show", "dev", fsm.MeshInterface).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "10.99.0.2/24") {
+			return fmt.Sprintf("%v %s", err, out)
+		}
+		return ""
+	})
 	if text := edge.ok("status"); !strings.Contains(text, "edge") || !strings.Contains(text, "hub") {
 		t.Fatalf("status on the client:\n%s", text)
 	} else {
