@@ -85,7 +85,8 @@ func TestUnitANewMachineGetsItsOwnOverlay(t *testing.T) {
 		{TunnelTake{Node: "peer2", Interface: "wg1"}, []string{"wg0", "wg1"}},
 		{TunnelTake{Node: "peer2", Interface: "wg0", PublicKey: m.newKey}, []string{m.newKey, m.f.peer2}},
 		{TunnelTake{Node: "peer2", Interface: "wg0", Requested: Placement{Address: "10.44.0.9"}}, []string{"10.44.0.9", "10.44.0.3"}},
-		{TunnelTake{Node: "peer2", Interface: "wg0", Requested: Placement{Port: 51821}}, []string{"51821", "51820"}},
+		{TunnelTake{Node: "peer2", Interface: "wg0", Requested: Placement{Range: "10.45.0.0/24"}}, []string{"10.45.0.0/24", "10.44.0.0/24"}},
+		{TunnelTake{Node: "peer2", Interface: "wg0", Requested: Placement{Port: 7946}}, []string{"7946"}}, // gossip's, udp too
 	} {
 		_, err := Apply(m.r, cmd(t, OpTunnelTake, t0.Add(3*time.Minute), bad.take))
 		if err == nil {
@@ -100,18 +101,19 @@ func TestUnitANewMachineGetsItsOwnOverlay(t *testing.T) {
 	if string(before) != string(marshal(t, m.r)) {
 		t.Fatal("a refused take changed the record")
 	}
-	mustApply(t, m.r, cmd(t, OpTunnelTake, t0.Add(4*time.Minute), TunnelTake{Node: "peer2", Interface: "wg0"}))
+	// --port is the found tunnel's port: it becomes peer2's mesh.tunnel.
+	mustApply(t, m.r, cmd(t, OpTunnelTake, t0.Add(4*time.Minute), TunnelTake{Node: "peer2", Interface: "wg0", Requested: Placement{Port: 51821}}))
 	if _, err := Apply(m.r, cmd(t, OpTunnelTake, t0.Add(5*time.Minute), TunnelTake{Node: "peer2", Interface: "wg0"})); err == nil || !strings.Contains(err.Error(), "already") {
 		t.Fatalf("a second take of peer2's tunnel: %v", err)
 	}
 	p2 := m.tunnel(t, "peer2")
-	if p2.Interface != MeshInterface || p2.Takeover != "wg0" || p2.Address != "10.44.0.3/24" || p2.PublicKey != m.f.peer2 || p2.ListenPort != 51820 {
+	if p2.Interface != MeshInterface || p2.Takeover != "wg0" || p2.Address != "10.44.0.3/24" || p2.PublicKey != m.f.peer2 || p2.ListenPort != 51821 {
 		t.Fatalf("peer2's tunnel after the take %+v: want %s taking wg0 over at 10.44.0.3/24 with its found key", p2, MeshInterface)
 	}
 	if p := peerByName(p2, "newnode"); p == nil || p.AllowedIPs[0] != "10.44.0.4/32" || p.Endpoint != "198.51.100.13:51820" {
 		t.Fatalf("peer2's newnode peer %+v: want it direct at its endpoint", p)
 	}
-	if p := peerByName(m.tunnel(t, "newnode"), "peer2"); p == nil || p.AllowedIPs[0] != "10.44.0.3/32" || p.Endpoint != "198.51.100.12:51820" {
+	if p := peerByName(m.tunnel(t, "newnode"), "peer2"); p == nil || p.AllowedIPs[0] != "10.44.0.3/32" || p.Endpoint != "198.51.100.12:51821" {
 		t.Fatalf("newnode's peer2 peer %+v: want it direct at its endpoint", p)
 	}
 	// The hub's view of both is unchanged: two enrolled peers and peer1 carried.

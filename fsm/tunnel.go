@@ -213,7 +213,8 @@ func applyTunnelTake(r *Record, c *Command, b *TunnelTake) (any, error) {
 // applySpokeTake records that a spoke's mesh interface takes over the found tunnel it presented
 // at enrolment. The record already holds what the tunnel is (its key, and the address the hub's
 // tunnel had for it); the spoke's host checks the found interface is that one before it stops
-// anything. A requested placement must be the node's.
+// anything. A requested address or range must be the node's; a requested port is the found
+// tunnel's and becomes the node's mesh.tunnel.
 func applySpokeTake(r *Record, c *Command, n *Node, b *TunnelTake) (any, error) {
 	bad := func(format string, args ...any) error {
 		return refuse(c.Op, n.Name, "", "taking tunnel %s: "+format, append([]any{b.Interface}, args...)...)
@@ -230,12 +231,23 @@ func applySpokeTake(r *Record, c *Command, n *Node, b *TunnelTake) (any, error) 
 	if q.Address != "" && strings.Split(q.Address, "/")[0] != n.Address {
 		return nil, bad("the requested address %s is not node %s's: it holds %s", q.Address, n.Name, n.Address)
 	}
-	if port, err := MeshPort(r, n, "tunnel"); err == nil && q.Port != 0 && q.Port != port {
-		return nil, bad("the requested tunnel port %d is not node %s's mesh.tunnel, %d (set it with `meshd node set` first)", q.Port, n.Name, port)
-	}
 	if q.Range != "" && q.Range != r.Tunnel.Range {
 		return nil, bad("the requested range %s is not the private network's, %s", q.Range, r.Tunnel.Range)
 	}
+	// --port names the found tunnel's port, which the record does not know for a spoke: it
+	// becomes the node's mesh.tunnel (a node set could not move it there: the found tunnel holds
+	// it), and the spoke's host refuses the takeover if the tunnel does not listen there.
+	trial := *n
+	trial.Settings = copyMap(n.Settings)
+	if port, err := MeshPort(r, n, "tunnel"); err == nil && q.Port != 0 && q.Port != port {
+		if err := setValues(r.Catalogue, &trial, map[string]string{catalogue.MeshModule + ".tunnel": strconv.Itoa(int(q.Port))}, c.Op); err != nil {
+			return nil, err
+		}
+		if err := checkNode(r.Catalogue, &trial, c.Op, catalogue.MeshModule); err != nil {
+			return nil, err
+		}
+	}
+	n.Settings = trial.Settings
 	n.TookTunnel = true
 	return &TunnelTaken{Node: n, Tunnel: r.Tunnel}, nil
 }

@@ -76,7 +76,7 @@ then the spoke's found tunnel carries its traffic, and the other nodes reach it 
 		},
 	}
 	take.Flags().StringVar(&req.Address, "address", "", "the hub's tunnel address the operator expects (refused if it is not the tunnel's)")
-	take.Flags().Uint16Var(&req.Port, "port", 0, "the tunnel port the operator expects (refused if it is not the tunnel's)")
+	take.Flags().Uint16Var(&req.Port, "port", 0, "the tunnel port the operator expects (refused if it is not the tunnel's; on a spoke: the found tunnel's port, which becomes its mesh.tunnel)")
 	take.Flags().StringVar(&req.Range, "range", "", "the range the operator expects (refused if it does not hold the tunnel's address)")
 
 	show := &cobra.Command{
