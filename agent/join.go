@@ -17,8 +17,11 @@ import (
 	"strings"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/host"
 	"meshd/pki"
 	"meshd/wg"
 )
@@ -72,8 +75,10 @@ func (e *JoinError) Unwrap() error { return e.Err }
 // preflight genesis runs (for the ports a client binds, and the token's mode: a converged join
 // refuses a machine in use), reaches a server's bus trusting only the CA the token names, checks
 // the token's signature with that CA, enrols (answered only once the record committed the node,
-// with its --port values as its settings), and only then writes the data dir: the node file, its
-// sealed identity key, its certificate, the CA's, and the sealed gossip keyring. A refused join
+// with its --port values as its settings and its WireGuard public key), and only then writes the
+// data dir: the node file, its sealed identity key, its certificate, the CA's, the sealed gossip
+// keyring, and (joining without --tunnel) its sealed WireGuard private key, made here so that
+// only its public half ever leaves the machine. A refused join
 // writes nothing, and a join refused by its preflight sends nothing: its token stays unused.
 // It stays one body because the order of those steps is the promise.
 func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
@@ -112,12 +117,21 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	}
 	pub := key.Public().(ed25519.PublicKey)
 	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings}
+	// The node's overlay key: the found tunnel's when it presents one (sealed when its tunnel is
+	// taken over), else one made here, whose private half never leaves this machine.
+	var overlay *wgtypes.Key
 	if opts.Tunnel != "" {
 		f, err := wg.Discover(opts.Tunnel, "")
 		if err != nil {
 			return nil, fmt.Errorf("--tunnel %s: %w", opts.Tunnel, err)
 		}
 		enrol.WireGuardKey, enrol.FoundTunnel = f.PrivateKey.PublicKey().String(), opts.Tunnel
+	} else {
+		k, err := wgtypes.GeneratePrivateKey()
+		if err != nil {
+			return nil, fmt.Errorf("making the node's WireGuard key: %w", err)
+		}
+		overlay, enrol.WireGuardKey = &k, k.PublicKey().String()
 	}
 	body, _ := json.Marshal(enrol)
 
@@ -156,6 +170,12 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if err := pki.WriteNodeSecrets(opts.DataDir, seal, &pki.NodeSecrets{NodeKey: key, NodeCertPEM: []byte(resp.CertPEM),
 		CACertPEM: []byte(resp.CACertPEM), Keyring: pki.Keyring{Keys: resp.Keyring}}); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but: %w", opts.Name, err)
+	}
+	if overlay != nil {
+		keys := host.SealedTunnelKey{Path: host.TunnelKeyPath(opts.DataDir), Seal: seal}
+		if err := keys.Save(*overlay); err != nil {
+			return nil, fmt.Errorf("node %s enrolled, but its WireGuard key: %w", opts.Name, err)
+		}
 	}
 	res := &JoinResult{Node: resp.Node, DataDir: opts.DataDir, Servers: servers, Declaration: resp.Declaration.Declaration, SealKey: sealPath,
 		Mode: resp.Node.Mode, Findings: findings}

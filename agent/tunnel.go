@@ -50,22 +50,34 @@ type TunnelTakeRequest struct {
 	Requested fsm.Placement `json:"requested"`
 }
 
-// postTunnelTake reads the found tunnel on this machine and records the take. The tunnel is read
-// where it runs, so NODE must be the node this agent is.
+// postTunnelTake records a take. The hub's found tunnel is read where it runs, so for the hub
+// NODE must be the node this agent is; a spoke's was presented when it enrolled (join --tunnel),
+// so it is taken from any server, and the spoke's host checks it before stopping anything.
 func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 	var in TunnelTakeRequest
 	if err := json.NewDecoder(req.Body).Decode(&in); err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "malformed tunnel take: " + err.Error()})
 		return
 	}
-	if in.Node != s.node.Name {
+	// A spoke presented its found tunnel at enrolment: the record already holds its key and
+	// address, and the spoke's host checks the found interface is that one before stopping it.
+	spoke := false
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		n := r.Nodes[in.Node]
+		spoke = n != nil && r.Tunnel.Hub != "" && n.Name != r.Tunnel.Hub && n.FoundTunnel != ""
+	})
+	take := &fsm.TunnelTake{Node: in.Node, Interface: in.Interface}
+	switch {
+	case spoke:
+	case in.Node != s.node.Name:
 		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: its found tunnel is read on its own machine; run `meshd tunnel take %s %s` there (this is %s)", in.Node, in.Node, in.Interface, s.node.Name)})
 		return
-	}
-	take, err := ReadFoundTunnel(in.Node, in.Interface)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: %v", in.Node, err)})
-		return
+	default:
+		var err error
+		if take, err = ReadFoundTunnel(in.Node, in.Interface); err != nil {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: %v", in.Node, err)})
+			return
+		}
 	}
 	take.Requested = in.Requested
 	v, err := s.raft.apply(fsm.OpTunnelTake, take, applyTimeout)

@@ -195,6 +195,9 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		}
 		probesSince(t, l, enrolled, "enrolment", 5*time.Second)
 	})
+	t.Run("a new machine gets a fresh address from the same range and reaches the hub and the enrolled peer directly", func(t *testing.T) {
+		newMachineOnTheMesh(ctx, t, l, bin)
+	})
 	t.Run("restarting the agent does not interrupt the peers", func(t *testing.T) {
 		// The userspace device runs in a process of its own, not in the agent: the same link
 		// (same index) serves before and after the agent restarts.
@@ -283,4 +286,199 @@ func checkTakenOver(ctx context.Context, t *testing.T, hub *lab.Machine, foundKe
 	if out, err := hub.Exec(ctx, "ip", "-o", "link", "show", "meshd0"); err != nil || !strings.Contains(out, "UP") {
 		t.Errorf("meshd0 is not up: %v %s", err, out)
 	}
+}
+
+// wgPeer is one peer of a WireGuard interface as `wg show IFACE dump` has it.
+type wgPeer struct {
+	Endpoint   string
+	AllowedIPs string
+	Handshake  int64 // unix seconds, 0: never
+	RX, TX     int64
+}
+
+// wgDump reads iface's listen port, public key and peers by key on m.
+func wgDump(ctx context.Context, m *lab.Machine, iface string) (pub string, port string, peers map[string]wgPeer, err error) {
+	out, err := m.Exec(ctx, "wg", "show", iface, "dump")
+	if err != nil {
+		return "", "", nil, fmt.Errorf("%s: wg show %s dump: %v %s", m.Name, iface, err, out)
+	}
+	peers = map[string]wgPeer{}
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Split(line, "\t")
+		if i == 0 {
+			if len(f) < 3 {
+				return "", "", nil, fmt.Errorf("%s: wg show %s dump: %q", m.Name, iface, line)
+			}
+			pub, port = f[1], f[2]
+			continue
+		}
+		if len(f) < 7 {
+			continue
+		}
+		var p wgPeer
+		p.Endpoint, p.AllowedIPs = f[2], f[3]
+		fmt.Sscan(f[4], &p.Handshake)
+		fmt.Sscan(f[5], &p.RX)
+		fmt.Sscan(f[6], &p.TX)
+		peers[f[0]] = p
+	}
+	return pub, port, peers, nil
+}
+
+// reachPoll waits until from reaches target (a service through the mesh).
+func reachPoll(ctx context.Context, t *testing.T, from *lab.Machine, target string, within time.Duration) {
+	t.Helper()
+	if err := testenv.Poll(t, within, func() error {
+		out, err := from.Reach(ctx, target)
+		if err != nil {
+			return fmt.Errorf("%s -> %s: %v %s", from.Name, target, err, out)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// directPeers waits until a's meshd0 has b's key at b's underlay endpoint with a handshake and
+// traffic both ways: their WireGuard session is their own, not the hub's (a relay cannot hold a
+// session for two keys that are not its own).
+func directPeers(ctx context.Context, t *testing.T, a, b *lab.Machine, bKey, bEndpoint string) {
+	t.Helper()
+	var last wgPeer
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		_, _, peers, err := wgDump(ctx, a, "meshd0")
+		if err != nil {
+			return err
+		}
+		p, ok := peers[bKey]
+		if !ok {
+			return fmt.Errorf("%s's meshd0 has no peer %s (%s): %+v", a.Name, b.Name, bKey, peers)
+		}
+		last = p
+		if p.Endpoint != bEndpoint || p.Handshake == 0 || p.RX == 0 || p.TX == 0 {
+			return fmt.Errorf("%s's peer %s: %+v, want endpoint %s, a handshake and traffic", a.Name, b.Name, p, bEndpoint)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s -> %s directly: endpoint %s, rx %d tx %d bytes", a.Name, b.Name, last.Endpoint, last.RX, last.TX)
+}
+
+// newMachineOnTheMesh: after the hub took the tunnel over and peer2 enrolled over it keeping its
+// address, newnode (no found tunnel) joins with its own key and a fresh address and reaches the
+// hub over the mesh; peer2's found tunnel is then taken over, and peer2 and newnode reach each
+// other directly, not through the hub. A push that moves newnode's tunnel port reaches every
+// endpoint (nothing keeps the old one), and a restart of newnode's agent keeps its key.
+func newMachineOnTheMesh(ctx context.Context, t *testing.T, l *lab.Lab, bin string) {
+	hub, peer2, nn := l.Machine("hub"), l.Machine("peer2"), l.Machine("newnode")
+	agentLogsOnFailure(t, 6000, hub, peer2, nn)
+	nnKey := joinNewMachine(ctx, t, hub, nn, bin)
+	p2Key := takeSpokeTunnel(ctx, t, l, hub, peer2, bin)
+
+	// peer2 and newnode reach each other over the mesh, directly.
+	reachPoll(ctx, t, nn, "tcp://10.44.0.3:7946", 60*time.Second)
+	reachPoll(ctx, t, peer2, "tcp://10.44.0.4:7946", 60*time.Second)
+	directPeers(ctx, t, peer2, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
+	directPeers(ctx, t, nn, peer2, p2Key, fmt.Sprintf("%s:%d", lab.Peer2Addr, lab.TunnelPort))
+
+	// Nothing derived from the address is stale after a push: newnode's tunnel port moves, and
+	// its device, the hub's and peer2's endpoints for it all follow; it still reaches both.
+	if out, err := meshd(ctx, hub, "node", "set", "newnode", "mesh.tunnel=51830"); err != nil {
+		t.Fatalf("node set newnode mesh.tunnel=51830: %v\n%s", err, out)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		if _, port, _, err := wgDump(ctx, nn, "meshd0"); err != nil || port != "51830" {
+			return fmt.Errorf("newnode's meshd0 listens on %s (%v), want 51830", port, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51830))
+	directPeers(ctx, t, peer2, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51830))
+	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
+	reachPoll(ctx, t, nn, "tcp://10.44.0.3:7946", 60*time.Second)
+
+	// A restart reuses the sealed key: the same public key, no new enrolment.
+	if err := nn.StopService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := nn.StartService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
+	if pub, _, _, err := wgDump(ctx, nn, "meshd0"); err != nil || pub != nnKey {
+		t.Fatalf("after newnode's agent restarted its meshd0 has key %s (%v), want the same %s", pub, err, nnKey)
+	}
+}
+
+// joinNewMachine joins nn with no found tunnel: it makes its own WireGuard key (only the public
+// key is sent; the private one is sealed), gets a fresh address of the taken range, raises
+// meshd0 with them and reaches the hub's service over it, peered directly with the hub. It
+// returns nn's recorded overlay key.
+func joinNewMachine(ctx context.Context, t *testing.T, hub, nn *lab.Machine, bin string) string {
+	t.Helper()
+	installMeshd(ctx, t, bin, nn)
+	out, err := meshd(ctx, nn, "join", adoptedToken(ctx, t, hub), "--name", "newnode", "--data-dir", "/var/lib/meshd",
+		"--advertise", lab.NewnodeAddr, "--json")
+	var jr agent.JoinResult
+	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
+		t.Fatalf("newnode join: %v\n%s", err, out)
+	}
+	if jr.Node.Address != "10.44.0.4" || jr.Node.WireGuardKey == "" || jr.Node.FoundTunnel != "" {
+		t.Fatalf("newnode enrolled at %s with overlay key %q: want a fresh 10.44.0.4 (.1 hub, .2 .3 the tunnel's) and its own key",
+			jr.Node.Address, jr.Node.WireGuardKey)
+	}
+	nnKey := jr.Node.WireGuardKey
+	if sealed, err := nn.ReadFile(ctx, "/var/lib/meshd/pki/tunnel.key.sealed"); err != nil || len(sealed) == 0 {
+		t.Fatalf("newnode's WireGuard key is not sealed in its data dir: %v", err)
+	}
+	installAgent(ctx, t, nn, bin)
+	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
+	pub, port, _, err := wgDump(ctx, nn, "meshd0")
+	if err != nil || pub != nnKey || port != "51820" {
+		t.Fatalf("newnode's meshd0: key %s port %s (%v), want its recorded key %s on 51820", pub, port, err, nnKey)
+	}
+	if addr, err := nn.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(addr, "10.44.0.4/24") {
+		t.Fatalf("newnode's meshd0 address: %v %s", err, addr)
+	}
+	directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
+	return nnKey
+}
+
+// takeSpokeTunnel starts peer2's agent and takes its found tunnel over from the hub (the record
+// holds its key and address already): meshd0 comes up in wg0's place with the found key and
+// address, and the peers' probes through the tunnel hold. It returns peer2's key.
+func takeSpokeTunnel(ctx context.Context, t *testing.T, l *lab.Lab, hub, peer2 *lab.Machine, bin string) string {
+	t.Helper()
+	installAgent(ctx, t, peer2, bin)
+	p2Key, err := peer2.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key")
+	if err != nil {
+		t.Fatalf("peer2's found tunnel: %v %s", err, p2Key)
+	}
+	p2Key = strings.TrimSpace(p2Key)
+	taken := time.Now()
+	if out, err := meshd(ctx, hub, "tunnel", "take", "peer2", lab.TunnelIface); err != nil {
+		t.Fatalf("tunnel take peer2 wg0: %v\n%s", err, out)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		pub, _, _, err := wgDump(ctx, peer2, "meshd0")
+		if err == nil && pub != p2Key {
+			err = fmt.Errorf("peer2's meshd0 has key %s, want its found %s", pub, p2Key)
+		}
+		if err == nil {
+			if out, lerr := peer2.Exec(ctx, "ip", "link", "show", lab.TunnelIface); lerr == nil {
+				err = fmt.Errorf("peer2's found interface is still there: %s", out)
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	probesSince(t, l, taken, "peer2's takeover", 5*time.Second)
+	if addr, err := peer2.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(addr, "10.44.0.3/24") {
+		t.Fatalf("peer2's meshd0 address: %v %s", err, addr)
+	}
+	return p2Key
 }

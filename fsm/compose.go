@@ -140,7 +140,13 @@ func Compose(r *Record, node string) (*Declaration, error) {
 		if m == nil {
 			return nil, refuse("", n.Name, name, "assigned but no longer in the catalogue")
 		}
-		res, err := m.Resolve(nodeValues(n, name))
+		vals := nodeValues(n, name)
+		if name == catalogue.MeshModule && r.Tunnel.Range != "" {
+			// The range is the private network's, one for the mesh: the record's tunnel holds it
+			// (a taken tunnel's), never a node's own setting or the catalogue's build-time default.
+			vals["range"] = r.Tunnel.Range
+		}
+		res, err := m.Resolve(vals)
 		if err != nil {
 			return nil, refuse("", n.Name, name, "does not resolve with this node's settings: %v", err)
 		}

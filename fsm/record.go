@@ -60,9 +60,13 @@ type Node struct {
 	// FoundTunnel is the found interface whose key the node presented at enrolment: it keeps
 	// carrying the node's traffic until the node is migrated, so no mesh interface is raised
 	// beside it.
-	FoundTunnel string    `json:"found_tunnel,omitempty"`
-	EnrolledAt  time.Time `json:"enrolled_at"`
-	ModeSince   time.Time `json:"mode_since"`
+	FoundTunnel string `json:"found_tunnel,omitempty"`
+	// TookTunnel says the operator had the node's mesh interface take FoundTunnel over in place
+	// (`meshd tunnel take NODE IFACE` on a spoke): from then on it raises the mesh's interface
+	// with the found key, address and port, and peers the other nodes directly.
+	TookTunnel bool      `json:"took_tunnel,omitempty"`
+	EnrolledAt time.Time `json:"enrolled_at"`
+	ModeSince  time.Time `json:"mode_since"`
 }
 
 // Tunnel is the private network.

@@ -183,6 +183,9 @@ func applyTunnelTake(r *Record, c *Command, b *TunnelTake) (any, error) {
 	if n == nil {
 		return nil, unknownNode(r, c.Op, b.Node)
 	}
+	if r.Tunnel.Hub != "" && n.Name != r.Tunnel.Hub && n.FoundTunnel != "" {
+		return applySpokeTake(r, c, n, b)
+	}
 	t, settings, skipped, err := planTake(r, n, b, c.Op)
 	if err != nil {
 		return nil, err
@@ -207,6 +210,54 @@ func applyTunnelTake(r *Record, c *Command, b *TunnelTake) (any, error) {
 	return &TunnelTaken{Node: n, Tunnel: *t, Skipped: skipped}, nil
 }
 
+// applySpokeTake records that a spoke's mesh interface takes over the found tunnel it presented
+// at enrolment. The record already holds what the tunnel is (its key, and the address the hub's
+// tunnel had for it); the spoke's host checks the found interface is that one before it stops
+// anything. A requested address or range must be the node's; a requested port is the found
+// tunnel's and becomes the node's mesh.tunnel.
+func applySpokeTake(r *Record, c *Command, n *Node, b *TunnelTake) (any, error) {
+	bad := func(format string, args ...any) error {
+		return refuse(c.Op, n.Name, "", "taking tunnel %s: "+format, append([]any{b.Interface}, args...)...)
+	}
+	switch {
+	case b.Interface != n.FoundTunnel:
+		return nil, bad("node %s enrolled presenting its found tunnel %s, not %s", n.Name, n.FoundTunnel, b.Interface)
+	case n.TookTunnel:
+		return nil, bad("node %s already took it over", n.Name)
+	case b.PublicKey != "" && b.PublicKey != n.WireGuardKey:
+		return nil, bad("its key is %s, node %s enrolled with %s", b.PublicKey, n.Name, n.WireGuardKey)
+	}
+	q := b.Requested
+	if q.Address != "" && strings.Split(q.Address, "/")[0] != n.Address {
+		return nil, bad("the requested address %s is not node %s's: it holds %s", q.Address, n.Name, n.Address)
+	}
+	if q.Range != "" && q.Range != r.Tunnel.Range {
+		return nil, bad("the requested range %s is not the private network's, %s", q.Range, r.Tunnel.Range)
+	}
+	// --port names the found tunnel's port, which the record does not know for a spoke: it
+	// becomes the node's mesh.tunnel (a node set could not move it there: the found tunnel holds
+	// it), and the spoke's host refuses the takeover if the tunnel does not listen there.
+	trial := *n
+	trial.Settings = copyMap(n.Settings)
+	if port, err := MeshPort(r, n, "tunnel"); err == nil && q.Port != 0 && q.Port != port {
+		if err := setValues(r.Catalogue, &trial, map[string]string{catalogue.MeshModule + ".tunnel": strconv.Itoa(int(q.Port))}, c.Op); err != nil {
+			return nil, err
+		}
+		if err := checkNode(r.Catalogue, &trial, c.Op, catalogue.MeshModule); err != nil {
+			return nil, err
+		}
+	}
+	n.Settings = trial.Settings
+	n.TookTunnel = true
+	return &TunnelTaken{Node: n, Tunnel: r.Tunnel}, nil
+}
+
+// onFoundTunnel says whether node o's traffic still goes through the found tunnel it enrolled
+// with: that tunnel knows only the hub, so no other node can peer it directly.
+func onFoundTunnel(r *Record, o *Node) bool {
+	return o.Name != r.Tunnel.Hub && o.FoundTunnel != "" && !o.TookTunnel
+}
+
 // composeTunnel is node n's part of the private network: its address in the range, its port,
 // its overlay key and peers, and the found interface it takes over. A node the record holds no
 // overlay key for gets no interface: no peer could know it.
@@ -223,14 +274,17 @@ func composeTunnel(r *Record, n *Node) TunnelView {
 	if err != nil || n.WireGuardKey == "" || n.Address == "" {
 		return v
 	}
-	// A spoke whose found tunnel still carries its traffic raises nothing beside it (not until
-	// its own takeover, which is not built yet); it is still composed as the others' peer.
-	if n.Name == r.Tunnel.Hub || n.FoundTunnel == "" {
+	// A spoke whose found tunnel still carries its traffic raises nothing beside it until its
+	// tunnel is taken over (TookTunnel); it is still composed as the hub's peer.
+	if !onFoundTunnel(r, n) {
 		v.Interface = MeshInterface
 	}
 	v.PublicKey = n.WireGuardKey
 	v.Address = n.Address + "/" + strconv.Itoa(rng.Bits())
 	v.ListenPort, _ = MeshPort(r, n, "tunnel")
+	if n.Name != r.Tunnel.Hub && n.TookTunnel {
+		v.Takeover = n.FoundTunnel
+	}
 	if n.Name == r.Tunnel.Hub {
 		v.Takeover = r.Tunnel.Taken
 		for _, c := range r.Tunnel.Carried {
@@ -241,6 +295,11 @@ func composeTunnel(r *Record, n *Node) TunnelView {
 	for _, name := range r.NodeNames() {
 		o := r.Nodes[name]
 		if name == n.Name || o.WireGuardKey == "" || o.Address == "" {
+			continue
+		}
+		// A node still on its found tunnel is reached through the hub, which routes the range:
+		// its found tunnel would drop a handshake from a key it does not know.
+		if n.Name != r.Tunnel.Hub && onFoundTunnel(r, o) {
 			continue
 		}
 		p := TunnelPeer{Name: name, PublicKey: o.WireGuardKey, AllowedIPs: []string{o.Address + "/32"}, Keepalive: KeepaliveSeconds}

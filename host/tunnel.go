@@ -138,8 +138,12 @@ type TunnelConfig struct {
 //   - it disables the found interface's wg-quick@ unit (the target.wants links under
 //     /etc/systemd/system), so a reboot does not raise it again.
 //
+// On a node with no found tunnel to take over, the sealed key is the one `meshd join` made there
+// (only its public key is in the record).
+//
 // Every later pass (and every start of the agent) raises or attaches to the mesh's interface with
-// the sealed key and applies the declared peers as a difference. It reports one of three states
+// the sealed key and applies the declared peers as a difference; a declared port or address that
+// moved (a setting changed) attaches again, which brings the device to them. It reports one of three states
 // (TunnelDetail.State); the third — the found interface down and the mesh's not up, where the
 // peers reach nothing — is also a resource error.
 type TunnelDriver struct {
@@ -151,6 +155,10 @@ type TunnelDriver struct {
 	mu   sync.Mutex
 	link meshLink
 	name string
+	// port and addr are what link was raised (or attached) with: a declaration that moves either
+	// attaches again, which brings the device to them (the binding follows the setting).
+	port int
+	addr netip.Prefix
 }
 
 // NewTunnelDriver returns the tunnel driver; nothing happens until the first Reconcile.
@@ -246,7 +254,7 @@ func (d *TunnelDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 // converge brings the mesh's interface to cfg: peers by difference on a live interface, else a
 // takeover (not yet recorded) or a raise (or attach) with the sealed key.
 func (d *TunnelDriver) converge(ctx context.Context, pass Pass, cfg wg.Config, found string, det *TunnelDetail, out *Outcome) error {
-	if d.link != nil && (d.name != cfg.Name || !d.m.Running(cfg.Name)) {
+	if d.link != nil && (d.name != cfg.Name || !d.m.Running(cfg.Name) || d.port != cfg.ListenPort || d.addr != cfg.Address) {
 		d.link.Release()
 		d.link = nil
 	}
@@ -279,7 +287,7 @@ func (d *TunnelDriver) converge(ctx context.Context, pass Pass, cfg wg.Config, f
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("no sealed key for %s at this node: the record holds its public key %s", cfg.Name, cfg.PrivateKey.PublicKey())
+		return fmt.Errorf("no sealed key for %s at this node: the record holds its public key %s", cfg.Name, cfg.PrivateKey)
 	}
 	if want := cfg.PrivateKey; key.PublicKey() != want {
 		return fmt.Errorf("the sealed key for %s is %s's, not the recorded %s", cfg.Name, key.PublicKey(), want)
@@ -291,7 +299,7 @@ func (d *TunnelDriver) converge(ctx context.Context, pass Pass, cfg wg.Config, f
 	if err != nil {
 		return err
 	}
-	d.link, d.name = link, cfg.Name
+	d.link, d.name, d.port, d.addr = link, cfg.Name, cfg.ListenPort, cfg.Address
 	out.Changes++
 	return nil
 }
@@ -345,7 +353,7 @@ func (d *TunnelDriver) takeover(ctx context.Context, pass Pass, cfg wg.Config, f
 		}
 	}
 	if link != nil {
-		d.link, d.name = link, cfg.Name
+		d.link, d.name, d.port, d.addr = link, cfg.Name, cfg.ListenPort, cfg.Address
 	}
 	d.log.Info("took the found tunnel over", "found", found, "mesh", cfg.Name, "state", state.String())
 	return err

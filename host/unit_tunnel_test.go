@@ -415,3 +415,92 @@ func tunnelError(rep Report) *ResourceError {
 	}
 	return nil
 }
+
+// ownKeyBed is a node that joined without a found tunnel: `meshd join` sealed the key it made in
+// the data dir, and the record composes its interface with that key's public half, an address
+// of the range, and its peers (the hub routing the range, another node directly).
+func ownKeyBed(t *testing.T) (*tunnelBed, wgtypes.Key) {
+	b := &tunnelBed{t: t, wg: newFakeWG(), root: t.TempDir(), data: t.TempDir()}
+	b.seal = pki.NewSealKey(filepath.Join(b.data, "seal.key"))
+	own, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (SealedTunnelKey{Path: TunnelKeyPath(b.data), Seal: b.seal}).Save(own); err != nil {
+		t.Fatal(err)
+	}
+	hub, _ := wgtypes.GeneratePrivateKey()
+	peer, _ := wgtypes.GeneratePrivateKey()
+	b.decl = &fsm.Declaration{Node: "newnode", Mode: fsm.Adopted, Settings: map[string]string{}, Tunnel: fsm.TunnelView{
+		Range: "10.44.0.0/24", Hub: "hub", HubAddress: "10.44.0.1", Port: 51820,
+		Interface: fsm.MeshInterface, PublicKey: own.PublicKey().String(), Address: "10.44.0.4/24", ListenPort: 51820,
+		Peers: []fsm.TunnelPeer{
+			{Name: "hub", PublicKey: hub.PublicKey().String(), AllowedIPs: []string{"10.44.0.0/24"}, Endpoint: "198.51.100.10:51820", Keepalive: 25},
+			{Name: "peer2", PublicKey: peer.PublicKey().String(), AllowedIPs: []string{"10.44.0.3/32"}, Endpoint: "198.51.100.12:51820", Keepalive: 25},
+		}}}
+	return b, own
+}
+
+// A node with its own key raises the mesh's interface with the key join sealed, its address and
+// its peers; a restarted agent attaches to it with the same key (no new key, no re-enrolment);
+// a moved tunnel port is applied to the running device.
+func TestUnitTunnelOwnKey(t *testing.T) {
+	b, own := ownKeyBed(t)
+	h := b.host()
+	rep := h.Reconcile(unitCtx(t), b.decl)
+	noErrors(t, rep)
+	if want := []string{"prepare meshd0", "up meshd0"}; !slices.Equal(b.wg.ops, want) {
+		t.Fatalf("ops %v, want %v", b.wg.ops, want)
+	}
+	m := b.wg.links[fsm.MeshInterface]
+	if m == nil || m.key != own || m.port != 51820 || m.addr != netip.MustParsePrefix("10.44.0.4/24") || len(m.peers) != 2 {
+		t.Fatalf("mesh's interface %+v: want the sealed key, 51820, 10.44.0.4/24 and two peers", m)
+	}
+	for _, p := range m.peers {
+		if !p.Endpoint.IsValid() || p.Keepalive != 25*time.Second {
+			t.Errorf("peer %+v: want its endpoint and a keepalive", p)
+		}
+	}
+	if det := tunnelDetail(t, rep); det.State != TunnelMeshUp || det.Found != "" {
+		t.Fatalf("detail %+v: want mesh-up, nothing taken over", det)
+	}
+	h.Close()
+
+	b.wg.ops = nil
+	h = b.host()
+	noErrors(t, h.Reconcile(unitCtx(t), b.decl))
+	if want := []string{"attach meshd0"}; !slices.Equal(b.wg.ops, want) || b.wg.links[fsm.MeshInterface].key != own {
+		t.Fatalf("restart: ops %v key %v, want an attach with the same key", b.wg.ops, b.wg.links[fsm.MeshInterface].key.PublicKey())
+	}
+
+	b.wg.ops = nil
+	d2 := *b.decl
+	d2.Tunnel.ListenPort = 51830
+	noErrors(t, h.Reconcile(unitCtx(t), &d2))
+	if m := b.wg.links[fsm.MeshInterface]; m.port != 51830 {
+		t.Fatalf("after mesh.tunnel moved to 51830 the device listens on %d (ops %v)", m.port, b.wg.ops)
+	}
+}
+
+// A node whose sealed key is missing, or is not the recorded one, raises nothing and says which
+// key the record holds.
+func TestUnitTunnelOwnKeyMissingOrWrong(t *testing.T) {
+	b, own := ownKeyBed(t)
+	if err := os.Remove(TunnelKeyPath(b.data)); err != nil {
+		t.Fatal(err)
+	}
+	h := b.host()
+	rep := h.Reconcile(unitCtx(t), b.decl)
+	h.Close()
+	if e := tunnelError(rep); e == nil || !strings.Contains(e.Reason, own.PublicKey().String()) || len(b.wg.ops) != 0 {
+		t.Fatalf("no sealed key: errors %+v ops %v, want a refusal naming %s", rep.Errors, b.wg.ops, own.PublicKey())
+	}
+	other, _ := wgtypes.GeneratePrivateKey()
+	if err := (SealedTunnelKey{Path: TunnelKeyPath(b.data), Seal: b.seal}).Save(other); err != nil {
+		t.Fatal(err)
+	}
+	rep = b.host().Reconcile(unitCtx(t), b.decl)
+	if e := tunnelError(rep); e == nil || !strings.Contains(e.Reason, other.PublicKey().String()) || len(b.wg.ops) != 0 {
+		t.Fatalf("a sealed key that is not the recorded one: errors %+v ops %v", rep.Errors, b.wg.ops)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/agent"
+	"meshd/fsm"
 )
 
 // joinCmd declares the join command; long only for its help text and flags, not for logic.
@@ -75,6 +76,11 @@ record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.`,
 				fmt.Fprintf(w, "id\t%s\n", n.ID)
 				fmt.Fprintf(w, "data dir\t%s\n", res.DataDir)
 				fmt.Fprintf(w, "private address\t%s\n", n.Address)
+				if n.FoundTunnel != "" {
+					fmt.Fprintf(w, "wireguard key\t%s (its found tunnel %s's, which keeps carrying its traffic)\n", n.WireGuardKey, n.FoundTunnel)
+				} else if n.WireGuardKey != "" {
+					fmt.Fprintf(w, "wireguard key\t%s (made here; its agent raises %s with it)\n", n.WireGuardKey, fsm.MeshInterface)
+				}
 				if len(n.Settings) > 0 {
 					var kv []string
 					for _, k := range sortedKeys(n.Settings) {

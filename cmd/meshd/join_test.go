@@ -21,6 +21,7 @@ import (
 
 	"meshd/agent"
 	"meshd/fsm"
+	"meshd/host"
 	"meshd/internal/testenv"
 	"meshd/pki"
 )
@@ -187,6 +188,17 @@ func TestProcessEnrolment(t *testing.T) {
 			t.Fatalf("edge %s: %v %v", f, st, err)
 		}
 	}
+	// The node's WireGuard key was made here: sealed in its data dir, only its public key in the
+	// record, the one join printed.
+	if raw, err := os.ReadFile(host.TunnelKeyPath(edge.dir)); err != nil || !bytes.HasPrefix(raw, []byte("MESHD-SEALED-1")) {
+		t.Fatalf("edge's WireGuard key %s is not sealed: %v", host.TunnelKeyPath(edge.dir), err)
+	}
+	wk := regexp.MustCompile(`wireguard key\s+(\S+) \(made here`).FindStringSubmatch(out)
+	var shown struct{ Node fsm.Node }
+	hub.jsonOf(&shown, "node", "show", "edge")
+	if wk == nil || shown.Node.WireGuardKey != wk[1] {
+		t.Fatalf("the record holds edge's WireGuard key %q, join printed %v", shown.Node.WireGuardKey, wk)
+	}
 
 	// The used token, again, for another name and data dir: refused, nothing changes.
 	edge2 := filepath.Join(t.TempDir(), "edge2")
@@ -219,6 +231,14 @@ func TestProcessEnrolment(t *testing.T) {
 
 	// The client agent: no Raft; reads through its socket come from the server.
 	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
+	// It raises the mesh's interface with the key join made and the address the record gave it.
+	poll(t, 30*time.Second, "edge's meshd0 up at 10.99.0.2/24", func() string {
+		out, err := exec.Command("ip", "-n", edge.netns, "-4", "-o", "addr", "show", "dev", fsm.MeshInterface).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "10.99.0.2/24") {
+			return fmt.Sprintf("%v %s", err, out)
+		}
+		return ""
+	})
 	if text := edge.ok("status"); !strings.Contains(text, "edge") || !strings.Contains(text, "hub") {
 		t.Fatalf("status on the client:\n%s", text)
 	} else {

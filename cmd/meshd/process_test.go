@@ -80,7 +80,9 @@ func newNode(t *testing.T) *node {
 
 // inNetns wraps a command so it runs in the node's network namespace, with its own mount namespace
 // in which /etc, /srv and /var/lib are private overlays: an agent under test may write what its
-// modules declare there (/etc/webapp/app.conf) without touching this machine's files.
+// modules declare there (/etc/webapp/app.conf) without touching this machine's files. Its
+// /run/wireguard is its own too: the UAPI socket of the WireGuard device an enrolled node raises
+// (meshd0) is then not seen by, or confused with, another node's or this machine's.
 func (n *node) inNetns(args ...string) *exec.Cmd {
 	if n.overlay == "" {
 		n.overlay = n.t.TempDir()
@@ -92,6 +94,8 @@ for d in /etc /srv /var/lib; do
   [ -d "$d" ] || continue
   mount -t overlay overlay -o "lowerdir=$d,upperdir=$OVL/upper$d,workdir=$OVL/work$d" "$d"
 done
+mkdir -p /run/wireguard
+mount -t tmpfs meshd-test-wg /run/wireguard
 exec "$@"`
 	full := append([]string{"netns", "exec", n.netns, "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"}, args...)
 	cmd := exec.Command("ip", full...)

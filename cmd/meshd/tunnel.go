@@ -37,9 +37,17 @@ IFACE goes down. Nothing a peer knows changes.
 
 Run it on NODE (the hub): the found tunnel is read where it runs. --address, --port and --range say
 where the operator expects the tunnel to be; a value that disagrees with the tunnel is refused
-before anything changes, naming both.`,
+before anything changes, naming both.
+
+On a spoke (a node that joined with --tunnel IFACE and kept its address), run it on any server:
+the record already holds the tunnel's key and the node's address. The spoke's host checks that
+IFACE still has that key, its mesh.tunnel port and its address, then takes it over the same way:
+` + fsm.MeshInterface + ` in its place with the found key, the hub as the peer routing the range, and every other
+node with its own interface as a direct peer, so their traffic does not turn at the hub. Until
+then the spoke's found tunnel carries its traffic, and the other nodes reach it through the hub.`,
 		Example: `  meshd tunnel take hub wg0
-  meshd tunnel take hub wg0 --port 51820 --range 10.44.0.0/24`,
+  meshd tunnel take hub wg0 --port 51820 --range 10.44.0.0/24
+  meshd tunnel take peer2 wg0     # a spoke that joined with --tunnel wg0`,
 		Args: exactArgs("NODE", "IFACE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
@@ -49,6 +57,12 @@ before anything changes, naming both.`,
 				return err
 			}
 			return g.emit(v, func(w io.Writer) {
+				if v.Node.Name != v.Tunnel.Hub {
+					fmt.Fprintf(w, "node %s takes its tunnel %s over\n", v.Node.Name, v.Node.FoundTunnel)
+					fmt.Fprintf(w, "address\t%s\n", v.Node.Address)
+					fmt.Fprintf(w, "\nwatch it with: meshd node show %s\n", v.Node.Name)
+					return
+				}
 				fmt.Fprintf(w, "node %s takes tunnel %s over\n", v.Node.Name, v.Tunnel.Taken)
 				fmt.Fprintf(w, "range\t%s\n", v.Tunnel.Range)
 				fmt.Fprintf(w, "hub address\t%s\n", v.Tunnel.HubAddress)
@@ -62,7 +76,7 @@ before anything changes, naming both.`,
 		},
 	}
 	take.Flags().StringVar(&req.Address, "address", "", "the hub's tunnel address the operator expects (refused if it is not the tunnel's)")
-	take.Flags().Uint16Var(&req.Port, "port", 0, "the tunnel port the operator expects (refused if it is not the tunnel's)")
+	take.Flags().Uint16Var(&req.Port, "port", 0, "the tunnel port the operator expects (refused if it is not the tunnel's; on a spoke: the found tunnel's port, which becomes its mesh.tunnel)")
 	take.Flags().StringVar(&req.Range, "range", "", "the range the operator expects (refused if it does not hold the tunnel's address)")
 
 	show := &cobra.Command{

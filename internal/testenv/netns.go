@@ -23,11 +23,23 @@ func Run(t testing.TB, args ...string) string {
 }
 
 // NewNetns creates the network namespace name (under /run/netns) with its loopback up, and
-// deletes it when the test ends.
+// deletes it when the test ends, first killing every process still in it: a process a test
+// started there that detached from its parent (the agent's `meshd tunnel-device`, made to outlive
+// the agent) would otherwise keep the namespace and its devices alive after the test.
 func NewNetns(t testing.TB, name string) {
 	t.Helper()
 	Run(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "pids", name).Output(); err == nil {
+			for _, f := range strings.Fields(string(out)) {
+				var pid int
+				if _, err := fmt.Sscan(f, &pid); err == nil && pid > 1 {
+					_ = unix.Kill(pid, unix.SIGKILL)
+				}
+			}
+		}
+		_ = exec.Command("ip", "netns", "del", name).Run()
+	})
 	Run(t, "ip", "-n", name, "link", "set", "lo", "up")
 }
 
