@@ -5,6 +5,7 @@ package agent
 // the machine's part is host's tunnel driver over wg/.
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/pki"
 	"meshd/wg"
 )
 
@@ -69,12 +71,25 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	take.Requested = in.Requested
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { announceTake(r, take, s.secrets.NodeKey) })
 	v, err := s.raft.apply(fsm.OpTunnelTake, take, applyTimeout)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// announceTake signs the take's move of the node's overlay key with the node's identity id: from
+// the key record r holds for it now to the found tunnel's. The record moves the key only if this
+// verifies against the node's recorded identity (a node that enrolled before keeps its identity
+// and takes the tunnel's key as its overlay key).
+func announceTake(r *fsm.Record, take *fsm.TunnelTake, id ed25519.PrivateKey) {
+	previous := ""
+	if n := r.Nodes[take.Node]; n != nil {
+		previous = n.WireGuardKey
+	}
+	take.Announcement = pki.AnnounceKey(id, take.Node, previous, take.PublicKey)
 }
 
 // TunnelView is `meshd tunnel show` (and the tunnel part of `meshd status`): the record's private

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/pki"
 )
 
 func wgPub(t *testing.T) string {
@@ -89,5 +92,43 @@ func TestUnitTunnelViewFromTheHubsReport(t *testing.T) {
 	}
 	if v.Peers[0].Endpoint != "198.51.100.11:51820" {
 		t.Errorf("peer1's endpoint as the hub's device has it: %q", v.Peers[0].Endpoint)
+	}
+}
+
+// `meshd tunnel take` on a hub that enrolled before: the agent signs the key's move with the
+// node's identity from the key the record holds now, and the record takes it; the same take
+// signed by another identity moves nothing.
+func TestUnitTunnelTakeIsAnnouncedWithTheNodesIdentity(t *testing.T) {
+	at := time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
+	id, err := pki.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := pki.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := fsm.NewRecord()
+	apply(t, r, fsm.OpGenesis, at, fsm.Genesis{Node: "hub", ID: "id-hub", Mode: fsm.Adopted, Advertise: "198.51.100.10",
+		PublicKey: pki.PublicKeyString(id.Public().(ed25519.PublicKey)), Settings: map[string]string{"registry": "5001"},
+		Catalogue: catalogue.DefaultSources(), Assign: []string{"broker", "mesh", "registry", "store"}})
+	own := wgPub(t)
+	r.Nodes["hub"].WireGuardKey = own // the key it enrolled with
+	found := wgPub(t)
+	take := &fsm.TunnelTake{Node: "hub", Interface: "wg0", PublicKey: found, Address: "10.44.0.1/24", Port: 51820}
+
+	forged := *take
+	announceTake(r, &forged, stranger)
+	b, _ := fsm.Encode(fsm.OpTunnelTake, at, &forged)
+	if _, err := fsm.Apply(r, b); err == nil || !strings.Contains(err.Error(), "node hub") || r.Nodes["hub"].WireGuardKey != own {
+		t.Fatalf("a take signed by another identity: %v; hub's key %s", err, r.Nodes["hub"].WireGuardKey)
+	}
+	announceTake(r, take, id)
+	if take.Announcement.Previous != own || take.Announcement.Key != found {
+		t.Fatalf("announcement %+v", take.Announcement)
+	}
+	apply(t, r, fsm.OpTunnelTake, at, take)
+	if r.Nodes["hub"].WireGuardKey != found || r.Nodes["hub"].ID != "id-hub" {
+		t.Fatalf("after the announced take: %+v", r.Nodes["hub"])
 	}
 }

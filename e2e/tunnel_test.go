@@ -305,3 +305,74 @@ func checkTakenOver(ctx context.Context, t *testing.T, hub *lab.Machine, foundKe
 		t.Errorf("meshd0 is not up: %v %s", err, out)
 	}
 }
+
+// ADR 0105's hub that enrolled before: genesis without --take-tunnel (the mesh's tunnel port moved
+// aside), then `meshd tunnel take hub wg0` on the running mesh. The hub keeps its identity and
+// takes the found tunnel's key as its overlay key, announced in a message signed with that
+// identity, which the record checks before the key moves; the peers notice nothing.
+func TestTunnelTakeOnARunningMesh(t *testing.T) {
+	bin := labtest.Meshd(t)
+	l := labtest.Up(t, lab.Predecessor(lab.FirewallUFW))
+	ctx := testenv.Context(t, 6*time.Minute)
+	hub := l.Machine("hub")
+	installMeshd(ctx, t, bin, hub)
+	stopPredecessorControl(ctx, t, hub)
+	foundKey, err := hub.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key")
+	if err != nil {
+		t.Fatalf("the predecessor's tunnel: %v %s", err, foundKey)
+	}
+	foundKey = strings.TrimSpace(foundKey)
+	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--port", "registry=5001", "--port", "tunnel=51821")...); err != nil {
+		t.Fatalf("adopted genesis without --take-tunnel: %v\n%s", err, out)
+	}
+	installAgent(ctx, t, hub, bin)
+	node := func() agent.NodeView {
+		t.Helper()
+		var v agent.NodeView
+		out, err := meshd(ctx, hub, "node", "show", "hub", "--json")
+		if err != nil || json.Unmarshal([]byte(out), &v) != nil || v.Node == nil {
+			t.Fatalf("node show hub: %v\n%s", err, out)
+		}
+		return v
+	}
+	var before agent.NodeView
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		out, err := meshd(ctx, hub, "node", "show", "hub", "--json")
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &before)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the hub's agent never answered: %v", err)
+	}
+
+	took := time.Now()
+	out, err := meshd(ctx, hub, "tunnel", "take", "hub", lab.TunnelIface, "--json")
+	if err != nil {
+		t.Fatalf("tunnel take hub wg0 on the running mesh: %v\n%s", err, out)
+	}
+	after := node()
+	if after.Node.WireGuardKey != foundKey {
+		t.Errorf("the hub's overlay key is %q, want the found tunnel's %s", after.Node.WireGuardKey, foundKey)
+	}
+	if after.Node.PublicKey != before.Node.PublicKey || after.Node.ID != before.Node.ID || after.Node.PublicKey == "" {
+		t.Errorf("the hub's identity changed: %s/%s -> %s/%s", before.Node.ID, before.Node.PublicKey, after.Node.ID, after.Node.PublicKey)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		v, err := tunnelShow(ctx, hub)
+		if err == nil && v.State != host.TunnelMeshUp {
+			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the tunnel never changed hands: %v", err)
+	}
+	probesSince(t, l, took.Add(-5*time.Second), "take on a running mesh", 5*time.Second)
+	heardCarried(ctx, t, hub, 30*time.Second)
+	if out, err := meshd(ctx, hub, "tunnel", "take", "hub", lab.TunnelIface); err == nil {
+		t.Errorf("a second take succeeded:\n%s", out)
+	}
+	if n := node(); n.Node.WireGuardKey != foundKey {
+		t.Errorf("a refused second take moved the hub's overlay key to %s", n.Node.WireGuardKey)
+	}
+}
