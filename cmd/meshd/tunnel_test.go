@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/fsm"
 	"meshd/host"
 )
 
@@ -47,6 +48,11 @@ func TestTunnelShowText(t *testing.T) {
 
 // fakeAgent answers GET /v1/tunnel on a unix socket with v, as an agent would.
 func fakeAgent(t *testing.T, v agent.TunnelView) string {
+	return fakeAgentAnswering(t, map[string]any{"GET /v1/tunnel": v})
+}
+
+// fakeAgentAnswering answers each "METHOD PATH" of answers with its value as JSON.
+func fakeAgentAnswering(t *testing.T, answers map[string]any) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "mt") // a short path: a unix socket's is at most 107 bytes
 	if err != nil {
@@ -59,10 +65,12 @@ func fakeAgent(t *testing.T, v agent.TunnelView) string {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/tunnel", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(v)
-	})
+	for route, v := range answers {
+		mux.HandleFunc(route, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(v)
+		})
+	}
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
@@ -83,31 +91,72 @@ func TestProcessTunnelShowExitStatus(t *testing.T) {
 			if asJSON {
 				args = append(args, "--json")
 			}
-			cmd := exec.Command(meshdBin, args...)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			stdout, stderr, code := run(t, args...)
 			if code != c.code {
-				t.Errorf("state %q (json %v): exit %d, want %d\n%s%s", c.state, asJSON, code, c.code, stdout.String(), stderr.String())
+				t.Errorf("state %q (json %v): exit %d, want %d\n%s%s", c.state, asJSON, code, c.code, stdout, stderr)
 			}
 			if asJSON {
 				var got agent.TunnelView
-				if err := json.Unmarshal(stdout.Bytes(), &got); err != nil || got.State != c.state {
-					t.Errorf("state %q: --json printed %q (%v)", c.state, stdout.String(), err)
+				if err := json.Unmarshal([]byte(stdout), &got); err != nil || got.State != c.state {
+					t.Errorf("state %q: --json printed %q (%v)", c.state, stdout, err)
 				}
-			} else if !strings.Contains(stdout.String(), "10.44.0.2") {
-				t.Errorf("state %q: the peers were not printed: %s", c.state, stdout.String())
+			} else if !strings.Contains(stdout, "10.44.0.2") {
+				t.Errorf("state %q: the peers were not printed: %s", c.state, stdout)
 			}
-			if c.code != 0 && !strings.Contains(stderr.String(), "reach nothing") {
-				t.Errorf("state %q: stderr says %q", c.state, stderr.String())
+			if c.code != 0 && !strings.Contains(stderr, "reach nothing") {
+				t.Errorf("state %q: stderr says %q", c.state, stderr)
 			}
+		}
+	}
+}
+
+// run runs the meshd binary with args and returns its stdout, stderr and exit code.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(meshdBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return stdout.String(), stderr.String(), ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), 0
+}
+
+// The third state — the found interface down and the mesh's not up — is an error in status (TUNNEL
+// DOWN, naming the node) and in node show (the failed resource tunnel:meshd0, with why); status
+// lists the tunnel's peers with when the hub last heard them.
+func TestProcessTunnelDownInStatusAndNodeShow(t *testing.T) {
+	now := time.Now()
+	reason := "the found interface wg0 is down and the mesh's meshd0 is not up: binding port 51820: address in use"
+	tv := agent.TunnelView{Range: "10.44.0.0/24", Hub: "hub", State: host.TunnelDark, Peers: []agent.TunnelPeer{
+		{PublicKey: "P1=", Address: "10.44.0.2", LastHeard: now.Add(-40 * time.Second), ReceiveBytes: 2048},
+		{PublicKey: "P2=", Address: "10.44.0.3", Enrolled: true, Node: "peer2"},
+	}}
+	st := agent.StatusView{Leader: agent.LeaderView{Node: "hub"}, Tunnel: &tv, Nodes: []agent.NodeSummary{
+		{Name: "hub", Mode: "adopted", Server: true, ControlNode: true, Address: "10.44.0.1", Liveness: "alive", ReportFrom: "local", Tunnel: host.TunnelDark},
+		{Name: "peer2", Mode: "adopted", Address: "10.44.0.3", Liveness: "alive"},
+	}}
+	rep := host.Report{When: now, Kinds: map[string]any{"tunnel": host.TunnelDetail{State: host.TunnelDark, Says: "found down, mesh not up",
+		Interface: "meshd0", Found: "wg0", Address: "10.44.0.1/24", Port: 51820, Reason: reason}},
+		Errors: []host.ResourceError{{Resource: "tunnel:meshd0", Module: "mesh", Reason: reason}}}
+	nv := agent.NodeView{Node: &fsm.Node{Name: "hub", Mode: "adopted", Address: "10.44.0.1"}, Report: &rep}
+	sock := fakeAgentAnswering(t, map[string]any{"GET /v1/status": st, "GET /v1/nodes/{node}": nv})
+
+	out, errOut, code := run(t, "--socket", sock, "status")
+	for _, want := range []string{"node hub: TUNNEL DOWN", "10.44.0.2  ", "no (carried)", "40s ago", "2.0 KiB", "yes, node peer2", "never"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q (exit %d):\n%s%s", want, code, out, errOut)
+		}
+	}
+	out, errOut, _ = run(t, "--socket", sock, "node", "show", "hub")
+	for _, want := range []string{"found-down-mesh-not-up", "FAILED RESOURCE", "tunnel:meshd0", "address in use"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("node show lacks %q:\n%s%s", want, out, errOut)
 		}
 	}
 }
