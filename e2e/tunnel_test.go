@@ -188,6 +188,31 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		}
 		probesSince(t, l, enrolled, "enrolment", 5*time.Second)
 	})
+	t.Run("tunnel show on the enrolled peer, a client asking a server, says what the hub says", func(t *testing.T) {
+		installAgent(ctx, t, peer2, bin)
+		var v agent.TunnelView
+		if err := testenv.Poll(t, 60*time.Second, func() error {
+			var err error
+			if v, err = tunnelShow(ctx, peer2); err != nil {
+				return err
+			}
+			for _, p := range v.Peers {
+				switch {
+				case p.Address == "10.44.0.2" && (p.Enrolled || time.Since(p.LastHeard) > 30*time.Second || p.ReceiveBytes == 0):
+					return fmt.Errorf("peer1 (carried) as peer2 is told: %+v", p)
+				case p.Address == "10.44.0.3" && (!p.Enrolled || p.Node != "peer2" || time.Since(p.LastHeard) > 30*time.Second):
+					return fmt.Errorf("peer2 (enrolled) as peer2 is told: %+v", p)
+				}
+			}
+			if len(v.Peers) != 2 || v.State != host.TunnelMeshUp || v.ReportAt.IsZero() {
+				return fmt.Errorf("tunnel show on peer2: state %q, report at %v, peers %+v", v.State, v.ReportAt, v.Peers)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("tunnel show on peer2: hub's report from %s, %s old", v.ReportFrom, time.Since(v.ReportAt).Round(time.Millisecond))
+	})
 	t.Run("restarting the agent does not interrupt the peers", func(t *testing.T) {
 		// The userspace device runs in a process of its own, not in the agent: the same link
 		// (same index) serves before and after the agent restarts.
