@@ -37,6 +37,8 @@ type tunnelMachine interface {
 	Raise(ctx context.Context, cfg wg.Config) (meshLink, error)
 	// Takeover replaces the found interface by the mesh's (wg.Takeover).
 	Takeover(ctx context.Context, f *wg.Found, cfg wg.Config) (wg.State, meshLink, error)
+	// Remove takes the mesh's own interface of that name down and away (wg.Remove).
+	Remove(name string) error
 }
 
 // meshLink is the mesh's interface once raised.
@@ -55,6 +57,7 @@ type wgMachine struct {
 func (wgMachine) Discover(iface string) (*wg.Found, error) { return wg.Discover(iface, "") }
 func (wgMachine) LinkUp(name string) bool                  { return wg.Observe(name, "") == wg.FoundUp }
 func (wgMachine) Running(name string) bool                 { return wg.Running(name) }
+func (wgMachine) Remove(name string) error                 { return wg.Remove(name) }
 
 func (m wgMachine) Raise(ctx context.Context, cfg wg.Config) (meshLink, error) {
 	cfg.Spawn = m.spawn
@@ -345,6 +348,15 @@ func (d *TunnelDriver) takeover(ctx context.Context, pass Pass, cfg wg.Config, f
 		return fmt.Errorf("not taking %s over: %w", found, err)
 	}
 	out.Changes++
+	// A mesh interface of the same name already running (a hub that enrolled before, with the key
+	// it made itself) goes first: the found key, port and address are raised under that name.
+	// The carried peers' gap is unchanged: the found interface still carries them until it stops.
+	if found != cfg.Name && d.m.Running(cfg.Name) {
+		if err := d.m.Remove(cfg.Name); err != nil {
+			return fmt.Errorf("taking %s over: %w", found, err)
+		}
+		d.log.Info("removed the mesh's interface raised with the node's own key, to raise it with the found tunnel's", "mesh", cfg.Name, "found", found)
+	}
 	tctx, cancel := context.WithTimeout(ctx, tunnelWait)
 	defer cancel()
 	state, link, err := d.m.Takeover(tctx, f, cfg)

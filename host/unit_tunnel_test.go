@@ -120,6 +120,9 @@ func (f *fakeWG) Takeover(_ context.Context, found *wg.Found, cfg wg.Config) (wg
 	if f.failStart {
 		return wg.FoundUp, nil, errors.New("cannot create the TUN")
 	}
+	if f.links[cfg.Name] != nil {
+		return wg.FoundUp, nil, fmt.Errorf("preparing %s: a link of that name exists", cfg.Name)
+	}
 	f.ops = append(f.ops, "prepare "+cfg.Name)
 	f.links[cfg.Name] = &fakeLink{key: cfg.PrivateKey, port: cfg.ListenPort, addr: cfg.Address, peers: slices.Clone(cfg.Peers)}
 	// stopped by deleting its link: no peer or key is removed from it first
@@ -132,6 +135,16 @@ func (f *fakeWG) Takeover(_ context.Context, found *wg.Found, cfg wg.Config) (wg
 	f.links[cfg.Name].up = true
 	f.ops = append(f.ops, "up "+cfg.Name)
 	return wg.MeshUp, &fakeMesh{f: f, name: cfg.Name}, nil
+}
+
+func (f *fakeWG) Remove(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.links[name] != nil {
+		delete(f.links, name)
+		f.ops = append(f.ops, "remove "+name)
+	}
+	return nil
 }
 
 // reboot takes every link down and away, then raises the found ones whose wg-quick unit is
@@ -491,4 +504,29 @@ func peerIn(t *testing.T, det TunnelDetail, k wgtypes.Key) TunnelPeer {
 	}
 	t.Fatalf("peer %s not in the report: %+v", k.PublicKey(), det.Peers)
 	return TunnelPeer{}
+}
+
+// A hub that enrolled before already runs the mesh's interface with the key it made itself, on
+// the port moved aside; once the record took the found tunnel's key as its overlay key, the host
+// removes that interface and raises it again under the same name with the found key, port,
+// address and peers, the found one stopped only after everything else is prepared.
+func TestUnitTunnelTakeoverOnAHubThatEnrolledBefore(t *testing.T) {
+	b := newTunnelBed(t)
+	own, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.wg.links[fsm.MeshInterface] = &fakeLink{up: true, key: own, port: 51821, addr: netip.MustParsePrefix("10.99.0.1/24")}
+	rep := b.host().Reconcile(unitCtx(t), b.decl)
+	if len(rep.Errors) != 0 || tunnelDetail(t, rep).State != TunnelMeshUp {
+		t.Fatalf("errors %+v, state %s", rep.Errors, tunnelDetail(t, rep).State)
+	}
+	want := []string{"remove meshd0", "prepare meshd0", "stop wg0", "up meshd0"}
+	if !slices.Equal(b.wg.ops, want) {
+		t.Errorf("ops %v, want %v", b.wg.ops, want)
+	}
+	m := b.wg.links[fsm.MeshInterface]
+	if m == nil || m.key != b.key || m.port != 51820 || m.addr != netip.MustParsePrefix("10.44.0.1/24") || len(m.peers) != 2 {
+		t.Fatalf("meshd0 after the takeover: %+v", m)
+	}
 }
