@@ -193,8 +193,10 @@ func applyTunnelTake(r *Record, c *Command, b *TunnelTake) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAnnouncement(n, b, c.Op); err != nil {
-		return nil, err
+	if c.V >= announcedSince {
+		if err := checkAnnouncement(n, b, c.Op); err != nil {
+			return nil, err
+		}
 	}
 	for _, name := range r.NodeNames() {
 		if o := r.Nodes[name]; name != n.Name && o.WireGuardKey == b.PublicKey {

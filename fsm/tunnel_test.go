@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"crypto/ed25519"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -317,5 +318,29 @@ func TestUnitForgedKeyAnnouncementMovesNothing(t *testing.T) {
 	mustApply(t, r, cmd(t, OpTunnelTake, t0.Add(time.Minute), take))
 	if n := r.Nodes["hub"]; n.WireGuardKey != f.hub || n.PublicKey != hubPub || n.ID != "id-hub" {
 		t.Fatalf("after the signed announcement: overlay key %s (want the tunnel's %s), identity %s id %s (kept?)", n.WireGuardKey, f.hub, n.PublicKey, n.ID)
+	}
+}
+
+// A take in a log written before announcements existed (command version 1) applies on replay as
+// it did when it was acknowledged; the same take as a version 2 command is refused unsigned.
+func TestUnitAnnouncementIsRequiredFromVersion2(t *testing.T) {
+	f := newFoundTunnel(t)
+	_, hubPub := identity(t)
+	body, err := json.Marshal(f.take)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := json.Marshal(Command{V: 1, Op: OpTunnelTake, At: t0.Add(time.Minute), Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecord()
+	mustApply(t, r, identifiedGenesis(t, hubPub))
+	if _, err := Apply(r, cmd(t, OpTunnelTake, t0.Add(time.Minute), f.take)); err == nil || !strings.Contains(err.Error(), "unsigned") {
+		t.Fatalf("an unsigned version %d take: %v", Version, err)
+	}
+	mustApply(t, r, v1)
+	if r.Nodes["hub"].WireGuardKey != f.hub {
+		t.Fatalf("a version 1 take replayed: the hub's key is %q", r.Nodes["hub"].WireGuardKey)
 	}
 }
