@@ -28,6 +28,9 @@ type StatusView struct {
 	Nodes  []NodeSummary `json:"nodes"`
 	// Gossip is the answering server's gossip: whether it runs, and the reports it rejected.
 	Gossip GossipSummary `json:"gossip"`
+	// Tunnel is the private network as `meshd tunnel show` says it: each peer carried or enrolled,
+	// and when the hub last heard it. Nil before genesis.
+	Tunnel *TunnelView `json:"tunnel,omitempty"`
 }
 
 // GossipSummary is the answering server's gossip at a glance.
@@ -176,6 +179,9 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 		if rep != nil {
 			n.ReportFrom = from
 		}
+	}
+	if tv := s.tunnelView(); tv.Range != "" {
+		st.Tunnel = &tv
 	}
 	if g := s.member(); g != nil {
 		st.Gossip.Running = true

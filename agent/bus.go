@@ -141,6 +141,7 @@ func (s *serverRole) busRoutes() http.Handler {
 	mux.HandleFunc("GET /v1/modules", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.listModules(w, r) }))
 	mux.HandleFunc("GET /v1/modules/{module}", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getModule(w, r) }))
 	mux.HandleFunc("GET /v1/gossip", s.withNode(s.getGossipView))
+	mux.HandleFunc("GET /v1/tunnel", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getTunnel(w, r) }))
 	s.peerRoutes(mux)
 	return s.raft.caughtUpOnly(mux)
 }

@@ -299,7 +299,7 @@ func (c *clientRole) operatorAPI() http.Handler {
 		_, _ = io.Copy(w, resp.Body)
 	}
 	for _, p := range []string{"GET /v1/status", "GET /v1/nodes/{node}", "GET /v1/modules", "GET /v1/modules/{module}", "GET /v1/declaration/{node}",
-		"GET /v1/nodes/{node}/modules/{module}/take-preview"} {
+		"GET /v1/nodes/{node}/modules/{module}/take-preview", "GET /v1/tunnel"} {
 		mux.HandleFunc(p, proxy)
 	}
 	mux.HandleFunc("GET /v1/nodes/{node}/original", c.getOriginal)

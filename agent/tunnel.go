@@ -5,15 +5,18 @@ package agent
 // the machine's part is host's tunnel driver over wg/.
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"sort"
 	"time"
 
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/pki"
 	"meshd/wg"
 )
 
@@ -80,6 +83,9 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	take.Requested = in.Requested
+	if !spoke { // the hub's own key moves: it announces the move, signed with its identity
+		s.fsm.Read(func(r *fsm.Record, _ uint64) { announceTake(r, take, s.secrets.NodeKey) })
+	}
 	v, err := s.raft.apply(fsm.OpTunnelTake, take, applyTimeout)
 	if err != nil {
 		writeErr(w, err)
@@ -88,8 +94,21 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-// TunnelView is `meshd tunnel show`: the record's private network and the hub's tunnel as its
-// host last reported it.
+// announceTake signs the take's move of the node's overlay key with the node's identity id: from
+// the key record r holds for it now to the found tunnel's. The record moves the key only if this
+// verifies against the node's recorded identity (a node that enrolled before keeps its identity
+// and takes the tunnel's key as its overlay key).
+func announceTake(r *fsm.Record, take *fsm.TunnelTake, id ed25519.PrivateKey) {
+	previous := ""
+	if n := r.Nodes[take.Node]; n != nil {
+		previous = n.WireGuardKey
+	}
+	take.Announcement = pki.AnnounceKey(id, take.Node, previous, take.PublicKey)
+}
+
+// TunnelView is `meshd tunnel show` (and the tunnel part of `meshd status`): the record's private
+// network and the hub's tunnel as the hub's host last reported it. Any server composes it from
+// the hub's signed report that gossip carried to it, so it says the same on every server.
 type TunnelView struct {
 	Range      string `json:"range"`
 	Hub        string `json:"hub"`
@@ -102,12 +121,16 @@ type TunnelView struct {
 	State string `json:"state,omitempty"`
 	Says  string `json:"says,omitempty"`
 	// Reason is why, when the hub's report has a tunnel error.
-	Reason string       `json:"reason,omitempty"`
-	Peers  []TunnelPeer `json:"peers"`
+	Reason string `json:"reason,omitempty"`
+	// ReportAt is when the hub made the report the peers' liveness comes from; ReportFrom how it
+	// reached the answering server (local, gossip, bus), "" when there is none.
+	ReportAt   time.Time    `json:"report_at,omitzero"`
+	ReportFrom string       `json:"report_from,omitempty"`
+	Peers      []TunnelPeer `json:"peers"`
 }
 
 // TunnelPeer is one peer of the tunnel: carried (not a node yet) or enrolled (a node now), with
-// when the hub last heard from it.
+// when the hub last heard from it and the bytes moved, as the hub's device counts them.
 type TunnelPeer struct {
 	PublicKey     string    `json:"public_key"`
 	Address       string    `json:"address"`
@@ -115,48 +138,82 @@ type TunnelPeer struct {
 	Node          string    `json:"node,omitempty"`
 	Endpoint      string    `json:"endpoint,omitempty"`
 	LastHandshake time.Time `json:"last_handshake,omitzero"`
+	// LastHeard is the later of its last handshake and the hub's last pass that saw it send.
+	LastHeard     time.Time `json:"last_heard,omitzero"`
 	ReceiveBytes  int64     `json:"rx_bytes"`
 	TransmitBytes int64     `json:"tx_bytes"`
 }
 
 func (s *serverRole) getTunnel(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.tunnelView())
+}
+
+// tunnelView composes the tunnel view from the record and the hub's report as this server has it.
+func (s *serverRole) tunnelView() TunnelView {
 	var v TunnelView
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
-		t := r.Tunnel
-		v = TunnelView{Range: t.Range, Hub: t.Hub, HubAddress: t.HubAddress, Taken: t.Taken, Peers: []TunnelPeer{}}
-		if hub := r.Nodes[t.Hub]; hub != nil {
-			v.Port, _ = fsm.MeshPort(r, hub, "tunnel")
+	var hub string
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { hub = r.Tunnel.Hub })
+	rep, from := s.reportFrom(hub)
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { v = tunnelViewOf(r, rep, from) })
+	return v
+}
+
+// tunnelViewOf is the tunnel view of record r with the hub's report rep (nil: none yet), which
+// reached the answering server by from. Every peer the record knows is listed, carried or
+// enrolled; the report adds what the hub's device says of it.
+func tunnelViewOf(r *fsm.Record, rep *host.Report, from string) TunnelView {
+	t := r.Tunnel
+	v := TunnelView{Range: t.Range, Hub: t.Hub, HubAddress: t.HubAddress, Taken: t.Taken, Peers: []TunnelPeer{}}
+	if hub := r.Nodes[t.Hub]; hub != nil {
+		v.Port, _ = fsm.MeshPort(r, hub, "tunnel")
+	}
+	for _, c := range t.Carried {
+		v.Peers = append(v.Peers, TunnelPeer{PublicKey: c.PublicKey, Address: c.Address, Endpoint: c.Endpoint})
+	}
+	for _, name := range r.NodeNames() {
+		n := r.Nodes[name]
+		if n.WireGuardKey != "" && name != t.Hub {
+			v.Peers = append(v.Peers, TunnelPeer{PublicKey: n.WireGuardKey, Address: n.Address, Enrolled: true, Node: name})
 		}
-		for _, c := range t.Carried {
-			v.Peers = append(v.Peers, TunnelPeer{PublicKey: c.PublicKey, Address: c.Address, Endpoint: c.Endpoint})
+	}
+	var det host.TunnelDetail
+	if rep != nil && decodeInto(rep.Kinds[fsm.KindTunnel], &det) {
+		v.State, v.Says, v.Reason = det.State, det.Says, det.Reason
+		v.ReportAt, v.ReportFrom = rep.When, from
+		seen := map[string]host.TunnelPeer{}
+		for _, p := range det.Peers {
+			seen[p.PublicKey] = p
 		}
-		for _, name := range r.NodeNames() {
-			n := r.Nodes[name]
-			if n.WireGuardKey != "" && name != t.Hub {
-				v.Peers = append(v.Peers, TunnelPeer{PublicKey: n.WireGuardKey, Address: n.Address, Enrolled: true, Node: name})
+		for i := range v.Peers {
+			p, ok := seen[v.Peers[i].PublicKey]
+			if !ok {
+				continue
 			}
-		}
-	})
-	if rep := s.report(v.Hub); rep != nil {
-		var det host.TunnelDetail
-		if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && decodeInto(raw, &det) {
-			v.State, v.Says, v.Reason = det.State, det.Says, det.Reason
-			seen := map[string]host.TunnelPeer{}
-			for _, p := range det.Peers {
-				seen[p.PublicKey] = p
+			q := &v.Peers[i]
+			q.LastHandshake, q.LastHeard, q.ReceiveBytes, q.TransmitBytes = p.LastHandshake, p.LastHeard, p.ReceiveBytes, p.TransmitBytes
+			if q.LastHeard.IsZero() {
+				q.LastHeard = p.LastHandshake // a hub that reports no last_heard yet
 			}
-			for i := range v.Peers {
-				if p, ok := seen[v.Peers[i].PublicKey]; ok {
-					v.Peers[i].LastHandshake, v.Peers[i].ReceiveBytes, v.Peers[i].TransmitBytes = p.LastHandshake, p.ReceiveBytes, p.TransmitBytes
-					if p.Endpoint != "" {
-						v.Peers[i].Endpoint = p.Endpoint
-					}
-				}
+			if p.Endpoint != "" {
+				q.Endpoint = p.Endpoint
 			}
 		}
 	}
-	sort.SliceStable(v.Peers, func(i, j int) bool { return v.Peers[i].Address < v.Peers[j].Address })
-	writeJSON(w, http.StatusOK, v)
+	sort.SliceStable(v.Peers, func(i, j int) bool { return addrLess(v.Peers[i].Address, v.Peers[j].Address) })
+	return v
+}
+
+// addrLess orders addresses as addresses (10.44.0.2 before 10.44.0.10), text that is not one last.
+func addrLess(a, b string) bool {
+	x, errx := netip.ParseAddr(a)
+	y, erry := netip.ParseAddr(b)
+	switch {
+	case errx == nil && erry == nil:
+		return x.Less(y)
+	case errx == nil || erry == nil:
+		return errx == nil
+	}
+	return a < b
 }
 
 // tunnelState is a node's tunnel state from its report ("" when it reports none).

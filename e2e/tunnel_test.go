@@ -156,17 +156,10 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 		if len(v.Peers) != 2 {
 			t.Fatalf("tunnel show lists %d peers, want the two carried: %+v", len(v.Peers), v.Peers)
 		}
-		if err := testenv.Poll(t, 30*time.Second, func() error {
-			v, _ := tunnelShow(ctx, hub)
-			for _, p := range v.Peers {
-				if p.Enrolled || p.LastHandshake.IsZero() {
-					return fmt.Errorf("peer %s %s: enrolled %v, last heard %v", p.Address, p.PublicKey, p.Enrolled, p.LastHandshake)
-				}
-			}
-			return nil
-		}); err != nil {
-			t.Error(err)
-		}
+	})
+	t.Run("tunnel show names both peers carried and heard within the last 30s after a probe through the tunnel", func(t *testing.T) {
+		probesSince(t, l, time.Now(), "probe before tunnel show", 5*time.Second)
+		heardCarried(ctx, t, hub, 30*time.Second)
 	})
 	t.Run("a peer enrols and keeps the address the tunnel had for its key", func(t *testing.T) {
 		installMeshd(ctx, t, bin, peer2)
@@ -194,6 +187,31 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 			t.Errorf("peer2's tunnel changed by enrolling: %v\n%s\n---\n%s", err, peersBefore["peer2"], now)
 		}
 		probesSince(t, l, enrolled, "enrolment", 5*time.Second)
+	})
+	t.Run("tunnel show on the enrolled peer, a client asking a server, says what the hub says", func(t *testing.T) {
+		installAgent(ctx, t, peer2, bin)
+		var v agent.TunnelView
+		if err := testenv.Poll(t, 60*time.Second, func() error {
+			var err error
+			if v, err = tunnelShow(ctx, peer2); err != nil {
+				return err
+			}
+			for _, p := range v.Peers {
+				switch {
+				case p.Address == "10.44.0.2" && (p.Enrolled || time.Since(p.LastHeard) > 30*time.Second || p.ReceiveBytes == 0):
+					return fmt.Errorf("peer1 (carried) as peer2 is told: %+v", p)
+				case p.Address == "10.44.0.3" && (!p.Enrolled || p.Node != "peer2" || time.Since(p.LastHeard) > 30*time.Second):
+					return fmt.Errorf("peer2 (enrolled) as peer2 is told: %+v", p)
+				}
+			}
+			if len(v.Peers) != 2 || v.State != host.TunnelMeshUp || v.ReportAt.IsZero() {
+				return fmt.Errorf("tunnel show on peer2: state %q, report at %v, peers %+v", v.State, v.ReportAt, v.Peers)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("tunnel show on peer2: hub's report from %s, %s old", v.ReportFrom, time.Since(v.ReportAt).Round(time.Millisecond))
 	})
 	t.Run("a new machine gets a fresh address from the same range and reaches the hub and the enrolled peer directly", func(t *testing.T) {
 		newMachineOnTheMesh(ctx, t, l, bin)
@@ -248,6 +266,34 @@ func TestTunnelTakeoverInPlace(t *testing.T) {
 	})
 }
 
+// heardCarried polls `meshd tunnel show --json` on m until it lists the two lab peers, carried,
+// each heard within the last within (and bytes received from it); it fails naming the peer that
+// was not.
+func heardCarried(ctx context.Context, t *testing.T, m *lab.Machine, within time.Duration) {
+	t.Helper()
+	var v agent.TunnelView
+	if err := testenv.Poll(t, 45*time.Second, func() error {
+		var err error
+		if v, err = tunnelShow(ctx, m); err != nil {
+			return err
+		}
+		if len(v.Peers) != 2 {
+			return fmt.Errorf("%d peers, want the two lab peers: %+v", len(v.Peers), v.Peers)
+		}
+		for _, p := range v.Peers {
+			if p.Enrolled || p.LastHeard.IsZero() || time.Since(p.LastHeard) > within || p.ReceiveBytes == 0 {
+				return fmt.Errorf("peer %s %s: enrolled %v, last heard %v (%s ago), rx %d bytes", p.Address, p.PublicKey, p.Enrolled, p.LastHeard, time.Since(p.LastHeard).Round(time.Second), p.ReceiveBytes)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("tunnel show on %s: %v", m.Name, err)
+	}
+	for _, p := range v.Peers {
+		t.Logf("tunnel show on %s: peer %s heard %s ago, rx %d tx %d bytes (report %s)", m.Name, p.Address, time.Since(p.LastHeard).Round(time.Millisecond), p.ReceiveBytes, p.TransmitBytes, v.ReportFrom)
+	}
+}
+
 // linkIndex is a link's index on m (the same index: the same link, not one raised again).
 func linkIndex(ctx context.Context, m *lab.Machine, name string) (string, error) {
 	out, err := m.Exec(ctx, "ip", "-o", "link", "show", name)
@@ -285,6 +331,77 @@ func checkTakenOver(ctx context.Context, t *testing.T, hub *lab.Machine, foundKe
 	}
 	if out, err := hub.Exec(ctx, "ip", "-o", "link", "show", "meshd0"); err != nil || !strings.Contains(out, "UP") {
 		t.Errorf("meshd0 is not up: %v %s", err, out)
+	}
+}
+
+// ADR 0105's hub that enrolled before: genesis without --take-tunnel (the mesh's tunnel port moved
+// aside), then `meshd tunnel take hub wg0` on the running mesh. The hub keeps its identity and
+// takes the found tunnel's key as its overlay key, announced in a message signed with that
+// identity, which the record checks before the key moves; the peers notice nothing.
+func TestTunnelTakeOnARunningMesh(t *testing.T) {
+	bin := labtest.Meshd(t)
+	l := labtest.Up(t, lab.Predecessor(lab.FirewallUFW))
+	ctx := testenv.Context(t, 6*time.Minute)
+	hub := l.Machine("hub")
+	installMeshd(ctx, t, bin, hub)
+	stopPredecessorControl(ctx, t, hub)
+	foundKey, err := hub.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key")
+	if err != nil {
+		t.Fatalf("the predecessor's tunnel: %v %s", err, foundKey)
+	}
+	foundKey = strings.TrimSpace(foundKey)
+	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--port", "registry=5001", "--port", "tunnel=51821")...); err != nil {
+		t.Fatalf("adopted genesis without --take-tunnel: %v\n%s", err, out)
+	}
+	installAgent(ctx, t, hub, bin)
+	node := func() agent.NodeView {
+		t.Helper()
+		var v agent.NodeView
+		out, err := meshd(ctx, hub, "node", "show", "hub", "--json")
+		if err != nil || json.Unmarshal([]byte(out), &v) != nil || v.Node == nil {
+			t.Fatalf("node show hub: %v\n%s", err, out)
+		}
+		return v
+	}
+	var before agent.NodeView
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		out, err := meshd(ctx, hub, "node", "show", "hub", "--json")
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &before)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the hub's agent never answered: %v", err)
+	}
+
+	took := time.Now()
+	out, err := meshd(ctx, hub, "tunnel", "take", "hub", lab.TunnelIface, "--json")
+	if err != nil {
+		t.Fatalf("tunnel take hub wg0 on the running mesh: %v\n%s", err, out)
+	}
+	after := node()
+	if after.Node.WireGuardKey != foundKey {
+		t.Errorf("the hub's overlay key is %q, want the found tunnel's %s", after.Node.WireGuardKey, foundKey)
+	}
+	if after.Node.PublicKey != before.Node.PublicKey || after.Node.ID != before.Node.ID || after.Node.PublicKey == "" {
+		t.Errorf("the hub's identity changed: %s/%s -> %s/%s", before.Node.ID, before.Node.PublicKey, after.Node.ID, after.Node.PublicKey)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		v, err := tunnelShow(ctx, hub)
+		if err == nil && v.State != host.TunnelMeshUp {
+			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the tunnel never changed hands: %v", err)
+	}
+	probesSince(t, l, took.Add(-5*time.Second), "take on a running mesh", 5*time.Second)
+	heardCarried(ctx, t, hub, 30*time.Second)
+	if out, err := meshd(ctx, hub, "tunnel", "take", "hub", lab.TunnelIface); err == nil {
+		t.Errorf("a second take succeeded:\n%s", out)
+	}
+	if n := node(); n.Node.WireGuardKey != foundKey {
+		t.Errorf("a refused second take moved the hub's overlay key to %s", n.Node.WireGuardKey)
 	}
 }
 

@@ -10,7 +10,14 @@ import (
 
 // Version is the newest command version this build applies. A server meeting a newer command
 // refuses it rather than guess, so a mixed-version group never diverges silently.
-const Version = 1
+//
+// Version 2: a tunnel.take on a running mesh carries the node's signed key announcement and is
+// refused without one. A version 1 take (in a log written before) applies as it did then, so
+// replaying an acknowledged command never refuses it.
+const Version = 2
+
+// announcedSince is the first command version whose tunnel.take must carry a key announcement.
+const announcedSince = 2
 
 // Op names a command.
 type Op string

@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"meshd/pki"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -219,8 +220,10 @@ func staleEverywhere(t *testing.T, r *Record) []string {
 func TestUnitNothingDerivedFromTheAddressIsStale(t *testing.T) {
 	f := newFoundTunnel(t)
 	r := NewRecord()
-	mustApply(t, r, genesisCmd(t, Adopted))
+	hubID, hubPub := identity(t)
+	mustApply(t, r, identifiedGenesis(t, hubPub))
 	take := f.take
+	take.Announcement = pki.AnnounceKey(hubID, "hub", "", f.hub) // the hub's own, signed move of its overlay key
 	mustApply(t, r, cmd(t, OpTunnelTake, t0.Add(time.Minute), take))
 	for _, h := range []string{"a", "b"} {
 		mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: h, Mode: Adopted, Expires: t0.Add(time.Hour)}))

@@ -10,6 +10,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"meshd/catalogue"
+	"meshd/pki"
 )
 
 // OpTunnelTake records that the hub takes the tunnel found on it over in place (ADR 0105).
@@ -42,6 +43,11 @@ type TunnelTake struct {
 	// Requested is the placement the operator asked for (flags, settings); a field left empty
 	// asks nothing.
 	Requested Placement `json:"requested"`
+	// Announcement is the node's word, signed with its identity, that its overlay key moves to
+	// PublicKey. A take on a running mesh moves an enrolled node's key, so it is applied only
+	// with an announcement that verifies against the node's recorded identity (invariant 8); at
+	// genesis the identity and the key arrive together and there is nothing to move.
+	Announcement *pki.KeyAnnouncement `json:"announcement,omitempty"`
 }
 
 // FoundPeer is one peer of a found interface as the machine has it.
@@ -190,6 +196,11 @@ func applyTunnelTake(r *Record, c *Command, b *TunnelTake) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.V >= announcedSince {
+		if err := checkAnnouncement(n, b, c.Op); err != nil {
+			return nil, err
+		}
+	}
 	for _, name := range r.NodeNames() {
 		if o := r.Nodes[name]; name != n.Name && o.WireGuardKey == b.PublicKey {
 			return nil, refuse(c.Op, n.Name, "", "taking tunnel %s: its key %s is already node %s's", b.Interface, b.PublicKey, name)
@@ -256,6 +267,31 @@ func applySpokeTake(r *Record, c *Command, n *Node, b *TunnelTake) (any, error) 
 // with: that tunnel knows only the hub, so no other node can peer it directly.
 func onFoundTunnel(r *Record, o *Node) bool {
 	return o.Name != r.Tunnel.Hub && o.FoundTunnel != "" && !o.TookTunnel
+}
+
+// checkAnnouncement refuses a take whose overlay key the node has not announced itself: the
+// announcement must be node n's, name the tunnel's key, replace the key the record holds now (an
+// old one replayed moves nothing), and verify against n's recorded identity. Every refusal names
+// the node and says no key moved.
+func checkAnnouncement(n *Node, b *TunnelTake, op Op) error {
+	bad := func(format string, args ...any) error {
+		return refuse(op, n.Name, "", "taking tunnel %s: "+format+"; no key moved", append([]any{b.Interface}, args...)...)
+	}
+	a := b.Announcement
+	switch {
+	case a == nil || len(a.Sig) == 0:
+		return bad("the move of the overlay key to %s is not announced by node %s (unsigned)", b.PublicKey, n.Name)
+	case a.Node != n.Name:
+		return bad("the announcement is node %s's, not node %s's", a.Node, n.Name)
+	case a.Key != b.PublicKey:
+		return bad("the announcement names overlay key %s, the tunnel's is %s", a.Key, b.PublicKey)
+	case a.Previous != n.WireGuardKey:
+		return bad("the announcement replaces overlay key %q, but the record holds %q for node %s (stale or replayed)", a.Previous, n.WireGuardKey, n.Name)
+	}
+	if err := a.Verify(n.PublicKey); err != nil {
+		return bad("%v", err)
+	}
+	return nil
 }
 
 // composeTunnel is node n's part of the private network: its address in the range, its port,

@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"meshd/catalogue"
+	"meshd/pki"
 )
 
 // wgKey is a real WireGuard public key, as a found tunnel or a joining machine presents one.
@@ -143,10 +146,12 @@ func TestUnitTakeRefusesADisagreeingPlacement(t *testing.T) {
 func TestUnitTakeOnARunningMesh(t *testing.T) {
 	f := newFoundTunnel(t)
 	r := NewRecord()
-	mustApply(t, r, genesisCmd(t, Adopted))
+	hubID, hubPub := identity(t)
+	mustApply(t, r, identifiedGenesis(t, hubPub))
 	if r.Tunnel.Range != "10.99.0.0/24" {
 		t.Fatalf("default range %s", r.Tunnel.Range)
 	}
+	f.take.Announcement = pki.AnnounceKey(hubID, "hub", "", f.hub)
 	mustApply(t, r, cmd(t, OpTunnelTake, t0.Add(time.Minute), f.take))
 	if r.Tunnel.Range != "10.44.0.0/24" || r.Nodes["hub"].Address != "10.44.0.1" || len(r.Tunnel.Carried) != 2 {
 		t.Fatalf("after the take: %+v, hub at %s", r.Tunnel, r.Nodes["hub"].Address)
@@ -160,7 +165,7 @@ func TestUnitTakeOnARunningMesh(t *testing.T) {
 	}
 
 	r = NewRecord()
-	mustApply(t, r, genesisCmd(t, Adopted))
+	mustApply(t, r, identifiedGenesis(t, hubPub))
 	mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: "a", Mode: Adopted, Expires: t0.Add(time.Hour)}))
 	mustApply(t, r, cmd(t, OpNodeEnrol, t0, Enrol{Node: "n1", ID: "1", TokenHash: "a"}))
 	before := marshal(t, r)
@@ -242,5 +247,100 @@ func TestUnitAssignAndTheFlip(t *testing.T) {
 	}
 	if dn, _ := Compose(r, "new"); dn.Tunnel.Interface != MeshInterface {
 		t.Errorf("a node with its own key is not told to raise %s: %+v", MeshInterface, dn.Tunnel)
+	}
+}
+
+// identity is a node's ed25519 identity key and its public key as the record keeps it.
+func identity(t testing.TB) (ed25519.PrivateKey, string) {
+	t.Helper()
+	k, err := pki.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, pki.PublicKeyString(k.Public().(ed25519.PublicKey))
+}
+
+// identifiedGenesis is genesisCmd with the hub's identity recorded, as the agent's genesis does.
+func identifiedGenesis(t testing.TB, pub string) []byte {
+	return cmd(t, OpGenesis, t0, Genesis{Node: "hub", ID: "id-hub", Mode: Adopted, Advertise: "198.51.100.1", PublicKey: pub,
+		Settings: map[string]string{"registry": "5001"}, Catalogue: catalogue.DefaultSources(),
+		Assign: []string{"broker", "mesh", "registry", "store"}})
+}
+
+// A hub that enrolled before takes the found tunnel's key as its overlay key only on its own
+// announcement, signed with its recorded identity: an unsigned one, one signed by another node's
+// identity, one whose key was changed after signing, another node's own, or an old one replayed
+// is refused naming the node, and moves nothing; the good one moves the key.
+func TestUnitForgedKeyAnnouncementMovesNothing(t *testing.T) {
+	f := newFoundTunnel(t)
+	hubID, hubPub := identity(t)
+	otherID, otherPub := identity(t)
+	r := NewRecord()
+	mustApply(t, r, identifiedGenesis(t, hubPub))
+	mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: "a", Mode: Adopted, Expires: t0.Add(time.Hour)}))
+	mustApply(t, r, cmd(t, OpNodeEnrol, t0, Enrol{Node: "other", ID: "2", TokenHash: "a", PublicKey: otherPub}))
+	// the hub's own overlay key, as a node that enrolled before has one
+	own := wgKey(t)
+	r.Nodes["hub"].WireGuardKey = own
+	r.Nodes["other"].Address = "" // outside any range question: this test is about the key
+
+	tampered := pki.AnnounceKey(hubID, "hub", own, wgKey(t))
+	tampered.Key = f.hub
+	for _, c := range []struct {
+		what string
+		a    *pki.KeyAnnouncement
+		want string
+	}{
+		{"unsigned", nil, "unsigned"},
+		{"signature stripped", &pki.KeyAnnouncement{Node: "hub", Previous: own, Key: f.hub}, "unsigned"},
+		{"signed by another node's identity", pki.AnnounceKey(otherID, "hub", own, f.hub), "not signed by node hub's identity"},
+		{"the key changed after signing", tampered, "not signed by node hub's identity"},
+		{"another node's announcement", pki.AnnounceKey(otherID, "other", "", f.hub), "is node other's, not node hub's"},
+		{"an old announcement replayed", pki.AnnounceKey(hubID, "hub", "", f.hub), "stale or replayed"},
+	} {
+		before := marshal(t, r)
+		take := f.take
+		take.Announcement = c.a
+		_, err := Apply(r, cmd(t, OpTunnelTake, t0.Add(time.Minute), take))
+		if err == nil || !strings.Contains(err.Error(), "node hub") || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "no key moved") {
+			t.Errorf("%s: %v, want a refusal naming node hub and %q", c.what, err, c.want)
+		}
+		if !bytes.Equal(before, marshal(t, r)) {
+			t.Errorf("%s: the record changed", c.what)
+		}
+		if r.Nodes["hub"].WireGuardKey != own {
+			t.Fatalf("%s moved the hub's key to %s", c.what, r.Nodes["hub"].WireGuardKey)
+		}
+	}
+
+	take := f.take
+	take.Announcement = pki.AnnounceKey(hubID, "hub", own, f.hub)
+	mustApply(t, r, cmd(t, OpTunnelTake, t0.Add(time.Minute), take))
+	if n := r.Nodes["hub"]; n.WireGuardKey != f.hub || n.PublicKey != hubPub || n.ID != "id-hub" {
+		t.Fatalf("after the signed announcement: overlay key %s (want the tunnel's %s), identity %s id %s (kept?)", n.WireGuardKey, f.hub, n.PublicKey, n.ID)
+	}
+}
+
+// A take in a log written before announcements existed (command version 1) applies on replay as
+// it did when it was acknowledged; the same take as a version 2 command is refused unsigned.
+func TestUnitAnnouncementIsRequiredFromVersion2(t *testing.T) {
+	f := newFoundTunnel(t)
+	_, hubPub := identity(t)
+	body, err := json.Marshal(f.take)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := json.Marshal(Command{V: 1, Op: OpTunnelTake, At: t0.Add(time.Minute), Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecord()
+	mustApply(t, r, identifiedGenesis(t, hubPub))
+	if _, err := Apply(r, cmd(t, OpTunnelTake, t0.Add(time.Minute), f.take)); err == nil || !strings.Contains(err.Error(), "unsigned") {
+		t.Fatalf("an unsigned version %d take: %v", Version, err)
+	}
+	mustApply(t, r, v1)
+	if r.Nodes["hub"].WireGuardKey != f.hub {
+		t.Fatalf("a version 1 take replayed: the hub's key is %q", r.Nodes["hub"].WireGuardKey)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,6 +37,8 @@ type tunnelMachine interface {
 	Raise(ctx context.Context, cfg wg.Config) (meshLink, error)
 	// Takeover replaces the found interface by the mesh's (wg.Takeover).
 	Takeover(ctx context.Context, f *wg.Found, cfg wg.Config) (wg.State, meshLink, error)
+	// Remove takes the mesh's own interface of that name down and away (wg.Remove).
+	Remove(name string) error
 }
 
 // meshLink is the mesh's interface once raised.
@@ -54,6 +57,7 @@ type wgMachine struct {
 func (wgMachine) Discover(iface string) (*wg.Found, error) { return wg.Discover(iface, "") }
 func (wgMachine) LinkUp(name string) bool                  { return wg.Observe(name, "") == wg.FoundUp }
 func (wgMachine) Running(name string) bool                 { return wg.Running(name) }
+func (wgMachine) Remove(name string) error                 { return wg.Remove(name) }
 
 func (m wgMachine) Raise(ctx context.Context, cfg wg.Config) (meshLink, error) {
 	cfg.Spawn = m.spawn
@@ -159,6 +163,16 @@ type TunnelDriver struct {
 	// attaches again, which brings the device to them (the binding follows the setting).
 	port int
 	addr netip.Prefix
+	// heard is, by peer, the received bytes the last pass saw and when they last grew: how a peer
+	// that sends without a new handshake (WireGuard renews one only every two minutes) still
+	// counts as heard.
+	heard map[wgtypes.Key]heardMark
+	now   func() time.Time
+}
+
+type heardMark struct {
+	rx int64
+	at time.Time
 }
 
 // NewTunnelDriver returns the tunnel driver; nothing happens until the first Reconcile.
@@ -167,7 +181,7 @@ func NewTunnelDriver(cfg TunnelConfig) *TunnelDriver {
 }
 
 func newTunnelDriver(cfg TunnelConfig, m tunnelMachine, keys tunnelKeys) *TunnelDriver {
-	d := &TunnelDriver{m: m, keys: keys, root: cfg.Root, log: cfg.Logger}
+	d := &TunnelDriver{m: m, keys: keys, root: cfg.Root, log: cfg.Logger, heard: map[wgtypes.Key]heardMark{}, now: time.Now}
 	if d.root == "" {
 		d.root = "/"
 	}
@@ -203,7 +217,8 @@ type TunnelDetail struct {
 	Reason    string       `json:"reason,omitempty"`
 }
 
-// TunnelPeer is one peer of the mesh's interface as the device has it.
+// TunnelPeer is one peer of the hub's tunnel as the device carrying it has it (the mesh's
+// interface, or the found one while it is still up), read through wgctrl.
 type TunnelPeer struct {
 	PublicKey     string    `json:"public_key"`
 	Name          string    `json:"name,omitempty"`
@@ -211,6 +226,9 @@ type TunnelPeer struct {
 	AllowedIPs    []string  `json:"allowed_ips"`
 	Endpoint      string    `json:"endpoint,omitempty"`
 	LastHandshake time.Time `json:"last_handshake,omitzero"`
+	// LastHeard is the later of its last handshake and the pass that first saw its received
+	// bytes grow: WireGuard renews a handshake only every two minutes while traffic flows.
+	LastHeard     time.Time `json:"last_heard,omitzero"`
 	ReceiveBytes  int64     `json:"rx_bytes"`
 	TransmitBytes int64     `json:"tx_bytes"`
 }
@@ -338,6 +356,15 @@ func (d *TunnelDriver) takeover(ctx context.Context, pass Pass, cfg wg.Config, f
 		return fmt.Errorf("not taking %s over: %w", found, err)
 	}
 	out.Changes++
+	// A mesh interface of the same name already running (a hub that enrolled before, with the key
+	// it made itself) goes first: the found key, port and address are raised under that name.
+	// The carried peers' gap is unchanged: the found interface still carries them until it stops.
+	if found != cfg.Name && d.m.Running(cfg.Name) {
+		if err := d.m.Remove(cfg.Name); err != nil {
+			return fmt.Errorf("taking %s over: %w", found, err)
+		}
+		d.log.Info("removed the mesh's interface raised with the node's own key, to raise it with the found tunnel's", "mesh", cfg.Name, "found", found)
+	}
 	tctx, cancel := context.WithTimeout(ctx, tunnelWait)
 	defer cancel()
 	state, link, err := d.m.Takeover(tctx, f, cfg)
@@ -389,28 +416,70 @@ func (d *TunnelDriver) state(t fsm.TunnelView, det *TunnelDetail) {
 			det.Says = "the mesh's interface " + t.Interface + " is not up"
 		}
 	}
+	det.Peers = d.peers(t)
+}
+
+// peers are the tunnel's peers as the device carrying them has them: the mesh's interface, or
+// the found one while it still carries them (before the takeover, or raised again by hand).
+func (d *TunnelDriver) peers(t fsm.TunnelView) []TunnelPeer {
+	var ps []wg.PeerStatus
+	var err error
+	switch {
+	case d.link != nil:
+		ps, err = d.link.Peers()
+	case t.Takeover != "" && d.m.LinkUp(t.Takeover):
+		var f *wg.Found
+		if f, err = d.m.Discover(t.Takeover); err == nil {
+			ps = f.Peers
+		}
+	default:
+		return nil
+	}
+	if err != nil {
+		d.log.Debug("reading the tunnel's peers", "err", err)
+		return nil
+	}
 	names := map[string]fsm.TunnelPeer{}
 	for _, p := range t.Peers {
 		names[p.PublicKey] = p
 	}
-	if d.link == nil {
-		return
-	}
-	ps, err := d.link.Peers()
-	if err != nil {
-		return
-	}
+	now := d.now()
+	var out []TunnelPeer
 	for _, p := range ps {
-		v := TunnelPeer{PublicKey: p.PublicKey.String(), Name: names[p.PublicKey.String()].Name, Carried: names[p.PublicKey.String()].Carried,
+		k := p.PublicKey.String()
+		v := TunnelPeer{PublicKey: k, Name: names[k].Name, Carried: names[k].Carried,
 			LastHandshake: p.LastHandshake, ReceiveBytes: p.ReceiveBytes, TransmitBytes: p.TransmitBytes}
+		v.LastHeard = d.lastHeard(p, now)
 		for _, a := range p.AllowedIPs {
 			v.AllowedIPs = append(v.AllowedIPs, a.String())
 		}
 		if p.Endpoint.IsValid() {
 			v.Endpoint = p.Endpoint.String()
 		}
-		det.Peers = append(det.Peers, v)
+		out = append(out, v)
 	}
+	for k := range d.heard {
+		if !slices.ContainsFunc(ps, func(p wg.PeerStatus) bool { return p.PublicKey == k }) {
+			delete(d.heard, k) // a peer removed: its counters start again if it comes back
+		}
+	}
+	return out
+}
+
+// lastHeard is when peer p was last heard: its last handshake, or this pass when its received
+// bytes grew since the last one. Bytes seen for the first time (or after the counters restarted
+// with a new device) say nothing about when they came, so only the handshake counts then.
+func (d *TunnelDriver) lastHeard(p wg.PeerStatus, now time.Time) time.Time {
+	m, seen := d.heard[p.PublicKey]
+	if seen && p.ReceiveBytes > m.rx {
+		m.at = now
+	}
+	m.rx = p.ReceiveBytes
+	d.heard[p.PublicKey] = m
+	if m.at.After(p.LastHandshake) {
+		return m.at
+	}
+	return p.LastHandshake
 }
 
 // tunnelConfig is the wg.Config the declaration asks for. Its PrivateKey holds the recorded

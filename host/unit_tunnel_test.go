@@ -35,7 +35,19 @@ type fakeWG struct {
 	// "peers NAME +a ~b -c", "attach NAME".
 	ops       []string
 	failStart bool // preparing the mesh's interface fails (nothing stopped)
-	failUp    bool // the mesh's interface cannot come up after the found one stopped
+	// seen is what each peer's device counters say, whichever interface carries it.
+	seen   map[wgtypes.Key]fakeSeen
+	failUp bool // the mesh's interface cannot come up after the found one stopped
+}
+
+type fakeSeen struct {
+	handshake time.Time
+	rx, tx    int64
+}
+
+func (f *fakeWG) status(p wg.Peer) wg.PeerStatus {
+	s := f.seen[p.PublicKey]
+	return wg.PeerStatus{Peer: p, LastHandshake: s.handshake, ReceiveBytes: s.rx, TransmitBytes: s.tx}
 }
 
 type fakeLink struct {
@@ -47,7 +59,9 @@ type fakeLink struct {
 	found bool // the predecessor's, not raised by meshd
 }
 
-func newFakeWG() *fakeWG { return &fakeWG{links: map[string]*fakeLink{}} }
+func newFakeWG() *fakeWG {
+	return &fakeWG{links: map[string]*fakeLink{}, seen: map[wgtypes.Key]fakeSeen{}}
+}
 
 func (f *fakeWG) Discover(iface string) (*wg.Found, error) {
 	f.mu.Lock()
@@ -58,7 +72,7 @@ func (f *fakeWG) Discover(iface string) (*wg.Found, error) {
 	}
 	out := &wg.Found{Name: iface, Up: l.up, PrivateKey: l.key, ListenPort: l.port, Addresses: []netip.Prefix{l.addr}}
 	for _, p := range l.peers {
-		out.Peers = append(out.Peers, wg.PeerStatus{Peer: p, LastHandshake: time.Now()})
+		out.Peers = append(out.Peers, f.status(p))
 	}
 	return out, nil
 }
@@ -106,6 +120,9 @@ func (f *fakeWG) Takeover(_ context.Context, found *wg.Found, cfg wg.Config) (wg
 	if f.failStart {
 		return wg.FoundUp, nil, errors.New("cannot create the TUN")
 	}
+	if f.links[cfg.Name] != nil {
+		return wg.FoundUp, nil, fmt.Errorf("preparing %s: a link of that name exists", cfg.Name)
+	}
 	f.ops = append(f.ops, "prepare "+cfg.Name)
 	f.links[cfg.Name] = &fakeLink{key: cfg.PrivateKey, port: cfg.ListenPort, addr: cfg.Address, peers: slices.Clone(cfg.Peers)}
 	// stopped by deleting its link: no peer or key is removed from it first
@@ -118,6 +135,16 @@ func (f *fakeWG) Takeover(_ context.Context, found *wg.Found, cfg wg.Config) (wg
 	f.links[cfg.Name].up = true
 	f.ops = append(f.ops, "up "+cfg.Name)
 	return wg.MeshUp, &fakeMesh{f: f, name: cfg.Name}, nil
+}
+
+func (f *fakeWG) Remove(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.links[name] != nil {
+		delete(f.links, name)
+		f.ops = append(f.ops, "remove "+name)
+	}
+	return nil
 }
 
 // reboot takes every link down and away, then raises the found ones whose wg-quick unit is
@@ -186,7 +213,7 @@ func (m *fakeMesh) Peers() ([]wg.PeerStatus, error) {
 	}
 	var out []wg.PeerStatus
 	for _, p := range l.peers {
-		out = append(out, wg.PeerStatus{Peer: p})
+		out = append(out, m.f.status(p))
 	}
 	return out, nil
 }
@@ -207,6 +234,7 @@ type tunnelBed struct {
 	seal     *pki.SealKey
 	decl     *fsm.Declaration
 	confPath string
+	clock    func() time.Time // the driver's clock; nil: the real one
 }
 
 func newTunnelBed(t *testing.T) *tunnelBed {
@@ -258,6 +286,9 @@ func (b *tunnelBed) host() *Host {
 	b.t.Helper()
 	drv := newTunnelDriver(TunnelConfig{Root: b.root, Logger: unitLog()}, b.wg,
 		SealedTunnelKey{Path: TunnelKeyPath(b.data), Seal: b.seal})
+	if b.clock != nil {
+		drv.now = b.clock
+	}
 	h, err := Open(Config{DataDir: b.data, Root: b.root, Logger: unitLog(), Drivers: []Driver{drv}})
 	if err != nil {
 		b.t.Fatal(err)
@@ -414,6 +445,90 @@ func tunnelError(rep Report) *ResourceError {
 		}
 	}
 	return nil
+}
+
+// The hub's report lists each peer of its tunnel with its latest handshake, bytes moved and when
+// it was last heard, from the device carrying them: the found interface while it is still up,
+// the mesh's once it took over. A peer whose received bytes grow counts as heard at that pass
+// even without a new handshake (WireGuard renews one only every two minutes).
+func TestUnitTunnelReportsPeersLiveness(t *testing.T) {
+	b := newTunnelBed(t)
+	now := time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
+	b.clock = func() time.Time { return now }
+	hs := now.Add(-3 * time.Minute)
+	b.wg.seen[b.p1.PublicKey()] = fakeSeen{handshake: hs, rx: 1000, tx: 2000}
+
+	// Found up (the mesh's cannot be prepared): the found interface's peers are reported.
+	b.wg.failStart = true
+	h := b.host()
+	det := tunnelDetail(t, h.Reconcile(unitCtx(t), b.decl))
+	if det.State != TunnelFoundUp || len(det.Peers) != 2 {
+		t.Fatalf("found up: state %s, peers %+v", det.State, det.Peers)
+	}
+	p1, p2 := peerIn(t, det, b.p1), peerIn(t, det, b.p2)
+	if !p1.Carried || !p1.LastHandshake.Equal(hs) || !p1.LastHeard.Equal(hs) || p1.ReceiveBytes != 1000 || p1.TransmitBytes != 2000 {
+		t.Errorf("peer1 before the takeover: %+v", p1)
+	}
+	if !p2.Carried || !p2.LastHeard.IsZero() || p2.ReceiveBytes != 0 {
+		t.Errorf("peer2, never heard: %+v", p2)
+	}
+
+	// The mesh's interface takes over; peer1 sends more without a new handshake.
+	b.wg.failStart = false
+	now = now.Add(10 * time.Second)
+	det = tunnelDetail(t, h.Reconcile(unitCtx(t), b.decl))
+	if det.State != TunnelMeshUp || len(det.Peers) != 2 {
+		t.Fatalf("mesh up: state %s, peers %+v", det.State, det.Peers)
+	}
+	if p1 := peerIn(t, det, b.p1); !p1.LastHeard.Equal(hs) {
+		t.Errorf("peer1, nothing new received: last heard %s, want its handshake %s", p1.LastHeard, hs)
+	}
+	b.wg.seen[b.p1.PublicKey()] = fakeSeen{handshake: hs, rx: 1500, tx: 2600}
+	now = now.Add(10 * time.Second)
+	det = tunnelDetail(t, h.Reconcile(unitCtx(t), b.decl))
+	p1 = peerIn(t, det, b.p1)
+	if !p1.LastHeard.Equal(now) || !p1.LastHandshake.Equal(hs) || p1.ReceiveBytes != 1500 || p1.TransmitBytes != 2600 {
+		t.Errorf("peer1 after receiving: %+v, want last heard %s", p1, now)
+	}
+	if p2 := peerIn(t, det, b.p2); !p2.LastHeard.IsZero() {
+		t.Errorf("peer2 still never heard: %+v", p2)
+	}
+}
+
+func peerIn(t *testing.T, det TunnelDetail, k wgtypes.Key) TunnelPeer {
+	t.Helper()
+	for _, p := range det.Peers {
+		if p.PublicKey == k.PublicKey().String() {
+			return p
+		}
+	}
+	t.Fatalf("peer %s not in the report: %+v", k.PublicKey(), det.Peers)
+	return TunnelPeer{}
+}
+
+// A hub that enrolled before already runs the mesh's interface with the key it made itself, on
+// the port moved aside; once the record took the found tunnel's key as its overlay key, the host
+// removes that interface and raises it again under the same name with the found key, port,
+// address and peers, the found one stopped only after everything else is prepared.
+func TestUnitTunnelTakeoverOnAHubThatEnrolledBefore(t *testing.T) {
+	b := newTunnelBed(t)
+	own, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.wg.links[fsm.MeshInterface] = &fakeLink{up: true, key: own, port: 51821, addr: netip.MustParsePrefix("10.99.0.1/24")}
+	rep := b.host().Reconcile(unitCtx(t), b.decl)
+	if len(rep.Errors) != 0 || tunnelDetail(t, rep).State != TunnelMeshUp {
+		t.Fatalf("errors %+v, state %s", rep.Errors, tunnelDetail(t, rep).State)
+	}
+	want := []string{"remove meshd0", "prepare meshd0", "stop wg0", "up meshd0"}
+	if !slices.Equal(b.wg.ops, want) {
+		t.Errorf("ops %v, want %v", b.wg.ops, want)
+	}
+	m := b.wg.links[fsm.MeshInterface]
+	if m == nil || m.key != b.key || m.port != 51820 || m.addr != netip.MustParsePrefix("10.44.0.1/24") || len(m.peers) != 2 {
+		t.Fatalf("meshd0 after the takeover: %+v", m)
+	}
 }
 
 // ownKeyBed is a node that joined without a found tunnel: `meshd join` sealed the key it made in

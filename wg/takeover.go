@@ -2,6 +2,7 @@ package wg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -107,6 +108,28 @@ func stopFound(name string) error {
 	}
 	if err := netlink.LinkDel(l); err != nil {
 		return fmt.Errorf("stopping the found interface %s (deleting its link): %w", name, err)
+	}
+	return nil
+}
+
+// Remove takes the mesh's own interface name down and away: its link is deleted (a device process
+// exits once its TUN is gone). A takeover raises the mesh's interface under its own name with the
+// found key, port and address, so an earlier one of that name — a hub that enrolled before, with
+// the key it made itself — goes first. An interface that is not there is not an error.
+func Remove(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("finding WireGuard interface %s: %w", name, err)
+	}
+	if !isWireGuardLink(l) {
+		return fmt.Errorf("%s is a %s link, not WireGuard: not removing it", name, l.Type())
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("removing WireGuard interface %s (deleting its link): %w", name, err)
 	}
 	return nil
 }

@@ -29,7 +29,11 @@ visible here.
 
 LIVE is the node's state in the answering server's gossip view (alive, failed, left, or unknown
 when gossip never saw it); HELD counts the files and containers its last report holds as found
-(reports travel by gossip, signed by the node and verified by the server).`,
+(reports travel by gossip, signed by the node and verified by the server).
+
+Below the nodes, the private network's peers as 'meshd tunnel show' lists them: each peer carried
+or enrolled (as which node), when the hub last heard it and the bytes moved, from the hub's report.
+A node whose tunnel is found-down-mesh-not-up (its peers reach nothing) is named TUNNEL DOWN.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
@@ -72,6 +76,10 @@ when gossip never saw it); HELD counts the files and containers its last report 
 				sort.Strings(rejected)
 				if len(rejected) > 0 {
 					fmt.Fprintf(w, "\nreports rejected by %s: %s\n", st.Gossip.Node, strings.Join(rejected, ", "))
+				}
+				if st.Tunnel != nil && len(st.Tunnel.Peers) > 0 {
+					fmt.Fprintf(w, "\ntunnel %s, hub %s: %s\n", st.Tunnel.Range, st.Tunnel.Hub, orDash(st.Tunnel.State))
+					printTunnelPeers(w, st.Tunnel.Peers, time.Now())
 				}
 				for _, n := range st.Nodes {
 					if n.Tunnel == host.TunnelDark {

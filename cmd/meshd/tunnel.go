@@ -84,12 +84,21 @@ then the spoke's found tunnel carries its traffic, and the other nodes reach it 
 		Short: "Show the private network: its range, the hub, each peer enrolled or carried, the hub's tunnel state",
 		Long: `Show prints the private network's range, the hub and its address and port, the found interface the
 hub took over, and each peer of the tunnel: carried (a peer of the tunnel, not yet a node) or
-enrolled (a node now), with when the hub last heard from it.
+enrolled (yes, node NAME), with when the hub last heard from it and the bytes the hub's device
+received from it (RX) and sent to it (TX).
+
+It runs on any node: the peers' liveness comes from the hub's host report, signed with the hub's
+identity and carried by gossip to every server, so every server says the same ("hub's report"
+says how old that report is and how it came). LAST HEARD is the later of the peer's last
+WireGuard handshake and the hub's last pass that saw it send (a handshake is renewed only every
+two minutes); "never" is a peer the hub's device has not heard since it came up.
 
 STATE is the hub's tunnel as its host last reported it: found-up (the found interface still
 carries the peers), mesh-up (the mesh's interface in its place), or found-down-mesh-not-up (the
-found interface is down and the mesh's is not up: the peers reach nothing). Show exits non-zero in
-that last state.`,
+found interface is down and the mesh's is not up: the peers reach nothing).
+
+Exit status: 0 when the hub reports found-up, mesh-up or nothing yet; 1 when it reports
+found-down-mesh-not-up (the output is printed first, --json too), or when no server answered.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
@@ -98,35 +107,7 @@ that last state.`,
 			if err := g.client().Get(ctx, "/v1/tunnel", &v); err != nil {
 				return err
 			}
-			err := g.emit(v, func(w io.Writer) {
-				fmt.Fprintf(w, "range\t%s\n", v.Range)
-				fmt.Fprintf(w, "hub\t%s %s port %d\n", v.Hub, v.HubAddress, v.Port)
-				if v.Taken != "" {
-					fmt.Fprintf(w, "taken over\t%s\n", v.Taken)
-				}
-				state := v.State
-				if state == "" {
-					state = "- (the hub reports no tunnel)"
-				} else if v.Says != "" {
-					state += " (" + v.Says + ")"
-				}
-				fmt.Fprintf(w, "state\t%s\n", state)
-				if v.Reason != "" {
-					fmt.Fprintf(w, "reason\t%s\n", v.Reason)
-				}
-				fmt.Fprintf(w, "\nPEER\tADDRESS\tENROLLED\tENDPOINT\tLAST HEARD\n")
-				for _, p := range v.Peers {
-					enrolled := "no (carried)"
-					if p.Enrolled {
-						enrolled = "yes, node " + p.Node
-					}
-					heard := "never"
-					if !p.LastHandshake.IsZero() {
-						heard = time.Since(p.LastHandshake).Round(time.Second).String() + " ago"
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.PublicKey, p.Address, enrolled, orDash(p.Endpoint), heard)
-				}
-			})
+			err := g.emit(v, func(w io.Writer) { printTunnelView(w, v, time.Now()) })
 			if err != nil {
 				return err
 			}
@@ -138,6 +119,67 @@ that last state.`,
 	}
 	cmd.AddCommand(take, show)
 	return cmd
+}
+
+// printTunnelView is `meshd tunnel show` in text: the record's network, the hub's state from
+// its report, and every peer with when the hub last heard it.
+func printTunnelView(w io.Writer, v agent.TunnelView, now time.Time) {
+	fmt.Fprintf(w, "range\t%s\n", v.Range)
+	fmt.Fprintf(w, "hub\t%s %s port %d\n", v.Hub, v.HubAddress, v.Port)
+	if v.Taken != "" {
+		fmt.Fprintf(w, "taken over\t%s\n", v.Taken)
+	}
+	state := v.State
+	if state == "" {
+		state = "- (the hub reports no tunnel)"
+	} else if v.Says != "" {
+		state += " (" + v.Says + ")"
+	}
+	fmt.Fprintf(w, "state\t%s\n", state)
+	if v.Reason != "" {
+		fmt.Fprintf(w, "reason\t%s\n", v.Reason)
+	}
+	if !v.ReportAt.IsZero() {
+		fmt.Fprintf(w, "hub's report\t%s ago (%s)\n", ago(now, v.ReportAt), v.ReportFrom)
+	}
+	fmt.Fprintln(w)
+	printTunnelPeers(w, v.Peers, now)
+}
+
+// printTunnelPeers is the table of the tunnel's peers, in tunnel show and status.
+func printTunnelPeers(w io.Writer, peers []agent.TunnelPeer, now time.Time) {
+	fmt.Fprintf(w, "PEER\tADDRESS\tENROLLED\tENDPOINT\tLAST HEARD\tRX\tTX\n")
+	if len(peers) == 0 {
+		fmt.Fprintln(w, "-")
+	}
+	for _, p := range peers {
+		enrolled := "no (carried)"
+		if p.Enrolled {
+			enrolled = "yes, node " + p.Node
+		}
+		heard := "never"
+		if !p.LastHeard.IsZero() {
+			heard = ago(now, p.LastHeard) + " ago"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.PublicKey, p.Address, enrolled, orDash(p.Endpoint), heard, bytesText(p.ReceiveBytes), bytesText(p.TransmitBytes))
+	}
+}
+
+// ago is how long before now t was, to the second (0s for a clock a little ahead).
+func ago(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() }
+
+// bytesText is a byte count in B, KiB, MiB or GiB.
+func bytesText(n int64) string {
+	const k = 1024
+	switch {
+	case n < k:
+		return fmt.Sprintf("%d B", n)
+	case n < k*k:
+		return fmt.Sprintf("%.1f KiB", float64(n)/k)
+	case n < k*k*k:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(k*k))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(k*k*k))
 }
 
 func orDash(s string) string {
