@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -150,12 +151,18 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 			break
 		}
 	}
-	if end < 0 {
-		return nil, fmt.Errorf("no \"### END RULES ###\" line: %w", ErrUnsupported)
-	}
 	gone := map[string]bool{}
 	for _, r := range remove {
 		gone[r.slot()] = true
+	}
+	if end < 0 {
+		// The file as the package shipped it (ufw writes its full layout, markers and all, the
+		// first time it writes a rule there): left alone when nothing of it changes; else ufw
+		// itself writes it (the caller falls back to ufw's commands).
+		if !touches(file, add, gone, v6) {
+			return file, nil
+		}
+		return nil, fmt.Errorf("no \"### END RULES ###\" line (ufw has not written this file yet): %w", ErrUnsupported)
 	}
 	var out []string
 	for i := 0; i < end; i++ {
@@ -201,6 +208,24 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 	return []byte(strings.Join(out, "")), nil
 }
 
+// touches says whether an edit would change file: a tuple it holds is removed, or an added
+// rule belongs in it (an IPv6 twin or source in user6.rules, an IPv4 one in user.rules).
+func touches(file []byte, add []ufwMarked, gone map[string]bool, v6 bool) bool {
+	ts, _ := parseUFWTuples(file)
+	for _, t := range ts {
+		if gone[(ufwMarked{t.Comment, t.Text}).slot()] || gone[(ufwMarked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}).slot()] {
+			return true
+		}
+	}
+	for _, a := range add {
+		isV6 := strings.Contains(strings.Fields(a.text)[5], ":")
+		if isV6 == v6 || (v6 && ufwV6Twin(a.text) != "") {
+			return true
+		}
+	}
+	return false
+}
+
 // writeUFWFile replaces a rules file in one rename, with its mode and owner kept.
 func writeUFWFile(path string, b []byte, was os.FileInfo) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".meshd-"+filepath.Base(path)+"-*")
@@ -239,7 +264,7 @@ func (d *ufwDriver) convergeFiles(ctx context.Context, want map[string]Opening, 
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
-	defer unlock()
+	defer func() { unlock() }()
 	files, err := readUFWFiles(d.env)
 	if err != nil {
 		return nil, nil, nil, out, err
@@ -255,7 +280,13 @@ func (d *ufwDriver) convergeFiles(ctx context.Context, want map[string]Opening, 
 	for _, t := range add {
 		out.missingBefore[t.mark] = true
 	}
-	if err := d.writeBatch(ctx, files, add, remove); err != nil {
+	if err := d.writeBatch(ctx, files, add, remove); errors.Is(err, ErrUnsupported) {
+		// ufw's files are not in the layout meshd edits (a file ufw has not written yet): ufw's
+		// own commands write it, one rule each, this once.
+		unlock()
+		unlock = func() {}
+		return d.convergeCommands(ctx, want, keys)
+	} else if err != nil {
 		d.env.log().Warn("ufw batch failed", "added", len(add), "removed", len(remove), "err", err)
 		for _, t := range add {
 			out.failed[t.mark] = err.Error()

@@ -79,3 +79,19 @@ func TestReadUFWTuplesWithoutUser6(t *testing.T) {
 		t.Fatalf("read %+v, %v; want the one rule of user.rules", ts, err)
 	}
 }
+
+// A rules file as the package ships it (no "### END RULES ###": ufw has not written it yet) is
+// left byte for byte alone when nothing of it changes, as user6.rules is under IPV6=no; an edit
+// that would change it is refused as unsupported, so the driver lets ufw's own command write it.
+func TestEditUFWRulesLeavesAShippedFileAlone(t *testing.T) {
+	shipped := []byte("*filter\n:ufw6-user-input - [0:0]\n### RULES ###\nCOMMIT\n")
+	web := ufwMarked{mark: "meshd:web:incoming:tcp/7000:anywhere", text: "allow tcp 7000 0.0.0.0/0 any 0.0.0.0/0 in"}
+	office := ufwMarked{mark: "meshd:office:incoming:tcp/9000:10.0.0.0/8", text: "allow tcp 9000 0.0.0.0/0 any 10.0.0.0/8 in"}
+	got, err := editUFWRules(shipped, []ufwMarked{office}, nil, true)
+	if err != nil || string(got) != string(shipped) {
+		t.Fatalf("an IPv4-only rule changed the shipped user6.rules: %v\n%s", err, got)
+	}
+	if _, err := editUFWRules(shipped, []ufwMarked{web}, nil, true); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("an IPv6 twin into a file ufw has not written: %v, want ErrUnsupported", err)
+	}
+}
