@@ -50,7 +50,27 @@ func locate(root, p string) (located, error) {
 	dir := filepath.Dir(full)
 	realDir, err := filepath.EvalSymlinks(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return located{target: full}, nil // its directory is created when the file is written
+		// Its directory is created when the file is written, below the deepest directory that
+		// exists: that one must resolve inside root (a symlink above a missing directory is
+		// not followed out), and the rest is created one component at a time (openDirBeneath).
+		top, rest := dir, ""
+		for {
+			parent := filepath.Dir(top)
+			rest = filepath.Join(filepath.Base(top), rest)
+			top = parent
+			if _, err := os.Lstat(top); err == nil || top == root || parent == filepath.Dir(parent) {
+				break
+			}
+		}
+		realTop, err := filepath.EvalSymlinks(top)
+		if err != nil {
+			return located{}, fmt.Errorf("its directory %s: %w", filepath.Dir(p), err)
+		}
+		if !within(root, realTop) {
+			return located{}, fmt.Errorf("its directory %s is under %s, which resolves to %s, outside %s: refused, not followed",
+				filepath.Dir(p), declaredOf(root, top), realTop, root)
+		}
+		return located{target: filepath.Join(realTop, rest, filepath.Base(full))}, nil
 	}
 	if err != nil {
 		return located{}, fmt.Errorf("its directory %s: %w", filepath.Dir(p), err)
@@ -209,22 +229,11 @@ func syncDir(dir string) error {
 // tempPrefix names the host's temporary files beside the file they become.
 func tempPrefix(target string) string { return "." + filepath.Base(target) + ".meshd-tmp-" }
 
-// makeDir creates a file's missing directories and makes their entries durable.
-func makeDir(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
-		return nil
+// declaredOf is the declared path of a machine path under root.
+func declaredOf(root, full string) string {
+	rel, err := filepath.Rel(root, full)
+	if err != nil {
+		return full
 	}
-	// Find the topmost missing directory so its parent can be fsync'd after.
-	top := dir
-	for {
-		parent := filepath.Dir(top)
-		if _, err := os.Stat(parent); err == nil || parent == top {
-			break
-		}
-		top = parent
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(top))
+	return filepath.Join("/", rel)
 }
