@@ -16,7 +16,25 @@ var nodeNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // Apply applies one encoded command to the record. It returns what the command produced (an
 // enrolled node, for example) or the reason it was refused; a refused command leaves r unchanged.
-func Apply(r *Record, data []byte) (any, error) {
+//
+// A panic while applying (a parser meeting input it cannot handle) refuses the command instead of
+// ending the process: the same entry is replayed by every server on every start, so a panic
+// would stop all of them for good. Apply checks before it changes anything, so a panic in the
+// checks leaves the record as it was; wherever it happens, it happens alike on every server.
+func Apply(r *Record, data []byte) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var c struct {
+				Op Op `json:"op"`
+			}
+			_ = json.Unmarshal(data, &c)
+			v, err = nil, refuse(c.Op, "", "", "the command could not be applied (a fault in this server: %v); refused, the record is as it was", p)
+		}
+	}()
+	return apply(r, data)
+}
+
+func apply(r *Record, data []byte) (any, error) {
 	var c Command
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, refuse("", "", "", "not a command: %v", err)
@@ -530,4 +548,37 @@ func copyMap(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// detach gives the proposer its own copy of what Apply returned: a node or token of the record
+// would otherwise be read (encoded to JSON) after the lock is released, while the next Apply
+// changes it in place. A module is never changed once in the catalogue (catalogue.add replaces
+// it whole), so it is shared.
+func detach(v any) any {
+	switch x := v.(type) {
+	case *Node:
+		if x == nil {
+			return x
+		}
+		c := *x
+		c.Settings = copyMap(x.Settings)
+		c.Assigned = cloneStrings(x.Assigned)
+		c.Taken = cloneStrings(x.Taken)
+		return &c
+	case *Token:
+		if x == nil {
+			return x
+		}
+		c := *x
+		return &c
+	}
+	return v
+}
+
+// cloneStrings copies xs, keeping nil nil and empty empty (they encode differently).
+func cloneStrings(xs []string) []string {
+	if xs == nil {
+		return nil
+	}
+	return append(make([]string, 0, len(xs)), xs...)
 }
