@@ -401,10 +401,12 @@ func nodeValues(n *Node, module string) map[string]string {
 	return out
 }
 
-// checkNode resolves every module assigned to n with n's settings and refuses a bad value or two
-// modules that would publish the same port. focus names the module a command is about, if any.
+// checkNode resolves every module assigned to n with n's settings and refuses a bad value, two
+// modules that would publish the same port, or two that would declare the same file path or
+// container name once the settings are filled in. focus names the module a command is about, if any.
 func checkNode(cat catalogue.Catalogue, n *Node, op Op, focus string) error {
 	holders := map[string]string{}
+	paths, ctrs := map[string]declaredBy{}, map[string]declaredBy{} // file path, container name -> who
 	for _, name := range n.Assigned {
 		m := cat[name]
 		if m == nil {
@@ -425,6 +427,20 @@ func checkNode(cat catalogue.Catalogue, n *Node, op Op, focus string) error {
 			holders[key] = what
 			return nil
 		}
+		for i, f := range res.Files {
+			field := fmt.Sprintf("files[%d].path", i)
+			if prev, ok := paths[f.Path]; ok {
+				return refuse(op, n.Name, name, "%v", m.FieldErr(field, "%s is declared also by module %s (%s) with this node's settings; one module a path", f.Path, prev.module, prev.field))
+			}
+			paths[f.Path] = declaredBy{name, field}
+		}
+		for i, ct := range res.Containers {
+			field := fmt.Sprintf("containers[%d].name", i)
+			if prev, ok := ctrs[ct.Name]; ok {
+				return refuse(op, n.Name, name, "%v", m.FieldErr(field, "container %s is declared also by module %s (%s) with this node's settings; one module a container", ct.Name, prev.module, prev.field))
+			}
+			ctrs[ct.Name] = declaredBy{name, field}
+		}
 		for _, ct := range res.Containers {
 			for _, p := range ct.Ports {
 				pm, _ := catalogue.ParsePortMapping(p)
@@ -443,6 +459,9 @@ func checkNode(cat catalogue.Catalogue, n *Node, op Op, focus string) error {
 	}
 	return nil
 }
+
+// declaredBy is the module and manifest field that declared a path or a container on a node.
+type declaredBy struct{ module, field string }
 
 func applyModule(r *Record, c *Command, b *ModuleOnNode) (any, error) {
 	n := r.Nodes[b.Node]
