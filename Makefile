@@ -22,8 +22,17 @@ vet: deps
 	$(GO) vet ./...
 	"$$($(GO) env GOPATH)/bin/staticcheck" ./...
 
+# After the suite: the packages whose goroutines share the record, the host's state and gossip run
+# again under the race detector, and each fuzz target runs briefly from its seed corpus (a crasher
+# it finds is written under the package's testdata/fuzz and fails the run).
+RACE_PKGS ?= ./fsm ./gossip ./agent ./host
+FUZZTIME ?= 10s
+
 test: vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee /tmp/meshd-test.log; exit $${PIPESTATUS[0]}
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS) 2>&1 | tee -a /tmp/meshd-test.log; exit $${PIPESTATUS[0]}
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./catalogue
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZTIME) ./fsm
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
