@@ -181,6 +181,9 @@ func lookupOwner(owner string) (ids, error) {
 	name, group, hasGroup := strings.Cut(owner, ":")
 	var out ids
 	if n, err := strconv.Atoi(name); err == nil {
+		if !validID(n) {
+			return ids{}, fmt.Errorf("owner %q: %d is not an id a file can have (-1 would leave the owner as it is)", owner, n)
+		}
 		out.uid, out.gid = n, n
 	} else {
 		u, err := user.Lookup(name)
@@ -192,6 +195,9 @@ func lookupOwner(owner string) (ids, error) {
 	}
 	if hasGroup {
 		if n, err := strconv.Atoi(group); err == nil {
+			if !validID(n) {
+				return ids{}, fmt.Errorf("owner %q: %d is not an id a file can have (-1 would leave the group as it is)", owner, n)
+			}
 			out.gid = n
 		} else {
 			g, err := user.LookupGroup(group)
@@ -203,6 +209,10 @@ func lookupOwner(owner string) (ids, error) {
 	}
 	return out, nil
 }
+
+// validID says whether n is a uid or gid a file can have: 0 to 4294967294 (-1, or 4294967295,
+// tells chown to leave the id as it is).
+func validID(n int) bool { return n >= 0 && n < 1<<32-1 }
 
 // statIDs returns a file's owner.
 func statIDs(fi fs.FileInfo) (ids, bool) {

@@ -148,3 +148,17 @@ func TestUnitSymlinkInsideRootStillFollowedForMissingDirectory(t *testing.T) {
 		t.Fatalf("file under an inside symlink: %q", got)
 	}
 }
+
+// An owner of -1 (in a record written before the catalogue refused it) is refused by the host
+// too: chown would take it as "leave the owner as it is" and the file would keep whatever owner
+// it has.
+func TestUnitOwnerMinusOneRefused(t *testing.T) {
+	for _, o := range []string{"-1", "0:-1", "4294967295", "root:4294967295"} {
+		if _, err := lookupOwner(o); err == nil || !strings.Contains(err.Error(), o) {
+			t.Errorf("owner %q: %v; want it refused, named", o, err)
+		}
+	}
+	if got, err := lookupOwner("65534:4294967294"); err != nil || got != (ids{65534, 4294967294}) {
+		t.Errorf("owner 65534:4294967294: %v %v", got, err)
+	}
+}
