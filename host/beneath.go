@@ -26,7 +26,12 @@ var errSymlinkOnPath = errors.New("is a symlink or not a directory: refused, not
 // directories missing on the way (0755, each made durable in its parent). Every component below
 // root is opened with O_NOFOLLOW: a symlink or a non-directory anywhere on the way is refused,
 // naming the path up to it.
-func openDirBeneath(root, dir string) (*os.File, error) {
+func openDirBeneath(root, dir string) (*os.File, error) { return walkBeneath(root, dir, true) }
+
+// openExistingDirBeneath is openDirBeneath for a directory that must exist: nothing is created.
+func openExistingDirBeneath(root, dir string) (*os.File, error) { return walkBeneath(root, dir, false) }
+
+func walkBeneath(root, dir string, create bool) (*os.File, error) {
 	rel, err := filepath.Rel(root, dir)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return nil, fmt.Errorf("directory %s is not under %s", dir, root)
@@ -38,7 +43,7 @@ func openDirBeneath(root, dir string) (*os.File, error) {
 	at := root
 	if rel != "." {
 		for _, c := range strings.Split(rel, "/") {
-			next, err := openOrMakeDir(fd, at, c)
+			next, err := openOrMakeDir(fd, at, c, create)
 			unix.Close(fd)
 			if err != nil {
 				return nil, err
@@ -50,12 +55,12 @@ func openDirBeneath(root, dir string) (*os.File, error) {
 }
 
 // openOrMakeDir opens the directory name in parent (the directory at path at), creating it when
-// missing; a symlink there is refused.
-func openOrMakeDir(parent int, at, name string) (int, error) {
+// missing and create says so; a symlink there is refused.
+func openOrMakeDir(parent int, at, name string, create bool) (int, error) {
 	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	p := filepath.Join(at, name)
 	fd, err := unix.Openat(parent, name, flags, 0)
-	if errors.Is(err, unix.ENOENT) {
+	if errors.Is(err, unix.ENOENT) && create {
 		if err := unix.Mkdirat(parent, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 			return -1, fmt.Errorf("directory %s cannot be created: %w", p, err)
 		}

@@ -409,11 +409,19 @@ func (h *Host) removeCreated(fc *fileCtx, p string, w writtenRecord) error {
 		return err
 	}
 	if loc.exists {
-		if err := os.Remove(loc.target); err != nil {
+		// Removed through its directory's descriptor, reached without following a symlink: a
+		// directory swapped for a symlink since the look is refused, nothing outside is removed.
+		h.seamReach("remove.before-dir", filepath.Dir(loc.target))
+		d, err := openExistingDirBeneath(h.root, filepath.Dir(loc.target))
+		if err != nil {
 			return err
 		}
-		if err := syncDir(filepath.Dir(loc.target)); err != nil {
-			return err
+		defer d.Close()
+		if err := unix.Unlinkat(int(d.Fd()), filepath.Base(loc.target), 0); err != nil {
+			return fmt.Errorf("cannot be removed: %w", err)
+		}
+		if err := d.Sync(); err != nil {
+			return fmt.Errorf("fsync of %s: %w", filepath.Dir(loc.target), err)
 		}
 		fc.rep.Changes++
 		h.crash("unassign.after-remove")

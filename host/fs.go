@@ -223,18 +223,6 @@ func statIDs(fi fs.FileInfo) (ids, bool) {
 	return ids{int(st.Uid), int(st.Gid)}, true
 }
 
-// syncDir fsyncs a directory so a rename or removal in it survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync of %s: %w", dir, err)
-	}
-	return nil
-}
 
 // tempPrefix names the host's temporary files beside the file they become.
 func tempPrefix(target string) string { return "." + filepath.Base(target) + ".meshd-tmp-" }

@@ -162,3 +162,37 @@ func TestUnitOwnerMinusOneRefused(t *testing.T) {
 		t.Errorf("owner 65534:4294967294: %v %v", got, err)
 	}
 }
+
+// A file the host created, its module unassigned, whose directory is swapped for a symlink out
+// of the root after the look: the file of the same name outside is not removed.
+func TestUnitRemoveThroughSwappedDirectoryRefused(t *testing.T) {
+	h, root := unitHost(t)
+	ctx := unitCtx(t)
+	outside := filepath.Join(filepath.Dir(root), "outside")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "app.conf"), []byte("not the mesh's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const p = "/etc/app/app.conf"
+	unitNoErrors(t, h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("app", p, "declared\n", true))))
+	h.seam = func(point, dir string) {
+		if point != "remove.before-dir" {
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(outside, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := h.Reconcile(ctx, unitDecl(fsm.Converged))
+	if _, err := os.Stat(filepath.Join(outside, "app.conf")); err != nil {
+		t.Fatalf("a file outside the root was removed through a swapped directory: %v", err)
+	}
+	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0].Reason, p) || !strings.Contains(rep.Errors[0].Reason, "symlink") {
+		t.Fatalf("the refusal is not reported on %s: %+v", p, rep.Errors)
+	}
+}
