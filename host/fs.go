@@ -223,7 +223,6 @@ func statIDs(fi fs.FileInfo) (ids, bool) {
 	return ids{int(st.Uid), int(st.Gid)}, true
 }
 
-
 // tempPrefix names the host's temporary files beside the file they become.
 func tempPrefix(target string) string { return "." + filepath.Base(target) + ".meshd-tmp-" }
 
