@@ -22,8 +22,18 @@ vet: deps
 	$(GO) vet ./...
 	"$$($(GO) env GOPATH)/bin/staticcheck" ./...
 
+# After the suite: the packages whose goroutines share the record, the host's state and gossip run
+# again under the race detector, and each fuzz target runs briefly from its seed corpus (a crasher
+# it finds is written under the package's testdata/fuzz and fails the run). Minimizing each new
+# input is capped at 1 s: at Go's default (60 s) a 10 s run spends itself minimizing, a dozen execs.
+RACE_PKGS ?= ./fsm ./gossip ./agent ./host
+FUZZTIME ?= 10s
+
 test: vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee /tmp/meshd-test.log; exit $${PIPESTATUS[0]}
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS) 2>&1 | tee -a /tmp/meshd-test.log; exit $${PIPESTATUS[0]}
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./catalogue
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./fsm
 
 # The side-by-side figures (docs/performance.md): one table, and bench/results.json.
 bench: deps

@@ -145,6 +145,11 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	done, err := writeNewSealKey(seal, newSeal)
+	if err != nil {
+		return nil, err
+	}
+	defer done(false)
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", opts.DataDir, err)
 	}
@@ -216,14 +221,12 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	res := &GenesisResult{Node: v.(*fsm.Node), DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings,
 		SealKey: sealPath, CAFingerprint: pki.Fingerprint(ca.Cert)}
 	if newSeal {
-		if err := seal.Write(); err != nil {
-			return nil, fmt.Errorf("write the seal key: %w", err)
-		}
 		res.RecoveryCode = seal.RecoveryCode()
 	}
 	if err := writeNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("write node identity: %w", err)
 	}
+	done(true)
 	return res, nil
 }
 
@@ -259,6 +262,29 @@ func genesisSettings(cat catalogue.Catalogue, opts GenesisOptions) (map[string]s
 		settings[k+".image"] = v
 	}
 	return settings, nil
+}
+
+// writeNewSealKey writes a seal key just made, before anything is sealed with it: a secret sealed
+// under a key that never reached its file could not be opened again. done(false), deferred,
+// removes it when what it was made for did not finish, so the next attempt makes a new one and
+// shows its recovery code; done(true) keeps it. A key that was already there is never touched.
+func writeNewSealKey(seal *pki.SealKey, isNew bool) (done func(ok bool), err error) {
+	if !isNew {
+		return func(bool) {}, nil
+	}
+	if err := seal.Write(); err != nil {
+		return nil, fmt.Errorf("write the seal key %s: %w", seal.Path, err)
+	}
+	finished := false
+	return func(ok bool) {
+		if ok {
+			finished = true
+		}
+		if !finished {
+			finished = true
+			os.Remove(seal.Path)
+		}
+	}, nil
 }
 
 // sealKeyFor reads the seal key at path, or makes a new one (not yet written) when there is none.

@@ -111,6 +111,11 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	done, err := writeNewSealKey(seal, newSeal)
+	if err != nil {
+		return nil, err
+	}
+	defer done(false)
 	key, err := pki.NewNodeKey()
 	if err != nil {
 		return nil, err
@@ -180,15 +185,13 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	res := &JoinResult{Node: resp.Node, DataDir: opts.DataDir, Servers: servers, Declaration: resp.Declaration.Declaration, SealKey: sealPath,
 		Mode: resp.Node.Mode, Findings: findings}
 	if newSeal {
-		if err := seal.Write(); err != nil {
-			return nil, fmt.Errorf("node %s enrolled, but the seal key: %w", opts.Name, err)
-		}
 		res.RecoveryCode = seal.RecoveryCode()
 	}
 	nf := &NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: false, Advertise: resp.Node.Advertise, Servers: servers}
 	if err := writeNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but its node file: %w", opts.Name, err)
 	}
+	done(true)
 	return res, nil
 }
 

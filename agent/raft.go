@@ -82,11 +82,7 @@ func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, tlsCfg *tls.Config, log *
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 	return &raftNode{raft: r, store: store, transport: transport, startIndex: lastCommand(store, snaps), caughtUp: make(chan struct{}),
-		applied: func() uint64 {
-			var i uint64
-			f.Read(func(_ *fsm.Record, index uint64) { i = index })
-			return i
-		}}, nil
+		applied: f.Applied}, nil
 }
 
 // lastCommand is the index of the last command in the log store after the newest snapshot, or 0

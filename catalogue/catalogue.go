@@ -32,16 +32,14 @@ func (c Catalogue) CheckAdd(m *Module) error {
 		for i, f := range m.Files {
 			for _, g := range other.Files {
 				if f.Path == g.Path {
-					errs = append(errs, &FieldError{File: m.Source, Field: fmt.Sprintf("files[%d].path", i),
-						Msg: fmt.Sprintf("%s is already declared by module %s", f.Path, other.Name)})
+					errs = append(errs, m.FieldErr(fmt.Sprintf("files[%d].path", i), "%s is already declared by module %s", f.Path, other.Name))
 				}
 			}
 		}
 		for i, ct := range m.Containers {
 			for _, o := range other.Containers {
 				if ct.Name == o.Name {
-					errs = append(errs, &FieldError{File: m.Source, Field: fmt.Sprintf("containers[%d].name", i),
-						Msg: fmt.Sprintf("container %s is already declared by module %s", ct.Name, other.Name)})
+					errs = append(errs, m.FieldErr(fmt.Sprintf("containers[%d].name", i), "container %s is already declared by module %s", ct.Name, other.Name))
 				}
 			}
 		}

@@ -110,7 +110,7 @@ func TestCatalogueConflicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = cat.CheckAdd(m)
-	if err == nil || !strings.Contains(err.Error(), "/etc/webapp/app.conf is already declared by module webapp") ||
+	if err == nil || !strings.Contains(err.Error(), "webapp2.yaml:5: files[0].path: /etc/webapp/app.conf is already declared by module webapp") ||
 		!strings.Contains(err.Error(), "container webapp is already declared by module webapp") {
 		t.Fatalf("want both clashes named, got %v", err)
 	}

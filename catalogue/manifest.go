@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"path"
 	"regexp"
@@ -28,6 +29,30 @@ type Module struct {
 	Openings   []Opening         `json:"openings,omitempty"`
 	// Source is the file the manifest was read from, for messages.
 	Source string `json:"source,omitempty"`
+	// Lines are the manifest lines of the fields a node's settings can make wrong (paths,
+	// container names, ports, volumes), so a refusal after settings are filled in names the line.
+	Lines map[string]int `json:"lines,omitempty"`
+}
+
+// FieldErr is a problem with field of m, naming its file and line.
+func (m *Module) FieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{File: m.Source, Line: m.line(field), Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// line is the manifest line of field, or of its nearest enclosing field that has one; 0 when
+// unknown.
+func (m *Module) line(field string) int {
+	for f := field; f != ""; {
+		if l, ok := m.Lines[f]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(f, ".[")
+		if i < 0 {
+			break
+		}
+		f = f[:i]
+	}
+	return 0
 }
 
 // File is a file a module declares.
@@ -213,8 +238,11 @@ func Parse(file string, data []byte) (*Module, error) {
 		return nil, Errors{{File: file, Line: doc.Line, Msg: "a manifest is a mapping with at least `name`"}}
 	}
 	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
+	switch err := dec.Decode(&extra); {
+	case err == nil:
 		return nil, Errors{{File: file, Line: extra.Line, Msg: "one module a file: a second YAML document was found"}}
+	case !errors.Is(err, io.EOF):
+		return nil, Errors{{File: file, Line: yamlErrLine(err), Msg: "one module a file, and what follows the first YAML document is not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
 	root := doc.Content[0]
 	p.walk(root, "", "")
@@ -233,7 +261,7 @@ func Parse(file string, data []byte) (*Module, error) {
 		return nil, Errors{{File: file, Msg: err.Error()}}
 	}
 	m := &Module{Name: r.Name, Description: r.Description, Foundation: r.Foundation,
-		Files: r.Files, Containers: r.Containers, Openings: r.Openings, Source: file}
+		Files: r.Files, Containers: r.Containers, Openings: r.Openings, Source: file, Lines: resolvedLines(p.lines)}
 	if len(r.Settings) > 0 {
 		m.Settings = map[string]string{}
 		for k, v := range r.Settings {
@@ -280,13 +308,16 @@ func (p *parser) validate(m *Module) {
 		field := fmt.Sprintf("files[%d]", i)
 		refs(field+".path", f.Path)
 		refs(field+".content", f.Content)
-		if msg := checkPath(f.Path); msg != "" {
+		if msg := checkPath(f.Path, m.Name); msg != "" {
 			p.add(field+".path", "%s", msg)
 		}
 		if f.Mode != "" {
 			if v, err := strconv.ParseUint(f.Mode, 8, 32); err != nil || v > 0o7777 {
 				p.add(field+".mode", "%q is not an octal file mode such as \"0644\"", f.Mode)
 			}
+		}
+		if msg := checkOwner(f.Owner); msg != "" {
+			p.add(field+".owner", "%s", msg)
 		}
 		for j, g := range m.Files[:i] {
 			if g.Path == f.Path {
@@ -370,7 +401,38 @@ func (p *parser) validate(m *Module) {
 	}
 }
 
-func checkPath(p string) string {
+// meshdConfigDir and meshdDataDir are meshd's own: its seal key, keys, record and host records.
+// A module may not declare a file there nor mount one into a container, except its own data
+// directory meshdDataDir/MODULE (the shipped store and registry keep their data so), and never
+// under a name meshd uses itself (meshdDataNames).
+const (
+	meshdConfigDir = "/etc/meshd"
+	meshdDataDir   = "/var/lib/meshd"
+)
+
+var meshdDataNames = []string{"raft", "pki", "netfilter", "mesh"}
+
+// checkSecret refuses a path of meshd's own for module.
+func checkSecret(p, module string) string {
+	under := func(d string) bool { return p == d || strings.HasPrefix(p, d+"/") || strings.HasPrefix(d, p+"/") }
+	if under(meshdConfigDir) {
+		return fmt.Sprintf("%q is meshd's own (%s/ holds its seal key): no module may declare it", p, meshdConfigDir)
+	}
+	if !under(meshdDataDir) {
+		return ""
+	}
+	own := meshdDataDir + "/" + module
+	if module != "" && !contains(meshdDataNames, module) && (p == own || strings.HasPrefix(p, own+"/")) {
+		return ""
+	}
+	return fmt.Sprintf("%q is meshd's own (%s/ holds its keys and records): a module may declare only its own %s/%s there",
+		p, meshdDataDir, meshdDataDir, module)
+}
+
+func checkPath(p, module string) string {
+	if i := strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
+		return fmt.Sprintf("%q holds a control character (%U) at byte %d: a path is one line of printable text", p, p[i], i)
+	}
 	switch {
 	case p == "":
 		return "required"
@@ -388,7 +450,67 @@ func checkPath(p string) string {
 			return fmt.Sprintf("%q is under %s, which is the kernel's, not a file meshd may write", p, f)
 		}
 	}
+	return checkSecret(p, module)
+}
+
+var ownerNameRe = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}\$?$`)
+
+// checkOwner refuses an owner that is not "user" or "user:group", each a name or a number a
+// file can have (0 to 4294967294: -1 and 4294967295 mean "no change" to chown).
+func checkOwner(owner string) string {
+	if owner == "" {
+		return ""
+	}
+	user, group, hasGroup := strings.Cut(owner, ":")
+	parts := []string{user}
+	if hasGroup {
+		parts = append(parts, group)
+	}
+	for _, x := range parts {
+		if n, err := strconv.ParseUint(x, 10, 32); err == nil {
+			if n == 1<<32-1 {
+				return fmt.Sprintf("%q: %s is not an id a file can have", owner, x)
+			}
+			continue
+		}
+		if !ownerNameRe.MatchString(x) {
+			return fmt.Sprintf("%q is not user or user:group (names, or ids from 0 to 4294967294)", owner)
+		}
+	}
 	return ""
+}
+
+// yamlErrLine finds the line a yaml.v3 error names ("yaml: line N: ..."), 0 when it names none.
+func yamlErrLine(err error) int {
+	m := yamlLineRe.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+var yamlLineRe = regexp.MustCompile(`line (\d+)`)
+
+// resolvedLines keeps, of every field's line, those of the fields Resolve checks.
+func resolvedLines(all map[string]int) map[string]int {
+	out := map[string]int{}
+	for f, l := range all {
+		i := strings.LastIndexAny(f, ".[")
+		last := f
+		if i >= 0 {
+			last = f[i:]
+		}
+		switch {
+		case last == ".path", last == ".name", last == ".port", last == ".ports", last == ".volumes",
+			strings.HasPrefix(last, "[") && (strings.Contains(f, "].ports[") || strings.Contains(f, "].volumes[")):
+			out[f] = l
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func checkFrom(from string) string {

@@ -117,7 +117,7 @@ func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 	vals := m.Values(node)
 	var errs Errors
 	add := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{File: m.Source, Field: field, Msg: fmt.Sprintf(format, args...)})
+		errs = append(errs, &FieldError{File: m.Source, Line: m.line(field), Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	via := func(raw string) string {
 		refs := refRe.FindAllStringSubmatch(raw, -1)
@@ -137,8 +137,13 @@ func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 		if f.Mode == "" {
 			f.Mode = "0644"
 		}
-		if msg := checkPath(f.Path); msg != "" {
+		if msg := checkPath(f.Path, m.Name); msg != "" {
 			add(fmt.Sprintf("files[%d].path", i), "%s%s", msg, via(m.Files[i].Path))
+		}
+		for j, g := range r.Files {
+			if g.Path == f.Path {
+				add(fmt.Sprintf("files[%d].path", i), "%s is already declared by files[%d]%s", f.Path, j, via(m.Files[i].Path))
+			}
 		}
 		r.Files = append(r.Files, f)
 	}
@@ -146,6 +151,14 @@ func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 		field := fmt.Sprintf("containers[%d]", i)
 		out := c
 		out.Name = expand(c.Name, vals)
+		if !ctrNameRe.MatchString(out.Name) {
+			add(field+".name", "%q is not a container name (letters, digits, '_', '.' and '-', starting with a letter or digit)%s", out.Name, via(c.Name))
+		}
+		for j, g := range r.Containers {
+			if g.Name == out.Name {
+				add(field+".name", "container %s is already declared by containers[%d]%s", out.Name, j, via(c.Name))
+			}
+		}
 		out.Image = expand(c.Image, vals)
 		out.Command = nil
 		for _, a := range c.Command {
@@ -175,7 +188,7 @@ func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 			case len(parts) == 3 && parts[2] != "ro" && parts[2] != "rw":
 				add(fmt.Sprintf("%s.volumes[%d]", field, j), "%q: mode %q is not ro or rw", e, parts[2])
 			default:
-				if msg := checkPath(parts[0]); msg != "" {
+				if msg := checkPath(parts[0], m.Name); msg != "" {
 					add(fmt.Sprintf("%s.volumes[%d]", field, j), "host path: %s%s", msg, via(v))
 				}
 				if !strings.HasPrefix(parts[1], "/") {

@@ -16,7 +16,25 @@ var nodeNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // Apply applies one encoded command to the record. It returns what the command produced (an
 // enrolled node, for example) or the reason it was refused; a refused command leaves r unchanged.
-func Apply(r *Record, data []byte) (any, error) {
+//
+// A panic while applying (a parser meeting input it cannot handle) refuses the command instead of
+// ending the process: the same entry is replayed by every server on every start, so a panic
+// would stop all of them for good. Apply checks before it changes anything, so a panic in the
+// checks leaves the record as it was; wherever it happens, it happens alike on every server.
+func Apply(r *Record, data []byte) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var c struct {
+				Op Op `json:"op"`
+			}
+			_ = json.Unmarshal(data, &c)
+			v, err = nil, refuse(c.Op, "", "", "the command could not be applied (a fault in this server: %v); refused, the record is as it was", p)
+		}
+	}()
+	return apply(r, data)
+}
+
+func apply(r *Record, data []byte) (any, error) {
 	var c Command
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, refuse("", "", "", "not a command: %v", err)
@@ -383,10 +401,12 @@ func nodeValues(n *Node, module string) map[string]string {
 	return out
 }
 
-// checkNode resolves every module assigned to n with n's settings and refuses a bad value or two
-// modules that would publish the same port. focus names the module a command is about, if any.
+// checkNode resolves every module assigned to n with n's settings and refuses a bad value, two
+// modules that would publish the same port, or two that would declare the same file path or
+// container name once the settings are filled in. focus names the module a command is about, if any.
 func checkNode(cat catalogue.Catalogue, n *Node, op Op, focus string) error {
 	holders := map[string]string{}
+	paths, ctrs := map[string]declaredBy{}, map[string]declaredBy{} // file path, container name -> who
 	for _, name := range n.Assigned {
 		m := cat[name]
 		if m == nil {
@@ -407,6 +427,20 @@ func checkNode(cat catalogue.Catalogue, n *Node, op Op, focus string) error {
 			holders[key] = what
 			return nil
 		}
+		for i, f := range res.Files {
+			field := fmt.Sprintf("files[%d].path", i)
+			if prev, ok := paths[f.Path]; ok {
+				return refuse(op, n.Name, name, "%v", m.FieldErr(field, "%s is declared also by module %s (%s) with this node's settings; one module a path", f.Path, prev.module, prev.field))
+			}
+			paths[f.Path] = declaredBy{name, field}
+		}
+		for i, ct := range res.Containers {
+			field := fmt.Sprintf("containers[%d].name", i)
+			if prev, ok := ctrs[ct.Name]; ok {
+				return refuse(op, n.Name, name, "%v", m.FieldErr(field, "container %s is declared also by module %s (%s) with this node's settings; one module a container", ct.Name, prev.module, prev.field))
+			}
+			ctrs[ct.Name] = declaredBy{name, field}
+		}
 		for _, ct := range res.Containers {
 			for _, p := range ct.Ports {
 				pm, _ := catalogue.ParsePortMapping(p)
@@ -425,6 +459,9 @@ func checkNode(cat catalogue.Catalogue, n *Node, op Op, focus string) error {
 	}
 	return nil
 }
+
+// declaredBy is the module and manifest field that declared a path or a container on a node.
+type declaredBy struct{ module, field string }
 
 func applyModule(r *Record, c *Command, b *ModuleOnNode) (any, error) {
 	n := r.Nodes[b.Node]
@@ -530,4 +567,37 @@ func copyMap(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// detach gives the proposer its own copy of what Apply returned: a node or token of the record
+// would otherwise be read (encoded to JSON) after the lock is released, while the next Apply
+// changes it in place. A module is never changed once in the catalogue (catalogue.add replaces
+// it whole), so it is shared.
+func detach(v any) any {
+	switch x := v.(type) {
+	case *Node:
+		if x == nil {
+			return x
+		}
+		c := *x
+		c.Settings = copyMap(x.Settings)
+		c.Assigned = cloneStrings(x.Assigned)
+		c.Taken = cloneStrings(x.Taken)
+		return &c
+	case *Token:
+		if x == nil {
+			return x
+		}
+		c := *x
+		return &c
+	}
+	return v
+}
+
+// cloneStrings copies xs, keeping nil nil and empty empty (they encode differently).
+func cloneStrings(xs []string) []string {
+	if xs == nil {
+		return nil
+	}
+	return append(make([]string, 0, len(xs)), xs...)
 }

@@ -3,7 +3,6 @@ package fsm
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"sync"
 
@@ -12,10 +11,16 @@ import (
 
 // FSM holds the record for hashicorp/raft: Apply, Snapshot and Restore, plus reads under a lock
 // and a wait for the next change, which is what blocking queries are built on.
+//
+// Two indexes: the record's index, which Read and Wait give and blocking queries watch, moves
+// forward on every change, a restore included, and never back (the raft index of the command
+// applied, or one past the last index when that would not move it); applied is the raft index of
+// the last command applied, which says how far the record has replayed its log.
 type FSM struct {
 	mu      sync.RWMutex
 	rec     *Record
 	index   uint64
+	applied uint64
 	changed chan struct{}
 }
 
@@ -28,15 +33,31 @@ type Result struct {
 // NewFSM returns an FSM holding an empty record.
 func NewFSM() *FSM { return &FSM{rec: NewRecord(), changed: make(chan struct{})} }
 
-// Apply applies one committed log entry.
+// Apply applies one committed log entry. What it returns is the proposer's own copy: the record
+// goes on changing under the lock after it is returned.
 func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	v, err := Apply(f.rec, l.Data)
-	f.index = l.Index
+	f.applied = l.Index
+	f.advance(l.Index)
+	return Result{Value: detach(v), Err: err}
+}
+
+// advance moves the record's index to at least to (and at least one past where it was) and
+// wakes every watcher. Called with mu held.
+func (f *FSM) advance(to uint64) {
+	f.index = max(f.index+1, to)
 	close(f.changed)
 	f.changed = make(chan struct{})
-	return Result{Value: v, Err: err}
+}
+
+// Applied is the raft index of the last command the record applied (0 before the first since
+// the start): how far a restarted server has replayed its log.
+func (f *FSM) Applied() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.applied
 }
 
 // snapshotFile is what a snapshot holds: the record and the index it was taken at.
@@ -64,7 +85,9 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	return snapshot(out), nil
 }
 
-// Restore replaces the record with a snapshot's.
+// Restore replaces the record with a snapshot's. The record's index moves forward whatever the
+// snapshot's index (an older snapshot restored is a change like any other), and every watcher
+// wakes: a host acts on the restored record at once.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	rec, index, err := DecodeSnapshot(rc)
@@ -73,26 +96,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rec, f.index = rec, max(index, f.index)
-	close(f.changed)
-	f.changed = make(chan struct{})
+	f.rec = rec
+	f.advance(index)
 	return nil
-}
-
-// DecodeSnapshot reads a snapshot written by Snapshot, refusing anything else.
-func DecodeSnapshot(r io.Reader) (*Record, uint64, error) {
-	var s snapshotFile
-	if err := json.NewDecoder(r).Decode(&s); err != nil {
-		return nil, 0, fmt.Errorf("not a meshd record snapshot: %w", err)
-	}
-	if s.Format != SnapshotFormat {
-		return nil, 0, fmt.Errorf("snapshot format %q is not %q", s.Format, SnapshotFormat)
-	}
-	rec, err := UnmarshalRecord(s.Record)
-	if err != nil {
-		return nil, 0, fmt.Errorf("snapshot record: %w", err)
-	}
-	return rec, s.Index, nil
 }
 
 // Read calls fn with the record and its index under the read lock; fn must not keep or change

@@ -10,7 +10,10 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"meshd/fsm"
 )
@@ -303,17 +306,31 @@ func (h *Host) owner(s string) (ids, error) {
 }
 
 // fixMeta gives a file whose content is right its declared mode and owner, touching nothing when
-// they are right already.
+// they are right already. Both are changed through a descriptor opened without following a
+// symlink and checked to be the file examined (fchown, fchmod), never through the path again: a
+// symlink swapped in after the check is refused, not followed.
 func (h *Host) fixMeta(fc *fileCtx, p string, loc located, mode fs.FileMode, owner ids) error {
-	if got, ok := statIDs(loc.info); ok && got != owner {
-		if err := os.Lchown(loc.target, owner.uid, owner.gid); err != nil {
+	got, ok := statIDs(loc.info)
+	wrongOwner := ok && got != owner
+	wrongMode := loc.info.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != mode
+	if !wrongOwner && !wrongMode {
+		return nil
+	}
+	h.seamReach("meta.before-change", loc.target)
+	f, err := openFileNoFollow(loc.target, loc.info)
+	if err != nil {
+		return fmt.Errorf("cannot be given its mode and owner: %w", err)
+	}
+	defer f.Close()
+	if wrongOwner {
+		if err := f.Chown(owner.uid, owner.gid); err != nil {
 			return fmt.Errorf("cannot be given owner %d:%d: %w", owner.uid, owner.gid, err)
 		}
 		fc.rep.Changes++
 		h.log.Info("file owner set", "path", p, "uid", owner.uid, "gid", owner.gid)
 	}
-	if loc.info.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != mode {
-		if err := os.Chmod(loc.target, mode); err != nil {
+	if wrongMode {
+		if err := f.Chmod(mode); err != nil {
 			return fmt.Errorf("cannot be given mode %o: %w", mode, err)
 		}
 		fc.rep.Changes++
@@ -324,27 +341,37 @@ func (h *Host) fixMeta(fc *fileCtx, p string, loc located, mode fs.FileMode, own
 
 // writeAtomic replaces target with data: a temporary file in the same directory, written, given
 // its mode and owner and fsync'd, renamed over target, and the directory fsync'd. A crash leaves
-// the old content or the new, never a mix or nothing.
+// the old content or the new, never a mix or nothing. The directory is reached from the root one
+// component at a time without following a symlink (missing ones created), and everything after
+// happens relative to its descriptor, so nothing swapped into the path meanwhile is followed.
 func (h *Host) writeAtomic(target string, data []byte, mode fs.FileMode, owner ids) error {
-	dir := filepath.Dir(target)
-	if err := makeDir(dir); err != nil {
+	dir, base := filepath.Dir(target), filepath.Base(target)
+	h.seamReach("write.before-dir", dir)
+	d, err := openDirBeneath(h.root, dir)
+	if err != nil {
 		return fmt.Errorf("cannot be written: its directory: %w", err)
 	}
+	defer d.Close()
+	dfd := int(d.Fd())
 	// Temporary files a crash left behind are the host's own; they go first.
-	if stale, _ := filepath.Glob(filepath.Join(dir, globEscape(tempPrefix(target))+"*")); len(stale) > 0 {
-		for _, s := range stale {
-			_ = os.Remove(s)
+	if names, err := d.Readdirnames(-1); err == nil {
+		for _, n := range names {
+			if strings.HasPrefix(n, tempPrefix(target)) {
+				_ = unix.Unlinkat(dfd, n, 0)
+			}
 		}
 	}
-	tmp, err := os.CreateTemp(dir, tempPrefix(target))
+	tmpName := tempName(target)
+	fd, err := unix.Openat(dfd, tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("cannot be written: %w", err)
+		return fmt.Errorf("cannot be written: %s: %w", filepath.Join(dir, tmpName), err)
 	}
+	tmp := os.NewFile(uintptr(fd), filepath.Join(dir, tmpName))
 	done := false
 	defer func() {
 		if !done {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			_ = unix.Unlinkat(dfd, tmpName, 0)
 		}
 	}()
 	if _, err := tmp.Write(data); err != nil {
@@ -363,28 +390,16 @@ func (h *Host) writeAtomic(target string, data []byte, mode fs.FileMode, owner i
 		return fmt.Errorf("cannot be written: %w", err)
 	}
 	h.crash("take.after-temp-write")
-	if err := os.Rename(tmp.Name(), target); err != nil {
+	if err := unix.Renameat(dfd, tmpName, dfd, base); err != nil {
 		return fmt.Errorf("cannot be written: %w", err)
 	}
 	done = true
 	h.crash("take.after-rename")
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("cannot be written: %w", err)
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("cannot be written: fsync of %s: %w", dir, err)
 	}
 	h.crash("take.after-dir-sync")
 	return nil
-}
-
-func globEscape(s string) string {
-	var b bytes.Buffer
-	for _, c := range s {
-		switch c {
-		case '*', '?', '[', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }
 
 // removeCreated removes a file the host created for a module no longer assigned, then its record.
@@ -394,11 +409,19 @@ func (h *Host) removeCreated(fc *fileCtx, p string, w writtenRecord) error {
 		return err
 	}
 	if loc.exists {
-		if err := os.Remove(loc.target); err != nil {
+		// Removed through its directory's descriptor, reached without following a symlink: a
+		// directory swapped for a symlink since the look is refused, nothing outside is removed.
+		h.seamReach("remove.before-dir", filepath.Dir(loc.target))
+		d, err := openExistingDirBeneath(h.root, filepath.Dir(loc.target))
+		if err != nil {
 			return err
 		}
-		if err := syncDir(filepath.Dir(loc.target)); err != nil {
-			return err
+		defer d.Close()
+		if err := unix.Unlinkat(int(d.Fd()), filepath.Base(loc.target), 0); err != nil {
+			return fmt.Errorf("cannot be removed: %w", err)
+		}
+		if err := d.Sync(); err != nil {
+			return fmt.Errorf("fsync of %s: %w", filepath.Dir(loc.target), err)
 		}
 		fc.rep.Changes++
 		h.crash("unassign.after-remove")

@@ -50,7 +50,27 @@ func locate(root, p string) (located, error) {
 	dir := filepath.Dir(full)
 	realDir, err := filepath.EvalSymlinks(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return located{target: full}, nil // its directory is created when the file is written
+		// Its directory is created when the file is written, below the deepest directory that
+		// exists: that one must resolve inside root (a symlink above a missing directory is
+		// not followed out), and the rest is created one component at a time (openDirBeneath).
+		top, rest := dir, ""
+		for {
+			parent := filepath.Dir(top)
+			rest = filepath.Join(filepath.Base(top), rest)
+			top = parent
+			if _, err := os.Lstat(top); err == nil || top == root || parent == filepath.Dir(parent) {
+				break
+			}
+		}
+		realTop, err := filepath.EvalSymlinks(top)
+		if err != nil {
+			return located{}, fmt.Errorf("its directory %s: %w", filepath.Dir(p), err)
+		}
+		if !within(root, realTop) {
+			return located{}, fmt.Errorf("its directory %s is under %s, which resolves to %s, outside %s: refused, not followed",
+				filepath.Dir(p), declaredOf(root, top), realTop, root)
+		}
+		return located{target: filepath.Join(realTop, rest, filepath.Base(full))}, nil
 	}
 	if err != nil {
 		return located{}, fmt.Errorf("its directory %s: %w", filepath.Dir(p), err)
@@ -161,6 +181,9 @@ func lookupOwner(owner string) (ids, error) {
 	name, group, hasGroup := strings.Cut(owner, ":")
 	var out ids
 	if n, err := strconv.Atoi(name); err == nil {
+		if !validID(n) {
+			return ids{}, fmt.Errorf("owner %q: %d is not an id a file can have (-1 would leave the owner as it is)", owner, n)
+		}
 		out.uid, out.gid = n, n
 	} else {
 		u, err := user.Lookup(name)
@@ -172,6 +195,9 @@ func lookupOwner(owner string) (ids, error) {
 	}
 	if hasGroup {
 		if n, err := strconv.Atoi(group); err == nil {
+			if !validID(n) {
+				return ids{}, fmt.Errorf("owner %q: %d is not an id a file can have (-1 would leave the group as it is)", owner, n)
+			}
 			out.gid = n
 		} else {
 			g, err := user.LookupGroup(group)
@@ -184,6 +210,10 @@ func lookupOwner(owner string) (ids, error) {
 	return out, nil
 }
 
+// validID says whether n is a uid or gid a file can have: 0 to 4294967294 (-1, or 4294967295,
+// tells chown to leave the id as it is).
+func validID(n int) bool { return n >= 0 && n < 1<<32-1 }
+
 // statIDs returns a file's owner.
 func statIDs(fi fs.FileInfo) (ids, bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
@@ -193,38 +223,14 @@ func statIDs(fi fs.FileInfo) (ids, bool) {
 	return ids{int(st.Uid), int(st.Gid)}, true
 }
 
-// syncDir fsyncs a directory so a rename or removal in it survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync of %s: %w", dir, err)
-	}
-	return nil
-}
-
 // tempPrefix names the host's temporary files beside the file they become.
 func tempPrefix(target string) string { return "." + filepath.Base(target) + ".meshd-tmp-" }
 
-// makeDir creates a file's missing directories and makes their entries durable.
-func makeDir(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
-		return nil
+// declaredOf is the declared path of a machine path under root.
+func declaredOf(root, full string) string {
+	rel, err := filepath.Rel(root, full)
+	if err != nil {
+		return full
 	}
-	// Find the topmost missing directory so its parent can be fsync'd after.
-	top := dir
-	for {
-		parent := filepath.Dir(top)
-		if _, err := os.Stat(parent); err == nil || parent == top {
-			break
-		}
-		top = parent
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(top))
+	return filepath.Join("/", rel)
 }

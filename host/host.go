@@ -150,6 +150,9 @@ type Host struct {
 	listeners ListenerReader // the machine's listening sockets, read each pass; guarded by pass
 
 	crasher *crasher // CrashEnv's point; reaches nothing in production
+	// seam, nil in production, is called at named points between a check and the act on it, so
+	// a unit test can change the machine there (a symlink swapped in) and see the act refused.
+	seam func(point, path string)
 }
 
 // Open opens the record store in cfg.DataDir and returns the host, which does nothing until
@@ -410,3 +413,10 @@ func (c *crasher) reach(point string) {
 
 // crash SIGKILLs the process when point is the armed crash point.
 func (h *Host) crash(point string) { h.crasher.reach(point) }
+
+// seamReach calls the test seam, if any, at point with the path about to be acted on.
+func (h *Host) seamReach(point, path string) {
+	if h.seam != nil {
+		h.seam(point, path)
+	}
+}

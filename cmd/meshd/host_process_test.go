@@ -213,3 +213,44 @@ func waitExit(n *node, d time.Duration) error {
 		return fmt.Errorf("still running after %s", d)
 	}
 }
+
+// A restored snapshot is acted on by the server's own host: restoring a record saved before a
+// module was assigned removes the file the host created for it, and the declaration the host acts
+// on is the restored one. A file that is not a snapshot is refused saying what is wrong with it.
+func TestProcessSnapshotRestoreActedOnByHost(t *testing.T) {
+	n := newNode(t)
+	conf := filepath.Join(t.TempDir(), "restored", "app.conf")
+	manifest := filepath.Join(t.TempDir(), "restored.yaml")
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: restored\nfiles:\n  - path: %s\n    content: |\n      created\n", conf)), 0o644)
+
+	n.genesis("--adopted")
+	n.startAgent()
+	n.ok("module", "add", manifest)
+	saved := filepath.Join(t.TempDir(), "before-assign.snap")
+	n.ok("snapshot", "save", saved)
+	n.ok("module", "assign", "hub", "restored")
+	poll(t, 10*time.Second, "assigned file created", func() string {
+		if b, err := os.ReadFile(conf); err != nil || string(b) != "created\n" {
+			return fmt.Sprintf("content %q, %v", b, err)
+		}
+		return ""
+	})
+
+	n.ok("snapshot", "restore", saved)
+	if out := n.ok("declaration", "hub"); strings.Contains(out, conf) {
+		t.Fatalf("the restored declaration still declares %s:\n%s", conf, out)
+	}
+	poll(t, 10*time.Second, "the host acts on the restored record (removes the file it created)", func() string {
+		if _, err := os.Stat(conf); err == nil {
+			return conf + " is still there"
+		}
+		return ""
+	})
+
+	bad := filepath.Join(t.TempDir(), "bad.snap")
+	os.WriteFile(bad, []byte("hello\n"), 0o600)
+	_, errs, code := n.run("snapshot", "restore", bad)
+	if code != 1 || !strings.Contains(errs, bad) || !strings.Contains(errs, "is not a meshd record snapshot") || !strings.Contains(errs, "not valid JSON at byte 1") {
+		t.Fatalf("restore of a file that is not JSON: exit %d %q", code, errs)
+	}
+}

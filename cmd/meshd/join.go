@@ -17,11 +17,12 @@ import (
 // joinCmd declares the join command; long only for its help text and flags, not for logic.
 func joinCmd(g *globals) *cobra.Command {
 	var (
-		opts  agent.JoinOptions
-		ports []string
+		opts      agent.JoinOptions
+		ports     []string
+		tokenFile string
 	)
 	cmd := &cobra.Command{
-		Use:   "join TOKEN --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--dry-run] [--seal-key FILE]",
+		Use:   "join TOKEN|--token-file FILE --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--dry-run] [--seal-key FILE]",
 		Short: "Enrol this machine in a mesh with a token, as a client node",
 		Long: `Join enrols this machine with a token from ` + "`meshd token create`" + `. It checks the token's form, then
 runs genesis's preflight on this machine before anything is sent: every port this node will bind (its
@@ -42,13 +43,23 @@ token's), and its first declaration. Only then is the data dir written, its secr
 seal key (made if there is none; its recovery code is printed this once).
 
 A used, expired, forged or truncated token is refused with the reason; nothing changes here or in the
-record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.`,
+record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.
+
+A token on the command line can be read by every user of the machine while join runs; give it with
+--token-file FILE, or --token-file - to paste or pipe it on standard input.`,
 		Example: `  meshd join eyJ2Ijox...Q --name edge-1 --advertise 192.0.2.2
-  meshd join eyJ2Ijox...Q --name edge-1 --port tunnel=51821 --dry-run`,
-		Args: exactArgs("TOKEN"),
-		RunE: func(_ *cobra.Command, args []string) error {
-			opts.Token = args[0]
+  meshd join eyJ2Ijox...Q --name edge-1 --port tunnel=51821 --dry-run
+  meshd join --token-file - --name edge-1 < token.txt`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
+			given := ""
+			if len(args) == 1 {
+				given = args[0]
+			}
+			if opts.Token, err = secretFrom("token", given, "TOKEN", tokenFile, "--token-file", cmd.InOrStdin()); err != nil {
+				return err
+			}
 			if opts.Ports, err = keyValues("--port", ports); err != nil {
 				return err
 			}
@@ -96,6 +107,7 @@ record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Name, "name", "", "this node's name (required)")
+	f.StringVar(&tokenFile, "token-file", "", "read the token from FILE's first line (- for standard input) instead of the command line")
 	f.StringVar(&opts.DataDir, "data-dir", agent.DefaultDataDir, "where the node keeps its identity and keys")
 	f.StringVar(&opts.Advertise, "advertise", "", "this node's underlay address (default: the address the server sees it at)")
 	f.StringVar(&opts.Tunnel, "tunnel", "", "the machine's found WireGuard interface (a predecessor's tunnel): its key is presented so the node keeps its tunnel address")

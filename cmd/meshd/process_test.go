@@ -15,6 +15,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/internal/testenv"
+	"meshd/pki"
 )
 
 var meshdBin, labsvcBin string
@@ -444,5 +445,28 @@ func TestDeclarationWatch(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("watch did not return after the record changed")
+	}
+}
+
+// A seal key genesis makes is written before anything is sealed with it: when its file cannot be
+// written, genesis fails naming it and leaves no sealed secret and no record behind (a secret
+// sealed under a key that never reached its file could never be opened).
+func TestGenesisWritesTheSealKeyFirst(t *testing.T) {
+	n := newNode(t)
+	notADir := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.sealKey = filepath.Join(notADir, "seal.key")
+	base := []string{"genesis", "--name", "hub", "--data-dir", n.dir, "--advertise", "127.0.0.1",
+		"--port", fmt.Sprintf("raft=%d", freePort(t)), "--docker-host", noDocker, "--adopted"}
+	_, errs, code := n.run(base...)
+	if code != 1 || !strings.Contains(errs, n.sealKey) {
+		t.Fatalf("genesis with a seal key that cannot be written: exit %d %q; want exit 1 naming %s", code, errs, n.sealKey)
+	}
+	for _, p := range []string{filepath.Join(n.dir, pki.Subdir), filepath.Join(n.dir, "raft")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was written although its seal key never was", p)
+		}
 	}
 }

@@ -74,17 +74,25 @@ Run it on a server; give the token to ` + "`meshd join`" + ` on the new machine.
 
 func sealKeyCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "seal-key", Short: "The seal key the node's secrets are sealed under"}
-	var code, file, dataDir string
+	var code, codeFile, file, dataDir string
 	restore := &cobra.Command{
-		Use:   "restore --recovery-code CODE [--seal-key FILE] [--data-dir DIR]",
+		Use:   "restore --recovery-code CODE|--recovery-code-file FILE [--seal-key FILE] [--data-dir DIR]",
 		Short: "Restore a lost or replaced seal key file from its recovery code",
 		Long: `The node's secrets (the mesh CA key on a server, its identity key, the gossip keyring) are sealed
 at rest under the seal key, a file kept apart from the data dir (default ` + pki.DefaultSealKeyFile + `;
 --seal-key or MESHD_SEAL_KEY). Without the right seal key the agent refuses to start. Restore writes the
 key back from the recovery code printed once by genesis or join, after checking that the code opens
-the node's secrets in --data-dir. The agent needs no other change: start it again.`,
-		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+the node's secrets in --data-dir. The agent needs no other change: start it again.
+
+A code on the command line can be read by every user of the machine while the command runs; give it
+with --recovery-code-file FILE, or --recovery-code-file - to type or pipe it on standard input.`,
+		Example: `  meshd operator seal-key restore --recovery-code-file - --data-dir /var/lib/meshd`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			code, err := secretFrom("recovery code", code, "--recovery-code", codeFile, "--recovery-code-file", cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
 			path := pki.SealKeyPath(file)
 			if err := pki.RestoreSealKey(code, path, dataDir); err != nil {
 				return fmt.Errorf("seal key %s not restored: %w", path, err)
@@ -94,10 +102,10 @@ the node's secrets in --data-dir. The agent needs no other change: start it agai
 			})
 		},
 	}
-	restore.Flags().StringVar(&code, "recovery-code", "", "the recovery code genesis or join printed (required)")
+	restore.Flags().StringVar(&code, "recovery-code", "", "the recovery code genesis or join printed (or --recovery-code-file)")
+	restore.Flags().StringVar(&codeFile, "recovery-code-file", "", "read the recovery code from FILE's first line (- for standard input)")
 	restore.Flags().StringVar(&file, "seal-key", "", "the seal key file to write (default $MESHD_SEAL_KEY, else "+pki.DefaultSealKeyFile+")")
 	restore.Flags().StringVar(&dataDir, "data-dir", agent.DefaultDataDir, "the node's data dir, whose secrets the code must open")
-	_ = restore.MarkFlagRequired("recovery-code")
 	cmd.AddCommand(restore)
 	return cmd
 }

@@ -1,0 +1,198 @@
+package host
+
+// Unit tests of the host acting on a hostile file system: a symlink swapped in between the check
+// of a declared path and the act on it, and a symlink above a declared file's missing directory.
+// Each would change or create something outside the declared root if followed.
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"meshd/fsm"
+)
+
+// unitOutside is a secret file beside the root (outside it), mode 0600.
+func unitOutside(t *testing.T, root string) string {
+	t.Helper()
+	secret := filepath.Join(filepath.Dir(root), "outside", "secret")
+	if err := os.MkdirAll(filepath.Dir(secret), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(secret, []byte("not the mesh's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return secret
+}
+
+// The host's own file, its content as declared and its mode wrong, is swapped for a symlink to
+// a file outside the root after the path was checked: the mode is not changed through it.
+func TestUnitModeNotChangedThroughSwappedSymlink(t *testing.T) {
+	h, root := unitHost(t)
+	ctx := unitCtx(t)
+	secret := unitOutside(t, root)
+	const p = "/etc/app/app.conf"
+	d := unitDecl(fsm.Converged, unitFile("app", p, "declared\n", true))
+	unitNoErrors(t, h.Reconcile(ctx, d))
+	if err := os.Chmod(root+p, 0o600); err != nil { // mode wrong: the next pass fixes it
+		t.Fatal(err)
+	}
+	swapped := false
+	h.seam = func(point, target string) {
+		if point != "meta.before-change" || swapped {
+			return
+		}
+		swapped = true
+		if err := os.Remove(target); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(secret, target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := h.Reconcile(ctx, d)
+	if !swapped {
+		t.Fatal("the pass did not reach the point where it changes the mode")
+	}
+	fi, err := os.Stat(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("a file outside the root went from 0600 to %#o through a swapped symlink", fi.Mode().Perm())
+	}
+	e := errorOf(rep, p)
+	if e == nil || !strings.Contains(e.Reason, p) || !strings.Contains(e.Reason, "symlink") {
+		t.Fatalf("the swap is not reported on %s: %+v", p, rep.Errors)
+	}
+}
+
+// A declared file whose directory does not exist yet, under a directory that is a symlink out of
+// the root: nothing is created outside, and the failure names the path.
+func TestUnitSymlinkedParentOfMissingDirectoryRefused(t *testing.T) {
+	h, root := unitHost(t)
+	ctx := unitCtx(t)
+	outside := filepath.Join(filepath.Dir(root), "outside")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, root+"/etc"); err != nil {
+		t.Fatal(err)
+	}
+	const p = "/etc/newapp/conf.d/app.conf"
+	rep := h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("app", p, "declared\n", true)))
+	if _, err := os.Lstat(filepath.Join(outside, "newapp")); err == nil {
+		t.Fatal("a directory was created outside the root through a symlinked parent")
+	}
+	e := errorOf(rep, p)
+	if e == nil || !strings.Contains(e.Reason, p) || !strings.Contains(e.Reason, "outside") {
+		t.Fatalf("the refusal does not name the path: %+v", rep.Errors)
+	}
+	if _, err := h.Original(p); err == nil {
+		t.Error("a refused path was recorded")
+	}
+}
+
+// A declared file's directory, checked when the pass looked, is swapped for a symlink out of the
+// root before the write: the write is refused, nothing is written outside.
+func TestUnitDirectorySwappedBeforeWriteRefused(t *testing.T) {
+	h, root := unitHost(t)
+	ctx := unitCtx(t)
+	outside := filepath.Join(filepath.Dir(root), "outside")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(root+"/etc/app", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const p = "/etc/app/app.conf"
+	h.seam = func(point, dir string) {
+		if point != "write.before-dir" {
+			return
+		}
+		if err := os.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(outside, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("app", p, "declared\n", true)))
+	if names, _ := os.ReadDir(outside); len(names) != 0 {
+		t.Fatalf("written outside the root through a swapped directory: %v", names)
+	}
+	e := errorOf(rep, p)
+	if e == nil || !strings.Contains(e.Reason, "/etc/app") || !strings.Contains(e.Reason, "symlink") {
+		t.Fatalf("the refusal does not name the directory: %+v", rep.Errors)
+	}
+}
+
+// A missing directory under a symlink that stays inside the root is created where it leads, as
+// before: only a way out is refused.
+func TestUnitSymlinkInsideRootStillFollowedForMissingDirectory(t *testing.T) {
+	h, root := unitHost(t)
+	ctx := unitCtx(t)
+	if err := os.MkdirAll(root+"/run", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(root+"/var", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../run", root+"/var/run"); err != nil {
+		t.Fatal(err)
+	}
+	const p = "/var/run/app/app.pid"
+	unitNoErrors(t, h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("app", p, "1\n", true))))
+	if got := unitRead(t, root, "/run/app/app.pid"); got != "1\n" {
+		t.Fatalf("file under an inside symlink: %q", got)
+	}
+}
+
+// An owner of -1 (in a record written before the catalogue refused it) is refused by the host
+// too: chown would take it as "leave the owner as it is" and the file would keep whatever owner
+// it has.
+func TestUnitOwnerMinusOneRefused(t *testing.T) {
+	for _, o := range []string{"-1", "0:-1", "4294967295", "root:4294967295"} {
+		if _, err := lookupOwner(o); err == nil || !strings.Contains(err.Error(), o) {
+			t.Errorf("owner %q: %v; want it refused, named", o, err)
+		}
+	}
+	if got, err := lookupOwner("65534:4294967294"); err != nil || got != (ids{65534, 4294967294}) {
+		t.Errorf("owner 65534:4294967294: %v %v", got, err)
+	}
+}
+
+// A file the host created, its module unassigned, whose directory is swapped for a symlink out
+// of the root after the look: the file of the same name outside is not removed.
+func TestUnitRemoveThroughSwappedDirectoryRefused(t *testing.T) {
+	h, root := unitHost(t)
+	ctx := unitCtx(t)
+	outside := filepath.Join(filepath.Dir(root), "outside")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "app.conf"), []byte("not the mesh's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const p = "/etc/app/app.conf"
+	unitNoErrors(t, h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("app", p, "declared\n", true))))
+	h.seam = func(point, dir string) {
+		if point != "remove.before-dir" {
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(outside, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := h.Reconcile(ctx, unitDecl(fsm.Converged))
+	if _, err := os.Stat(filepath.Join(outside, "app.conf")); err != nil {
+		t.Fatalf("a file outside the root was removed through a swapped directory: %v", err)
+	}
+	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0].Reason, p) || !strings.Contains(rep.Errors[0].Reason, "symlink") {
+		t.Fatalf("the refusal is not reported on %s: %+v", p, rep.Errors)
+	}
+}
