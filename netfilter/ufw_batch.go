@@ -233,7 +233,7 @@ func writeUFWFile(path string, b []byte, was os.FileInfo) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err == nil {
+	if _, err = tmp.Write(b); err == nil {
 		err = tmp.Sync()
 	}
 	if err == nil && was != nil {

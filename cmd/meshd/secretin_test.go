@@ -39,7 +39,7 @@ func TestSecretsFromFileOrStdin(t *testing.T) {
 		t.Fatal(err)
 	}
 	key, _ := pki.NewNodeKey()
-	cert, err := ca.IssueNode("n1", key.Public().(ed25519.PublicKey), time.Now())
+	cert, err := ca.IssueNode("n1", key.Public().(ed25519.PublicKey), pki.ClientCert, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
