@@ -35,8 +35,8 @@ const MeshInterface = fsm.MeshInterface
 const DefaultRecheck = time.Second
 
 // DefaultForwardFrom are the interfaces the derived filter lets forward out (containers reaching
-// the network): Docker's default bridge.
-var DefaultForwardFrom = []string{"docker0"}
+// the network): the container runtime's bridges, its default one and every user-defined one.
+var DefaultForwardFrom = netfilter.RuntimeBridges
 
 // packetFilter is what the opening driver needs of the machine's packet filter, in the driver's
 // terms: kernelFilter is the real one (netfilter/ on the machine); the unit tests put an in-memory

@@ -3,6 +3,8 @@ package netfilter
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -31,6 +33,9 @@ type ownChain struct {
 type ownRule struct {
 	comment string
 	exprs   []expr.Any
+	// text is the rule as nft would print it (without its comment), for an operator to read
+	// (FilterText); the kernel gets exprs.
+	text string
 }
 
 // loadOwnTable makes meshd's own table equal to chains, in one batch: the table is deleted
@@ -226,12 +231,51 @@ type FilterSpec struct {
 // private network for the mesh's own ports, and every opening. One batch; nothing is written
 // when it already reads as spec says.
 func LoadFilter(ctx context.Context, env Env, spec FilterSpec) (wrote bool, err error) {
-	lo := ownRule{comment: "meshd:filter:loopback", exprs: append(matchIIF("lo", false), accept())}
-	est := ownRule{comment: "meshd:filter:established", exprs: ctEstablished()}
+	chains, err := filterChains(spec)
+	if err != nil {
+		return false, err
+	}
+	return loadOwnTable(env, FilterTable, chains)
+}
+
+// FilterText is the derived filter spec composes, as nft would print it (one rule a line, each
+// with the mark meshd reads it back by): what `meshd converge --preview` shows an operator
+// before it is loaded. It is built from the very chains LoadFilter loads.
+func FilterText(spec FilterSpec) (string, error) {
+	chains, err := filterChains(spec)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "table inet %s {\n", FilterTable)
+	for i, ch := range chains {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		policy := "accept"
+		if ch.policy == nftables.ChainPolicyDrop {
+			policy = "drop"
+		}
+		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook %s priority %d; policy %s;\n", ch.name, ch.name, ch.prio, policy)
+		for _, r := range ch.rules {
+			fmt.Fprintf(&b, "\t\t%s comment %q\n", r.text, r.comment)
+		}
+		b.WriteString("\t}\n")
+	}
+	b.WriteString("}\n")
+	return b.String(), nil
+}
+
+// filterChains composes the derived filter's chains from spec: IPv4 and IPv6 alike (the table
+// is inet; a source prefix pins its family).
+func filterChains(spec FilterSpec) ([]ownChain, error) {
+	lo := ownRule{comment: "meshd:filter:loopback", exprs: append(matchIIF("lo", false), accept()), text: `iifname "lo" accept`}
+	est := ownRule{comment: "meshd:filter:established", exprs: ctEstablished(), text: "ct state established,related accept"}
 	input := []ownRule{est, lo}
 	forward := []ownRule{est}
 	for _, i := range spec.ForwardFrom {
-		forward = append(forward, ownRule{comment: "meshd:filter:forward-from:" + i, exprs: append(matchIIF(i, false), accept())})
+		forward = append(forward, ownRule{comment: "meshd:filter:forward-from:" + i, exprs: append(matchIIF(i, false), accept()),
+			text: fmt.Sprintf("iifname %q accept", i)})
 	}
 	add := func(o Opening) error {
 		if err := o.Validate(); err != nil {
@@ -241,7 +285,7 @@ func LoadFilter(ctx context.Context, env Env, spec FilterSpec) (wrote bool, err 
 		if err != nil {
 			return err
 		}
-		r := ownRule{comment: o.Mark(), exprs: ex}
+		r := ownRule{comment: o.Mark(), exprs: ex, text: openingText(o, spec.Private)}
 		if o.Path == PathIncoming {
 			input = append(input, r)
 		} else {
@@ -252,7 +296,7 @@ func LoadFilter(ctx context.Context, env Env, spec FilterSpec) (wrote bool, err 
 	for _, p := range spec.MeshPorts {
 		for _, path := range []string{PathIncoming, PathForwarded} {
 			if err := add(Opening{Module: "mesh", Proto: p.Proto, Port: p.Port, From: FromPrivate, Path: path}); err != nil {
-				return false, err
+				return nil, err
 			}
 		}
 	}
@@ -261,14 +305,45 @@ func LoadFilter(ctx context.Context, env Env, spec FilterSpec) (wrote bool, err 
 		if !seen[o.Mark()] {
 			seen[o.Mark()] = true
 			if err := add(o); err != nil {
-				return false, err
+				return nil, err
 			}
 		}
 	}
-	return loadOwnTable(env, FilterTable, []ownChain{
+	return []ownChain{
 		{name: "input", hook: nftables.ChainHookInput, prio: 0, policy: nftables.ChainPolicyDrop, rules: input},
 		{name: "forward", hook: nftables.ChainHookForward, prio: 0, policy: nftables.ChainPolicyDrop, rules: forward},
-	})
+	}, nil
+}
+
+// openingText is openingExprs in nft's words.
+func openingText(o Opening, priv Private) string {
+	var parts []string
+	source := func(p netip.Prefix) string {
+		if p.Addr().Is6() {
+			return "ip6 saddr " + p.Masked().String()
+		}
+		return "ip saddr " + p.Masked().String()
+	}
+	switch o.From {
+	case FromAnywhere:
+	case FromPrivate:
+		if priv.Interface != "" {
+			parts = append(parts, fmt.Sprintf("iifname %q", priv.Interface))
+		}
+		if priv.Range.IsValid() {
+			parts = append(parts, source(priv.Range))
+		}
+	default:
+		if p, err := netip.ParsePrefix(o.From); err == nil {
+			parts = append(parts, source(p))
+		}
+	}
+	if o.Path == PathForwarded {
+		parts = append(parts, fmt.Sprintf("meta l4proto %s ct original proto-dst %d", o.Proto, o.Port))
+	} else {
+		parts = append(parts, fmt.Sprintf("%s dport %d", o.Proto, o.Port))
+	}
+	return strings.Join(append(parts, "accept"), " ")
 }
 
 // LoadBaseRuleset loads the base ruleset a converged genesis raises before anything listens:

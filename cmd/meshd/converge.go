@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -93,6 +94,14 @@ func writeConvergePreview(w io.Writer, pv host.ConvergePreview) {
 		fw = pv.Firewall.Description
 	}
 	fmt.Fprintf(w, "retire\t%s\t%s\t\n", fw, pv.Firewall.Retire)
+	if pv.FilterError != "" {
+		fmt.Fprintf(w, "filter\t%s\t\t\n", pv.FilterError)
+	} else {
+		fmt.Fprintln(w, "the derived filter meshd will load (drop by default, IPv4 and IPv6):")
+		for _, l := range strings.Split(strings.TrimRight(pv.Filter, "\n"), "\n") {
+			fmt.Fprintln(w, "    "+strings.ReplaceAll(l, "\t", "    "))
+		}
+	}
 	if pv.WillClose > 0 {
 		fmt.Fprintf(w, "%d will close\t\t\t\n", pv.WillClose)
 	} else {
