@@ -25,6 +25,9 @@ type serverRole struct {
 	// reports are the clients' last host reports, as they posted them to this server's bus.
 	reportsMu sync.Mutex
 	reports   map[string]host.Report
+
+	// plans are the converge previews this server handed out, by plan token.
+	plans plans
 }
 
 // newServerRole checks that the node can act as a server: it holds the mesh CA key.
@@ -57,6 +60,7 @@ func (s *serverRole) runLoops(ctx context.Context) {
 	go s.watchOwnDeclaration(ctx)
 	go s.runBus(ctx)
 	go s.followRaftPort(ctx)
+	go s.finishFlips(ctx)
 }
 
 // gossipView is the record's: it is always current, so refreshView has nothing to do.
@@ -106,6 +110,8 @@ func (s *serverRole) operatorAPI() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", s.moduleAction)
 	mux.HandleFunc("GET /v1/nodes/{node}/modules/{module}/take-preview", s.takePreview)
 	mux.HandleFunc("GET /v1/nodes/{node}/converge-preview", s.convergePreview)
+	mux.HandleFunc("POST /v1/nodes/{node}/converge", s.postConverge)
+	mux.HandleFunc("POST /v1/nodes/{node}/adopt", s.postAdopt)
 	mux.HandleFunc("POST /v1/nodes/{node}/settings", s.postSettings)
 	mux.HandleFunc("GET /v1/declaration/{node}", s.getDeclaration)
 	mux.HandleFunc("GET /v1/raft/peers", s.raftPeers)

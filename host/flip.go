@@ -188,3 +188,16 @@ func (d *OpeningDriver) crash(point string) {
 		d.crasher.reach(point)
 	}
 }
+
+// ReportFlip is the pending flip as rep (a node's report, made here or decoded from JSON) says
+// the node carries it out; nil when it says nothing of one.
+func ReportFlip(rep *Report) *FlipView {
+	if rep == nil {
+		return nil
+	}
+	od, ok := reportKind[OpeningDetail](rep, fsm.KindOpening)
+	if !ok {
+		return nil
+	}
+	return od.Flip
+}
