@@ -92,7 +92,7 @@ func TestProcessConvergePreview(t *testing.T) {
 	}
 
 	// The stale token (made before the port was declared) is refused, naming what changed.
-	out, errs, code = n.run("converge", "hub", "--plan", pv.Token)
+	_, errs, code = n.run("converge", "hub", "--plan", pv.Token)
 	if code != 1 || !strings.Contains(errs, "changed since the preview") || !strings.Contains(errs, fmt.Sprintf(":%d (labsvc): declared by svc", port)) {
 		t.Fatalf("a stale plan token: exit %d, %s", code, errs)
 	}
