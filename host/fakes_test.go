@@ -342,6 +342,9 @@ type fakeFilter struct {
 	// retires and restores count the calls; retireErr fails Retire.
 	retires, restores int
 	retireErr         error
+	// leftover, when set, is what Detect reads once the found firewall is retired (what ufw
+	// leaves behind in iptables reads as an iptables firewall).
+	leftover *netfilter.Found
 	// ops are the writes to the packet filter, in order.
 	ops []string
 }
@@ -428,6 +431,9 @@ func (f *fakeFilter) Retire(_ context.Context, found netfilter.Found) (netfilter
 		return netfilter.Retired{}, f.retireErr
 	}
 	f.found.Active = false
+	if f.leftover != nil {
+		f.found = *f.leftover
+	}
 	f.ops = append(f.ops, "retire "+string(found.Kind))
 	return netfilter.Retired{Kind: found.Kind}, nil
 }
@@ -437,7 +443,7 @@ func (f *fakeFilter) Restore(_ context.Context, r netfilter.Retired) error {
 	defer f.mu.Unlock()
 	f.restores++
 	if r.Kind != netfilter.KindNone {
-		f.found.Active = true
+		f.found = netfilter.Found{Kind: r.Kind, Active: true}
 	}
 	f.ops = append(f.ops, "restore "+string(r.Kind))
 	return nil

@@ -33,7 +33,9 @@ const retiredKey = "retired"
 type retiredRecord struct {
 	Kind  netfilter.Kind `json:"kind"`
 	Found string         `json:"found"`
-	At    time.Time      `json:"at"`
+	// State is the found firewall as Detect read it when the retirement began.
+	State netfilter.Found `json:"state"`
+	At    time.Time       `json:"at"`
 	// Retired is what netfilter.Retire returned; nil while the retirement is under way (a
 	// process killed then left it recorded and not finished).
 	Retired *netfilter.Retired `json:"retired,omitempty"`
@@ -82,13 +84,33 @@ func putRetired(recs *Records, r retiredRecord) error {
 
 // retireFound retires the found firewall on a node a pending flip converges, once the derived
 // filter is in force. A converged node with no flip pending has its found firewall left as it is
-// (an operator who enabled it again by hand meant it). Called with d.mu held, after apply.
+// (an operator who enabled it again by hand meant it), and one meshd retired is not retired again
+// (what ufw leaves behind when disabled can read as another firewall). A retirement that was
+// interrupted is finished in the terms it was begun. Called with d.mu held, after apply.
 func (d *OpeningDriver) retireFound(ctx context.Context, recs *Records) (int, error) {
-	if d.flip == nil || d.flip.To != fsm.Converged || !d.filter.loaded || d.foundErr != nil || !d.found.Active || d.found.Kind == netfilter.KindNone || recs == nil {
+	if d.flip == nil || d.flip.To != fsm.Converged || !d.filter.loaded || recs == nil {
 		return 0, nil
 	}
+	rec, err := loadRetired(recs)
+	if err != nil || (rec != nil && rec.Retired != nil) {
+		return 0, err
+	}
 	found := d.found
-	if err := putRetired(recs, retiredRecord{Kind: found.Kind, Found: found.String(), At: time.Now().UTC()}); err != nil {
+	switch {
+	case rec != nil && rec.Kind == netfilter.KindNftables && !(found.Kind == netfilter.KindNftables && found.Active):
+		// Its tables are gone: netfilter saved them before it removed them.
+		saved, err := d.pf.Saved()
+		if err != nil {
+			return 0, fmt.Errorf("finish the interrupted retirement of %s: %w", rec.Found, err)
+		}
+		rec.Retired = &saved
+		return 1, putRetired(recs, *rec)
+	case rec != nil:
+		found = rec.State
+	case d.foundErr != nil || !found.Active || found.Kind == netfilter.KindNone:
+		return 0, nil
+	}
+	if err := putRetired(recs, retiredRecord{Kind: found.Kind, Found: found.String(), State: found, At: time.Now().UTC()}); err != nil {
 		return 0, fmt.Errorf("record the retirement of the found firewall (%s): %w", found, err)
 	}
 	d.crash("flip.before-retire")
@@ -96,9 +118,11 @@ func (d *OpeningDriver) retireFound(ctx context.Context, recs *Records) (int, er
 	if err != nil {
 		return 0, fmt.Errorf("retire the found firewall (%s): %w", found, err)
 	}
-	if err := putRetired(recs, retiredRecord{Kind: found.Kind, Found: found.String(), At: time.Now().UTC(), Retired: &r}); err != nil {
+	done := retiredRecord{Kind: found.Kind, Found: found.String(), State: found, At: time.Now().UTC(), Retired: &r}
+	if err := putRetired(recs, done); err != nil {
 		return 1, fmt.Errorf("record the retired firewall (%s): %w", found, err)
 	}
+	d.retired = &done
 	d.crash("flip.after-retire")
 	d.log.Info("found firewall retired: disabled, its configuration kept", "found", found.String())
 	d.redetect = true
@@ -141,15 +165,16 @@ func (d *OpeningDriver) flipView(f *fsm.FlipIntent, rec *retiredRecord) *FlipVie
 		return nil
 	}
 	v := &FlipView{To: f.To, Since: f.Since}
+	retired := rec != nil && rec.Retired != nil
 	switch {
-	case d.foundErr != nil:
+	case d.foundErr != nil && !(f.To == fsm.Converged && retired):
 		v.Waiting = "the found firewall could not be read: " + d.foundErr.Error()
 	case f.To == fsm.Converged && !d.filter.loaded:
 		v.Waiting = "the derived filter is not loaded"
 		if d.filter.failed != "" {
 			v.Waiting += ": " + d.filter.failed
 		}
-	case f.To == fsm.Converged && d.found.Active && d.found.Kind != netfilter.KindNone:
+	case f.To == fsm.Converged && !retired && d.found.Active && d.found.Kind != netfilter.KindNone:
 		v.Waiting = "the found firewall is still active: " + d.found.String()
 	case f.To == fsm.Adopted && rec != nil:
 		v.Waiting = "the retired firewall is not restored yet: " + rec.Found

@@ -363,6 +363,9 @@ func (d *OpeningDriver) reconcileLocked(ctx context.Context, pass Pass, w *desir
 	// the filter change; the flip retires it once the filter is in.
 	var flipErr error
 	changes := 0
+	if rec, err := loadRetired(pass.Records); err == nil {
+		d.retired = rec
+	}
 	if w.mode == fsm.Adopted {
 		changes, flipErr = d.restoreFound(ctx, pass.Records)
 	}
@@ -616,6 +619,11 @@ func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
 		d.detect(ctx, w.priv)
 	}
 	plan := decideOpenings(w.mode, d.found, d.foundErr)
+	if w.mode == fsm.Converged && d.retired != nil && d.retired.Retired != nil {
+		// meshd retired the found firewall: what is left of it (ufw's jumps, Docker's hooks into
+		// it) is not a firewall to open ports in; meshd's filter alone carries the openings.
+		plan.throughFound, plan.refused = false, ""
+	}
 	res := &applied{failed: map[string]string{}}
 	if plan.refused != "" {
 		for _, e := range w.entries {

@@ -168,3 +168,34 @@ func TestUnitFlipCrashSafety(t *testing.T) {
 		})
 	}
 }
+
+// What a retired ufw leaves in iptables (its jumps, Docker's hooks into its chains) reads as an
+// iptables firewall: meshd neither retires that again nor opens ports in it; the flip is done,
+// and the return restores ufw.
+func TestUnitFlipLeftoverIsNotRetiredAgain(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	pf.leftover = &netfilter.Found{Kind: netfilter.KindIptables, Active: true, Incoming: 6, Forwarded: 8}
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	ctx := unitCtx(t)
+	unitNoErrors(t, h.Reconcile(ctx, flipDecl(fsm.Adopted, false)))
+	for i := 0; i < 2; i++ {
+		rep := h.Reconcile(ctx, flipDecl(fsm.Converged, true))
+		unitNoErrors(t, rep)
+		if od := unitOpeningDetail(t, rep); od.Flip == nil || !od.Flip.Done || od.Retired == nil || od.Retired.Kind != "ufw" {
+			t.Fatalf("pass %d: flip %+v, retired %+v", i, od.Flip, od.Retired)
+		}
+	}
+	if pf.retires != 1 {
+		t.Fatalf("retired %d times", pf.retires)
+	}
+	pf.marked = map[string]netfilter.Opening{}
+	h.Reconcile(ctx, flipDecl(fsm.Converged, false))
+	if len(pf.marked) != 0 {
+		t.Fatalf("openings written into what the retired firewall left: %v", pf.markedSorted())
+	}
+	rep := h.Reconcile(ctx, flipDecl(fsm.Adopted, true))
+	unitNoErrors(t, rep)
+	if pf.found.Kind != netfilter.KindUFW || !pf.found.Active || !unitOpeningDetail(t, rep).Flip.Done {
+		t.Fatalf("after the return: found %+v", pf.found)
+	}
+}
