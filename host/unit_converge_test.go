@@ -235,11 +235,14 @@ func TestUnitConvergePreviewFilter(t *testing.T) {
 		"chain forward {\n\t\ttype filter hook forward priority 0; policy drop;",
 		"ct state established,related accept",
 		`iifname "lo" accept`,
+		"meta l4proto ipv6-icmp accept",
 		`iifname "wg0" ip saddr 10.44.0.0/24 tcp dport 7400 accept comment "meshd:mesh:incoming:tcp/7400:private"`,
 		`iifname "wg0" ip saddr 10.44.0.0/24 udp dport 7402 accept`,
 		`tcp dport 443 accept comment "meshd:web:incoming:tcp/443:anywhere"`,
 		`meta l4proto tcp ct original proto-dst 8080 accept comment "meshd:notes:forwarded:tcp/8080:anywhere"`,
 		`ip6 saddr 2001:db8::/32 tcp dport 8443 accept`,
+		// a published port the runtime's proxy serves (IPv6 to an IPv4-only bridge) comes in
+		`tcp dport 8080 accept comment "meshd:notes:forwarded:tcp/8080:anywhere:proxy"`,
 		`iifname "docker0" accept`,
 	} {
 		if !strings.Contains(pv.Filter, want) {

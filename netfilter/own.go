@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // Port is a protocol and port of the mesh's own (store, broker management, bus, …).
@@ -271,7 +272,15 @@ func FilterText(spec FilterSpec) (string, error) {
 func filterChains(spec FilterSpec) ([]ownChain, error) {
 	lo := ownRule{comment: "meshd:filter:loopback", exprs: append(matchIIF("lo", false), accept()), text: `iifname "lo" accept`}
 	est := ownRule{comment: "meshd:filter:established", exprs: ctEstablished(), text: "ct state established,related accept"}
-	input := []ownRule{est, lo}
+	// ICMP and ICMPv6 in: IPv6 does not work without neighbour discovery, and path MTU discovery
+	// and ping are how an operator sees the machine is there.
+	icmp := ownRule{comment: "meshd:filter:icmp", exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMP}}, accept()}, text: "meta l4proto icmp accept"}
+	icmp6 := ownRule{comment: "meshd:filter:icmpv6", exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}}, accept()}, text: "meta l4proto ipv6-icmp accept"}
+	input := []ownRule{est, lo, icmp, icmp6}
 	forward := []ownRule{est}
 	for _, i := range spec.ForwardFrom {
 		forward = append(forward, ownRule{comment: "meshd:filter:forward-from:" + i, exprs: append(matchIIF(i, false), accept()),
@@ -288,9 +297,19 @@ func filterChains(spec FilterSpec) ([]ownChain, error) {
 		r := ownRule{comment: o.Mark(), exprs: ex, text: openingText(o, spec.Private)}
 		if o.Path == PathIncoming {
 			input = append(input, r)
-		} else {
-			forward = append(forward, r)
+			return nil
 		}
+		forward = append(forward, r)
+		// A published port the kernel cannot forward (IPv6 to a container on an IPv4-only
+		// bridge, a client on the machine's own address) reaches the container runtime's proxy,
+		// a process of the machine: the same port, from the same sources, on the input path.
+		in := o
+		in.Path = PathIncoming
+		ex, err = openingExprs(nftables.TableFamilyINet, in, spec.Private)
+		if err != nil {
+			return err
+		}
+		input = append(input, ownRule{comment: o.Mark() + ":proxy", exprs: ex, text: openingText(in, spec.Private)})
 		return nil
 	}
 	for _, p := range spec.MeshPorts {
