@@ -1,32 +1,232 @@
 package agent
 
-// The converge preview a server works out for any node, changing nothing: the node's
-// declaration composed from the record, read against what its latest host report saw
-// listening and published (host.PreviewConverge). The flip itself is not built yet (issue 13).
+// Converging a node and returning it to adopted (ADR 0100's last step), on a server. The preview
+// composes the node's declaration from the record and reads it against the node's latest host
+// report (host.PreviewConverge), changing nothing; it remembers what each plan token it handed
+// out was made from, so a flip with a stale token is refused naming what changed. The flip and
+// the return are recorded as an intent (fsm.OpFlip) that the node's host carries out; the leader
+// records the node in its new mode (fsm.OpFlipDone) once the node's report says it is done.
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
 
 	"meshd/fsm"
 	"meshd/host"
 )
 
-// convergePreview serves `meshd converge NODE --preview`.
-func (s *serverRole) convergePreview(w http.ResponseWriter, req *http.Request) {
-	node := req.PathValue("node")
+// ConvergeRequest is the body of POST /v1/nodes/{node}/converge.
+type ConvergeRequest struct {
+	// Plan is the plan token of the preview the operator read; "" converges only when nothing
+	// will close.
+	Plan string `json:"plan,omitempty"`
+}
+
+// FlipView answers a flip or a return: the node as the record holds it (its pending flip in
+// Node.Flip) and, for a flip, the preview it was checked against.
+type FlipView struct {
+	Node    *fsm.Node             `json:"node"`
+	Preview *host.ConvergePreview `json:"preview,omitempty"`
+}
+
+// plans remembers the previews a server handed out, by plan token, so that a stale token can be
+// named: what changed since. It keeps the latest few.
+type plans struct {
+	mu    sync.Mutex
+	byTok map[string]host.ConvergePreview
+	order []string
+}
+
+const plansKept = 64
+
+func (p *plans) keep(pv host.ConvergePreview) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byTok == nil {
+		p.byTok = map[string]host.ConvergePreview{}
+	}
+	if _, ok := p.byTok[pv.Token]; !ok {
+		p.order = append(p.order, pv.Token)
+	}
+	p.byTok[pv.Token] = pv
+	for len(p.order) > plansKept {
+		delete(p.byTok, p.order[0])
+		p.order = p.order[1:]
+	}
+}
+
+func (p *plans) get(token string) (host.ConvergePreview, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pv, ok := p.byTok[token]
+	return pv, ok
+}
+
+// previewOf composes node's converge preview from the record and its latest report.
+func (s *serverRole) previewOf(node string) (host.ConvergePreview, error) {
 	var d *fsm.Declaration
 	var err error
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		d, err = fsm.Compose(r, node)
 	})
 	if err != nil {
-		writeErr(w, err)
-		return
+		return host.ConvergePreview{}, err
 	}
 	pv, err := host.PreviewConverge(s.report(node), d)
 	if err != nil {
-		writeErr(w, notFound(err.Error()))
+		return pv, notFound(err.Error())
+	}
+	s.plans.keep(pv)
+	return pv, nil
+}
+
+// convergePreview serves `meshd converge NODE --preview`.
+func (s *serverRole) convergePreview(w http.ResponseWriter, req *http.Request) {
+	pv, err := s.previewOf(req.PathValue("node"))
+	if err != nil {
+		writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, pv)
+}
+
+// StaleRefusal is a flip refused because the node changed since the preview its plan token came
+// from, or because something will close and no plan token was given.
+type StaleRefusal struct {
+	Node    string                `json:"node"`
+	Reason  string                `json:"reason"`
+	Changes []string              `json:"changes,omitempty"`
+	Preview *host.ConvergePreview `json:"preview,omitempty"`
+}
+
+func (e *StaleRefusal) Error() string {
+	s := fmt.Sprintf("converge %s refused: %s", e.Node, e.Reason)
+	if len(e.Changes) > 0 {
+		s += ":\n  " + strings.Join(e.Changes, "\n  ")
+	}
+	return s
+}
+
+// checkPlan refuses a flip whose plan token does not match the node as it is now, naming what
+// changed; without a token, it refuses when anything will close.
+func checkPlan(node, plan string, now host.ConvergePreview, was func(string) (host.ConvergePreview, bool)) *StaleRefusal {
+	switch {
+	case plan == "" && now.WillClose > 0:
+		return &StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
+			"%d listening socket(s) and published port(s) will close; read `meshd converge %s --preview` and give its plan token with --plan %s to close them", now.WillClose, node, now.Token)}
+	case plan == "" || plan == now.Token:
+		return nil
+	}
+	ref := &StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
+		"the node changed since the preview of plan %s (now plan %s); preview again and read it", plan, now.Token)}
+	if old, ok := was(plan); ok {
+		ref.Changes = host.PlanChanges(old, now)
+	} else {
+		ref.Reason = fmt.Sprintf("plan %s is not the node as it is now (plan %s), and this server did not make that preview, so it cannot say what changed; preview again and read it", plan, now.Token)
+	}
+	return ref
+}
+
+// postConverge serves `meshd converge NODE [--plan TOKEN]`: the preview made again and checked
+// against the plan, then the flip recorded as an intent.
+func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
+	node := req.PathValue("node")
+	var body ConvergeRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body); err != nil && err != io.EOF {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "converge request: " + err.Error()})
+		return
+	}
+	pending := false
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		if n := r.Nodes[node]; n != nil && n.Flip != nil && n.Flip.To == fsm.Converged {
+			pending = true
+		}
+	})
+	pv, err := s.previewOf(node)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if !pending { // a flip already recorded is finished whatever the node reports now
+		ref := checkPlan(node, body.Plan, pv, s.plans.get)
+		if ref == nil && strings.HasPrefix(pv.Firewall.Retire, "cannot be retired") {
+			ref = &StaleRefusal{Node: node, Preview: &pv, Reason: "the found firewall " + pv.Firewall.Retire}
+		}
+		if ref != nil {
+			writeJSON(w, http.StatusConflict, struct {
+				Error   string        `json:"error"`
+				Refusal *StaleRefusal `json:"refusal"`
+			}{ref.Error(), ref})
+			return
+		}
+	}
+	v, err := s.raft.apply(fsm.OpFlip, fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token}, applyTimeout)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	n, _ := v.(*fsm.Node)
+	writeJSON(w, http.StatusOK, FlipView{Node: n, Preview: &pv})
+}
+
+// postAdopt serves `meshd adopt NODE`: the return recorded as an intent.
+func (s *serverRole) postAdopt(w http.ResponseWriter, req *http.Request) {
+	v, err := s.raft.apply(fsm.OpFlip, fsm.Flip{Node: req.PathValue("node"), To: fsm.Adopted}, applyTimeout)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	n, _ := v.(*fsm.Node)
+	writeJSON(w, http.StatusOK, FlipView{Node: n})
+}
+
+// flipCheck is how often the leader looks for a pending flip its node reports done.
+const flipCheck = 250 * time.Millisecond
+
+// finishFlips is the leader's part of every flip: once a node's report says it carried out its
+// pending flip (the one recorded at that time, to that mode), the node is recorded in that mode.
+// A leader that changes mid-way leaves the intent in the record; the next leader finishes it.
+func (s *serverRole) finishFlips(ctx context.Context) {
+	if err := s.raft.waitCaughtUp(ctx); err != nil {
+		return
+	}
+	t := time.NewTicker(flipCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.raft.raft.State() != raft.Leader {
+			continue
+		}
+		var pending []fsm.FlipDone
+		s.fsm.Read(func(r *fsm.Record, _ uint64) {
+			for _, name := range r.NodeNames() {
+				if f := r.Nodes[name].Flip; f != nil {
+					pending = append(pending, fsm.FlipDone{Node: name, To: f.To, Since: f.Since})
+				}
+			}
+		})
+		for _, p := range pending {
+			fv := host.ReportFlip(s.report(p.Node))
+			if fv == nil || !fv.Done || fv.To != p.To || !fv.Since.Equal(p.Since) {
+				continue
+			}
+			if _, err := s.raft.apply(fsm.OpFlipDone, p, applyTimeout); err != nil {
+				s.log.Warn("record a finished flip", "node", p.Node, "to", p.To, "err", err)
+				continue
+			}
+			s.log.Info("node flipped", "node", p.Node, "mode", p.To)
+		}
+	}
 }

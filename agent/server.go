@@ -29,6 +29,8 @@ type serverRole struct {
 	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
 	// over the limit), a few lines a minute.
 	busRefusals *rateLog
+	// plans are the converge previews this server handed out, by plan token.
+	plans plans
 }
 
 // newServerRole checks that the node can act as a server: it holds the mesh CA key.
@@ -65,6 +67,7 @@ func (s *serverRole) runLoops(ctx context.Context) {
 	go s.watchOwnDeclaration(ctx)
 	go s.runBus(ctx)
 	go s.followRaftPort(ctx)
+	go s.finishFlips(ctx)
 }
 
 // gossipView is the record's: it is always current, so refreshView has nothing to do.
@@ -114,6 +117,8 @@ func (s *serverRole) operatorAPI() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", s.moduleAction)
 	mux.HandleFunc("GET /v1/nodes/{node}/modules/{module}/take-preview", s.takePreview)
 	mux.HandleFunc("GET /v1/nodes/{node}/converge-preview", s.convergePreview)
+	mux.HandleFunc("POST /v1/nodes/{node}/converge", s.postConverge)
+	mux.HandleFunc("POST /v1/nodes/{node}/adopt", s.postAdopt)
 	mux.HandleFunc("POST /v1/nodes/{node}/settings", s.postSettings)
 	mux.HandleFunc("GET /v1/declaration/{node}", s.getDeclaration)
 	mux.HandleFunc("GET /v1/raft/peers", s.raftPeers)

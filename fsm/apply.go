@@ -94,6 +94,18 @@ func apply(r *Record, data []byte) (any, error) {
 			return nil, err
 		}
 		return applyTunnelTake(r, &c, &b)
+	case OpFlip:
+		var b Flip
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyFlip(r, &c, &b)
+	case OpFlipDone:
+		var b FlipDone
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyFlipDone(r, &c, &b)
 	case OpTokenCreate:
 		var b TokenCreate
 		if err := decode(&b); err != nil {
@@ -489,7 +501,7 @@ func applyModule(r *Record, c *Command, b *ModuleOnNode) (any, error) {
 			return nil, err
 		}
 		n.Assigned = trial.Assigned
-		if n.Mode == Converged {
+		if n.Target() == Converged {
 			n.Taken = insert(n.Taken, b.Module)
 		}
 	case OpModuleUnassign:
@@ -502,7 +514,7 @@ func applyModule(r *Record, c *Command, b *ModuleOnNode) (any, error) {
 		switch {
 		case !assigned:
 			return nil, refuse(c.Op, b.Node, b.Module, "not assigned, so there is nothing to take; assign it first (meshd module assign %s %s)", b.Node, b.Module)
-		case n.Mode == Converged:
+		case n.Target() == Converged:
 			return nil, refuse(c.Op, b.Node, b.Module, "the node is converged: every assigned module is already taken")
 		case has(n.Taken, b.Module):
 			return nil, refuse(c.Op, b.Node, b.Module, "already taken")

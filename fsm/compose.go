@@ -10,7 +10,12 @@ import (
 // Declaration is what the controller tells one node: exactly what the host reconciler acts on.
 type Declaration struct {
 	Node string `json:"node"`
-	Mode Mode   `json:"mode"`
+	// Mode is the mode the node's machine is brought to: its recorded mode, or the mode a
+	// pending flip moves it to (Flip).
+	Mode Mode `json:"mode"`
+	// Flip is the pending flip the node carries out, nil when none: the host reports it done
+	// (the found firewall retired or restored) and a server then records the node in Flip.To.
+	Flip *FlipIntent `json:"flip,omitempty"`
 	// Assigned and Taken are sorted module names. On a converged node every assigned module is
 	// taken.
 	Assigned []string `json:"assigned"`
@@ -125,7 +130,8 @@ func Compose(r *Record, node string) (*Declaration, error) {
 	}
 	d := &Declaration{
 		Node:      n.Name,
-		Mode:      n.Mode,
+		Mode:      n.Target(),
+		Flip:      n.Flip,
 		Assigned:  append([]string{}, n.Assigned...),
 		Taken:     n.EffectiveTaken(),
 		Settings:  map[string]string{},

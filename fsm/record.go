@@ -67,6 +67,9 @@ type Node struct {
 	TookTunnel bool      `json:"took_tunnel,omitempty"`
 	EnrolledAt time.Time `json:"enrolled_at"`
 	ModeSince  time.Time `json:"mode_since"`
+	// Flip is a flip to the other mode recorded and not yet carried out by the node (OpFlip):
+	// its declaration already asks for Flip.To.
+	Flip *FlipIntent `json:"flip,omitempty"`
 }
 
 // Tunnel is the private network.
@@ -136,17 +139,17 @@ func (r *Record) NodeNames() []string {
 }
 
 // IsTaken says whether module counts as taken on node: taken explicitly on an adopted node, or
-// merely assigned on a converged one.
+// merely assigned on a converged one (or one a pending flip converges).
 func (n *Node) IsTaken(module string) bool {
 	if !has(n.Assigned, module) {
 		return false
 	}
-	return n.Mode == Converged || has(n.Taken, module)
+	return n.Target() == Converged || has(n.Taken, module)
 }
 
 // EffectiveTaken lists the modules that count as taken on the node.
 func (n *Node) EffectiveTaken() []string {
-	if n.Mode == Converged {
+	if n.Target() == Converged {
 		return append([]string{}, n.Assigned...)
 	}
 	return append([]string{}, n.Taken...)

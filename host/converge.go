@@ -12,12 +12,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"meshd/fsm"
+	"meshd/netfilter"
 )
 
 // Marks of a socket or a published port in a converge preview.
@@ -43,6 +45,10 @@ type ConvergePreview struct {
 	Take []string `json:"take"`
 	// Firewall is the found firewall and how the flip retires it.
 	Firewall PreviewFirewall `json:"firewall"`
+	// Filter is the derived filter the flip loads, as nft prints it (FilterError: why it
+	// cannot be composed; the flip would fail on it).
+	Filter      string `json:"filter"`
+	FilterError string `json:"filter_error,omitempty"`
 	// WillClose counts the sockets and published ports marked MarkWillClose.
 	WillClose int `json:"will_close"`
 	// Token is the plan token: the short hex sha256 of what the preview saw and decided (not
@@ -154,8 +160,27 @@ func MarkConverge(pv ConvergePreview, d *fsm.Declaration, ls []Listener, cr *Con
 	}
 	slices.Sort(pv.Take)
 	pv.Firewall = retirement(od)
+	pv.Filter, pv.FilterError = derivedFilterText(d)
 	pv.Token = planToken(pv)
 	return pv
+}
+
+// derivedFilterText is the derived filter d's node loads once converged, composed as the
+// opening driver composes it (with its defaults: the declaration's interface, else
+// MeshInterface; DefaultForwardFrom).
+func derivedFilterText(d *fsm.Declaration) (string, string) {
+	var rs []fsm.Resource
+	for _, r := range d.Resources {
+		if r.Kind == fsm.KindOpening {
+			rs = append(rs, r)
+		}
+	}
+	w := newOpeningDriver(OpeningConfig{}, nil).compose(d, rs)
+	text, err := netfilter.FilterText(w.filter)
+	if err != nil {
+		return "", fmt.Sprintf("the derived filter cannot be composed: %v", err)
+	}
+	return text, ""
 }
 
 // verdictOf marks proto/port: declared by the first assigned module with an opening on it (any
@@ -223,23 +248,70 @@ func publishedKey(p PreviewPublished) string {
 	return fmt.Sprintf("%05d %s %s %s %s", p.HostPort, p.Proto, p.HostIP, p.Container, p.Verdict)
 }
 
-// planToken digests what the preview saw and decided, in a fixed order: the node, its mode,
-// every socket (without its pid: a restarted service is the same service) and published port
-// with its verdict, the modules to take and the found firewall.
+// planToken digests what the preview saw and decided (PlanLines), in a fixed order.
 func planToken(pv ConvergePreview) string {
-	var lines []string
-	lines = append(lines, "node "+pv.Node, "mode "+string(pv.Mode))
+	sum := sha256.Sum256([]byte(strings.Join(PlanLines(pv), "\n")))
+	return hex.EncodeToString(sum[:8])
+}
+
+// PlanLines are what a plan token digests, one fact a line: the node, its mode, every socket
+// (without its pid: a restarted service is the same service) and published port with its
+// verdict, the modules to take, the found firewall and the derived filter's rules. Comparing
+// two previews' lines (PlanChanges) names what changed between them.
+func PlanLines(pv ConvergePreview) []string {
+	lines := []string{"node " + pv.Node, "mode " + string(pv.Mode)}
+	var rest []string
 	for _, l := range pv.Listeners {
-		lines = append(lines, "listener "+listenerKey(l))
+		rest = append(rest, fmt.Sprintf("listening %s %s (%s): %s", l.Proto, net.JoinHostPort(l.Addr.String(), fmt.Sprint(l.Port)), orDash(l.Process), l.Verdict))
 	}
 	for _, p := range pv.Published {
-		lines = append(lines, "published "+publishedKey(p))
+		rest = append(rest, fmt.Sprintf("published %s %s (container %s): %s", p.Proto, net.JoinHostPort(orUnspecified(p.HostIP), fmt.Sprint(p.HostPort)), p.Container, p.Verdict))
 	}
+	slices.Sort(rest)
+	lines = append(lines, rest...)
 	lines = append(lines, "take "+strings.Join(pv.Take, ","))
-	lines = append(lines, "firewall "+pv.Firewall.Kind+" "+pv.Firewall.Description+" "+pv.Firewall.Retire)
-	slices.Sort(lines[2:])
-	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
-	return hex.EncodeToString(sum[:8])
+	lines = append(lines, "found firewall "+pv.Firewall.Kind+": "+pv.Firewall.Description+"; retired by "+pv.Firewall.Retire)
+	if pv.FilterError != "" {
+		lines = append(lines, "filter "+pv.FilterError)
+	}
+	for _, l := range strings.Split(pv.Filter, "\n") {
+		if l = strings.TrimSpace(l); strings.Contains(l, " comment ") {
+			lines = append(lines, "filter rule "+l)
+		}
+	}
+	return lines
+}
+
+// PlanChanges names what changed between the preview a plan token was made from (was) and the
+// preview of now: each fact of one that the other lacks, "new: …" or "gone: …".
+func PlanChanges(was, now ConvergePreview) []string {
+	a, b := PlanLines(was), PlanLines(now)
+	var out []string
+	for _, l := range b {
+		if !slices.Contains(a, l) {
+			out = append(out, "new: "+l)
+		}
+	}
+	for _, l := range a {
+		if !slices.Contains(b, l) {
+			out = append(out, "gone: "+l)
+		}
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func orUnspecified(s string) string {
+	if s == "" {
+		return "0.0.0.0"
+	}
+	return s
 }
 
 func protoOr(p string) string {

@@ -339,6 +339,14 @@ type fakeFilter struct {
 	// guard and filter are meshd's own tables; nil when not loaded.
 	guard  *netfilter.GuardSpec
 	filter *netfilter.FilterSpec
+	// retires and restores count the calls; retireErr fails Retire.
+	retires, restores int
+	retireErr         error
+	// leftover, when set, is what Detect reads once the found firewall is retired (what ufw
+	// leaves behind in iptables reads as an iptables firewall).
+	leftover *netfilter.Found
+	// ops are the writes to the packet filter, in order.
+	ops []string
 }
 
 func newFakeFilter(found netfilter.Found) *fakeFilter {
@@ -365,12 +373,16 @@ func (f *fakeFilter) Guard(_ context.Context, spec netfilter.GuardSpec) (bool, e
 		return false, nil
 	}
 	f.guard = &spec
+	f.ops = append(f.ops, "load guard")
 	return true, nil
 }
 
 func (f *fakeFilter) RemoveGuard(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.guard != nil {
+		f.ops = append(f.ops, "remove guard")
+	}
 	f.guard = nil
 	return nil
 }
@@ -382,12 +394,16 @@ func (f *fakeFilter) LoadFilter(_ context.Context, spec netfilter.FilterSpec) (b
 		return false, nil
 	}
 	f.filter = &spec
+	f.ops = append(f.ops, "load filter")
 	return true, nil
 }
 
 func (f *fakeFilter) RemoveFilter(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.filter != nil {
+		f.ops = append(f.ops, "remove filter")
+	}
 	f.filter = nil
 	return nil
 }
@@ -403,6 +419,38 @@ func (f *fakeFilter) markedSorted() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Sorted(maps.Keys(f.marked))
+}
+
+// Retire disables the fake's found firewall, as ufw disable does: inactive, its marked rules
+// kept (in its files) but not in force.
+func (f *fakeFilter) Retire(_ context.Context, found netfilter.Found) (netfilter.Retired, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.retires++
+	if f.retireErr != nil {
+		return netfilter.Retired{}, f.retireErr
+	}
+	f.found.Active = false
+	if f.leftover != nil {
+		f.found = *f.leftover
+	}
+	f.ops = append(f.ops, "retire "+string(found.Kind))
+	return netfilter.Retired{Kind: found.Kind}, nil
+}
+
+func (f *fakeFilter) Restore(_ context.Context, r netfilter.Retired) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.restores++
+	if r.Kind != netfilter.KindNone {
+		f.found = netfilter.Found{Kind: r.Kind, Active: true}
+	}
+	f.ops = append(f.ops, "restore "+string(r.Kind))
+	return nil
+}
+
+func (f *fakeFilter) Saved() (netfilter.Retired, error) {
+	return netfilter.Retired{}, errors.New("nothing saved")
 }
 
 var _ packetFilter = (*fakeFilter)(nil)

@@ -35,8 +35,8 @@ const MeshInterface = fsm.MeshInterface
 const DefaultRecheck = time.Second
 
 // DefaultForwardFrom are the interfaces the derived filter lets forward out (containers reaching
-// the network): Docker's default bridge.
-var DefaultForwardFrom = []string{"docker0"}
+// the network): the container runtime's bridges, its default one and every user-defined one.
+var DefaultForwardFrom = netfilter.RuntimeBridges
 
 // packetFilter is what the opening driver needs of the machine's packet filter, in the driver's
 // terms: kernelFilter is the real one (netfilter/ on the machine); the unit tests put an in-memory
@@ -57,6 +57,11 @@ type packetFilter interface {
 	// Watch calls recheck on every change of the packet filter and every interval until ctx
 	// ends.
 	Watch(ctx context.Context, interval time.Duration, recheck func(context.Context)) error
+	// Retire disables the found firewall, never flushing it; Restore gives a retired one back;
+	// Saved is what Retire saved before it removed anything (a found nftables ruleset's dumps).
+	Retire(ctx context.Context, found netfilter.Found) (netfilter.Retired, error)
+	Restore(ctx context.Context, r netfilter.Retired) error
+	Saved() (netfilter.Retired, error)
 }
 
 // kernelFilter is the machine's packet filter through netfilter/, in env.
@@ -84,6 +89,21 @@ func (k kernelFilter) LoadFilter(ctx context.Context, spec netfilter.FilterSpec)
 
 func (k kernelFilter) RemoveFilter(ctx context.Context) error {
 	return netfilter.RemoveFilter(ctx, k.env)
+}
+
+func (k kernelFilter) Retire(ctx context.Context, found netfilter.Found) (netfilter.Retired, error) {
+	return netfilter.Retire(ctx, k.env, found)
+}
+
+func (k kernelFilter) Restore(ctx context.Context, r netfilter.Retired) error {
+	return netfilter.Restore(ctx, k.env, r)
+}
+
+func (k kernelFilter) Saved() (netfilter.Retired, error) {
+	if k.env.StateDir == "" {
+		return netfilter.Retired{}, fmt.Errorf("no state directory: nothing was saved")
+	}
+	return netfilter.LoadRetired(k.env.StateDir)
 }
 
 func (k kernelFilter) Watch(ctx context.Context, interval time.Duration, recheck func(context.Context)) error {
@@ -167,6 +187,12 @@ type OpeningDriver struct {
 	watchCancel context.CancelFunc
 	watchDone   chan struct{}
 	closed      bool
+
+	// The flip (flip.go): the pending flip of the last declaration, the host's record of the
+	// found firewall it retired, and the process's crash point.
+	flip    *fsm.FlipIntent
+	retired *retiredRecord
+	crasher *crasher
 }
 
 // NewOpeningDriver returns the opening driver; nothing happens until the first Reconcile.
@@ -196,6 +222,7 @@ func newOpeningDriver(cfg OpeningConfig, pf packetFilter) *OpeningDriver {
 	if d.log == nil {
 		d.log = slog.Default()
 	}
+	d.crasher = newCrasher(d.log)
 	return d
 }
 
@@ -221,6 +248,10 @@ type OpeningDetail struct {
 	Filter *TableView `json:"filter,omitempty"`
 	// Watch says how a reload of the found firewall is noticed.
 	Watch string `json:"watch"`
+	// Flip is the pending flip as this node carries it out (nil: none); Retired the found
+	// firewall meshd retired here (nil: none retired).
+	Flip    *FlipView    `json:"flip,omitempty"`
+	Retired *RetiredView `json:"retired,omitempty"`
 	// Applied is when the desired state was last re-read against the machine (by a pass or the
 	// watch).
 	Applied time.Time `json:"applied,omitzero"`
@@ -305,14 +336,53 @@ type tableMemory struct {
 // Reconcile implements Driver.
 func (d *OpeningDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	w := d.compose(pass.Declaration, pass.Resources)
+	out, start := d.reconcileLocked(ctx, pass, w)
+	if start {
+		d.startWatch(ctx)
+	}
+	out.Detail = d.Status()
+	return out
+}
+
+// reconcileLocked is a pass under d.mu (released however the pass ends, a crash point's panic in
+// the unit tests included): the flip's steps around the application of w, and the errors.
+// start says whether the watch is to be started.
+func (d *OpeningDriver) reconcileLocked(ctx context.Context, pass Pass, w *desiredOpenings) (Outcome, bool) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.want != nil && d.want.mode != w.mode {
 		d.states = map[string]*openingMemory{} // a new mode: what carries each opening changes
 	}
 	d.want = w
+	d.flip = nil
+	if pass.Declaration != nil {
+		d.flip = pass.Declaration.Flip
+	}
 	d.redetect = true // once per pass: the found firewall may have changed kind or rules
-	changes := d.apply(ctx, false)
+	// The flip's order (flip.go): the return restores the found firewall before the guard and
+	// the filter change; the flip retires it once the filter is in.
+	var flipErr error
+	changes := 0
+	if rec, err := loadRetired(pass.Records); err == nil {
+		d.retired = rec
+	}
+	if w.mode == fsm.Adopted {
+		changes, flipErr = d.restoreFound(ctx, pass.Records)
+	}
+	changes += d.apply(ctx, false)
+	if w.mode == fsm.Converged {
+		n, err := d.retireFound(ctx, pass.Records)
+		changes, flipErr = changes+n, err
+	}
+	if rec, err := loadRetired(pass.Records); err == nil {
+		d.retired = rec
+	} else if flipErr == nil {
+		flipErr = err
+	}
 	out := Outcome{Changes: changes}
+	if flipErr != nil {
+		out.Errors = append(out.Errors, ResourceError{Resource: "firewall:found", Reason: flipErr.Error()})
+	}
 	for _, e := range w.entries {
 		if m := d.states[e.mark]; e.invalid != "" || (m != nil && m.state == OpeningFailed) {
 			reason := e.invalid
@@ -322,13 +392,7 @@ func (d *OpeningDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 			out.Errors = append(out.Errors, ResourceError{Resource: e.res.ID(), Module: e.res.Module, Reason: reason})
 		}
 	}
-	start := d.watchDone == nil && !d.closed && ctx.Err() == nil
-	d.mu.Unlock()
-	if start {
-		d.startWatch(ctx)
-	}
-	out.Detail = d.Status()
-	return out
+	return out, d.watchDone == nil && !d.closed && ctx.Err() == nil
 }
 
 // Status returns the driver's part of the report as it stands now, including what the watch
@@ -555,6 +619,11 @@ func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
 		d.detect(ctx, w.priv)
 	}
 	plan := decideOpenings(w.mode, d.found, d.foundErr)
+	if w.mode == fsm.Converged && d.retired != nil && d.retired.Retired != nil {
+		// meshd retired the found firewall: what is left of it (ufw's jumps, Docker's hooks into
+		// it) is not a firewall to open ports in; meshd's filter alone carries the openings.
+		plan.throughFound, plan.refused = false, ""
+	}
 	res := &applied{failed: map[string]string{}}
 	if plan.refused != "" {
 		for _, e := range w.entries {
@@ -596,6 +665,9 @@ func (d *OpeningDriver) loadFilter(ctx context.Context, w *desiredOpenings, res 
 	d.recordTable(&d.filter, wrote, err, sameWant, now)
 	if wrote {
 		res.changes++
+		if !fromWatch && d.flip != nil && d.flip.To == fsm.Converged {
+			d.crash("flip.after-filter")
+		}
 	}
 	if err != nil {
 		for _, e := range w.entries {
@@ -625,6 +697,9 @@ func (d *OpeningDriver) loadGuard(ctx context.Context, w *desiredOpenings, res *
 	d.recordTable(&d.guard, wrote, err, sameWant, now)
 	if wrote {
 		res.changes++
+		if !fromWatch && d.flip != nil && d.flip.To == fsm.Adopted {
+			d.crash("return.after-guard")
+		}
 	}
 	if err != nil {
 		for _, e := range w.entries {
@@ -780,6 +855,7 @@ func (d *OpeningDriver) detailLocked() OpeningDetail {
 	} else {
 		out.Guard = table(netfilter.GuardTable, d.guard, w.guard.Ports)
 	}
+	out.Flip, out.Retired = d.flipView(d.flip, d.retired), retiredView(d.retired)
 	if d.watchDone != nil {
 		out.Watch = fmt.Sprintf("re-applied on every change of the packet filter and every %s", d.recheck)
 	} else {

@@ -214,3 +214,91 @@ func itoa(p uint16) string {
 	b, _ := json.Marshal(p)
 	return string(b)
 }
+
+// The preview shows the derived filter as an operator reads it: drop by default on both chains,
+// established and loopback first, the mesh's own ports from the private network only, every
+// declared opening (incoming by port, forwarded by the port the client addressed), one table for
+// IPv4 and IPv6; the token digests it, so a change of the filter changes the token.
+func TestUnitConvergePreviewFilter(t *testing.T) {
+	ls, cr, od := previewSeen()
+	d := previewDecl()
+	d.Tunnel = fsm.TunnelView{Interface: "wg0", Range: "10.44.0.0/24"}
+	d.Resources = append(d.Resources, fsm.Resource{Module: "web", Kind: fsm.KindOpening,
+		Opening: &catalogue.PortOpening{Port: 8443, Proto: "tcp", Path: "incoming", From: "2001:db8::/32"}})
+	pv := mark(d, ls, cr, od)
+	if pv.FilterError != "" {
+		t.Fatalf("filter error: %s", pv.FilterError)
+	}
+	for _, want := range []string{
+		"table inet meshd_filter {",
+		"chain input {\n\t\ttype filter hook input priority 0; policy drop;",
+		"chain forward {\n\t\ttype filter hook forward priority 0; policy drop;",
+		"ct state established,related accept",
+		`iifname "lo" accept`,
+		"meta l4proto ipv6-icmp accept",
+		`iifname "wg0" ip saddr 10.44.0.0/24 tcp dport 7400 accept comment "meshd:mesh:incoming:tcp/7400:private"`,
+		`iifname "wg0" ip saddr 10.44.0.0/24 udp dport 7402 accept`,
+		`tcp dport 443 accept comment "meshd:web:incoming:tcp/443:anywhere"`,
+		`meta l4proto tcp ct original proto-dst 8080 accept comment "meshd:notes:forwarded:tcp/8080:anywhere"`,
+		`ip6 saddr 2001:db8::/32 tcp dport 8443 accept`,
+		// a published port the runtime's proxy serves (IPv6 to an IPv4-only bridge) comes in
+		`tcp dport 8080 accept comment "meshd:notes:forwarded:tcp/8080:anywhere:proxy"`,
+		`iifname "docker0" accept`,
+	} {
+		if !strings.Contains(pv.Filter, want) {
+			t.Errorf("the derived filter lacks %q:\n%s", want, pv.Filter)
+		}
+	}
+	// Nothing undeclared is let in: 5432 and 9000 listen, and no rule names them.
+	for _, port := range []string{"5432", "9000", "9100"} {
+		if strings.Contains(pv.Filter, " "+port+" ") {
+			t.Errorf("the derived filter lets undeclared port %s in:\n%s", port, pv.Filter)
+		}
+	}
+	token := pv.Token
+	d.Resources = d.Resources[:len(d.Resources)-1]
+	if got := mark(d, ls, cr, od); got.Token == token || strings.Contains(got.Filter, "8443") {
+		t.Errorf("an opening gone did not change the filter and the token: %s", got.Token)
+	}
+}
+
+// A stale plan token is refused naming what changed: PlanChanges between the preview the token
+// was made from and the preview of now names a new listener, a module assigned since, the found
+// firewall changed; and nothing when nothing changed.
+func TestUnitConvergePlanChanges(t *testing.T) {
+	ls, cr, od := previewSeen()
+	was := mark(previewDecl(), ls, cr, od)
+	if got := PlanChanges(was, mark(previewDecl(), ls, cr, od)); len(got) != 0 {
+		t.Fatalf("nothing changed, yet: %q", got)
+	}
+	cases := []struct {
+		name   string
+		change func(d *fsm.Declaration, ls *[]Listener, od *OpeningDetail)
+		want   []string
+	}{
+		{"new listener", func(_ *fsm.Declaration, ls *[]Listener, _ *OpeningDetail) {
+			*ls = append(*ls, lst("tcp", "0.0.0.0", 2222, "sshd", 9))
+		}, []string{"new: listening tcp 0.0.0.0:2222 (sshd): will close"}},
+		{"module assigned since", func(d *fsm.Declaration, _ *[]Listener, _ *OpeningDetail) {
+			d.Assigned = append(d.Assigned, "cache")
+		}, []string{"new: take cache,web", "gone: take web"}},
+		{"found firewall changed", func(_ *fsm.Declaration, _ *[]Listener, od *OpeningDetail) {
+			od.Firewall.Description = strings.Replace(od.Firewall.Description, "3 incoming", "4 incoming", 1)
+		}, []string{"new: found firewall ufw: ufw over iptables-nft, active, 4 incoming", "gone: found firewall ufw: ufw over iptables-nft, active, 3 incoming"}},
+		{"port declared since", func(d *fsm.Declaration, _ *[]Listener, _ *OpeningDetail) {
+			d.Resources = append(d.Resources, fsm.Resource{Module: "web", Kind: fsm.KindOpening, Opening: &catalogue.PortOpening{Port: 5432, Proto: "tcp", Path: "incoming", From: "anywhere"}})
+		}, []string{"new: listening tcp 0.0.0.0:5432 (postgres): declared by web", "gone: listening tcp 0.0.0.0:5432 (postgres): will close",
+			`new: filter rule tcp dport 5432 accept comment "meshd:web:incoming:tcp/5432:anywhere"`}},
+	}
+	for _, c := range cases {
+		ls, cr, od := previewSeen()
+		d := previewDecl()
+		c.change(d, &ls, od)
+		got := PlanChanges(was, mark(d, ls, cr, od))
+		for _, w := range c.want {
+			if !slices.ContainsFunc(got, func(g string) bool { return strings.HasPrefix(g, w) }) {
+				t.Errorf("%s: changes %q do not name %q", c.name, got, w)
+			}
+		}
+	}
+}

@@ -3,10 +3,13 @@ package netfilter
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // Port is a protocol and port of the mesh's own (store, broker management, bus, …).
@@ -31,6 +34,9 @@ type ownChain struct {
 type ownRule struct {
 	comment string
 	exprs   []expr.Any
+	// text is the rule as nft would print it (without its comment), for an operator to read
+	// (FilterText); the kernel gets exprs.
+	text string
 }
 
 // loadOwnTable makes meshd's own table equal to chains, in one batch: the table is deleted
@@ -226,12 +232,59 @@ type FilterSpec struct {
 // private network for the mesh's own ports, and every opening. One batch; nothing is written
 // when it already reads as spec says.
 func LoadFilter(ctx context.Context, env Env, spec FilterSpec) (wrote bool, err error) {
-	lo := ownRule{comment: "meshd:filter:loopback", exprs: append(matchIIF("lo", false), accept())}
-	est := ownRule{comment: "meshd:filter:established", exprs: ctEstablished()}
-	input := []ownRule{est, lo}
+	chains, err := filterChains(spec)
+	if err != nil {
+		return false, err
+	}
+	return loadOwnTable(env, FilterTable, chains)
+}
+
+// FilterText is the derived filter spec composes, as nft would print it (one rule a line, each
+// with the mark meshd reads it back by): what `meshd converge --preview` shows an operator
+// before it is loaded. It is built from the very chains LoadFilter loads.
+func FilterText(spec FilterSpec) (string, error) {
+	chains, err := filterChains(spec)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "table inet %s {\n", FilterTable)
+	for i, ch := range chains {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		policy := "accept"
+		if ch.policy == nftables.ChainPolicyDrop {
+			policy = "drop"
+		}
+		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook %s priority %d; policy %s;\n", ch.name, ch.name, ch.prio, policy)
+		for _, r := range ch.rules {
+			fmt.Fprintf(&b, "\t\t%s comment %q\n", r.text, r.comment)
+		}
+		b.WriteString("\t}\n")
+	}
+	b.WriteString("}\n")
+	return b.String(), nil
+}
+
+// filterChains composes the derived filter's chains from spec: IPv4 and IPv6 alike (the table
+// is inet; a source prefix pins its family).
+func filterChains(spec FilterSpec) ([]ownChain, error) {
+	lo := ownRule{comment: "meshd:filter:loopback", exprs: append(matchIIF("lo", false), accept()), text: `iifname "lo" accept`}
+	est := ownRule{comment: "meshd:filter:established", exprs: ctEstablished(), text: "ct state established,related accept"}
+	// ICMP and ICMPv6 in: IPv6 does not work without neighbour discovery, and path MTU discovery
+	// and ping are how an operator sees the machine is there.
+	icmp := ownRule{comment: "meshd:filter:icmp", exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMP}}, accept()}, text: "meta l4proto icmp accept"}
+	icmp6 := ownRule{comment: "meshd:filter:icmpv6", exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}}, accept()}, text: "meta l4proto ipv6-icmp accept"}
+	input := []ownRule{est, lo, icmp, icmp6}
 	forward := []ownRule{est}
 	for _, i := range spec.ForwardFrom {
-		forward = append(forward, ownRule{comment: "meshd:filter:forward-from:" + i, exprs: append(matchIIF(i, false), accept())})
+		forward = append(forward, ownRule{comment: "meshd:filter:forward-from:" + i, exprs: append(matchIIF(i, false), accept()),
+			text: fmt.Sprintf("iifname %q accept", i)})
 	}
 	add := func(o Opening) error {
 		if err := o.Validate(); err != nil {
@@ -241,18 +294,28 @@ func LoadFilter(ctx context.Context, env Env, spec FilterSpec) (wrote bool, err 
 		if err != nil {
 			return err
 		}
-		r := ownRule{comment: o.Mark(), exprs: ex}
+		r := ownRule{comment: o.Mark(), exprs: ex, text: openingText(o, spec.Private)}
 		if o.Path == PathIncoming {
 			input = append(input, r)
-		} else {
-			forward = append(forward, r)
+			return nil
 		}
+		forward = append(forward, r)
+		// A published port the kernel cannot forward (IPv6 to a container on an IPv4-only
+		// bridge, a client on the machine's own address) reaches the container runtime's proxy,
+		// a process of the machine: the same port, from the same sources, on the input path.
+		in := o
+		in.Path = PathIncoming
+		ex, err = openingExprs(nftables.TableFamilyINet, in, spec.Private)
+		if err != nil {
+			return err
+		}
+		input = append(input, ownRule{comment: o.Mark() + ":proxy", exprs: ex, text: openingText(in, spec.Private)})
 		return nil
 	}
 	for _, p := range spec.MeshPorts {
 		for _, path := range []string{PathIncoming, PathForwarded} {
 			if err := add(Opening{Module: "mesh", Proto: p.Proto, Port: p.Port, From: FromPrivate, Path: path}); err != nil {
-				return false, err
+				return nil, err
 			}
 		}
 	}
@@ -261,14 +324,45 @@ func LoadFilter(ctx context.Context, env Env, spec FilterSpec) (wrote bool, err 
 		if !seen[o.Mark()] {
 			seen[o.Mark()] = true
 			if err := add(o); err != nil {
-				return false, err
+				return nil, err
 			}
 		}
 	}
-	return loadOwnTable(env, FilterTable, []ownChain{
+	return []ownChain{
 		{name: "input", hook: nftables.ChainHookInput, prio: 0, policy: nftables.ChainPolicyDrop, rules: input},
 		{name: "forward", hook: nftables.ChainHookForward, prio: 0, policy: nftables.ChainPolicyDrop, rules: forward},
-	})
+	}, nil
+}
+
+// openingText is openingExprs in nft's words.
+func openingText(o Opening, priv Private) string {
+	var parts []string
+	source := func(p netip.Prefix) string {
+		if p.Addr().Is6() {
+			return "ip6 saddr " + p.Masked().String()
+		}
+		return "ip saddr " + p.Masked().String()
+	}
+	switch o.From {
+	case FromAnywhere:
+	case FromPrivate:
+		if priv.Interface != "" {
+			parts = append(parts, fmt.Sprintf("iifname %q", priv.Interface))
+		}
+		if priv.Range.IsValid() {
+			parts = append(parts, source(priv.Range))
+		}
+	default:
+		if p, err := netip.ParsePrefix(o.From); err == nil {
+			parts = append(parts, source(p))
+		}
+	}
+	if o.Path == PathForwarded {
+		parts = append(parts, fmt.Sprintf("meta l4proto %s ct original proto-dst %d", o.Proto, o.Port))
+	} else {
+		parts = append(parts, fmt.Sprintf("%s dport %d", o.Proto, o.Port))
+	}
+	return strings.Join(append(parts, "accept"), " ")
 }
 
 // LoadBaseRuleset loads the base ruleset a converged genesis raises before anything listens:

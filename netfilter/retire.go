@@ -80,6 +80,9 @@ func (r Retired) save(env Env) error {
 		return err
 	}
 	p := filepath.Join(env.StateDir, "retired.json")
+	if err := os.MkdirAll(env.StateDir, 0o700); err != nil {
+		return fmt.Errorf("record retired firewall in %s: %w", p, err)
+	}
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		return fmt.Errorf("record retired firewall in %s: %w", p, err)
 	}

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"meshd/agent"
+	"meshd/fsm"
 	"meshd/host"
 )
 
@@ -27,49 +32,158 @@ func exitCodeOf(err error) (int, bool) {
 	return 1, false
 }
 
-// convergeCmd is `meshd converge NODE --preview`: what converging the node will do to what is
-// reachable on it, changing nothing. The flip itself (converge without --preview) is not built
-// yet and is refused, saying so.
+// convergeCmd is `meshd converge NODE --preview` (what converging the node will do to what is
+// reachable on it, changing nothing) and `meshd converge NODE [--plan TOKEN]`, the flip.
 func convergeCmd(g *globals) *cobra.Command {
 	var preview bool
+	var plan string
+	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:   "converge NODE --preview",
-		Short: "Preview converging a node: what is reachable on it now, declared or closing (the flip is not built yet)",
-		Long: `Converging a node is the last step of its migration: every assigned module taken, meshd's derived
-filter loaded, the found firewall retired. Only its preview is built yet; converge without --preview
-is refused.
+		Use:   "converge NODE --preview | converge NODE [--plan TOKEN]",
+		Short: "Converge a node (its migration's last step): preview what closes, then flip it in one act",
+		Long: `Converging a node is the last step of its migration, one act: every assigned module taken,
+meshd's derived filter loaded, the found firewall retired by disabling it (never flushing: its
+configuration stays on disk, the container engine's rules stay).
 
---preview works from what is reachable on the node now (its latest host report), not from the found
-firewall's allow list: every socket listening on a non-loopback address (address, port, protocol,
-process and pid) and every container port published on one (meshd's containers or not), each marked
-"declared by MODULE" (an opening of an assigned module on that port and protocol; the mesh's own
-ports are declared by mesh) or "will close". It also lists the modules the flip will take and the
-found firewall it will retire and how (ufw: ` + "`ufw disable`" + `; nftables: its tables moved aside), and
-ends with a plan token, a digest of what it saw and decided (pids and the time left out).
+--preview changes nothing. It works from what is reachable on the node now (its latest host
+report), not from the found firewall's allow list: every socket listening on a non-loopback address
+(address, port, protocol, process and pid) and every container port published on one (meshd's
+containers or not), each marked "declared by MODULE" (an opening of an assigned module on that port
+and protocol; the mesh's own ports are declared by mesh) or "will close". It also lists the modules
+the flip will take, the found firewall it will retire and how (ufw: ` + "`ufw disable`" + `; nftables: its
+tables moved aside), and the derived filter meshd will load, as nft prints it; it ends with a plan
+token, a digest of what it saw and decided (pids and the time left out).
+Exit codes: 0 when nothing will close, 2 when something will, 1 on error.
 
-Exit codes: 0 when nothing will close, 2 when something will, 1 on error.`,
+Without --preview it flips the node. With --plan TOKEN (the preview's) it is refused when the node
+changed since that preview (something new listening, a module assigned since, the found firewall
+changed, a rule of the filter), naming what changed; without --plan it is refused when anything will
+close. The flip is recorded as an intent first; the node then carries it out and the record says
+converged once the node reports it done (a node that dies halfway finishes after a restart). The
+command waits for that (--wait); exit 0 once converged, 1 on a refusal or when the wait ends first
+(the intent stays in the record and the node still finishes it). Step back with ` + "`meshd adopt NODE`" + `.`,
 		Args: exactArgs("NODE"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if !preview {
-				return fmt.Errorf("converge without --preview is not available yet: only the preview is built (issue 13's flip is not); run `meshd converge %s --preview`", args[0])
+			if preview {
+				return convergePreview(g, args[0])
 			}
-			ctx, cancel := g.ctx()
-			defer cancel()
-			var pv host.ConvergePreview
-			if err := g.client().Get(ctx, fmt.Sprintf("/v1/nodes/%s/converge-preview", url.PathEscape(args[0])), &pv); err != nil {
-				return err
-			}
-			if err := g.emit(pv, func(w io.Writer) { writeConvergePreview(w, pv) }); err != nil {
-				return err
-			}
-			if pv.WillClose > 0 {
-				return exitStatus{code: 2}
-			}
-			return nil
+			return converge(g, args[0], plan, wait)
 		},
 	}
-	cmd.Flags().BoolVar(&preview, "preview", false, "list what converging the node will close and retire; change nothing (required: the flip is not built yet)")
+	cmd.Flags().BoolVar(&preview, "preview", false, "list what converging the node will close, retire and load; change nothing (exit 0: nothing closes, 2: something will)")
+	cmd.Flags().StringVar(&plan, "plan", "", "the plan token of the preview you read: the flip is refused if the node changed since")
+	cmd.Flags().DurationVar(&wait, "wait", 2*time.Minute, "how long to wait for the node to carry the flip out")
 	return cmd
+}
+
+func convergePreview(g *globals, node string) error {
+	ctx, cancel := g.ctx()
+	defer cancel()
+	var pv host.ConvergePreview
+	if err := g.client().Get(ctx, fmt.Sprintf("/v1/nodes/%s/converge-preview", url.PathEscape(node)), &pv); err != nil {
+		return err
+	}
+	if err := g.emit(pv, func(w io.Writer) { writeConvergePreview(w, pv) }); err != nil {
+		return err
+	}
+	if pv.WillClose > 0 {
+		return exitStatus{code: 2}
+	}
+	return nil
+}
+
+func converge(g *globals, node, plan string, wait time.Duration) error {
+	ctx, cancel := g.ctx()
+	defer cancel()
+	var fv agent.FlipView
+	if err := g.client().Post(ctx, fmt.Sprintf("/v1/nodes/%s/converge", url.PathEscape(node)), agent.ConvergeRequest{Plan: plan}, &fv); err != nil {
+		return err
+	}
+	if !g.json {
+		fmt.Fprintf(g.out, "flip of %s to converged recorded (plan %s); waiting for the node to carry it out\n", node, fv.Preview.Token)
+	}
+	return waitFlip(g, node, fsm.Converged, wait)
+}
+
+// adoptCmd is `meshd adopt NODE`: a converged node returned to adopted.
+func adoptCmd(g *globals) *cobra.Command {
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "adopt NODE",
+		Short: "Return a converged node to adopted: the retired firewall enabled again, meshd's filter unloaded",
+		Long: `Steps a converged node back to adopted, in one act: the found firewall meshd retired is
+enabled again from its configuration on disk (ufw: ` + "`ufw enable`" + `; nftables: its tables loaded
+from what was saved when it was retired), then the guard is loaded and meshd's derived filter
+unloaded. Nothing taken is un-taken: the modules taken stay taken.
+
+Like the flip it is recorded as an intent first; the node carries it out (also after a restart) and
+the record says adopted once the node reports it done. The command waits for that (--wait): exit 0
+once adopted, 1 on a refusal (the node is already adopted) or when the wait ends first.`,
+		Args: exactArgs("NODE"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			var fv agent.FlipView
+			if err := g.client().Post(ctx, fmt.Sprintf("/v1/nodes/%s/adopt", url.PathEscape(args[0])), nil, &fv); err != nil {
+				return err
+			}
+			if !g.json {
+				fmt.Fprintf(g.out, "return of %s to adopted recorded; waiting for the node to carry it out\n", args[0])
+			}
+			return waitFlip(g, args[0], fsm.Adopted, wait)
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", 2*time.Minute, "how long to wait for the node to carry the return out")
+	return cmd
+}
+
+// waitFlip waits until the record holds node in mode with no flip pending, then prints the node's
+// firewall as its report says.
+func waitFlip(g *globals, node string, mode fsm.Mode, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	var last agent.NodeView
+	for {
+		ctx, cancel := g.ctx()
+		var nv agent.NodeView
+		err := g.client().Get(ctx, "/v1/nodes/"+url.PathEscape(node), &nv)
+		cancel()
+		if err == nil {
+			last = nv
+			if nv.Node != nil && nv.Node.Mode == mode && nv.Node.Flip == nil {
+				return g.emit(nv.Node, func(w io.Writer) { writeFlipped(w, nv) })
+			}
+		}
+		if time.Now().After(deadline) {
+			why := "no report from the node yet"
+			if f := host.ReportFlip(last.Report); f != nil && f.Waiting != "" {
+				why = f.Waiting
+			} else if last.Report != nil {
+				why = "the node's last report (" + last.Report.When.Format(time.RFC3339) + ") does not say it is done"
+			}
+			return fmt.Errorf("node %s is not %s after %s: %s; the intent stays in the record and the node finishes it (see `meshd node show %s`)", node, mode, wait, why, node)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func writeFlipped(w io.Writer, nv agent.NodeView) {
+	fmt.Fprintf(w, "%s is %s (since %s)\n", nv.Node.Name, nv.Node.Mode, nv.Node.ModeSince.Format(time.RFC3339))
+	if nv.Report == nil {
+		return
+	}
+	var od host.OpeningDetail
+	if b, err := json.Marshal(nv.Report.Kinds[fsm.KindOpening]); err == nil && json.Unmarshal(b, &od) == nil {
+		fmt.Fprintf(w, "found firewall\t%s\n", od.Firewall.Description)
+		if od.Retired != nil {
+			fmt.Fprintf(w, "retired by meshd\t%s at %s; comes back by %s\n", od.Retired.Found, od.Retired.At.Format(time.RFC3339), od.Retired.Restore)
+		}
+		if od.Filter != nil {
+			fmt.Fprintf(w, "meshd's filter\t%s %s\n", od.Filter.Table, od.Filter.State)
+		}
+		if od.Guard != nil {
+			fmt.Fprintf(w, "meshd's guard\t%s %s\n", od.Guard.Table, od.Guard.State)
+		}
+	}
 }
 
 func writeConvergePreview(w io.Writer, pv host.ConvergePreview) {
@@ -93,6 +207,14 @@ func writeConvergePreview(w io.Writer, pv host.ConvergePreview) {
 		fw = pv.Firewall.Description
 	}
 	fmt.Fprintf(w, "retire\t%s\t%s\t\n", fw, pv.Firewall.Retire)
+	if pv.FilterError != "" {
+		fmt.Fprintf(w, "filter\t%s\t\t\n", pv.FilterError)
+	} else {
+		fmt.Fprintln(w, "the derived filter meshd will load (drop by default, IPv4 and IPv6):")
+		for _, l := range strings.Split(strings.TrimRight(pv.Filter, "\n"), "\n") {
+			fmt.Fprintln(w, "    "+strings.ReplaceAll(l, "\t", "    "))
+		}
+	}
 	if pv.WillClose > 0 {
 		fmt.Fprintf(w, "%d will close\t\t\t\n", pv.WillClose)
 	} else {

@@ -62,8 +62,8 @@ func TestProcessConvergePreview(t *testing.T) {
 		t.Fatalf("--json preview: %+v", pv)
 	}
 
-	if _, errs, code := n.run("converge", "hub"); code != 1 || !strings.Contains(errs, "only the preview is built") {
-		t.Fatalf("converge without --preview: exit %d, %s", code, errs)
+	if _, errs, code := n.run("converge", "hub"); code != 1 || !strings.Contains(errs, "will close") || !strings.Contains(errs, "--plan "+pv.Token) {
+		t.Fatalf("converge without a plan while something will close: exit %d, %s", code, errs)
 	}
 
 	manifest := filepath.Join(t.TempDir(), "svc.yaml")
@@ -86,5 +86,34 @@ func TestProcessConvergePreview(t *testing.T) {
 	n.jsonOf(&after, "converge", "hub", "--preview")
 	if after.Token == pv.Token || after.WillClose != 0 || !strings.Contains(","+strings.Join(after.Take, ",")+",", ",svc,") {
 		t.Fatalf("after declaring: token %s (was %s), will close %d, take %v", after.Token, pv.Token, after.WillClose, after.Take)
+	}
+	if !strings.Contains(after.Filter, fmt.Sprintf("tcp dport %d accept", port)) || !strings.Contains(after.Filter, "policy drop") {
+		t.Fatalf("the preview's derived filter does not open the declared port %d:\n%s", port, after.Filter)
+	}
+
+	// The stale token (made before the port was declared) is refused, naming what changed.
+	_, errs, code = n.run("converge", "hub", "--plan", pv.Token)
+	if code != 1 || !strings.Contains(errs, "changed since the preview") || !strings.Contains(errs, fmt.Sprintf(":%d (labsvc): declared by svc", port)) {
+		t.Fatalf("a stale plan token: exit %d, %s", code, errs)
+	}
+	// The flip with the token of the preview read: the record says converged, the derived filter
+	// is loaded with the declared port, and the return unloads it.
+	out, errs, code = n.run("converge", "hub", "--plan", after.Token, "--wait", "60s")
+	if code != 0 || !strings.Contains(out, "hub is converged") || !strings.Contains(out, "inet meshd_filter loaded") {
+		t.Fatalf("converge --plan: exit %d\n%s%s", code, out, errs)
+	}
+	table := n.inNetns("nft", "list", "table", "inet", "meshd_filter")
+	if b, err := table.CombinedOutput(); err != nil || !strings.Contains(string(b), fmt.Sprintf("tcp dport %d accept", port)) {
+		t.Fatalf("the derived filter on the machine: %v\n%s", err, b)
+	}
+	if _, errs, code := n.run("converge", "hub"); code != 1 || !strings.Contains(errs, "already converged") {
+		t.Fatalf("converging a converged node: exit %d, %s", code, errs)
+	}
+	out, errs, code = n.run("adopt", "hub", "--wait", "60s")
+	if code != 0 || !strings.Contains(out, "hub is adopted") || !strings.Contains(out, "inet meshd_guard loaded") {
+		t.Fatalf("adopt: exit %d\n%s%s", code, out, errs)
+	}
+	if b, err := n.inNetns("nft", "list", "table", "inet", "meshd_filter").CombinedOutput(); err == nil {
+		t.Fatalf("the derived filter is still loaded after the return:\n%s", b)
 	}
 }

@@ -64,6 +64,7 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	root.AddCommand(genesisCmd(g), agentCmd(g), statusCmd(g), nodeCmd(g), moduleCmd(g), declarationCmd(g),
 		operatorCmd(g), snapshotCmd(g), tokenCmd(g), joinCmd(g), membersCmd(g), leaveCmd(g), keyringCmd(g), checkCmd(g))
 	root.AddCommand(convergeCmd(g))
+	root.AddCommand(adoptCmd(g))
 	root.AddCommand(tunnelCmd(g), tunnelDeviceCmd())
 	return root
 }

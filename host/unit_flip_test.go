@@ -1,0 +1,201 @@
+package host
+
+// Unit tests of the flip on the machine (flip.go), on the in-memory packet filter: the flip loads
+// the derived filter before it retires the found firewall, the return restores the found firewall
+// before it loads the guard and unloads the filter, each reported done only once the machine is
+// there; and a pass cut short at each named crash point is finished by a new host on the same
+// records.
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"meshd/fsm"
+	"meshd/netfilter"
+)
+
+var flipAt = time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
+
+func flipDecl(mode fsm.Mode, flip bool) *fsm.Declaration {
+	d := unitOpeningDecl(mode, unitOpening("webapp", 8080, "tcp", "anywhere", false), unitOpening("store", 7001, "tcp", "private", true))
+	if flip {
+		d.Flip = &fsm.FlipIntent{To: mode, Since: flipAt}
+	}
+	return d
+}
+
+func TestUnitFlipConvergeAndReturn(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	ctx := unitCtx(t)
+	rep := h.Reconcile(ctx, flipDecl(fsm.Adopted, false))
+	unitNoErrors(t, rep)
+	marked := pf.markedSorted()
+	if od := unitOpeningDetail(t, rep); od.Flip != nil || od.Retired != nil || len(marked) != 2 {
+		t.Fatalf("adopted: flip %+v, retired %+v, marked %v", od.Flip, od.Retired, marked)
+	}
+
+	pf.ops = nil
+	rep = h.Reconcile(ctx, flipDecl(fsm.Converged, true))
+	unitNoErrors(t, rep)
+	od := unitOpeningDetail(t, rep)
+	if !slices.Equal(pf.ops, []string{"load filter", "remove guard", "retire ufw"}) {
+		t.Fatalf("the flip did %q, want the filter loaded before the found firewall is retired", pf.ops)
+	}
+	if od.Flip == nil || !od.Flip.Done || od.Retired == nil || od.Retired.Kind != "ufw" || pf.found.Active {
+		t.Fatalf("after the flip: flip %+v, retired %+v, found %+v", od.Flip, od.Retired, pf.found)
+	}
+	// The retired firewall keeps its rules (ufw keeps its files): nothing of it was flushed.
+	if got := pf.markedSorted(); !slices.Equal(got, marked) {
+		t.Fatalf("the retired firewall's rules changed: %q, was %q", got, marked)
+	}
+	pf.ops = nil
+	rep = h.Reconcile(ctx, flipDecl(fsm.Converged, true))
+	if rep.Changes != 0 || len(pf.ops) != 0 || pf.retires != 1 {
+		t.Fatalf("a second pass of the flip changed %d (%q), retires %d", rep.Changes, pf.ops, pf.retires)
+	}
+	// Recorded converged: no flip pending, the found firewall stays retired.
+	rep = h.Reconcile(ctx, flipDecl(fsm.Converged, false))
+	if od := unitOpeningDetail(t, rep); od.Flip != nil || od.Retired == nil || rep.Changes != 0 {
+		t.Fatalf("converged: flip %+v, retired %+v, changes %d", od.Flip, od.Retired, rep.Changes)
+	}
+
+	// The return.
+	pf.ops = nil
+	rep = h.Reconcile(ctx, flipDecl(fsm.Adopted, true))
+	unitNoErrors(t, rep)
+	od = unitOpeningDetail(t, rep)
+	if !slices.Equal(pf.ops, []string{"restore ufw", "load guard", "remove filter"}) {
+		t.Fatalf("the return did %q, want the found firewall restored before the guard and the filter change", pf.ops)
+	}
+	if od.Flip == nil || !od.Flip.Done || od.Retired != nil || !pf.found.Active || pf.filter != nil || pf.guard == nil {
+		t.Fatalf("after the return: flip %+v, retired %+v, found %+v, filter %v", od.Flip, od.Retired, pf.found, pf.filter)
+	}
+	if got := pf.markedSorted(); !slices.Equal(got, marked) {
+		t.Fatalf("after the return the found firewall carries %q, was %q", got, marked)
+	}
+	if rep := h.Reconcile(ctx, flipDecl(fsm.Adopted, true)); rep.Changes != 0 || pf.restores != 1 {
+		t.Fatalf("a second pass of the return changed %d, restores %d", rep.Changes, pf.restores)
+	}
+}
+
+// A flip whose found firewall cannot be retired is not done: the report names why, the filter
+// stays loaded, and the next pass tries again.
+func TestUnitFlipRetireFails(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindNftables, Active: true})
+	pf.retireErr = errFake("nft: permission denied")
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	rep := h.Reconcile(unitCtx(t), flipDecl(fsm.Converged, true))
+	od := unitOpeningDetail(t, rep)
+	if od.Flip == nil || od.Flip.Done || !reasonNames(rep, "firewall:found", "permission denied") || pf.filter == nil {
+		t.Fatalf("flip %+v, errors %+v", od.Flip, rep.Errors)
+	}
+	pf.retireErr = nil
+	rep = h.Reconcile(unitCtx(t), flipDecl(fsm.Converged, true))
+	if od := unitOpeningDetail(t, rep); !od.Flip.Done || pf.found.Active {
+		t.Fatalf("after the retry: flip %+v, found %+v", od.Flip, pf.found)
+	}
+}
+
+type errFake string
+
+func (e errFake) Error() string { return string(e) }
+
+// The pass is cut short at each named crash point of the flip and of the return (the record
+// store and the packet filter keep what was done, as a SIGKILL leaves them); a new host on the
+// same records finishes the act: the machine is in the declared mode's state and reports the
+// flip done, and the pass after that changes nothing.
+func TestUnitFlipCrashSafety(t *testing.T) {
+	for _, c := range []struct {
+		point string
+		to    fsm.Mode
+	}{
+		{"flip.after-filter", fsm.Converged}, {"flip.before-retire", fsm.Converged}, {"flip.after-retire", fsm.Converged},
+		{"return.after-restore", fsm.Adopted}, {"return.after-guard", fsm.Adopted},
+	} {
+		t.Run(c.point, func(t *testing.T) {
+			pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+			h, root := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+			data := filepath.Join(filepath.Dir(root), "data")
+			unitNoErrors(t, h.Reconcile(unitCtx(t), flipDecl(fsm.Adopted, false)))
+			if c.to == fsm.Adopted {
+				unitNoErrors(t, h.Reconcile(unitCtx(t), flipDecl(fsm.Converged, true)))
+			}
+			h.Close()
+
+			d := newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf)
+			d.crasher = &crasher{at: c.point, nth: 1, log: unitLog(), kill: func() { panic(crashed{c.point}) }}
+			h, err := Open(Config{DataDir: data, Root: root, Logger: unitLog(), Drivers: []Driver{d}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			func() {
+				defer func() {
+					if r := recover(); r != (crashed{c.point}) {
+						t.Fatalf("crash point %s not reached (%v)", c.point, r)
+					}
+				}()
+				h.Reconcile(unitCtx(t), flipDecl(c.to, true))
+			}()
+			h.Close()
+
+			h, err = Open(Config{DataDir: data, Root: root, Logger: unitLog(), Drivers: []Driver{newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			rep := h.Reconcile(unitCtx(t), flipDecl(c.to, true))
+			unitNoErrors(t, rep)
+			od := unitOpeningDetail(t, rep)
+			if od.Flip == nil || !od.Flip.Done {
+				t.Fatalf("after restart the flip is not done: %+v", od.Flip)
+			}
+			switch c.to {
+			case fsm.Converged:
+				if pf.filter == nil || pf.guard != nil || pf.found.Active || od.Retired == nil {
+					t.Fatalf("converged after restart: filter %v guard %v found %+v retired %+v", pf.filter, pf.guard, pf.found, od.Retired)
+				}
+			case fsm.Adopted:
+				if pf.filter != nil || pf.guard == nil || !pf.found.Active || od.Retired != nil {
+					t.Fatalf("adopted after restart: filter %v guard %v found %+v retired %+v", pf.filter, pf.guard, pf.found, od.Retired)
+				}
+			}
+			if rep := h.Reconcile(unitCtx(t), flipDecl(c.to, true)); rep.Changes != 0 {
+				t.Fatalf("the pass after the finished flip changed %d", rep.Changes)
+			}
+		})
+	}
+}
+
+// What a retired ufw leaves in iptables (its jumps, Docker's hooks into its chains) reads as an
+// iptables firewall: meshd neither retires that again nor opens ports in it; the flip is done,
+// and the return restores ufw.
+func TestUnitFlipLeftoverIsNotRetiredAgain(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	pf.leftover = &netfilter.Found{Kind: netfilter.KindIptables, Active: true, Incoming: 6, Forwarded: 8}
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	ctx := unitCtx(t)
+	unitNoErrors(t, h.Reconcile(ctx, flipDecl(fsm.Adopted, false)))
+	for i := 0; i < 2; i++ {
+		rep := h.Reconcile(ctx, flipDecl(fsm.Converged, true))
+		unitNoErrors(t, rep)
+		if od := unitOpeningDetail(t, rep); od.Flip == nil || !od.Flip.Done || od.Retired == nil || od.Retired.Kind != "ufw" {
+			t.Fatalf("pass %d: flip %+v, retired %+v", i, od.Flip, od.Retired)
+		}
+	}
+	if pf.retires != 1 {
+		t.Fatalf("retired %d times", pf.retires)
+	}
+	pf.marked = map[string]netfilter.Opening{}
+	h.Reconcile(ctx, flipDecl(fsm.Converged, false))
+	if len(pf.marked) != 0 {
+		t.Fatalf("openings written into what the retired firewall left: %v", pf.markedSorted())
+	}
+	rep := h.Reconcile(ctx, flipDecl(fsm.Adopted, true))
+	unitNoErrors(t, rep)
+	if pf.found.Kind != netfilter.KindUFW || !pf.found.Active || !unitOpeningDetail(t, rep).Flip.Done {
+		t.Fatalf("after the return: found %+v", pf.found)
+	}
+}
