@@ -68,7 +68,8 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	take.Requested = in.Requested
-	v, err := s.raft.apply(fsm.OpTunnelTake, take, applyTimeout)
+	v, index, err := s.raft.applyAt(fsm.OpTunnelTake, take, applyTimeout)
+	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -43,7 +43,18 @@ when gossip never saw it); HELD counts the files and containers its last report 
 				if leader == "" {
 					leader = "(none)"
 				}
-				fmt.Fprintf(w, "leader: %s %s\trecord index: %d\n\n", leader, st.Leader.Address, st.Index)
+				fmt.Fprintf(w, "leader: %s %s\trecord index: %d\n", leader, st.Leader.Address, st.Index)
+				if st.Leader.Why != "" {
+					fmt.Fprintf(w, "why: %s\n", st.Leader.Why)
+				}
+				fmt.Fprintf(w, "voters: %s\tanswered by: %s\n", strings.Join(st.Voters, ", "), st.ServedBy)
+				if st.Stale != "" {
+					fmt.Fprintf(w, "stale: %s\n", st.Stale)
+				}
+				if st.Warning != "" {
+					fmt.Fprintf(w, "warning: %s\n", st.Warning)
+				}
+				fmt.Fprintln(w)
 				fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tLIVE\tHELD\tASSIGNED\tTAKEN")
 				adopted := 0
 				for _, n := range st.Nodes {
@@ -490,7 +501,7 @@ func sortedKeys(m map[string]string) []string {
 
 func operatorCmd(g *globals) *cobra.Command {
 	op := &cobra.Command{Use: "operator", Short: "Operate the control plane itself"}
-	rf := &cobra.Command{Use: "raft", Short: "Inspect the Raft group"}
+	rf := &cobra.Command{Use: "raft", Short: "Inspect and operate the Raft group: its servers, its leader, recovery from a lost quorum"}
 	rf.AddCommand(&cobra.Command{
 		Use:   "list-peers",
 		Short: "List the Raft servers, their addresses and which one leads",
@@ -514,6 +525,7 @@ func operatorCmd(g *globals) *cobra.Command {
 			})
 		},
 	})
+	rf.AddCommand(removePeerCmd(g), transferLeaderCmd(g), recoverCmd(g))
 	op.AddCommand(rf, sealKeyCmd(g))
 	return op
 }
