@@ -85,6 +85,15 @@ func voters(n *node) string {
 func TestProcessRaftGroup(t *testing.T) {
 	hub, s2, s3, cl := newNode(t), newNode(t), newNode(t), newNode(t)
 	underlay(t, []*node{hub, s2, s3, cl}, []string{"192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"})
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range []*node{hub, s2, s3, cl} {
+				if n.agentLg != nil {
+					t.Logf("agent log of %s:\n%s", n.dir, n.agentLg)
+				}
+			}
+		}
+	})
 	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
 	agentArgs := []string{"--docker-host", noDocker, "--reconcile-interval", "200ms"}
 	hub.startAgent(agentArgs...)
@@ -100,6 +109,7 @@ func TestProcessRaftGroup(t *testing.T) {
 	}
 	s2.startAgent(agentArgs...)
 	// The second server token is made on the follower s2: tokens work on every server.
+	tv = agent.TokenView{}
 	s2.jsonOf(&tv, "token", "create", "--adopted", "--server")
 	if tv.Warning != "" {
 		t.Fatalf("a token for the third server warns: %q", tv.Warning)
@@ -118,7 +128,8 @@ func TestProcessRaftGroup(t *testing.T) {
 	t.Logf("s3 a voter %s after its agent started", time.Since(start).Round(time.Millisecond))
 
 	// A client, enrolled with a token made on the follower s3, at the follower s3's bus only.
-	hub.jsonOf(&tv, "token", "create", "--adopted")
+	tv = agent.TokenView{}
+	s3.jsonOf(&tv, "token", "create", "--adopted")
 	if out, errs, code := cl.runIn("join", tv.Token, "--name", "cl", "--data-dir", cl.dir, "--advertise", "192.0.2.4"); code != 0 {
 		t.Fatalf("join cl: exit %d\n%s%s", code, out, errs)
 	}
@@ -221,9 +232,12 @@ func TestProcessRaftGroup(t *testing.T) {
 		return ""
 	})
 	t.Logf("hub leads again %s after its agent restarted", time.Since(back).Round(time.Millisecond))
-	if text := s3.ok("status"); !strings.Contains(text, "why: the control-node leads") {
-		t.Fatalf("status does not say why hub leads:\n%s", text)
-	}
+	poll(t, 10*time.Second, "status says why hub leads", func() string {
+		if text := s3.ok("status"); !strings.Contains(text, "why: the control-node leads") {
+			return text
+		}
+		return ""
+	})
 
 	// remove-peer s3: it stops voting; s3 gone, the two left keep their quorum.
 	out := hub.ok("operator", "raft", "remove-peer", "s3")
@@ -269,7 +283,7 @@ func TestProcessRaftGroup(t *testing.T) {
 // later one): its declaration watch missed nothing.
 func waitDeclared(t *testing.T, cl *node, index string) {
 	t.Helper()
-	re := regexp.MustCompile(`msg=declaration index=(\d+)`)
+	re := regexp.MustCompile(`msg=declaration node=cl index=(\d+)`)
 	poll(t, 20*time.Second, "the client's declaration at index "+index, func() string {
 		var seen []string
 		for _, m := range re.FindAllStringSubmatch(cl.agentLg.String(), -1) {
