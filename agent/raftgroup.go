@@ -382,8 +382,8 @@ func (s *serverRole) forward(w http.ResponseWriter, req *http.Request, prefix st
 			resp, err := s.sendToLeader(req, addr, prefix, body)
 			if err == nil {
 				if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(hdrNotProposed) != "" && time.Now().Before(deadline) {
+					// The leader stepped down before proposing: look for the next one.
 					resp.Body.Close()
-					last = fmt.Errorf("leader %s stepped down before proposing", name)
 					sleepCtx(req.Context(), 100*time.Millisecond)
 					continue
 				}

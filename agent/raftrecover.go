@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"meshd/fsm"
 )
@@ -62,7 +63,7 @@ func RecoverRaft(dataDir string, keep []string, logOut io.Writer) (*RecoverResul
 	dir := raftDir(dataDir)
 	path := filepath.Join(dir, "raft.db")
 	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{Timeout: time.Second}})
-	if errors.Is(err, bbolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("raft log %s is locked: the agent of node %s is running; stop it first (recover rewrites what it holds)", path, n.Name)
 	}
 	if err != nil {

@@ -239,17 +239,10 @@ func TestProcessRaftGroup(t *testing.T) {
 		return ""
 	})
 
-	// remove-peer s3: it stops voting; s3 gone, the two left keep their quorum.
-	out := hub.ok("operator", "raft", "remove-peer", "s3")
-	t.Logf("remove-peer s3: %s", strings.TrimSpace(out))
-	if v := voters(hub); v != "hub,s2" {
-		t.Fatalf("voters after remove-peer s3: %s", v)
-	}
-	s3.kill(syscall.SIGKILL)
-	write(t, s2, "token", "create", "--adopted")
-
-	// Two of three gone (hub and s2 were the voters; s2 goes): hub refuses writes naming s2.
+	// Two of three gone: hub refuses writes, naming the quorum and both missing servers.
+	last, _ := write(t, s2, "token", "create", "--adopted")
 	s2.kill(syscall.SIGKILL)
+	s3.kill(syscall.SIGKILL)
 	poll(t, 10*time.Second, "hub to step down", func() string {
 		if st, err := statusOf(hub, true); err == nil && st.Leader.Node == "" {
 			return ""
@@ -257,16 +250,25 @@ func TestProcessRaftGroup(t *testing.T) {
 		return "hub still leads"
 	})
 	_, errs, code := hub.run("token", "create", "--adopted")
-	if code != 1 || !strings.Contains(errs, "quorum") || !strings.Contains(errs, "missing: s2") {
+	if code != 1 || !strings.Contains(errs, "quorum of 2 of its 3 voters") || !strings.Contains(errs, "s2 (raft") || !strings.Contains(errs, "s3 (raft") {
 		t.Fatalf("a write without a quorum: exit %d %s", code, errs)
 	}
 	t.Logf("a write without a quorum: %s", strings.TrimSpace(errs))
-	// recover on the survivor, its agent stopped: writes come back, nothing acknowledged lost.
+	// recover on the survivor, its agent stopped (a running one holds the log, and is named):
+	// writes come back, nothing acknowledged lost.
+	if _, errs, code := hub.run("operator", "raft", "recover", "--data-dir", hub.dir); code != 1 || !strings.Contains(errs, "is running; stop it first") {
+		t.Fatalf("recover with the agent running: exit %d %s", code, errs)
+	}
 	hub.kill(syscall.SIGTERM)
-	out = hub.ok("operator", "raft", "recover", "--data-dir", hub.dir)
+	out := hub.ok("operator", "raft", "recover", "--data-dir", hub.dir)
 	t.Logf("recover:\n%s", out)
 	hub.startAgent(agentArgs...)
-	write(t, hub, "token", "create", "--adopted")
+	if v := voters(hub); v != "hub" {
+		t.Fatalf("voters after recover: %s", v)
+	}
+	if idx, _ := write(t, hub, "token", "create", "--adopted"); atoi(idx) <= atoi(last) {
+		t.Fatalf("the first write after recover is at index %s, not after the last acknowledged %s", idx, last)
+	}
 	var mods []agent.ModuleView
 	hub.jsonOf(&mods, "module", "list")
 	for _, want := range acked {
@@ -274,9 +276,29 @@ func TestProcessRaftGroup(t *testing.T) {
 			t.Fatalf("module %s, acknowledged, is not in the recovered record", want)
 		}
 	}
-	if v := voters(hub); v != "hub" {
-		t.Fatalf("voters after recover: %s", v)
+
+	// The lost servers come back: the leader adds them again and they vote once current.
+	s2.launchAgent(nil, agentArgs...)
+	s3.launchAgent(nil, agentArgs...)
+	poll(t, 30*time.Second, "s2 and s3 voters again", func() string {
+		if v := voters(hub); v != "hub,s2,s3" {
+			return "voters " + v
+		}
+		return ""
+	})
+
+	// remove-peer s3: it stops voting; s3 gone, the two left keep their quorum.
+	if _, errs, code := s2.run("operator", "raft", "remove-peer", "hub"); code != 1 || !strings.Contains(errs, "control-node") {
+		t.Fatalf("remove-peer of the control-node: exit %d %s", code, errs)
 	}
+	out = s2.ok("operator", "raft", "remove-peer", "s3")
+	t.Logf("remove-peer s3 (on s2): %s", strings.TrimSpace(out))
+	if v := voters(hub); v != "hub,s2" {
+		t.Fatalf("voters after remove-peer s3: %s", v)
+	}
+	s3.kill(syscall.SIGKILL)
+	write(t, s2, "token", "create", "--adopted")
+	write(t, cl, "token", "create", "--adopted")
 }
 
 // waitDeclared waits until the client's agent passed its host the declaration at index (or a

@@ -513,6 +513,10 @@ func operatorCmd(g *globals) *cobra.Command {
 			if err := g.client().Get(ctx, "/v1/raft/peers", &peers); err != nil {
 				return err
 			}
+			var here agent.RaftStateView
+			if err := g.client().Get(ctx, "/v1/raft/state", &here); err != nil {
+				return err
+			}
 			return g.emit(peers, func(w io.Writer) {
 				fmt.Fprintln(w, "NODE\tID\tADDRESS\tSUFFRAGE\tSTATE")
 				for _, p := range peers {
@@ -522,6 +526,11 @@ func operatorCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Node, p.ID, p.Address, strings.ToLower(p.Suffrage), state)
 				}
+				fmt.Fprintf(w, "\nthis server (%s): %s, term %d, log ends at %d, commit %d, record applied %d", here.Node, strings.ToLower(here.State), here.Term, here.LastIndex, here.CommitIndex, here.Applied)
+				if here.LastContact != "" {
+					fmt.Fprintf(w, ", last contact with the leader %s ago", here.LastContact)
+				}
+				fmt.Fprintln(w)
 			})
 		},
 	})
