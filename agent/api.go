@@ -454,6 +454,9 @@ func (s *serverRole) snapshotSave(w http.ResponseWriter, _ *http.Request) {
 
 // snapshotRestore replaces the record with a saved one, through Raft, so every server gets it.
 func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
+	if !s.serversOnly(w, req, "a snapshot restore (it replaces the whole record)") {
+		return
+	}
 	data, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
 	if err != nil {
 		writeErr(w, err)

@@ -137,9 +137,7 @@ func (s *serverRole) busRoutes() http.Handler {
 	mux.Handle("POST /v1/enrol", s.leaderAnswers("", http.HandlerFunc(s.enrol)))
 	// The operator's API for other nodes: a follower forwarding to the leader, a client node
 	// for its operator's commands. Any enrolled node's certificate is let in.
-	mux.Handle("/v1/op/", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) {
-		http.StripPrefix("/v1/op", s.operatorAPI()).ServeHTTP(w, r)
-	}))
+	mux.Handle("/v1/op/", s.withNode(s.serveOp))
 	mux.HandleFunc("GET /v1/raft/state", s.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { s.getRaftState(w, r) }))
 	mux.HandleFunc("GET /v1/declaration/{node}", s.withNode(s.ownDeclaration))
 	mux.HandleFunc("POST /v1/report", s.withNode(s.postReport))
@@ -325,6 +323,9 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 	// first pass would load a drop-by-default filter), nor silently adopted.
 	if in.Mode != fsm.Adopted && in.Mode != fsm.Converged {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("token mode %q: say the joining node's mode, adopted or converged", in.Mode)})
+		return
+	}
+	if in.Server && !s.serversOnly(w, req, "a server token (it brings the mesh CA key)") {
 		return
 	}
 	ttl, err := time.ParseDuration(in.TTL)

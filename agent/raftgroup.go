@@ -41,6 +41,9 @@ const (
 	hdrForwardedBy = "X-Meshd-Forwarded-By"
 	// hdrRemoteAddr is the address an enrolment came from, as the forwarding server saw it.
 	hdrRemoteAddr = "X-Meshd-Remote-Addr"
+	// hdrAskedBy names the node whose certificate an operator request came in with on a bus
+	// (/v1/op): set by the bus itself, kept only when a server forwards it.
+	hdrAskedBy = "X-Meshd-Asked-By"
 )
 
 // The autopilot's rule: a server is current when its record is within trailingEntries of the
@@ -415,6 +418,9 @@ func (s *serverRole) sendToLeader(req *http.Request, addr, prefix string, body [
 		fwd.Header.Set("Content-Type", ct)
 	}
 	fwd.Header.Set(hdrForwardedBy, s.node.Name)
+	if by := req.Header.Get(hdrAskedBy); by != "" {
+		fwd.Header.Set(hdrAskedBy, by)
+	}
 	if host, _, err := net.SplitHostPort(req.RemoteAddr); err == nil {
 		fwd.Header.Set(hdrRemoteAddr, host)
 	}
@@ -514,4 +520,36 @@ func committedAt(w http.ResponseWriter, index uint64) {
 	if index > 0 {
 		w.Header().Set(hdrIndex, strconv.FormatUint(index, 10))
 	}
+}
+
+// serveOp serves the operator's API on the bus to node peer's certificate. The request is marked
+// with the node that asked: peer itself, or, when a server forwards it, the node that asked that
+// server (the mark is the bus's, never the caller's own unless it is a server).
+func (s *serverRole) serveOp(w http.ResponseWriter, req *http.Request, peer string) {
+	if req.Header.Get(hdrAskedBy) == "" || !s.isServer(peer) {
+		req.Header.Set(hdrAskedBy, peer)
+	}
+	http.StripPrefix("/v1/op", s.operatorAPI()).ServeHTTP(w, req)
+}
+
+func (s *serverRole) isServer(node string) bool {
+	server := false
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		if n := r.Nodes[node]; n != nil {
+			server = n.Server
+		}
+	})
+	return server
+}
+
+// serversOnly refuses a request a client node's certificate asked for: what hands out the mesh's
+// keys (a server token brings the CA key) or replaces the whole record is a server's to ask. The
+// operator's socket on a server, and a server forwarding its own socket's request, pass.
+func (s *serverRole) serversOnly(w http.ResponseWriter, req *http.Request, what string) bool {
+	by := req.Header.Get(hdrAskedBy)
+	if by == "" || s.isServer(by) {
+		return true
+	}
+	writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("%s is asked on a server, and node %s is a client: run it on a server", what, by)})
+	return false
 }

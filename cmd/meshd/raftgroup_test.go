@@ -82,6 +82,8 @@ func voters(n *node) string {
 // watch carries on; the old leader back, the control-node leads again; two of three gone, writes
 // refuse naming the missing quorum, and `recover` on the survivor brings writes back with every
 // acknowledged command; remove-peer stops a server voting and the group keeps its quorum.
+// It stays one body because each step starts from the group the one before left (a new leader,
+// the old one back, the quorum lost and recovered): the order is the test.
 func TestProcessRaftGroup(t *testing.T) {
 	hub, s2, s3, cl := newNode(t), newNode(t), newNode(t), newNode(t)
 	underlay(t, []*node{hub, s2, s3, cl}, []string{"192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"})
@@ -162,6 +164,10 @@ func TestProcessRaftGroup(t *testing.T) {
 	}
 	t.Logf("module assign on client cl: committed at %s by %s", idx, leader)
 	waitDeclared(t, cl, idx)
+	// A client's certificate writes the record, but never gets the mesh's keys: no server token.
+	if _, errs, code := cl.run("token", "create", "--adopted", "--server"); code != 1 || !strings.Contains(errs, "node cl is a client") {
+		t.Fatalf("a server token asked on a client: exit %d %s", code, errs)
+	}
 	if _, errs, code := cl.run("module", "assign", "cl", "clapp"); code != 1 || !strings.Contains(errs, "already assigned") {
 		t.Fatalf("the same assign again: exit %d %s", code, errs)
 	}
