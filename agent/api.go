@@ -31,6 +31,13 @@ type StatusView struct {
 	// Tunnel is the private network as `meshd tunnel show` says it: each peer carried or enrolled,
 	// and when the hub last heard it. Nil before genesis.
 	Tunnel *TunnelView `json:"tunnel,omitempty"`
+	// ServedBy is the server that answered; Stale, set when a follower answered from its own
+	// record (--stale), says how far behind it may be.
+	ServedBy string `json:"served_by"`
+	Stale    string `json:"stale,omitempty"`
+	// Voters are the Raft group's voters; Warning is said when they are an even count.
+	Voters  []string `json:"voters"`
+	Warning string   `json:"warning,omitempty"`
 }
 
 // GossipSummary is the answering server's gossip at a glance.
@@ -45,6 +52,8 @@ type LeaderView struct {
 	Node    string `json:"node,omitempty"`
 	ID      string `json:"id,omitempty"`
 	Address string `json:"address,omitempty"`
+	// Why says why this server leads: the control-node leads, or why it does not right now.
+	Why string `json:"why,omitempty"`
 }
 
 // NodeSummary is one node's line in the status.
@@ -135,6 +144,10 @@ func writeErr(w http.ResponseWriter, err error) {
 		code = http.StatusUnprocessableEntity
 	case errors.As(err, &nl):
 		code = http.StatusServiceUnavailable
+		// Raft refused before proposing: sending it again to the leader applies it once.
+		w.Header().Set(hdrNotProposed, "1")
+	case errors.As(err, new(*NoQuorumError)):
+		code = http.StatusServiceUnavailable
 	case errors.As(err, &nf):
 		code = http.StatusNotFound
 	}
@@ -159,7 +172,14 @@ func (s *serverRole) leader() LeaderView {
 }
 
 func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
-	st := StatusView{Leader: s.leader(), Nodes: []NodeSummary{}, Gossip: GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}}}
+	st := StatusView{Leader: s.leader(), Nodes: []NodeSummary{}, Gossip: GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}},
+		ServedBy: s.node.Name, Voters: s.voterNames()}
+	st.Warning = evenWarning(len(st.Voters))
+	if s.raft.raft.State() == raft.Leader {
+		st.Leader.Why = s.leadWhy()
+	} else {
+		st.Stale = staleText(s.raftState())
+	}
 	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		st.Index = index
 		for _, name := range r.NodeNames() {
@@ -329,7 +349,8 @@ func (s *serverRole) addModule(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, apiError{Error: err.Error()})
 		return
 	}
-	v, err := s.raft.apply(fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source}, applyTimeout)
+	v, index, err := s.raft.applyAt(fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source}, applyTimeout)
+	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -344,7 +365,8 @@ func (s *serverRole) moduleAction(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{Error: "unknown action " + req.PathValue("action")})
 		return
 	}
-	v, err := s.raft.apply(op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}, applyTimeout)
+	v, index, err := s.raft.applyAt(op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}, applyTimeout)
+	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -438,6 +460,9 @@ func (s *serverRole) snapshotSave(w http.ResponseWriter, _ *http.Request) {
 
 // snapshotRestore replaces the record with a saved one, through Raft, so every server gets it.
 func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
+	if !s.serversOnly(w, req, "a snapshot restore (it replaces the whole record)") {
+		return
+	}
 	data, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
 	if err != nil {
 		writeErr(w, err)

@@ -40,6 +40,8 @@ type EnrolRequest struct {
 	// carried peer with this key keeps its address (ADR 0105).
 	WireGuardKey string `json:"wireguard_key,omitempty"`
 	FoundTunnel  string `json:"found_tunnel,omitempty"`
+	// Server asks to join as a server; the token must be a server's.
+	Server bool `json:"server,omitempty"`
 }
 
 // EnrolResponse is what an enrolled node gets back, once its enrolment is committed.
@@ -50,6 +52,11 @@ type EnrolResponse struct {
 	Keyring     [][]byte        `json:"gossip_keyring"`
 	Servers     []string        `json:"servers"`
 	Declaration DeclarationView `json:"declaration"`
+	// CAKey is the mesh CA's private key, for a server only: every server enrols nodes and signs
+	// tokens. It travels once, inside the TLS session pinned to the CA, and is sealed on arrival.
+	CAKey []byte `json:"ca_key,omitempty"`
+	// RaftPort is a server's Raft port as the record settled it (its mesh.raft setting).
+	RaftPort uint16 `json:"raft_port,omitempty"`
 }
 
 // BusPort is node n's bus port: its mesh.bus setting, else the catalogue's default.
@@ -133,7 +140,12 @@ func (s *serverRole) runBus(ctx context.Context) {
 
 func (s *serverRole) busRoutes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/enrol", s.enrol)
+	// Enrolment writes the record: a follower forwards it to the leader, as it came.
+	mux.Handle("POST /v1/enrol", s.leaderAnswers("", http.HandlerFunc(s.enrol)))
+	// The operator's API for other nodes: a follower forwarding to the leader, a client node
+	// for its operator's commands. Any enrolled node's certificate is let in.
+	mux.Handle("/v1/op/", s.withNode(s.serveOp))
+	mux.HandleFunc("GET /v1/raft/state", s.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { s.getRaftState(w, r) }))
 	mux.HandleFunc("GET /v1/declaration/{node}", s.withNode(s.ownDeclaration))
 	mux.HandleFunc("POST /v1/report", s.withNode(s.postReport))
 	mux.HandleFunc("GET /v1/status", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getStatus(w, r) }))
@@ -248,10 +260,14 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 	}
 	if in.Advertise == "" {
 		in.Advertise, _, _ = net.SplitHostPort(req.RemoteAddr)
+		// Forwarded by a follower: the machine's address is the one the follower saw.
+		if fwd := req.Header.Get(hdrRemoteAddr); fwd != "" && req.Header.Get(hdrForwardedBy) != "" {
+			in.Advertise = fwd
+		}
 	}
 	var cat catalogue.Catalogue
 	s.fsm.Read(func(r *fsm.Record, _ uint64) { cat = r.Catalogue })
-	if _, err := JoinSettings(cat, in.Settings); err != nil {
+	if _, err := JoinSettings(cat, in.Settings, in.Server); err != nil {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
@@ -260,8 +276,10 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
-	v, err := s.raft.apply(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
-		PublicKey: in.PublicKey, Advertise: in.Advertise, Settings: in.Settings, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel}, applyTimeout)
+	v, index, err := s.raft.applyAt(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
+		PublicKey: in.PublicKey, Advertise: in.Advertise, Settings: in.Settings, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel,
+		Server: in.Server}, applyTimeout)
+	committedAt(w, index)
 	if err != nil {
 		var ref *fsm.Refusal
 		if errors.As(err, &ref) {
@@ -276,6 +294,10 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		out.Servers = busAddresses(r)
 		out.Declaration.Index = index
 		out.Declaration.Declaration, err = fsm.Compose(r, in.Node)
+		if n := r.Nodes[in.Node]; n != nil && n.Server && err == nil {
+			out.RaftPort, err = meshPort(r, n, "raft")
+			out.CAKey = s.secrets.CA.Key
+		}
 	})
 	if err != nil {
 		writeErr(w, err)
@@ -288,6 +310,8 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 // TokenRequest asks a server for an enrolment token.
 type TokenRequest struct {
 	Mode fsm.Mode `json:"mode"`
+	// Server makes a token that enrols a server.
+	Server bool `json:"server,omitempty"`
 	// TTL is how long the token is good for, a Go duration ("1h").
 	TTL string `json:"ttl"`
 }
@@ -302,6 +326,9 @@ type TokenView struct {
 	Bus     []string  `json:"bus"`
 	CA      string    `json:"ca"`
 	Hash    string    `json:"hash"`
+	Server  bool      `json:"server,omitempty"`
+	// Warning is said with a server token when the servers it would make are an even count.
+	Warning string `json:"warning,omitempty"`
 }
 
 // createToken signs a single-use token with the CA and records its hash through Raft; the token
@@ -318,6 +345,9 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("token mode %q: say the joining node's mode, adopted or converged", in.Mode)})
 		return
 	}
+	if in.Server && !s.serversOnly(w, req, "a server token (it brings the mesh CA key)") {
+		return
+	}
 	ttl, err := time.ParseDuration(in.TTL)
 	if err != nil || ttl < time.Second {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("--ttl %q: give a duration of at least 1s, such as 1h", in.TTL)})
@@ -331,16 +361,30 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	exp := time.Now().Add(ttl).Truncate(time.Second).Add(time.Second)
-	p := pki.TokenPayload{ID: pki.NewTokenID(), Mode: string(in.Mode), Exp: exp.Unix(), Bus: bus, Range: rng}
+	p := pki.TokenPayload{ID: pki.NewTokenID(), Mode: string(in.Mode), Exp: exp.Unix(), Bus: bus, Range: rng, Server: in.Server}
 	tok, err := pki.SignToken(s.secrets.CA, p)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	hash := pki.TokenHash(tok)
-	if _, err := s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC()}, applyTimeout); err != nil {
+	_, index, err := s.raft.applyAt(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC(), Server: in.Server}, applyTimeout)
+	committedAt(w, index)
+	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(s.caCert), Hash: hash})
+	tv := TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(s.caCert), Hash: hash, Server: in.Server}
+	if in.Server {
+		var servers int
+		s.fsm.Read(func(r *fsm.Record, _ uint64) {
+			for _, n := range r.Nodes {
+				if n.Server {
+					servers++
+				}
+			}
+		})
+		tv.Warning = evenWarning(servers + 1)
+	}
+	writeJSON(w, http.StatusOK, tv)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -14,8 +15,25 @@ import (
 // Client talks to an agent's operator API over its unix socket.
 type Client struct {
 	Socket string
-	api    jsonHTTP
+	// Stale asks a follower server to answer reads from its own record instead of the leader's.
+	Stale bool
+	api   jsonHTTP
+	// last is what the last successful answer said about itself.
+	last Answered
 }
+
+// Answered is what an answer says about itself: who served it and, for a write, the index it was
+// committed and applied at.
+type Answered struct {
+	Write    bool
+	ServedBy string
+	// Stale is set when a follower answered from its own record: how far behind it may be.
+	Stale string
+	Index string
+}
+
+// Last is what the last successful answer said about itself.
+func (c *Client) Last() Answered { return c.last }
 
 // NewClient returns a client for the agent listening on socket.
 func NewClient(socket string) *Client {
@@ -30,10 +48,18 @@ func NewClient(socket string) *Client {
 // answer as it is). in is a value sent as JSON, or an io.Reader sent as it is. An error answer
 // comes back as an error carrying the agent's message.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	if c.Stale && method == http.MethodGet {
+		if strings.Contains(path, "?") {
+			path += "&stale=1"
+		} else {
+			path += "?stale=1"
+		}
+	}
 	resp, err := c.api.send(ctx, method, path, in)
 	if err != nil {
 		return c.dialError(err)
 	}
+	c.last = Answered{Write: method != http.MethodGet, ServedBy: resp.Header.Get(hdrServedBy), Stale: resp.Header.Get(hdrStale), Index: resp.Header.Get(hdrIndex)}
 	err = c.api.read(resp, out)
 	var ae *answerError
 	if errors.As(err, &ae) {

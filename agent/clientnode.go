@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -283,32 +284,60 @@ func (c *clientRole) serverAlive() bool {
 	return false
 }
 
-// operatorAPI is a client node's operator socket: reads are asked of a server; the node's own
-// originals are served here; writes are refused, naming where to run them.
+// operatorAPI is a client node's operator socket: what is about this machine (its originals, its
+// gossip, its reach) is answered here; everything else, reads and writes of the record alike, is
+// sent to a server's bus (/v1/op), which answers it from the leader.
 func (c *clientRole) operatorAPI() http.Handler {
 	mux := http.NewServeMux()
-	proxy := func(w http.ResponseWriter, req *http.Request) {
-		resp, err := c.busDo(req.Context(), http.MethodGet, req.URL.RequestURI(), nil)
-		if err != nil {
-			writeJSON(w, http.StatusBadGateway, apiError{Error: fmt.Sprintf("node %s is a client and asks a server, but none answered: %v", c.node.Name, err)})
-			return
-		}
-		defer resp.Body.Close()
-		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
-	}
-	for _, p := range []string{"GET /v1/status", "GET /v1/nodes/{node}", "GET /v1/modules", "GET /v1/modules/{module}", "GET /v1/declaration/{node}",
-		"GET /v1/nodes/{node}/modules/{module}/take-preview", "GET /v1/tunnel"} {
-		mux.HandleFunc(p, proxy)
-	}
 	mux.HandleFunc("GET /v1/nodes/{node}/original", c.getOriginal)
 	mux.HandleFunc("GET /v1/members", c.getMembers)
 	mux.HandleFunc("POST /v1/leave", c.postLeave)
 	mux.HandleFunc("GET /v1/reach/{node}", c.getReach)
-	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		msg := fmt.Sprintf("node %s is a client: it holds no record, so %s %s runs on a server (%v); run the command there", c.node.Name, req.Method, req.URL.Path, c.node.Servers)
-		writeJSON(w, http.StatusConflict, apiError{Error: msg})
-	})
+	mux.HandleFunc("/", c.toServer)
 	return mux
+}
+
+// toServer sends an operator request to a server's bus and copies its answer. A read goes to the
+// next server when one fails; a write goes to the next only when it never reached the first (or
+// was refused before anything was proposed), so it is applied once.
+func (c *clientRole) toServer(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "request body: " + err.Error()})
+		return
+	}
+	read := req.Method == http.MethodGet
+	c.serversMu.Lock()
+	servers := append([]string{}, c.servers...)
+	c.serversMu.Unlock()
+	var tried []string
+	for _, addr := range servers {
+		fwd, err := http.NewRequestWithContext(req.Context(), req.Method, "https://"+addr+"/v1/op"+req.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+			return
+		}
+		if ct := req.Header.Get("Content-Type"); ct != "" {
+			fwd.Header.Set("Content-Type", ct)
+		}
+		resp, err := c.busClient.Do(fwd)
+		switch {
+		case err == nil && (resp.StatusCode < 500 || (!read && resp.Header.Get(hdrNotProposed) == "")):
+			copyAnswer(w, resp)
+			return
+		case err == nil:
+			ae := newAnswerError(resp, resp.Body)
+			resp.Body.Close()
+			tried = append(tried, fmt.Sprintf("server %s answered %s: %s", addr, ae.Status, strings.TrimSpace(string(ae.Body))))
+		case read || nothingSent(err):
+			tried = append(tried, fmt.Sprintf("server %s: %v", addr, err))
+		default:
+			writeJSON(w, http.StatusBadGateway, apiError{Error: fmt.Sprintf("node %s sent %s %s to server %s, which did not answer: %v; the write's outcome is unknown: check with `meshd status` before sending it again", c.node.Name, req.Method, req.URL.Path, addr, err)})
+			return
+		}
+		if req.Context().Err() != nil {
+			break
+		}
+	}
+	writeJSON(w, http.StatusBadGateway, apiError{Error: fmt.Sprintf("node %s is a client and asks a server, but none answered: %s", c.node.Name, strings.Join(tried, "; "))})
 }

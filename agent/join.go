@@ -121,7 +121,8 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return nil, err
 	}
 	pub := key.Public().(ed25519.PublicKey)
-	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings}
+	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings,
+		Server: p.Server}
 	// The node's overlay key: the found tunnel's when it presents one (sealed when its tunnel is
 	// taken over), else one made here, whose private half never leaves this machine.
 	var overlay *wgtypes.Key
@@ -168,12 +169,19 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if len(servers) == 0 {
 		servers = p.Bus
 	}
+	var meshCA *pki.CA
+	var raftPort uint16
+	if resp.Node.Server {
+		if meshCA, raftPort, err = joinedServer(resp); err != nil {
+			return nil, fmt.Errorf("node %s was enrolled as a server, but %w; nothing written here", opts.Name, err)
+		}
+	}
 	// Enrolled: now, and only now, the data dir.
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but its data dir %s: %w", opts.Name, opts.DataDir, err)
 	}
 	if err := pki.WriteNodeSecrets(opts.DataDir, seal, &pki.NodeSecrets{NodeKey: key, NodeCertPEM: []byte(resp.CertPEM),
-		CACertPEM: []byte(resp.CACertPEM), Keyring: pki.Keyring{Keys: resp.Keyring}}); err != nil {
+		CACertPEM: []byte(resp.CACertPEM), Keyring: pki.Keyring{Keys: resp.Keyring}, CA: meshCA}); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but: %w", opts.Name, err)
 	}
 	if overlay != nil {
@@ -187,7 +195,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if newSeal {
 		res.RecoveryCode = seal.RecoveryCode()
 	}
-	nf := &NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: false, Advertise: resp.Node.Advertise, Servers: servers}
+	nf := &NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: resp.Node.Server, Advertise: resp.Node.Advertise, Servers: servers, RaftPort: raftPort}
 	if err := writeNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but its node file: %w", opts.Name, err)
 	}
@@ -202,12 +210,12 @@ func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("the shipped catalogue: %w", err)
 	}
-	settings, err := JoinSettings(cat, opts.Ports)
+	settings, err := JoinSettings(cat, opts.Ports, p.Server)
 	if err != nil {
 		return nil, nil, err
 	}
 	in := preflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost,
-		TakeTunnel: opts.Tunnel}
+		TakeTunnel: opts.Tunnel, Server: p.Server}
 	if r, err := netip.ParsePrefix(p.Range); err == nil {
 		in.Range = r.Masked()
 	}
@@ -221,10 +229,11 @@ func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (
 }
 
 // JoinSettings resolves join's --port values to the node's settings, keyed MODULE.SETTING as the
-// record keeps them. A join may set only the ports a client binds: the mesh module's, but its
-// Raft port (a client runs no Raft). Genesis's syntax: --port gossip=17946, or mesh.gossip=17946.
-// A server checks an enrolment's settings with it too, against the record's catalogue.
-func JoinSettings(cat catalogue.Catalogue, ports map[string]string) (map[string]string, error) {
+// record keeps them. A join may set only the ports the node binds: the mesh module's, but its
+// Raft port unless it joins as a server (a client runs no Raft). Genesis's syntax: --port
+// gossip=17946, or mesh.gossip=17946. A server checks an enrolment's settings with it too,
+// against the record's catalogue.
+func JoinSettings(cat catalogue.Catalogue, ports map[string]string, server bool) (map[string]string, error) {
 	if len(ports) == 0 {
 		return nil, nil
 	}
@@ -234,7 +243,7 @@ func JoinSettings(cat catalogue.Catalogue, ports map[string]string) (map[string]
 	}
 	var allowed []string
 	for _, s := range mesh.PortSettings() {
-		if s != "raft" {
+		if s != "raft" || server {
 			allowed = append(allowed, s)
 		}
 	}
@@ -296,4 +305,20 @@ func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) 
 		return nil, fmt.Errorf("bus %s: not an enrolment answer: %v", addr, err)
 	}
 	return &out, nil
+}
+
+// joinedServer reads what a server's enrolment brings beyond a client's: the mesh CA with its key
+// (a server enrols nodes and signs tokens) and the node's Raft port as the record settled it.
+func joinedServer(resp *EnrolResponse) (*pki.CA, uint16, error) {
+	if len(resp.CAKey) != ed25519.PrivateKeySize {
+		return nil, 0, errors.New("the server sent no mesh CA key")
+	}
+	ca, err := pki.LoadCA([]byte(resp.CACertPEM), ed25519.PrivateKey(resp.CAKey))
+	if err != nil {
+		return nil, 0, fmt.Errorf("the mesh CA key it sent: %w", err)
+	}
+	if resp.RaftPort == 0 {
+		return nil, 0, errors.New("the server sent no Raft port for it")
+	}
+	return ca, resp.RaftPort, nil
 }

@@ -151,10 +151,10 @@ func wordsFor(act string) actWords {
 	return actWords{name: "genesis", inUse: "raise it with --adopted"}
 }
 
-// clientBindPlan lists the ports a client node binds: the mesh module's (its bus, gossip and
-// tunnel; a client runs no Raft), on every address, with the node's mesh settings over the
-// catalogue's defaults. settings are keyed MODULE.SETTING.
-func clientBindPlan(cat catalogue.Catalogue, settings map[string]string) ([]portBind, error) {
+// clientBindPlan lists the ports a joining node binds: the mesh module's (its bus, gossip and
+// tunnel; its Raft port only when it joins as a server), on every address, with the node's mesh
+// settings over the catalogue's defaults. settings are keyed MODULE.SETTING.
+func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server bool) ([]portBind, error) {
 	m := cat[catalogue.MeshModule]
 	if m == nil {
 		return nil, fmt.Errorf("the catalogue has no %s module", catalogue.MeshModule)
@@ -173,7 +173,7 @@ func clientBindPlan(cat catalogue.Catalogue, settings map[string]string) ([]port
 	seen := map[string]bool{}
 	for _, o := range res.Openings {
 		for _, s := range m.PortSettings() {
-			if s == "raft" || res.Settings[s] != strconv.Itoa(int(o.Port)) || seen[s+"/"+o.Proto] {
+			if (s == "raft" && !server) || res.Settings[s] != strconv.Itoa(int(o.Port)) || seen[s+"/"+o.Proto] {
 				continue
 			}
 			seen[s+"/"+o.Proto] = true
@@ -199,6 +199,8 @@ type preflightInput struct {
 	// TakeTunnel is the found interface genesis takes over (or a join presents with --tunnel):
 	// its port is the tunnel port and its range the range, so neither is a conflict.
 	TakeTunnel string
+	// Server is a join as a server: it binds the Raft port too.
+	Server bool
 }
 
 // preflight checks the machine before genesis raises anything, and reports every finding.
@@ -237,7 +239,7 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 	// address it will bind.
 	plan, err := bindPlan(in.Catalogue, in.Settings, in.Advertise)
 	if in.Act == ActJoin {
-		plan, err = clientBindPlan(in.Catalogue, in.Settings)
+		plan, err = clientBindPlan(in.Catalogue, in.Settings, in.Server)
 	}
 	if err != nil {
 		add("settings", LevelError, "", "%v", err)

@@ -68,14 +68,7 @@ func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, tlsCfg *tls.Config, log *
 	}
 	transport := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: stream, MaxPool: 3, Timeout: 10 * time.Second,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "raft-net", Output: logOut, Level: hclog.Warn})})
-	cfg := raft.DefaultConfig()
-	cfg.LocalID = raft.ServerID(n.ID)
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Output: logOut, Level: hclog.Warn})
-	cfg.HeartbeatTimeout = 500 * time.Millisecond
-	cfg.ElectionTimeout = 500 * time.Millisecond
-	cfg.LeaderLeaseTimeout = 250 * time.Millisecond
-	cfg.SnapshotThreshold = 1024
-	r, err := raft.NewRaft(cfg, f, store, store, snaps, transport)
+	r, err := raft.NewRaft(raftConfig(n, logOut), f, store, store, snaps, transport)
 	if err != nil {
 		transport.Close()
 		store.Close()
@@ -83,6 +76,22 @@ func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, tlsCfg *tls.Config, log *
 	}
 	return &raftNode{raft: r, store: store, transport: transport, startIndex: lastCommand(store, snaps), caughtUp: make(chan struct{}),
 		applied: f.Applied}, nil
+}
+
+// ElectionTimeout is how long a follower waits without hearing from the leader before it stands
+// for election: the time a group takes to elect a new leader after losing one is of this order.
+const ElectionTimeout = 500 * time.Millisecond
+
+// raftConfig is Raft's configuration for node n, the same at every start and for recovery.
+func raftConfig(n *NodeFile, logOut io.Writer) *raft.Config {
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = raft.ServerID(n.ID)
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Output: logOut, Level: hclog.Warn})
+	cfg.HeartbeatTimeout = ElectionTimeout
+	cfg.ElectionTimeout = ElectionTimeout
+	cfg.LeaderLeaseTimeout = ElectionTimeout / 2
+	cfg.SnapshotThreshold = 1024
+	return cfg
 }
 
 // lastCommand is the index of the last command in the log store after the newest snapshot, or 0
@@ -172,26 +181,33 @@ func (rn *raftNode) shutdown(log *slog.Logger) {
 // apply proposes a command and waits until it is committed and applied, returning what the record
 // said.
 func (rn *raftNode) apply(op fsm.Op, body any, timeout time.Duration) (any, error) {
+	v, _, err := rn.applyAt(op, body, timeout)
+	return v, err
+}
+
+// applyAt is apply that also says the command's index in the log: the record's index once it is
+// applied, which the answer carries (hdrIndex).
+func (rn *raftNode) applyAt(op fsm.Op, body any, timeout time.Duration) (any, uint64, error) {
 	// Right after a start the group may still be electing: give it a moment rather than fail.
 	if addr, _ := rn.raft.LeaderWithID(); addr == "" {
 		_ = rn.waitLeader(5 * time.Second)
 	}
 	b, err := fsm.Encode(op, time.Now(), body)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	fut := rn.raft.Apply(b, timeout)
 	if err := fut.Error(); err != nil {
 		if nl := rn.notLeader(err); nl != nil {
-			return nil, nl
+			return nil, 0, nl
 		}
-		return nil, fmt.Errorf("raft did not commit %s: %w", op, err)
+		return nil, 0, fmt.Errorf("raft did not commit %s: %w", op, err)
 	}
 	res, ok := fut.Response().(fsm.Result)
 	if !ok {
-		return nil, fmt.Errorf("raft returned %T for %s", fut.Response(), op)
+		return nil, 0, fmt.Errorf("raft returned %T for %s", fut.Response(), op)
 	}
-	return res.Value, res.Err
+	return res.Value, fut.Index(), res.Err
 }
 
 // notLeader is the one place Raft's not-leader error becomes the API's: a NotLeaderError naming

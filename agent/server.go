@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
@@ -31,6 +33,15 @@ type serverRole struct {
 	busRefusals *rateLog
 	// plans are the converge previews this server handed out, by plan token.
 	plans plans
+	// ap is the leader's care of the group (raftgroup.go); fwd the client requests are forwarded
+	// to the leader with.
+	ap      autopilot
+	fwdOnce sync.Once
+	fwd     *http.Client
+	// api is the operator's API, built once: the socket serves it, and the bus serves it under
+	// /v1/op to other nodes (a follower forwarding to the leader, a client for its operator).
+	apiOnce sync.Once
+	api     http.Handler
 }
 
 // newServerRole checks that the node can act as a server: it holds the mesh CA key.
@@ -39,7 +50,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
 	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]host.Report{},
-		busRefusals: newRateLog(a.log.With("part", "bus"), 10, time.Minute)}, nil
+		busRefusals: newRateLog(a.log.With("part", "bus"), 10, time.Minute), ap: autopilot{current: map[raft.ServerID]time.Time{}}}, nil
 }
 
 func (s *serverRole) open() error {
@@ -68,6 +79,7 @@ func (s *serverRole) runLoops(ctx context.Context) {
 	go s.runBus(ctx)
 	go s.followRaftPort(ctx)
 	go s.finishFlips(ctx)
+	go s.runAutopilot(ctx)
 }
 
 // gossipView is the record's: it is always current, so refreshView has nothing to do.
@@ -106,11 +118,32 @@ func (s *serverRole) waitGossipRound(ctx context.Context, d time.Duration) {
 }
 
 // operatorAPI is the operator's whole API, served once the record has caught up with the log.
+// What reads or writes the record is the leader's to answer: on a follower it is forwarded to the
+// leader's bus (or, read with ?stale=1, answered from this server's own record). What is about
+// this machine (its gossip, its originals, its keyring fan-out, its reach, its Raft) is answered
+// here.
 func (s *serverRole) operatorAPI() http.Handler {
+	s.apiOnce.Do(func() {
+		local := http.NewServeMux()
+		local.HandleFunc("GET /v1/nodes/{node}/original", s.getOriginal)
+		local.HandleFunc("GET /v1/members", s.getMembers)
+		local.HandleFunc("POST /v1/leave", s.postLeave)
+		local.HandleFunc("GET /v1/keyring", s.getKeyring)
+		local.HandleFunc("POST /v1/keyring", s.postKeyring)
+		local.HandleFunc("GET /v1/reach/{node}", s.getReach)
+		local.HandleFunc("GET /v1/raft/peers", s.raftPeers)
+		local.HandleFunc("GET /v1/raft/state", s.getRaftState)
+		local.Handle("/", s.leaderAnswers("/v1/op", s.recordAPI()))
+		s.api = s.raft.caughtUpOnly(local)
+	})
+	return s.api
+}
+
+// recordAPI is the part of the operator's API that reads or writes the record.
+func (s *serverRole) recordAPI() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", s.getStatus)
 	mux.HandleFunc("GET /v1/nodes/{node}", s.getNode)
-	mux.HandleFunc("GET /v1/nodes/{node}/original", s.getOriginal)
 	mux.HandleFunc("GET /v1/modules", s.listModules)
 	mux.HandleFunc("GET /v1/modules/{module}", s.getModule)
 	mux.HandleFunc("POST /v1/modules", s.addModule)
@@ -121,18 +154,14 @@ func (s *serverRole) operatorAPI() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{node}/adopt", s.postAdopt)
 	mux.HandleFunc("POST /v1/nodes/{node}/settings", s.postSettings)
 	mux.HandleFunc("GET /v1/declaration/{node}", s.getDeclaration)
-	mux.HandleFunc("GET /v1/raft/peers", s.raftPeers)
 	mux.HandleFunc("GET /v1/snapshot", s.snapshotSave)
 	mux.HandleFunc("POST /v1/snapshot", s.snapshotRestore)
 	mux.HandleFunc("POST /v1/tokens", s.createToken)
-	mux.HandleFunc("GET /v1/members", s.getMembers)
-	mux.HandleFunc("POST /v1/leave", s.postLeave)
-	mux.HandleFunc("GET /v1/keyring", s.getKeyring)
-	mux.HandleFunc("POST /v1/keyring", s.postKeyring)
-	mux.HandleFunc("GET /v1/reach/{node}", s.getReach)
 	mux.HandleFunc("GET /v1/tunnel", s.getTunnel)
 	mux.HandleFunc("POST /v1/tunnel/take", s.postTunnelTake)
-	return s.raft.caughtUpOnly(mux)
+	mux.HandleFunc("POST /v1/raft/peers/{node}/remove", s.removePeer)
+	mux.HandleFunc("POST /v1/raft/transfer-leader", s.transferLeader)
+	return mux
 }
 
 // watchOwnDeclaration composes the node's declaration each time the record changes and passes it

@@ -112,7 +112,8 @@ func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusConflict, apiError{Error: (&SettingsRefusal{Node: node, Findings: findings}).Error()})
 		return
 	}
-	v, err := s.raft.apply(fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values}, applyTimeout)
+	v, index, err := s.raft.applyAt(fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values}, applyTimeout)
+	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -112,6 +112,12 @@ func apply(r *Record, data []byte) (any, error) {
 			return nil, err
 		}
 		return applyTokenCreate(r, &c, &b)
+	case OpServerRemove:
+		var b ServerRemove
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyServerRemove(r, &c, &b)
 	}
 	return nil, refuse(c.Op, "", "", "unknown command %q", c.Op)
 }
@@ -248,6 +254,10 @@ func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
 		return nil, refuse(c.Op, b.Node, "", "the token was already used by node %s at %s", tok.UsedBy, tok.UsedAt.Format("2006-01-02 15:04:05Z07:00"))
 	case !c.At.Before(tok.Expires):
 		return nil, refuse(c.Op, b.Node, "", "the token expired at %s", tok.Expires.Format("2006-01-02 15:04:05Z07:00"))
+	case tok.Server != b.Server && tok.Server:
+		return nil, refuse(c.Op, b.Node, "", "the token is a server's: join with it as a server")
+	case tok.Server != b.Server:
+		return nil, refuse(c.Op, b.Node, "", "the token is a client's: a server joins with a token made by `meshd token create --server`")
 	}
 	n := &Node{Name: b.Node, ID: b.ID, Mode: tok.Mode, Server: b.Server, Advertise: b.Advertise, PublicKey: b.PublicKey,
 		Assigned: []string{}, Taken: []string{}, EnrolledAt: c.At, ModeSince: c.At}
@@ -560,9 +570,23 @@ func applyTokenCreate(r *Record, c *Command, b *TokenCreate) (any, error) {
 	case !b.Expires.After(c.At):
 		return nil, refuse(c.Op, "", "", "the token would expire before it was made")
 	}
-	t := &Token{Hash: b.Hash, Mode: b.Mode, Expires: b.Expires, Created: c.At}
+	t := &Token{Hash: b.Hash, Mode: b.Mode, Expires: b.Expires, Created: c.At, Server: b.Server}
 	r.Tokens[b.Hash] = t
 	return t, nil
+}
+
+func applyServerRemove(r *Record, c *Command, b *ServerRemove) (any, error) {
+	n := r.Nodes[b.Node]
+	switch {
+	case n == nil:
+		return nil, unknownNode(r, c.Op, b.Node)
+	case !n.Server:
+		return nil, refuse(c.Op, b.Node, "", "node %s is not a server", b.Node)
+	case r.Genesis != nil && r.Genesis.ControlNode == b.Node:
+		return nil, refuse(c.Op, b.Node, "", "node %s is the control-node: it holds the foundation and leads the group; move leadership with `meshd operator raft transfer-leader`, not by removing it", b.Node)
+	}
+	n.Server = false
+	return n, nil
 }
 
 func unknownNode(r *Record, op Op, name string) error {

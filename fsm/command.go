@@ -33,6 +33,7 @@ const (
 	OpModuleTake     Op = "module.take"
 	OpCatalogueAdd   Op = "catalogue.add"
 	OpTokenCreate    Op = "token.create"
+	OpServerRemove   Op = "node.server.remove"
 )
 
 // Command is one entry of the Raft log: an op, the proposer's clock, and the op's body.
@@ -64,13 +65,14 @@ type Genesis struct {
 
 // Enrol adds a node, spending a token.
 type Enrol struct {
-	Node      string            `json:"node"`
-	ID        string            `json:"id"`
-	TokenHash string            `json:"token_hash"`
-	PublicKey string            `json:"public_key,omitempty"`
-	Advertise string            `json:"advertise,omitempty"`
-	Server    bool              `json:"server,omitempty"`
-	Settings  map[string]string `json:"settings,omitempty"`
+	Node      string `json:"node"`
+	ID        string `json:"id"`
+	TokenHash string `json:"token_hash"`
+	PublicKey string `json:"public_key,omitempty"`
+	Advertise string `json:"advertise,omitempty"`
+	// Server is what the joining node asks to be; it must be what its token says.
+	Server   bool              `json:"server,omitempty"`
+	Settings map[string]string `json:"settings,omitempty"`
 	// WireGuardKey is the WireGuard public key the joining machine presents (its found tunnel's):
 	// a carried peer with this key keeps its address.
 	WireGuardKey string `json:"wireguard_key,omitempty"`
@@ -106,6 +108,15 @@ type TokenCreate struct {
 	Hash    string    `json:"hash"`
 	Mode    Mode      `json:"mode"`
 	Expires time.Time `json:"expires"`
+	// Server makes the token a server's: the node it enrols joins Raft (as a non-voter until its
+	// log is current) and gets the mesh CA key.
+	Server bool `json:"server,omitempty"`
+}
+
+// ServerRemove takes a server out of the Raft group (`meshd operator raft remove-peer`): the node
+// stays in the record, as a node that no longer votes, holds the record, or serves the bus.
+type ServerRemove struct {
+	Node string `json:"node"`
 }
 
 // Encode wraps a body in a versioned command.

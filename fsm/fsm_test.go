@@ -351,3 +351,40 @@ func TestEnrolCarriesSettings(t *testing.T) {
 		t.Fatalf("the declaration's mesh ports: %+v, want gossip 17946, bus 17170, tunnel the default 51820", d.Mesh)
 	}
 }
+
+// A server token enrols only a server, a client's token only a client: the record says which
+// machines vote, and no join can choose otherwise.
+func TestServerTokenEnrolsOnlyAServer(t *testing.T) {
+	r := NewRecord()
+	mustApply(t, r, genesisCmd(t, Adopted))
+	mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: "srv", Mode: Adopted, Expires: t0.Add(time.Hour), Server: true}))
+	mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: "cli", Mode: Adopted, Expires: t0.Add(time.Hour)}))
+	if _, err := Apply(r, cmd(t, OpNodeEnrol, t0, Enrol{Node: "s2", ID: "2", TokenHash: "srv"})); err == nil || !strings.Contains(err.Error(), "server's") {
+		t.Fatalf("a server token used by a client: %v", err)
+	}
+	if _, err := Apply(r, cmd(t, OpNodeEnrol, t0, Enrol{Node: "s2", ID: "2", TokenHash: "cli", Server: true})); err == nil || !strings.Contains(err.Error(), "--server") {
+		t.Fatalf("a client token used by a server: %v", err)
+	}
+	mustApply(t, r, cmd(t, OpNodeEnrol, t0, Enrol{Node: "s2", ID: "2", TokenHash: "srv", Server: true}))
+	if !r.Nodes["s2"].Server {
+		t.Fatal("a node enrolled with a server token is not a server in the record")
+	}
+}
+
+// A removed server stays a node but no longer a server; the control-node cannot be removed.
+func TestServerRemove(t *testing.T) {
+	r := NewRecord()
+	mustApply(t, r, genesisCmd(t, Adopted))
+	mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: "srv", Mode: Adopted, Expires: t0.Add(time.Hour), Server: true}))
+	mustApply(t, r, cmd(t, OpNodeEnrol, t0, Enrol{Node: "s2", ID: "2", TokenHash: "srv", Server: true}))
+	if _, err := Apply(r, cmd(t, OpServerRemove, t0, ServerRemove{Node: "hub"})); err == nil || !strings.Contains(err.Error(), "control-node") {
+		t.Fatalf("removing the control-node: %v", err)
+	}
+	mustApply(t, r, cmd(t, OpServerRemove, t0, ServerRemove{Node: "s2"}))
+	if n := r.Nodes["s2"]; n == nil || n.Server {
+		t.Fatalf("s2 after remove: %+v", n)
+	}
+	if _, err := Apply(r, cmd(t, OpServerRemove, t0, ServerRemove{Node: "s2"})); err == nil || !strings.Contains(err.Error(), "not a server") {
+		t.Fatalf("removing it twice: %v", err)
+	}
+}

@@ -98,8 +98,10 @@ type Token struct {
 	Mode    Mode      `json:"mode"`
 	Expires time.Time `json:"expires"`
 	Created time.Time `json:"created"`
-	UsedBy  string    `json:"used_by,omitempty"`
-	UsedAt  time.Time `json:"used_at"`
+	// Server tokens enrol servers.
+	Server bool      `json:"server,omitempty"`
+	UsedBy string    `json:"used_by,omitempty"`
+	UsedAt time.Time `json:"used_at"`
 }
 
 // NewRecord returns an empty record.

@@ -326,9 +326,10 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 	if det.Firewall.Kind != "nftables" || !strings.Contains(det.Firewall.Description, "nftables, active") {
 		t.Fatalf("found firewall reported as %+v", det.Firewall)
 	}
-	// Every foundation port from private is guarded: the broker (5672), the store (7001 here),
-	// raft (7071) and the broker's management port (15672).
-	if det.Guard == nil || det.Guard.State != "loaded" || strings.Join(det.Guard.Ports, ",") != "tcp/5672,tcp/7001,tcp/7071,tcp/15672" {
+	// Every foundation port from private is guarded: the broker (5672), the store (7001 here)
+	// and the broker's management port (15672). Raft (7071) is not: servers reach it over the
+	// underlay, behind its mTLS transport.
+	if det.Guard == nil || det.Guard.State != "loaded" || strings.Join(det.Guard.Ports, ",") != "tcp/5672,tcp/7001,tcp/15672" {
 		t.Fatalf("guard reported as %+v", det.Guard)
 	}
 	if !strings.HasPrefix(det.Watch, "re-applied on every change") {
@@ -451,12 +452,12 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 }
 
 // A converged node gets meshd's derived filter: a declared port open, an undeclared listening port
-// closed, the mesh's own raft port only from the private network; no guard.
+// closed, the mesh's own raft port open (servers reach it over the underlay); no guard.
 func TestOpeningsConvergedDerivedFilter(t *testing.T) {
 	l := newHoLab(t)
 	l.serve(7000)                             // howeb's port
 	l.serve(7002)                             // nobody declares it
-	l.serve(7071)                             // raft: the mesh's own, from the private network
+	l.serve(7071)                             // raft: the mesh's own, from anywhere (mTLS)
 	l.wantReach(l.cli, l.outside(7002), true) // nothing filters yet
 
 	mesh := newHoMesh(t, fsm.Converged)
@@ -477,7 +478,7 @@ func TestOpeningsConvergedDerivedFilter(t *testing.T) {
 	}
 	l.wantReach(l.cli, l.outside(7000), true)
 	l.wantReach(l.cli, l.outside(7002), false)
-	l.wantReach(l.cli, l.outside(7071), false)
+	l.wantReach(l.cli, l.outside(7071), true)
 	l.wantReach(l.peer, l.private(7071), true)
 	l.wantReach(l.peer, l.private(7002), false)
 	if tables := l.sh("nft list tables"); strings.Contains(tables, netfilter.GuardTable) || !strings.Contains(tables, netfilter.FilterTable) {

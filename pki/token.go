@@ -34,6 +34,8 @@ type TokenPayload struct {
 	// Range is the private network's range, so a joining machine's preflight can check that no
 	// tunnel on it overlaps the mesh's; empty in tokens made before it was carried.
 	Range string `json:"range,omitempty"`
+	// Server says the token enrols a server: the joining machine runs Raft and holds the CA key.
+	Server bool `json:"server,omitempty"`
 }
 
 // Expires is Exp as a time.

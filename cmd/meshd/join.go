@@ -23,7 +23,7 @@ func joinCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "join TOKEN|--token-file FILE --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--dry-run] [--seal-key FILE]",
-		Short: "Enrol this machine in a mesh with a token, as a client node",
+		Short: "Enrol this machine in a mesh with a token, as a client node or (with a server token) a server",
 		Long: `Join enrols this machine with a token from ` + "`meshd token create`" + `. It checks the token's form, then
 runs genesis's preflight on this machine before anything is sent: every port this node will bind (its
 bus, gossip and tunnel ports) free, a held one named with its holder; the found firewall one meshd
@@ -41,6 +41,12 @@ with that CA, makes the node's identity key and enrols: the server answers once 
 the node, with the node's certificate, the CA's, the gossip key, its private address and mode (the
 token's), and its first declaration. Only then is the data dir written, its secrets sealed under the
 seal key (made if there is none; its recovery code is printed this once).
+
+With a token made by ` + "`meshd token create --server`" + ` the machine joins as a server: its preflight
+checks its Raft port too (--port raft=N), the enrolment also brings the mesh CA key (sealed here like
+the control-node's: every server enrols nodes and signs tokens), and once its agent starts the leader
+adds it to the Raft group as a non-voter, then makes it a voter when its log has been current for a
+moment. Three or five servers are the shapes to run; an even count is warned about.
 
 A used, expired, forged or truncated token is refused with the reason; nothing changes here or in the
 record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.
@@ -83,7 +89,11 @@ A token on the command line can be read by every user of the machine while join 
 			return g.emit(res, func(w io.Writer) {
 				printFindings(w, res.Findings)
 				n := res.Node
-				fmt.Fprintf(w, "joined: node %s, %s, a client of %s\n", n.Name, modeWord(n.Mode), list(res.Servers))
+				if n.Server {
+					fmt.Fprintf(w, "joined: node %s, %s, a server beside %s; it joins Raft as a non-voter and votes once its log is current\n", n.Name, modeWord(n.Mode), list(res.Servers))
+				} else {
+					fmt.Fprintf(w, "joined: node %s, %s, a client of %s\n", n.Name, modeWord(n.Mode), list(res.Servers))
+				}
 				fmt.Fprintf(w, "id\t%s\n", n.ID)
 				fmt.Fprintf(w, "data dir\t%s\n", res.DataDir)
 				fmt.Fprintf(w, "private address\t%s\n", n.Address)
@@ -112,7 +122,7 @@ A token on the command line can be read by every user of the machine while join 
 	f.StringVar(&opts.Advertise, "advertise", "", "this node's underlay address (default: the address the server sees it at)")
 	f.StringVar(&opts.Tunnel, "tunnel", "", "the machine's found WireGuard interface (a predecessor's tunnel): its key is presented so the node keeps its tunnel address")
 	f.StringVar(&opts.SealKey, "seal-key", "", "the seal key file (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
-	f.StringArrayVar(&ports, "port", nil, "a port this node binds, KEY=N (bus, gossip, tunnel; repeatable)")
+	f.StringArrayVar(&ports, "port", nil, "a port this node binds, KEY=N (bus, gossip, tunnel; raft with a server token; repeatable)")
 	f.StringVar(&opts.DockerHost, "docker-host", "", "the Docker engine, for published ports (default unix:///var/run/docker.sock)")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "run the preflight only: send nothing, change nothing")
 	_ = cmd.MarkFlagRequired("name")

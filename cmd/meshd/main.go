@@ -23,7 +23,10 @@ import (
 type globals struct {
 	socket string
 	json   bool
+	stale  bool
 	out    io.Writer
+	// last is the last client made, to say after the command who answered it.
+	last *agent.Client
 }
 
 func main() {
@@ -61,6 +64,8 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	}
 	root.PersistentFlags().StringVar(&g.socket, "socket", def, "the agent's operator socket (env MESHD_SOCKET)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text")
+	root.PersistentFlags().BoolVar(&g.stale, "stale", false, "let a follower server answer a read from its own record (it says how far behind it may be) instead of asking the leader")
+	root.PersistentPostRun = func(*cobra.Command, []string) { g.sayAnswered(os.Stderr) }
 	root.AddCommand(genesisCmd(g), agentCmd(g), statusCmd(g), nodeCmd(g), moduleCmd(g), declarationCmd(g),
 		operatorCmd(g), snapshotCmd(g), tokenCmd(g), joinCmd(g), membersCmd(g), leaveCmd(g), keyringCmd(g), checkCmd(g))
 	root.AddCommand(convergeCmd(g))
@@ -69,7 +74,26 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	return root
 }
 
-func (g *globals) client() *agent.Client { return agent.NewClient(g.socket) }
+func (g *globals) client() *agent.Client {
+	g.last = agent.NewClient(g.socket)
+	g.last.Stale = g.stale
+	return g.last
+}
+
+// sayAnswered tells on stderr (stdout stays the command's) what the answer said about itself: a
+// write's committed index, a stale read's distance from the leader.
+func (g *globals) sayAnswered(w io.Writer) {
+	if g.last == nil {
+		return
+	}
+	a := g.last.Last()
+	switch {
+	case a.Write && a.Index != "":
+		fmt.Fprintf(w, "committed and applied at record index %s (answered by %s)\n", a.Index, a.ServedBy)
+	case a.Stale != "":
+		fmt.Fprintf(w, "stale read: answered by %s: %s\n", a.ServedBy, a.Stale)
+	}
+}
 
 func (g *globals) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 60*time.Second)

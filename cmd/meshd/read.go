@@ -47,7 +47,18 @@ A node whose tunnel is found-down-mesh-not-up (its peers reach nothing) is named
 				if leader == "" {
 					leader = "(none)"
 				}
-				fmt.Fprintf(w, "leader: %s %s\trecord index: %d\n\n", leader, st.Leader.Address, st.Index)
+				fmt.Fprintf(w, "leader: %s %s\trecord index: %d\n", leader, st.Leader.Address, st.Index)
+				if st.Leader.Why != "" {
+					fmt.Fprintf(w, "why: %s\n", st.Leader.Why)
+				}
+				fmt.Fprintf(w, "voters: %s\tanswered by: %s\n", strings.Join(st.Voters, ", "), st.ServedBy)
+				if st.Stale != "" {
+					fmt.Fprintf(w, "stale: %s\n", st.Stale)
+				}
+				if st.Warning != "" {
+					fmt.Fprintf(w, "warning: %s\n", st.Warning)
+				}
+				fmt.Fprintln(w)
 				fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tLIVE\tHELD\tASSIGNED\tTAKEN")
 				adopted := 0
 				for _, n := range st.Nodes {
@@ -498,7 +509,7 @@ func sortedKeys(m map[string]string) []string {
 
 func operatorCmd(g *globals) *cobra.Command {
 	op := &cobra.Command{Use: "operator", Short: "Operate the control plane itself"}
-	rf := &cobra.Command{Use: "raft", Short: "Inspect the Raft group"}
+	rf := &cobra.Command{Use: "raft", Short: "Inspect and operate the Raft group: its servers, its leader, recovery from a lost quorum"}
 	rf.AddCommand(&cobra.Command{
 		Use:   "list-peers",
 		Short: "List the Raft servers, their addresses and which one leads",
@@ -510,6 +521,10 @@ func operatorCmd(g *globals) *cobra.Command {
 			if err := g.client().Get(ctx, "/v1/raft/peers", &peers); err != nil {
 				return err
 			}
+			var here agent.RaftStateView
+			if err := g.client().Get(ctx, "/v1/raft/state", &here); err != nil {
+				return err
+			}
 			return g.emit(peers, func(w io.Writer) {
 				fmt.Fprintln(w, "NODE\tID\tADDRESS\tSUFFRAGE\tSTATE")
 				for _, p := range peers {
@@ -519,9 +534,15 @@ func operatorCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Node, p.ID, p.Address, strings.ToLower(p.Suffrage), state)
 				}
+				fmt.Fprintf(w, "\nthis server (%s): %s, term %d, log ends at %d, commit %d, record applied %d", here.Node, strings.ToLower(here.State), here.Term, here.LastIndex, here.CommitIndex, here.Applied)
+				if here.LastContact != "" {
+					fmt.Fprintf(w, ", last contact with the leader %s ago", here.LastContact)
+				}
+				fmt.Fprintln(w)
 			})
 		},
 	})
+	rf.AddCommand(removePeerCmd(g), transferLeaderCmd(g), recoverCmd(g))
 	op.AddCommand(rf, sealKeyCmd(g))
 	return op
 }

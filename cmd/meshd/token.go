@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,10 +18,11 @@ func tokenCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Enrolment tokens: make one for a machine to join with"}
 	var (
 		adopted, converged bool
+		server             bool
 		ttl                time.Duration
 	)
 	create := &cobra.Command{
-		Use:   "create --adopted|--converged [--ttl 1h]",
+		Use:   "create --adopted|--converged [--server] [--ttl 1h]",
 		Short: "Print a signed, single-use, expiring token for `meshd join`",
 		Long: `Token create asks this server for an enrolment token: signed by the mesh CA, good for one join,
 until --ttl passes. It carries the joining node's mode, which you must say: --adopted (what is found on
@@ -32,9 +34,14 @@ address and mesh.bus port), the private network's range (join's preflight checks
 fingerprint, so the joining machine trusts only this mesh's servers. The record keeps only the
 token's hash: the token is printed this once.
 
-Run it on a server; give the token to ` + "`meshd join`" + ` on the new machine.`,
+With --server the token enrols a server: the machine joins the Raft group as a non-voter, catches up,
+and becomes a voter once its log is current; it also receives the mesh CA key. Run three or five
+servers: with an even count the token says so (a quorum of 2 of 2 survives no loss at all).
+
+Run it on any node (a follower or a client forwards it to the leader); give the token to ` + "`meshd join`" + ` on the new machine.`,
 		Example: `  meshd token create --adopted --ttl 30m
   meshd token create --converged               # for an idle machine
+  meshd token create --adopted --server        # a second or third server
   meshd join "$(meshd token create --adopted)" --name edge-1   # on the new machine`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -54,7 +61,7 @@ Run it on a server; give the token to ` + "`meshd join`" + ` on the new machine.
 					"(meshd's filter replaces its firewall; join refuses it on a machine in use)")
 			}
 			var v agent.TokenView
-			if err := g.client().Post(ctx, "/v1/tokens", agent.TokenRequest{Mode: mode, TTL: ttl.String()}, &v); err != nil {
+			if err := g.client().Post(ctx, "/v1/tokens", agent.TokenRequest{Mode: mode, TTL: ttl.String(), Server: server}, &v); err != nil {
 				return err
 			}
 			if g.json {
@@ -62,11 +69,15 @@ Run it on a server; give the token to ` + "`meshd join`" + ` on the new machine.
 			}
 			// The token alone on stdout, so $(meshd token create) is the token.
 			fmt.Fprintln(g.out, v.Token)
+			if v.Warning != "" {
+				fmt.Fprintf(os.Stderr, "warning: with this server the group has %s\n", v.Warning)
+			}
 			return nil
 		},
 	}
 	create.Flags().BoolVar(&adopted, "adopted", false, "the joining node is adopted: what is found on it is held until each module is taken")
 	create.Flags().BoolVar(&converged, "converged", false, "the joining node is converged: meshd's filter replaces its firewall (an idle machine)")
+	create.Flags().BoolVar(&server, "server", false, "the token enrols a server: it joins the Raft group and holds the record")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is good for")
 	cmd.AddCommand(create)
 	return cmd

@@ -1,0 +1,146 @@
+package agent
+
+// The operator's Raft commands on a running group: remove-peer and transfer-leader (the leader's
+// to do: they come to it forwarded like any write).
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/hashicorp/raft"
+
+	"meshd/fsm"
+)
+
+// RemovePeerView is what remove-peer did.
+type RemovePeerView struct {
+	Node  string `json:"node"`
+	ID    string `json:"id"`
+	Index uint64 `json:"index"`
+	// Voters are the voters left.
+	Voters []string `json:"voters"`
+	// Warning is said when the voters left are an even count.
+	Warning string `json:"warning,omitempty"`
+}
+
+// removePeer takes a server out of the group: first the record (committed: the node stays, no
+// longer a server, so no autopilot adds it back), then Raft's configuration.
+func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
+	name := req.PathValue("node")
+	v, index, err := s.raft.applyAt(fsm.OpServerRemove, fsm.ServerRemove{Node: name}, applyTimeout)
+	committedAt(w, index)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	n := v.(*fsm.Node)
+	if err := s.raft.raft.RemoveServer(raft.ServerID(n.ID), 0, applyTimeout).Error(); err != nil {
+		writeErr(w, fmt.Errorf("node %s is no longer a server in the record (index %d), but raft has not taken it out of the group yet (%w); the leader keeps trying", name, index, err))
+		return
+	}
+	out := RemovePeerView{Node: name, ID: n.ID, Index: index, Voters: s.voterNames()}
+	out.Warning = evenWarning(len(out.Voters))
+	s.log.Info("raft: server removed by the operator", "server", name, "voters", out.Voters)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// voterNames lists the voters of the configuration by node name.
+func (s *serverRole) voterNames() []string {
+	fut := s.raft.raft.GetConfiguration()
+	if fut.Error() != nil {
+		return nil
+	}
+	names := s.namesByID()
+	var out []string
+	for _, sv := range fut.Configuration().Servers {
+		if sv.Suffrage == raft.Voter {
+			out = append(out, orID(names[string(sv.ID)], string(sv.ID)))
+		}
+	}
+	return out
+}
+
+func (s *serverRole) namesByID() map[string]string {
+	names := map[string]string{}
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		for _, n := range r.Nodes {
+			names[n.ID] = n.Name
+		}
+	})
+	return names
+}
+
+func orID(name, id string) string {
+	if name == "" {
+		return id
+	}
+	return name
+}
+
+// TransferRequest names the server to hand leadership to; empty is the control-node.
+type TransferRequest struct {
+	Node string `json:"node,omitempty"`
+}
+
+// TransferView is what transfer-leader did.
+type TransferView struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Note says what happens next (the control-node takes leadership back once current).
+	Note string `json:"note,omitempty"`
+}
+
+// transferLeader hands leadership to a voter: the one named, else the control-node.
+func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
+	var in TransferRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil && !errors.Is(err, io.EOF) {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "transfer request: " + err.Error()})
+		return
+	}
+	servers, _, control := s.recordServers()
+	to := in.Node
+	if to == "" {
+		to = control
+	}
+	if to == s.node.Name {
+		writeJSON(w, http.StatusOK, TransferView{From: s.node.Name, To: to, Note: "it already leads"})
+		return
+	}
+	var target *groupServer
+	for i := range servers {
+		if servers[i].name == to {
+			target = &servers[i]
+		}
+	}
+	if target == nil {
+		writeErr(w, notFound(fmt.Sprintf("node %s is not a server of the record; the servers are %s", to, serverNames(servers))))
+		return
+	}
+	if err := s.raft.raft.LeadershipTransferToServer(raft.ServerID(target.id), raft.ServerAddress(target.raftAddr)).Error(); err != nil {
+		if nl := s.raft.notLeader(err); nl != nil {
+			err = nl
+		}
+		writeErr(w, fmt.Errorf("leadership transfer from %s to %s: %w", s.node.Name, to, err))
+		return
+	}
+	out := TransferView{From: s.node.Name, To: to}
+	if to != control {
+		out.Note = fmt.Sprintf("the control-node %s takes leadership back once it is current; to keep it elsewhere, stop the control-node's agent", control)
+	}
+	s.log.Info("raft: leadership transferred by the operator", "to", to)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func serverNames(servers []groupServer) string {
+	out := ""
+	for i, g := range servers {
+		if i > 0 {
+			out += ", "
+		}
+		out += g.name
+	}
+	return out
+}
