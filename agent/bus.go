@@ -271,7 +271,14 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
-	cert, err := s.secrets.CA.IssueNode(in.Node, pub, pki.ClientCert, time.Now())
+	// A server's enrolment gets a server's certificate (Raft and the bus accept only those); the
+	// record refuses a server enrolment without a server token, and the certificate goes out only
+	// once the record took the enrolment.
+	role := pki.ClientCert
+	if in.Server {
+		role = pki.ServerCert
+	}
+	cert, err := s.secrets.CA.IssueNode(in.Node, pub, role, time.Now())
 	if err != nil {
 		refuse(http.StatusBadRequest, err)
 		return

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -18,6 +19,7 @@ import (
 
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/host"
 	"meshd/pki"
 )
 
@@ -209,8 +211,22 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	}
 	// The control-node's public key is recorded as an enrolled node's is: servers verify its
 	// signed gossip reports with it.
+	// Without a tunnel to take, the control-node makes its own overlay key, as a joining node
+	// does: only its public half goes into the record, the private half is sealed here.
+	var overlay string
+	if take == nil {
+		k, err := wgtypes.GeneratePrivateKey()
+		if err != nil {
+			return fail(fmt.Errorf("making the node's WireGuard key: %w", err))
+		}
+		if err := (host.SealedTunnelKey{Path: host.TunnelKeyPath(opts.DataDir), Seal: seal}).Save(k); err != nil {
+			return fail(fmt.Errorf("the node's WireGuard key: %w", err))
+		}
+		overlay = k.PublicKey().String()
+	}
 	v, err := rn.apply(fsm.OpGenesis, fsm.Genesis{Node: opts.Name, ID: nf.ID, Mode: opts.Mode, Advertise: opts.Advertise,
-		PublicKey: pki.PublicKeyString(nodePub), Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation, Tunnel: take}, 10*time.Second)
+		PublicKey: pki.PublicKeyString(nodePub), Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation, Tunnel: take,
+		WireGuardKey: overlay}, 10*time.Second)
 	if err != nil {
 		return fail(err)
 	}

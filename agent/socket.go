@@ -42,7 +42,8 @@ func listenSocket(path string, gid int) (net.Listener, error) {
 			return nil, fmt.Errorf("socket %s is served by another agent; stop it or give this one --socket", path)
 		}
 	}
-	private, err := os.MkdirTemp(dir, ".meshd-socket-")
+	// a short name: a unix socket's path must fit in 108 bytes, and this one is bound first
+	private, err := os.MkdirTemp(dir, ".ms")
 	if err != nil {
 		return nil, fmt.Errorf("socket %s: private dir in %s: %w", path, dir, err)
 	}

@@ -182,6 +182,8 @@ func applyGenesis(r *Record, c *Command, b *Genesis) (any, error) {
 			return nil, err
 		}
 		taken, n.WireGuardKey = t, b.Tunnel.PublicKey
+	} else {
+		n.WireGuardKey = b.WireGuardKey
 	}
 	for _, m := range b.Assign {
 		if cat[m] == nil {

@@ -61,6 +61,10 @@ type Genesis struct {
 	// (--take-tunnel): its port becomes mesh.tunnel, its range the record's, its address the
 	// hub's, and its peers are carried.
 	Tunnel *TunnelTake `json:"tunnel,omitempty"`
+	// WireGuardKey, when there is no Tunnel, is the control-node's own overlay key: the
+	// WireGuard public key made on the machine at genesis (its private half sealed there), so
+	// the hub raises the mesh's interface like every other node. A take later moves it, signed.
+	WireGuardKey string `json:"wireguard_key,omitempty"`
 }
 
 // Enrol adds a node, spending a token.

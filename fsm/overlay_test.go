@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"meshd/catalogue"
 	"meshd/pki"
 	"net/netip"
 	"regexp"
@@ -260,5 +261,36 @@ func TestUnitNothingDerivedFromTheAddressIsStale(t *testing.T) {
 	}
 	if d, _ := Compose(r, "newnode"); d.Tunnel.ListenPort != 51830 || d.Mesh.Tunnel != 51830 {
 		t.Errorf("newnode's own tunnel: listen %d, mesh port %d; want 51830", d.Tunnel.ListenPort, d.Mesh.Tunnel)
+	}
+}
+
+// A control-node made by genesis without a tunnel to take makes its own overlay key, as a joining
+// node does: the record holds its public half, and the hub's declaration raises the mesh's
+// interface at the range's first address, routing the range to the nodes that join after it. A
+// take on the running mesh later moves that key, on the hub's signed announcement naming it.
+func TestUnitGenesisWithoutATunnelGivesTheHubItsOwnOverlay(t *testing.T) {
+	hubID, hubPub := identity(t)
+	own := wgKey(t)
+	r := NewRecord()
+	mustApply(t, r, cmd(t, OpGenesis, t0, Genesis{Node: "hub", ID: "id-hub", Mode: Adopted, Advertise: "198.51.100.1", PublicKey: hubPub,
+		Settings: map[string]string{"registry": "5001"}, Catalogue: catalogue.DefaultSources(),
+		Assign: []string{"broker", "mesh", "registry", "store"}, WireGuardKey: own}))
+	d, err := Compose(r, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tv := d.Tunnel; tv.Interface != MeshInterface || tv.PublicKey != own || tv.Address != "10.99.0.1/24" {
+		t.Fatalf("the hub's tunnel after genesis: %+v, want %s with its own key at 10.99.0.1/24", tv, MeshInterface)
+	}
+	f := newFoundTunnel(t)
+	take := f.take
+	take.Announcement = pki.AnnounceKey(hubID, "hub", "", f.hub) // names no previous key: stale
+	if _, err := Apply(r, cmd(t, OpTunnelTake, t0.Add(time.Minute), take)); err == nil || !strings.Contains(err.Error(), "stale or replayed") {
+		t.Fatalf("a take announced over no key, while the hub holds its own: %v", err)
+	}
+	take.Announcement = pki.AnnounceKey(hubID, "hub", own, f.hub)
+	mustApply(t, r, cmd(t, OpTunnelTake, t0.Add(2*time.Minute), take))
+	if k := r.Nodes["hub"].WireGuardKey; k != f.hub {
+		t.Fatalf("after the take the hub's overlay key is %s, want the found tunnel's %s", k, f.hub)
 	}
 }

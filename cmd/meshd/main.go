@@ -65,7 +65,14 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	root.PersistentFlags().StringVar(&g.socket, "socket", def, "the agent's operator socket (env MESHD_SOCKET)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text")
 	root.PersistentFlags().BoolVar(&g.stale, "stale", false, "let a follower server answer a read from its own record (it says how far behind it may be) instead of asking the leader")
-	root.PersistentPostRun = func(*cobra.Command, []string) { g.sayAnswered(os.Stderr) }
+	root.PersistentPostRun = func(cmd *cobra.Command, _ []string) {
+		// --json: the answer is for a program, which reads the index from it; no extra line
+		// that a caller combining the two streams would have to strip.
+		if f := cmd.Flags().Lookup("json"); f != nil && f.Value.String() == "true" {
+			return
+		}
+		g.sayAnswered(os.Stderr)
+	}
 	root.AddCommand(genesisCmd(g), agentCmd(g), statusCmd(g), nodeCmd(g), moduleCmd(g), declarationCmd(g),
 		operatorCmd(g), snapshotCmd(g), tokenCmd(g), joinCmd(g), membersCmd(g), leaveCmd(g), keyringCmd(g), checkCmd(g))
 	root.AddCommand(convergeCmd(g))
