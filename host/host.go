@@ -147,6 +147,8 @@ type Host struct {
 	last Report
 	// drift is the running loop's drift watch (watch.go), nil outside Run; guarded by mu.
 	drift *driftWatch
+	// passed are the channels Passed handed out; guarded by mu.
+	passed []chan struct{}
 
 	owners map[string]ids // resolved owners, guarded by pass
 	// outs are each driver's outcome of its last pass, by kind, which a drift pass that leaves
@@ -382,8 +384,26 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 	}
 	h.mu.Lock()
 	h.last = rep
+	for _, ch := range h.passed {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is pending already: the reader will read this report
+		}
+	}
 	h.mu.Unlock()
 	return rep
+}
+
+// Passed returns a channel that receives after each pass (the report is then Report's); a pass
+// never waits for its reader, and wake-ups the reader has not taken yet are one. Each call gives
+// a channel of its own, so the agent's report publishers each learn of every pass at once
+// rather than polling.
+func (h *Host) Passed() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	h.passed = append(h.passed, ch)
+	h.mu.Unlock()
+	return ch
 }
 
 func (h *Host) hasDriver(kind string) bool {
