@@ -149,6 +149,9 @@ type Host struct {
 	drift *driftWatch
 	// passed are the channels Passed handed out; guarded by mu.
 	passed []chan struct{}
+	// timerOnly turns the drift watches off: the loop as it was before them, which the drift
+	// benchmark measures beside it. Set before Run.
+	timerOnly bool
 
 	owners map[string]ids // resolved owners, guarded by pass
 	// outs are each driver's outcome of its last pass, by kind, which a drift pass that leaves

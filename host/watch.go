@@ -96,6 +96,9 @@ type driftWatch struct {
 func (h *Host) watchDrift(ctx context.Context) *driftWatch {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &driftWatch{h: h, dr: newDrift(), stop: cancel}
+	if h.timerOnly {
+		return w
+	}
 	fw, err := newFileWatch(h.root, func() { w.dr.touch(fsm.KindFile) }, h.log)
 	if err != nil {
 		h.log.Warn("file watch unavailable: drift in files is noticed on the timer only", "err", err)
