@@ -266,6 +266,7 @@ func (h *Host) Run(ctx context.Context, decls <-chan *fsm.Declaration) error {
 				continue
 			}
 			last = d
+			w.follow(last, h.Report()) // watched before the pass reads them: no change slips between
 			w.follow(last, h.Reconcile(ctx, last))
 			t.Reset(h.interval)
 		case <-t.C:
