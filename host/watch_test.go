@@ -331,3 +331,53 @@ func inotifyEvent(wd int, mask uint32, name string) []byte {
 	copy(b[unix.SizeofInotifyEvent:], name)
 	return b
 }
+
+// callCounter is a driver that counts its passes, safely read while the loop runs.
+type callCounter struct {
+	kind  string
+	calls atomic.Int64
+}
+
+func (c *callCounter) Kind() string { return c.kind }
+func (c *callCounter) Reconcile(context.Context, Pass) Outcome {
+	n := c.calls.Add(1)
+	return Outcome{Detail: map[string]int64{"pass": n}}
+}
+
+// A drift pass runs the files and the drivers of the kinds touched only: a held file rewritten
+// does not cost the firewall's or the engine's pass, and their parts of the report are kept
+// from their last pass; a touch of a driver's kind runs that driver.
+func TestDriftPassRunsOnlyTheKindsTouched(t *testing.T) {
+	b := newBed(t)
+	b.place(appConf, predecessorContent)
+	other := &callCounter{kind: fsm.KindOpening}
+	r := runHost(t, b, other)
+	rep := r.declare(decl(fsm.Adopted, file("webapp", appConf, meshContent, false)))
+	if other.calls.Load() != 1 {
+		t.Fatalf("the declaration's pass ran the driver %d times", other.calls.Load())
+	}
+	at := time.Now()
+	if err := os.WriteFile(b.at(appConf), []byte("rewritten\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep = r.seenWithin(at, "held file rewritten", func(rep Report) bool {
+		hf := heldOf(rep, appConf)
+		return hf != nil && hf.Changed
+	})
+	if n := other.calls.Load(); n != 1 {
+		t.Fatalf("a file's drift pass ran the %s driver (%d passes)", other.kind, n)
+	}
+	if d, ok := rep.Kinds[fsm.KindOpening].(map[string]int64); !ok || d["pass"] != 1 {
+		t.Fatalf("the %s driver's part of the report was not kept: %+v", other.kind, rep.Kinds)
+	}
+	r.h.mu.Lock()
+	r.h.drift.dr.touch(fsm.KindOpening)
+	r.h.mu.Unlock()
+	rep = r.seenWithin(time.Now(), "a pass for the kind touched", func(rep Report) bool {
+		d, ok := rep.Kinds[fsm.KindOpening].(map[string]int64)
+		return ok && d["pass"] == 2
+	})
+	if hf := heldOf(rep, appConf); hf == nil || !hf.Changed {
+		t.Fatalf("a driver's drift pass lost the files' part of the report: %+v", rep.Held)
+	}
+}
