@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"unsafe"
@@ -56,7 +57,13 @@ func newFileWatch(root string, touched func(), log *slog.Logger) (*fileWatch, er
 func (fw *fileWatch) follow(paths []string) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	fw.paths = append(fw.paths[:0], paths...)
+	fw.paths = fw.paths[:0]
+	for _, p := range paths {
+		// Only what the host would act on: a clean absolute path, never one climbing out of root.
+		if path.IsAbs(p) && path.Clean(p) == p && p != "/" {
+			fw.paths = append(fw.paths, p)
+		}
+	}
 	fw.syncLocked()
 }
 
