@@ -263,9 +263,11 @@ func (c *clientRole) watchBus(ctx context.Context) {
 // gossip sees no server alive: gossip is how reports travel, the bus is the fallback. A failed
 // post is retried with backoff (reportpost.go).
 func (c *clientRole) postReports(ctx context.Context) {
-	newReportPoster(c.log, c.host.Report, c.serverAlive, func(ctx context.Context, rep host.Report) error {
+	p := newReportPoster(c.log, c.host.Report, c.serverAlive, func(ctx context.Context, rep host.Report) error {
 		return c.busJSON(ctx, http.MethodPost, "/v1/report", rep, nil)
-	}).run(ctx)
+	})
+	p.wake = c.host.Passed()
+	p.run(ctx)
 }
 
 // serverAlive says whether this (client) node's gossip sees a server alive: while it does, its

@@ -265,17 +265,24 @@ func reportKey(rep host.Report) []byte {
 // it (or a server that restarted) has it back without waiting for push-pull.
 const publishInterval = 10 * time.Second
 
-// publishReports signs and publishes the host's report after each pass that changed it, and
-// again every publishInterval.
+// publishCheck is how often the publisher looks without a pass to wake it: for the member
+// coming up, and to publish an unchanged report again every publishInterval.
+const publishCheck = time.Second
+
+// publishReports signs and publishes the host's report as soon as a pass changed it (the host
+// wakes it after every pass: a drift seen on the machine is in the mesh within the gossip
+// interval), and again every publishInterval.
 func (a *Agent) publishReports(ctx context.Context) {
 	var last []byte
 	var at time.Time
-	t := time.NewTicker(250 * time.Millisecond)
+	passed := a.host.Passed()
+	t := time.NewTicker(publishCheck)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-passed:
 		case <-t.C:
 		}
 		g := a.member()

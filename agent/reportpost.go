@@ -31,6 +31,9 @@ type reportPoster struct {
 	report func() host.Report
 	alive  func() bool
 	post   func(context.Context, host.Report) error
+	// wake, when set, receives after each pass of the host (host.Passed), so a new report is
+	// posted at once rather than on the next tick; it is not heeded while backing off.
+	wake <-chan struct{}
 	// now and after are the clock; jitter returns a random duration in [0, d).
 	now    func() time.Time
 	after  func(time.Duration) <-chan time.Time
@@ -54,10 +57,15 @@ func (p *reportPoster) run(ctx context.Context) {
 	)
 	wait := reportTick
 	for {
+		wake := p.wake
+		if backoff != 0 {
+			wake = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.after(wait):
+		case <-wake:
 		}
 		wait = reportTick
 		rep := p.report()

@@ -145,8 +145,18 @@ type Host struct {
 
 	mu   sync.Mutex
 	last Report
+	// drift is the running loop's drift watch (watch.go), nil outside Run; guarded by mu.
+	drift *driftWatch
+	// passed are the channels Passed handed out; guarded by mu.
+	passed []chan struct{}
+	// timerOnly turns the drift watches off: the loop as it was before them, which the drift
+	// benchmark measures beside it. Set before Run.
+	timerOnly bool
 
-	owners    map[string]ids // resolved owners, guarded by pass
+	owners map[string]ids // resolved owners, guarded by pass
+	// outs are each driver's outcome of its last pass, by kind, which a drift pass that leaves
+	// the driver out reports again; guarded by pass.
+	outs      map[string]Outcome
 	listeners ListenerReader // the machine's listening sockets, read each pass; guarded by pass
 
 	crasher *crasher // CrashEnv's point; reaches nothing in production
@@ -175,7 +185,7 @@ func Open(cfg Config) (*Host, error) {
 	if root, err = filepath.EvalSymlinks(root); err != nil {
 		return nil, fmt.Errorf("host: root %s: %w", cfg.Root, err)
 	}
-	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}}
+	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}, outs: map[string]Outcome{}}
 	if h.interval <= 0 {
 		h.interval = DefaultInterval
 	}
@@ -238,9 +248,13 @@ func (h *Host) Original(p string) ([]byte, error) {
 
 // Run is the level-triggered loop: it reconciles on every declaration received and, with the
 // last one, on every tick of the interval, until ctx ends. A closed channel keeps the timer going.
+// Between those, the drift watches (watch.go) run a pass for what changed on the machine as soon
+// as it changes; the timer is the safety net for what they miss.
 func (h *Host) Run(ctx context.Context, decls <-chan *fsm.Declaration) error {
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
+	w := h.watchDrift(ctx)
+	defer w.close()
 	var last *fsm.Declaration
 	for {
 		select {
@@ -255,21 +269,33 @@ func (h *Host) Run(ctx context.Context, decls <-chan *fsm.Declaration) error {
 				continue
 			}
 			last = d
-			h.Reconcile(ctx, last)
+			w.follow(last, h.Report()) // watched before the pass reads them: no change slips between
+			w.follow(last, h.Reconcile(ctx, last))
 			t.Reset(h.interval)
 		case <-t.C:
 			if last != nil {
-				h.Reconcile(ctx, last)
+				w.follow(last, h.Reconcile(ctx, last))
+			}
+		case <-w.dr.due:
+			if kinds := w.dr.take(); last != nil {
+				w.follow(last, h.reconcile(ctx, last, kinds))
 			}
 		}
 	}
 }
 
 // Reconcile runs one pass: it brings the machine to d where d says so, keeps what is held, and
-// returns (and keeps, for Report) what it saw. It is the pass's one ordered sequence (read the
-// records, files, each driver, listeners, the report), each step a call; kept in one place so the
-// order a pass runs in reads at once.
+// returns (and keeps, for Report) what it saw.
 func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
+	return h.reconcile(ctx, d, nil)
+}
+
+// reconcile runs a pass over the files and the drivers of the kinds in scope (every driver when
+// scope is nil); a driver left out keeps its part of the report from its last pass. A pass that
+// stages a take's files runs every driver, since the take is staged across kinds. It is the pass's
+// one ordered sequence (read the records, files, each driver, listeners, the report), each step a
+// call; kept in one place so the order a pass runs in reads at once.
+func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[string]bool) Report {
 	h.pass.Lock()
 	defer h.pass.Unlock()
 	rep := Report{When: time.Now().UTC(), Held: []HeldFile{}, Written: []WrittenFile{}, Errors: []ResourceError{}}
@@ -286,13 +312,25 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	// drivers cut their resources over, then the files are written, module by module, unless a
 	// container of the module failed; a file that cannot be written steps the module back.
 	fc := h.files(ctx, d, byKind[fsm.KindFile], &rep)
+	if len(fc.staged) > 0 {
+		scope = nil
+	}
 	blocked := map[string]string{}
+	ranDriver := false
 	for _, drv := range h.drivers {
 		if ctx.Err() != nil {
 			break
 		}
-		out := drv.Reconcile(ctx, Pass{Declaration: d, Resources: byKind[drv.Kind()],
-			Records: &Records{s: h.st, kind: []byte(drv.Kind())}})
+		var out Outcome
+		if scope == nil || scope[drv.Kind()] {
+			out = drv.Reconcile(ctx, Pass{Declaration: d, Resources: byKind[drv.Kind()],
+				Records: &Records{s: h.st, kind: []byte(drv.Kind())}})
+			h.outs[drv.Kind()] = out
+			ranDriver = true
+		} else {
+			out = h.outs[drv.Kind()] // its part of the report from its last pass,
+			out.Changes = 0          // which counted what it changed
+		}
 		for _, e := range out.Errors {
 			if drv.Kind() == fsm.KindContainer && blocked[e.Module] == "" {
 				blocked[e.Module] = e.Reason
@@ -322,7 +360,12 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	if ctx.Err() != nil {
 		rep.Errors = append(rep.Errors, ResourceError{Resource: "pass", Reason: "interrupted: " + ctx.Err().Error()})
 	}
-	if ls, err := h.listeners.Read(); err != nil {
+	if scope != nil && !ranDriver {
+		// A pass over files only: the sockets are the last pass's (files open none).
+		h.mu.Lock()
+		rep.Listeners, rep.ListenersError = h.last.Listeners, h.last.ListenersError
+		h.mu.Unlock()
+	} else if ls, err := h.listeners.Read(); err != nil {
 		rep.ListenersError = fmt.Sprintf("read listening sockets: %v", err)
 	} else {
 		rep.Listeners = append([]Listener{}, ls...)
@@ -348,8 +391,26 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	}
 	h.mu.Lock()
 	h.last = rep
+	for _, ch := range h.passed {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is pending already: the reader will read this report
+		}
+	}
 	h.mu.Unlock()
 	return rep
+}
+
+// Passed returns a channel that receives after each pass (the report is then Report's); a pass
+// never waits for its reader, and wake-ups the reader has not taken yet are one. Each call gives
+// a channel of its own, so the agent's report publishers each learn of every pass at once
+// rather than polling.
+func (h *Host) Passed() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	h.passed = append(h.passed, ch)
+	h.mu.Unlock()
+	return ch
 }
 
 func (h *Host) hasDriver(kind string) bool {

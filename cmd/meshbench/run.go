@@ -31,6 +31,10 @@ type Options struct {
 type Suite struct {
 	Package string
 	Bench   string // -bench regexp
+	// Benchtime and Runs, when set, replace -benchtime and the run count for this suite: the
+	// drift figure's timer-only side takes seconds an iteration.
+	Benchtime string
+	Runs      int
 }
 
 // DefaultSuites are the benchmarks docs/performance.md explains.
@@ -39,6 +43,7 @@ var DefaultSuites = []Suite{
 	{Package: "./host/", Bench: "^BenchmarkNoOpPass$"},
 	{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
 	{Package: "./gossip/", Bench: "^(BenchmarkVerifyReport|BenchmarkReportSpread)$"},
+	{Package: "./host/", Bench: "^BenchmarkDriftDetection$", Benchtime: "8x", Runs: 1},
 }
 
 // Bench is one benchmark's runs.
@@ -93,8 +98,15 @@ func Run(o Options) (*Results, error) {
 	}
 	res := &Results{When: time.Now().UTC(), Machine: machine(), Count: o.Count, Sizes: o.Sizes, Benches: map[string]Bench{}}
 	for _, s := range suites {
-		args := []string{"test", "-run", "^$", "-bench", s.Bench, "-benchmem", "-count", strconv.Itoa(o.Count), s.Package}
-		if strings.Contains(s.Package, "netfilter") {
+		count := o.Count
+		if s.Runs > 0 {
+			count = s.Runs
+		}
+		args := []string{"test", "-run", "^$", "-bench", s.Bench, "-benchmem", "-count", strconv.Itoa(count), s.Package}
+		switch {
+		case s.Benchtime != "":
+			args = append(args[:len(args)-1], "-benchtime", s.Benchtime, s.Package)
+		case strings.Contains(s.Package, "netfilter"):
 			args = append(args[:len(args)-1], "-benchtime", "1x", s.Package)
 		}
 		cmd := exec.Command("go", args...)
@@ -231,6 +243,17 @@ func figures(b map[string]Bench, ns []string) []Figure {
 		m, model := x.Medians["ms-to-all"], x.Medians["model-ms"]
 		fs = append(fs, Figure{Key: "gossip.spread." + n, What: "a changed host report reaching all " + n + " members", MeshdMs: m,
 			VsMs: model, Versus: "memberlist's epidemic model", Ratio: model / m})
+	}
+	if w, ok := b["BenchmarkDriftDetection/watch"]; ok && w.Medians["p50-ms"] > 0 {
+		f := Figure{Key: "drift.file.p50", What: "a held file rewritten until the report says so, p50", MeshdMs: w.Medians["p50-ms"], Goal: "≤ 1 s"}
+		f.Met = boolp(f.MeshdMs <= 1000)
+		worst := Figure{Key: "drift.file.max", What: "a held file rewritten until the report says so, max", MeshdMs: w.Medians["max-ms"], Goal: "≤ 1 s"}
+		worst.Met = boolp(worst.MeshdMs <= 1000)
+		if t, ok := b["BenchmarkDriftDetection/timer"]; ok && t.Medians["p50-ms"] > 0 {
+			f.VsMs, f.Versus, f.Ratio = t.Medians["p50-ms"], "the 10 s timer alone", t.Medians["p50-ms"]/f.MeshdMs
+			worst.VsMs, worst.Versus, worst.Ratio = t.Medians["max-ms"], "the 10 s timer alone", t.Medians["max-ms"]/worst.MeshdMs
+		}
+		fs = append(fs, f, worst)
 	}
 	if v, ok := ms("BenchmarkNoOpPass"); ok {
 		fs = append(fs, Figure{Key: "reconcile.noop.40files", What: fmt.Sprintf("a host pass with nothing to do, 40 files (%.0f allocs)", b["BenchmarkNoOpPass"].Allocs), MeshdMs: v})

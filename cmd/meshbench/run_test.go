@@ -73,3 +73,30 @@ func TestParse(t *testing.T) {
 		t.Fatalf("median %v, want 4", m)
 	}
 }
+
+// The drift figures come from BenchmarkDriftDetection's metrics: the watches' p50 and max, each
+// beside the timer alone, with the 1 s goal judged on the watches' figure.
+func TestDriftFigures(t *testing.T) {
+	out := "BenchmarkDriftDetection/watch-2 \t 8\t 42300048 ns/op\t 93.64 max-ms\t 33.74 p50-ms\n" +
+		"BenchmarkDriftDetection/timer-2 \t 8\t 6606214638 ns/op\t 9964 max-ms\t 5689 p50-ms\n"
+	b := map[string]Bench{}
+	parse([]byte(out), b)
+	for name, x := range b {
+		x.Medians = map[string]float64{}
+		for unit, v := range x.Metrics {
+			x.Medians[unit] = median(v)
+		}
+		b[name] = x
+	}
+	got := map[string]Figure{}
+	for _, f := range figures(b, nil) {
+		got[f.Key] = f
+	}
+	p50, worst := got["drift.file.p50"], got["drift.file.max"]
+	if p50.MeshdMs != 33.74 || p50.VsMs != 5689 || p50.Met == nil || !*p50.Met || p50.Ratio < 168 {
+		t.Fatalf("p50 figure %+v", p50)
+	}
+	if worst.MeshdMs != 93.64 || worst.VsMs != 9964 || worst.Met == nil || !*worst.Met {
+		t.Fatalf("max figure %+v", worst)
+	}
+}

@@ -86,7 +86,7 @@ socket is never removed: the agent refuses to start, naming it.`,
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file")
 	f.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir, "the node's data dir")
-	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often the host re-checks the machine without a new declaration")
+	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often the host re-checks the whole machine without a new declaration; drift in declared files and containers is seen at once by watches, this is their safety net")
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.SealKey, "seal-key", "", "the seal key file the node's secrets are sealed under (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
 	f.StringVar(&cfg.SocketGroup, "socket-group", "", "a group (name or gid) whose members may use the operator socket besides root (default: root only)")

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"meshd/agent"
+	"meshd/container"
+	"meshd/host"
+	"meshd/internal/testenv"
+)
+
+// driftBound is issue 20's promise: drift is seen (held) or put back (taken) within a second of
+// the change, through the CLI, where the 10 s timer alone took up to 10 s. The agents here run
+// with a 10-minute timer, so whatever they notice within a test, a watch noticed.
+const driftBound = time.Second
+
+// driftView is what the drift tests read of `meshd node show NODE --json`.
+type driftView struct {
+	Report *struct {
+		Held  []host.HeldFile `json:"held"`
+		Kinds struct {
+			Container *host.ContainerReport `json:"container"`
+		} `json:"kinds"`
+	} `json:"report"`
+}
+
+// seenWithin polls check (through the CLI: each look costs a process) until it returns "" and
+// fails unless that came within driftBound of changed; it waits up to 10 s only to say how late.
+func seenWithin(t *testing.T, changed time.Time, what string, check func() string) {
+	t.Helper()
+	last := ""
+	for {
+		if last = check(); last == "" {
+			break
+		}
+		if time.Since(changed) > 10*time.Second {
+			t.Fatalf("%s: not seen within 10s (the bound is %v): %s", what, driftBound, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(changed)
+	if took > driftBound {
+		t.Fatalf("%s: seen after %v, want within %v", what, took.Round(time.Millisecond), driftBound)
+	}
+	t.Logf("%s: seen after %v", what, took.Round(time.Millisecond))
+}
+
+// heldChanged is a check that node's report, read on n, has the held file at path changed with
+// the content want.
+func heldChanged(n *node, node, path string, want []byte) func() string {
+	return func() string {
+		var v driftView
+		n.jsonOf(&v, "node", "show", node)
+		if v.Report == nil {
+			return "no report"
+		}
+		for _, h := range v.Report.Held {
+			if h.Path == path && h.Changed && h.CurrentHash == hashOf(want) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("held = %+v", v.Report.Held)
+	}
+}
+
+// hashOf names content as the host report does.
+func hashOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// On a server's own host, through `meshd node show`, with the machine's Docker engine: a held
+// file rewritten by something else, a taken file edited by hand, a held container removed, and
+// meshd's container stopped, each seen or converged within a second.
+func TestProcessDriftSeenAtOnceOnTheServer(t *testing.T) {
+	n := newNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	eng, err := container.New("", container.WithStopTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if err := eng.Ping(ctx); err != nil {
+		testenv.Prereq(t, "docker engine at %s: %v", container.DefaultHost, err)
+	}
+	rnd := make([]byte, 3)
+	_, _ = rand.Read(rnd)
+	tag := hex.EncodeToString(rnd)
+	heldName, mineName, image := "pt-"+tag+"-held", "pt-"+tag+"-mine", "pt-test/drift:"+tag
+	if _, err := eng.ImportImage(ctx, image, labsvcBin, []string{"/labsvc", "serve"}); err != nil {
+		t.Fatalf("import %s: %v", image, err)
+	}
+	t.Cleanup(func() {
+		testenv.RemoveContainers(t, container.DefaultHost, heldName)
+		testenv.RemoveContainers(t, container.DefaultHost, mineName)
+		_ = eng.RemoveImage(context.Background(), image)
+	})
+	if _, err := eng.Create(ctx, container.Spec{Name: heldName, Image: image, Cmd: []string{"--listen", ":8080", "--name", "predecessor"}}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	heldConf, takenConf := filepath.Join(dir, "legacy", "held.conf"), filepath.Join(dir, "mine", "taken.conf")
+	os.MkdirAll(filepath.Dir(heldConf), 0o755)
+	if err := os.WriteFile(heldConf, []byte("the predecessor's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range map[string]string{
+		"legacy": fmt.Sprintf("name: legacy\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\ncontainers:\n  - name: %s\n    image: %s\n    command: [\"--listen\", \":8080\", \"--name\", \"legacy\"]\n", heldConf, heldName, image),
+		"mine":   fmt.Sprintf("name: mine\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n    mode: \"0644\"\ncontainers:\n  - name: %s\n    image: %s\n    command: [\"--listen\", \":8080\", \"--name\", \"mine\"]\n", takenConf, mineName, image),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	n.genesis("--adopted")
+	n.startAgent("--docker-host", container.DefaultHost, "--reconcile-interval", "10m")
+	for _, m := range []string{"legacy", "mine"} {
+		n.ok("module", "add", filepath.Join(dir, m+".yaml"))
+		n.ok("module", "assign", "hub", m)
+	}
+	n.ok("module", "take", "hub", "mine")
+	var mineID string
+	poll(t, 30*time.Second, "held file and container, meshd's file and container", func() string {
+		var v driftView
+		n.jsonOf(&v, "node", "show", "hub")
+		if v.Report == nil || v.Report.Kinds.Container == nil || len(v.Report.Held) != 1 {
+			return "no report with a held file and containers yet"
+		}
+		states := map[string]host.ContainerView{}
+		for _, c := range v.Report.Kinds.Container.Containers {
+			states[c.Name] = c
+		}
+		if states[heldName].State != host.ContainerHeld || !states[mineName].Running {
+			return fmt.Sprintf("containers %+v", v.Report.Kinds.Container.Containers)
+		}
+		if b, _ := os.ReadFile(takenConf); string(b) != "meshd's\n" {
+			return fmt.Sprintf("%s holds %q", takenConf, b)
+		}
+		mineID = states[mineName].ID
+		return ""
+	})
+
+	rewritten := []byte("the predecessor's, still writing\n")
+	at := time.Now()
+	if err := os.WriteFile(heldConf, rewritten, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seenWithin(t, at, "held file rewritten, in node show", heldChanged(n, "hub", heldConf, rewritten))
+
+	at = time.Now()
+	if err := os.WriteFile(takenConf, []byte("edited by hand\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seenWithin(t, at, "taken file edited by hand, written back", func() string {
+		if b, _ := os.ReadFile(takenConf); string(b) != "meshd's\n" {
+			return fmt.Sprintf("%s holds %q", takenConf, b)
+		}
+		return ""
+	})
+
+	if err := eng.Remove(ctx, heldName); err != nil {
+		t.Fatal(err)
+	}
+	seenWithin(t, time.Now(), "held container removed, in node show", func() string {
+		var v driftView
+		n.jsonOf(&v, "node", "show", "hub")
+		if v.Report != nil && v.Report.Kinds.Container != nil {
+			for _, c := range v.Report.Kinds.Container.Containers {
+				if c.Name == heldName && c.Changed && c.Reason == host.RemovedBySomethingElse {
+					return ""
+				}
+			}
+			return fmt.Sprintf("containers %+v", v.Report.Kinds.Container.Containers)
+		}
+		return "no container report"
+	})
+
+	if err := eng.Stop(ctx, mineName); err != nil {
+		t.Fatal(err)
+	}
+	seenWithin(t, time.Now(), "meshd's container stopped by hand, running again", func() string {
+		o, ok, err := eng.Inspect(ctx, mineName)
+		if err != nil || !ok || !o.Running || o.ID != mineID {
+			return fmt.Sprintf("found %v running %v id %s (want %s): %v", ok, o.Running, o.ID, mineID, err)
+		}
+		return ""
+	})
+}
+
+// On a client node, read from the server: a held file rewritten on the client is in the
+// server's `meshd node show CLIENT` within a second (the client's pass, its report carried by
+// gossip, the server's read).
+func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
+	hub, edge := newNode(t), newNode(t)
+	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
+	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+	var tv agent.TokenView
+	hub.jsonOf(&tv, "token", "create", "--adopted")
+	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
+		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
+	}
+	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "edge-app.conf")
+	if err := os.WriteFile(conf, []byte("the predecessor's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "edgeapp.yaml")
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: edgeapp\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n", conf)), 0o644)
+	hub.ok("module", "add", manifest)
+	hub.ok("module", "assign", "edge", "edgeapp")
+	poll(t, 30*time.Second, "the client's held file in node show on the server", func() string {
+		var v driftView
+		hub.jsonOf(&v, "node", "show", "edge")
+		if v.Report == nil {
+			return "no report from edge yet"
+		}
+		for _, h := range v.Report.Held {
+			if h.Path == conf && !h.Changed {
+				return ""
+			}
+		}
+		return fmt.Sprintf("held = %+v", v.Report.Held)
+	})
+
+	rewritten := []byte("the predecessor's, still writing\n")
+	at := time.Now()
+	if err := os.WriteFile(conf, rewritten, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seenWithin(t, at, "client's held file rewritten, in node show on the server", heldChanged(hub, "edge", conf, rewritten))
+	if b, _ := os.ReadFile(conf); string(b) != string(rewritten) {
+		t.Fatalf("the client reverted a held file: %q", b)
+	}
+}

@@ -1,0 +1,84 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"meshd/fsm"
+)
+
+// BenchmarkDriftDetection is issue 20's figure: a held file rewritten by something else, until
+// the host's report says so. Each iteration rewrites it at a random moment of the timer's cycle
+// and measures the time to the report; p50-ms and max-ms are over the iterations.
+//
+//	watch  the loop as the agent runs it: the drift watches, the timer at its 10 s default
+//	timer  the watches off, the timer alone (every release before issue 20): up to a whole
+//	       interval, half of one on average; each iteration takes seconds, so run it with a
+//	       small -benchtime (cmd/meshbench runs 8x)
+func BenchmarkDriftDetection(b *testing.B) {
+	for _, way := range []string{"watch", "timer"} {
+		b.Run(way, func(b *testing.B) {
+			bd := newBed(b)
+			bd.place(appConf, predecessorContent)
+			h, err := Open(Config{DataDir: bd.data, Root: bd.root, Logger: quietLogger(), Interval: DefaultInterval})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h.timerOnly = way == "timer"
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			decls := make(chan *fsm.Declaration, 1)
+			go func() { defer close(done); _ = h.Run(ctx, decls) }()
+			defer func() { cancel(); <-done; h.Close() }()
+			decls <- decl(fsm.Adopted, file("webapp", appConf, meshContent, false))
+			if !waitReport(h, time.Minute, func(rep Report) bool { return heldOf(rep, appConf) != nil }) {
+				b.Fatal("the found file was never reported held")
+			}
+			// The timer's phase is random against the rewrite: wait up to an interval (watch:
+			// up to 200 ms, past the watches' least gap between passes) before each.
+			phase := h.interval
+			if way == "watch" {
+				phase = 200 * time.Millisecond
+			}
+			var took []time.Duration
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				time.Sleep(rand.N(phase))
+				b.StartTimer()
+				content := fmt.Appendf(nil, "rewritten by the predecessor, %d\n", i)
+				at := time.Now()
+				if err := os.WriteFile(bd.at(appConf), content, 0o644); err != nil {
+					b.Fatal(err)
+				}
+				if !waitReport(h, 2*h.interval, func(rep Report) bool {
+					hf := heldOf(rep, appConf)
+					return hf != nil && hf.CurrentHash == hashOf(content)
+				}) {
+					b.Fatalf("rewrite %d not in the report within %v", i, 2*h.interval)
+				}
+				took = append(took, time.Since(at))
+			}
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "max-ms")
+		})
+	}
+}
+
+// waitReport polls the report every millisecond until ok or within has passed.
+func waitReport(h *Host, within time.Duration, ok func(Report) bool) bool {
+	deadline := time.Now().Add(within)
+	for !ok(h.Report()) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
