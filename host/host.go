@@ -34,6 +34,9 @@ type Config struct {
 	// Drivers converge the resource kinds other than files (container, opening). Each is called
 	// on every pass with the declared resources of its kind.
 	Drivers []Driver
+	// Observe, when set, is told after each pass how long each resource kind took and how many of
+	// its resources failed (the agent's metrics); it must not block.
+	Observe func(kind string, took time.Duration, failed int)
 }
 
 // Driver converges the resources of one kind. The reconciler calls Reconcile on every pass with
@@ -150,6 +153,7 @@ type Host struct {
 	listeners ListenerReader // the machine's listening sockets, read each pass; guarded by pass
 
 	crasher *crasher // CrashEnv's point; reaches nothing in production
+	observe func(kind string, took time.Duration, failed int)
 }
 
 // Open opens the record store in cfg.DataDir and returns the host, which does nothing until
@@ -172,7 +176,7 @@ func Open(cfg Config) (*Host, error) {
 	if root, err = filepath.EvalSymlinks(root); err != nil {
 		return nil, fmt.Errorf("host: root %s: %w", cfg.Root, err)
 	}
-	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}}
+	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}, observe: cfg.Observe}
 	if h.interval <= 0 {
 		h.interval = DefaultInterval
 	}
@@ -282,14 +286,18 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	// A take is staged across kinds: files that replace found ones are only prepared here, the
 	// drivers cut their resources over, then the files are written, module by module, unless a
 	// container of the module failed; a file that cannot be written steps the module back.
+	started := time.Now()
 	fc := h.files(ctx, d, byKind[fsm.KindFile], &rep)
+	h.observed(fsm.KindFile, started, len(rep.Errors))
 	blocked := map[string]string{}
 	for _, drv := range h.drivers {
 		if ctx.Err() != nil {
 			break
 		}
+		started := time.Now()
 		out := drv.Reconcile(ctx, Pass{Declaration: d, Resources: byKind[drv.Kind()],
 			Records: &Records{s: h.st, kind: []byte(drv.Kind())}})
+		h.observed(drv.Kind(), started, len(out.Errors))
 		for _, e := range out.Errors {
 			if drv.Kind() == fsm.KindContainer && blocked[e.Module] == "" {
 				blocked[e.Module] = e.Reason
@@ -347,6 +355,13 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 	h.last = rep
 	h.mu.Unlock()
 	return rep
+}
+
+// observed tells Config.Observe what one kind's part of a pass took.
+func (h *Host) observed(kind string, started time.Time, failed int) {
+	if h.observe != nil {
+		h.observe(kind, time.Since(started), failed)
+	}
 }
 
 func (h *Host) hasDriver(kind string) bool {
