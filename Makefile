@@ -13,8 +13,9 @@ all: build
 deps:
 	@bash scripts/deps.sh
 
+# The commit is stamped by hand too: Go's own VCS stamping misses a build from a git worktree.
 build: deps
-	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.commit=$$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -modified)" -o bin/ ./cmd/...
 
 vet: deps
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
