@@ -122,7 +122,7 @@ func Start(ctx context.Context, sc Scenario, o Options) (*Lab, error) {
 		return nil, fmt.Errorf("lab dir %q: must not contain a comma, colon or space", dir)
 	}
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
-		return nil, fmt.Errorf("lab dir %s already holds a lab (run `meshlab down` first)", dir)
+		return nil, fmt.Errorf("lab dir %s: %w (run `meshlab down` first)", dir, ErrLabExists)
 	}
 	logger := o.Logger
 	if logger == nil {
@@ -289,6 +289,9 @@ func (l *Lab) save() error {
 	}
 	return nil
 }
+
+// ErrLabExists is Start's error for a dir that already holds a lab.
+var ErrLabExists = errors.New("already holds a lab")
 
 // Load attaches to a lab that is running, from its state directory.
 func Load(dir string) (*Lab, error) {
