@@ -17,14 +17,18 @@ deps:
 build: deps
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.commit=$$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -modified)" -o bin/ ./cmd/...
 
-vet: deps
+vet:
+	@bash scripts/deps.sh --staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	"$$($(GO) env GOPATH)/bin/staticcheck" ./...
 
+# Each run writes its own log (two runs at once never share one); its path is printed first and last.
 test: vet
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee /tmp/meshd-test.log; exit $${PIPESTATUS[0]}
+	@log=$$(mktemp /tmp/meshd-test.XXXXXX.log); echo "test log: $$log"; \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee "$$log"; code=$${PIPESTATUS[0]}; \
+	  echo "test log: $$log"; exit $$code
 
 # The side-by-side figures (docs/performance.md): one table, and bench/results.json.
 bench: deps
