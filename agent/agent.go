@@ -79,6 +79,8 @@ type Agent struct {
 	// range as the node's last declaration said it (a string, "" until then).
 	mx           *metrics
 	privateRange atomic.Value
+	// logs tees the agent's log to `meshd monitor` (monitor.go).
+	logs *logHub
 }
 
 // Start opens the node's data dir, starts its role (Raft on a server) and the operator API, and
@@ -104,7 +106,9 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), declarations: make(chan *fsm.Declaration, 1), secrets: sec}
+	hub := newLogHub()
+	log = slog.New(newTeeHandler(log.Handler(), hub))
+	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), declarations: make(chan *fsm.Declaration, 1), secrets: sec, logs: hub}
 	if a.identity, err = pki.Identity(sec.NodeCertPEM, sec.CACertPEM, sec.NodeKey); err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}

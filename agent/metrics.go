@@ -245,10 +245,12 @@ func checkMetricsAddr(addr, privateRange string, underlay bool) error {
 	return fmt.Errorf("metrics address %s: neither loopback nor in the private network %s; give --metrics-underlay to serve metrics there", addr, privateRange)
 }
 
-// withMetrics serves /metrics beside the operator's API on the socket.
+// withMetrics serves /metrics (and the log monitor, monitor.go) beside the operator's API on the
+// socket: both are the local agent's on either role.
 func (a *Agent) withMetrics(api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.mx.handler())
+	mux.HandleFunc("GET /v1/monitor", a.getMonitor)
 	mux.Handle("/", api)
 	return mux
 }

@@ -76,7 +76,7 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 		operatorCmd(g), snapshotCmd(g), tokenCmd(g), joinCmd(g), membersCmd(g), leaveCmd(g), keyringCmd(g), checkCmd(g))
 	root.AddCommand(convergeCmd(g))
 	root.AddCommand(tunnelCmd(g), tunnelDeviceCmd())
-	root.AddCommand(versionCmd(g))
+	root.AddCommand(versionCmd(g), monitorCmd(g))
 	return root
 }
 
