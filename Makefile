@@ -13,15 +13,18 @@ all: build
 deps:
 	@bash scripts/deps.sh
 
+# The commit is stamped by hand too: Go's own VCS stamping misses a build from a git worktree.
 build: deps
-	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.commit=$$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -modified)" -o bin/ ./cmd/...
 
-vet: deps
+vet:
+	@bash scripts/deps.sh --staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	"$$($(GO) env GOPATH)/bin/staticcheck" ./...
 
+# Each run writes its own log (two runs at once never share one); its path is printed first and last.
 # After the suite: the packages whose goroutines share the record, the host's state and gossip run
 # again under the race detector, and each fuzz target runs briefly from its seed corpus (a crasher
 # it finds is written under the package's testdata/fuzz and fails the run). Minimizing each new
@@ -30,10 +33,18 @@ RACE_PKGS ?= ./fsm ./gossip ./agent ./host
 FUZZTIME ?= 10s
 
 test: vet
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee /tmp/meshd-test.log; exit $${PIPESTATUS[0]}
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS) 2>&1 | tee -a /tmp/meshd-test.log; exit $${PIPESTATUS[0]}
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./catalogue
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./fsm
+	@log=$$(mktemp /tmp/meshd-test.XXXXXX.log); echo "test log: $$log"; \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee "$$log"; code=$${PIPESTATUS[0]}; \
+	  if [ $$code -eq 0 ]; then \
+	    $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS) 2>&1 | tee -a "$$log"; code=$${PIPESTATUS[0]}; \
+	  fi; \
+	  if [ $$code -eq 0 ]; then \
+	    $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./catalogue 2>&1 | tee -a "$$log"; code=$${PIPESTATUS[0]}; \
+	  fi; \
+	  if [ $$code -eq 0 ]; then \
+	    $(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./fsm 2>&1 | tee -a "$$log"; code=$${PIPESTATUS[0]}; \
+	  fi; \
+	  echo "test log: $$log"; exit $$code
 
 # The side-by-side figures (docs/performance.md): one table, and bench/results.json.
 bench: deps

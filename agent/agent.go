@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"meshd/fsm"
@@ -40,6 +41,11 @@ type Config struct {
 	// SocketGroup is a group (name or number) whose members may use the operator socket besides
 	// root: the socket is then 0660 with that group; empty means root only (0600).
 	SocketGroup string `yaml:"socket_group"`
+	// Metrics are TCP addresses (HOST:PORT) to serve Prometheus metrics on besides the operator
+	// socket: loopback, or an address in the private network's range; MetricsUnderlay allows any
+	// other (the underlay) as well.
+	Metrics         []string `yaml:"metrics"`
+	MetricsUnderlay bool     `yaml:"metrics_underlay"`
 	// LogOutput receives Raft's own log; nil means stderr.
 	LogOutput io.Writer `yaml:"-"`
 }
@@ -68,6 +74,13 @@ type Agent struct {
 	// client, its own bus (peerbus.go).
 	gs gossipState
 	pb peerBus
+
+	// mx is the agent's Prometheus registry (metrics.go); privateRange the private network's
+	// range as the node's last declaration said it (a string, "" until then).
+	mx           *metrics
+	privateRange atomic.Value
+	// logs tees the agent's log to `meshd monitor` (monitor.go).
+	logs *logHub
 }
 
 // Start opens the node's data dir, starts its role (Raft on a server) and the operator API, and
@@ -93,7 +106,9 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), declarations: make(chan *fsm.Declaration, 1), secrets: sec}
+	hub := newLogHub()
+	log = slog.New(newTeeHandler(log.Handler(), hub))
+	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), declarations: make(chan *fsm.Declaration, 1), secrets: sec, logs: hub}
 	if a.identity, err = pki.Identity(sec.NodeCertPEM, sec.CACertPEM, sec.NodeKey); err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
@@ -109,11 +124,18 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, addr := range cfg.Metrics {
+		if err := checkMetricsAddr(addr, "", true); err != nil {
+			return nil, err
+		}
+	}
+	a.mx = newMetrics(a)
 	drv, err := drivers(cfg, a.log)
 	if err != nil {
 		return nil, err
 	}
-	a.host, err = host.Open(host.Config{DataDir: cfg.DataDir, Interval: cfg.ReconcileInterval, Logger: a.log.With("part", "host"), Drivers: drv})
+	a.host, err = host.Open(host.Config{DataDir: cfg.DataDir, Interval: cfg.ReconcileInterval, Logger: a.log.With("part", "host"), Drivers: drv,
+		Observe: a.mx.observePass})
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +156,7 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.ln = ln
-	a.http = &http.Server{Handler: onlyOperators(gid, a.role.operatorAPI()), ReadHeaderTimeout: 10 * time.Second, ConnContext: withPeerCred}
+	a.http = &http.Server{Handler: onlyOperators(gid, a.withMetrics(a.role.operatorAPI())), ReadHeaderTimeout: 10 * time.Second, ConnContext: withPeerCred}
 	go func() {
 		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("operator API stopped", "socket", cfg.Socket, "err", err)
@@ -153,6 +175,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.gs.stop = cancel
 	a.gs.mu.Unlock()
 	go a.runGossip(ctx)
+	for _, addr := range a.cfg.Metrics {
+		go a.serveMetrics(ctx, addr)
+	}
 	a.role.runLoops(ctx)
 	hostDone := make(chan struct{})
 	go func() {

@@ -250,6 +250,7 @@ func (c *clientRole) watchBus(ctx context.Context) {
 		last = b
 		d := v.Declaration
 		c.log.Info("declaration", "index", index, "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
+		c.privateRange.Store(d.Tunnel.Range)
 		select {
 		case c.declarations <- d:
 		case <-ctx.Done():

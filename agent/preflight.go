@@ -210,7 +210,7 @@ type preflightInput struct {
 // in the order the operator reads them.
 func preflight(ctx context.Context, in preflightInput) []Finding {
 	w := wordsFor(in.Act)
-	var out []Finding
+	out := []Finding{}
 	add := func(check, level, holder, format string, args ...any) {
 		out = append(out, Finding{Check: check, Level: level, Holder: holder, Message: fmt.Sprintf(format, args...)})
 	}

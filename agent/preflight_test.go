@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,5 +133,63 @@ func TestJoinSettings(t *testing.T) {
 	}
 	if got, err := JoinSettings(cat, map[string]string{"raft": "17300"}, true); err != nil || got["mesh.raft"] != "17300" {
 		t.Fatalf("a server join's raft port: %v %v", got, err)
+	}
+}
+
+// A preflight with nothing to say says so with an empty list: `--dry-run --json` prints
+// "findings": [], never null.
+func TestPreflightNothingFoundIsAnEmptyList(t *testing.T) {
+	cat, err := catalogue.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Docker engine that answers, with no containers: the engine is no finding.
+	sock := filepath.Join(t.TempDir(), "docker.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Api-Version", "1.44")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/_ping"):
+			_, _ = w.Write([]byte("OK"))
+		case strings.HasSuffix(r.URL.Path, "/containers/json"):
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte("[]"))
+		default:
+			http.NotFound(w, r)
+		}
+	})}
+	go func() { _ = engine.Serve(ln) }()
+	t.Cleanup(func() { engine.Close() })
+	free := func(network string) string {
+		if network == "udp" {
+			c, err := net.ListenPacket("udp", "0.0.0.0:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			return strconv.Itoa(c.LocalAddr().(*net.UDPAddr).Port)
+		}
+		l, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	}
+	settings := map[string]string{"mesh.bus": free("tcp"), "mesh.gossip": free("tcp"), "mesh.tunnel": free("udp")}
+	got := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
+		Settings: settings, DockerHost: "unix://" + sock})
+	if len(got) != 0 {
+		t.Fatalf("findings on a free machine: %+v", got)
+	}
+	b, err := json.Marshal(JoinResult{Findings: got, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"findings":[]`) {
+		t.Errorf("a dry run with no findings encodes as %s; want \"findings\":[]", b)
 	}
 }

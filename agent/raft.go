@@ -34,6 +34,9 @@ type raftNode struct {
 	catchUp   sync.Once
 	store     *raftboltdb.BoltStore
 	transport *raft.NetworkTransport
+	// committed, when set, is told how long each command this server proposed took to commit and
+	// apply (the agent's metrics).
+	committed func(time.Duration)
 }
 
 func raftDir(dataDir string) string { return filepath.Join(dataDir, "raft") }
@@ -196,8 +199,13 @@ func (rn *raftNode) applyAt(op fsm.Op, body any, timeout time.Duration) (any, ui
 	if err != nil {
 		return nil, 0, err
 	}
+	started := time.Now()
 	fut := rn.raft.Apply(b, timeout)
-	if err := fut.Error(); err != nil {
+	err = fut.Error()
+	if err == nil && rn.committed != nil {
+		rn.committed(time.Since(started))
+	}
+	if err != nil {
 		if nl := rn.notLeader(err); nl != nil {
 			return nil, 0, nl
 		}

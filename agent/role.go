@@ -4,6 +4,10 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"meshd/host"
 )
 
 // role is what a node does by its kind, and the one place the agent's server/client split lives.
@@ -37,6 +41,11 @@ type role interface {
 	// servePeerBus serves the node's bus on port, for the other nodes' calls, once gossip knows
 	// the node's own ports.
 	servePeerBus(ctx context.Context, port uint16)
+	// metricReports are the host reports the node's metrics show, by node: every node's on a
+	// server, its own on a client.
+	metricReports() map[string]*host.Report
+	// collectRole adds what only the role knows to a scrape: Raft's state on a server.
+	collectRole(ch chan<- prometheus.Metric)
 	// waitGossipRound waits for the next round of gossip joins, at most d.
 	waitGossipRound(ctx context.Context, d time.Duration)
 }

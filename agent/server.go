@@ -59,6 +59,9 @@ func (s *serverRole) open() error {
 		return fmt.Errorf("server node %s: %w (%s)", s.node.Name, err, pki.Path(s.cfg.DataDir, pki.NodeCertFile))
 	}
 	s.raft, err = openRaft(s.cfg.DataDir, s.node, s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
+	if err == nil && s.mx != nil {
+		s.raft.committed = func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) }
+	}
 	return err
 }
 
@@ -189,6 +192,7 @@ func (s *serverRole) watchOwnDeclaration(ctx context.Context) {
 			if !bytes.Equal(b, last) {
 				last = b
 				s.log.Info("declaration", "index", index, "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
+				s.privateRange.Store(d.Tunnel.Range)
 				select {
 				case s.declarations <- d:
 				case <-ctx.Done():

@@ -34,6 +34,9 @@ type Config struct {
 	// Drivers converge the resource kinds other than files (container, opening). Each is called
 	// on every pass with the declared resources of its kind.
 	Drivers []Driver
+	// Observe, when set, is told after each pass how long each resource kind took and how many of
+	// its resources failed (the agent's metrics); it must not block.
+	Observe func(kind string, took time.Duration, failed int)
 }
 
 // Driver converges the resources of one kind. The reconciler calls Reconcile on every pass with
@@ -162,7 +165,8 @@ type Host struct {
 	crasher *crasher // CrashEnv's point; reaches nothing in production
 	// seam, nil in production, is called at named points between a check and the act on it, so
 	// a unit test can change the machine there (a symlink swapped in) and see the act refused.
-	seam func(point, path string)
+	seam    func(point, path string)
+	observe func(kind string, took time.Duration, failed int)
 }
 
 // Open opens the record store in cfg.DataDir and returns the host, which does nothing until
@@ -185,7 +189,7 @@ func Open(cfg Config) (*Host, error) {
 	if root, err = filepath.EvalSymlinks(root); err != nil {
 		return nil, fmt.Errorf("host: root %s: %w", cfg.Root, err)
 	}
-	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}, outs: map[string]Outcome{}}
+	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}, outs: map[string]Outcome{}, observe: cfg.Observe}
 	if h.interval <= 0 {
 		h.interval = DefaultInterval
 	}
@@ -311,7 +315,9 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 	// A take is staged across kinds: files that replace found ones are only prepared here, the
 	// drivers cut their resources over, then the files are written, module by module, unless a
 	// container of the module failed; a file that cannot be written steps the module back.
+	started := time.Now()
 	fc := h.files(ctx, d, byKind[fsm.KindFile], &rep)
+	h.observed(fsm.KindFile, started, len(rep.Errors))
 	if len(fc.staged) > 0 {
 		scope = nil
 	}
@@ -323,8 +329,10 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 		}
 		var out Outcome
 		if scope == nil || scope[drv.Kind()] {
+			started := time.Now()
 			out = drv.Reconcile(ctx, Pass{Declaration: d, Resources: byKind[drv.Kind()],
 				Records: &Records{s: h.st, kind: []byte(drv.Kind())}})
+			h.observed(drv.Kind(), started, len(out.Errors))
 			h.outs[drv.Kind()] = out
 			ranDriver = true
 		} else {
@@ -411,6 +419,13 @@ func (h *Host) Passed() <-chan struct{} {
 	h.passed = append(h.passed, ch)
 	h.mu.Unlock()
 	return ch
+}
+
+// observed tells Config.Observe what one kind's part of a pass took.
+func (h *Host) observed(kind string, started time.Time, failed int) {
+	if h.observe != nil {
+		h.observe(kind, time.Since(started), failed)
+	}
 }
 
 func (h *Host) hasDriver(kind string) bool {

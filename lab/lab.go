@@ -122,7 +122,7 @@ func Start(ctx context.Context, sc Scenario, o Options) (*Lab, error) {
 		return nil, fmt.Errorf("lab dir %q: must not contain a comma, colon or space", dir)
 	}
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
-		return nil, fmt.Errorf("lab dir %s already holds a lab (run `meshlab down` first)", dir)
+		return nil, fmt.Errorf("lab dir %s: %w (run `meshlab down` first)", dir, ErrLabExists)
 	}
 	logger := o.Logger
 	if logger == nil {
@@ -183,10 +183,13 @@ func (l *Lab) build(ctx context.Context, sc Scenario, o Options) error {
 	if _, err := run(ctx, "ip", "-n", l.st.Switch, "link", "set", BridgeName, "up"); err != nil {
 		return err
 	}
+	// Each step says it starts (Options.Logger, at info): a lab takes some 20 s to raise.
+	l.log.Info("raising the machines: a network namespace each, on the lab's switch", "machines", len(l.machines))
 	if err := l.each(ctx, func(ctx context.Context, m *Machine) error { return m.create(ctx) }); err != nil {
 		return err
 	}
 	if sc.Configure != nil {
+		l.log.Info("configuring the scenario's machines (firewall, files, tunnel)", "scenario", sc.Name)
 		if err := sc.Configure(ctx, l); err != nil {
 			return fmt.Errorf("scenario %s: configure: %w", sc.Name, err)
 		}
@@ -195,6 +198,7 @@ func (l *Lab) build(ctx context.Context, sc Scenario, o Options) error {
 	if labsvcErr != nil {
 		return labsvcErr
 	}
+	l.log.Info("booting the machines: their units, and a Docker engine with the service image where the scenario has one")
 	if err := l.each(ctx, func(ctx context.Context, m *Machine) error {
 		if err := m.Boot(ctx); err != nil {
 			return err
@@ -207,11 +211,15 @@ func (l *Lab) build(ctx context.Context, sc Scenario, o Options) error {
 		return err
 	}
 	if sc.Populate != nil {
+		l.log.Info("populating the machines (containers, services)", "scenario", sc.Name)
 		if err := sc.Populate(ctx, l); err != nil {
 			return fmt.Errorf("scenario %s: populate: %w", sc.Name, err)
 		}
 	}
 	// Probes in the same container start together, after the containers they call exist.
+	if len(sc.Probes) > 0 {
+		l.log.Info("starting the probes", "probes", len(sc.Probes))
+	}
 	shared := map[string][]ProbeSpec{}
 	var order []string
 	for _, p := range sc.Probes {
@@ -233,6 +241,7 @@ func (l *Lab) build(ctx context.Context, sc Scenario, o Options) error {
 		}
 	}
 	if sc.Ready != nil {
+		l.log.Info("waiting until the scenario serves")
 		if err := sc.Ready(ctx, l); err != nil {
 			return fmt.Errorf("scenario %s: not ready: %w", sc.Name, err)
 		}
@@ -289,6 +298,9 @@ func (l *Lab) save() error {
 	}
 	return nil
 }
+
+// ErrLabExists is Start's error for a dir that already holds a lab.
+var ErrLabExists = errors.New("already holds a lab")
 
 // Load attaches to a lab that is running, from its state directory.
 func Load(dir string) (*Lab, error) {

@@ -83,8 +83,13 @@ func (s ProbeSummary) String() string {
 	case !s.Holds():
 		verdict = "had outages"
 	}
-	out := fmt.Sprintf("%-14s %-8s -> %-32s expect %-11s %5d calls %5d ok %5d failed  %s",
-		s.Name, s.From, s.Target, s.Expect, s.Calls, s.Successes, s.Failures, verdict)
+	counts := fmt.Sprintf("%5d ok %5d failed", s.Successes, s.Failures)
+	if s.Expect == ExpectUnreachable {
+		// Its failures are the point: they read as refusals, its successes as the alarm.
+		counts = fmt.Sprintf("%5d refused as expected, %d reached", s.Failures, s.Successes)
+	}
+	out := fmt.Sprintf("%-14s %-8s -> %-32s expect %-11s %5d calls %s  %s",
+		s.Name, s.From, s.Target, s.Expect, s.Calls, counts, verdict)
 	// For a probe that must not reach, failures are the point: only a reaching probe has outages.
 	if s.LongestOutage > 0 && s.Expect != ExpectUnreachable {
 		out += fmt.Sprintf("; longest outage %s at %s", s.LongestOutage.Round(time.Millisecond), s.OutageStart.Format("15:04:05.000"))

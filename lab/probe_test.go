@@ -44,4 +44,7 @@ func TestSummarizeFindsTheLongestOutage(t *testing.T) {
 	if !s.Holds() {
 		t.Errorf("an unreachable probe that never succeeded should hold: %s", s)
 	}
+	if line := s.String(); !strings.Contains(line, "2 refused as expected, 0 reached") || strings.Contains(line, "0 ok") {
+		t.Errorf("an unreachable probe's line should count refusals as expected: %s", line)
+	}
 }

@@ -50,7 +50,7 @@ lab stop-service --name "$lab" hub predecessor-control
 on hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --take-tunnel wg0 --port registry=5001
 say "Run the agent on the hub (as a unit, so a reboot starts it again); it raises the foundation and the tunnel"
 lab install-agent --name "$lab" hub "$meshd_bin" -- agent --data-dir /var/lib/meshd --docker-host unix:///run/docker.sock --reconcile-interval 2s
-until_report "meshd-registry .*created"
+until_report "meshd-registry .*meshd's own (created"
 on hub meshd status
 say "The tunnel changed hands: wg0 is down, its file still on disk; meshd0 carries the peers, who changed nothing"
 on hub meshd tunnel show
@@ -73,7 +73,7 @@ lab probes --name "$lab"
 
 say "Taking webapp is the cutover: the container is replaced by meshd's, the file converges, its original kept"
 on hub meshd module take hub webapp
-until_report "webapp  *webapp  *replaced"
+until_report "webapp  *webapp  *meshd's own (replaced"
 on hub docker ps --format '{{.Names}}  {{.Image}}  {{.Labels}}'
 on hub cat /etc/webapp/app.conf
 echo "(the original is the file as meshd found it at assign, generation and all: the predecessor"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what meshd's build, tests and demo need on a fresh Debian machine, idempotently:
-# Debian packages only when one is missing, Go modules through the module proxy.
+# Debian packages only when one is missing, Go modules through the module proxy. staticcheck only
+# with --staticcheck (`make vet` asks for it; the build and the demo do not need it).
 set -euo pipefail
+with_staticcheck=
+[ "${1:-}" = "--staticcheck" ] && with_staticcheck=1
 cd "$(dirname "$0")/.."
 
 packages=(
@@ -17,20 +20,27 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "deps: missing Debian packages: ${missing[*]} (run as root to install them)" >&2
     exit 1
   fi
-  echo "deps: installing ${missing[*]}"
+  echo "deps: installing ${#missing[@]} Debian packages (a minute or two on a fresh machine): ${missing[*]}"
+  echo "deps: apt-get update"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # apt's own lines, one per package fetched and set up, are the progress.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" |
+    awk '/^(Get:|Setting up )/ { print "deps:   " $0; fflush() }'
+  echo "deps: Debian packages installed"
 fi
 
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
   export PATH=/usr/local/go/bin:$PATH
 fi
 command -v go >/dev/null || { echo "deps: Go is not installed (expected at /usr/local/go)" >&2; exit 1; }
+echo "deps: Go modules (go mod download: quick once they are in the module cache)"
 go mod download
 
-# staticcheck, pinned, installed once into the Go bin dir.
+# staticcheck, pinned, installed once into the Go bin dir: for `make vet` only.
+[ -n "$with_staticcheck" ] || exit 0
 gobin="$(go env GOPATH)/bin"
 if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q '(0.8.2)'; then
-  echo "deps: installing staticcheck 0.8.2"
+  echo "deps: building staticcheck 0.8.2 (for make vet; about a minute)"
   go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+  echo "deps: staticcheck installed in $gobin"
 fi

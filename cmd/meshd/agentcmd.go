@@ -30,8 +30,13 @@ everything is kept on disk for the next start.
 
 --config names a YAML file with any of: data_dir, socket, reconcile_interval (e.g. 10s), log_level
 (debug, info, warn, error), docker_host (the Docker engine the node's containers run on), socket_group
-(a group whose members may use the operator socket besides root). Flags given on the command line win
-over the file.
+(a group whose members may use the operator socket besides root), metrics (addresses to serve
+Prometheus metrics on), metrics_underlay. Flags given on the command line win over the file.
+
+Prometheus metrics are at /metrics on the operator socket, and on each --metrics HOST:PORT given
+(plain HTTP, /metrics only): a loopback address, or one in the private network's range (served once
+the node's declaration names the range and the address is on the machine). An underlay address is
+refused unless --metrics-underlay says so.
 
 The operator socket is root's alone (0600), or with --socket-group GROUP also that group's (0660); each
 caller's credentials are checked again on every connection. Something at the socket path that is not a
@@ -68,6 +73,12 @@ socket is never removed: the agent refuses to start, naming it.`,
 			if !cmd.Flags().Changed("socket-group") && fileCfg.SocketGroup != "" {
 				cfg.SocketGroup = fileCfg.SocketGroup
 			}
+			if !cmd.Flags().Changed("metrics") && len(fileCfg.Metrics) > 0 {
+				cfg.Metrics = fileCfg.Metrics
+			}
+			if !cmd.Flags().Changed("metrics-underlay") && fileCfg.MetricsUnderlay {
+				cfg.MetricsUnderlay = true
+			}
 			cfg.Socket = g.socket
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
@@ -91,5 +102,7 @@ socket is never removed: the agent refuses to start, naming it.`,
 	f.StringVar(&cfg.SealKey, "seal-key", "", "the seal key file the node's secrets are sealed under (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
 	f.StringVar(&cfg.SocketGroup, "socket-group", "", "a group (name or gid) whose members may use the operator socket besides root (default: root only)")
 	f.StringVar(&cfg.DockerHost, "docker-host", "", "the Docker engine's address: a unix socket path or unix://, tcp:// URL (default unix:///var/run/docker.sock)")
+	f.StringSliceVar(&cfg.Metrics, "metrics", nil, "serve Prometheus metrics at HOST:PORT/metrics too (loopback or the private network; repeat for more)")
+	f.BoolVar(&cfg.MetricsUnderlay, "metrics-underlay", false, "allow a --metrics address off loopback and the private network")
 	return cmd
 }

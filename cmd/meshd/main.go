@@ -58,6 +58,17 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	// --version is `meshd version`, --json included; without it the bare command shows the help.
+	var version bool
+	root.Flags().BoolVar(&version, "version", false, "print the commit and Go version meshd was built from")
+	root.Args = cobra.NoArgs
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		if version {
+			v := buildVersion()
+			return g.emit(v, v.text)
+		}
+		return cmd.Help()
+	}
 	def := os.Getenv("MESHD_SOCKET")
 	if def == "" {
 		def = agent.DefaultSocket
@@ -78,6 +89,7 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	root.AddCommand(convergeCmd(g))
 	root.AddCommand(adoptCmd(g))
 	root.AddCommand(tunnelCmd(g), tunnelDeviceCmd())
+	root.AddCommand(versionCmd(g), monitorCmd(g))
 	return root
 }
 

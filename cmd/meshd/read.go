@@ -76,7 +76,7 @@ A node whose tunnel is found-down-mesh-not-up (its peers reach nothing) is named
 					}
 					held := "-"
 					if n.ReportFrom != "" {
-						held = fmt.Sprintf("%d files, %d containers", n.HeldFiles, n.HeldContainers)
+						held = plural(n.HeldFiles, "file") + ", " + plural(n.HeldContainers, "container")
 					}
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.Name, mode, role, n.Address, n.Liveness, held, n.Assigned, n.Taken)
 				}
@@ -231,10 +231,7 @@ func printContainers(w io.Writer, raw any) {
 	fmt.Fprintf(w, "\ncontainers\tengine %s\n", engine)
 	fmt.Fprintf(w, "\nCONTAINER\tMODULE\tSTATE\tIMAGE\tPORTS\n")
 	for _, c := range cr.Containers {
-		state := c.State
-		if state == "" {
-			state = "not there"
-		}
+		state := containerState(c.State)
 		if c.Changed {
 			state += ", " + strings.ToUpper(c.Reason)
 		}
@@ -265,11 +262,14 @@ func printOpenings(w io.Writer, raw any) {
 	if !kind(raw, &od) {
 		return
 	}
-	fw := od.Firewall.Description
-	if od.Firewall.Refused != "" {
-		fw += " REFUSED: " + od.Firewall.Refused
+	fw := od.Firewall.Description + " (its counts are the found rules, without meshd's)"
+	if od.Firewall.Kind == noFirewall {
+		fw = "none: no firewall on this machine, nothing filters its traffic but meshd's own tables"
 	}
-	fmt.Fprintf(w, "\nfound firewall\t%s (its counts are the found rules, without meshd's)\n", fw)
+	if od.Firewall.Refused != "" {
+		fw = od.Firewall.Description + " REFUSED: " + od.Firewall.Refused
+	}
+	fmt.Fprintf(w, "\nfound firewall\t%s\n", fw)
 	for _, t := range []*host.TableView{od.Guard, od.Filter} {
 		if t != nil {
 			fmt.Fprintf(w, "meshd table %s\t%s %s\n", t.Table, t.State, list(t.Ports))
@@ -297,6 +297,8 @@ func through(o host.OpeningView) string {
 		switch {
 		case !found:
 			parts = append(parts, p)
+		case kind == noFirewall:
+			parts = append(parts, "no firewall (nothing filters it)")
 		case strings.Contains(o.Reason, "own rule"):
 			parts = append(parts, kind+"'s own rule")
 		default:
@@ -304,6 +306,33 @@ func through(o host.OpeningView) string {
 		}
 	}
 	return strings.Join(parts, " and ")
+}
+
+// noFirewall is the found firewall's kind on a machine without one (netfilter.KindNone).
+const noFirewall = "none"
+
+// plural says "1 file", "2 files".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// containerState is a container's state in the report's words for a reader: a found one held,
+// else meshd's own, and how it became so ("created" would read as Docker's created-not-started).
+func containerState(state string) string {
+	switch state {
+	case "":
+		return "not there"
+	case host.ContainerCreated:
+		return "meshd's own (created by meshd)"
+	case host.ContainerAdopted:
+		return "meshd's own (the found one, adopted at take)"
+	case host.ContainerReplaced:
+		return "meshd's own (replaced the found one at take)"
+	}
+	return state
 }
 
 func orAll(ip string) string {

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -58,6 +59,62 @@ func usage(code int) {
 	os.Exit(code)
 }
 
+// verbFlags are the flags each verb takes besides --name and --dir.
+var verbFlags = map[string][]string{
+	"up": {"scenario"}, "down": {"all"}, "status": {"json"}, "probes": {"json"}, "exec": nil,
+	"reboot": nil, "stop": nil, "boot": nil, "cutoff": nil, "restore": nil,
+	"install-agent": nil, "start-service": nil, "stop-service": nil,
+}
+
+// verbUsage prints one verb's line of the usage and the flags it takes.
+func verbUsage(fs *flag.FlagSet, verb string) {
+	for _, v := range verbs {
+		for _, name := range strings.Split(strings.Fields(v.use)[0], "|") {
+			if name == verb {
+				fmt.Fprintf(fs.Output(), "usage: meshlab %s\n  %s\n", v.use, v.what)
+			}
+		}
+	}
+	fs.PrintDefaults()
+}
+
+// unknownVerb names what was asked and the verbs there are, with the nearest one.
+func unknownVerb(verb string) {
+	var names []string
+	for _, v := range verbs {
+		names = append(names, strings.Split(strings.Fields(v.use)[0], "|")...)
+	}
+	msg := fmt.Sprintf("meshlab: unknown command %q", verb)
+	for _, n := range names {
+		if strings.HasPrefix(n, verb) || strings.HasPrefix(verb, n) || editDistance(n, verb) <= 2 {
+			msg += fmt.Sprintf(" (did you mean %q?)", n)
+			break
+		}
+	}
+	fmt.Fprintf(os.Stderr, "%s\ncommands: %s\n`meshlab help` describes each.\n", msg, strings.Join(names, ", "))
+	os.Exit(2)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
 func main() {
 	if len(os.Args) < 2 {
 		usage(2)
@@ -66,26 +123,30 @@ func main() {
 	case "help", "-h", "-help", "--help":
 		usage(0)
 	}
+	verb := os.Args[1]
+	takes, known := verbFlags[verb]
+	if !known {
+		unknownVerb(verb)
+	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	verb := os.Args[1]
-	fs := flag.NewFlagSet(verb, flag.ExitOnError)
-	fs.Usage = func() {
-		for _, v := range verbs {
-			for _, name := range strings.Split(strings.Fields(v.use)[0], "|") {
-				if name == verb {
-					fmt.Fprintf(fs.Output(), "meshlab %s\n  %s\n", v.use, v.what)
-				}
-			}
-		}
-		fs.PrintDefaults()
-	}
+	// Each verb's flag set holds only its own flags: a mistyped flag shows that verb's usage.
+	fs := flag.NewFlagSet("meshlab "+verb, flag.ExitOnError)
+	fs.Usage = func() { verbUsage(fs, verb) }
 	name := fs.String("name", "lab", "lab name")
 	dir := fs.String("dir", "", "lab state directory (default "+lab.DefaultStateRoot+"/NAME)")
-	scenario := fs.String("scenario", "predecessor-ufw", "scenario to raise (up)")
-	asJSON := fs.Bool("json", false, "print JSON (probes, status)")
-	all := fs.Bool("all", false, "down: every lab on this host, also tests' and orphaned ones")
+	scenario, asJSON, all := new(string), new(bool), new(bool)
+	for _, f := range takes {
+		switch f {
+		case "scenario":
+			fs.StringVar(scenario, "scenario", "predecessor-ufw", "scenario to raise: "+strings.Join(lab.ScenarioNames, ", "))
+		case "json":
+			fs.BoolVar(asJSON, "json", false, "print JSON")
+		case "all":
+			fs.BoolVar(all, "all", false, "every lab on this host, also tests' and orphaned ones")
+		}
+	}
 	_ = fs.Parse(os.Args[2:])
 	if *dir == "" {
 		*dir = filepath.Join(lab.DefaultStateRoot, *name)
@@ -108,23 +169,42 @@ func main() {
 			fmt.Printf("lab %s is down\n", *name)
 		}
 	case "status":
-		err = status(*dir, *asJSON)
+		err = status(*name, *dir, *asJSON)
 	case "probes":
-		err = probes(*dir, *asJSON)
+		err = probes(*name, *dir, *asJSON)
 	case "exec":
-		os.Exit(execIn(ctx, *dir, fs.Args()))
+		os.Exit(execIn(ctx, *name, *dir, fs.Args()))
 	case "reboot", "stop", "boot", "cutoff", "restore":
-		err = act(ctx, *dir, verb, fs.Args())
+		err = act(ctx, *name, *dir, verb, fs.Args())
 	case "install-agent", "start-service", "stop-service":
-		err = service(ctx, *dir, verb, fs.Args())
-	default:
-		fmt.Fprintf(os.Stderr, "meshlab: unknown verb %q\n", verb)
-		usage(2)
+		err = service(ctx, *name, *dir, verb, fs.Args())
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "meshlab %s: %v\n", verb, err)
 		os.Exit(1)
 	}
+}
+
+// load attaches to the lab named name in dir; a lab that is not there is said in words, with the
+// labs that are and how to raise this one.
+func load(name, dir string) (*lab.Lab, error) {
+	l, err := lab.Load(dir)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return l, err
+	}
+	var here []string
+	if entries, rerr := os.ReadDir(lab.DefaultStateRoot); rerr == nil {
+		for _, e := range entries {
+			if _, serr := os.Stat(filepath.Join(lab.DefaultStateRoot, e.Name(), "lab.json")); serr == nil {
+				here = append(here, e.Name())
+			}
+		}
+	}
+	labs := "no lab is up on this host"
+	if len(here) > 0 {
+		labs = "labs up here: " + strings.Join(here, ", ")
+	}
+	return nil, fmt.Errorf("no lab %s (nothing at %s); %s; raise it with `meshlab up --name %s`", name, dir, labs, name)
 }
 
 func up(ctx context.Context, scenario, name, dir string) error {
@@ -136,15 +216,18 @@ func up(ctx context.Context, scenario, name, dir string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	l, err := lab.Start(ctx, sc, lab.Options{Name: name, Dir: dir})
+	if errors.Is(err, lab.ErrLabExists) {
+		return fmt.Errorf("lab %s is up already (its state is in %s): `meshlab down --name %s` takes it down first", name, dir, name)
+	}
 	if err != nil {
 		return fmt.Errorf("%w (run `meshlab down --name %s` to clean up)", err, name)
 	}
 	fmt.Printf("lab %s up (scenario %s) in %s; state in %s\n", l.Name, l.Scenario, time.Since(start).Round(time.Millisecond), l.Dir)
-	return status(dir, false)
+	return status(name, dir, false)
 }
 
-func status(dir string, asJSON bool) error {
-	l, err := lab.Load(dir)
+func status(name, dir string, asJSON bool) error {
+	l, err := load(name, dir)
 	if err != nil {
 		return err
 	}
@@ -174,8 +257,8 @@ func status(dir string, asJSON bool) error {
 	return nil
 }
 
-func probes(dir string, asJSON bool) error {
-	l, err := lab.Load(dir)
+func probes(name, dir string, asJSON bool) error {
+	l, err := load(name, dir)
 	if err != nil {
 		return err
 	}
@@ -192,7 +275,7 @@ func probes(dir string, asJSON bool) error {
 	return nil
 }
 
-func execIn(ctx context.Context, dir string, args []string) int {
+func execIn(ctx context.Context, name, dir string, args []string) int {
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
@@ -208,7 +291,7 @@ func execIn(ctx context.Context, dir string, args []string) int {
 		fmt.Fprintln(os.Stderr, "meshlab exec: no command")
 		return 2
 	}
-	l, err := lab.Load(dir)
+	l, err := load(name, dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "meshlab exec:", err)
 		return 1
@@ -232,11 +315,11 @@ func execIn(ctx context.Context, dir string, args []string) int {
 }
 
 // service installs the meshd agent on a machine, or starts or stops one of its units.
-func service(ctx context.Context, dir, verb string, args []string) error {
+func service(ctx context.Context, name, dir, verb string, args []string) error {
 	if len(args) < 2 {
 		return fmt.Errorf("want MACHINE and %s", map[bool]string{true: "BINARY", false: "UNIT"}[verb == "install-agent"])
 	}
-	l, err := lab.Load(dir)
+	l, err := load(name, dir)
 	if err != nil {
 		return err
 	}
@@ -258,11 +341,11 @@ func service(ctx context.Context, dir, verb string, args []string) error {
 	}
 }
 
-func act(ctx context.Context, dir, verb string, args []string) error {
+func act(ctx context.Context, name, dir, verb string, args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("want one MACHINE")
 	}
-	l, err := lab.Load(dir)
+	l, err := load(name, dir)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,298 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"meshd/fsm"
+	"meshd/host"
+)
+
+// Every agent serves Prometheus metrics at /metrics on its operator socket, and on the TCP
+// addresses --metrics names (loopback or the private network; an underlay address only with
+// --metrics-underlay). What they show is read at scrape time from where it already lives: the
+// host reports (this node's own; on a server every node's, as status shows them), gossip's
+// members and rejected reports, and Raft's state. Only what is measured as it happens is kept
+// here: each reconcile pass's time and failures per resource kind, and each commit's time.
+
+// metrics is one agent's registry: its own, never the process-wide default, so that several
+// agents in one process (the tests) each show their own.
+type metrics struct {
+	reg        *prometheus.Registry
+	passes     *prometheus.CounterVec
+	passErrors *prometheus.CounterVec
+	passTime   *prometheus.HistogramVec
+	commitTime prometheus.Histogram
+}
+
+func newMetrics(a *Agent) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshd_reconcile_passes_total",
+			Help: "Reconcile passes of this node's host, by resource kind."}, []string{"kind"}),
+		passErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshd_reconcile_errors_total",
+			Help: "Resources that failed in this node's reconcile passes, by resource kind."}, []string{"kind"}),
+		passTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshd_reconcile_duration_seconds",
+			Help:    "How long each resource kind's part of a reconcile pass took on this node.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"kind"}),
+		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meshd_raft_commit_duration_seconds",
+			Help:    "How long a command this server proposed took to commit and apply.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
+	}
+	m.reg.MustRegister(m.passes, m.passErrors, m.passTime, m.commitTime, reportCollector{a},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observePass is the host's Config.Observe.
+func (m *metrics) observePass(kind string, took time.Duration, failed int) {
+	m.passes.WithLabelValues(kind).Inc()
+	m.passErrors.WithLabelValues(kind).Add(float64(failed))
+	m.passTime.WithLabelValues(kind).Observe(took.Seconds())
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+var (
+	descHeld = prometheus.NewDesc("meshd_held_resources",
+		"Found resources a node keeps as they are, by kind (file, container), from its last host report.", []string{"node", "kind"}, nil)
+	descChanged = prometheus.NewDesc("meshd_held_changed_resources",
+		"Held resources changed or removed by something else, by kind, from the node's last host report.", []string{"node", "kind"}, nil)
+	descOpenings = prometheus.NewDesc("meshd_openings",
+		"A node's openings by state (in_force, restored, failed), from its last host report.", []string{"node", "state"}, nil)
+	descTunnelPeers = prometheus.NewDesc("meshd_tunnel_peers",
+		"Peers of a node's tunnel, carried (not enrolled yet) or not, from its last host report.", []string{"node", "carried"}, nil)
+	descHandshake = prometheus.NewDesc("meshd_tunnel_peer_last_handshake_age_seconds",
+		"Seconds since a tunnel peer's last WireGuard handshake, as of the node's last host report.", []string{"node", "peer"}, nil)
+	descReportAge = prometheus.NewDesc("meshd_host_report_age_seconds",
+		"Seconds since the node's last host report this agent has.", []string{"node"}, nil)
+	descMembers = prometheus.NewDesc("meshd_gossip_members",
+		"Gossip members this agent sees, by state (alive, failed, left).", []string{"state"}, nil)
+	descRejected = prometheus.NewDesc("meshd_gossip_rejected_reports_total",
+		"Host reports this agent's gossip member rejected, by reason.", []string{"reason"}, nil)
+	descLeader = prometheus.NewDesc("meshd_raft_leader",
+		"1 on the server that leads the Raft group, else 0.", nil, nil)
+	descLastContact = prometheus.NewDesc("meshd_raft_last_contact_seconds",
+		"Seconds since this server last heard from the leader (0 on the leader).", nil, nil)
+	descCommitIndex = prometheus.NewDesc("meshd_raft_commit_index",
+		"The Raft log index this server knows committed.", nil, nil)
+)
+
+// reportCollector reads the agent's state at scrape time.
+type reportCollector struct{ a *Agent }
+
+func (c reportCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHeld, descChanged, descOpenings, descTunnelPeers, descHandshake,
+		descReportAge, descMembers, descRejected, descLeader, descLastContact, descCommitIndex} {
+		ch <- d
+	}
+}
+
+func (c reportCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	for node, rep := range c.a.role.metricReports() {
+		collectReport(ch, node, rep, now)
+	}
+	members := map[string]int{"alive": 0, "failed": 0, "left": 0}
+	for _, m := range c.a.membersByName() {
+		members[string(m.State)]++
+	}
+	for state, n := range members {
+		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n), state)
+	}
+	if g := c.a.member(); g != nil {
+		for reason, n := range g.Rejected() {
+			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(n), string(reason))
+		}
+	}
+	c.a.role.collectRole(ch)
+}
+
+// collectRole: a server's Raft state.
+func (s *serverRole) collectRole(ch chan<- prometheus.Metric) {
+	if s.raft == nil {
+		return
+	}
+	r, now := s.raft.raft, time.Now()
+	leader, contact := 0.0, 0.0
+	if r.State() == raft.Leader {
+		leader = 1
+	} else if lc := r.LastContact(); !lc.IsZero() {
+		contact = now.Sub(lc).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descLastContact, prometheus.GaugeValue, contact)
+	ch <- prometheus.MustNewConstMetric(descCommitIndex, prometheus.GaugeValue, float64(r.CommitIndex()))
+}
+
+// collectReport turns one node's host report into its gauges.
+func collectReport(ch chan<- prometheus.Metric, node string, rep *host.Report, now time.Time) {
+	gauge := func(d *prometheus.Desc, v int, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), append([]string{node}, labels...)...)
+	}
+	ch <- prometheus.MustNewConstMetric(descReportAge, prometheus.GaugeValue, now.Sub(rep.When).Seconds(), node)
+	changedFiles := 0
+	for _, f := range rep.Held {
+		if f.Changed {
+			changedFiles++
+		}
+	}
+	gauge(descHeld, len(rep.Held), fsm.KindFile)
+	gauge(descChanged, changedFiles, fsm.KindFile)
+	var cr host.ContainerReport
+	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && decodeInto(raw, &cr) {
+		held, changed := 0, 0
+		for _, c := range cr.Containers {
+			if c.State == "held" {
+				held++
+				if c.Changed {
+					changed++
+				}
+			}
+		}
+		gauge(descHeld, held, fsm.KindContainer)
+		gauge(descChanged, changed, fsm.KindContainer)
+	}
+	var od host.OpeningDetail
+	if raw, ok := rep.Kinds[fsm.KindOpening]; ok && decodeInto(raw, &od) {
+		states := map[string]int{host.OpeningInForce: 0, host.OpeningRestored: 0, host.OpeningFailed: 0}
+		for _, o := range od.Openings {
+			states[o.State]++
+		}
+		for state, n := range states {
+			gauge(descOpenings, n, strings.ReplaceAll(state, " ", "_"))
+		}
+	}
+	var td host.TunnelDetail
+	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && decodeInto(raw, &td) && td.State != "" {
+		carried, enrolled := 0, 0
+		for _, p := range td.Peers {
+			if p.Carried {
+				carried++
+			} else {
+				enrolled++
+			}
+			if !p.LastHandshake.IsZero() {
+				name := p.Name
+				if name == "" {
+					name = p.PublicKey
+				}
+				ch <- prometheus.MustNewConstMetric(descHandshake, prometheus.GaugeValue, rep.When.Sub(p.LastHandshake).Seconds(), node, name)
+			}
+		}
+		gauge(descTunnelPeers, carried, "true")
+		gauge(descTunnelPeers, enrolled, "false")
+	}
+}
+
+// metricReports: a server shows every node of the record whose report it has.
+func (s *serverRole) metricReports() map[string]*host.Report {
+	out := map[string]*host.Report{}
+	var names []string
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { names = r.NodeNames() })
+	for _, n := range names {
+		if rep := s.report(n); rep != nil {
+			out[n] = rep
+		}
+	}
+	return out
+}
+
+// collectRole: a client runs no Raft.
+func (c *clientRole) collectRole(chan<- prometheus.Metric) {}
+
+// metricReports: a client shows its own report only.
+func (c *clientRole) metricReports() map[string]*host.Report {
+	rep := c.host.Report()
+	if rep.When.IsZero() {
+		return nil
+	}
+	return map[string]*host.Report{c.node.Name: &rep}
+}
+
+// checkMetricsAddr refuses a TCP address for /metrics that is neither loopback nor in the private
+// network's range, unless underlay is set: the metrics name every node, port and peer of the mesh.
+func checkMetricsAddr(addr, privateRange string, underlay bool) error {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("metrics address %s: %w (want HOST:PORT, e.g. 127.0.0.1:9470)", addr, err)
+	}
+	ip := net.ParseIP(h)
+	if ip == nil {
+		return fmt.Errorf("metrics address %s: %q is not an IP address", addr, h)
+	}
+	if ip.IsLoopback() || underlay {
+		return nil
+	}
+	if _, n, err := net.ParseCIDR(privateRange); err == nil && n.Contains(ip) {
+		return nil
+	}
+	if privateRange == "" {
+		return fmt.Errorf("metrics address %s: not loopback, and this node does not know the private network's range yet; give --metrics-underlay to serve metrics off the private network", addr)
+	}
+	return fmt.Errorf("metrics address %s: neither loopback nor in the private network %s; give --metrics-underlay to serve metrics there", addr, privateRange)
+}
+
+// withMetrics serves /metrics (and the log monitor, monitor.go) beside the operator's API on the
+// socket: both are the local agent's on either role.
+func (a *Agent) withMetrics(api http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.mx.handler())
+	mux.HandleFunc("GET /v1/monitor", a.getMonitor)
+	mux.Handle("/", api)
+	return mux
+}
+
+// serveMetrics serves /metrics on addr until ctx ends. An address in the private network waits
+// for the node's declaration to name the range, and for the address to exist on the machine (the
+// tunnel's address appears when its interface comes up); each wait is logged once.
+func (a *Agent) serveMetrics(ctx context.Context, addr string) {
+	log := a.log.With("part", "metrics", "addr", addr)
+	var lastErr string
+	for ctx.Err() == nil {
+		rng, _ := a.privateRange.Load().(string)
+		err := checkMetricsAddr(addr, rng, a.cfg.MetricsUnderlay)
+		if err != nil && rng != "" {
+			log.Error("metrics not served at this address", "err", err)
+			return
+		}
+		var ln net.Listener
+		if err == nil {
+			ln, err = net.Listen("tcp", addr)
+		}
+		if err != nil {
+			if err.Error() != lastErr {
+				log.Warn("metrics: waiting to serve; retrying", "err", err)
+				lastErr = err.Error()
+			}
+			sleepCtx(ctx, 2*time.Second)
+			continue
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", a.mx.handler())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = hs.Shutdown(sctx)
+		}()
+		log.Info("metrics listening")
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics stopped", "err", err)
+		}
+		return
+	}
+}

@@ -1,0 +1,190 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+	"meshd/host"
+	"meshd/internal/testenv"
+)
+
+// scrape GETs /metrics from the agent's operator handler and returns the exposition text.
+func scrape(t *testing.T, a *Agent) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	a.withMetrics(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
+}
+
+// metricValue returns the value of the sample whose line starts with name{labels}.
+func metricValue(t *testing.T, text, series string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+	m := re.FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no sample %s in the scrape:\n%s", series, grepLines(text, "meshd_"))
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// A server's /metrics shows its reconcile passes per kind, a held file and one changed by
+// something else, that it leads Raft and how long its commits took; every name passes promlint.
+func TestMetricsServer(t *testing.T) {
+	ts := startTestServer(t)
+	a := ts.s.Agent
+	a.mx = newMetrics(a)
+	ts.s.raft.committed = func(d time.Duration) { a.mx.commitTime.Observe(d.Seconds()) }
+	root := t.TempDir()
+	h, err := host.Open(host.Config{DataDir: t.TempDir(), Root: root, Observe: a.mx.observePass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	a.host = h
+	for _, p := range []string{"etc/app/a.conf", "etc/app/b.conf"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte("found\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &fsm.Declaration{Node: "hub", Mode: fsm.Adopted}
+	for _, p := range []string{"/etc/app/a.conf", "/etc/app/b.conf"} {
+		d.Resources = append(d.Resources, fsm.Resource{Module: "app", Kind: fsm.KindFile,
+			File: &catalogue.File{Path: p, Content: "declared\n", Mode: "0644"}})
+	}
+	h.Reconcile(context.Background(), d)
+	if err := os.WriteFile(filepath.Join(root, "etc/app/b.conf"), []byte("rewritten by the predecessor\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.Reconcile(context.Background(), d)
+	if _, err := ts.s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: "h", Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	text := scrape(t, a)
+	for series, want := range map[string]float64{
+		`meshd_reconcile_passes_total{kind="file"}`:            2,
+		`meshd_reconcile_errors_total{kind="file"}`:            0,
+		`meshd_held_resources{kind="file",node="hub"}`:         2,
+		`meshd_held_changed_resources{kind="file",node="hub"}`: 1,
+		`meshd_raft_leader`:                                    1,
+		`meshd_raft_last_contact_seconds`:                      0,
+		`meshd_raft_commit_duration_seconds_count`:             1,
+		`meshd_gossip_members{state="alive"}`:                  0,
+		`meshd_reconcile_duration_seconds_count{kind="file"}`:  2,
+	} {
+		if got := metricValue(t, text, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if v := metricValue(t, text, `meshd_raft_commit_index`); v < 2 {
+		t.Errorf("meshd_raft_commit_index = %v, want at least 2 (genesis and the token)", v)
+	}
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// A metrics address is loopback or in the private network; the underlay only when asked.
+func TestMetricsAddrRefusesUnderlay(t *testing.T) {
+	for _, c := range []struct {
+		addr, rng string
+		underlay  bool
+		want      string // "" for allowed, else a part of the error
+	}{
+		{"127.0.0.1:9470", "", false, ""},
+		{"[::1]:9470", "", false, ""},
+		{"10.99.0.1:9470", "10.99.0.0/24", false, ""},
+		{"198.51.100.1:9470", "10.99.0.0/24", false, "neither loopback nor in the private network 10.99.0.0/24"},
+		{"198.51.100.1:9470", "10.99.0.0/24", true, ""},
+		{"10.99.0.1:9470", "", false, "does not know the private network's range yet"},
+		{"hub:9470", "10.99.0.0/24", false, "not an IP address"},
+		{"127.0.0.1", "", false, "want HOST:PORT"},
+	} {
+		err := checkMetricsAddr(c.addr, c.rng, c.underlay)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s in %q: refused: %v", c.addr, c.rng, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s in %q: got %v, want an error saying %q", c.addr, c.rng, err, c.want)
+		}
+	}
+}
+
+// The metrics listener serves /metrics and nothing of the operator's API.
+func TestMetricsListenerServesOnlyMetrics(t *testing.T) {
+	ts := startTestServer(t)
+	a := ts.s.Agent
+	a.mx = newMetrics(a)
+	h, err := host.Open(host.Config{DataDir: t.TempDir(), Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	a.host = h
+	addr := "127.0.0.1:" + strconv.Itoa(int(freeLoopbackPort(t)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.serveMetrics(ctx, addr)
+	client := &http.Client{Timeout: 5 * time.Second}
+	var body string
+	if err := testenv.Poll(t, 10*time.Second, func() error {
+		resp, err := client.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		body = string(b)
+		return err
+	}); err != nil {
+		t.Fatalf("metrics at %s never answered: %v", addr, err)
+	}
+	if !strings.Contains(body, "meshd_raft_leader 1") {
+		t.Errorf("metrics at %s lack meshd_raft_leader 1:\n%s", addr, grepLines(body, "meshd_"))
+	}
+	resp, err := client.Get("http://" + addr + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("GET /v1/status on the metrics listener: %d, want 404", resp.StatusCode)
+	}
+}

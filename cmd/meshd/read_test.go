@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"meshd/host"
+)
+
+// node show on a machine without a firewall says so, rather than "found firewall none" and
+// "meshd's rule in none".
+func TestOpeningsWithoutAFirewall(t *testing.T) {
+	var b bytes.Buffer
+	printOpenings(&b, host.OpeningDetail{Firewall: host.FirewallView{Kind: "none", Description: "none"},
+		Openings: []host.OpeningView{{Opening: "8080/tcp/forwarded/anywhere", Module: "webapp", Through: "found none", State: host.OpeningInForce}}})
+	out := b.String()
+	for _, bad := range []string{"in none", "firewall\tnone (its counts"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("node show says %q:\n%s", bad, out)
+		}
+	}
+	if !strings.Contains(out, "no firewall on this machine") || !strings.Contains(out, "no firewall (nothing filters it)") {
+		t.Errorf("node show does not say the machine has no firewall:\n%s", out)
+	}
+	b.Reset()
+	printOpenings(&b, host.OpeningDetail{Firewall: host.FirewallView{Kind: "ufw", Description: "ufw, active"},
+		Openings: []host.OpeningView{{Opening: "8080/tcp/forwarded/anywhere", Module: "webapp", Through: "found ufw", State: host.OpeningInForce}}})
+	if !strings.Contains(b.String(), "meshd's rule in ufw") {
+		t.Errorf("an opening through ufw lost its wording:\n%s", b.String())
+	}
+}
+
+// meshd's running containers read as meshd's own, never Docker's "created" (not started).
+func TestContainerStateWords(t *testing.T) {
+	var b bytes.Buffer
+	printContainers(&b, host.ContainerReport{Engine: "unix:///run/docker.sock", Reachable: true, Containers: []host.ContainerView{
+		{Name: "store", Module: "store", State: host.ContainerCreated, Running: true, ID: "1"},
+		{Name: "webapp", Module: "webapp", State: host.ContainerHeld, Running: true, ID: "2"},
+	}})
+	out := b.String()
+	if !strings.Contains(out, "store\tstore\tmeshd's own (created by meshd)") || !strings.Contains(out, "webapp\twebapp\theld") {
+		t.Errorf("container states:\n%s", out)
+	}
+}
+
+func TestPlural(t *testing.T) {
+	if got := plural(1, "file") + ", " + plural(0, "container") + ", " + plural(2, "file"); got != "1 file, 0 containers, 2 files" {
+		t.Errorf("plural: %q", got)
+	}
+}
