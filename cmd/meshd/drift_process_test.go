@@ -36,19 +36,29 @@ type driftView struct {
 // fails unless that came within driftBound of changed; it waits up to 10 s only to say how late.
 func seenWithin(t *testing.T, changed time.Time, what string, check func() string) {
 	t.Helper()
+	seenWithinBound(t, changed, driftBound, what, check)
+}
+
+// engineStartAllowance is added to driftBound where meshd converges a container back: starting
+// it is the engine's own work inside meshd's pass, which on a loaded two-core machine took up to
+// most of a second by itself.
+const engineStartAllowance = time.Second
+
+func seenWithinBound(t *testing.T, changed time.Time, bound time.Duration, what string, check func() string) {
+	t.Helper()
 	last := ""
 	for {
 		if last = check(); last == "" {
 			break
 		}
 		if time.Since(changed) > 10*time.Second {
-			t.Fatalf("%s: not seen within 10s (the bound is %v): %s", what, driftBound, last)
+			t.Fatalf("%s: not seen within 10s (the bound is %v): %s", what, bound, last)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	took := time.Since(changed)
-	if took > driftBound {
-		t.Fatalf("%s: seen after %v, want within %v", what, took.Round(time.Millisecond), driftBound)
+	if took > bound {
+		t.Fatalf("%s: seen after %v, want within %v", what, took.Round(time.Millisecond), bound)
 	}
 	t.Logf("%s: seen after %v", what, took.Round(time.Millisecond))
 }
@@ -188,7 +198,7 @@ func TestProcessDriftSeenAtOnceOnTheServer(t *testing.T) {
 	if err := eng.Stop(ctx, mineName); err != nil {
 		t.Fatal(err)
 	}
-	seenWithin(t, time.Now(), "meshd's container stopped by hand, running again", func() string {
+	seenWithinBound(t, time.Now(), driftBound+engineStartAllowance, "meshd's container stopped by hand, running again", func() string {
 		o, ok, err := eng.Inspect(ctx, mineName)
 		if err != nil || !ok || !o.Running || o.ID != mineID {
 			return fmt.Sprintf("found %v running %v id %s (want %s): %v", ok, o.Running, o.ID, mineID, err)
