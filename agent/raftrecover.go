@@ -42,7 +42,8 @@ type RecoverResult struct {
 // RecoverRaft rewrites the Raft configuration held in dataDir so that the servers named in keep
 // (node names; empty means this server alone) are the group's voters. The agent must be stopped:
 // the Raft log is locked while it runs. Run it with the same keep on every surviving server, then
-// start their agents: they elect a leader among themselves.
+// start their agents: they elect a leader among themselves. One body: each step (lock the log,
+// read what it holds, write the new configuration, say what was kept) needs the one before.
 func RecoverRaft(dataDir string, keep []string, logOut io.Writer) (*RecoverResult, error) {
 	if logOut == nil {
 		logOut = io.Discard

@@ -34,6 +34,8 @@ func Apply(r *Record, data []byte) (v any, err error) {
 	return apply(r, data)
 }
 
+// apply decodes one command and dispatches it by op: one switch, every op of the record in one
+// place (each case is a call), so what the record accepts reads at once.
 func apply(r *Record, data []byte) (any, error) {
 	var c Command
 	if err := json.Unmarshal(data, &c); err != nil {

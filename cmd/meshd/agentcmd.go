@@ -16,6 +16,8 @@ import (
 	"meshd/agent"
 )
 
+// agentCmd is `meshd agent`: one cobra declaration, kept whole so its flags, the config file
+// keys they mirror and their help read together.
 func agentCmd(g *globals) *cobra.Command {
 	var (
 		configFile string

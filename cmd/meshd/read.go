@@ -19,6 +19,8 @@ import (
 	"meshd/host"
 )
 
+// statusCmd is `meshd status`: one cobra declaration whose text rendering (leader, voters, nodes,
+// tunnel) follows the answer's order; kept whole so the output reads as it prints.
 func statusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
