@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -94,17 +93,8 @@ func TestProcessDriftSeenAtOnceOnTheServer(t *testing.T) {
 	n := newNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	eng, err := container.New("", container.WithStopTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	if err := eng.Ping(ctx); err != nil {
-		testenv.Prereq(t, "docker engine at %s: %v", container.DefaultHost, err)
-	}
-	rnd := make([]byte, 3)
-	_, _ = rand.Read(rnd)
-	tag := hex.EncodeToString(rnd)
+	eng := machineEngine(ctx, t)
+	tag := randomTag()
 	heldName, mineName, image := "pt-"+tag+"-held", "pt-"+tag+"-mine", "pt-test/drift:"+tag
 	if _, err := eng.ImportImage(ctx, image, labsvcBin, []string{"/labsvc", "serve"}); err != nil {
 		t.Fatalf("import %s: %v", image, err)

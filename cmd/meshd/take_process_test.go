@@ -26,17 +26,9 @@ func TestProcessTakePreviewAndOriginalContainer(t *testing.T) {
 	n := newNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	eng, err := container.New("", container.WithStopTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	if err := eng.Ping(ctx); err != nil {
-		testenv.Prereq(t, "docker engine at %s: %v", container.DefaultHost, err)
-	}
-	rnd := make([]byte, 3)
-	_, _ = rand.Read(rnd)
-	name, image := "pt-"+hex.EncodeToString(rnd)+"-web", "pt-test/web:"+hex.EncodeToString(rnd)
+	eng := machineEngine(ctx, t)
+	tag := randomTag()
+	name, image := "pt-"+tag+"-web", "pt-test/web:"+tag
 	if _, err := eng.ImportImage(ctx, image, labsvcBin, []string{"/labsvc", "serve"}); err != nil {
 		t.Fatalf("import %s: %v", image, err)
 	}
@@ -147,4 +139,26 @@ containers:
 	if got := n.ok("node", "original", "hub", conf); got != "predecessor's\n" {
 		t.Fatalf("node original: %q", got)
 	}
+}
+
+// machineEngine is the machine's own Docker engine for a process test (closed with the test);
+// without one the test skips locally and fails under CI.
+func machineEngine(ctx context.Context, t *testing.T) *container.Engine {
+	t.Helper()
+	eng, err := container.New("", container.WithStopTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	if err := eng.Ping(ctx); err != nil {
+		testenv.Prereq(t, "docker engine at %s: %v", container.DefaultHost, err)
+	}
+	return eng
+}
+
+// randomTag names a test's containers and images apart from another run's.
+func randomTag() string {
+	rnd := make([]byte, 3)
+	_, _ = rand.Read(rnd)
+	return hex.EncodeToString(rnd)
 }
