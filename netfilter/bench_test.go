@@ -90,11 +90,7 @@ func benchKinds() []benchKind {
 			name: "nftables", path: PathIncoming, reload: "nft -f /etc/nftables.conf",
 			setup: func(l *lab) { l.writeHostFile("nftables.conf", foundNftConf(l)); l.sh("nft -f /etc/nftables.conf") },
 			byHand: func(l *lab, ports []int) {
-				var b strings.Builder
-				for _, p := range ports {
-					fmt.Fprintf(&b, "nft add rule inet nffound input tcp dport %d accept\n", p)
-				}
-				l.sh(b.String())
+				l.sh(perPort("nft add rule inet nffound input tcp dport %d accept\n", ports))
 			},
 			reset: func(l *lab) { l.sh("nft -f /etc/nftables.conf") },
 		},
@@ -104,14 +100,8 @@ func benchKinds() []benchKind {
 				l.writeHostFile("rules.v4", xtFound)
 				l.sh("mkdir -p /etc/iptables && cat > /etc/iptables/rules.v4 <<'EOF'\n" + xtFound + "EOF\niptables-restore < /etc/iptables/rules.v4")
 			},
-			byHand: func(l *lab, ports []int) {
-				var b strings.Builder
-				for _, p := range ports {
-					fmt.Fprintf(&b, "iptables -A INPUT -p tcp --dport %d -j ACCEPT\n", p)
-				}
-				l.sh(b.String())
-			},
-			reset: func(l *lab) { l.sh("iptables-restore < /etc/iptables/rules.v4") },
+			byHand: func(l *lab, ports []int) { l.sh(perPort("iptables -A INPUT -p tcp --dport %d -j ACCEPT\n", ports)) },
+			reset:  func(l *lab) { l.sh("iptables-restore < /etc/iptables/rules.v4") },
 		},
 		{
 			name: "ufw", path: PathForwarded, reload: "ufw reload",
@@ -119,18 +109,21 @@ func benchKinds() []benchKind {
 				l.sh("ufw allow 22/tcp >/dev/null && ufw --force enable >/dev/null && " +
 					"cp /etc/ufw/user.rules /etc/ufw/user.rules.found && cp /etc/ufw/user6.rules /etc/ufw/user6.rules.found")
 			},
-			byHand: func(l *lab, ports []int) {
-				var b strings.Builder
-				for _, p := range ports {
-					fmt.Fprintf(&b, "ufw allow %d/tcp >/dev/null\n", p)
-				}
-				l.sh(b.String())
-			},
+			byHand: func(l *lab, ports []int) { l.sh(perPort("ufw allow %d/tcp >/dev/null\n", ports)) },
 			reset: func(l *lab) {
 				l.sh("cp /etc/ufw/user.rules.found /etc/ufw/user.rules && cp /etc/ufw/user6.rules.found /etc/ufw/user6.rules && ufw reload >/dev/null")
 			},
 		},
 	}
+}
+
+// perPort is one shell line of format per port: the rules as an operator types them.
+func perPort(format string, ports []int) string {
+	var b strings.Builder
+	for _, p := range ports {
+		fmt.Fprintf(&b, format, p)
+	}
+	return b.String()
 }
 
 func BenchmarkOpenings(b *testing.B) {
