@@ -65,12 +65,12 @@ type ufwFiles struct {
 	v4, v6       []byte
 	ipv6         bool // ufw keeps IPv6 rules (IPV6=yes in /etc/default/ufw)
 	mode4, mode6 os.FileInfo
-	path4, p6    string
+	path4, path6 string
 	tuples       []ufwTuple
 }
 
 func readUFWFiles(env Env) (*ufwFiles, error) {
-	f := &ufwFiles{path4: env.path(ufwUserRules), p6: env.path(ufwUser6)}
+	f := &ufwFiles{path4: env.path(ufwUserRules), path6: env.path(ufwUser6)}
 	var err error
 	if f.v4, err = os.ReadFile(f.path4); err != nil {
 		return nil, fmt.Errorf("ufw is in use but its rules cannot be read: %w", err)
@@ -78,9 +78,9 @@ func readUFWFiles(env Env) (*ufwFiles, error) {
 	if f.mode4, err = os.Stat(f.path4); err != nil {
 		return nil, err
 	}
-	if b, err := os.ReadFile(f.p6); err == nil {
+	if b, err := os.ReadFile(f.path6); err == nil {
 		f.v6 = b
-		f.mode6, _ = os.Stat(f.p6)
+		f.mode6, _ = os.Stat(f.path6)
 	} else if !os.IsNotExist(err) {
 		return nil, err
 	}
@@ -128,6 +128,12 @@ func ufwRuleLine(text string, v6 bool) (string, error) {
 	}
 	b.WriteString(" -j ACCEPT")
 	return b.String(), nil
+}
+
+// ufwSourceIsV6 says whether a tuple's source is an IPv6 one (the rule lives in user6.rules only).
+func ufwSourceIsV6(text string) bool {
+	f := strings.Fields(text)
+	return len(f) == 7 && strings.Contains(f[5], ":")
 }
 
 // ufwV6Twin is the IPv6 tuple ufw writes beside an IPv4 one from anywhere; "" when the rule
@@ -190,7 +196,7 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 	}
 	for _, a := range add {
 		text := a.text
-		isV6 := strings.Contains(strings.Fields(text)[5], ":")
+		isV6 := ufwSourceIsV6(text)
 		if v6 && !isV6 {
 			if text = ufwV6Twin(text); text == "" {
 				continue
@@ -218,7 +224,7 @@ func touches(file []byte, add []ufwMarked, gone map[string]bool, v6 bool) bool {
 		}
 	}
 	for _, a := range add {
-		isV6 := strings.Contains(strings.Fields(a.text)[5], ":")
+		isV6 := ufwSourceIsV6(a.text)
 		if isV6 == v6 || (v6 && ufwV6Twin(a.text) != "") {
 			return true
 		}
@@ -344,7 +350,7 @@ func (d *ufwDriver) writeBatch(ctx context.Context, files *ufwFiles, add, remove
 		return err
 	}
 	if v6 != nil {
-		if err := writeUFWFile(files.p6, v6, files.mode6); err != nil {
+		if err := writeUFWFile(files.path6, v6, files.mode6); err != nil {
 			return err
 		}
 	}
