@@ -14,10 +14,18 @@ import (
 // Version 2: a tunnel.take on a running mesh carries the node's signed key announcement and is
 // refused without one. A version 1 take (in a log written before) applies as it did then, so
 // replaying an acknowledged command never refuses it.
-const Version = 2
+//
+// Version 3: converging a spoke that still rides its found tunnel also has its mesh interface
+// take that tunnel over (TookTunnel), as `meshd tunnel take` does. A version 2 flip applies as
+// it did then, so a replayed log composes what it composed.
+const Version = 3
 
 // announcedSince is the first command version whose tunnel.take must carry a key announcement.
 const announcedSince = 2
+
+// takesOnConvergeSince is the first command version whose flip to converged takes a spoke's found
+// tunnel over.
+const takesOnConvergeSince = 3
 
 // Op names a command.
 type Op string

@@ -175,5 +175,8 @@ func Compose(r *Record, node string) (*Declaration, error) {
 			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindOpening, Taken: taken, Opening: o})
 		}
 	}
+	if o := routedOpening(r, n, d.Tunnel); o != nil {
+		d.Resources = append(d.Resources, Resource{Module: catalogue.MeshModule, Kind: KindOpening, Taken: n.IsTaken(catalogue.MeshModule), Opening: o})
+	}
 	return d, nil
 }

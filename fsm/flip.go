@@ -68,6 +68,13 @@ func applyFlip(r *Record, c *Command, b *Flip) (any, error) {
 	n.Taken = n.EffectiveTaken()
 	if b.To == Converged {
 		n.Taken = append([]string{}, n.Assigned...)
+		// A spoke converges when its migration is done, and a found tunnel still carrying its
+		// traffic is part of that migration: its mesh interface takes the tunnel over in place
+		// (ADR 0105: "when such a node's tunnel is taken, or the node converged"). It stays taken
+		// after a return to adopted, as an explicit take does.
+		if c.V >= takesOnConvergeSince && onFoundTunnel(r, n) {
+			n.TookTunnel = true
+		}
 	}
 	sort.Strings(n.Taken)
 	n.Flip = &FlipIntent{To: b.To, Plan: b.Plan, Since: c.At}

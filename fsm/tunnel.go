@@ -269,6 +269,35 @@ func onFoundTunnel(r *Record, o *Node) bool {
 	return o.Name != r.Tunnel.Hub && o.FoundTunnel != "" && !o.TookTunnel
 }
 
+// Path and protocol of the routed opening: every protocol forwarded between the range's
+// addresses, in and out of the hub's mesh interface (the netfilter words are the same).
+const (
+	PathRouted = "routed"
+	ProtoAll   = "all"
+)
+
+// routedOpening is the opening the hub needs while some address of the range is reached only
+// through it: a carried peer, or an enrolled node still on its found tunnel (whose tunnel knows
+// only the hub's key). A node of the mesh reaching one of them sends to the hub, which forwards
+// it out of the same interface; the predecessor's "deny routed" (or a forward chain's drop)
+// would drop it. It is every protocol between the range's addresses and nothing else, and it
+// is composed only while it is needed: once every such machine is migrated it goes.
+func routedOpening(r *Record, n *Node, t TunnelView) *catalogue.PortOpening {
+	if n.Name != r.Tunnel.Hub || t.Interface == "" || r.Tunnel.Range == "" {
+		return nil
+	}
+	turns := len(r.Tunnel.Carried) > 0
+	for _, name := range r.NodeNames() {
+		if o := r.Nodes[name]; !turns && o.WireGuardKey != "" && o.Address != "" && onFoundTunnel(r, o) {
+			turns = true
+		}
+	}
+	if !turns {
+		return nil
+	}
+	return &catalogue.PortOpening{Proto: ProtoAll, From: "private", Path: PathRouted}
+}
+
 // checkAnnouncement refuses a take whose overlay key the node has not announced itself: the
 // announcement must be node n's, name the tunnel's key, replace the key the record holds now (an
 // old one replayed moves nothing), and verify against n's recorded identity. Every refusal names

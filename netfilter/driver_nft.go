@@ -70,7 +70,7 @@ func nftWant(v *nftView, want map[string]Opening, keys []string, priv Private) (
 	for _, k := range keys {
 		o := want[k]
 		on := v.input
-		if o.Path == PathForwarded {
+		if o.Path == PathForwarded || o.Path == PathRouted {
 			on = v.forward
 		}
 		if len(on) == 0 {

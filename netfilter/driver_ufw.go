@@ -15,6 +15,12 @@ import (
 // A forwarded opening to a published container port is also put at the head of DOCKER-USER,
 // matched on conntrack's original destination port: ufw's route rules see the port after
 // Docker's DNAT, and Docker's own FORWARD rules run before ufw's.
+//
+// The routed opening (a node reaching a spoke on its found tunnel through the hub) is no ufw
+// tuple: it goes at the head of FORWARD in ufw's iptables backend, in on the private network's
+// interface and out on it again, between the range's addresses, ahead of ufw's "deny routed"
+// policy. ufw's reload rewrites only its own chains, so it stays; the watch puts it back if
+// anything else drops it.
 type ufwDriver struct {
 	base
 	found Found
@@ -146,6 +152,9 @@ func ufwWant(tuples []ufwTuple, want map[string]Opening, keys []string, priv Pri
 	heldBy, failed = map[string]string{}, map[string]string{}
 	canon := map[string]string{} // tuple text -> the mark that carries it
 	for _, k := range keys {
+		if want[k].Path == PathRouted {
+			continue // at the head of FORWARD, through xtConverge: see Converge
+		}
 		text, err := ufwTupleText(want[k], priv)
 		if err != nil {
 			failed[k] = err.Error()
@@ -218,6 +227,9 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	xt, err := xtConverge(ctx, d.env, backend, d.priv, want, keys, func(o Opening, x *xtDump) string {
 		if o.Path == PathForwarded && x.has("DOCKER-USER") {
 			return "DOCKER-USER"
+		}
+		if o.Path == PathRouted {
+			return "FORWARD"
 		}
 		return ""
 	})

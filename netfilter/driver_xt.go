@@ -27,6 +27,9 @@ func (d *xtDriver) Converge(ctx context.Context, desired []Opening) (Report, err
 		if o.Path == PathIncoming {
 			return "INPUT"
 		}
+		if o.Path == PathRouted {
+			return "FORWARD" // not Docker's: it is no published port
+		}
 		if x.has("DOCKER-USER") {
 			return "DOCKER-USER"
 		}

@@ -138,12 +138,27 @@ func matchLocalDestination() []expr.Any {
 }
 
 // matchSource matches a source prefix; in an inet table it first pins the address family.
-func matchSource(fam nftables.TableFamily, p netip.Prefix) []expr.Any {
+func matchSource(fam nftables.TableFamily, p netip.Prefix) []expr.Any { return matchAddr(fam, p, false) }
+
+// matchOIF matches the output interface's name.
+func matchOIF(name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name)},
+	}
+}
+
+// matchAddr matches a source (or, with dst, a destination) prefix; in an inet table it first
+// pins the address family.
+func matchAddr(fam nftables.TableFamily, p netip.Prefix, dst bool) []expr.Any {
 	p = p.Masked()
 	var out []expr.Any
 	off, l, nfp := uint32(12), uint32(4), byte(unix.NFPROTO_IPV4)
 	if p.Addr().Is6() {
 		off, l, nfp = 8, 16, unix.NFPROTO_IPV6
+	}
+	if dst {
+		off += l
 	}
 	if fam == nftables.TableFamilyINet {
 		out = append(out,
@@ -180,6 +195,19 @@ func matchPort(proto string, port uint16, original bool) []expr.Any {
 // openingExprs is the match-and-accept of an opening in a chain of family fam.
 func openingExprs(fam nftables.TableFamily, o Opening, priv Private) ([]expr.Any, error) {
 	var out []expr.Any
+	if o.Path == PathRouted {
+		if priv.Interface == "" || !priv.Range.IsValid() {
+			return nil, fmt.Errorf("opening %s: routed between the private network's addresses, but its interface (%q) or range (%s) is not known", o, priv.Interface, priv.Range)
+		}
+		if !famFits(fam, priv.Range) {
+			return nil, nil
+		}
+		out = append(out, matchIIF(priv.Interface, false)...)
+		out = append(out, matchOIF(priv.Interface)...)
+		out = append(out, matchAddr(fam, priv.Range, false)...)
+		out = append(out, matchAddr(fam, priv.Range, true)...)
+		return append(out, &expr.Verdict{Kind: expr.VerdictAccept}), nil
+	}
 	switch o.From {
 	case FromAnywhere:
 	case FromPrivate:

@@ -300,6 +300,9 @@ func filterChains(spec FilterSpec) ([]ownChain, error) {
 			return nil
 		}
 		forward = append(forward, r)
+		if o.Path == PathRouted {
+			return nil // no published port: nothing reaches a proxy of the machine
+		}
 		// A published port the kernel cannot forward (IPv6 to a container on an IPv4-only
 		// bridge, a client on the machine's own address) reaches the container runtime's proxy,
 		// a process of the machine: the same port, from the same sources, on the input path.
@@ -337,6 +340,10 @@ func filterChains(spec FilterSpec) ([]ownChain, error) {
 // openingText is openingExprs in nft's words.
 func openingText(o Opening, priv Private) string {
 	var parts []string
+	if o.Path == PathRouted {
+		r := priv.Range.Masked()
+		return fmt.Sprintf("iifname %q oifname %q ip saddr %s ip daddr %s accept", priv.Interface, priv.Interface, r, r)
+	}
 	source := func(p netip.Prefix) string {
 		if p.Addr().Is6() {
 			return "ip6 saddr " + p.Masked().String()

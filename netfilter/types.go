@@ -31,7 +31,21 @@ const (
 const (
 	PathIncoming  = "incoming"
 	PathForwarded = "forwarded"
+	// PathRouted is traffic the machine forwards between two addresses of the private network,
+	// in on its interface and out on it again: on a hub, a node of the mesh reaching a spoke
+	// that still rides its found tunnel (or a carried peer) turns there (ADR 0105). Its opening
+	// is every protocol, no port, from the private network only (RoutedOpening).
+	PathRouted = "routed"
 )
+
+// RoutedOpening is the one opening of PathRouted: every protocol between the private network's
+// addresses, in and out of its interface, and nothing else forwarded.
+func RoutedOpening(module string) Opening {
+	return Opening{Module: module, Proto: ProtoAll, Port: 0, From: FromPrivate, Path: PathRouted}
+}
+
+// ProtoAll is a routed opening's protocol: every one.
+const ProtoAll = "all"
 
 // Opening says a port is reachable from a source on a path. It is a state, not a command: the
 // driver makes the set of meshd-marked rules equal to the set of openings it is given.
@@ -54,14 +68,18 @@ const markPrefix = "meshd:"
 
 // Validate reports what is wrong with o, naming it.
 func (o Opening) Validate() error {
-	if o.Proto != "tcp" && o.Proto != "udp" {
+	if o.Path == PathRouted {
+		if o.Proto != ProtoAll || o.Port != 0 || o.From != FromPrivate {
+			return fmt.Errorf("opening %s: a routed opening is every protocol between the private network's addresses (proto %s, port 0, from %s)", o, ProtoAll, FromPrivate)
+		}
+	} else if o.Proto != "tcp" && o.Proto != "udp" {
 		return fmt.Errorf("opening %s: proto %q is not tcp or udp", o, o.Proto)
 	}
-	if o.Port == 0 {
+	if o.Port == 0 && o.Path != PathRouted {
 		return fmt.Errorf("opening %s: port 0", o)
 	}
-	if o.Path != PathIncoming && o.Path != PathForwarded {
-		return fmt.Errorf("opening %s: path %q is not %s or %s", o, o.Path, PathIncoming, PathForwarded)
+	if o.Path != PathIncoming && o.Path != PathForwarded && o.Path != PathRouted {
+		return fmt.Errorf("opening %s: path %q is not %s, %s or %s", o, o.Path, PathIncoming, PathForwarded, PathRouted)
 	}
 	if strings.ContainsAny(o.Module, ": \"'\n") {
 		return fmt.Errorf("opening %s: module name %q holds a character a mark cannot carry", o, o.Module)

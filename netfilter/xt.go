@@ -162,6 +162,13 @@ func isDockerRule(r xtRule, bridges map[string]bool) bool {
 // addressed before Docker's DNAT in nat PREROUTING rewrote it.
 func xtOpeningArgs(o Opening, priv Private) (string, error) {
 	var b strings.Builder
+	if o.Path == PathRouted {
+		if priv.Interface == "" || !priv.Range.IsValid() {
+			return "", fmt.Errorf("opening %s: routed between the private network's addresses, but its interface (%q) or range (%s) is not known", o, priv.Interface, priv.Range)
+		}
+		r := priv.Range.Masked()
+		return fmt.Sprintf(`-i %s -o %s -s %s -d %s -m comment --comment "%s" -j ACCEPT`, priv.Interface, priv.Interface, r, r, o.Mark()), nil
+	}
 	fmt.Fprintf(&b, "-p %s", o.Proto)
 	switch o.From {
 	case FromAnywhere:
