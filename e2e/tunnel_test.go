@@ -491,6 +491,7 @@ func newMachineOnTheMesh(ctx context.Context, t *testing.T, l *lab.Lab, bin stri
 	hub, peer2, nn := l.Machine("hub"), l.Machine("peer2"), l.Machine("newnode")
 	agentLogsOnFailure(t, 6000, hub, peer2, nn)
 	nnKey := joinNewMachine(ctx, t, hub, nn, bin)
+	reachCarriedThroughHub(ctx, t, l, hub, nn)
 	p2Key := takeSpokeTunnel(ctx, t, l, hub, peer2, bin)
 
 	// peer2 and newnode reach each other over the mesh, directly.
@@ -527,6 +528,27 @@ func newMachineOnTheMesh(ctx context.Context, t *testing.T, l *lab.Lab, bin stri
 	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
 	if pub, _, _, err := wgDump(ctx, nn, "meshd0"); err != nil || pub != nnKey {
 		t.Fatalf("after newnode's agent restarted its meshd0 has key %s (%v), want the same %s", pub, err, nnKey)
+	}
+}
+
+// reachCarriedThroughHub: newnode, on the mesh, reaches a service on peer1, which has not
+// enrolled and rides the predecessor's tunnel (a carried peer), through the hub: in on meshd0 and
+// out on it again, which ufw's "deny routed" dropped until the hub's one routed rule, at the head
+// of FORWARD, let the range's addresses through; the forward policy stays drop.
+func reachCarriedThroughHub(ctx context.Context, t *testing.T, l *lab.Lab, hub, nn *lab.Machine) {
+	t.Helper()
+	peer1 := l.Machine("peer1")
+	if out, err := peer1.Docker(ctx, "run", "-d", "--name", "spoke-svc", "-p", "8081:8080", "lab/echo:1"); err != nil {
+		t.Fatalf("a service on peer1: %v %s", err, out)
+	}
+	reachPoll(ctx, t, nn, "http://10.44.0.2:8081/", 60*time.Second)
+	fwd, err := hub.Exec(ctx, "iptables", "-S", "FORWARD")
+	if err != nil {
+		t.Fatalf("iptables -S FORWARD on the hub: %v %s", err, fwd)
+	}
+	rule := fmt.Sprintf(`-A FORWARD -s %s -d %s -i meshd0 -o meshd0 -m comment --comment "%s" -j ACCEPT`, lab.TunnelRange, lab.TunnelRange, routedMark)
+	if strings.Count(fwd, "meshd:") != 1 || !strings.Contains(fwd, rule) || !strings.Contains(fwd, "-P FORWARD DROP") {
+		t.Errorf("the hub's FORWARD, want its DROP policy and one meshd rule, %s:\n%s", rule, fwd)
 	}
 }
 

@@ -1,0 +1,329 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"meshd/agent"
+	"meshd/host"
+	"meshd/internal/labtest"
+	"meshd/internal/testenv"
+	"meshd/lab"
+	"meshd/pki"
+)
+
+// routedMark is the mark of the hub's one forwarding rule (netfilter.RoutedOpening("mesh")).
+const routedMark = "meshd:mesh:routed:all/0:private"
+
+// ADR 0105 on the lab's nftables hub, one lab for all of it: the tunnel changes hands in place
+// (the peers' longest gap under 1 s); a spoke that enrolled and still rides its found tunnel is
+// reached from a node of the mesh through the hub, and nothing else is forwarded; a forged key
+// announcement posted over the bus with an enrolled machine's certificate moves no key; and
+// converging the spoke takes its found tunnel over.
+func TestTunnelOnAnNftablesHub(t *testing.T) {
+	bin := labtest.Meshd(t)
+	l := labtest.Up(t, lab.Predecessor(lab.FirewallNftables))
+	ctx := testenv.Context(t, 9*time.Minute)
+	hub, peer1, nn := l.Machine("hub"), l.Machine("peer1"), l.Machine("newnode")
+	agentLogsOnFailure(t, 6000, hub, peer1, nn)
+	installMeshd(ctx, t, bin, hub)
+	stopPredecessorControl(ctx, t, hub)
+	confBefore, err := hub.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foundKey, err := hub.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key")
+	if err != nil {
+		t.Fatalf("the predecessor's tunnel: %v %s", err, foundKey)
+	}
+	foundKey = strings.TrimSpace(foundKey)
+	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--port", "registry=5001", "--take-tunnel", lab.TunnelIface)...); err != nil {
+		t.Fatalf("adopted genesis taking the tunnel on the nftables hub: %v\n%s", err, out)
+	}
+	took := time.Now()
+	installAgent(ctx, t, hub, bin)
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		v, err := tunnelShow(ctx, hub)
+		if err == nil && v.State != host.TunnelMeshUp {
+			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the tunnel never changed hands: %v", err)
+	}
+
+	t.Run("the tunnel changes hands in place: the peers' longest gap under 1 s, the found interface down with its file byte for byte, meshd0 up with its key, port and address", func(t *testing.T) {
+		probesSince(t, l, took.Add(-10*time.Second), "takeover on the nftables hub", time.Second)
+		checkTakenOver(ctx, t, hub, foundKey, confBefore)
+	})
+
+	var p1Key string
+	t.Run("a spoke on its found tunnel is reached from a node of the mesh through the hub, and nothing else is forwarded", func(t *testing.T) {
+		p1Key = enrolOnFoundTunnel(ctx, t, hub, peer1, bin)
+		nnKey := joinNewMachine(ctx, t, hub, nn, bin)
+		// peer1's agent serves gossip on every address, its found tunnel's 10.44.0.2 included.
+		reachPoll(ctx, t, nn, "tcp://10.44.0.2:7946", 60*time.Second)
+		if _, _, peers, err := wgDump(ctx, nn, "meshd0"); err != nil {
+			t.Fatal(err)
+		} else if _, direct := peers[p1Key]; direct {
+			t.Fatalf("newnode peers peer1 directly (%+v): the path under test is the hub's", peers[p1Key])
+		}
+		if _, _, peers, err := wgDump(ctx, peer1, lab.TunnelIface); err != nil || len(peers) != 1 {
+			t.Fatalf("peer1's found tunnel changed: %v %+v", err, peers)
+		} else if _, ok := peers[nnKey]; ok {
+			t.Fatal("peer1's found tunnel peers newnode")
+		}
+		chain, err := hub.Exec(ctx, "nft", "list", "chain", "inet", "filter", "forward")
+		if err != nil {
+			t.Fatalf("nft list chain inet filter forward: %v %s", err, chain)
+		}
+		rule := fmt.Sprintf(`iifname "meshd0" oifname "meshd0" ip saddr %s ip daddr %s accept comment "%s"`, lab.TunnelRange, lab.TunnelRange, routedMark)
+		if strings.Count(chain, "meshd:") != 1 || !strings.Contains(chain, rule) || !strings.Contains(chain, "policy drop") {
+			t.Errorf("the hub's found forward chain, want its drop policy and one meshd rule, %s:\n%s", rule, chain)
+		}
+		// Nothing else turns at the hub: the outside machine, routed to the range through the
+		// hub's underlay address, does not reach peer1 (the rule is meshd0 in, meshd0 out).
+		outside := l.Machine("outside")
+		if out, err := outside.Exec(ctx, "ip", "route", "replace", lab.TunnelRange, "via", lab.HubAddr); err != nil {
+			t.Fatalf("outside: ip route: %v %s", err, out)
+		}
+		if out, err := outside.Reach(ctx, "tcp://10.44.0.2:7946"); err == nil {
+			t.Errorf("the outside machine reaches peer1's tunnel address through the hub: %s", out)
+		}
+		_, _ = outside.Exec(ctx, "ip", "route", "del", lab.TunnelRange)
+	})
+
+	t.Run("a forged key announcement posted over the bus with an enrolled machine's certificate moves no key", func(t *testing.T) {
+		forgedAnnouncements(ctx, t, l, hub, nn)
+	})
+
+	t.Run("converging the spoke takes its found tunnel over as tunnel take does", func(t *testing.T) {
+		if p1Key == "" {
+			t.Skip("peer1 did not enrol")
+		}
+		p1Conf, err := peer1.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pv, _, err := convergePreviewOf(ctx, hub, "peer1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		converged := time.Now()
+		if out, err := meshd(ctx, hub, "converge", "peer1", "--plan", pv.Token, "--wait", "2m"); err != nil {
+			t.Fatalf("converge peer1: %v\n%s", err, out)
+		}
+		if err := testenv.Poll(t, 60*time.Second, func() error {
+			pub, _, _, err := wgDump(ctx, peer1, "meshd0")
+			if err == nil && pub != p1Key {
+				err = fmt.Errorf("peer1's meshd0 has key %s, want its found %s", pub, p1Key)
+			}
+			if err == nil {
+				if out, lerr := peer1.Exec(ctx, "ip", "link", "show", lab.TunnelIface); lerr == nil {
+					err = fmt.Errorf("peer1's found interface is still there: %s", out)
+				}
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if addr, err := peer1.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(addr, "10.44.0.2/24") {
+			t.Errorf("peer1's meshd0 address: %v %s", err, addr)
+		}
+		if now, err := peer1.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf"); err != nil || string(now) != string(p1Conf) {
+			t.Errorf("peer1's wg-quick file changed: %v", err)
+		}
+		var nv agent.NodeView
+		out, err := meshd(ctx, hub, "node", "show", "peer1", "--json")
+		if err != nil || json.Unmarshal([]byte(out), &nv) != nil || nv.Node == nil || !nv.Node.TookTunnel {
+			t.Errorf("node show peer1 after converge: want took_tunnel: %v\n%s", err, out)
+		}
+		probesSince(t, l, converged, "peer1 converged", 5*time.Second)
+		nnKey, _, _, err := wgDump(ctx, nn, "meshd0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		directPeers(ctx, t, peer1, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
+		reachPoll(ctx, t, nn, "tcp://10.44.0.2:7946", 60*time.Second)
+	})
+}
+
+// enrolOnFoundTunnel joins m presenting its found tunnel (it keeps its address and its tunnel
+// keeps carrying its traffic) and starts its agent; it returns m's found key.
+func enrolOnFoundTunnel(ctx context.Context, t *testing.T, hub, m *lab.Machine, bin string) string {
+	t.Helper()
+	installMeshd(ctx, t, bin, m)
+	out, err := meshd(ctx, m, "join", adoptedToken(ctx, t, hub), "--name", m.Name, "--data-dir", "/var/lib/meshd",
+		"--tunnel", lab.TunnelIface, "--advertise", m.Addr.String(), "--json")
+	var jr agent.JoinResult
+	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
+		t.Fatalf("%s join --tunnel %s: %v\n%s", m.Name, lab.TunnelIface, err, out)
+	}
+	if jr.Node.Address != m.TunnelAddr.String() {
+		t.Fatalf("%s enrolled at %s, want its tunnel's %s", m.Name, jr.Node.Address, m.TunnelAddr)
+	}
+	installAgent(ctx, t, m, bin)
+	return jr.Node.WireGuardKey
+}
+
+// convergePreviewOf reads `meshd converge NODE --preview --json` on m.
+func convergePreviewOf(ctx context.Context, m *lab.Machine, node string) (host.ConvergePreview, string, error) {
+	var pv host.ConvergePreview
+	out, err := meshd(ctx, m, "converge", node, "--preview", "--json")
+	if jerr := json.Unmarshal([]byte(out), &pv); jerr != nil {
+		return pv, out, fmt.Errorf("converge %s --preview --json: %v %v: %s", node, err, jerr, out)
+	}
+	return pv, out, nil
+}
+
+// forgedAnnouncements is an attacker holding an enrolled machine (attacker, its certificate and
+// identity key unsealed from its own disk) posting, over the hub's bus, what would move a key
+// if anything took it: a tunnel take for the hub carrying an announcement of a key of the
+// attacker's, signed by the attacker's identity; the same unsigned, for the attacker's own
+// node; and a host report in the hub's name. Each is refused, and no key moved: the record's
+// overlay keys, the hub's meshd0 and `tunnel show` are as before, and the peers still reach
+// the hub.
+func forgedAnnouncements(ctx context.Context, t *testing.T, l *lab.Lab, hub, attacker *lab.Machine) {
+	t.Helper()
+	keysOf := func() map[string]string {
+		t.Helper()
+		var s agent.TunnelView
+		s, err := tunnelShow(ctx, hub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := map[string]string{"state": s.State}
+		for _, p := range s.Peers {
+			keys[p.Address] = p.PublicKey
+		}
+		for _, n := range []string{"hub", attacker.Name} {
+			var nv agent.NodeView
+			out, err := meshd(ctx, hub, "node", "show", n, "--json")
+			if err != nil || json.Unmarshal([]byte(out), &nv) != nil || nv.Node == nil {
+				t.Fatalf("node show %s: %v\n%s", n, err, out)
+			}
+			keys["node "+n] = nv.Node.WireGuardKey
+		}
+		pub, _, _, err := wgDump(ctx, hub, "meshd0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys["hub meshd0"] = pub
+		return keys
+	}
+	before := keysOf()
+
+	// The attacker's credentials, as root on its machine has them.
+	dir := t.TempDir()
+	for _, f := range []string{pki.NodeCertFile, pki.NodeKeyFile, pki.CACertFile, pki.GossipKeyFile} {
+		b, err := attacker.ReadFile(ctx, "/var/lib/meshd/pki/"+f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, pki.Subdir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(pki.Path(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sk, err := attacker.ReadFile(ctx, "/etc/meshd/seal.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "seal.key"), sk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := pki.OpenNodeSecrets(dir, filepath.Join(dir, "seal.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(sec.NodeKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	if err := attacker.WriteFile(ctx, "/tmp/forger.key", keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := attacker.WriteFile(ctx, "/tmp/forger.crt", sec.NodeCertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := mine.PublicKey().String()
+	post := func(path string, body any) (int, string) {
+		t.Helper()
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := attacker.Exec(ctx, "curl", "-sS", "-k", "--max-time", "5", "--noproxy", "*",
+			"--cert", "/tmp/forger.crt", "--key", "/tmp/forger.key", "-H", "Content-Type: application/json",
+			"-o", "/dev/stderr", "-w", "%{http_code}", "--data-binary", string(b),
+			fmt.Sprintf("https://%s:7070%s", lab.HubAddr, path))
+		code := 0
+		if i := strings.LastIndex(out, "\n"); i >= 0 {
+			fmt.Sscan(out[i+1:], &code)
+		} else {
+			fmt.Sscan(out, &code)
+		}
+		if err != nil && code == 0 {
+			t.Fatalf("curl %s from %s: %v\n%s", path, attacker.Name, err, out)
+		}
+		return code, out
+	}
+	type take struct {
+		Node         string               `json:"node"`
+		Interface    string               `json:"interface"`
+		PublicKey    string               `json:"public_key"`
+		Announcement *pki.KeyAnnouncement `json:"announcement"`
+	}
+	signedByAttacker := pki.AnnounceKey(ed25519.PrivateKey(sec.NodeKey), "hub", before["node hub"], forged)
+	unsigned := &pki.KeyAnnouncement{Node: attacker.Name, Previous: before["node "+attacker.Name], Key: forged}
+	for _, c := range []struct {
+		what, path string
+		body       any
+	}{
+		{"a take of the hub's tunnel announcing a key of the attacker's, signed by the attacker's identity", "/v1/op/v1/tunnel/take",
+			take{Node: "hub", Interface: lab.TunnelIface, PublicKey: forged, Announcement: signedByAttacker}},
+		{"the same through the hub's interface", "/v1/op/v1/tunnel/take",
+			take{Node: "hub", Interface: "meshd0", PublicKey: forged, Announcement: signedByAttacker}},
+		{"an unsigned announcement moving the attacker's own key", "/v1/op/v1/tunnel/take",
+			take{Node: attacker.Name, Interface: "meshd0", PublicKey: forged, Announcement: unsigned}},
+		{"a host report in the hub's name", "/v1/report",
+			map[string]any{"node": "hub", "kinds": map[string]any{"tunnel": map[string]any{"state": host.TunnelMeshUp, "public_key": forged}}}},
+	} {
+		code, out := post(c.path, c.body)
+		t.Logf("%s: HTTP %d %s", c.what, code, strings.TrimSpace(tail(out, 300)))
+		if code < 400 {
+			t.Errorf("%s: accepted (HTTP %d)", c.what, code)
+		}
+	}
+	// Give a wrongly accepted change time to show, then compare.
+	if err := testenv.Poll(t, 10*time.Second, func() error {
+		after := keysOf()
+		for k, v := range before {
+			if after[k] != v {
+				return fmt.Errorf("%s moved: %s -> %s", k, v, after[k])
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	probesSince(t, l, time.Now(), "after the forged announcements", 5*time.Second)
+}
