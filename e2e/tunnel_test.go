@@ -547,8 +547,8 @@ func reachCarriedThroughHub(ctx context.Context, t *testing.T, l *lab.Lab, hub, 
 		t.Fatalf("iptables -S FORWARD on the hub: %v %s", err, fwd)
 	}
 	rule := fmt.Sprintf(`-A FORWARD -s %s -d %s -i meshd0 -o meshd0 -m comment --comment "%s" -j ACCEPT`, lab.TunnelRange, lab.TunnelRange, routedMark)
-	if strings.Count(fwd, "meshd:") != 1 || !strings.Contains(fwd, rule) || !strings.Contains(fwd, "-P FORWARD DROP") {
-		t.Errorf("the hub's FORWARD, want its DROP policy and one meshd rule, %s:\n%s", rule, fwd)
+	if strings.Count(fwd, routedMark) != 1 || !strings.Contains(fwd, rule) || !strings.Contains(fwd, "-P FORWARD DROP") {
+		t.Errorf("the hub's FORWARD, want its DROP policy and one routed rule, %s:\n%s", rule, fwd)
 	}
 }
 
