@@ -138,7 +138,9 @@ func matchLocalDestination() []expr.Any {
 }
 
 // matchSource matches a source prefix; in an inet table it first pins the address family.
-func matchSource(fam nftables.TableFamily, p netip.Prefix) []expr.Any { return matchAddr(fam, p, false) }
+func matchSource(fam nftables.TableFamily, p netip.Prefix) []expr.Any {
+	return matchAddr(fam, p, false)
+}
 
 // matchOIF matches the output interface's name.
 func matchOIF(name string) []expr.Any {
