@@ -122,6 +122,9 @@ func TestTunnelOnAnNftablesHub(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !strings.HasPrefix(pv.Tunnel, lab.TunnelIface+" taken over by meshd0") || !strings.Contains(pv.Tunnel, p1Key) {
+			t.Errorf("the preview of converging peer1 does not say its found tunnel is taken over: %q", pv.Tunnel)
+		}
 		converged := time.Now()
 		if out, err := meshd(ctx, hub, "converge", "peer1", "--plan", pv.Token, "--wait", "2m"); err != nil {
 			t.Fatalf("converge peer1: %v\n%s", err, out)

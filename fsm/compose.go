@@ -50,8 +50,11 @@ type TunnelView struct {
 	// ListenPort is the node's own mesh.tunnel.
 	ListenPort uint16 `json:"listen_port,omitempty"`
 	// Takeover names the found interface this node takes over in place; empty: none.
-	Takeover string       `json:"takeover,omitempty"`
-	Peers    []TunnelPeer `json:"peers,omitempty"`
+	Takeover string `json:"takeover,omitempty"`
+	// Rides names the found interface a spoke's traffic still goes through (Interface is then
+	// empty): `tunnel take` or a flip to converged has it taken over.
+	Rides string       `json:"rides,omitempty"`
+	Peers []TunnelPeer `json:"peers,omitempty"`
 }
 
 // MeshPorts are a node's mesh.* ports (0 where the setting does not read as a port).

@@ -91,6 +91,9 @@ func TestUnitConvergingASpokeTakesItsFoundTunnel(t *testing.T) {
 		t.Error("a version 2 flip took peer1's found tunnel over: a replayed log would compose something else")
 	}
 
+	if d, err := Compose(r, "peer1"); err != nil || d.Tunnel.Rides != "wg0" || d.Tunnel.Interface != "" {
+		t.Fatalf("peer1 on its found tunnel: %+v (%v), want it riding wg0 with no interface of its own", d.Tunnel, err)
+	}
 	mustApply(t, r, cmd(t, OpFlip, t0.Add(2*time.Minute), Flip{Node: "peer1", To: Converged}))
 	if !r.Nodes["peer1"].TookTunnel {
 		t.Fatal("converging peer1 did not take its found tunnel over")
@@ -99,7 +102,7 @@ func TestUnitConvergingASpokeTakesItsFoundTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Tunnel.Interface != MeshInterface || d.Tunnel.Takeover != "wg0" || d.Tunnel.PublicKey != f.peer1 || d.Tunnel.Address != "10.44.0.2/24" {
+	if d.Tunnel.Interface != MeshInterface || d.Tunnel.Takeover != "wg0" || d.Tunnel.Rides != "" || d.Tunnel.PublicKey != f.peer1 || d.Tunnel.Address != "10.44.0.2/24" {
 		t.Fatalf("converging peer1 composes the tunnel %+v: want %s taking wg0 over with its key and address", d.Tunnel, MeshInterface)
 	}
 	// Returning to adopted keeps the tunnel taken: the found one is not raised again.

@@ -341,7 +341,9 @@ func composeTunnel(r *Record, n *Node) TunnelView {
 	}
 	// A spoke whose found tunnel still carries its traffic raises nothing beside it until its
 	// tunnel is taken over (TookTunnel); it is still composed as the hub's peer.
-	if !onFoundTunnel(r, n) {
+	if onFoundTunnel(r, n) {
+		v.Rides = n.FoundTunnel
+	} else {
 		v.Interface = MeshInterface
 	}
 	v.PublicKey = n.WireGuardKey

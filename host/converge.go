@@ -43,6 +43,9 @@ type ConvergePreview struct {
 	Published []PreviewPublished `json:"published"`
 	// Take are the modules assigned and not yet taken: the flip takes them.
 	Take []string `json:"take"`
+	// Tunnel says the found tunnel the node still rides and that the flip takes it over (the
+	// mesh's interface in its place with its key, address and port); empty: nothing to take.
+	Tunnel string `json:"tunnel,omitempty"`
 	// Firewall is the found firewall and how the flip retires it.
 	Firewall PreviewFirewall `json:"firewall"`
 	// Filter is the derived filter the flip loads, as nft prints it (FilterError: why it
@@ -159,6 +162,9 @@ func MarkConverge(pv ConvergePreview, d *fsm.Declaration, ls []Listener, cr *Con
 		}
 	}
 	slices.Sort(pv.Take)
+	if t := d.Tunnel; t.Rides != "" {
+		pv.Tunnel = fmt.Sprintf("%s taken over by %s with its key %s, address %s and port %d", t.Rides, fsm.MeshInterface, t.PublicKey, t.Address, t.ListenPort)
+	}
 	pv.Firewall = retirement(od)
 	pv.Filter, pv.FilterError = derivedFilterText(d)
 	pv.Token = planToken(pv)
@@ -270,6 +276,9 @@ func PlanLines(pv ConvergePreview) []string {
 	slices.Sort(rest)
 	lines = append(lines, rest...)
 	lines = append(lines, "take "+strings.Join(pv.Take, ","))
+	if pv.Tunnel != "" {
+		lines = append(lines, "tunnel "+pv.Tunnel)
+	}
 	lines = append(lines, "found firewall "+pv.Firewall.Kind+": "+pv.Firewall.Description+"; retired by "+pv.Firewall.Retire)
 	if pv.FilterError != "" {
 		lines = append(lines, "filter "+pv.FilterError)

@@ -302,3 +302,25 @@ func TestUnitConvergePlanChanges(t *testing.T) {
 		}
 	}
 }
+
+// A spoke that still rides its found tunnel: the preview says the flip takes it over, and the
+// plan token covers it (a take since the preview changes the plan).
+func TestUnitConvergePreviewNamesTheFoundTunnelItTakes(t *testing.T) {
+	d := previewDecl()
+	ls, cr, od := previewSeen()
+	taken := mark(d, ls, cr, od)
+	if taken.Tunnel != "" {
+		t.Fatalf("a node with no found tunnel: the preview says %q", taken.Tunnel)
+	}
+	d.Tunnel = fsm.TunnelView{Rides: "wg0", PublicKey: "k", Address: "10.44.0.2/24", ListenPort: 51820}
+	pv := mark(d, ls, cr, od)
+	if !strings.Contains(pv.Tunnel, "wg0 taken over by "+fsm.MeshInterface) || !strings.Contains(pv.Tunnel, "10.44.0.2/24") || !strings.Contains(pv.Tunnel, "51820") {
+		t.Errorf("the preview of a spoke on wg0 says %q", pv.Tunnel)
+	}
+	if pv.Token == taken.Token {
+		t.Error("the plan token does not cover the found tunnel the flip takes over")
+	}
+	if ch := PlanChanges(taken, pv); !strings.Contains(strings.Join(ch, "\n"), "wg0") {
+		t.Errorf("the plan's changes do not name the tunnel: %q", ch)
+	}
+}

@@ -202,6 +202,9 @@ func writeConvergePreview(w io.Writer, pv host.ConvergePreview) {
 		fmt.Fprintln(w, "nothing listens or is published on a non-loopback address")
 	}
 	fmt.Fprintf(w, "take\t%s\t\t\n", list(pv.Take))
+	if pv.Tunnel != "" {
+		fmt.Fprintf(w, "tunnel\t%s\t\t\n", pv.Tunnel)
+	}
 	fw := pv.Firewall.Kind
 	if pv.Firewall.Description != "" {
 		fw = pv.Firewall.Description
