@@ -19,8 +19,8 @@ import (
 // The routed opening (a node reaching a spoke on its found tunnel through the hub) is no ufw
 // tuple: it goes at the head of FORWARD in ufw's iptables backend, in on the private network's
 // interface and out on it again, between the range's addresses, ahead of ufw's "deny routed"
-// policy. ufw's reload rewrites only its own chains, so it stays; the watch puts it back if
-// anything else drops it.
+// policy. Like every opening it is read back on every pass and by the watch, which puts it back
+// if a reload drops it.
 type ufwDriver struct {
 	base
 	found Found
