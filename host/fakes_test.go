@@ -347,6 +347,9 @@ type fakeFilter struct {
 	leftover *netfilter.Found
 	// ops are the writes to the packet filter, in order.
 	ops []string
+	// kept is what KeepForBoot kept last; keeps counts its calls.
+	kept  *netfilter.BootTables
+	keeps int
 }
 
 func newFakeFilter(found netfilter.Found) *fakeFilter {
@@ -451,6 +454,17 @@ func (f *fakeFilter) Restore(_ context.Context, r netfilter.Retired) error {
 
 func (f *fakeFilter) Saved() (netfilter.Retired, error) {
 	return netfilter.Retired{}, errors.New("nothing saved")
+}
+
+func (f *fakeFilter) KeepForBoot(t netfilter.BootTables) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keeps++
+	if f.kept != nil && fmt.Sprint(*f.kept) == fmt.Sprint(t) {
+		return false, nil
+	}
+	f.kept = &t
+	return true, nil
 }
 
 var _ packetFilter = (*fakeFilter)(nil)

@@ -62,6 +62,9 @@ type packetFilter interface {
 	Retire(ctx context.Context, found netfilter.Found) (netfilter.Retired, error)
 	Restore(ctx context.Context, r netfilter.Retired) error
 	Saved() (netfilter.Retired, error)
+	// KeepForBoot keeps the table just loaded where `meshd boot` finds it at the next boot;
+	// wrote says whether it had to be written.
+	KeepForBoot(t netfilter.BootTables) (wrote bool, err error)
 }
 
 // kernelFilter is the machine's packet filter through netfilter/, in env.
@@ -89,6 +92,10 @@ func (k kernelFilter) LoadFilter(ctx context.Context, spec netfilter.FilterSpec)
 
 func (k kernelFilter) RemoveFilter(ctx context.Context) error {
 	return netfilter.RemoveFilter(ctx, k.env)
+}
+
+func (k kernelFilter) KeepForBoot(t netfilter.BootTables) (bool, error) {
+	return netfilter.KeepForBoot(k.env, t)
 }
 
 func (k kernelFilter) Retire(ctx context.Context, found netfilter.Found) (netfilter.Retired, error) {
@@ -182,6 +189,7 @@ type OpeningDriver struct {
 	filter      tableMemory
 	guardMaybe  bool // the guard's table may exist (unknown at start)
 	filterMaybe bool
+	bootKept    string // the desired state whose table was last kept for boot ("" none yet)
 	lastApply   time.Time
 
 	watchCancel context.CancelFunc
@@ -678,6 +686,8 @@ func (d *OpeningDriver) loadFilter(ctx context.Context, w *desiredOpenings, res 
 		return
 	}
 	res.through = append([]string{"meshd filter"}, res.through...)
+	spec := w.filter
+	d.keepForBoot(w.key, netfilter.BootTables{Filter: &spec})
 	if d.guardMaybe && !fromWatch {
 		if err := d.pf.RemoveGuard(ctx); err != nil {
 			d.log.Warn("remove the guard on a converged node", "err", err)
@@ -688,6 +698,28 @@ func (d *OpeningDriver) loadFilter(ctx context.Context, w *desiredOpenings, res 
 		}
 		d.guardMaybe, d.guard = false, tableMemory{}
 	}
+}
+
+// keepForBoot keeps the table just loaded for the next boot (netfilter.BootTables), once per
+// desired state: a pass with nothing to do neither reads nor writes the kept copy. A failure is
+// logged and tried again by the next pass; the openings themselves are in force either way.
+func (d *OpeningDriver) keepForBoot(key string, t netfilter.BootTables) {
+	which := "guard:"
+	if t.Filter != nil {
+		which = "filter:"
+	}
+	if d.bootKept == which+key {
+		return
+	}
+	wrote, err := d.pf.KeepForBoot(t)
+	if err != nil {
+		d.log.Warn("keep meshd's table for the next boot", "err", err)
+		return
+	}
+	if wrote {
+		d.log.Info("kept meshd's table for the next boot", "table", strings.TrimSuffix(which, ":"))
+	}
+	d.bootKept = which + key
 }
 
 // loadGuard loads the guard on an adopted node, then removes the derived filter.
@@ -707,6 +739,9 @@ func (d *OpeningDriver) loadGuard(ctx context.Context, w *desiredOpenings, res *
 				res.failed[e.mark] = fmt.Sprintf("the guard (nftables table inet %s) is not loaded: %v", netfilter.GuardTable, err)
 			}
 		}
+	} else {
+		spec := w.guard
+		d.keepForBoot(w.key, netfilter.BootTables{Guard: &spec})
 	}
 	if d.filterMaybe && !fromWatch {
 		if err := d.pf.RemoveFilter(ctx); err != nil {

@@ -7,6 +7,7 @@ package host
 // records.
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -197,5 +198,31 @@ func TestUnitFlipLeftoverIsNotRetiredAgain(t *testing.T) {
 	unitNoErrors(t, rep)
 	if pf.found.Kind != netfilter.KindUFW || !pf.found.Active || !unitOpeningDetail(t, rep).Flip.Done {
 		t.Fatalf("after the return: found %+v", pf.found)
+	}
+}
+
+// The table meshd loads is kept for the next boot (`meshd boot` loads it before the container
+// engine starts): the guard while adopted, the filter once converged, the guard again after the
+// return; a pass with nothing to do does not even ask.
+func TestUnitTableKeptForBoot(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	ctx := unitCtx(t)
+	unitNoErrors(t, h.Reconcile(ctx, flipDecl(fsm.Adopted, false)))
+	if pf.kept == nil || pf.kept.Guard == nil || pf.kept.Filter != nil || fmt.Sprint(*pf.kept.Guard) != fmt.Sprint(*pf.guard) {
+		t.Fatalf("adopted: kept %+v, want the guard as loaded (%+v)", pf.kept, pf.guard)
+	}
+	keeps := pf.keeps
+	unitNoErrors(t, h.Reconcile(ctx, flipDecl(fsm.Adopted, false)))
+	if pf.keeps != keeps {
+		t.Fatalf("a pass with nothing to do asked to keep the table again (%d calls, was %d)", pf.keeps, keeps)
+	}
+	unitNoErrors(t, h.Reconcile(ctx, flipDecl(fsm.Converged, true)))
+	if pf.kept.Filter == nil || pf.kept.Guard != nil || fmt.Sprint(*pf.kept.Filter) != fmt.Sprint(*pf.filter) {
+		t.Fatalf("converged: kept %+v, want the filter as loaded", pf.kept)
+	}
+	unitNoErrors(t, h.Reconcile(ctx, flipDecl(fsm.Adopted, true)))
+	if pf.kept.Guard == nil || pf.kept.Filter != nil {
+		t.Fatalf("returned: kept %+v, want the guard", pf.kept)
 	}
 }

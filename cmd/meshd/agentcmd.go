@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -87,6 +88,7 @@ socket is never removed: the agent refuses to start, naming it.`,
 				return fmt.Errorf("log level %q: use debug, info, warn or error", cfg.LogLevel)
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			installBootUnit(cfg.DataDir, log)
 			a, err := agent.Start(cfg, log)
 			if err != nil {
 				return err
@@ -107,4 +109,30 @@ socket is never removed: the agent refuses to start, naming it.`,
 	f.StringSliceVar(&cfg.Metrics, "metrics", nil, "serve Prometheus metrics at HOST:PORT/metrics too (loopback or the private network; repeat for more)")
 	f.BoolVar(&cfg.MetricsUnderlay, "metrics-underlay", false, "allow a --metrics address off loopback and the private network")
 	return cmd
+}
+
+// installBootUnit writes and enables the meshd-boot unit when systemd runs this agent (it sets
+// INVOCATION_ID for every service it starts): the machine's agent, as opposed to one a test or an
+// operator runs by hand. A failure is logged; the agent runs all the same.
+func installBootUnit(dataDir string, log *slog.Logger) {
+	if os.Getenv("INVOCATION_ID") == "" {
+		return
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err == nil {
+		dataDir, err = filepath.Abs(dataDir)
+	}
+	var wrote bool
+	if err == nil {
+		wrote, err = agent.InstallBootUnit("/", exe, dataDir)
+	}
+	switch {
+	case err != nil:
+		log.Warn("the boot unit that loads meshd's table before the container engine is not installed", "unit", agent.BootUnitName, "err", err)
+	case wrote:
+		log.Info("installed and enabled the boot unit that loads meshd's table before the container engine", "unit", agent.BootUnitName)
+	}
 }
