@@ -38,6 +38,9 @@ const (
 	// Unknown: any other failure (no leader, a timeout, a killed agent, a wait that ended): the
 	// command may have been applied, once, at any time after its call, or never.
 	Unknown Answer = "unknown"
+	// NotSent: the CLI reached no agent (its socket was not there), so nothing was proposed: the
+	// command was not applied, whatever the record holds.
+	NotSent Answer = "not-sent"
 )
 
 // NodeState is one node as the record holds it, in the model's terms: the mode the operator

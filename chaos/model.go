@@ -158,6 +158,8 @@ func Model(init map[string]NodeState) porcupine.Model {
 				if refuse {
 					states = append(states, state)
 				}
+			case NotSent:
+				states = append(states, state)
 			default: // unknown: applied once, or never
 				states = append(states, state)
 				if ack {
