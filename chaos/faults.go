@@ -56,15 +56,15 @@ var CrashPoints = []string{
 type Fault struct {
 	Kind    FaultKind `json:"kind"`
 	Machine string    `json:"machine"`
-	Point   string    `json:"point,omitempty"`    // FaultCrash's crash point
-	Crashed bool      `json:"crashed,omitempty"`  // FaultCrash: the agent reached its point
-	From    []string  `json:"from,omitempty"`     // FaultPartition: the servers cut from
-	Hold    string    `json:"hold"`               // how long it lasted
-	Begin   int64     `json:"begin_ns"`           // since the history began
-	Healed  int64     `json:"healed_ns"`          //
-	Err     string    `json:"error,omitempty"`    //
-	Back    string    `json:"back,omitempty"`     // a reboot/stop: how long the guard took to return after the agent started
-	Detail  string    `json:"detail,omitempty"`   //
+	Point   string    `json:"point,omitempty"`   // FaultCrash's crash point
+	Crashed bool      `json:"crashed,omitempty"` // FaultCrash: the agent reached its point
+	From    []string  `json:"from,omitempty"`    // FaultPartition: the servers cut from
+	Hold    string    `json:"hold"`              // how long it lasted
+	Begin   int64     `json:"begin_ns"`          // since the history began
+	Healed  int64     `json:"healed_ns"`         //
+	Err     string    `json:"error,omitempty"`   //
+	Back    string    `json:"back,omitempty"`    // a reboot/stop: how long the guard took to return after the agent started
+	Detail  string    `json:"detail,omitempty"`  //
 }
 
 func (f Fault) String() string {

@@ -49,7 +49,9 @@ type Run struct {
 	Checks int
 }
 
-func (r *Run) problem(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
+func (r *Run) problem(format string, args ...any) {
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
 
 // Execute puts meshd on the (fresh) chaos lab l, runs the workload under the seeded scheduler's
 // faults for c.Duration, heals everything and checks the invariants. The outcome lists every
