@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -95,7 +96,15 @@ type Injector struct {
 	// AgentLine is the agent's unit command line on machine (without the crash point's
 	// environment).
 	AgentLine func(machine string) string
+	// Provoke, when set, is called (in its own goroutine) once a crash fault's agent is armed:
+	// it sends the command that leads the agent to the point.
+	Provoke func(ctx context.Context, f Fault)
+
+	provoking sync.WaitGroup
 }
+
+// Wait waits for every command a crash fault provoked to be answered.
+func (in *Injector) Wait() { in.provoking.Wait() }
 
 func (in *Injector) machine(name string) (*lab.Machine, error) {
 	m := in.Lab.Machine(name)
@@ -288,6 +297,14 @@ func (in *Injector) crashAt(ctx context.Context, m *lab.Machine, point string, h
 		fail(in.KillAgent(ctx, m.Name))
 	}
 	fail(in.StartAgent(ctx, m.Name, point))
+	if in.Provoke != nil {
+		in.provoking.Add(1)
+		go func() {
+			defer in.provoking.Done()
+			// Not bound by the fault's context: the command is answered (or times out) on its own.
+			in.Provoke(context.WithoutCancel(ctx), Fault{Kind: FaultCrash, Machine: m.Name, Point: point})
+		}()
+	}
 	deadline := time.Now().Add(hold)
 	for time.Now().Before(deadline) && in.AgentRunning(m.Name) && ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)

@@ -84,7 +84,7 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 		return r
 	}
 	c.Logf("chaos seed %d: workload for %s, %d clients, faults from the same seed", c.Seed, c.Duration, w.Clients)
-	in := &Injector{Lab: l, Servers: Servers, AgentLine: ms.AgentLine}
+	in := &Injector{Lab: l, Servers: Servers, AgentLine: ms.AgentLine, Provoke: w.Provoke}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -93,6 +93,7 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 	r.schedule(ctx, ms, in, c)
 	close(stop)
 	wg.Wait()
+	in.Wait()
 	r.final(ctx, ms, in, w, c)
 	return r
 }
@@ -119,6 +120,9 @@ func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, c Config) {
 		}
 		if f.Kind == FaultCrash {
 			f.Point = CrashPoints[rng.Intn(len(CrashPoints))]
+			if strings.HasPrefix(f.Point, "flip.") || strings.HasPrefix(f.Point, "return.") {
+				f.Machine = "c1" // the only node the workload converges and returns
+			}
 		}
 		hold := time.Duration(1000+rng.Intn(5000)) * time.Millisecond
 		fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
@@ -302,7 +306,8 @@ func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeStat
 		if !mayTake[n] && string(got) != string(FoundContent(n)) {
 			r.problem("node %s: %s was never taken, yet it is %q, not what was found (%q)", n, HeldPath, got, FoundContent(n))
 		}
-		out, errs, code := ms.Meshd(ctx, "hub", "node", "original", n, HeldPath)
+		// A node's originals are in its own record store: asked on the node.
+		out, errs, code := ms.Meshd(ctx, n, "node", "original", n, HeldPath)
 		switch {
 		case code == 0 && out != string(FoundContent(n)):
 			r.problem("node %s: the recorded original of %s is %q, not what was found (%q)", n, HeldPath, out, FoundContent(n))

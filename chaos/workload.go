@@ -49,6 +49,11 @@ func classify(code int, stdout, stderr string) Answer {
 			return NotSent
 		}
 	}
+	// nsenter could not enter the machine (it is powered off, or booting and its disk not yet
+	// mounted): meshd never ran.
+	if strings.HasPrefix(strings.TrimSpace(stderr), "nsenter: ") {
+		return NotSent
+	}
 	return Unknown
 }
 
@@ -147,6 +152,35 @@ func (w *Workload) Send(ctx context.Context, o Op, args []string) *Op {
 	}
 	w.History.End(p, a, out, read)
 	return p
+}
+
+// Provoke sends the command that leads the agent on f.Machine to f.Point (an assign for a hold,
+// a take for a take's points, an unassign for a removal, a converge or an adopt for a flip's or a
+// return's), recorded like any other, as the workload's last client but one.
+func (w *Workload) Provoke(ctx context.Context, f Fault) {
+	node, via := f.Machine, Nodes[int(w.values.Load())%len(Nodes)]
+	o := Op{Client: w.Clients + 1, Via: via, Node: node}
+	var args []string
+	switch {
+	case strings.HasPrefix(f.Point, "hold."):
+		o.Kind, o.Module, args = KindAssign, "chaos-a", []string{"module", "assign", node, "chaos-a"}
+	case strings.HasPrefix(f.Point, "take."):
+		// chaos-a replaces a found file; assign it first in case it is not (refused if it is).
+		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindAssign, Module: "chaos-a"}, []string{"module", "assign", node, "chaos-a"})
+		o.Kind, o.Module, args = KindTake, "chaos-a", []string{"module", "take", node, "chaos-a"}
+	case strings.HasPrefix(f.Point, "unassign."):
+		// chaos-b's file is created on assignment: assigned, created, then unassigned.
+		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindAssign, Module: "chaos-b"}, []string{"module", "assign", node, "chaos-b"})
+		time.Sleep(2 * w.Mesh.Interval)
+		o.Kind, o.Module, args = KindUnassign, "chaos-b", []string{"module", "unassign", node, "chaos-b"}
+	case strings.HasPrefix(f.Point, "flip."):
+		o.Kind, args = KindConverge, []string{"converge", node, "--wait", (w.Timeout / 2).String()}
+	case strings.HasPrefix(f.Point, "return."):
+		o.Kind, args = KindAdopt, []string{"adopt", node, "--wait", (w.Timeout / 2).String()}
+	default:
+		return
+	}
+	w.Send(ctx, o, args)
 }
 
 // ReadAll reads every node through via and records the reads.
