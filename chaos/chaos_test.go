@@ -17,8 +17,10 @@ import (
 )
 
 // shortSeeds are the seeds `make test` replays: a short run each, the same faults at every run.
-// A seed a soak found a bug with is added here once the bug is fixed.
-var shortSeeds = []int64{1}
+// 19 draws, within its 45 s: a crash of c1 at flip.after-filter, a reboot of the hub (the guard
+// must come back), a partition of the hub (the leader) from s2 and s3, and a kill of s2. A seed
+// a soak found a bug with is added here once the bug is fixed.
+var shortSeeds = []int64{19}
 
 // shortDuration is how long the workload runs under faults in a short run.
 const shortDuration = 45 * time.Second

@@ -47,7 +47,7 @@ func manifest(name string) string {
 	return fmt.Sprintf("name: %s\ndescription: a chaos test module\nsettings:\n  greeting: g0\nfiles:\n  - path: /etc/chaos/%s.conf\n    content: |\n      greeting = ${greeting}\n    mode: \"0644\"\n", name, name)
 }
 
-// Scenario is the chaos lab's shape; the outside-store probe calls the store's port on the hub
+// Scenario is the chaos lab's shape: c1 has a found nftables firewall; the outside-store probe calls the store's port on the hub
 // from outside, which must never answer.
 func Scenario() lab.Scenario {
 	return lab.Scenario{
@@ -63,8 +63,29 @@ func Scenario() lab.Scenario {
 			{Name: "outside-store", From: "outside", Target: fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort), Expect: lab.ExpectUnreachable},
 			{Name: "outside-store6", From: "outside", Target: fmt.Sprintf("tcp://[%s]:%d", lab.Addr6(netip.MustParseAddr(lab.HubAddr)), lab.StorePort), Expect: lab.ExpectUnreachable},
 		},
+		Configure: func(ctx context.Context, l *lab.Lab) error {
+			c1 := l.Machine("c1")
+			if err := c1.WriteFile(ctx, "/etc/nftables.conf", []byte(c1Firewall), 0o755); err != nil {
+				return err
+			}
+			_, err := c1.Run(ctx, "ln -sf /lib/systemd/system/nftables.service /etc/systemd/system/sysinit.target.wants/nftables.service")
+			return err
+		},
 	}
 }
+
+// c1Firewall is the client's found firewall, loaded at boot by nftables.service: it accepts
+// everything (a predecessor's firewall that logs, say), so the client's mesh ports stay open
+// while it is adopted, and the flip has a firewall to retire and the return one to restore.
+const c1Firewall = `#!/usr/sbin/nft -f
+flush ruleset
+table inet predecessor {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		tcp dport 22 counter accept
+	}
+}
+`
 
 // Mesh is meshd running on a chaos lab.
 type Mesh struct {

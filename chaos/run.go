@@ -103,28 +103,13 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, c Config) {
 	rng := rand.New(rand.NewSource(c.Seed ^ 0x5eed))
 	end := time.Now().Add(c.Duration)
-	kinds := []FaultKind{FaultKill, FaultStop, FaultReboot, FaultCut, FaultPartition, FaultCrash, FaultCrash}
 	for time.Now().Before(end) && ctx.Err() == nil {
-		wait := time.Duration(2000+rng.Intn(4000)) * time.Millisecond
+		wait, f, hold := NextFault(rng)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		f := Fault{Kind: kinds[rng.Intn(len(kinds))]}
-		switch f.Kind {
-		case FaultPartition:
-			f.Machine = Servers[rng.Intn(len(Servers))]
-		default:
-			f.Machine = Nodes[rng.Intn(len(Nodes))]
-		}
-		if f.Kind == FaultCrash {
-			f.Point = CrashPoints[rng.Intn(len(CrashPoints))]
-			if strings.HasPrefix(f.Point, "flip.") || strings.HasPrefix(f.Point, "return.") {
-				f.Machine = "c1" // the only node the workload converges and returns
-			}
-		}
-		hold := time.Duration(1000+rng.Intn(5000)) * time.Millisecond
 		fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		in.Inject(fctx, &f, hold, r.History.Since)
 		if f.Kind == FaultStop || f.Kind == FaultReboot {
@@ -151,6 +136,29 @@ func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, c Config) {
 }
 
 func ops(h *History) []Op { return h.Ops() }
+
+// NextFault draws the scheduler's next fault from rng: how long to wait before it, the fault
+// (kind, machine, crash point) and how long to hold it. The same seed draws the same faults.
+func NextFault(rng *rand.Rand) (wait time.Duration, f Fault, hold time.Duration) {
+	kinds := []FaultKind{FaultKill, FaultStop, FaultReboot, FaultCut, FaultPartition, FaultCrash, FaultCrash}
+	wait = time.Duration(2000+rng.Intn(4000)) * time.Millisecond
+	f = Fault{Kind: kinds[rng.Intn(len(kinds))]}
+	switch f.Kind {
+	case FaultPartition:
+		f.Machine = Servers[rng.Intn(len(Servers))]
+	default:
+		f.Machine = Nodes[rng.Intn(len(Nodes))]
+	}
+	hold = time.Duration(1000+rng.Intn(5000)) * time.Millisecond
+	if f.Kind == FaultCrash {
+		f.Point = CrashPoints[rng.Intn(len(CrashPoints))]
+		if strings.HasPrefix(f.Point, "flip.") || strings.HasPrefix(f.Point, "return.") {
+			f.Machine = "c1" // the only node the workload converges and returns
+		}
+		hold += 6 * time.Second // time for the provoked command to reach the point
+	}
+	return wait, f, hold
+}
 
 // guardBack measures how long after the hub's agent started (the end of its boot) its guard is
 // back in the kernel: it must be within one reconcile, plus the agent's own start (up to
