@@ -130,5 +130,10 @@ func (h *History) Ops() []Op {
 // Since is the time since the history began, on its clock.
 func (h *History) Since() time.Duration { return time.Since(h.start) }
 
+// At is wall-clock time t on the history's clock (since it began), to the millisecond.
+func (h *History) At(t time.Time) time.Duration {
+	return t.Sub(h.start.Round(0)).Round(time.Millisecond)
+}
+
 // JSON is the history as a reader (or a replay of the checker) wants it.
 func (h *History) JSON() ([]byte, error) { return json.MarshalIndent(h.Ops(), "", "  ") }

@@ -335,7 +335,8 @@ func wasAssigned(ops []Op, node string) bool {
 	return false
 }
 
-// probes checks that outside never reached the store, over IPv4 or IPv6, at any call.
+// probes checks that outside never reached the store, over IPv4 or IPv6, at any call; a breach
+// is named with the windows it was reachable in, on the history's clock, beside the faults.
 func (r *Run) probes(ms *Mesh) {
 	for _, name := range []string{"outside-store", "outside-store6"} {
 		s, err := ms.Lab.Probe(name, time.Time{})
@@ -344,9 +345,47 @@ func (r *Run) probes(ms *Mesh) {
 			continue
 		}
 		if !s.Holds() {
-			r.problem("probe %s: outside reached the store: %s", name, s)
+			r.problem("probe %s: outside reached the store (%d of %d calls) at %s", name, s.Successes, s.Calls,
+				r.windows(filepath.Join(ms.Lab.Dir, "probes", name+".log")))
 		}
 	}
+}
+
+// windows reads a probe's record and says when its calls succeeded: each run of successive
+// successful calls as +FROM..+TO since the history began.
+func (r *Run) windows(record string) string {
+	b, err := os.ReadFile(record)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	var from, to time.Time
+	flush := func() {
+		if !from.IsZero() {
+			out = append(out, fmt.Sprintf("+%s..+%s", r.History.At(from), r.History.At(to)))
+		}
+		from = time.Time{}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, " ", 3)
+		if len(f) < 2 {
+			continue
+		}
+		ts, err := time.Parse(time.RFC3339Nano, f[0])
+		if err != nil {
+			continue
+		}
+		if f[1] == "ok" {
+			if from.IsZero() {
+				from = ts
+			}
+			to = ts
+		} else {
+			flush()
+		}
+	}
+	flush()
+	return strings.Join(out, ", ")
 }
 
 func answers(ops []Op) string {
@@ -388,6 +427,13 @@ func (r *Run) write(l *lab.Lab, dir string) error {
 	}
 	if r.Verdict.model.Init != nil {
 		errs = append(errs, r.Verdict.Visualize(filepath.Join(dir, "history.html")))
+	}
+	if recs, err := filepath.Glob(filepath.Join(l.Dir, "probes", "*.log")); err == nil {
+		for _, rec := range recs {
+			if b, err := os.ReadFile(rec); err == nil {
+				errs = append(errs, os.WriteFile(filepath.Join(dir, "logs", "probe-"+filepath.Base(rec)), b, 0o644))
+			}
+		}
 	}
 	for _, m := range l.Machines() {
 		if b, err := os.ReadFile(filepath.Join(m.Dir(), "log", "meshd.log")); err == nil {
