@@ -39,14 +39,16 @@ const (
 	FaultCrash FaultKind = "crash"
 )
 
-// CrashPoints are the named points a FaultCrash arms: inside a hold, a take (of a file), an
-// unassign, a flip and a return (see package host's doc). The container points of a take need
-// a module with containers, which the workload's modules do not have.
+// CrashPoints are the named points a FaultCrash arms: inside a hold, a take (of a file and of a
+// container), an unassign, a flip and a return (see package host's doc). The tunnel takeover has
+// no named points yet.
 var CrashPoints = []string{
 	"hold.before-record-original", "hold.after-record-original",
 	"take.before-record-original", "take.after-record-original", "take.after-record-written",
 	"take.after-temp-write", "take.after-rename", "take.after-dir-sync",
 	"take.before-record-latest", "take.after-record-latest", "take.before-write-files",
+	"take.container.after-prepare", "take.container.after-record-cutover", "take.container.after-stop",
+	"take.container.after-move-aside", "take.container.after-move-new",
 	"unassign.after-remove",
 	"flip.after-filter", "flip.before-retire", "flip.after-retire",
 	"return.after-restore", "return.after-guard",

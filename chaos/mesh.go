@@ -18,7 +18,8 @@ import (
 )
 
 // The chaos lab: three servers (hub, the control-node, with its own Docker engine so the store
-// really runs on it; s2 and s3), a client c1, and outside, on the underlay only.
+// really runs on it; s2 and s3), a client c1 with an engine and a found firewall, and outside,
+// on the underlay only.
 const (
 	S2Addr = "198.51.100.11"
 	S3Addr = "198.51.100.12"
@@ -31,8 +32,12 @@ var (
 	Servers = []string{"hub", "s2", "s3"}
 )
 
-// Modules are the workload's modules: a file each, with a setting the workload sets.
-var Modules = []string{"chaos-a", "chaos-b", "chaos-c"}
+// Modules are the workload's modules: a file each (chaos-a, -b, -c) or a container (chaos-d, only
+// on the nodes with an engine: hub and c1), with a setting the workload sets.
+var Modules = []string{"chaos-a", "chaos-b", "chaos-c", "chaos-d"}
+
+// Engines are the nodes with a Docker engine.
+var Engines = []string{"hub", "c1"}
 
 // HeldPath is chaos-a's file, which every node has before meshd arrives (found, so held on
 // assignment, its original recorded). The others' files are created on assignment.
@@ -44,6 +49,9 @@ func FoundContent(node string) []byte {
 }
 
 func manifest(name string) string {
+	if name == "chaos-d" {
+		return "name: chaos-d\ndescription: a chaos test module with a container\nsettings:\n  greeting: g0\ncontainers:\n  - name: chaos-d\n    image: lab/echo:1\n    env: {GREETING: \"${greeting}\"}\n    restart: unless-stopped\n"
+	}
 	return fmt.Sprintf("name: %s\ndescription: a chaos test module\nsettings:\n  greeting: g0\nfiles:\n  - path: /etc/chaos/%s.conf\n    content: |\n      greeting = ${greeting}\n    mode: \"0644\"\n", name, name)
 }
 
@@ -56,7 +64,7 @@ func Scenario() lab.Scenario {
 			{Name: "hub", Addr: lab.HubAddr, Docker: true},
 			{Name: "s2", Addr: S2Addr},
 			{Name: "s3", Addr: S3Addr},
-			{Name: "c1", Addr: C1Addr},
+			{Name: "c1", Addr: C1Addr, Docker: true},
 			{Name: "outside", Addr: lab.OutsideAddr},
 		},
 		Probes: []lab.ProbeSpec{
@@ -69,6 +77,12 @@ func Scenario() lab.Scenario {
 				return err
 			}
 			_, err := c1.Run(ctx, "ln -sf /lib/systemd/system/nftables.service /etc/systemd/system/sysinit.target.wants/nftables.service")
+			return err
+		},
+		// chaos-d's container, found on c1: held when the module is assigned, replaced at take.
+		Populate: func(ctx context.Context, l *lab.Lab) error {
+			_, err := l.Machine("c1").Docker(ctx, "run", "-d", "--name", "chaos-d", "--restart", "unless-stopped",
+				"-e", "GREETING=found", "lab/echo:1")
 			return err
 		},
 	}
@@ -94,10 +108,9 @@ type Mesh struct {
 	Interval time.Duration
 }
 
-// dockerHost is what an agent on machine uses: the hub's own engine, none elsewhere (the
-// workload's modules are files only).
+// dockerHost is what an agent on machine uses: its own engine on hub and c1, none elsewhere.
 func dockerHost(machine string) string {
-	if machine == "hub" {
+	if slices.Contains(Engines, machine) {
 		return "unix:///run/docker.sock"
 	}
 	return "unix:///nonexistent/docker.sock"

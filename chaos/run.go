@@ -152,8 +152,8 @@ func NextFault(rng *rand.Rand) (wait time.Duration, f Fault, hold time.Duration)
 	hold = time.Duration(1000+rng.Intn(5000)) * time.Millisecond
 	if f.Kind == FaultCrash {
 		f.Point = CrashPoints[rng.Intn(len(CrashPoints))]
-		if strings.HasPrefix(f.Point, "flip.") || strings.HasPrefix(f.Point, "return.") {
-			f.Machine = "c1" // the only node the workload converges and returns
+		if strings.HasPrefix(f.Point, "flip.") || strings.HasPrefix(f.Point, "return.") || strings.HasPrefix(f.Point, "take.container.") {
+			f.Machine = "c1" // the only node the workload converges and returns, and where chaos-d is found
 		}
 		hold += 6 * time.Second // time for the provoked command to reach the point
 	}

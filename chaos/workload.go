@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +93,9 @@ func (w *Workload) One(ctx context.Context, client int, rng *rand.Rand) {
 	via := Nodes[rng.Intn(len(Nodes))]
 	node := Nodes[rng.Intn(len(Nodes))]
 	mod := Modules[rng.Intn(len(Modules))]
+	if mod == "chaos-d" && !slices.Contains(Engines, node) {
+		mod = "chaos-a"
+	}
 	o := Op{Client: client, Via: via, Node: node}
 	var args []string
 	switch r := rng.Intn(100); {
@@ -164,10 +168,20 @@ func (w *Workload) Provoke(ctx context.Context, f Fault) {
 	switch {
 	case strings.HasPrefix(f.Point, "hold."):
 		o.Kind, o.Module, args = KindAssign, "chaos-a", []string{"module", "assign", node, "chaos-a"}
+	case strings.HasPrefix(f.Point, "take.container."):
+		// chaos-d's container is found on c1: assigned it is held, taken it is replaced.
+		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindAssign, Module: "chaos-d"}, []string{"module", "assign", node, "chaos-d"})
+		o.Kind, o.Module, args = KindTake, "chaos-d", []string{"module", "take", node, "chaos-d"}
 	case strings.HasPrefix(f.Point, "take."):
-		// chaos-a replaces a found file; assign it first in case it is not (refused if it is).
+		// chaos-a replaces a found file: assigned (refused if it is), then taken (refused if it
+		// is: a module is taken once); a new setting then rewrites its file, which passes the
+		// write points of a take again.
 		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindAssign, Module: "chaos-a"}, []string{"module", "assign", node, "chaos-a"})
-		o.Kind, o.Module, args = KindTake, "chaos-a", []string{"module", "take", node, "chaos-a"}
+		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindTake, Module: "chaos-a"}, []string{"module", "take", node, "chaos-a"})
+		time.Sleep(2 * w.Mesh.Interval)
+		o.Kind, o.Key = KindSet, "chaos-a.greeting"
+		o.Value = fmt.Sprintf("g%d", w.values.Add(1))
+		args = []string{"node", "set", node, o.Key + "=" + o.Value}
 	case strings.HasPrefix(f.Point, "unassign."):
 		// chaos-b's file is created on assignment: assigned, created, then unassigned.
 		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindAssign, Module: "chaos-b"}, []string{"module", "assign", node, "chaos-b"})
