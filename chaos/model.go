@@ -124,7 +124,8 @@ func equalRead(s, read NodeState) bool {
 
 // Model is the porcupine model of the record over histories of Op, starting from init (each
 // node's state when the workload began). It is nondeterministic: a command with an unknown answer
-// may or may not have been applied.
+// may or may not have been applied. It stays one body because porcupine's model is one value of
+// closures (init, step, partition, descriptions) over the same start state.
 func Model(init map[string]NodeState) porcupine.Model {
 	for n, s := range init {
 		if s.Settings == nil {
