@@ -113,9 +113,7 @@ func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, c Config) {
 		fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		in.Inject(fctx, &f, hold, r.History.Since)
 		if f.Kind == FaultStop || f.Kind == FaultReboot {
-			if f.Machine == "hub" {
-				r.guardBack(fctx, ms, &f)
-			}
+			r.openingsBack(fctx, ms, &f)
 		}
 		cancel()
 		r.Faults = append(r.Faults, f)
@@ -160,24 +158,39 @@ func NextFault(rng *rand.Rand) (wait time.Duration, f Fault, hold time.Duration)
 	return wait, f, hold
 }
 
-// guardBack measures how long after the hub's agent started (the end of its boot) its guard is
-// back in the kernel: it must be within one reconcile, plus the agent's own start (up to
-// agentStart).
-func (r *Run) guardBack(ctx context.Context, ms *Mesh, f *Fault) {
-	hub := ms.Lab.Machine("hub")
+// openingsBack measures how long after a rebooted machine's agent started (the end of its boot,
+// which starts meshd last) meshd's own table is back in its kernel: the guard on the hub, the
+// derived filter on c1 when the record has it converged. It must be within one reconcile, plus
+// the agent's own start (up to agentStart).
+func (r *Run) openingsBack(ctx context.Context, ms *Mesh, f *Fault) {
+	table := netfilter.GuardTable
+	switch f.Machine {
+	case "hub":
+	case "c1":
+		v, err := ms.NodeView(ctx, "hub", "c1")
+		if err != nil || v.Node.Mode != "converged" || v.Node.Flip != nil {
+			return // adopted (its found firewall is the boot's), or not known: nothing of meshd's to wait for
+		}
+		table = netfilter.FilterTable
+	default:
+		return
+	}
+	m := ms.Lab.Machine(f.Machine)
 	booted := time.Now()
 	err := poll(ctx, 60*time.Second, func() error {
-		_, err := hub.Exec(ctx, "nft", "list", "table", "inet", netfilter.GuardTable)
+		_, err := m.Exec(ctx, "nft", "list", "table", "inet", table)
 		return err
 	})
 	back := time.Since(booted)
 	f.Back = back.Round(time.Millisecond).String()
+	f.Detail = "table inet " + table
 	if err != nil {
-		r.problem("after %s: the guard (table inet %s) is not back on hub after %s: %v", f, netfilter.GuardTable, back.Round(time.Millisecond), err)
+		r.problem("after %s: table inet %s is not back on %s after %s: %v", f, table, f.Machine, back.Round(time.Millisecond), err)
 		return
 	}
 	if limit := agentStart + ms.Interval; back > limit {
-		r.problem("after %s: the guard came back %s after the hub's agent started, more than one reconcile (%s) beyond the agent's start (%s)", f, back.Round(time.Millisecond), ms.Interval, agentStart)
+		r.problem("after %s: table inet %s came back on %s %s after its agent started, more than one reconcile (%s) beyond the agent's start (%s)",
+			f, table, f.Machine, back.Round(time.Millisecond), ms.Interval, agentStart)
 	}
 }
 
