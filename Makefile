@@ -6,7 +6,7 @@ GO ?= go
 # Long soaks hide behind MESHD_SOAK=1 (none needs it yet); the default suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build deps test vet bench demo clean
+.PHONY: all build deps test vet bench demo chaos clean
 
 all: build
 
@@ -45,6 +45,17 @@ test: vet
 	    $(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./fsm 2>&1 | tee -a "$$log"; code=$${PIPESTATUS[0]}; \
 	  fi; \
 	  echo "test log: $$log"; exit $$code
+
+# The chaos soak (docs/chaos.md): runs with fresh seeds for CHAOS_MINUTES; `make chaos SEED=N` replays
+# seed N instead. `make test` runs the short fixed seeds only. A failure names its folder (history,
+# faults, each agent's log) and its seed.
+CHAOS_MINUTES ?= 10
+chaos: deps
+	@if [ -n "$(SEED)" ]; then \
+	  CHAOS_SEED=$(SEED) $(GO) test -count=1 -v -timeout 60m -run '^TestChaos$$' ./chaos; \
+	else \
+	  CHAOS_MINUTES=$(CHAOS_MINUTES) $(GO) test -count=1 -v -timeout 0 -run '^TestChaos$$' ./chaos; \
+	fi
 
 # The side-by-side figures (docs/performance.md): one table, and bench/results.json.
 bench: deps

@@ -1,10 +1,16 @@
-// Package chaos owns fault injection over the lab bed: killing, rebooting and cutting off lab
-// machines while the mesh runs, crash points, and the chaos tests that assert what the mesh
-// keeps serving through them.
+// Package chaos owns fault injection over the lab bed and the chaos tests: random faults under a
+// real workload of operator commands, and a checker that cannot be fooled.
 //
-// The primitive events are methods of lab.Machine (Stop, Reboot, CutOff, Restore, StopService),
-// because each needs the lab's own state (the machine's namespaces, its processes, its port on
-// the underlay's switch). This package is where the faults composed from them, and their tests,
-// grow; until the chaos issue adds them it holds this statement of ownership only. The lab bed
-// itself is package lab; the acceptance tests are package e2e.
+// The primitive events are methods of lab.Machine (Stop, Boot, Reboot, CutOff, Restore,
+// StartService, StopService), because each needs the lab's own state (the machine's namespaces,
+// its processes, its port on the underlay's switch). This package composes them into faults
+// (Injector: an agent SIGKILLed, a machine stopped and booted or rebooted, cut off, a server
+// partitioned from the others, an agent crashed at a named crash point), drives a seeded workload
+// (Workload) that records every command's call, answer and time in a History, and checks it:
+// Model is the record as the operator sees it, and porcupine searches for an order of the
+// commands that the model accepts; an acknowledged command lost or a command applied twice has
+// none. Execute is one run: the mesh raised on a fresh chaos lab (Scenario), the workload under
+// the faults, the end-of-run invariants (held files, the store unreachable from outside, modes,
+// a second pass writing nothing, openings back after a reboot). docs/chaos.md says how to run it
+// and read a failure. The lab bed itself is package lab; the acceptance tests are package e2e.
 package chaos

@@ -1,0 +1,100 @@
+package chaos
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"meshd/internal/labtest"
+	"meshd/internal/testenv"
+	"meshd/lab"
+)
+
+// shortSeeds are the seeds `make test` replays: a short run each, the same faults at every run.
+// 52 draws, within its 45 s: a crash of the hub inside a staged take (take.after-record-latest),
+// s3 stopped and booted, the hub (the leader) partitioned from s2 and s3, a crash of c1 inside a
+// container's cutover (take.container.after-record-cutover). A seed a soak found a bug with is
+// added here once the bug is fixed: 19 (the hub rebooted; docs/chaos.md, findings) once the
+// store stays unreachable through a reboot.
+var shortSeeds = []int64{52}
+
+// shortDuration is how long the workload runs under faults in a short run.
+const shortDuration = 45 * time.Second
+
+// TestChaos runs the workload under seeded faults on a chaos lab and checks the history and the
+// machines. CHAOS_SEED=N replays seed N (`make chaos SEED=N`); CHAOS_MINUTES=M soaks for M
+// minutes, a fresh seed per run (`make chaos`); without either, the short fixed seeds run.
+func TestChaos(t *testing.T) {
+	labtest.Require(t)
+	bin := labtest.Meshd(t)
+	seeds, duration := shortSeeds, shortDuration
+	var soak time.Duration
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED=%q is not a number", s)
+		}
+		seeds = []int64{n}
+		duration = 2 * time.Minute
+	}
+	if s := os.Getenv("CHAOS_MINUTES"); s != "" {
+		m, err := strconv.ParseFloat(s, 64)
+		if err != nil || m <= 0 {
+			t.Fatalf("CHAOS_MINUTES=%q is not a positive number of minutes", s)
+		}
+		soak = time.Duration(m * float64(time.Minute))
+		duration = min(soak, 5*time.Minute)
+	}
+	if d := os.Getenv("CHAOS_RUN"); d != "" {
+		v, err := time.ParseDuration(d)
+		if err != nil {
+			t.Fatalf("CHAOS_RUN=%q is not a duration", d)
+		}
+		duration = v
+	}
+	runOne := func(t *testing.T, seed int64) {
+		fmt.Printf("chaos: seed %d (replay: make chaos SEED=%d)\n", seed, seed)
+		t.Logf("chaos: seed %d (replay: make chaos SEED=%d)", seed, seed)
+		l := labtest.Up(t, Scenario(), lab.Options{Name: labName()})
+		ctx := testenv.Context(t, duration+15*time.Minute)
+		out := filepath.Join(outRoot(), fmt.Sprintf("seed-%d-%s", seed, time.Now().UTC().Format("20060102T150405")))
+		r := Execute(ctx, l, Config{Seed: seed, Duration: duration, Binary: bin, Out: out, Logf: t.Logf})
+		if len(r.Problems) > 0 {
+			t.Fatalf("chaos seed %d failed (replay: make chaos SEED=%d); the history, the faults and each agent's log are in %s:\n  %s",
+				seed, seed, r.Out, strings.Join(r.Problems, "\n  "))
+		}
+	}
+	if soak == 0 {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runOne(t, seed) })
+		}
+		return
+	}
+	end := time.Now().Add(soak)
+	for time.Now().Before(end) {
+		seed := time.Now().UnixNano() % 1e9
+		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runOne(t, seed) }) {
+			return
+		}
+	}
+}
+
+func labName() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return "cx" + hex.EncodeToString(b)
+}
+
+// outRoot is where failure folders go: CHAOS_OUT, else /tmp/meshd-chaos.
+func outRoot() string {
+	if d := os.Getenv("CHAOS_OUT"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "meshd-chaos")
+}

@@ -1,0 +1,305 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"meshd/agent"
+	"meshd/lab"
+)
+
+// The chaos lab: three servers (hub, the control-node, with its own Docker engine so the store
+// really runs on it; s2 and s3), a client c1 with an engine and a found firewall, and outside,
+// on the underlay only.
+const (
+	S2Addr = "198.51.100.11"
+	S3Addr = "198.51.100.12"
+	C1Addr = "198.51.100.13"
+)
+
+// Nodes are the chaos lab's meshd nodes; Servers its Raft servers.
+var (
+	Nodes   = []string{"hub", "s2", "s3", "c1"}
+	Servers = []string{"hub", "s2", "s3"}
+)
+
+// Modules are the workload's modules: a file each (chaos-a, -b, -c) or a container (chaos-d, only
+// on the nodes with an engine: hub and c1), with a setting the workload sets.
+var Modules = []string{"chaos-a", "chaos-b", "chaos-c", "chaos-d"}
+
+// Engines are the nodes with a Docker engine.
+var Engines = []string{"hub", "c1"}
+
+// HeldPath is chaos-a's file, which every node has before meshd arrives (found, so held on
+// assignment, its original recorded). The others' files are created on assignment.
+const HeldPath = "/etc/chaos/chaos-a.conf"
+
+// FoundContent is what each node's HeldPath holds before meshd arrives.
+func FoundContent(node string) []byte {
+	return []byte("# the predecessor's file on " + node + "\ngreeting = found-" + node + "\n")
+}
+
+func manifest(name string) string {
+	if name == "chaos-d" {
+		return "name: chaos-d\ndescription: a chaos test module with a container\nsettings:\n  greeting: g0\ncontainers:\n  - name: chaos-d\n    image: lab/echo:1\n    env: {GREETING: \"${greeting}\"}\n    restart: unless-stopped\n"
+	}
+	return fmt.Sprintf("name: %s\ndescription: a chaos test module\nsettings:\n  greeting: g0\nfiles:\n  - path: /etc/chaos/%s.conf\n    content: |\n      greeting = ${greeting}\n    mode: \"0644\"\n", name, name)
+}
+
+// Scenario is the chaos lab's shape: c1 has a found nftables firewall; the outside-store probe calls the store's port on the hub
+// from outside, which must never answer.
+func Scenario() lab.Scenario {
+	return lab.Scenario{
+		Name: "chaos",
+		Machines: []lab.MachineSpec{
+			{Name: "hub", Addr: lab.HubAddr, Docker: true},
+			{Name: "s2", Addr: S2Addr},
+			{Name: "s3", Addr: S3Addr},
+			{Name: "c1", Addr: C1Addr, Docker: true},
+			{Name: "outside", Addr: lab.OutsideAddr},
+		},
+		Probes: []lab.ProbeSpec{
+			{Name: "outside-store", From: "outside", Target: fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort), Expect: lab.ExpectUnreachable},
+			{Name: "outside-store6", From: "outside", Target: fmt.Sprintf("tcp://[%s]:%d", lab.Addr6(netip.MustParseAddr(lab.HubAddr)), lab.StorePort), Expect: lab.ExpectUnreachable},
+		},
+		Configure: func(ctx context.Context, l *lab.Lab) error {
+			c1 := l.Machine("c1")
+			if err := c1.WriteFile(ctx, "/etc/nftables.conf", []byte(c1Firewall), 0o755); err != nil {
+				return err
+			}
+			_, err := c1.Run(ctx, "ln -sf /lib/systemd/system/nftables.service /etc/systemd/system/sysinit.target.wants/nftables.service")
+			return err
+		},
+		// chaos-d's container, found on c1: held when the module is assigned, replaced at take.
+		Populate: func(ctx context.Context, l *lab.Lab) error {
+			_, err := l.Machine("c1").Docker(ctx, "run", "-d", "--name", "chaos-d", "--restart", "unless-stopped",
+				"-e", "GREETING=found", "lab/echo:1")
+			return err
+		},
+	}
+}
+
+// c1Firewall is the client's found firewall, loaded at boot by nftables.service: it accepts
+// everything (a predecessor's firewall that logs, say), so the client's mesh ports stay open
+// while it is adopted, and the flip has a firewall to retire and the return one to restore.
+const c1Firewall = `#!/usr/sbin/nft -f
+flush ruleset
+table inet predecessor {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		tcp dport 22 counter accept
+	}
+}
+`
+
+// Mesh is meshd running on a chaos lab.
+type Mesh struct {
+	Lab *lab.Lab
+	// Interval is the agents' reconcile interval.
+	Interval time.Duration
+}
+
+// dockerHost is what an agent on machine uses: its own engine on hub and c1, none elsewhere.
+func dockerHost(machine string) string {
+	if slices.Contains(Engines, machine) {
+		return "unix:///run/docker.sock"
+	}
+	return "unix:///nonexistent/docker.sock"
+}
+
+// AgentLine is the agent's unit command line on machine.
+func (ms *Mesh) AgentLine(machine string) string {
+	return "/usr/local/bin/meshd agent --data-dir /var/lib/meshd --docker-host " + dockerHost(machine) +
+		" --reconcile-interval " + ms.Interval.String()
+}
+
+// Meshd runs the meshd CLI on machine and returns its stdout, stderr and exit code (-1 when it
+// did not run to an exit).
+func (ms *Mesh) Meshd(ctx context.Context, machine string, args ...string) (stdout, stderr string, code int) {
+	m := ms.Lab.Machine(machine)
+	cmd := m.Command(ctx, "/usr/local/bin/meshd", args...)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return o.String(), e.String(), 0
+	case errors.As(err, &ee) && ee.ExitCode() >= 0:
+		return o.String(), e.String(), ee.ExitCode()
+	}
+	return o.String(), e.String() + err.Error(), -1
+}
+
+func (ms *Mesh) must(ctx context.Context, machine string, args ...string) (string, error) {
+	out, errs, code := ms.Meshd(ctx, machine, args...)
+	if code != 0 {
+		return out, fmt.Errorf("%s: meshd %s: exit %d: %s%s", machine, strings.Join(args, " "), code, out, errs)
+	}
+	return out, nil
+}
+
+// Up puts meshd on the lab: the found file on every node, genesis on hub (adopted), s2 and s3
+// joined as servers and c1 as a client (all adopted), the workload's modules added. It returns
+// once the three servers vote.
+func (ms *Mesh) Up(ctx context.Context, binary string) error {
+	for _, n := range Nodes {
+		m := ms.Lab.Machine(n)
+		if err := m.WriteFile(ctx, HeldPath, FoundContent(n), 0o644); err != nil {
+			return err
+		}
+		if err := copyBinary(ctx, m, binary); err != nil {
+			return err
+		}
+	}
+	if _, err := ms.must(ctx, "hub", "genesis", "--name", "hub", "--adopted", "--data-dir", "/var/lib/meshd",
+		"--docker-host", dockerHost("hub"), "--advertise", lab.HubAddr); err != nil {
+		return err
+	}
+	if err := ms.startAgent(ctx, "hub"); err != nil {
+		return err
+	}
+	if err := ms.waitAnswer(ctx, "hub"); err != nil {
+		return err
+	}
+	for _, j := range []struct {
+		name, addr string
+		server     bool
+	}{{"s2", S2Addr, true}, {"s3", S3Addr, true}, {"c1", C1Addr, false}} {
+		args := []string{"token", "create", "--adopted", "--json"}
+		if j.server {
+			args = append(args, "--server")
+		}
+		out, err := ms.must(ctx, "hub", args...)
+		if err != nil {
+			return err
+		}
+		var tv agent.TokenView
+		if err := json.Unmarshal([]byte(out), &tv); err != nil || tv.Token == "" {
+			return fmt.Errorf("token for %s: %v: %s", j.name, err, out)
+		}
+		if _, err := ms.must(ctx, j.name, "join", tv.Token, "--name", j.name, "--data-dir", "/var/lib/meshd", "--advertise", j.addr); err != nil {
+			return err
+		}
+		if err := ms.startAgent(ctx, j.name); err != nil {
+			return err
+		}
+		if err := ms.waitAnswer(ctx, j.name); err != nil {
+			return err
+		}
+	}
+	if err := poll(ctx, 60*time.Second, func() error {
+		st, err := ms.Status(ctx, "hub")
+		if err != nil {
+			return err
+		}
+		if v := strings.Join(st.Voters, ","); v != "hub,s2,s3" {
+			return fmt.Errorf("voters %s", v)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("three voters: %w", err)
+	}
+	for _, mod := range Modules {
+		path := "/etc/chaos-manifests/" + mod + ".yaml"
+		if err := ms.Lab.Machine("hub").WriteFile(ctx, path, []byte(manifest(mod)), 0o644); err != nil {
+			return err
+		}
+		if _, err := ms.must(ctx, "hub", "module", "add", path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyBinary(ctx context.Context, m *lab.Machine, binary string) error {
+	b, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	return m.WriteFile(ctx, "/usr/local/bin/meshd", b, 0o755)
+}
+
+func (ms *Mesh) startAgent(ctx context.Context, n string) error {
+	m := ms.Lab.Machine(n)
+	if err := m.EnableService(ctx, "meshd", ms.AgentLine(n)); err != nil {
+		return err
+	}
+	return m.StartService(ctx, "meshd")
+}
+
+// waitAnswer waits until the agent on n answers status (through the leader).
+func (ms *Mesh) waitAnswer(ctx context.Context, n string) error {
+	return poll(ctx, 60*time.Second, func() error { _, err := ms.Status(ctx, n); return err })
+}
+
+// Status is `meshd status --json` on machine.
+func (ms *Mesh) Status(ctx context.Context, machine string) (agent.StatusView, error) {
+	var st agent.StatusView
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	out, err := ms.must(ctx, machine, "status", "--json")
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal([]byte(out), &st)
+}
+
+// NodeView is `meshd node show NODE --json` asked on machine.
+func (ms *Mesh) NodeView(ctx context.Context, machine, node string) (agent.NodeView, error) {
+	var v agent.NodeView
+	out, err := ms.must(ctx, machine, "node", "show", node, "--json")
+	if err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return v, fmt.Errorf("node show %s on %s: %w", node, machine, err)
+	}
+	if v.Node == nil {
+		return v, fmt.Errorf("node show %s on %s: no node in the answer", node, machine)
+	}
+	return v, nil
+}
+
+// StateOf is a node view in the model's terms.
+func StateOf(v agent.NodeView) NodeState {
+	s := NodeState{Mode: string(v.Node.Target()), Assigned: nonNil(slices.Clone(v.Node.Assigned)),
+		Taken: nonNil(slices.Clone(v.Taken)), Settings: map[string]string{}}
+	sort.Strings(s.Assigned)
+	sort.Strings(s.Taken)
+	for k, val := range v.Node.Settings {
+		for _, mod := range Modules {
+			if strings.HasPrefix(k, mod+".") {
+				s.Settings[k] = val
+			}
+		}
+	}
+	return s
+}
+
+// poll calls f until it returns nil or within runs out; the error is f's last.
+func poll(ctx context.Context, within time.Duration, f func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,457 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"meshd/lab"
+	"meshd/netfilter"
+)
+
+// Config is one chaos run.
+type Config struct {
+	Seed int64
+	// Duration is how long the workload runs under faults (the setup and the final checks come
+	// on top).
+	Duration time.Duration
+	// Binary is the meshd binary put on every machine.
+	Binary string
+	// Out is the folder a failure is written to (created only on failure).
+	Out string
+	// Interval is the agents' reconcile interval (default 1s).
+	Interval time.Duration
+	// Logf says what happens (a test's t.Logf).
+	Logf func(format string, args ...any)
+}
+
+// Run is a chaos run's outcome: every problem the checker found, the faults, what it measured.
+type Run struct {
+	Seed     int64
+	Problems []string
+	Faults   []Fault
+	History  *History
+	Init     map[string]NodeState
+	Verdict  Verdict
+	// Out is the failure folder, when one was written.
+	Out string
+	// Checks counts the linearizability checks made (one after each fault, one at the end).
+	Checks int
+}
+
+func (r *Run) problem(format string, args ...any) {
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
+// Execute puts meshd on the (fresh) chaos lab l, runs the workload under the seeded scheduler's
+// faults for c.Duration, heals everything and checks the invariants. The outcome lists every
+// problem; with any, the history, the faults and each agent's log are in r.Out.
+func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
+	if c.Interval == 0 {
+		c.Interval = time.Second
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	r := &Run{Seed: c.Seed, History: NewHistory()}
+	ms := &Mesh{Lab: l, Interval: c.Interval}
+	defer func() {
+		if len(r.Problems) > 0 {
+			r.Out = c.Out
+			if err := r.write(l, c.Out); err != nil {
+				r.problem("writing the failure folder %s: %v", c.Out, err)
+			}
+		}
+	}()
+	if err := ms.Up(ctx, c.Binary); err != nil {
+		r.problem("the mesh did not come up: %v", err)
+		return r
+	}
+	w := &Workload{Mesh: ms, History: r.History, Clients: 2, Seed: c.Seed, Timeout: 40 * time.Second}
+	r.Init = w.ReadAll(ctx, "hub")
+	if len(r.Init) != len(Nodes) {
+		r.problem("could not read every node before the workload: %v", r.Init)
+		return r
+	}
+	c.Logf("chaos seed %d: workload for %s, %d clients, faults from the same seed", c.Seed, c.Duration, w.Clients)
+	in := &Injector{Lab: l, Servers: Servers, AgentLine: ms.AgentLine, Provoke: w.Provoke}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.Run(ctx, stop) }()
+
+	r.schedule(ctx, ms, in, c)
+	close(stop)
+	wg.Wait()
+	in.Wait()
+	r.final(ctx, ms, in, w, c)
+	return r
+}
+
+// schedule injects faults one after another, at seeded random moments, until c.Duration has
+// passed; after each it heals, waits for a leader and checks the history so far.
+func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, c Config) {
+	rng := rand.New(rand.NewSource(c.Seed ^ 0x5eed))
+	end := time.Now().Add(c.Duration)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		wait, f, hold := NextFault(rng)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		in.Inject(fctx, &f, hold, r.History.Since)
+		if f.Kind == FaultStop || f.Kind == FaultReboot {
+			r.openingsBack(fctx, ms, &f)
+		}
+		cancel()
+		r.Faults = append(r.Faults, f)
+		c.Logf("fault %d at %s: %s", len(r.Faults), time.Duration(f.Begin).Round(time.Millisecond), f)
+		if f.Err != "" {
+			r.problem("fault %s: %s", f, f.Err)
+			return
+		}
+		if err := r.awaitLeader(ctx, ms); err != nil {
+			r.problem("after fault %s: %v", f, err)
+			return
+		}
+		r.check(ops(r.History), "after fault "+f.String())
+		if len(r.Problems) > 0 {
+			return
+		}
+	}
+}
+
+func ops(h *History) []Op { return h.Ops() }
+
+// NextFault draws the scheduler's next fault from rng: how long to wait before it, the fault
+// (kind, machine, crash point) and how long to hold it. The same seed draws the same faults.
+func NextFault(rng *rand.Rand) (wait time.Duration, f Fault, hold time.Duration) {
+	kinds := []FaultKind{FaultKill, FaultStop, FaultReboot, FaultCut, FaultPartition, FaultCrash, FaultCrash}
+	wait = time.Duration(2000+rng.Intn(4000)) * time.Millisecond
+	f = Fault{Kind: kinds[rng.Intn(len(kinds))]}
+	switch f.Kind {
+	case FaultPartition:
+		f.Machine = Servers[rng.Intn(len(Servers))]
+	default:
+		f.Machine = Nodes[rng.Intn(len(Nodes))]
+	}
+	hold = time.Duration(1000+rng.Intn(5000)) * time.Millisecond
+	if f.Kind == FaultCrash {
+		f.Point = CrashPoints[rng.Intn(len(CrashPoints))]
+		if strings.HasPrefix(f.Point, "flip.") || strings.HasPrefix(f.Point, "return.") || strings.HasPrefix(f.Point, "take.container.") {
+			f.Machine = "c1" // the only node the workload converges and returns, and where chaos-d is found
+		}
+		hold += 6 * time.Second // time for the provoked command to reach the point
+	}
+	return wait, f, hold
+}
+
+// openingsBack measures how long after a rebooted machine's agent started (the end of its boot,
+// which starts meshd last) meshd's own table is back in its kernel: the guard on the hub, the
+// derived filter on c1 when the record has it converged. It must be within one reconcile, plus
+// the agent's own start (up to agentStart).
+func (r *Run) openingsBack(ctx context.Context, ms *Mesh, f *Fault) {
+	table := netfilter.GuardTable
+	switch f.Machine {
+	case "hub":
+	case "c1":
+		v, err := ms.NodeView(ctx, "hub", "c1")
+		if err != nil || v.Node.Mode != "converged" || v.Node.Flip != nil {
+			return // adopted (its found firewall is the boot's), or not known: nothing of meshd's to wait for
+		}
+		table = netfilter.FilterTable
+	default:
+		return
+	}
+	m := ms.Lab.Machine(f.Machine)
+	booted := time.Now()
+	err := poll(ctx, 60*time.Second, func() error {
+		_, err := m.Exec(ctx, "nft", "list", "table", "inet", table)
+		return err
+	})
+	back := time.Since(booted)
+	f.Back = back.Round(time.Millisecond).String()
+	f.Detail = "table inet " + table
+	if err != nil {
+		r.problem("after %s: table inet %s is not back on %s after %s: %v", f, table, f.Machine, back.Round(time.Millisecond), err)
+		return
+	}
+	if limit := agentStart + ms.Interval; back > limit {
+		r.problem("after %s: table inet %s came back on %s %s after its agent started, more than one reconcile (%s) beyond the agent's start (%s)",
+			f, table, f.Machine, back.Round(time.Millisecond), ms.Interval, agentStart)
+	}
+}
+
+// agentStart bounds an agent's start (opening its record store and Raft, reading the
+// declaration) before its first reconcile.
+const agentStart = 10 * time.Second
+
+// awaitLeader waits until some server answers status with a leader.
+func (r *Run) awaitLeader(ctx context.Context, ms *Mesh) error {
+	return poll(ctx, 90*time.Second, func() error {
+		var errs []string
+		for _, s := range Servers {
+			st, err := ms.Status(ctx, s)
+			if err == nil && st.Leader.Node != "" {
+				return nil
+			}
+			if err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+		return fmt.Errorf("no server answers with a leader: %s", strings.Join(errs, "; "))
+	})
+}
+
+// check runs porcupine over the history so far (a running command counts as unknown).
+func (r *Run) check(ops []Op, when string) {
+	r.Checks++
+	v := Check(r.Init, ops, 60*time.Second)
+	r.Verdict = v
+	switch v.Result {
+	case porcupine.Illegal:
+		r.problem("%s: the history is not linearizable against the record's model (an acknowledged command lost, or one applied twice): see history.html", when)
+	case porcupine.Unknown:
+		r.problem("%s: the linearizability check ran out of time", when)
+	}
+}
+
+// final heals what is left, waits for the group, stops the workload's effects settling, and
+// checks every end-of-run invariant.
+func (r *Run) final(ctx context.Context, ms *Mesh, in *Injector, w *Workload, c Config) {
+	for _, n := range Nodes {
+		if !in.AgentRunning(n) {
+			if err := in.StartAgent(ctx, n, ""); err != nil {
+				r.problem("starting %s's agent at the end: %v", n, err)
+			}
+		}
+	}
+	if err := r.awaitLeader(ctx, ms); err != nil {
+		r.problem("at the end: %v", err)
+		return
+	}
+	// Every node's flip, if one is pending, carried out: the record's mode is the one asked for.
+	for _, n := range Nodes {
+		if err := poll(ctx, 2*time.Minute, func() error {
+			v, err := ms.NodeView(ctx, "hub", n)
+			if err != nil {
+				return err
+			}
+			if v.Node.Flip != nil {
+				return fmt.Errorf("node %s: a flip to %s is still pending", n, v.Node.Flip.To)
+			}
+			if v.Report == nil {
+				return fmt.Errorf("node %s: no report from its machine", n)
+			}
+			if v.Report.Mode != v.Node.Mode {
+				return fmt.Errorf("node %s: its machine says mode %s, the record %s", n, v.Report.Mode, v.Node.Mode)
+			}
+			return nil
+		}); err != nil {
+			r.problem("at the end: %v", err)
+		}
+	}
+	final := w.ReadAll(ctx, "hub")
+	r.check(ops(r.History), "at the end")
+	if len(final) != len(Nodes) {
+		r.problem("at the end: could not read every node: read %d of %d", len(final), len(Nodes))
+	}
+	r.settled(ctx, ms)
+	r.heldFiles(ctx, ms, final)
+	r.probes(ms)
+	c.Logf("chaos seed %d: %d commands (%s), %d faults, %d checks", c.Seed, len(r.History.Ops()), answers(r.History.Ops()), len(r.Faults), r.Checks)
+}
+
+// settled checks that every node's machine agrees with its declaration: a pass after everything
+// settled writes nothing (its report counts no changes).
+func (r *Run) settled(ctx context.Context, ms *Mesh) {
+	for _, n := range Nodes {
+		since := time.Now()
+		var last string
+		err := poll(ctx, 60*time.Second, func() error {
+			v, err := ms.NodeView(ctx, "hub", n)
+			if err != nil {
+				return err
+			}
+			if v.Report == nil || !v.Report.When.After(since) {
+				return errors.New("no report since the check began")
+			}
+			last = fmt.Sprintf("changes %d, errors %v", v.Report.Changes, v.Report.Errors)
+			if v.Report.Changes != 0 {
+				since = v.Report.When // a pass that wrote: the next must write nothing
+				return fmt.Errorf("node %s: its last pass wrote (%s)", n, last)
+			}
+			return nil
+		})
+		if err != nil {
+			r.problem("at the end: node %s never made a pass that writes nothing (the same pass twice must write nothing): %v", n, err)
+		}
+	}
+}
+
+// heldFiles checks that a found file was never removed, that its recorded original is byte for
+// byte what was found, and that on a node where its module was never taken it is still what was
+// found (held, never reverted).
+func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeState) {
+	mayTake := map[string]bool{}
+	for _, o := range r.History.Ops() {
+		if o.Answer == Refused || o.Answer == NotSent {
+			continue
+		}
+		if (o.Kind == KindTake && o.Module == "chaos-a") || o.Kind == KindConverge {
+			mayTake[o.Node] = true
+		}
+	}
+	for _, n := range Nodes {
+		m := ms.Lab.Machine(n)
+		got, err := m.ReadFile(ctx, HeldPath)
+		if err != nil {
+			r.problem("node %s: the found file %s is gone: %v", n, HeldPath, err)
+			continue
+		}
+		if st, ok := final[n]; ok && slices.Contains(st.Taken, "chaos-a") {
+			mayTake[n] = true
+		}
+		if !mayTake[n] && string(got) != string(FoundContent(n)) {
+			r.problem("node %s: %s was never taken, yet it is %q, not what was found (%q)", n, HeldPath, got, FoundContent(n))
+		}
+		// A node's originals are in its own record store: asked on the node.
+		out, errs, code := ms.Meshd(ctx, n, "node", "original", n, HeldPath)
+		switch {
+		case code == 0 && out != string(FoundContent(n)):
+			r.problem("node %s: the recorded original of %s is %q, not what was found (%q)", n, HeldPath, out, FoundContent(n))
+		case code != 0 && wasAssigned(r.History.Ops(), n):
+			r.problem("node %s: chaos-a was assigned there, yet no original of %s is recorded: %s", n, HeldPath, strings.TrimSpace(errs))
+		}
+	}
+}
+
+// wasAssigned says whether chaos-a was acknowledged assigned on node at some time.
+func wasAssigned(ops []Op, node string) bool {
+	for _, o := range ops {
+		if o.Kind == KindAssign && o.Module == "chaos-a" && o.Node == node && o.Answer == Acked {
+			return true
+		}
+	}
+	return false
+}
+
+// probes checks that outside never reached the store, over IPv4 or IPv6, at any call; a breach
+// is named with the windows it was reachable in, on the history's clock, beside the faults.
+func (r *Run) probes(ms *Mesh) {
+	for _, name := range []string{"outside-store", "outside-store6"} {
+		s, err := ms.Lab.Probe(name, time.Time{})
+		if err != nil {
+			r.problem("probe %s: %v", name, err)
+			continue
+		}
+		if !s.Holds() {
+			r.problem("probe %s: outside reached the store (%d of %d calls) at %s", name, s.Successes, s.Calls,
+				r.windows(filepath.Join(ms.Lab.Dir, "probes", name+".log")))
+		}
+	}
+}
+
+// windows reads a probe's record and says when its calls succeeded: each run of successive
+// successful calls as +FROM..+TO since the history began.
+func (r *Run) windows(record string) string {
+	b, err := os.ReadFile(record)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	var from, to time.Time
+	flush := func() {
+		if !from.IsZero() {
+			out = append(out, fmt.Sprintf("+%s..+%s", r.History.At(from), r.History.At(to)))
+		}
+		from = time.Time{}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, " ", 3)
+		if len(f) < 2 {
+			continue
+		}
+		ts, err := time.Parse(time.RFC3339Nano, f[0])
+		if err != nil {
+			continue
+		}
+		if f[1] == "ok" {
+			if from.IsZero() {
+				from = ts
+			}
+			to = ts
+		} else {
+			flush()
+		}
+	}
+	flush()
+	return strings.Join(out, ", ")
+}
+
+func answers(ops []Op) string {
+	n := map[Answer]int{}
+	for _, o := range ops {
+		n[o.Answer]++
+	}
+	return fmt.Sprintf("%d acked, %d refused, %d unknown, %d not sent", n[Acked], n[Refused], n[Unknown], n[NotSent])
+}
+
+// write puts the failure folder together: the problems, the history (JSON and porcupine's HTML
+// view), the faults, the start state, the probes' summaries and each machine's agent log.
+func (r *Run) write(l *lab.Lab, dir string) error {
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	put := func(name string, v any) {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		}
+		errs = append(errs, err)
+	}
+	summary := fmt.Sprintf("seed %d\nreplay: make chaos SEED=%d\n\nproblems:\n  %s\n\nfaults:\n", r.Seed, r.Seed, strings.Join(r.Problems, "\n  "))
+	for i, f := range r.Faults {
+		summary += fmt.Sprintf("  %d. at %s: %s\n", i+1, time.Duration(f.Begin).Round(time.Millisecond), f)
+	}
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(summary), 0o644))
+	h, err := r.History.JSON()
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "history.json"), h, 0o644)
+	}
+	errs = append(errs, err)
+	put("faults.json", r.Faults)
+	put("init.json", r.Init)
+	if probes, err := l.Probes(); err == nil {
+		put("probes.json", probes)
+	}
+	if r.Verdict.model.Init != nil {
+		errs = append(errs, r.Verdict.Visualize(filepath.Join(dir, "history.html")))
+	}
+	if recs, err := filepath.Glob(filepath.Join(l.Dir, "probes", "*.log")); err == nil {
+		for _, rec := range recs {
+			if b, err := os.ReadFile(rec); err == nil {
+				errs = append(errs, os.WriteFile(filepath.Join(dir, "logs", "probe-"+filepath.Base(rec)), b, 0o644))
+			}
+		}
+	}
+	for _, m := range l.Machines() {
+		if b, err := os.ReadFile(filepath.Join(m.Dir(), "log", "meshd.log")); err == nil {
+			errs = append(errs, os.WriteFile(filepath.Join(dir, "logs", m.Name+"-meshd.log"), b, 0o644))
+		}
+	}
+	return errors.Join(errs...)
+}

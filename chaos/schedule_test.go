@@ -1,0 +1,64 @@
+package chaos
+
+import (
+	"math/rand"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// A seed replays: the same seed draws the same faults, in the same order, with the same waits
+// and holds; another seed draws others.
+func TestSeedReplaysTheSameFaults(t *testing.T) {
+	draw := func(seed int64) []any {
+		rng := rand.New(rand.NewSource(seed))
+		var out []any
+		for i := 0; i < 20; i++ {
+			w, f, h := NextFault(rng)
+			out = append(out, w, f, h)
+		}
+		return out
+	}
+	if a, b := draw(19), draw(19); !reflect.DeepEqual(a, b) {
+		t.Fatalf("seed 19 drew two different schedules:\n%v\n%v", a, b)
+	}
+	if reflect.DeepEqual(draw(19), draw(20)) {
+		t.Fatal("seeds 19 and 20 drew the same schedule")
+	}
+	rng := rand.New(rand.NewSource(7))
+	for i := 0; i < 500; i++ {
+		_, f, _ := NextFault(rng)
+		switch {
+		case f.Kind == FaultPartition && !slices.Contains(Servers, f.Machine):
+			t.Fatalf("a partition of %s, which is not a server", f.Machine)
+		case f.Kind == FaultCrash && !slices.Contains(CrashPoints, f.Point):
+			t.Fatalf("a crash at %q, which is no crash point", f.Point)
+		case !slices.Contains(Nodes, f.Machine):
+			t.Fatalf("a fault on %s, which runs no agent", f.Machine)
+		}
+	}
+}
+
+// The answer a command's exit and output give: only exit 0 is an acknowledgement, only the
+// record's refusals are refusals, and what cannot be known is unknown.
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		code   int
+		stderr string
+		want   Answer
+	}{
+		{0, "committed and applied at record index 12 (answered by hub (leader))", Acked},
+		{1, "meshd: node s2, module chaos-a: already assigned", Refused},
+		{1, "meshd: node c1: already converged (since 2026-12-01 08:06:06Z)", Refused},
+		{1, "meshd: no agent is listening on /run/meshd/meshd.sock: is `meshd agent` running?", NotSent},
+		{1, "nsenter: reassociate to namespace 'ns/mnt' failed: Invalid argument", NotSent},
+		{1, "meshd: no raft leader: the record needs a quorum of 2 of its 3 voters", Unknown},
+		{1, "meshd: the forwarded write got no answer; its outcome is unknown", Unknown},
+		{-1, "signal: killed", Unknown},
+	}
+	for _, c := range cases {
+		if got := classify(c.code, "", c.stderr); got != c.want {
+			t.Errorf("exit %d %q: %s, want %s", c.code, c.stderr, got, c.want)
+		}
+	}
+}
