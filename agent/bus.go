@@ -172,6 +172,10 @@ func (s *serverRole) withNode(h func(http.ResponseWriter, *http.Request, string)
 				known = true
 			}
 		})
+		if err := s.notRevoked(req.TLS.PeerCertificates[0]); err != nil {
+			writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
+			return
+		}
 		if !known {
 			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: the record holds no node of that name with this certificate's key", name)})
 			return
