@@ -131,7 +131,10 @@ func (r CertRole) String() string {
 }
 
 // IssueNode issues node's certificate for its identity key in the given role, its CN the node's
-// name, its SANs meshd://node/NAME and NAME.node.meshd.
+// name, its SANs meshd://node/NAME and NAME.node.meshd. The same node, key, role and time give the
+// same certificate, byte for byte (its serial is derived from them and ed25519 signs
+// deterministically): an enrolment answered again, from the record's enrolment time, is the
+// answer that was lost.
 func (ca *CA) IssueNode(node string, pub ed25519.PublicKey, role CertRole, now time.Time) ([]byte, error) {
 	if len(pub) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("node %s: public key is %d bytes, want ed25519 (%d)", node, len(pub), ed25519.PublicKeySize)
@@ -141,7 +144,7 @@ func (ca *CA) IssueNode(node string, pub ed25519.PublicKey, role CertRole, now t
 		usages = append(usages, x509.ExtKeyUsageServerAuth)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
+		SerialNumber: nodeSerial(node, pub, role, now),
 		Subject:      pkix.Name{CommonName: node, Organization: []string{"meshd"}},
 		DNSNames:     []string{NodeDNSName(node)},
 		URIs:         []*url.URL{{Scheme: nodeURIScheme, Host: "node", Path: "/" + node}},
@@ -332,6 +335,16 @@ func PinnedTLS(fingerprint string, found **x509.Certificate) *tls.Config {
 			}
 			return fmt.Errorf("the server is not of the mesh the token names: it presents no CA with fingerprint %s", fingerprint)
 		}}
+}
+
+// nodeSerial is a node certificate's serial: 127 bits of a hash of what the certificate says.
+func nodeSerial(node string, pub ed25519.PublicKey, role CertRole, now time.Time) *big.Int {
+	h := sha256.New()
+	fmt.Fprintf(h, "meshd node certificate\x00%s\x00%d\x00%d\x00", node, role, now.UnixNano())
+	h.Write(pub)
+	sum := h.Sum(nil)
+	sum[0] &= 0x7f
+	return new(big.Int).SetBytes(sum[:16])
 }
 
 func serial() *big.Int {
