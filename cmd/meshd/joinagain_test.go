@@ -68,7 +68,9 @@ func relayLosingAnswer(netns string, c net.Conn, upstream string) {
 	err := testenv.InNetns(netns, func() (err error) {
 		d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
 			var serr error
-			if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, proxyMark) }); err != nil {
+			if err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, proxyMark)
+			}); err != nil {
 				return err
 			}
 			return serr
