@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -112,6 +113,11 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if a.identity, err = pki.Identity(sec.NodeCertPEM, sec.CACertPEM, sec.NodeKey); err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
+	if n.Server && sec.CA != nil && pki.LegacyServer(a.identity.Leaf) {
+		if err := a.reissueServerCert(); err != nil {
+			return nil, err
+		}
+	}
 	if a.caCert, err = pki.ParseCert(sec.CACertPEM); err != nil {
 		return nil, fmt.Errorf("node %s: mesh CA certificate %s: %w", n.Name, pki.Path(cfg.DataDir, pki.CACertFile), err)
 	}
@@ -202,5 +208,27 @@ func (a *Agent) Stop() error {
 		a.log.Warn("record store close", "err", err)
 	}
 	a.log.Info("agent stopped")
+	return nil
+}
+
+// reissueServerCert gives a server whose certificate predates the server role marker a new one
+// for the same key, issued with the mesh CA key it holds, and writes it over the old: without the
+// marker neither Raft nor the clients would take it for a server's.
+func (a *Agent) reissueServerCert() error {
+	pub, _ := a.identity.Leaf.PublicKey.(ed25519.PublicKey)
+	certPEM, err := a.secrets.CA.IssueNode(a.node.Name, pub, pki.ServerCert, time.Now())
+	if err != nil {
+		return fmt.Errorf("node %s: re-issue its server certificate: %w", a.node.Name, err)
+	}
+	path := pki.Path(a.cfg.DataDir, pki.NodeCertFile)
+	if err := pki.WriteFileAtomic(path, certPEM, 0o600); err != nil {
+		return fmt.Errorf("node %s: write its re-issued server certificate %s: %w", a.node.Name, path, err)
+	}
+	id, err := pki.Identity(certPEM, a.secrets.CACertPEM, a.secrets.NodeKey)
+	if err != nil {
+		return fmt.Errorf("node %s: re-issued server certificate: %w", a.node.Name, err)
+	}
+	a.identity, a.secrets.NodeCertPEM = id, certPEM
+	a.log.Info("server certificate re-issued with the server role marker (it predated it)", "cert", path)
 	return nil
 }

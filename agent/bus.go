@@ -172,6 +172,10 @@ func (s *serverRole) withNode(h func(http.ResponseWriter, *http.Request, string)
 				known = true
 			}
 		})
+		if err := s.notRevoked(req.TLS.PeerCertificates[0]); err != nil {
+			writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
+			return
+		}
 		if !known {
 			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: the record holds no node of that name with this certificate's key", name)})
 			return
@@ -231,7 +235,8 @@ func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer s
 
 // enrol admits a node: the token's signature is checked with the CA, the record spends the token
 // (single use and expiry are the record's), and the node gets its certificate only after Raft
-// committed it.
+// committed it. The same enrolment again (same token, name and key: its answer was lost) is
+// answered as the first was, with the same address and certificate; another key is refused.
 //
 // Anyone may call it, so what it logs is bounded: refusals go to busRefusals (a few a minute),
 // with the caller's node name and the reason cut short.
@@ -278,8 +283,10 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 	if in.Server {
 		role = pki.ServerCert
 	}
-	cert, err := s.secrets.CA.IssueNode(in.Node, pub, role, time.Now())
-	if err != nil {
+	// The certificate is checked issuable before the token is spent, and issued once the record
+	// took the enrolment, at the record's enrolment time: the same enrolment again (its answer
+	// was lost) gets the very same certificate.
+	if _, err := s.secrets.CA.IssueNode(in.Node, pub, role, time.Now()); err != nil {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
@@ -296,7 +303,13 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out := EnrolResponse{Node: v.(*fsm.Node), CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring()}
+	node := v.(*fsm.Node)
+	cert, err := s.secrets.CA.IssueNode(node.Name, pub, role, node.EnrolledAt)
+	if err != nil {
+		writeErr(w, fmt.Errorf("node %s is enrolled (index %d), but its certificate: %w; join again with the same token and key", node.Name, index, err))
+		return
+	}
+	out := EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring()}
 	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		out.Servers = busAddresses(r)
 		out.Declaration.Index = index

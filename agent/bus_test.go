@@ -63,7 +63,7 @@ func (ts *testServer) goodEnrolment(t *testing.T, node string) (*EnrolResponse, 
 		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey))})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return enrolAt(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)
+	return enrolOnce(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)
 }
 
 // Issue 14: /v1/enrol is open to anyone and each refusal logged the caller's node field (up to

@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -62,6 +64,9 @@ type JoinResult struct {
 	// Findings are the preflight's (warnings only, when the join went ahead).
 	Findings []Finding `json:"findings"`
 	DryRun   bool      `json:"dry_run,omitempty"`
+	// Resumed says this join sent again the keys of an earlier one whose answer was lost, and
+	// got that enrolment's answer.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // JoinError is a join refused before anything was written: by the token's form, by the server,
@@ -116,12 +121,26 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return nil, err
 	}
 	defer done(false)
-	key, err := pki.NewNodeKey()
+	// A join whose answer was lost left its keys sealed in the data dir: the same join again
+	// (same token, same name) sends the same key, ID and overlay key, and the server answers it
+	// as it answered the first time.
+	pend, err := readJoinPending(opts.DataDir, seal)
 	if err != nil {
 		return nil, err
 	}
+	if pend != nil && (pend.TokenHash != pki.TokenHash(opts.Token) || pend.Name != opts.Name) {
+		return nil, fmt.Errorf("%s holds the keys of an earlier join of node %s with another token, whose answer never came: run that join again (same token, same --name), or, if that node is to go, remove it (`meshd node remove %s` on a server) and delete %s to start over",
+			opts.DataDir, pend.Name, pend.Name, joinPendingPath(opts.DataDir))
+	}
+	resumed := pend != nil
+	if pend == nil {
+		if pend, err = newJoinPending(opts, newSeal); err != nil {
+			return nil, err
+		}
+	}
+	key := ed25519.PrivateKey(pend.NodeKey)
 	pub := key.Public().(ed25519.PublicKey)
-	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: newID(), PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings,
+	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: pend.ID, PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings,
 		Server: p.Server}
 	// The node's overlay key: the found tunnel's when it presents one (sealed when its tunnel is
 	// taken over), else one made here, whose private half never leaves this machine.
@@ -133,30 +152,53 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		}
 		enrol.WireGuardKey, enrol.FoundTunnel = f.PrivateKey.PublicKey().String(), opts.Tunnel
 	} else {
-		k, err := wgtypes.GeneratePrivateKey()
+		k, err := wgtypes.ParseKey(pend.Overlay)
 		if err != nil {
-			return nil, fmt.Errorf("making the node's WireGuard key: %w", err)
+			return nil, fmt.Errorf("the node's WireGuard key in %s: %w", joinPendingPath(opts.DataDir), err)
 		}
 		overlay, enrol.WireGuardKey = &k, k.PublicKey().String()
 	}
 	body, _ := json.Marshal(enrol)
+	createdDir, err := writeJoinPending(opts.DataDir, seal, pend)
+	if err != nil {
+		return nil, err
+	}
+	// forget undoes the pending state when no enrolment can have been committed from it.
+	forget := func() {
+		os.Remove(joinPendingPath(opts.DataDir))
+		if createdDir || resumed {
+			os.Remove(opts.DataDir) // only when empty: what else is there stays
+		}
+		if resumed && pend.SealNew {
+			os.Remove(sealPath)
+		}
+	}
 
 	var resp *EnrolResponse
 	var tried []string
+	sent := false
 	for _, addr := range p.Bus {
-		r, err := enrolAt(ctx, addr, opts.Token, p.CA, body)
+		r, wrote, err := enrolAt(ctx, addr, opts.Token, p.CA, body)
+		sent = sent || wrote
 		if err == nil {
 			resp = r
 			break
 		}
 		var je *JoinError
 		if errors.As(err, &je) {
+			forget()
 			return nil, err // a refusal is final: another server would say the same
 		}
 		tried = append(tried, err.Error())
 	}
-	if resp == nil {
+	if resp == nil && !sent && !resumed {
+		forget()
 		return nil, &JoinError{fmt.Errorf("no server of the token answered: %v", tried)}
+	}
+	if resp == nil {
+		done(true) // the seal key stays: it seals the keys the next try sends again
+		return nil, fmt.Errorf("node %s: the enrolment was sent but its answer did not come (%v); the server may have enrolled the node: run the same join again (same token, same --name) to get its answer: its keys are kept sealed in %s",
+			opts.Name, tried, joinPendingPath(opts.DataDir))
 	}
 	ca, err := pki.ParseCert([]byte(resp.CACertPEM))
 	if err != nil || pki.Fingerprint(ca) != p.CA {
@@ -191,16 +233,79 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		}
 	}
 	res := &JoinResult{Node: resp.Node, DataDir: opts.DataDir, Servers: servers, Declaration: resp.Declaration.Declaration, SealKey: sealPath,
-		Mode: resp.Node.Mode, Findings: findings}
-	if newSeal {
+		Mode: resp.Node.Mode, Findings: findings, Resumed: resumed}
+	if newSeal || pend.SealNew {
 		res.RecoveryCode = seal.RecoveryCode()
 	}
 	nf := &NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: resp.Node.Server, Advertise: resp.Node.Advertise, Servers: servers, RaftPort: raftPort}
 	if err := writeNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but its node file: %w", opts.Name, err)
 	}
+	os.Remove(joinPendingPath(opts.DataDir))
 	done(true)
 	return res, nil
+}
+
+// joinPending is what a join made before it sent its enrolment, sealed in the data dir until the
+// answer is written: the keys a lost answer's retry must send again.
+type joinPending struct {
+	TokenHash string `json:"token_hash"`
+	Name      string `json:"name"`
+	ID        string `json:"id"`
+	NodeKey   []byte `json:"node_key"`
+	// Overlay is the WireGuard private key made here (joining without --tunnel).
+	Overlay string `json:"overlay"`
+	// SealNew says the seal key was made by this join: its recovery code is shown when the join
+	// finishes, and a refused retry removes it again.
+	SealNew bool `json:"seal_new,omitempty"`
+}
+
+const joinPendingPurpose = "join.pending"
+
+func joinPendingPath(dataDir string) string { return filepath.Join(dataDir, "join.pending") }
+
+func newJoinPending(opts JoinOptions, sealNew bool) (*joinPending, error) {
+	key, err := pki.NewNodeKey()
+	if err != nil {
+		return nil, err
+	}
+	wk, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		return nil, fmt.Errorf("making the node's WireGuard key: %w", err)
+	}
+	return &joinPending{TokenHash: pki.TokenHash(opts.Token), Name: opts.Name, ID: newID(), NodeKey: key, Overlay: wk.String(), SealNew: sealNew}, nil
+}
+
+// readJoinPending reads an earlier join's pending state in dataDir, nil when there is none.
+func readJoinPending(dataDir string, seal *pki.SealKey) (*joinPending, error) {
+	path := joinPendingPath(dataDir)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	b, err := seal.ReadSealed(path, joinPendingPurpose)
+	if err != nil {
+		return nil, fmt.Errorf("an earlier join's keys %s: %w (the seal key %s is not the one they were sealed with)", path, err, seal.Path)
+	}
+	var p joinPending
+	if err := json.Unmarshal(b, &p); err != nil || len(p.NodeKey) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("an earlier join's keys %s are unreadable: delete the file to start over", path)
+	}
+	return &p, nil
+}
+
+// writeJoinPending seals p into dataDir (made 0700 if missing; created says it was).
+func writeJoinPending(dataDir string, seal *pki.SealKey, p *joinPending) (created bool, err error) {
+	if _, err := os.Stat(dataDir); errors.Is(err, os.ErrNotExist) {
+		created = true
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return created, fmt.Errorf("data dir %s: %w", dataDir, err)
+	}
+	b, _ := json.Marshal(p)
+	if err := seal.WriteSealed(joinPendingPath(dataDir), joinPendingPurpose, b); err != nil {
+		return created, fmt.Errorf("keep the join's keys in %s: %w", joinPendingPath(dataDir), err)
+	}
+	return created, nil
 }
 
 // joinPreflight resolves join's --port values and runs the preflight on this machine for the
@@ -267,7 +372,21 @@ func JoinSettings(cat catalogue.Catalogue, ports map[string]string, server bool)
 
 // enrolAt enrols at one server's bus. The TLS handshake itself refuses a server without the
 // token's CA, and a token that CA did not sign, so a forged token is never sent.
-func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) (*EnrolResponse, error) {
+//
+// sent says the request was written out whole: from then on the server may have committed the
+// enrolment even when no answer comes back.
+func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) (resp *EnrolResponse, sent bool, err error) {
+	var wrote atomic.Bool // set on the transport's goroutine
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			wrote.Store(true)
+		}
+	}})
+	resp, err = enrolOnce(ctx, addr, token, fingerprint, body)
+	return resp, wrote.Load(), err
+}
+
+func enrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte) (*EnrolResponse, error) {
 	var ca *x509.Certificate
 	var tokenErr error
 	tlsCfg := pki.PinnedTLS(fingerprint, &ca)

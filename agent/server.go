@@ -3,6 +3,9 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -58,11 +61,38 @@ func (s *serverRole) open() error {
 	if err != nil {
 		return fmt.Errorf("server node %s: %w (%s)", s.node.Name, err, pki.Path(s.cfg.DataDir, pki.NodeCertFile))
 	}
+	// A removed server's certificate is still the CA's: the record's revocations refuse it.
+	verify := raftTLS.VerifyConnection
+	raftTLS.VerifyConnection = func(cs tls.ConnectionState) error {
+		if err := verify(cs); err != nil {
+			return err
+		}
+		return s.notRevoked(cs.PeerCertificates[0])
+	}
 	s.raft, err = openRaft(s.cfg.DataDir, s.node, s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
 	if err == nil && s.mx != nil {
 		s.raft.committed = func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) }
 	}
 	return err
+}
+
+// notRevoked refuses a certificate whose key the record revoked (a removed node's).
+func (s *serverRole) notRevoked(cert *x509.Certificate) error {
+	key, _ := cert.PublicKey.(ed25519.PublicKey)
+	pub := pki.PublicKeyString(key)
+	var rev *fsm.Revocation
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		for i := range r.Revoked {
+			if r.Revoked[i].PublicKey == pub {
+				v := r.Revoked[i]
+				rev = &v
+			}
+		}
+	})
+	if rev != nil {
+		return fmt.Errorf("the certificate of node %s is revoked: the node was removed at %s", rev.Node, rev.At.Format(time.RFC3339))
+	}
+	return nil
 }
 
 func (s *serverRole) close() {
@@ -163,6 +193,7 @@ func (s *serverRole) recordAPI() http.Handler {
 	mux.HandleFunc("GET /v1/tunnel", s.getTunnel)
 	mux.HandleFunc("POST /v1/tunnel/take", s.postTunnelTake)
 	mux.HandleFunc("POST /v1/raft/peers/{node}/remove", s.removePeer)
+	mux.HandleFunc("POST /v1/nodes/{node}/remove", s.removeNode)
 	mux.HandleFunc("POST /v1/raft/transfer-leader", s.transferLeader)
 	return mux
 }

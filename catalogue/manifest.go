@@ -94,7 +94,14 @@ type Opening struct {
 	// from private of a foundation module must be guarded; another module's guarded opening is
 	// guarded only once the module is taken (nothing refuses traffic before its cutover).
 	Guarded bool `json:"guarded,omitempty" yaml:"guarded"`
+	// Admit names who else the guard lets reach a guarded opening: "servers" (AdmitServers) is
+	// the record's servers at their underlay addresses, as the record has them at the time: the
+	// servers' Raft port, which they reach before the private network is up. Empty: nobody else.
+	Admit string `json:"admit,omitempty" yaml:"admit"`
 }
+
+// AdmitServers is the one value of an opening's admit: the record's servers' underlay addresses.
+const AdmitServers = "servers"
 
 // FieldError is one problem in a manifest, named by file, line and field.
 type FieldError struct {
@@ -134,7 +141,7 @@ var schema = map[string][]string{
 	"":             {"name", "description", "foundation", "settings", "files", "containers", "openings"},
 	"files[]":      {"path", "content", "mode", "owner", "create_once"},
 	"containers[]": {"name", "image", "command", "env", "ports", "volumes", "restart", "labels"},
-	"openings[]":   {"port", "proto", "from", "path", "guarded"},
+	"openings[]":   {"port", "proto", "from", "path", "guarded", "admit"},
 }
 
 var (
@@ -380,6 +387,13 @@ func (p *parser) validate(m *Module) {
 		}
 		// A foundation port that only the private network may reach must be guarded: behind a
 		// found firewall that filters only incoming traffic nothing else would refuse it.
+		switch {
+		case o.Admit == "":
+		case o.Admit != AdmitServers:
+			p.add(field+".admit", "%q is not who a guard admits: %s (the record's servers' underlay addresses)", o.Admit, AdmitServers)
+		case !o.Guarded:
+			p.add(field+".admit", "admit says whom the guard lets through, so the opening must say guarded: true")
+		}
 		if m.Foundation && o.From == "private" && !o.Guarded {
 			p.add(field+".guarded", "a foundation module's opening from private must say guarded: true "+
 				"(on an adopted node only the guard keeps port %s off the outside)", o.Port)

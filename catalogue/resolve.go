@@ -25,6 +25,9 @@ type PortOpening struct {
 	From    string `json:"from"`
 	Path    string `json:"path"`
 	Guarded bool   `json:"guarded,omitempty"`
+	// Admit is the manifest's admit (AdmitServers or empty); the declaration carries the
+	// addresses it stands for (fsm.Declaration.Servers).
+	Admit string `json:"admit,omitempty"`
 }
 
 // PortMapping is a container port published on the machine.
@@ -210,7 +213,7 @@ func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 		if proto == "" {
 			proto = "tcp"
 		}
-		r.Openings = append(r.Openings, PortOpening{Port: port, Proto: proto, From: o.From, Path: o.Path, Guarded: o.Guarded})
+		r.Openings = append(r.Openings, PortOpening{Port: port, Proto: proto, From: o.From, Path: o.Path, Guarded: o.Guarded, Admit: o.Admit})
 	}
 	if len(errs) > 0 {
 		return nil, errs

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"meshd/catalogue"
 )
@@ -120,6 +121,12 @@ func apply(r *Record, data []byte) (any, error) {
 			return nil, err
 		}
 		return applyServerRemove(r, &c, &b)
+	case OpNodeRemove:
+		var b NodeRemove
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyNodeRemove(r, &c, &b)
 	}
 	return nil, refuse(c.Op, "", "", "unknown command %q", c.Op)
 }
@@ -239,8 +246,17 @@ func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
 	if !nodeNameRe.MatchString(b.Node) {
 		return nil, refuse(c.Op, b.Node, "", "%q is not a node name (lower-case letters, digits and '-')", b.Node)
 	}
+	// The same enrolment again (its answer was lost): the node this token enrolled, with this very
+	// key, is answered as it was recorded, and nothing changes. A different key is refused below.
+	if n, tok := r.Nodes[b.Node], r.Tokens[b.TokenHash]; n != nil && tok != nil && tok.UsedBy == b.Node &&
+		b.PublicKey != "" && n.PublicKey == b.PublicKey && n.Server == b.Server {
+		return n, nil
+	}
 	if r.Nodes[b.Node] != nil {
 		return nil, refuse(c.Op, b.Node, "", "a node of that name is already enrolled (id %s)", r.Nodes[b.Node].ID)
+	}
+	if b.PublicKey != "" && r.IsRevoked(b.PublicKey) {
+		return nil, refuse(c.Op, b.Node, "", "this identity key was a removed node's (revoked): a machine joins again with a new key")
 	}
 	for _, name := range r.NodeNames() {
 		if b.ID != "" && r.Nodes[name].ID == b.ID {
@@ -295,7 +311,7 @@ func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
 	if carried >= 0 {
 		n.Address = strings.Split(r.Tunnel.Carried[carried].Address, "/")[0]
 	} else {
-		addr, err := AssignAddress(r)
+		addr, err := AssignAddress(r, c.At)
 		if err != nil {
 			return nil, refuse(c.Op, b.Node, "", "%v", err)
 		}
@@ -310,8 +326,9 @@ func applyEnrol(r *Record, c *Command, b *Enrol) (any, error) {
 }
 
 // AssignAddress picks the lowest free address of the private network's range: not the network's
-// own, not the broadcast, not the hub's, not any node's, not any carried peer's.
-func AssignAddress(r *Record) (string, error) {
+// own, not the broadcast, not the hub's, not any node's, not any carried peer's, not a removed
+// node's still in quarantine at time at.
+func AssignAddress(r *Record, at time.Time) (string, error) {
 	rng, err := netip.ParsePrefix(r.Tunnel.Range)
 	if err != nil {
 		return "", fmt.Errorf("the private network has no range: %q", r.Tunnel.Range)
@@ -322,6 +339,11 @@ func AssignAddress(r *Record) (string, error) {
 	}
 	for _, p := range r.Tunnel.Carried {
 		used[strings.Split(p.Address, "/")[0]] = true
+	}
+	for _, q := range r.Quarantined {
+		if at.Before(q.Until) {
+			used[q.Address] = true
+		}
 	}
 	for a := rng.Addr().Next(); rng.Contains(a); a = a.Next() {
 		if !rng.Contains(a.Next()) {
@@ -590,6 +612,44 @@ func applyServerRemove(r *Record, c *Command, b *ServerRemove) (any, error) {
 		return nil, refuse(c.Op, b.Node, "", "node %s is the control-node: it holds the foundation and leads the group; move leadership with `meshd operator raft transfer-leader`, not by removing it", b.Node)
 	}
 	n.Server = false
+	return n, nil
+}
+
+// applyNodeRemove takes a node out of the record: its key revoked, its address quarantined, the
+// tokens it used kept (spent). The control-node, the proposing leader and the last server stay.
+func applyNodeRemove(r *Record, c *Command, b *NodeRemove) (any, error) {
+	n := r.Nodes[b.Node]
+	servers := 0
+	for _, o := range r.Nodes {
+		if o.Server {
+			servers++
+		}
+	}
+	switch {
+	case n == nil:
+		return nil, unknownNode(r, c.Op, b.Node)
+	case b.Node == b.Leader:
+		return nil, refuse(c.Op, b.Node, "", "node %s leads the Raft group: a leader does not remove itself; hand leadership to another server first (`meshd operator raft transfer-leader SERVER`)", b.Node)
+	case r.Genesis != nil && r.Genesis.ControlNode == b.Node:
+		return nil, refuse(c.Op, b.Node, "", "node %s is the control-node: it holds the foundation and the private network's hub", b.Node)
+	case n.Server && servers <= 1:
+		return nil, refuse(c.Op, b.Node, "", "node %s is the last server: the record would have nowhere to live", b.Node)
+	case b.Until.Before(c.At):
+		return nil, refuse(c.Op, b.Node, "", "the address quarantine would end (%s) before the removal (%s)", b.Until.Format(time.RFC3339), c.At.Format(time.RFC3339))
+	}
+	delete(r.Nodes, b.Node)
+	if n.PublicKey != "" && !r.IsRevoked(n.PublicKey) {
+		r.Revoked = append(r.Revoked, Revocation{Node: n.Name, PublicKey: n.PublicKey, At: c.At})
+	}
+	if a := strings.Split(n.Address, "/")[0]; a != "" {
+		kept := r.Quarantined[:0:0]
+		for _, q := range r.Quarantined {
+			if q.Until.After(c.At) && q.Address != a {
+				kept = append(kept, q)
+			}
+		}
+		r.Quarantined = append(kept, Quarantine{Address: a, Node: n.Name, Until: b.Until})
+	}
 	return n, nil
 }
 

@@ -42,6 +42,7 @@ const (
 	OpCatalogueAdd   Op = "catalogue.add"
 	OpTokenCreate    Op = "token.create"
 	OpServerRemove   Op = "node.server.remove"
+	OpNodeRemove     Op = "node.remove"
 )
 
 // Command is one entry of the Raft log: an op, the proposer's clock, and the op's body.
@@ -129,6 +130,16 @@ type TokenCreate struct {
 // stays in the record, as a node that no longer votes, holds the record, or serves the bus.
 type ServerRemove struct {
 	Node string `json:"node"`
+}
+
+// NodeRemove takes a node out of the record (`meshd node remove`): its certificate's key is
+// revoked, and its private-network address is quarantined until Until (the proposer's clock plus
+// the operator's quarantine) before any enrolment may get it again. Leader is the node proposing
+// it (the leader): a leader does not remove itself.
+type NodeRemove struct {
+	Node   string    `json:"node"`
+	Until  time.Time `json:"until"`
+	Leader string    `json:"leader"`
 }
 
 // Encode wraps a body in a versioned command.

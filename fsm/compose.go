@@ -26,7 +26,11 @@ type Declaration struct {
 	Tunnel   TunnelView        `json:"tunnel"`
 	// Mesh is this node's own mesh ports, its settings with the catalogue's defaults filled in,
 	// whether or not the mesh module is assigned here: the derived filter lets them in.
-	Mesh      MeshPorts  `json:"mesh"`
+	Mesh MeshPorts `json:"mesh"`
+	// Servers are the underlay (advertise) addresses of the record's servers, sorted: the guard
+	// admits them to an opening that says admit: servers (the Raft port), and nobody else from
+	// off the private network. A server that joins or leaves changes every declaration.
+	Servers   []string   `json:"servers,omitempty"`
 	Resources []Resource `json:"resources"`
 }
 
@@ -124,6 +128,20 @@ func (r Resource) ID() string {
 	return r.Kind
 }
 
+// serverAddresses are the record's servers' advertise addresses, sorted, each once.
+func serverAddresses(r *Record) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range r.Nodes {
+		if n.Server && n.Advertise != "" && !seen[n.Advertise] {
+			seen[n.Advertise] = true
+			out = append(out, n.Advertise)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Compose returns the declaration for node. It fails only for a node the record does not know or
 // a module that no longer resolves, which Apply refuses to let happen.
 func Compose(r *Record, node string) (*Declaration, error) {
@@ -141,6 +159,7 @@ func Compose(r *Record, node string) (*Declaration, error) {
 		Address:   n.Address,
 		Tunnel:    composeTunnel(r, n),
 		Mesh:      meshPortsOf(r, n),
+		Servers:   serverAddresses(r),
 		Resources: []Resource{},
 	}
 	sort.Strings(d.Taken)

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,8 +73,8 @@ func TestUnitGuardedOnlyOnceTakenExceptFoundation(t *testing.T) {
 			t.Errorf("foundation opening %s is not guarded on the adopted hub: %v", want, g)
 		}
 	}
-	if g["mesh:7071"] {
-		t.Error("raft is guarded: the other servers reach it over the underlay (behind its mTLS transport)")
+	if !g["mesh:7071"] {
+		t.Error("raft is not guarded on the adopted hub: anyone on the underlay reaches it")
 	}
 	if g["cache:6380"] {
 		t.Error("cache's opening is guarded before cache is taken: the predecessor's service on 6380 would be refused")
@@ -81,5 +82,43 @@ func TestUnitGuardedOnlyOnceTakenExceptFoundation(t *testing.T) {
 	mustApply(t, r, cmd(t, OpModuleTake, t0.Add(3*time.Minute), ModuleOnNode{Node: "hub", Module: "cache"}))
 	if !guarded()["cache:6380"] {
 		t.Error("cache's opening is not guarded once cache is taken")
+	}
+}
+
+// The raft opening admits the record's servers at their underlay addresses, and the declaration
+// says which: a server that enrols is in every node's declaration at once, a client is not, and a
+// server taken out of the group (remove-peer) no longer is.
+func TestUnitRaftAdmitsTheRecordsServers(t *testing.T) {
+	r := NewRecord()
+	mustApply(t, r, genesisCmd(t, Adopted))
+	mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: "srv", Mode: Adopted, Expires: t0.Add(time.Hour), Server: true}))
+	mustApply(t, r, cmd(t, OpTokenCreate, t0, TokenCreate{Hash: "cl", Mode: Adopted, Expires: t0.Add(time.Hour)}))
+	mustApply(t, r, cmd(t, OpNodeEnrol, t0.Add(time.Minute), Enrol{Node: "s2", ID: "id-s2", TokenHash: "srv", Server: true, Advertise: "198.51.100.2"}))
+	mustApply(t, r, cmd(t, OpNodeEnrol, t0.Add(time.Minute), Enrol{Node: "c1", ID: "id-c1", TokenHash: "cl", Advertise: "198.51.100.3"}))
+	for _, node := range []string{"hub", "s2", "c1"} {
+		d, err := Compose(r, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(d.Servers, ","); got != "198.51.100.1,198.51.100.2" {
+			t.Errorf("%s's declaration says the servers are %q, want 198.51.100.1,198.51.100.2", node, got)
+		}
+	}
+	d, err := Compose(r, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admits := false
+	for _, res := range d.Resources {
+		if o := res.Opening; o != nil && res.Module == "mesh" && o.Port == d.Mesh.Raft {
+			admits = o.Guarded && o.Admit == "servers"
+		}
+	}
+	if !admits {
+		t.Errorf("the hub's raft opening (port %d) is not guarded admitting the servers: %+v", d.Mesh.Raft, d.Resources)
+	}
+	mustApply(t, r, cmd(t, OpServerRemove, t0.Add(2*time.Minute), ServerRemove{Node: "s2"}))
+	if d, _ := Compose(r, "hub"); strings.Join(d.Servers, ",") != "198.51.100.1" {
+		t.Errorf("after s2 left the group the hub's declaration still admits %v", d.Servers)
 	}
 }

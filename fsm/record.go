@@ -28,6 +28,36 @@ type Record struct {
 	Catalogue catalogue.Catalogue `json:"catalogue"`
 	Tunnel    Tunnel              `json:"tunnel"`
 	Tokens    map[string]*Token   `json:"tokens,omitempty"`
+	// Revoked are the identity keys of removed nodes: the bus and Raft refuse a certificate for
+	// any of them, whatever name it carries.
+	Revoked []Revocation `json:"revoked,omitempty"`
+	// Quarantined are the private-network addresses of removed nodes, not given to an enrolment
+	// before their Until.
+	Quarantined []Quarantine `json:"quarantined,omitempty"`
+}
+
+// Revocation is a removed node's identity key.
+type Revocation struct {
+	Node      string    `json:"node"`
+	PublicKey string    `json:"public_key"`
+	At        time.Time `json:"at"`
+}
+
+// Quarantine is a removed node's address, held back from new enrolments until Until.
+type Quarantine struct {
+	Address string    `json:"address"`
+	Node    string    `json:"node"`
+	Until   time.Time `json:"until"`
+}
+
+// IsRevoked says whether pub (as the record writes keys) is a removed node's key.
+func (r *Record) IsRevoked(pub string) bool {
+	for _, v := range r.Revoked {
+		if v.PublicKey == pub {
+			return true
+		}
+	}
+	return false
 }
 
 // GenesisInfo says when and where the mesh began.

@@ -194,7 +194,7 @@ func TestUnitAssignAndTheFlip(t *testing.T) {
 	if r.Tunnel.Range != "10.44.0.0/24" || len(r.Tunnel.Carried) != 2 || r.Tunnel.Taken != "wg0" {
 		t.Fatalf("after the flip the tunnel is %+v: the range and carried peers must outlive it", r.Tunnel)
 	}
-	a, err := AssignAddress(r)
+	a, err := AssignAddress(r, t0)
 	if err != nil || a != "10.44.0.4" {
 		t.Fatalf("AssignAddress = %s, %v; want 10.44.0.4 (.0 the network, .1 the hub, .2 and .3 carried)", a, err)
 	}

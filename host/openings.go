@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/netfilter"
 )
@@ -502,6 +503,9 @@ func (d *OpeningDriver) compose(decl *fsm.Declaration, rs []fsm.Resource) *desir
 			if p := (netfilter.Port{Proto: e.o.Proto, Port: e.o.Port}); r.Opening.Guarded && !seenPort[p] {
 				seenPort[p] = true
 				w.guard.Ports = append(w.guard.Ports, p)
+				if r.Opening.Admit == catalogue.AdmitServers {
+					w.guard.Admit = admitServers(w.guard.Admit, p, decl)
+				}
 			}
 		}
 		w.entries = append(w.entries, e)
@@ -514,6 +518,24 @@ func (d *OpeningDriver) compose(decl *fsm.Declaration, rs []fsm.Resource) *desir
 	w.filter = netfilter.FilterSpec{Private: w.priv, MeshPorts: meshPorts(decl), Openings: w.openings, ForwardFrom: d.forwardFrom}
 	w.key = fmt.Sprintf("%s|%v|%v|%v", w.mode, w.openings, w.guard, w.filter)
 	return w
+}
+
+// admitServers adds the declaration's servers' underlay addresses to the guard's admitted
+// sources for port p. The record checked them at enrolment; one that does not read as an address
+// is left out (the guard then refuses it, as it refuses everyone off the private network).
+func admitServers(admit map[netfilter.Port][]netip.Addr, p netfilter.Port, decl *fsm.Declaration) map[netfilter.Port][]netip.Addr {
+	if decl == nil {
+		return admit
+	}
+	if admit == nil {
+		admit = map[netfilter.Port][]netip.Addr{}
+	}
+	for _, s := range decl.Servers {
+		if a, err := netip.ParseAddr(s); err == nil {
+			admit[p] = append(admit[p], a.Unmap())
+		}
+	}
+	return admit
 }
 
 // meshPorts are the mesh's own ports (bus, raft, gossip) as the declaration carries them (fsm

@@ -178,6 +178,31 @@ func matchAddr(fam nftables.TableFamily, p netip.Prefix, dst bool) []expr.Any {
 	return out
 }
 
+// matchFamily matches IPv6 packets (six) or IPv4 packets, in an inet table.
+func matchFamily(six bool) []expr.Any {
+	nfp := byte(unix.NFPROTO_IPV4)
+	if six {
+		nfp = unix.NFPROTO_IPV6
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfp}},
+	}
+}
+
+// matchSourceAddrNot matches a packet whose source is not a; the family must be pinned first
+// (matchFamily), as the address is read at that family's offset.
+func matchSourceAddrNot(a netip.Addr) []expr.Any {
+	off, l := uint32(12), uint32(4)
+	if a.Is6() {
+		off, l = 8, 16
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: l},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: a.AsSlice()},
+	}
+}
+
 // matchPort matches l4 protocol and destination port. original matches the port the client
 // addressed before any DNAT (conntrack's original tuple), which is what a forwarded opening
 // to a published container port needs: Docker rewrote the port in nat PREROUTING.

@@ -168,10 +168,17 @@ const (
 // from the private network: the store's, the broker's and its management port, raft) and who may
 // still reach them besides the machine itself (loopback and the container runtime's bridges): the
 // private network's interface and any Trusted interface.
+//
+// Admit lets further source addresses reach one port from any interface: the servers' Raft port,
+// which the other servers reach at the machine's underlay address (they meet there before the
+// private network is up). A port with admitted addresses has one rule per address family, each
+// dropping what comes from none of that family's addresses; a family with no admitted address
+// is refused as any guarded port is.
 type GuardSpec struct {
 	Private Private
 	Ports   []Port
 	Trusted []string
+	Admit   map[Port][]netip.Addr
 }
 
 // RuntimeBridges are the interface names the container runtime gives its bridges: Docker's default
@@ -197,14 +204,36 @@ func Guard(ctx context.Context, env Env, spec GuardSpec) (wrote bool, err error)
 	allowed = append(allowed, spec.Trusted...)
 	var rules []ownRule
 	for _, p := range spec.Ports {
-		var ex []expr.Any
-		for _, i := range allowed {
-			ex = append(ex, matchIIF(i, true)...)
+		base := func() []expr.Any {
+			var ex []expr.Any
+			for _, i := range allowed {
+				ex = append(ex, matchIIF(i, true)...)
+			}
+			ex = append(ex, matchLocalDestination()...)
+			return append(ex, matchPort(p.Proto, p.Port, false)...)
 		}
-		ex = append(ex, matchLocalDestination()...)
-		ex = append(ex, matchPort(p.Proto, p.Port, false)...)
-		ex = append(ex, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
-		rules = append(rules, ownRule{comment: fmt.Sprintf("meshd:guard:%s:to-machine:only-from:%v", p, allowed), exprs: ex})
+		admit := spec.Admit[p]
+		if len(admit) == 0 {
+			ex := append(base(), &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
+			rules = append(rules, ownRule{comment: fmt.Sprintf("meshd:guard:%s:to-machine:only-from:%v", p, allowed), exprs: ex})
+			continue
+		}
+		for _, six := range []bool{false, true} {
+			ex := append(base(), matchFamily(six)...)
+			var fam []string
+			for _, a := range admit {
+				if a.Unmap().Is6() == six {
+					ex = append(ex, matchSourceAddrNot(a.Unmap())...)
+					fam = append(fam, a.Unmap().String())
+				}
+			}
+			ex = append(ex, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
+			name := "ip"
+			if six {
+				name = "ip6"
+			}
+			rules = append(rules, ownRule{comment: fmt.Sprintf("meshd:guard:%s:to-machine:only-from:%v:%s:admit:%v", p, allowed, name, fam), exprs: ex})
+		}
 	}
 	return loadOwnTable(env, GuardTable, []ownChain{{
 		name: "prerouting", hook: nftables.ChainHookPrerouting, prio: -150,

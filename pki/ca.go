@@ -131,7 +131,10 @@ func (r CertRole) String() string {
 }
 
 // IssueNode issues node's certificate for its identity key in the given role, its CN the node's
-// name, its SANs meshd://node/NAME and NAME.node.meshd.
+// name, its SANs meshd://node/NAME and NAME.node.meshd. The same node, key, role and time give the
+// same certificate, byte for byte (its serial is derived from them and ed25519 signs
+// deterministically): an enrolment answered again, from the record's enrolment time, is the
+// answer that was lost.
 func (ca *CA) IssueNode(node string, pub ed25519.PublicKey, role CertRole, now time.Time) ([]byte, error) {
 	if len(pub) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("node %s: public key is %d bytes, want ed25519 (%d)", node, len(pub), ed25519.PublicKeySize)
@@ -140,11 +143,15 @@ func (ca *CA) IssueNode(node string, pub ed25519.PublicKey, role CertRole, now t
 	if role == ServerCert {
 		usages = append(usages, x509.ExtKeyUsageServerAuth)
 	}
+	uris := []*url.URL{{Scheme: nodeURIScheme, Host: "node", Path: "/" + node}}
+	if role == ServerCert {
+		uris = append(uris, serverRoleURI())
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
+		SerialNumber: nodeSerial(node, pub, role, now),
 		Subject:      pkix.Name{CommonName: node, Organization: []string{"meshd"}},
 		DNSNames:     []string{NodeDNSName(node)},
-		URIs:         []*url.URL{{Scheme: nodeURIScheme, Host: "node", Path: "/" + node}},
+		URIs:         uris,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     ca.Cert.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -157,14 +164,42 @@ func (ca *CA) IssueNode(node string, pub ed25519.PublicKey, role CertRole, now t
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
-// RoleOf is the role a node certificate was issued for.
+// serverRoleURI is the marker a server's certificate carries beside the server-auth usage: the
+// URI SAN meshd://role/server. Certificates issued before servers and clients differed gave every
+// node server auth; only the marker tells a server's from such a client's.
+func serverRoleURI() *url.URL { return &url.URL{Scheme: nodeURIScheme, Host: "role", Path: "/server"} }
+
+// RoleOf is the role a node certificate was issued for: a server's carries the server-auth usage
+// and the server role marker; anything else is a client's (LegacyServer says whether it is an
+// old certificate with the usage and no marker).
 func RoleOf(cert *x509.Certificate) CertRole {
-	for _, u := range cert.ExtKeyUsage {
-		if u == x509.ExtKeyUsageServerAuth {
-			return ServerCert
-		}
+	if hasServerAuth(cert) && hasServerMarker(cert) {
+		return ServerCert
 	}
 	return ClientCert
+}
+
+// LegacyServer says cert carries server auth without the server role marker: issued before the
+// marker, to a server or to a client alike. It serves as nothing until re-issued.
+func LegacyServer(cert *x509.Certificate) bool { return hasServerAuth(cert) && !hasServerMarker(cert) }
+
+func hasServerAuth(cert *x509.Certificate) bool {
+	for _, u := range cert.ExtKeyUsage {
+		if u == x509.ExtKeyUsageServerAuth {
+			return true
+		}
+	}
+	return false
+}
+
+func hasServerMarker(cert *x509.Certificate) bool {
+	m := serverRoleURI()
+	for _, u := range cert.URIs {
+		if u.Scheme == m.Scheme && u.Host == m.Host && u.Path == m.Path {
+			return true
+		}
+	}
+	return false
 }
 
 // NodeName returns the node a certificate names (its meshd://node/ URI SAN).
@@ -296,6 +331,9 @@ func verifyServer(cert *x509.Certificate, ca *x509.Certificate) (string, error) 
 	if err != nil {
 		return "", err
 	}
+	if LegacyServer(cert) {
+		return "", fmt.Errorf("certificate of node %s carries server auth but no server role marker (issued before servers and clients differed): not accepted as a server's", name)
+	}
 	if RoleOf(cert) != ServerCert {
 		return "", fmt.Errorf("certificate of node %s is a client node's, not a server's", name)
 	}
@@ -305,6 +343,9 @@ func verifyServer(cert *x509.Certificate, ca *x509.Certificate) (string, error) 
 func ownServerCert(id tls.Certificate) error {
 	if id.Leaf == nil {
 		return errors.New("the node's certificate is not loaded")
+	}
+	if LegacyServer(id.Leaf) {
+		return fmt.Errorf("certificate of node %s has no server role marker (issued before servers and clients differed): a server re-issues its own at its agent's start; a client re-enrols", id.Leaf.Subject.CommonName)
 	}
 	if RoleOf(id.Leaf) != ServerCert {
 		return fmt.Errorf("certificate of node %s is a client node's: only a server's may serve", id.Leaf.Subject.CommonName)
@@ -332,6 +373,16 @@ func PinnedTLS(fingerprint string, found **x509.Certificate) *tls.Config {
 			}
 			return fmt.Errorf("the server is not of the mesh the token names: it presents no CA with fingerprint %s", fingerprint)
 		}}
+}
+
+// nodeSerial is a node certificate's serial: 127 bits of a hash of what the certificate says.
+func nodeSerial(node string, pub ed25519.PublicKey, role CertRole, now time.Time) *big.Int {
+	h := sha256.New()
+	fmt.Fprintf(h, "meshd node certificate\x00%s\x00%d\x00%d\x00", node, role, now.UnixNano())
+	h.Write(pub)
+	sum := h.Sum(nil)
+	sum[0] &= 0x7f
+	return new(big.Int).SetBytes(sum[:16])
 }
 
 func serial() *big.Int {

@@ -51,6 +51,12 @@ moment. Three or five servers are the shapes to run; an even count is warned abo
 A used, expired, forged or truncated token is refused with the reason; nothing changes here or in the
 record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.
 
+The keys are made, and kept sealed in the data dir (join.pending), before the enrolment is sent. If
+its answer is lost (the server took longer than join waits, the connection dropped), join says so
+and keeps them: run the same join again, same token and --name, and the server answers it as it
+answered the first time (the same address, the same certificate) instead of "token already used".
+The token with another key is still refused.
+
 A token on the command line can be read by every user of the machine while join runs; give it with
 --token-file FILE, or --token-file - to paste or pipe it on standard input.`,
 		Example: `  meshd join eyJ2Ijox...Q --name edge-1 --advertise 192.0.2.2
@@ -89,6 +95,9 @@ A token on the command line can be read by every user of the machine while join 
 			return g.emit(res, func(w io.Writer) {
 				printFindings(w, res.Findings)
 				n := res.Node
+				if res.Resumed {
+					fmt.Fprintf(w, "the enrolment sent earlier was answered now: the server had enrolled node %s with this machine's kept keys\n", n.Name)
+				}
 				if n.Server {
 					fmt.Fprintf(w, "joined: node %s, %s, a server beside %s; it joins Raft as a non-voter and votes once its log is current\n", n.Name, modeWord(n.Mode), list(res.Servers))
 				} else {

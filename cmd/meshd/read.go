@@ -154,6 +154,7 @@ func nodeCmd(g *globals) *cobra.Command {
 	})
 	cmd.AddCommand(originalCmd(g))
 	cmd.AddCommand(nodeSetCmd(g))
+	cmd.AddCommand(nodeRemoveCmd(g))
 	return cmd
 }
 
