@@ -50,8 +50,11 @@ type TunnelView struct {
 	// ListenPort is the node's own mesh.tunnel.
 	ListenPort uint16 `json:"listen_port,omitempty"`
 	// Takeover names the found interface this node takes over in place; empty: none.
-	Takeover string       `json:"takeover,omitempty"`
-	Peers    []TunnelPeer `json:"peers,omitempty"`
+	Takeover string `json:"takeover,omitempty"`
+	// Found names the found interface a spoke's traffic still goes through until it is taken
+	// over (Interface is then empty): the host watches and reports it, and never touches it.
+	Found string       `json:"found,omitempty"`
+	Peers []TunnelPeer `json:"peers,omitempty"`
 }
 
 // MeshPorts are a node's mesh.* ports (0 where the setting does not read as a port).

@@ -314,6 +314,8 @@ func composeTunnel(r *Record, n *Node) TunnelView {
 	// tunnel is taken over (TookTunnel); it is still composed as the hub's peer.
 	if !onFoundTunnel(r, n) {
 		v.Interface = MeshInterface
+	} else {
+		v.Found = n.FoundTunnel
 	}
 	v.PublicKey = n.WireGuardKey
 	v.Address = n.Address + "/" + strconv.Itoa(rng.Bits())
