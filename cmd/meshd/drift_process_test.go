@@ -4,14 +4,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"meshd/agent"
 	"meshd/container"
+	"meshd/fsm"
 	"meshd/host"
 	"meshd/internal/testenv"
 )
@@ -244,4 +249,79 @@ func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 	if b, _ := os.ReadFile(conf); string(b) != string(rewritten) {
 		t.Fatalf("the client reverted a held file: %q", b)
 	}
+}
+
+// tunnelView is what the tunnel drift tests read of `meshd node show NODE --json`.
+type tunnelView struct {
+	Report *struct {
+		Kinds struct {
+			Tunnel *host.TunnelDetail `json:"tunnel"`
+		} `json:"kinds"`
+		Errors []host.ResourceError `json:"errors"`
+	} `json:"report"`
+}
+
+// tunnelState is node's tunnel state and its tunnel errors as n's `node show` says them.
+func tunnelState(n *node, name string) (string, []host.ResourceError) {
+	var v tunnelView
+	n.jsonOf(&v, "node", "show", name)
+	if v.Report == nil || v.Report.Kinds.Tunnel == nil {
+		return "", nil
+	}
+	var errs []host.ResourceError
+	for _, e := range v.Report.Errors {
+		if strings.HasPrefix(e.Resource, "tunnel:") {
+			errs = append(errs, e)
+		}
+	}
+	return v.Report.Kinds.Tunnel.State, errs
+}
+
+// linkUpIn says whether the link name is there and administratively up in netns, as `ip` reads it.
+func linkUpIn(netns, name string) string {
+	out, err := exec.Command("ip", "-n", netns, "-j", "link", "show", name).Output()
+	if err != nil {
+		return fmt.Sprintf("%s is not there", name)
+	}
+	var links []struct {
+		Flags []string `json:"flags"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
+		return fmt.Sprintf("ip link show %s: %s", name, out)
+	}
+	if !slices.Contains(links[0].Flags, "UP") {
+		return fmt.Sprintf("%s is down (flags %v)", name, links[0].Flags)
+	}
+	return ""
+}
+
+// The mesh's interface taken down or removed by hand on the server is up again within a second,
+// through the link watch (the agent's timer is 10 minutes), and node show says mesh-up again.
+func TestProcessTunnelRaisedAgainAtOnce(t *testing.T) {
+	n := newNode(t)
+	n.genesis("--adopted")
+	n.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+	poll(t, 30*time.Second, "meshd0 up on the hub", func() string {
+		if s, errs := tunnelState(n, "hub"); s != host.TunnelMeshUp {
+			return fmt.Sprintf("tunnel state %q, errors %+v", s, errs)
+		}
+		return linkUpIn(n.netns, fsm.MeshInterface)
+	})
+	upAgain := func() string {
+		if why := linkUpIn(n.netns, fsm.MeshInterface); why != "" {
+			return why
+		}
+		if s, errs := tunnelState(n, "hub"); s != host.TunnelMeshUp || len(errs) > 0 {
+			return fmt.Sprintf("tunnel state %q, errors %+v", s, errs)
+		}
+		return ""
+	}
+
+	at := time.Now()
+	testenv.Run(t, "ip", "-n", n.netns, "link", "set", fsm.MeshInterface, "down")
+	seenWithin(t, at, "meshd0 taken down by hand, up again", upAgain)
+
+	at = time.Now()
+	testenv.Run(t, "ip", "-n", n.netns, "link", "del", fsm.MeshInterface)
+	seenWithin(t, at, "meshd0 removed by hand, raised again", upAgain)
 }
