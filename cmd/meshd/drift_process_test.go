@@ -325,3 +325,49 @@ func TestProcessTunnelRaisedAgainAtOnce(t *testing.T) {
 	testenv.Run(t, "ip", "-n", n.netns, "link", "del", fsm.MeshInterface)
 	seenWithin(t, at, "meshd0 removed by hand, raised again", upAgain)
 }
+
+// A spoke whose traffic still goes through the found tunnel it enrolled with (join --tunnel wg0,
+// not taken over): that tunnel going down is in the server's `node show` within a second (the
+// spoke's link watch, its pass, its report carried to the server), and meshd leaves it down.
+func TestProcessSpokeFoundTunnelDownSeenAtOnce(t *testing.T) {
+	testenv.RequireRoot(t, "a spoke's found tunnel (wireguard-go)", "wireguard-go", "wg")
+	hub, edge := newNode(t), newNode(t)
+	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
+	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+	var tv agent.TokenView
+	hub.jsonOf(&tv, "token", "create", "--adopted")
+	// The predecessor's tunnel on the spoke: a wireguard-go device (its own daemon), keyed and up,
+	// then the join that presents it, in the same mount namespace (its UAPI socket is there).
+	script := `set -e
+WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 wireguard-go wg0 >/dev/null 2>&1
+wg genkey > "$OVL/wg0.key"
+wg set wg0 listen-port 51830 private-key "$OVL/wg0.key"
+ip addr add 10.44.0.9/24 dev wg0
+ip link set wg0 up
+exec "$@"`
+	cmd := edge.inNetns("sh", "-c", script, "sh", meshdBin, "join", tv.Token, "--name", "edge", "--data-dir", edge.dir, "--tunnel", "wg0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the spoke's found tunnel and join --tunnel wg0: %v\n%s", err, out)
+	}
+	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+	poll(t, 30*time.Second, "the spoke's found tunnel up, in node show on the server", func() string {
+		if s, errs := tunnelState(hub, "edge"); s != host.TunnelFoundUp {
+			return fmt.Sprintf("edge's tunnel state %q, errors %+v", s, errs)
+		}
+		return ""
+	})
+
+	at := time.Now()
+	testenv.Run(t, "ip", "-n", edge.netns, "link", "set", "wg0", "down")
+	seenWithin(t, at, "the spoke's found tunnel down, in node show on the server", func() string {
+		s, errs := tunnelState(hub, "edge")
+		if s != host.TunnelDark || len(errs) != 1 || errs[0].Resource != "tunnel:wg0" {
+			return fmt.Sprintf("edge's tunnel state %q, errors %+v", s, errs)
+		}
+		return ""
+	})
+	if why := linkUpIn(edge.netns, "wg0"); why == "" {
+		t.Fatal("meshd brought the spoke's found tunnel up: it is the predecessor's until taken over")
+	}
+}
