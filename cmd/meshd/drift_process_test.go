@@ -176,30 +176,41 @@ func TestProcessDriftSeenAtOnceOnTheServer(t *testing.T) {
 	if err := eng.Remove(ctx, heldName); err != nil {
 		t.Fatal(err)
 	}
-	seenWithin(t, time.Now(), "held container removed, in node show", func() string {
+	seenWithin(t, time.Now(), "held container removed, in node show", heldContainerRemoved(n, "hub", heldName))
+
+	if err := eng.Stop(ctx, mineName); err != nil {
+		t.Fatal(err)
+	}
+	seenWithinBound(t, time.Now(), driftBound+engineStartAllowance, "meshd's container stopped by hand, running again", runningAgain(ctx, eng, mineName, mineID))
+}
+
+// heldContainerRemoved is a check that node's report, read on n, has the held container name
+// removed by something else.
+func heldContainerRemoved(n *node, node, name string) func() string {
+	return func() string {
 		var v driftView
-		n.jsonOf(&v, "node", "show", "hub")
+		n.jsonOf(&v, "node", "show", node)
 		if v.Report != nil && v.Report.Kinds.Container != nil {
 			for _, c := range v.Report.Kinds.Container.Containers {
-				if c.Name == heldName && c.Changed && c.Reason == host.RemovedBySomethingElse {
+				if c.Name == name && c.Changed && c.Reason == host.RemovedBySomethingElse {
 					return ""
 				}
 			}
 			return fmt.Sprintf("containers %+v", v.Report.Kinds.Container.Containers)
 		}
 		return "no container report"
-	})
-
-	if err := eng.Stop(ctx, mineName); err != nil {
-		t.Fatal(err)
 	}
-	seenWithinBound(t, time.Now(), driftBound+engineStartAllowance, "meshd's container stopped by hand, running again", func() string {
-		o, ok, err := eng.Inspect(ctx, mineName)
-		if err != nil || !ok || !o.Running || o.ID != mineID {
-			return fmt.Sprintf("found %v running %v id %s (want %s): %v", ok, o.Running, o.ID, mineID, err)
+}
+
+// runningAgain is a check that the engine runs the container name again, the same one (id).
+func runningAgain(ctx context.Context, eng *container.Engine, name, id string) func() string {
+	return func() string {
+		o, ok, err := eng.Inspect(ctx, name)
+		if err != nil || !ok || !o.Running || o.ID != id {
+			return fmt.Sprintf("found %v running %v id %s (want %s): %v", ok, o.Running, o.ID, id, err)
 		}
 		return ""
-	})
+	}
 }
 
 // On a client node, read from the server: a held file rewritten on the client is in the
@@ -249,6 +260,94 @@ func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 	if b, _ := os.ReadFile(conf); string(b) != string(rewritten) {
 		t.Fatalf("the client reverted a held file: %q", b)
 	}
+}
+
+// On a client node with a Docker engine (this machine's), read from the server: a held container
+// removed on the client is in the server's `meshd node show CLIENT` within a second, and meshd's
+// container stopped by hand on the client runs again within a second plus the engine's start.
+func TestProcessDriftContainersSeenAtOnceFromAClient(t *testing.T) {
+	hub, edge := newNode(t), newNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	eng := machineEngine(ctx, t)
+	tag := randomTag()
+	heldName, mineName, image := "pt-"+tag+"-edgeheld", "pt-"+tag+"-edgemine", "pt-test/drift:"+tag
+	if _, err := eng.ImportImage(ctx, image, labsvcBin, []string{"/labsvc", "serve"}); err != nil {
+		t.Fatalf("import %s: %v", image, err)
+	}
+	t.Cleanup(func() {
+		testenv.RemoveContainers(t, container.DefaultHost, heldName)
+		testenv.RemoveContainers(t, container.DefaultHost, mineName)
+		_ = eng.RemoveImage(context.Background(), image)
+	})
+	if _, err := eng.Create(ctx, container.Spec{Name: heldName, Image: image, Cmd: []string{"--listen", ":8080", "--name", "predecessor"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
+	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+	var tv agent.TokenView
+	hub.jsonOf(&tv, "token", "create", "--adopted")
+	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
+		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
+	}
+	edge.startAgent("--docker-host", container.DefaultHost, "--reconcile-interval", "10m")
+
+	dir := t.TempDir()
+	for name, m := range map[string]string{
+		"edgelegacy": fmt.Sprintf("name: edgelegacy\ncontainers:\n  - name: %s\n    image: %s\n    command: [\"--listen\", \":8080\", \"--name\", \"legacy\"]\n", heldName, image),
+		"edgemine":   fmt.Sprintf("name: edgemine\ncontainers:\n  - name: %s\n    image: %s\n    command: [\"--listen\", \":8080\", \"--name\", \"mine\"]\n", mineName, image),
+	} {
+		f := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(f, []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		hub.ok("module", "add", f)
+		hub.ok("module", "assign", "edge", name)
+	}
+	hub.ok("module", "take", "edge", "edgemine")
+	var mineID string
+	poll(t, 30*time.Second, "the client's held and meshd's containers, in node show on the server", func() string {
+		var v driftView
+		hub.jsonOf(&v, "node", "show", "edge")
+		if v.Report == nil || v.Report.Kinds.Container == nil {
+			return "no container report from edge yet"
+		}
+		states := map[string]host.ContainerView{}
+		for _, c := range v.Report.Kinds.Container.Containers {
+			states[c.Name] = c
+		}
+		if states[heldName].State != host.ContainerHeld || states[heldName].Changed || !states[mineName].Running {
+			return fmt.Sprintf("containers %+v", v.Report.Kinds.Container.Containers)
+		}
+		mineID = states[mineName].ID
+		return ""
+	})
+
+	if err := eng.Remove(ctx, heldName); err != nil {
+		t.Fatal(err)
+	}
+	seenWithin(t, time.Now(), "the client's held container removed, in node show on the server", heldContainerRemoved(hub, "edge", heldName))
+
+	if err := eng.Stop(ctx, mineName); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	seenWithinBound(t, at, driftBound+engineStartAllowance, "meshd's container stopped by hand on the client, running again", runningAgain(ctx, eng, mineName, mineID))
+	seenWithinBound(t, at, driftBound+engineStartAllowance, "meshd's container running again, in node show on the server", func() string {
+		var v driftView
+		hub.jsonOf(&v, "node", "show", "edge")
+		if v.Report != nil && v.Report.Kinds.Container != nil {
+			for _, c := range v.Report.Kinds.Container.Containers {
+				if c.Name == mineName && c.Running && c.ID == mineID {
+					return ""
+				}
+			}
+			return fmt.Sprintf("containers %+v", v.Report.Kinds.Container.Containers)
+		}
+		return "no container report"
+	})
 }
 
 // tunnelView is what the tunnel drift tests read of `meshd node show NODE --json`.
