@@ -27,10 +27,12 @@ const (
 // been lost: changed is called with no name, and the subscription is made again with backoff
 // (0.1 s doubling to 5 s).
 //
-// What it cannot see: a userspace device's peers. wireguard-go keeps them in its own process and
-// announces nothing when `wg set IFACE peer KEY remove` changes them (a kernel WireGuard device
-// sends no rtnetlink message for it either), so a peer removed by hand is only found by reading the
-// device (wgctrl) on a pass.
+// A device's peers and keys are not links: wireguard-go announces nothing when `wg set IFACE peer
+// KEY remove` changes them, and a kernel WireGuard device sends no rtnetlink message for it
+// either. A device this package runs (RunDevice, an embedded one) sets its link's alias
+// (SetAlias) after every UAPI set, which the kernel announces as a link message, so a peer changed
+// by hand there is seen here too; on any other device it is found only by reading the device
+// (wgctrl) on a pass.
 //
 // An idle machine sends nothing: the watch sleeps in the kernel.
 func WatchLinks(ctx context.Context, changed func(names ...string), log *slog.Logger) error {

@@ -470,3 +470,61 @@ exec "$@"`
 		t.Fatal("meshd brought the spoke's found tunnel up: it is the predecessor's until taken over")
 	}
 }
+
+// hubPeers are the public keys of the peers n's meshd0 has, read with `wg` inside the agent's
+// network and mount namespaces (its UAPI socket is in its own /run/wireguard).
+func hubPeers(t *testing.T, n *node) []string {
+	t.Helper()
+	out, err := exec.Command("nsenter", "-t", fmt.Sprint(n.agent.Process.Pid), "-m", "-n", "wg", "show", fsm.MeshInterface, "peers").Output()
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(out))
+}
+
+// A peer removed by hand from the server's meshd0 (`wg set meshd0 peer KEY remove`) is put back
+// within a second: the device announces every UAPI set on its link, which the link watch sees.
+func TestProcessTunnelPeerRemovedByHandPutBack(t *testing.T) {
+	testenv.RequireRoot(t, "a peer removed with wg", "wg", "nsenter")
+	hub, edge := newNode(t), newNode(t)
+	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
+	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+	var tv agent.TokenView
+	hub.jsonOf(&tv, "token", "create", "--adopted")
+	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir, "--advertise", "192.0.2.2"); code != 0 {
+		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
+	}
+	var nv agent.NodeView
+	hub.jsonOf(&nv, "node", "show", "edge")
+	key := nv.Node.WireGuardKey
+	poll(t, 30*time.Second, "edge's key a peer of the hub's meshd0", func() string {
+		if ps := hubPeers(t, hub); !slices.Contains(ps, key) {
+			return fmt.Sprintf("meshd0's peers %v, want %s", ps, key)
+		}
+		return ""
+	})
+
+	// The removal must be seen to take: a pass of the agent's in flight (the join's) could put
+	// the peer back before the first look, which would judge nothing; then it is removed again.
+	var at time.Time
+	for try := 0; ; try++ {
+		at = time.Now()
+		out, err := exec.Command("nsenter", "-t", fmt.Sprint(hub.agent.Process.Pid), "-m", "-n", "wg", "set", fsm.MeshInterface, "peer", key, "remove").CombinedOutput()
+		if err != nil {
+			t.Fatalf("wg set meshd0 peer %s remove: %v %s", key, err, out)
+		}
+		if !slices.Contains(hubPeers(t, hub), key) {
+			break
+		}
+		if try == 5 {
+			t.Fatalf("the peer %s removed by hand was never seen gone from meshd0", key)
+		}
+	}
+	seenWithin(t, at, "a peer removed by hand from meshd0, put back", func() string {
+		if ps := hubPeers(t, hub); !slices.Contains(ps, key) {
+			return fmt.Sprintf("meshd0's peers %v, want %s", ps, key)
+		}
+		return ""
+	})
+}
