@@ -565,8 +565,9 @@ func (m wgMachine) WatchLinks(ctx context.Context, changed func(names ...string)
 
 // watchDrift follows the links of the machine (driftSource): the mesh's interface removed, taken
 // down or readdressed by hand, or a found tunnel going down, wakes a pass for the tunnel at once.
-// A peer removed by hand (`wg set IFACE peer KEY remove`) announces nothing on rtnetlink: the
-// timer's pass finds it.
+// A peer removed by hand (`wg set IFACE peer KEY remove`) is a link message too on meshd's own
+// device, which sets its link's alias after every UAPI set (wg.SetAlias); on any other device
+// the timer's pass finds it.
 func (d *TunnelDriver) watchDrift(ctx context.Context, touched func(names ...string)) {
 	if ev, ok := d.m.(linkEvents); ok {
 		_ = ev.WatchLinks(ctx, touched)
