@@ -52,6 +52,7 @@ type meshLink interface {
 // wgMachine is the machine's WireGuard through wg/.
 type wgMachine struct {
 	spawn func(ctx context.Context, name string, mtu int) error
+	log   *slog.Logger
 }
 
 func (wgMachine) Discover(iface string) (*wg.Found, error) { return wg.Discover(iface, "") }
@@ -177,7 +178,7 @@ type heardMark struct {
 
 // NewTunnelDriver returns the tunnel driver; nothing happens until the first Reconcile.
 func NewTunnelDriver(cfg TunnelConfig) *TunnelDriver {
-	return newTunnelDriver(cfg, wgMachine{spawn: cfg.Device}, cfg.Keys)
+	return newTunnelDriver(cfg, wgMachine{spawn: cfg.Device, log: cfg.Logger}, cfg.Keys)
 }
 
 func newTunnelDriver(cfg TunnelConfig, m tunnelMachine, keys tunnelKeys) *TunnelDriver {
@@ -247,7 +248,7 @@ func (d *TunnelDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	defer d.mu.Unlock()
 	t := pass.Declaration.Tunnel
 	if t.Interface == "" {
-		return Outcome{}
+		return d.foundOnly(t)
 	}
 	det := TunnelDetail{Interface: t.Interface, Found: t.Takeover, Address: t.Address, Port: t.ListenPort, PublicKey: t.PublicKey}
 	out := Outcome{}
@@ -269,10 +270,32 @@ func (d *TunnelDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	return out
 }
 
+// foundOnly is the report of a node that raises no interface of its own: a spoke whose traffic
+// still goes through the found tunnel it enrolled with (Tunnel.Rides) until that is taken over.
+// meshd never touches that interface; it says whether it is up, and down is a resource error
+// (the node reaches the mesh through nothing), seen at once through the link watch.
+func (d *TunnelDriver) foundOnly(t fsm.TunnelView) Outcome {
+	if t.Rides == "" {
+		return Outcome{}
+	}
+	det := TunnelDetail{Found: t.Rides, Address: t.Address, PublicKey: t.PublicKey}
+	if d.m.LinkUp(t.Rides) {
+		det.State, det.Says = TunnelFoundUp, wg.FoundUp.String()
+		det.Peers = d.peers(fsm.TunnelView{Takeover: t.Rides, Peers: t.Peers})
+		return Outcome{Detail: det}
+	}
+	det.State = TunnelDark
+	det.Says = "the found interface " + t.Rides + " this node still uses is down (meshd leaves it to its owner until it is taken over)"
+	det.Reason = det.Says
+	return Outcome{Detail: det, Errors: []ResourceError{{Resource: fsm.KindTunnel + ":" + t.Rides, Module: "mesh", Reason: det.Says}}}
+}
+
 // converge brings the mesh's interface to cfg: peers by difference on a live interface, else a
 // takeover (not yet recorded) or a raise (or attach) with the sealed key.
 func (d *TunnelDriver) converge(ctx context.Context, pass Pass, cfg wg.Config, found string, det *TunnelDetail, out *Outcome) error {
-	if d.link != nil && (d.name != cfg.Name || !d.m.Running(cfg.Name) || d.port != cfg.ListenPort || d.addr != cfg.Address) {
+	// Removed by hand (the device is gone) or taken down by hand (`ip link set meshd0 down`: the
+	// device answers but unbinds its port): raised or attached again, which brings it up.
+	if d.link != nil && (d.name != cfg.Name || !d.m.Running(cfg.Name) || !d.m.LinkUp(cfg.Name) || d.port != cfg.ListenPort || d.addr != cfg.Address) {
 		d.link.Release()
 		d.link = nil
 	}
@@ -406,7 +429,7 @@ func (d *TunnelDriver) disableUnits(found string) error {
 // state reads which of the three states the node is in, and the peers as the device has them.
 func (d *TunnelDriver) state(t fsm.TunnelView, det *TunnelDetail) {
 	switch {
-	case d.link != nil && d.m.Running(t.Interface):
+	case d.link != nil && d.m.Running(t.Interface) && d.m.LinkUp(t.Interface):
 		det.State, det.Says = TunnelMeshUp, wg.MeshUp.String()
 	case t.Takeover != "" && d.m.LinkUp(t.Takeover):
 		det.State, det.Says = TunnelFoundUp, wg.FoundUp.String()
@@ -527,4 +550,26 @@ func (d *TunnelDriver) Close() error {
 		d.link = nil
 	}
 	return nil
+}
+
+// linkEvents is what the tunnel driver's drift watch needs of the machine: wgMachine has it; the
+// unit tests' fake does not unless a test gives it, and is then watched by the timer only.
+type linkEvents interface {
+	WatchLinks(ctx context.Context, changed func(names ...string)) error
+}
+
+// WatchLinks follows the machine's link and address messages (wg.WatchLinks).
+func (m wgMachine) WatchLinks(ctx context.Context, changed func(names ...string)) error {
+	return wg.WatchLinks(ctx, changed, m.log)
+}
+
+// watchDrift follows the links of the machine (driftSource): the mesh's interface removed, taken
+// down or readdressed by hand, or a found tunnel going down, wakes a pass for the tunnel at once.
+// A peer removed by hand (`wg set IFACE peer KEY remove`) is a link message too on meshd's own
+// device, which sets its link's alias after every UAPI set (wg.SetAlias); on any other device
+// the timer's pass finds it.
+func (d *TunnelDriver) watchDrift(ctx context.Context, touched func(names ...string)) {
+	if ev, ok := d.m.(linkEvents); ok {
+		_ = ev.WatchLinks(ctx, touched)
+	}
 }

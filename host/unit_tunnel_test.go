@@ -94,7 +94,7 @@ func (f *fakeWG) Raise(_ context.Context, cfg wg.Config) (meshLink, error) {
 	defer f.mu.Unlock()
 	if l := f.links[cfg.Name]; l != nil {
 		f.ops = append(f.ops, "attach "+cfg.Name)
-		l.key, l.port, l.addr = cfg.PrivateKey, cfg.ListenPort, cfg.Address
+		l.key, l.port, l.addr, l.up = cfg.PrivateKey, cfg.ListenPort, cfg.Address, true // wg.Attach brings it up
 		return &fakeMesh{f: f, name: cfg.Name}, (&fakeMesh{f: f, name: cfg.Name}).setPeersLocked(cfg.Peers)
 	}
 	if l := f.portHolder(cfg.ListenPort); l != "" {
@@ -617,5 +617,126 @@ func TestUnitTunnelOwnKeyMissingOrWrong(t *testing.T) {
 	rep = b.host().Reconcile(unitCtx(t), b.decl)
 	if e := tunnelError(rep); e == nil || !strings.Contains(e.Reason, other.PublicKey().String()) || len(b.wg.ops) != 0 {
 		t.Fatalf("a sealed key that is not the recorded one: errors %+v ops %v", rep.Errors, b.wg.ops)
+	}
+}
+
+// The mesh's interface taken down by hand is brought up again by the next pass (an attach, which
+// sets it up), and removed by hand it is raised again; until then the report does not say it is
+// up. The watch that runs that pass at once is TestUnitTunnelLinkEventRunsAPass.
+func TestUnitTunnelDownOrRemovedByHandRaisedAgain(t *testing.T) {
+	b, own := ownKeyBed(t)
+	h := b.host()
+	noErrors(t, h.Reconcile(unitCtx(t), b.decl))
+
+	b.wg.mu.Lock()
+	b.wg.links[fsm.MeshInterface].up = false // ip link set meshd0 down
+	b.wg.ops = nil
+	b.wg.mu.Unlock()
+	rep := h.Reconcile(unitCtx(t), b.decl)
+	noErrors(t, rep)
+	if want := []string{"attach meshd0"}; !slices.Equal(b.wg.ops, want) || !b.wg.links[fsm.MeshInterface].up {
+		t.Fatalf("after meshd0 was taken down: ops %v, up %v; want %v and up", b.wg.ops, b.wg.links[fsm.MeshInterface].up, want)
+	}
+	if det := tunnelDetail(t, rep); det.State != TunnelMeshUp {
+		t.Fatalf("after meshd0 was brought up again: state %s", det.State)
+	}
+
+	b.wg.mu.Lock()
+	delete(b.wg.links, fsm.MeshInterface) // ip link del meshd0
+	b.wg.ops = nil
+	b.wg.mu.Unlock()
+	noErrors(t, h.Reconcile(unitCtx(t), b.decl))
+	if want := []string{"prepare meshd0", "up meshd0"}; !slices.Equal(b.wg.ops, want) || b.wg.links[fsm.MeshInterface].key != own {
+		t.Fatalf("after meshd0 was removed: ops %v; want %v with the sealed key", b.wg.ops, want)
+	}
+}
+
+// A spoke whose traffic still goes through its found tunnel raises nothing: its report says
+// whether that tunnel is up, and down is the node's tunnel error; meshd never touches it.
+func TestUnitTunnelSpokeOnItsFoundTunnel(t *testing.T) {
+	b := newTunnelBed(t)
+	b.decl.Tunnel.Interface, b.decl.Tunnel.Takeover, b.decl.Tunnel.Rides = "", "", "wg0"
+	h := b.host()
+	rep := h.Reconcile(unitCtx(t), b.decl)
+	noErrors(t, rep)
+	if det := tunnelDetail(t, rep); det.State != TunnelFoundUp || det.Found != "wg0" || len(det.Peers) != 2 {
+		t.Fatalf("a spoke on its found tunnel: %+v, want found-up with its two peers", det)
+	}
+
+	b.wg.mu.Lock()
+	b.wg.links["wg0"].up = false // wg-quick down wg0, or the predecessor's tunnel failing
+	b.wg.mu.Unlock()
+	rep = h.Reconcile(unitCtx(t), b.decl)
+	det := tunnelDetail(t, rep)
+	if det.State != TunnelDark || !strings.Contains(det.Says, "wg0") {
+		t.Fatalf("the spoke's found tunnel down: %+v, want dark, naming wg0", det)
+	}
+	if len(rep.Errors) != 1 || rep.Errors[0].Resource != "tunnel:wg0" {
+		t.Fatalf("the spoke's found tunnel down: errors %+v, want tunnel:wg0", rep.Errors)
+	}
+	if len(b.wg.ops) != 0 || b.wg.links[fsm.MeshInterface] != nil {
+		t.Fatalf("meshd acted on a spoke's found tunnel: ops %v", b.wg.ops)
+	}
+}
+
+// linkEventsWG is the fake machine with a link watch: names sent on events are what rtnetlink
+// would announce.
+type linkEventsWG struct {
+	*fakeWG
+	events chan string
+}
+
+func (f linkEventsWG) WatchLinks(ctx context.Context, changed func(names ...string)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case n := <-f.events:
+			changed(n)
+		}
+	}
+}
+
+// A link message about the tunnel's interface runs a pass for the tunnel at once (the loop's
+// timer is an hour); one about another link (a container's veth) runs none.
+func TestUnitTunnelLinkEventRunsAPass(t *testing.T) {
+	b, _ := ownKeyBed(t)
+	m := linkEventsWG{fakeWG: b.wg, events: make(chan string)}
+	drv := newTunnelDriver(TunnelConfig{Root: b.root, Logger: unitLog()}, m, SealedTunnelKey{Path: TunnelKeyPath(b.data), Seal: b.seal})
+	h, err := Open(Config{DataDir: b.data, Root: b.root, Logger: unitLog(), Interval: time.Hour, Drivers: []Driver{drv}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	decls := make(chan *fsm.Declaration, 1)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.Run(ctx, decls) }()
+	t.Cleanup(func() { cancel(); <-done; h.Close() })
+	passed := h.Passed()
+	decls <- b.decl
+	<-passed
+
+	up := func() bool {
+		b.wg.mu.Lock()
+		defer b.wg.mu.Unlock()
+		return b.wg.links[fsm.MeshInterface] != nil && b.wg.links[fsm.MeshInterface].up
+	}
+	b.wg.mu.Lock()
+	b.wg.links[fsm.MeshInterface].up = false
+	b.wg.mu.Unlock()
+	m.events <- "veth1234"
+	select {
+	case <-passed:
+		t.Fatal("a message about another link ran a pass")
+	case <-time.After(300 * time.Millisecond):
+	}
+	m.events <- fsm.MeshInterface
+	select {
+	case <-passed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no pass within 5s of a message about meshd0")
+	}
+	if !up() {
+		t.Fatal("the pass after meshd0 went down did not bring it up")
 	}
 }

@@ -1,9 +1,10 @@
 package host
 
 // Drift between passes. The loop reconciles on every declaration and on every tick of its
-// interval; between those, two watches tell it at once that something changed under it:
-// inotify on the directories of the declared files (inotify.go) and the container engine's
-// event stream (ContainerDriver.watchDrift). A touch is coalesced with whatever else arrives
+// interval; between those, three watches tell it at once that something changed under it:
+// inotify on the directories of the declared files (inotify.go), the container engine's
+// event stream (ContainerDriver.watchDrift) and rtnetlink's link and address messages for the
+// tunnel's interfaces (TunnelDriver.watchDrift). A touch is coalesced with whatever else arrives
 // within driftSettle, and the loop then runs a drift pass: the files (always: they are cheap,
 // and a take's staged files follow its containers) and the drivers of the kinds touched, the
 // other drivers' parts of the report kept from their last pass. The timer stays the safety net
@@ -34,12 +35,13 @@ type drift struct {
 	lastPass time.Time
 	// due receives once a touched burst has settled.
 	due chan struct{}
-	// names are the container names whose events count (declared, or known to the records).
-	names map[string]bool
+	// names are, by kind, the names whose events count: the containers declared or known to the
+	// records, the tunnel's interfaces (the mesh's, and the found one it takes over or still uses).
+	names map[string]map[string]bool
 }
 
 func newDrift() *drift {
-	return &drift{kinds: map[string]bool{}, due: make(chan struct{}, 1), names: map[string]bool{}}
+	return &drift{kinds: map[string]bool{}, due: make(chan struct{}, 1), names: map[string]map[string]bool{}}
 }
 
 // touch marks kind as changed on the machine; the loop runs a pass for it once the burst settles.
@@ -69,17 +71,18 @@ func (dr *drift) take() map[string]bool {
 	return k
 }
 
-// containerTouched is the container watch's callback: an event about one of names (a container's
-// name, and its old name on a rename), or with no name when events may have been missed.
-func (dr *drift) containerTouched(names ...string) {
+// touched is a driver watch's callback for kind: an event about one of names (a container's
+// name and its old name on a rename; a link's name), or with no name when events may have been
+// missed. Only names the last pass declared or saw wake a pass.
+func (dr *drift) touched(kind string, names ...string) {
 	dr.mu.Lock()
 	hit := len(names) == 0
 	for _, n := range names {
-		hit = hit || dr.names[n]
+		hit = hit || dr.names[kind][n]
 	}
 	dr.mu.Unlock()
 	if hit {
-		dr.touch(fsm.KindContainer)
+		dr.touch(kind)
 	}
 }
 
@@ -109,8 +112,12 @@ func (h *Host) watchDrift(ctx context.Context) *driftWatch {
 	}
 	for _, d := range h.drivers {
 		if src, ok := d.(driftSource); ok {
+			kind := d.Kind()
 			w.done.Add(1)
-			go func() { defer w.done.Done(); src.watchDrift(ctx, w.dr.containerTouched) }()
+			go func() {
+				defer w.done.Done()
+				src.watchDrift(ctx, func(names ...string) { w.dr.touched(kind, names...) })
+			}()
 		}
 	}
 	h.mu.Lock()
@@ -126,14 +133,20 @@ type driftSource interface {
 }
 
 // follow points the watches at what a pass declared and saw: the directories of the declared
-// files and of every file the report names (held ones whose module was unassigned too), and the
-// containers declared or known to the records.
+// files and of every file the report names (held ones whose module was unassigned too), the
+// containers declared or known to the records, and the tunnel's interfaces.
 func (w *driftWatch) follow(d *fsm.Declaration, rep Report) {
 	if d == nil {
 		return
 	}
 	var paths []string
 	names := map[string]bool{}
+	links := map[string]bool{}
+	for _, l := range []string{d.Tunnel.Interface, d.Tunnel.Takeover, d.Tunnel.Rides} {
+		if l != "" {
+			links[l] = true
+		}
+	}
 	for _, r := range d.Resources {
 		switch {
 		case r.File != nil:
@@ -154,7 +167,7 @@ func (w *driftWatch) follow(d *fsm.Declaration, rep Report) {
 		}
 	}
 	w.dr.mu.Lock()
-	w.dr.names = names
+	w.dr.names = map[string]map[string]bool{fsm.KindContainer: names, fsm.KindTunnel: links}
 	w.dr.mu.Unlock()
 	if w.files != nil {
 		w.files.follow(paths)

@@ -1,6 +1,7 @@
 package wg
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,10 +59,50 @@ func startEmbedded(name string, mtu int, log *slog.Logger) (*embedded, error) {
 			if err != nil {
 				return
 			}
-			go e.dev.IpcHandle(c)
+			go func() {
+				sc := &setSeen{Conn: c}
+				e.dev.IpcHandle(sc)
+				if sc.set {
+					announceSet(name, log)
+				}
+			}()
 		}
 	}()
 	return e, nil
+}
+
+// SetAlias is the alias a device sets on its link after each UAPI set (`wg set`, wgctrl's
+// ConfigureDevice, meshd's own peer changes): setting it makes the kernel send an rtnetlink
+// link message, so a watch of the links (WatchLinks) learns at once that the device's peers or
+// keys may have changed, which neither wireguard-go nor the kernel announces otherwise.
+const SetAlias = "meshd wireguard device"
+
+// announceSet sets the link's alias, which sends a link message while the link is up.
+func announceSet(name string, log *slog.Logger) {
+	l, err := netlink.LinkByName(name)
+	if err == nil {
+		err = netlink.LinkSetAlias(l, SetAlias)
+	}
+	if err != nil {
+		log.Debug("announcing a UAPI set on the link", "iface", name, "err", err)
+	}
+}
+
+// setSeen is a UAPI connection that notes whether a set operation came through it.
+type setSeen struct {
+	net.Conn
+	set  bool
+	tail []byte // the last bytes of the previous read, for an operation split across reads
+}
+
+func (c *setSeen) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.set && n > 0 {
+		buf := append(c.tail, p[:n]...)
+		c.set = bytes.Contains(buf, []byte("set=1\n"))
+		c.tail = append([]byte(nil), buf[max(0, len(buf)-5):]...)
+	}
+	return n, err
 }
 
 // up brings the device up on port. wireguard-go forgets the port when a bind fails (it goes back

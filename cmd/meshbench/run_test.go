@@ -75,10 +75,13 @@ func TestParse(t *testing.T) {
 }
 
 // The drift figures come from BenchmarkDriftDetection's metrics: the watches' p50 and max, each
-// beside the timer alone, with the 1 s goal judged on the watches' figure.
+// beside the timer alone, with the 1 s goal judged on the watches' figure; the tunnel's
+// (BenchmarkTunnelDriftDetection) stand beside the same timer.
 func TestDriftFigures(t *testing.T) {
 	out := "BenchmarkDriftDetection/watch-2 \t 8\t 42300048 ns/op\t 93.64 max-ms\t 33.74 p50-ms\n" +
-		"BenchmarkDriftDetection/timer-2 \t 8\t 6606214638 ns/op\t 9964 max-ms\t 5689 p50-ms\n"
+		"BenchmarkDriftDetection/timer-2 \t 8\t 6606214638 ns/op\t 9964 max-ms\t 5689 p50-ms\n" +
+		"BenchmarkTunnelDriftDetection/down-2 \t 8\t 142300048 ns/op\t 180.5 max-ms\t 120.2 p50-ms\n" +
+		"BenchmarkTunnelDriftDetection/removed-2 \t 8\t 242300048 ns/op\t 1210 max-ms\t 160.4 p50-ms\n"
 	b := map[string]Bench{}
 	parse([]byte(out), b)
 	for name, x := range b {
@@ -98,5 +101,11 @@ func TestDriftFigures(t *testing.T) {
 	}
 	if worst.MeshdMs != 93.64 || worst.VsMs != 9964 || worst.Met == nil || !*worst.Met {
 		t.Fatalf("max figure %+v", worst)
+	}
+	if f := got["drift.tunnel.down.p50"]; f.MeshdMs != 120.2 || f.VsMs != 5689 || f.Met == nil || !*f.Met {
+		t.Fatalf("tunnel down p50 figure %+v", f)
+	}
+	if f := got["drift.tunnel.removed.max"]; f.MeshdMs != 1210 || f.VsMs != 9964 || f.Met == nil || *f.Met {
+		t.Fatalf("tunnel removed max figure %+v: want 1210 ms beside 9964, the goal not met", f)
 	}
 }

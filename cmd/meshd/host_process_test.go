@@ -13,7 +13,7 @@ import (
 )
 
 // poll runs check until it returns "" or the deadline passes, then fails with its last word.
-func poll(t *testing.T, d time.Duration, what string, check func() string) {
+func poll(t testing.TB, d time.Duration, what string, check func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	last := ""

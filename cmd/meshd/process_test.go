@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 
 // node is one meshd data dir and the agent running on it.
 type node struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	socket  string
 	netns   string
@@ -58,7 +58,7 @@ type node struct {
 	sealKey string
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -70,7 +70,7 @@ func freePort(t *testing.T) int {
 
 // newNode gives a test its own data dir and socket, and its own network namespace for the agent,
 // so an agent under test never touches this machine's firewall or listens on its addresses.
-func newNode(t *testing.T) *node {
+func newNode(t testing.TB) *node {
 	dir := t.TempDir()
 	n := &node{t: t, dir: filepath.Join(dir, "data"), socket: filepath.Join(dir, "meshd.sock"), sealKey: filepath.Join(dir, "seal.key")}
 	testenv.RequireRoot(t, "process tests (each agent in a network namespace of its own)", "ip", "unshare")
