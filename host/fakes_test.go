@@ -486,3 +486,4 @@ func (d *fakeFound) Converge(_ context.Context, desired []netfilter.Opening) (ne
 	}
 	return rep, nil
 }
+
