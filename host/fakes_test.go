@@ -486,4 +486,3 @@ func (d *fakeFound) Converge(_ context.Context, desired []netfilter.Opening) (ne
 	}
 	return rep, nil
 }
-
