@@ -1,7 +1,7 @@
 // Command meshlab drives the lab bed by hand: the same machines, scenarios and probes the chaos
 // and end-to-end tests build with package lab.
 //
-//	meshlab up [--scenario predecessor-ufw|predecessor-nftables|predecessor-apps-ufw|predecessor-apps-nftables|
+//	meshlab up [--scenario predecessor-ufw|predecessor-nftables|predecessor-iptables|predecessor-apps-ufw|predecessor-apps-nftables|
 //	            measured|measured-incoming|bare] [--name lab] [--dir DIR]
 //	meshlab down [--name lab] [--dir DIR]     idempotent; also cleans a lab whose driver died
 //	meshlab down --all                        every lab on the host, tests' and orphans too
