@@ -11,7 +11,8 @@ package e2e
 // surviving a reload of the found firewall and a reboot, a predecessor still writing caught,
 // assigning prepares and taking cuts over, converging previews then changes), and ADR 0105's
 // (the tunnel changes hands and the peers notice nothing, a peer keeps its address, a new machine
-// gets a fresh one). Every step is said to the lab (Lab.Step), so the probes' records read back
+// gets a fresh one, directly peered with the others; the tunnel's device outlives an agent
+// restart; a pushed port reaches every endpoint). Every step is said to the lab (Lab.Step), so the probes' records read back
 // per step: failed calls, the longest outage and the step it began in, and whether outside ever
 // reached the store — at any probe, in any step, it must not have.
 
@@ -231,6 +232,19 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		}
 	})
 
+	t.Run("a placement that disagrees with the tunnel is refused with nothing changed", func(t *testing.T) {
+		out, err := meshd(ctx, hub, append(genesis, "--adopted", "--port", "registry=5001", "--take-tunnel", lab.TunnelIface, "--port", "tunnel=51821")...)
+		if err == nil || !strings.Contains(out, "51821") || !strings.Contains(out, "51820") {
+			t.Fatalf("genesis with --port tunnel=51821 and the tunnel on 51820: %v\n%s", err, out)
+		}
+		if _, err := hub.Exec(ctx, "test", "-e", "/var/lib/meshd/node.json"); err == nil {
+			t.Fatal("a refused genesis left a node behind")
+		}
+		if _, err := hub.Exec(ctx, "ip", "link", "show", lab.TunnelIface); err != nil {
+			t.Fatal("a refused genesis touched the found tunnel")
+		}
+	})
+
 	step("the predecessor's control stopped")
 	stopPredecessorControl(ctx, t, hub)
 	fileBefore, err := hub.ReadFile(ctx, lab.WebappFile)
@@ -267,6 +281,9 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 	if err != nil {
 		t.Fatalf("adopted genesis taking the tunnel: %v\n%s", err, out)
 	}
+	if !strings.Contains(out, lab.HubTunnelAddr) {
+		t.Errorf("genesis does not give the hub the tunnel's address %s:\n%s", lab.HubTunnelAddr, out)
+	}
 	installAgent(ctx, t, hub, bin)
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		v, err := tunnelShow(ctx, hub)
@@ -286,6 +303,22 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 			}
 		}
 	})
+	t.Run("tunnel show: the found key, port, address and range, both peers carried and heard", func(t *testing.T) {
+		v, err := tunnelShow(ctx, hub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Range != lab.TunnelRange || v.HubAddress != lab.HubTunnelAddr || v.Port != lab.TunnelPort || v.Taken != lab.TunnelIface || len(v.Peers) != 2 {
+			t.Errorf("tunnel show: %+v", v)
+		}
+		heardCarried(ctx, t, hub, 30*time.Second)
+	})
+	if fw == lab.FirewallUFW {
+		// Once, not per firewall: the tunnel's device lives in its own process, not the agent's.
+		t.Run("restarting the hub's agent does not interrupt the peers", func(t *testing.T) {
+			restartKeepsTunnel(ctx, t, l, hub)
+		})
+	}
 	t.Run("the foundation comes up on the port genesis gave", func(t *testing.T) {
 		if err := testenv.Poll(t, 60*time.Second, func() error {
 			out, err := nn.Reach(ctx, fmt.Sprintf("http://%s:5001/", lab.HubAddr))
@@ -362,6 +395,27 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		enrolPeer(ctx, t, l, hub, peer2, bin, "10.44.0.3")
 	})
 
+	t.Run("tunnel show on the enrolled peer2, a client asking a server, says what the hub says", func(t *testing.T) {
+		var v agent.TunnelView
+		if err := testenv.Poll(t, 60*time.Second, func() error {
+			var err error
+			if v, err = tunnelShow(ctx, peer2); err != nil {
+				return err
+			}
+			for _, p := range v.Peers {
+				if p.Address == "10.44.0.3" && (!p.Enrolled || p.Node != "peer2" || time.Since(p.LastHeard) > 30*time.Second) {
+					return fmt.Errorf("peer2 (enrolled) as peer2 is told: %+v", p)
+				}
+			}
+			if len(v.Peers) != 2 || v.State != host.TunnelMeshUp || v.ReportAt.IsZero() {
+				return fmt.Errorf("tunnel show on peer2: state %q, report at %v, peers %+v", v.State, v.ReportAt, v.Peers)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	step("enrol newnode converged (a fresh address)")
 	t.Run("newnode enrols converged with a fresh address from the range and reaches the hub over the mesh", func(t *testing.T) {
 		installMeshd(ctx, t, bin, nn)
@@ -378,9 +432,24 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		if jr.Node.Address != "10.44.0.4" || jr.Node.Mode != "converged" {
 			t.Fatalf("newnode enrolled %s at %s: want converged at a fresh 10.44.0.4 (.1 hub, .2 .3 the peers')", jr.Node.Mode, jr.Node.Address)
 		}
+		if sealed, err := nn.ReadFile(ctx, "/var/lib/meshd/pki/tunnel.key.sealed"); err != nil || len(sealed) == 0 {
+			t.Fatalf("newnode's WireGuard key is not sealed in its data dir: %v", err)
+		}
 		installAgent(ctx, t, nn, bin)
 		reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
 		reachPoll(ctx, t, nn, "tcp://10.44.0.3:7946", 60*time.Second)
+		reachPoll(ctx, t, peer2, "tcp://10.44.0.4:7946", 60*time.Second)
+		nnKey := jr.Node.WireGuardKey
+		if pub, port, _, err := wgDump(ctx, nn, "meshd0"); err != nil || pub != nnKey || port != "51820" {
+			t.Fatalf("newnode's meshd0: key %s port %s (%v), want its recorded key %s on 51820", pub, port, err, nnKey)
+		}
+		directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
+		directPeers(ctx, t, peer2, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
+		if fw == lab.FirewallUFW {
+			// Once, not per firewall: nothing derived from the address is stale after a push,
+			// and a restart keeps the sealed key.
+			movedTunnelPortFollows(ctx, t, hub, peer2, nn, nnKey)
+		}
 	})
 
 	step("take webapp on hub (the cutover: the container swapped)")
@@ -563,4 +632,70 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 			t.Error("no call to the store from outside was made: the outside probe is not running")
 		}
 	})
+}
+
+// restartKeepsTunnel: the userspace device runs in a process of its own, not in the agent: the
+// same link (same index) serves before and after the hub's agent restarts, and the peers' calls
+// through the tunnel hold.
+func restartKeepsTunnel(ctx context.Context, t *testing.T, l *lab.Lab, hub *lab.Machine) {
+	t.Helper()
+	if out, err := hub.Run(ctx, `pgrep -f "meshd tunnel-device meshd0"`); err != nil {
+		t.Fatalf("no device process for meshd0 on the hub: %v %s", err, out)
+	}
+	linkBefore, err := linkIndex(ctx, hub, "meshd0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	restart := time.Now()
+	if err := hub.StopService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.StartService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		v, err := tunnelShow(ctx, hub)
+		if err == nil && v.State != host.TunnelMeshUp {
+			err = fmt.Errorf("state %q", v.State)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	probesSince(t, l, restart, "agent restart", 5*time.Second)
+	if linkAfter, err := linkIndex(ctx, hub, "meshd0"); err != nil || linkAfter != linkBefore {
+		t.Errorf("meshd0 was raised again by the restart (ifindex %q -> %q, %v): the peers' tunnel lived in the agent", linkBefore, linkAfter, err)
+	}
+}
+
+// movedTunnelPortFollows: newnode's tunnel port moves by a push, and its device, the hub's and
+// peer2's endpoints for it all follow; it still reaches both; a restart of its agent reuses the
+// sealed key (the same public key, no new enrolment).
+func movedTunnelPortFollows(ctx context.Context, t *testing.T, hub, peer2, nn *lab.Machine, nnKey string) {
+	t.Helper()
+	if out, err := meshd(ctx, hub, "node", "set", "newnode", "mesh.tunnel=51830"); err != nil {
+		t.Fatalf("node set newnode mesh.tunnel=51830: %v\n%s", err, out)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		if _, port, _, err := wgDump(ctx, nn, "meshd0"); err != nil || port != "51830" {
+			return fmt.Errorf("newnode's meshd0 listens on %s (%v), want 51830", port, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51830))
+	directPeers(ctx, t, peer2, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51830))
+	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
+	reachPoll(ctx, t, nn, "tcp://10.44.0.3:7946", 60*time.Second)
+	if err := nn.StopService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := nn.StartService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
+	if pub, _, _, err := wgDump(ctx, nn, "meshd0"); err != nil || pub != nnKey {
+		t.Fatalf("after newnode's agent restarted its meshd0 has key %s (%v), want the same %s", pub, err, nnKey)
+	}
 }
