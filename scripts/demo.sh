@@ -54,8 +54,6 @@ wait_for() {
     sleep 0.5
   done
 }
-# report_shows NODE PATTERN: the node's host report (meshd node show NODE on the hub) shows PATTERN.
-report_shows() { echo "hub -- sh -c \"meshd node show $1 | grep -q -- '$2'\""; }
 put_meshd() { "$meshlab" exec --name "$lab" "$1" -- sh -c "cat > /usr/local/bin/meshd && chmod 0755 /usr/local/bin/meshd" < "$meshd_bin"; }
 cleanup() {
   if [ -z "$keep" ]; then "$meshlab" down --name "$lab" >/dev/null 2>&1 || true; fi
@@ -70,7 +68,7 @@ say "outside (off the private network: it must never reach the store). Probes ca
 lab up --name "$lab" --scenario predecessor-ufw | sed 's/^/   /'
 on hub ufw status
 on hub docker ps --format '{{.Names}}  {{.Ports}}'
-on hub wg show wg0 | grep -E 'interface|listening|peer|allowed'
+on hub wg show wg0 | grep -E 'interface|listening|peer|allowed' || true
 
 step "A converged genesis on a machine in use is refused"
 say "operator: meshd genesis (converged: it would load a drop-by-default ruleset)"
@@ -102,7 +100,7 @@ step "The predecessor's control started again: its write is reported, never reve
 lab start-service --name "$lab" hub predecessor-control
 wait_for "the report to say CHANGED BY SOMETHING ELSE" 30 hub -- sh -c "meshd node show hub | grep -q 'CHANGED BY SOMETHING ELSE'"
 lab stop-service --name "$lab" hub predecessor-control
-quiet hub meshd node show hub | grep -E 'app.conf|CHANGED' | sed 's/^/   /'
+quiet hub meshd node show hub | grep -E 'app.conf|CHANGED' | sed 's/^/   /' || true
 probes
 
 for p in peer1 peer2; do
@@ -123,7 +121,8 @@ tok=$(quiet hub meshd token create --converged --json | sed -n 's/.*"token": *"\
 say "operator: meshd token create --converged on hub; meshd join TOKEN --name newnode on newnode"
 quiet newnode meshd join "$tok" --name newnode --data-dir /var/lib/meshd --advertise 198.51.100.13 | sed 's/^/   /'
 "$meshlab" install-agent --name "$lab" newnode "$meshd_bin" -- "${agent_args[@]}"
-wait_for "newnode to reach the hub's webapp over the mesh (10.44.0.1)" 60 newnode -- sh -c "ip -4 addr show dev meshd0 | grep -q 10.44.0.4"
+wait_for "newnode's meshd0 at its fresh address 10.44.0.4" 60 newnode -- sh -c "ip -4 addr show dev meshd0 | grep -q 10.44.0.4"
+on newnode wg show meshd0 | grep -E 'interface|listening|peer|endpoint' || true
 probes
 
 step "Take webapp on hub: the cutover (the found container swapped for meshd's)"
@@ -135,13 +134,27 @@ say "meshd: the new container was created before the found one was stopped; the 
 on hub cat /etc/webapp/app.conf
 probes
 
+# converge_node NODE: the preview (its derived filter's rules left out here), then the converge
+# with that preview's plan token; a token gone stale in between (the node's next report changed
+# something) is said, and the preview read again.
+converge_node() {
+  local node=$1 token
+  for _ in 1 2 3; do
+    printf 'hub$ meshd converge %s --preview\n' "$node"
+    quiet hub meshd converge "$node" --preview | grep -v '^    ' | sed 's/^/   /' || true
+    say "(the derived filter's rules are left out here: meshd converge $node --preview prints them all)"
+    token=$(quiet hub meshd converge "$node" --preview --json | sed -n 's/^  "token": *"\([^"]*\)".*/\1/p' || true)
+    if on hub meshd converge "$node" --plan "$token" --wait 3m; then return 0; fi
+    say "meshd refused the plan (the node changed since that preview): the operator reads the preview again"
+  done
+  return 1
+}
+
 for node in hub peer1 peer2; do
   step "Preview, then converge $node"
-  say "operator: meshd converge $node --preview (what listens, what will close, the derived filter, a plan token)"
-  printf 'hub$ meshd converge %s --preview\n' "$node"
-  quiet hub meshd converge "$node" --preview | grep -vE '^\s+(chain|type|ct |iif|meta|tcp|udp|ip6? |}|table|policy)' | sed 's/^/   /' || true
-  token=$(quiet hub meshd converge "$node" --preview --json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' | head -1 || true)
-  on hub meshd converge "$node" --plan "$token" --wait 3m
+  say "operator: meshd converge $node --preview (what listens, what will close, the derived filter, a plan token),"
+  say "reads every 'will close' line, then meshd converge $node --plan TOKEN"
+  converge_node "$node"
   probes
 done
 
