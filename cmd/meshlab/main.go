@@ -388,7 +388,7 @@ func act(ctx context.Context, name, dir, verb string, args []string) error {
 func step(name, dir string, args []string) error {
 	text := strings.TrimSpace(strings.Join(args, " "))
 	if text == "" {
-		return errors.New("want the step's text: meshlab step [--name LAB] TEXT...")
+		return errors.New("want the step's text (meshlab step [--name LAB] TEXT)")
 	}
 	l, err := load(name, dir)
 	if err != nil {
