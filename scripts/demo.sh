@@ -31,8 +31,19 @@ on() { local m=$1; shift; printf '%s$ %s\n' "$m" "$*"; "$meshlab" exec --name "$
 quiet() { local m=$1; shift; "$meshlab" exec --name "$lab" "$m" -- "$@"; }
 lab() { printf 'lab$ meshlab %s\n' "$*"; "$meshlab" "$@"; }
 try() { local m=$1; shift; printf '%s$ %s\n' "$m" "$*"; "$meshlab" exec --name "$lab" "$m" -- "$@" || echo "(exit $?: refused, as it should be)"; }
-# probes prints what the probes say about the step under way (its row of the per-step table).
+# probes prints what the probes say about the step under way (its row of the per-step table),
+# once they answer again (an outage still going on is waited out, with a progress line).
 probes() {
+  local t0 now
+  t0=$(date +%s)
+  while "$meshlab" probes --steps --name "$lab" | tail -1 | grep -q 'still failing'; do
+    now=$(date +%s)
+    [ $((now - t0)) -ge 30 ] && { printf '\r   the probes still fail after 30 s (bin/meshlab probes --name %s)\n' "$lab"; break; }
+    printf '\r   waiting for the probes to answer again ... %ds' $((now - t0))
+    sleep 0.5
+  done
+  [ "$(date +%s)" -gt "$t0" ] && printf '\r   the probes answer again                              \n'
+
   printf '   \033[2mthe probes in this step:\033[0m\n'
   "$meshlab" probes --steps --name "$lab" | sed -n '1p;$p' | sed 's/^/   /'
 }
@@ -73,7 +84,7 @@ on hub wg show wg0 | grep -E 'interface|listening|peer|allowed' || true
 step "A converged genesis on a machine in use is refused"
 say "operator: meshd genesis (converged: it would load a drop-by-default ruleset)"
 put_meshd hub
-try hub meshd genesis --name hub --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --take-tunnel wg0
+try hub meshd genesis --name hub --advertise 198.51.100.10 --docker-host unix:///run/docker.sock
 say "operator: meshd genesis --adopted (the registry's port 5000 is the predecessor's)"
 try hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --take-tunnel wg0
 probes
@@ -130,7 +141,8 @@ say "operator: meshd module take hub webapp (after its data moved)"
 on hub meshd module take hub webapp
 wait_for "webapp to be meshd's own (replaced)" 60 hub -- sh -c "meshd node show hub | grep -q 'webapp  *webapp  *meshd.s own (replaced'"
 swap=$(grep -o 'container taken.*swap=[0-9.]*[a-zµ]*' "/var/tmp/meshlab/$lab/machines/hub/log/meshd.log" 2>/dev/null | tail -1 | grep -o 'swap=.*' || true)
-say "meshd: the new container was created before the found one was stopped; the gap was the swap: ${swap:-see the agent log}"
+say "meshd: the new container was created (its image checked) before the found one was stopped: the outage"
+say "is the swap (stop + start), ${swap:-in the agent log as swap=}; the probes below measure it from outside"
 on hub cat /etc/webapp/app.conf
 probes
 
