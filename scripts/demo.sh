@@ -34,15 +34,19 @@ try() { local m=$1; shift; printf '%s$ %s\n' "$m" "$*"; "$meshlab" exec --name "
 # probes prints what the probes say about the step under way (its row of the per-step table),
 # once they answer again (an outage still going on is waited out, with a progress line).
 probes() {
-  local t0 now
+  local t0 now waited=
   t0=$(date +%s)
   while "$meshlab" probes --steps --name "$lab" | tail -1 | grep -q 'still failing'; do
+    waited=1
     now=$(date +%s)
-    [ $((now - t0)) -ge 30 ] && { printf '\r   the probes still fail after 30 s (bin/meshlab probes --name %s)\n' "$lab"; break; }
+    if [ $((now - t0)) -ge 30 ]; then
+      printf '\r   the probes still fail after 30 s (bin/meshlab probes --name %s)\n' "$lab"
+      break
+    fi
     printf '\r   waiting for the probes to answer again ... %ds' $((now - t0))
     sleep 0.5
   done
-  [ "$(date +%s)" -gt "$t0" ] && printf '\r   the probes answer again                              \n'
+  if [ -n "$waited" ]; then printf '\r   the probes answer again                              \n'; fi
 
   printf '   \033[2mthe probes in this step:\033[0m\n'
   "$meshlab" probes --steps --name "$lab" | sed -n '1p;$p' | sed 's/^/   /'
