@@ -390,30 +390,33 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 	t.Run("peer1 enrols over the tunnel it has and keeps its address", func(t *testing.T) {
 		enrolPeer(ctx, t, l, hub, peer1, bin, "10.44.0.2")
 	})
-	step("enrol peer2 adopted over its tunnel, its tunnel taken")
-	t.Run("peer2 enrols over the tunnel it has and keeps its address", func(t *testing.T) {
-		enrolPeer(ctx, t, l, hub, peer2, bin, "10.44.0.3")
-	})
-
-	t.Run("tunnel show on the enrolled peer2, a client asking a server, says what the hub says", func(t *testing.T) {
+	t.Run("tunnel show on the enrolled peer1, a client asking a server, says what the hub says", func(t *testing.T) {
 		var v agent.TunnelView
 		if err := testenv.Poll(t, 60*time.Second, func() error {
 			var err error
-			if v, err = tunnelShow(ctx, peer2); err != nil {
+			if v, err = tunnelShow(ctx, peer1); err != nil {
 				return err
 			}
 			for _, p := range v.Peers {
-				if p.Address == "10.44.0.3" && (!p.Enrolled || p.Node != "peer2" || time.Since(p.LastHeard) > 30*time.Second) {
-					return fmt.Errorf("peer2 (enrolled) as peer2 is told: %+v", p)
+				switch {
+				case p.Address == "10.44.0.3" && (p.Enrolled || time.Since(p.LastHeard) > 30*time.Second || p.ReceiveBytes == 0):
+					return fmt.Errorf("peer2 (carried) as peer1 is told: %+v", p)
+				case p.Address == "10.44.0.2" && (!p.Enrolled || p.Node != "peer1" || time.Since(p.LastHeard) > 30*time.Second):
+					return fmt.Errorf("peer1 (enrolled) as peer1 is told: %+v", p)
 				}
 			}
 			if len(v.Peers) != 2 || v.State != host.TunnelMeshUp || v.ReportAt.IsZero() {
-				return fmt.Errorf("tunnel show on peer2: state %q, report at %v, peers %+v", v.State, v.ReportAt, v.Peers)
+				return fmt.Errorf("tunnel show on peer1: state %q, report at %v, peers %+v", v.State, v.ReportAt, v.Peers)
 			}
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("tunnel show on peer1: hub's report from %s, %s old", v.ReportFrom, time.Since(v.ReportAt).Round(time.Millisecond))
+	})
+	step("enrol peer2 adopted over its tunnel, its tunnel taken")
+	t.Run("peer2 enrols over the tunnel it has and keeps its address", func(t *testing.T) {
+		enrolPeer(ctx, t, l, hub, peer2, bin, "10.44.0.3")
 	})
 
 	step("enrol newnode converged (a fresh address)")
@@ -429,8 +432,9 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
 			t.Fatalf("newnode join --converged: %v\n%s", err, out)
 		}
-		if jr.Node.Address != "10.44.0.4" || jr.Node.Mode != "converged" {
-			t.Fatalf("newnode enrolled %s at %s: want converged at a fresh 10.44.0.4 (.1 hub, .2 .3 the peers')", jr.Node.Mode, jr.Node.Address)
+		if jr.Node.Address != "10.44.0.4" || jr.Node.Mode != "converged" || jr.Node.WireGuardKey == "" || jr.Node.FoundTunnel != "" {
+			t.Fatalf("newnode enrolled %s at %s with overlay key %q (found tunnel %q): want converged at a fresh 10.44.0.4 (.1 hub, .2 .3 the peers') with its own key",
+				jr.Node.Mode, jr.Node.Address, jr.Node.WireGuardKey, jr.Node.FoundTunnel)
 		}
 		if sealed, err := nn.ReadFile(ctx, "/var/lib/meshd/pki/tunnel.key.sealed"); err != nil || len(sealed) == 0 {
 			t.Fatalf("newnode's WireGuard key is not sealed in its data dir: %v", err)
@@ -445,6 +449,11 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		}
 		directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
 		directPeers(ctx, t, peer2, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
+		p2Key, _, _, err := wgDump(ctx, peer2, "meshd0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		directPeers(ctx, t, nn, peer2, p2Key, fmt.Sprintf("%s:%d", lab.Peer2Addr, lab.TunnelPort))
 		if fw == lab.FirewallUFW {
 			// Once, not per firewall: nothing derived from the address is stale after a push,
 			// and a restart keeps the sealed key.
