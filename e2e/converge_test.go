@@ -133,6 +133,10 @@ func foundActive(ctx context.Context, hub *lab.Machine, fw lab.FirewallKind) (bo
 		out, _ := hub.Exec(ctx, "ufw", "status")
 		return strings.Contains(out, "Status: active"), out
 	}
+	if fw == lab.FirewallIptables {
+		out, _ := hub.Exec(ctx, "iptables", "-S", "INPUT")
+		return strings.Contains(out, "-P INPUT DROP"), out
+	}
 	out, err := hub.Exec(ctx, "nft", "list", "table", "inet", "filter")
 	return err == nil, out
 }

@@ -1,7 +1,8 @@
 // Package e2e holds the acceptance tests: each walks a seed's "How it is checked" (docs and
 // /work/shared/seeds) end to end on the lab bed (package lab), with the real meshd binary
-// installed on lab machines — ADR 0100's adoption of a predecessor hub under ufw and nftables,
-// enrolment with adopted tokens, gossip liveness and signed reports, key rotation, failure
+// installed on lab machines — the whole migration as an operator runs it, with a ufw, an nftables
+// and a plain-iptables hub (migration_test.go: both ADRs' checks walked in the migration's order,
+// the probes read back per step), the flip and the return, enrolment with adopted tokens, gossip liveness and signed reports, key rotation, failure
 // detection and leave.
 //
 // It is apart from lab, which is the bed these tests stand on, and from chaos, which owns the

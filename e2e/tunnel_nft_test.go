@@ -332,3 +332,37 @@ func forgedAnnouncements(ctx context.Context, t *testing.T, l *lab.Lab, hub, att
 	}
 	probesSince(t, l, time.Now(), "after the forged announcements", 5*time.Second)
 }
+
+// joinNewMachine joins nn with no found tunnel: it makes its own WireGuard key (only the public
+// key is sent; the private one is sealed), gets a fresh address of the taken range, raises
+// meshd0 with them and reaches the hub's service over it, peered directly with the hub. It
+// returns nn's recorded overlay key.
+func joinNewMachine(ctx context.Context, t *testing.T, hub, nn *lab.Machine, bin string) string {
+	t.Helper()
+	installMeshd(ctx, t, bin, nn)
+	out, err := meshd(ctx, nn, "join", adoptedToken(ctx, t, hub), "--name", "newnode", "--data-dir", "/var/lib/meshd",
+		"--advertise", lab.NewnodeAddr, "--json")
+	var jr agent.JoinResult
+	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
+		t.Fatalf("newnode join: %v\n%s", err, out)
+	}
+	if jr.Node.Address != "10.44.0.4" || jr.Node.WireGuardKey == "" || jr.Node.FoundTunnel != "" {
+		t.Fatalf("newnode enrolled at %s with overlay key %q: want a fresh 10.44.0.4 (.1 hub, .2 .3 the tunnel's) and its own key",
+			jr.Node.Address, jr.Node.WireGuardKey)
+	}
+	nnKey := jr.Node.WireGuardKey
+	if sealed, err := nn.ReadFile(ctx, "/var/lib/meshd/pki/tunnel.key.sealed"); err != nil || len(sealed) == 0 {
+		t.Fatalf("newnode's WireGuard key is not sealed in its data dir: %v", err)
+	}
+	installAgent(ctx, t, nn, bin)
+	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
+	pub, port, _, err := wgDump(ctx, nn, "meshd0")
+	if err != nil || pub != nnKey || port != "51820" {
+		t.Fatalf("newnode's meshd0: key %s port %s (%v), want its recorded key %s on 51820", pub, port, err, nnKey)
+	}
+	if addr, err := nn.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(addr, "10.44.0.4/24") {
+		t.Fatalf("newnode's meshd0 address: %v %s", err, addr)
+	}
+	directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
+	return nnKey
+}

@@ -468,22 +468,29 @@ func (p *ctrPass) one(ctx context.Context, module string, spec container.Spec, t
 		return view, err
 	}
 	a := decideContainer(rec, o, exists, spec, module, taken)
-	if rec, err = p.claim(a.claim, module, spec, o, rec); err != nil {
+	if rec, err = p.claim(ctx, a.claim, module, spec, o, rec); err != nil {
 		return view, err
 	}
 	return p.act(ctx, a, view, spec, o, exists, rec)
 }
 
 // claim records a labelled container as the host's, as decided.
-func (p *ctrPass) claim(c ctrClaim, module string, spec container.Spec, o container.Observed, rec *containerRecord) (*containerRecord, error) {
+func (p *ctrPass) claim(ctx context.Context, c ctrClaim, module string, spec container.Spec, o container.Observed, rec *containerRecord) (*containerRecord, error) {
 	now := time.Now().UTC()
 	switch c {
 	case claimLabelled:
 		rec = &containerRecord{Module: module, State: ContainerCreated, ID: o.ID, Image: spec.Image, At: now}
 		p.d.log.Info("container carrying meshd's labels recorded as the host's", "container", spec.Name, "module", module, "id", ctrShort(o.ID))
 	case claimInterrupted:
+		if c := rec.Cutover; c != nil {
+			// A take moves the found container aside while it still serves and stops it last:
+			// interrupted in between, it is running aside and holds the ports the new one needs.
+			if err := p.d.eng.Stop(ctx, c.OldID); err != nil {
+				return rec, fmt.Errorf("container %s: finishing an interrupted take: stopping the found container %s aside: %w", spec.Name, c.Aside, err)
+			}
+		}
 		rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, o.ID, spec.Image, module, now
-		if c := rec.Cutover; c != nil { // the new one was in place; what it replaced stays aside
+		if c := rec.Cutover; c != nil { // the new one was in place; what it replaced stays aside, stopped
 			rec.Replaced, rec.ReplacedAt, rec.ReplacedID, rec.Aside, rec.Cutover = c.Replaced, now, c.OldID, c.Aside, nil
 			rec.AsideRestart = c.Restart
 		}

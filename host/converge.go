@@ -238,6 +238,11 @@ func retirement(od *OpeningDetail) PreviewFirewall {
 			tables = "its tables " + strings.Join(fw.Tables, ", ")
 		}
 		out.Retire = tables + " saved and moved aside, its loading at boot disabled; the container engine's tables and its configuration on disk stay"
+	case fw.Kind == "iptables":
+		out.Retire = "its own rules saved in order and removed, a closed INPUT policy opened, its loading at boot disabled; the container engine's chains and its configuration on disk stay"
+		if fw.Config != "" {
+			out.Retire += " (" + fw.Config + ")"
+		}
 	case fw.Kind == "none":
 		out.Retire = "nothing to retire: no firewall found"
 	default:

@@ -2,11 +2,13 @@ package host
 
 // A take of a found or held container, staged (see "A take is staged" in the package doc):
 // prepare (the new container created, not started, under ctrStagedName: a missing image or a
-// refused configuration stops the take with nothing touched), record the cutover, then cut over
-// (stop the found container, move it aside under ctrAsideName, move the new one into the
-// declared name, start it). A cutover that fails puts back what was found: the new container
-// removed, the found one renamed back and started if it ran. The replaced container stays
-// stopped under its moved-aside name until the operator removes it.
+// refused configuration stops the take with nothing touched), record the cutover, then cut over.
+// Everything the cutover can do while the found container still serves is done first — its
+// restart policy set to "no", moved aside under ctrAsideName (a running container can be renamed),
+// the new one moved into the declared name — so that what serves nothing is only the stop of the
+// found container and the start of the new one. A cutover that fails puts back what was found:
+// the new container removed, the found one renamed back and started if it ran. The replaced
+// container stays stopped under its moved-aside name until the operator removes it.
 
 import (
 	"context"
@@ -48,7 +50,7 @@ func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.S
 	cut := rec.Cutover
 	if o != nil {
 		wasRunning, restart, raw := o.Running, o.Spec.Restart, o.Raw
-		if cut != nil && cut.OldID == o.ID { // a crash came after it was stopped
+		if cut != nil && cut.OldID == o.ID { // a crash came before it was moved aside (its restart policy may be "no" already)
 			wasRunning, restart, raw = wasRunning || cut.WasRunning, cut.Restart, cut.Replaced
 		}
 		cut = &ctrCutover{OldID: o.ID, WasRunning: wasRunning, Replaced: raw, Aside: ctrAsideName(name, o.ID), Restart: restart}
@@ -77,10 +79,7 @@ func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.S
 			cause, ctrShort(cut.OldID), until.Format(time.RFC3339))
 	}
 	if o != nil {
-		if err := p.d.eng.Stop(ctx, o.ID); err != nil {
-			return fail("stopping the found container", err)
-		}
-		p.d.crash("take.container.after-stop")
+		// While the found container still serves: its restart policy, its name.
 		if restartOf(cut.Restart) != container.RestartNo {
 			if err := p.d.eng.SetRestart(ctx, o.ID, container.RestartNo); err != nil {
 				return fail("setting the found container's restart policy to no", err)
@@ -96,9 +95,17 @@ func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.S
 		return fail("moving the new container into place", err)
 	}
 	p.d.crash("take.container.after-move-new")
+	// The swap: from here until the new container started, nothing serves. Stopping one already
+	// stopped (a take a crash interrupted) is not an error.
+	swap := time.Now()
+	if err := p.d.eng.Stop(ctx, cut.OldID); err != nil {
+		return fail("stopping the found container", err)
+	}
+	p.d.crash("take.container.after-stop")
 	if err := p.d.eng.Start(ctx, name); err != nil {
 		return fail("starting the new container", err)
 	}
+	gap := time.Since(swap)
 	p.out.Changes++
 	now := time.Now().UTC()
 	rec.State, rec.ID, rec.Image, rec.Module, rec.At = ContainerReplaced, newID, spec.Image, view.Module, now
@@ -110,7 +117,7 @@ func (p *ctrPass) take(ctx context.Context, view ContainerView, spec container.S
 	}
 	p.d.cut[view.Module] = append(p.d.cut[view.Module], name)
 	p.d.log.Info("container taken: the found one is kept stopped aside", "container", name, "module", view.Module,
-		"id", ctrShort(newID), "aside", cut.Aside)
+		"id", ctrShort(newID), "aside", cut.Aside, "swap", gap.Round(time.Millisecond))
 	view.Action = "replaced"
 	return p.settle(ctx, view, rec)
 }

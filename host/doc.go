@@ -59,10 +59,12 @@
 //     under NAME.meshd-new (the image must be there); each file that replaces a found one is
 //     rendered and the found file's latest bytes, mode and owner recorded. A container that
 //     cannot be prepared stops the module's take with nothing touched.
-//  2. cut over: the container's take is recorded (containerRecord.Cutover), the found container
-//     stopped, given restart policy "no" (a reboot must not start it beside its replacement; its
-//     own is recorded) and moved aside to NAME.meshd-replaced-<short id>, the new one moved to
-//     NAME and started; then, after every container of the module, its files are written.
+//  2. cut over: the container's take is recorded (containerRecord.Cutover); while the found
+//     container still serves it is given restart policy "no" (a reboot must not start it beside
+//     its replacement; its own is recorded) and moved aside to NAME.meshd-replaced-<short id>,
+//     and the new one moved to NAME; only then is the found one stopped and the new one started,
+//     so the outage is the swap (stop + start) and nothing more; then, after every container of
+//     the module, its files are written.
 //  3. put back on failure: a container that cannot be cut over has the new one removed and the
 //     found one renamed back, given its restart policy back and started; the module's files are
 //     then not written. A file that cannot be written has the module's files already written
@@ -116,9 +118,9 @@
 //	take.after-record-latest             its latest bytes recorded; its write staged
 //	take.container.after-prepare         the new container created under NAME.meshd-new, not started
 //	take.container.after-record-cutover  the cutover recorded, the found container untouched
-//	take.container.after-stop            the found container stopped, still at NAME
-//	take.container.after-move-aside      the found container moved aside, nothing at NAME
-//	take.container.after-move-new        the new container at NAME, not started
+//	take.container.after-move-aside      the found container moved aside, still running; nothing at NAME
+//	take.container.after-move-new        the new container at NAME, not started; the found one still running aside
+//	take.container.after-stop            the found container stopped aside, the new one not yet started
 //	take.before-write-files              the module's containers cut over, its staged files not written
 //
 // then the write points of each staged file. The container driver reads CrashEnv too.

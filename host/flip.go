@@ -97,8 +97,8 @@ func (d *OpeningDriver) retireFound(ctx context.Context, recs *Records) (int, er
 	}
 	found := d.found
 	switch {
-	case rec != nil && rec.Kind == netfilter.KindNftables && !(found.Kind == netfilter.KindNftables && found.Active):
-		// Its tables are gone: netfilter saved them before it removed them.
+	case rec != nil && (rec.Kind == netfilter.KindNftables || rec.Kind == netfilter.KindIptables) && !(found.Kind == rec.Kind && found.Active):
+		// Its tables (or its iptables rules) are gone: netfilter saved them before it removed them.
 		saved, err := d.pf.Saved()
 		if err != nil {
 			return 0, fmt.Errorf("finish the interrupted retirement of %s: %w", rec.Found, err)
@@ -198,6 +198,8 @@ func retiredView(rec *retiredRecord) *RetiredView {
 		v.Restore = "`ufw --force enable`: ufw reloads its rules from /etc/ufw"
 	case netfilter.KindNftables:
 		v.Restore = "its tables loaded again from the dumps saved at the retirement"
+	case netfilter.KindIptables:
+		v.Restore = "its rules appended again, in their order, and its closed policies closed again, from what was saved at the retirement"
 	default:
 		v.Restore = "nothing to restore"
 	}

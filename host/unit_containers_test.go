@@ -84,8 +84,9 @@ func unitNoErrors(t *testing.T, rep Report) {
 // unitTakeOps are the engine calls of a staged take of the found container foundID at name:
 // prepared under the staged name, then the cutover.
 func unitTakeOps(name, foundID string) []string {
-	return []string{"prepare " + name + " as " + ctrStagedName(name), "stop " + name,
-		"rename " + name + " to " + ctrAsideName(name, foundID), "rename " + ctrStagedName(name) + " to " + name, "start " + name}
+	return []string{"prepare " + name + " as " + ctrStagedName(name),
+		"rename " + name + " to " + ctrAsideName(name, foundID), "rename " + ctrStagedName(name) + " to " + name,
+		"stop " + ctrAsideName(name, foundID), "start " + name}
 }
 
 func unitOps(t *testing.T, f *fakeEngine, want ...string) {

@@ -172,8 +172,8 @@ func TestUnitTakeFailedStartPutsBack(t *testing.T) {
 	if !reasonNames(rep, fsm.KindContainer+":web", "starting the new container") || !reasonNames(rep, fsm.KindContainer+":web", "is back") {
 		t.Fatalf("errors: %+v", rep.Errors)
 	}
-	unitOps(t, f, "prepare web as web.meshd-new", "stop web", "rename web to "+ctrAsideName("web", foundID),
-		"rename web.meshd-new to web", "remove web", "rename "+ctrAsideName("web", foundID)+" to web", "start web")
+	unitOps(t, f, "prepare web as web.meshd-new", "rename web to "+ctrAsideName("web", foundID),
+		"rename web.meshd-new to web", "stop "+ctrAsideName("web", foundID), "remove web", "rename "+ctrAsideName("web", foundID)+" to web", "start web")
 	ctr, _ := f.get("web")
 	if ctr.id != foundID || !ctr.running || len(f.ctrs) != 1 {
 		t.Fatalf("after a failed cutover: web %+v, containers %d", ctr, len(f.ctrs))
@@ -265,8 +265,8 @@ type crashed struct{ point string }
 // after that has nothing to do.
 func TestUnitTakeCrashSafety(t *testing.T) {
 	points := []string{"take.before-record-latest", "take.after-record-latest",
-		"take.container.after-prepare", "take.container.after-record-cutover", "take.container.after-stop",
-		"take.container.after-move-aside", "take.container.after-move-new",
+		"take.container.after-prepare", "take.container.after-record-cutover",
+		"take.container.after-move-aside", "take.container.after-move-new", "take.container.after-stop",
 		"take.before-write-files", "take.after-record-written", "take.after-temp-write", "take.after-rename"}
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {

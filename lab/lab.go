@@ -72,6 +72,8 @@ type labState struct {
 	Ready    bool           `json:"ready"`
 	// ReadyAt is when the scenario first served; probe summaries count from here.
 	ReadyAt time.Time `json:"ready_at,omitzero"`
+	// Steps are the steps of a migration walked on the lab, in order (Lab.Step).
+	Steps []Step `json:"steps,omitempty"`
 }
 
 type probeRunning struct {

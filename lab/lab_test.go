@@ -18,6 +18,7 @@ var allowedPorts = []int{22, lab.WebappPort, lab.RegistryPort}
 
 func TestPredecessorUFW(t *testing.T)      { testPredecessor(t, lab.FirewallUFW) }
 func TestPredecessorNftables(t *testing.T) { testPredecessor(t, lab.FirewallNftables) }
+func TestPredecessorIptables(t *testing.T) { testPredecessor(t, lab.FirewallIptables) }
 
 func testPredecessor(t *testing.T, fw lab.FirewallKind) {
 	began := time.Now()

@@ -16,16 +16,17 @@ import (
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 
 // FirewallKind reports which found firewall the machine boots: ufw when /etc/ufw/ufw.conf
-// enables it, nftables when nftables.service is enabled, "" otherwise.
+// enables it, nftables when nftables.service is enabled, iptables when netfilter-persistent.service
+// is, "" otherwise.
 func (m *Machine) FirewallKind(ctx context.Context) (FirewallKind, error) {
-	out, err := m.Run(ctx, `if grep -qi '^ENABLED=yes' /etc/ufw/ufw.conf; then echo ufw; elif [ -e /etc/systemd/system/sysinit.target.wants/nftables.service ]; then echo nftables; fi`)
+	out, err := m.Run(ctx, `if grep -qi '^ENABLED=yes' /etc/ufw/ufw.conf; then echo ufw; elif [ -e /etc/systemd/system/sysinit.target.wants/nftables.service ]; then echo nftables; elif [ -e /etc/systemd/system/sysinit.target.wants/netfilter-persistent.service ]; then echo iptables; fi`)
 	return FirewallKind(strings.TrimSpace(out)), err
 }
 
 // FirewallDump is the found firewall's rules as the kernel holds them now: for ufw, `ufw status
 // verbose` and every iptables rule in a ufw chain or DOCKER-USER with the built-in chains'
-// policies; for nftables, every table but the ones iptables-nft keeps for Docker. Counters are
-// left out.
+// policies; for nftables, every table but the ones iptables-nft keeps for Docker; for plain
+// iptables, the built-in policies and the INPUT and DOCKER-USER rules. Counters are left out.
 func (m *Machine) FirewallDump(ctx context.Context) (string, error) {
 	kind, err := m.FirewallKind(ctx)
 	if err != nil {
@@ -59,6 +60,26 @@ func (m *Machine) FirewallDump(ctx context.Context) (string, error) {
 			}
 		}
 		return status + "\n" + strings.Join(keep, "\n") + "\n", nil
+	case FirewallIptables:
+		// The filter table's built-in policies, INPUT and DOCKER-USER: the chains the found
+		// rules live in (Docker's own chains and its jumps in FORWARD are the engine's).
+		save, err := m.Exec(ctx, "sh", "-c", "iptables-save -t filter 2>/dev/null")
+		if err != nil {
+			return "", err
+		}
+		var keep []string
+		for _, line := range strings.Split(save, "\n") {
+			line = strings.TrimSpace(counters.ReplaceAllString(line, ""))
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 0 || strings.HasPrefix(line, "#"):
+			case line == ":INPUT" || line == ":FORWARD" || line == ":OUTPUT" || (len(f) == 2 && (f[0] == ":INPUT" || f[0] == ":FORWARD" || f[0] == ":OUTPUT")):
+				keep = append(keep, line)
+			case len(f) >= 2 && f[0] == "-A" && (f[1] == "INPUT" || f[1] == "DOCKER-USER"):
+				keep = append(keep, line)
+			}
+		}
+		return strings.Join(keep, "\n") + "\n", nil
 	case FirewallNftables:
 		tables, err := m.Exec(ctx, "nft", "list", "tables")
 		if err != nil {

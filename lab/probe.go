@@ -57,8 +57,10 @@ type ProbeSummary struct {
 	// last call, if it is still failing); OutageStart is when it began.
 	LongestOutage time.Duration `json:"longest_outage"`
 	OutageStart   time.Time     `json:"outage_start,omitzero"`
-	LastError     string        `json:"last_error,omitempty"`
-	LastSuccess   string        `json:"last_success,omitempty"`
+	// Ongoing: the record ends in failed calls (the outage is still going on).
+	Ongoing     bool   `json:"ongoing,omitempty"`
+	LastError   string `json:"last_error,omitempty"`
+	LastSuccess string `json:"last_success,omitempty"`
 }
 
 // Holds reports whether the probe's expectation held over its record: a reaching probe never
@@ -92,7 +94,10 @@ func (s ProbeSummary) String() string {
 		s.Name, s.From, s.Target, s.Expect, s.Calls, counts, verdict)
 	// For a probe that must not reach, failures are the point: only a reaching probe has outages.
 	if s.LongestOutage > 0 && s.Expect != ExpectUnreachable {
-		out += fmt.Sprintf("; longest outage %s at %s", s.LongestOutage.Round(time.Millisecond), s.OutageStart.Format("15:04:05.000"))
+		out += fmt.Sprintf("; longest outage %s at %s", roundOutage(s.LongestOutage), s.OutageStart.Format("15:04:05.000"))
+		if s.Ongoing {
+			out += " (still failing)"
+		}
 	}
 	if s.LastError != "" && !s.Holds() {
 		out += "; last error: " + s.LastError
@@ -101,9 +106,61 @@ func (s ProbeSummary) String() string {
 }
 
 // Summarize reads a probe record (labsvc probe's lines), counting only calls at or after since.
+// A probe's interval is not in its record: an outage still going on at the end is read as lasting
+// at least its last failed call (SummarizeEvery knows the interval).
 func Summarize(r io.Reader, since time.Time) (ProbeSummary, error) {
+	return SummarizeEvery(r, since, 0)
+}
+
+// SummarizeEvery is Summarize for a probe that calls every interval. An outage lasts from its
+// first failed call to the next successful one. One still going on at the end of the record
+// lasts at least until the next call would have been made (its last failed call plus the
+// interval, or plus the call's own time when that is longer): a single failed call is an outage
+// of at least one interval, never "0s".
+func SummarizeEvery(r io.Reader, since time.Time, every time.Duration) (ProbeSummary, error) {
 	var s ProbeSummary
+	calls, err := readCalls(r, since)
 	var failStart time.Time
+	for _, c := range calls {
+		if s.Calls == 0 {
+			s.First = c.at
+		}
+		s.Calls++
+		s.Last = c.at
+		if c.ok {
+			s.Successes++
+			s.LastSuccess = c.detail
+			if !failStart.IsZero() {
+				s.noteOutage(failStart, c.at)
+				failStart = time.Time{}
+			}
+			continue
+		}
+		s.Failures++
+		s.LastError = c.detail
+		if failStart.IsZero() {
+			failStart = c.at
+		}
+	}
+	if !failStart.IsZero() {
+		last := calls[len(calls)-1]
+		s.noteOutage(failStart, last.at.Add(max(every, last.took, time.Millisecond)))
+		s.Ongoing = true
+	}
+	return s, err
+}
+
+// probeCall is one line of a probe record.
+type probeCall struct {
+	at     time.Time
+	ok     bool
+	took   time.Duration
+	detail string
+}
+
+// readCalls reads a probe record's calls at or after since.
+func readCalls(r io.Reader, since time.Time) ([]probeCall, error) {
+	var calls []probeCall
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -113,45 +170,28 @@ func Summarize(r io.Reader, since time.Time) (ProbeSummary, error) {
 		}
 		ts, err := time.Parse(time.RFC3339Nano, f[0])
 		if err != nil {
-			return s, fmt.Errorf("probe record line %q: %w", sc.Text(), err)
+			return calls, fmt.Errorf("probe record line %q: %w", sc.Text(), err)
 		}
 		if ts.Before(since) {
 			continue
 		}
-		detail := ""
+		c := probeCall{at: ts, ok: f[1] == "ok"}
+		c.took, _ = time.ParseDuration(f[2])
 		if len(f) == 4 {
-			detail = f[3]
+			c.detail = f[3]
 		}
-		if s.Calls == 0 {
-			s.First = ts
-		}
-		s.Calls++
-		s.Last = ts
-		switch f[1] {
-		case "ok":
-			s.Successes++
-			s.LastSuccess = detail
-			if !failStart.IsZero() {
-				s.noteOutage(failStart, ts)
-				failStart = time.Time{}
-			}
-		default:
-			s.Failures++
-			s.LastError = detail
-			if failStart.IsZero() {
-				failStart = ts
-			}
-		}
+		calls = append(calls, c)
 	}
-	if !failStart.IsZero() {
-		s.noteOutage(failStart, s.Last)
-		if s.LongestOutage == 0 {
-			// A single failed call at the very end still counts as an outage.
-			s.LongestOutage = time.Nanosecond
-			s.OutageStart = failStart
-		}
+	return calls, sc.Err()
+}
+
+// roundOutage rounds an outage for reading: to the millisecond, and never to "0s" (an outage
+// shorter than a millisecond reads as "<1ms").
+func roundOutage(d time.Duration) string {
+	if d > 0 && d < time.Millisecond {
+		return "<1ms"
 	}
-	return s, sc.Err()
+	return d.Round(time.Millisecond).String()
 }
 
 func (s *ProbeSummary) noteOutage(from, to time.Time) {
@@ -313,7 +353,11 @@ func (l *Lab) summarize(p probeRunning, since time.Time) (ProbeSummary, error) {
 		return ProbeSummary{}, fmt.Errorf("probe %s: %w", p.Name, err)
 	}
 	defer f.Close()
-	s, err := Summarize(f, since)
+	every := p.Every
+	if every == 0 {
+		every = 250 * time.Millisecond
+	}
+	s, err := SummarizeEvery(f, since, every)
 	s.Name, s.From, s.Target, s.Expect = p.Name, p.From, p.Target, p.Expect
 	return s, err
 }

@@ -35,6 +35,10 @@ const (
 	// FirewallNftables: a plain ruleset in /etc/nftables.conf (beginning with `flush ruleset`),
 	// loaded by nftables.service.
 	FirewallNftables FirewallKind = "nftables"
+	// FirewallIptables: plain iptables rules in /etc/iptables/rules.v4 (iptables-persistent's
+	// file), loaded at boot by netfilter-persistent.service: INPUT dropping by default, the served
+	// ports allowed, Docker's published ports filtered in DOCKER-USER.
+	FirewallIptables FirewallKind = "iptables"
 )
 
 // The predecessor's numbers: addresses, ports, names a test asserts on.
@@ -79,7 +83,7 @@ var imageCmd = map[string]string{
 }
 
 // ScenarioNames lists what ScenarioByName knows.
-var ScenarioNames = []string{"predecessor-ufw", "predecessor-nftables", "predecessor-apps-ufw", "predecessor-apps-nftables", "measured", "measured-incoming", "bare"}
+var ScenarioNames = []string{"predecessor-ufw", "predecessor-nftables", "predecessor-iptables", "predecessor-apps-ufw", "predecessor-apps-nftables", "measured", "measured-incoming", "bare"}
 
 // ScenarioByName returns a scenario by its name.
 func ScenarioByName(name string) (Scenario, error) {
@@ -88,6 +92,8 @@ func ScenarioByName(name string) (Scenario, error) {
 		return Predecessor(FirewallUFW), nil
 	case "predecessor-nftables", "predecessor-nft":
 		return Predecessor(FirewallNftables), nil
+	case "predecessor-iptables":
+		return Predecessor(FirewallIptables), nil
 	case "predecessor-apps-ufw", "predecessor-apps":
 		return PredecessorWithApps(FirewallUFW), nil
 	case "predecessor-apps-nftables":
@@ -177,6 +183,8 @@ func configurePredecessor(ctx context.Context, l *Lab, fw FirewallKind) error {
 		return configureUFW(ctx, hub)
 	case FirewallNftables:
 		return configureNftables(ctx, hub)
+	case FirewallIptables:
+		return configureIptables(ctx, hub)
 	}
 	return fmt.Errorf("unknown firewall kind %q", fw)
 }
@@ -267,6 +275,52 @@ func configureNftables(ctx context.Context, hub *Machine) error {
 		return err
 	}
 	_, err := hub.Run(ctx, "ln -sf /lib/systemd/system/nftables.service /etc/systemd/system/sysinit.target.wants/nftables.service")
+	return err
+}
+
+// iptablesRules is a hand-written /etc/iptables/rules.v4 (iptables-save's form, the filter table
+// only): each served port allowed on INPUT, the rest dropped; Docker's published ports filtered
+// in DOCKER-USER (which Docker puts first in FORWARD and keeps), matched on the port the client
+// addressed before Docker's DNAT, the rest of what is new toward the containers dropped.
+const iptablesRules = `# the predecessor's firewall: each served port allowed, the rest denied
+*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:DOCKER-USER - [0:0]
+-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A INPUT -i lo -j ACCEPT
+-A INPUT -p icmp -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 22 -m comment --comment ssh -j ACCEPT
+-A INPUT -p udp -m udp --dport 51820 -m comment --comment "predecessor tunnel" -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 8080 -m comment --comment webapp -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 5000 -m comment --comment registry -j ACCEPT
+-A DOCKER-USER -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN
+-A DOCKER-USER -i docker0 -j RETURN
+-A DOCKER-USER -p tcp -m conntrack --ctorigdstport 8080 -m comment --comment webapp -j RETURN
+-A DOCKER-USER -p tcp -m conntrack --ctorigdstport 5000 -m comment --comment registry -j RETURN
+-A DOCKER-USER -o docker0 -m conntrack --ctstate NEW -j DROP
+COMMIT
+`
+
+// iptablesUnit is what Debian's iptables-persistent does at boot, as the lab's boot runs it.
+const iptablesUnit = `[Unit]
+Description=the predecessor's iptables rules (as netfilter-persistent loads them)
+[Service]
+Type=oneshot
+ExecStart=/usr/sbin/iptables-restore /etc/iptables/rules.v4
+[Install]
+WantedBy=sysinit.target
+`
+
+func configureIptables(ctx context.Context, hub *Machine) error {
+	if err := hub.WriteFile(ctx, "/etc/iptables/rules.v4", []byte(iptablesRules), 0o640); err != nil {
+		return err
+	}
+	if err := hub.WriteFile(ctx, "/etc/systemd/system/netfilter-persistent.service", []byte(iptablesUnit), 0o644); err != nil {
+		return err
+	}
+	_, err := hub.Run(ctx, "ln -sf /etc/systemd/system/netfilter-persistent.service /etc/systemd/system/sysinit.target.wants/netfilter-persistent.service")
 	return err
 }
 

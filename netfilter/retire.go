@@ -19,6 +19,16 @@ type Retired struct {
 	// instead when systemd does not run (the config file is never touched).
 	BootDisabled bool   `json:",omitempty"`
 	BootNote     string `json:",omitempty"`
+	// XT is what Retire took out of a found plain-iptables firewall, for KindIptables.
+	XT *RetiredXT `json:",omitempty"`
+}
+
+// RetiredXT is a retired plain-iptables firewall: its backend, the policies of the built-in
+// chains it had closed, and its own rules in the order they stood (iptables-save lines).
+type RetiredXT struct {
+	Backend  string
+	Policies map[string]string `json:",omitempty"`
+	Rules    []string
 }
 
 // SavedTable is one found nftables table and its dump.
@@ -29,7 +39,10 @@ type SavedTable struct {
 
 // Retire disables the found firewall at the flip, never flushing it: ufw is disabled with
 // every file kept; a found nftables ruleset loses only its own tables (Docker's and
-// iptables-nft's stay), its loading at boot is disabled and /etc/nftables.conf is untouched.
+// iptables-nft's stay), its loading at boot is disabled and /etc/nftables.conf is untouched; a
+// found plain-iptables firewall loses its own rules (saved in order first) and its closed INPUT
+// policy, Docker's chains stay, its loading at boot is disabled and /etc/iptables/rules.v4 is
+// untouched.
 func Retire(ctx context.Context, env Env, found Found) (Retired, error) {
 	r := Retired{Kind: found.Kind}
 	switch found.Kind {
@@ -65,10 +78,100 @@ func Retire(ctx context.Context, env Env, found Found) (Retired, error) {
 		} else {
 			r.BootNote = "systemd does not run: nothing loads " + nftConf + " at boot that meshd could disable; recorded only"
 		}
+	case KindIptables:
+		if err := retireXT(ctx, env, found, &r); err != nil {
+			return r, err
+		}
 	default:
 		return r, fmt.Errorf("retire found firewall %s: %w", found.Kind, ErrUnsupported)
 	}
 	return r, r.save(env)
+}
+
+// xtBootUnit loads /etc/iptables/rules.v4 at boot on Debian (iptables-persistent).
+const xtBootUnit = "netfilter-persistent.service"
+
+// retireXT retires a found plain-iptables firewall: its own rules (in INPUT, FORWARD but for
+// Docker's plumbing, and DOCKER-USER but for Docker's closing RETURN) are saved in order and then
+// removed, a closed INPUT policy is opened, all in one iptables-restore --noflush; its rules file
+// (/etc/iptables/rules.v4) is never touched and its loading at boot is disabled. meshd's marked
+// rules stay; Docker's chains and NAT are not touched.
+func retireXT(ctx context.Context, env Env, found Found, r *Retired) error {
+	backend := found.Backend
+	if backend == "" {
+		backend = "nft"
+	}
+	x, ok, err := readXT(ctx, env, backend)
+	if err != nil {
+		return fmt.Errorf("retire iptables: %w", err)
+	}
+	r.XT = &RetiredXT{Backend: backend, Policies: map[string]string{}}
+	if !ok {
+		return r.save(env)
+	}
+	bridges := x.dockerBridges()
+	var del []xtRule
+	for _, rule := range x.Rules {
+		if rule.Mark != "" {
+			continue
+		}
+		switch {
+		case rule.Chain == "INPUT",
+			rule.Chain == "FORWARD" && !isDockerRule(rule, bridges),
+			rule.Chain == "DOCKER-USER" && rule.Line != "-A DOCKER-USER -j RETURN":
+			del = append(del, rule)
+			r.XT.Rules = append(r.XT.Rules, rule.Line)
+		}
+	}
+	var policies []string
+	for _, ch := range []string{"INPUT", "OUTPUT"} {
+		if p := x.Policies[ch]; p != "" && p != "ACCEPT" {
+			r.XT.Policies[ch] = p
+			policies = append(policies, ":"+ch+" ACCEPT")
+		}
+	}
+	// Saved before anything is removed: a crash between leaves a record to restore from.
+	if err := r.save(env); err != nil {
+		return err
+	}
+	if err := xtApplyPolicies(ctx, env, backend, policies, del, nil); err != nil {
+		return fmt.Errorf("retire iptables: %w", err)
+	}
+	if _, err := env.run(ctx, "test", "-d", "/run/systemd/system"); err == nil {
+		out, _ := env.run(ctx, "systemctl", "is-enabled", xtBootUnit)
+		if strings.TrimSpace(string(out)) == "enabled" {
+			if _, err := env.run(ctx, "systemctl", "disable", xtBootUnit); err != nil {
+				return fmt.Errorf("retire iptables: disable loading at boot (%s): %w", xtBootUnit, err)
+			}
+			r.BootDisabled = true
+		}
+	} else {
+		r.BootNote = "systemd does not run: nothing loads " + iptRulesV4 + " at boot that meshd could disable; recorded only"
+	}
+	return nil
+}
+
+// xtApplyPolicies is xtApply with built-in chain policies (":CHAIN POLICY" lines) set first.
+func xtApplyPolicies(ctx context.Context, env Env, backend string, policies []string, del []xtRule, add []string) error {
+	if len(policies) == 0 {
+		return xtApply(ctx, env, backend, del, add)
+	}
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, p := range policies {
+		b.WriteString(p + " [0:0]\n")
+	}
+	for _, rule := range del {
+		b.WriteString("-D" + strings.TrimPrefix(rule.Line, "-A") + "\n")
+	}
+	for _, a := range add {
+		b.WriteString(a + "\n")
+	}
+	b.WriteString("COMMIT\n")
+	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, "iptables-restore"), "--noflush"); err != nil {
+		return fmt.Errorf("iptables-%s-restore --noflush (%d policies, %d removed, %d added): %w", backend, len(policies), len(del), len(add), err)
+	}
+	return nil
 }
 
 func (r Retired) save(env Env) error {
@@ -105,7 +208,8 @@ func LoadRetired(dir string) (Retired, error) {
 
 // Restore gives the retired firewall back exactly: ufw enabled from its files; the found
 // nftables tables loaded from their dumps in one transaction (replacing any table of the
-// same name) and their loading at boot enabled again.
+// same name) and their loading at boot enabled again; plain iptables' rules appended back in
+// their order and its policies closed again.
 func Restore(ctx context.Context, env Env, r Retired) error {
 	switch r.Kind {
 	case KindNone:
@@ -131,8 +235,72 @@ func Restore(ctx context.Context, env Env, r Retired) error {
 				return fmt.Errorf("restore nftables: enable loading at boot: %w", err)
 			}
 		}
+	case KindIptables:
+		if r.XT == nil {
+			return fmt.Errorf("restore iptables: the retirement record keeps no rules: %w", ErrUnsupported)
+		}
+		if err := restoreXT(ctx, env, r); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("restore found firewall %s: %w", r.Kind, ErrUnsupported)
+	}
+	return nil
+}
+
+// restoreXT puts a retired plain-iptables firewall back: each saved rule appended to its chain
+// in its order, ahead of what else of the chain's own came after it (a rule already there is not added twice, so a restore repeated after a crash
+// adds nothing), the policies it had closed closed again, its loading at boot enabled again.
+func restoreXT(ctx context.Context, env Env, r Retired) error {
+	x, _, err := readXT(ctx, env, r.XT.Backend)
+	if err != nil {
+		return fmt.Errorf("restore iptables: %w", err)
+	}
+	have := map[string]int{}
+	if x != nil {
+		for _, rule := range x.Rules {
+			have[rule.Line]++
+		}
+	}
+	saved := map[string]bool{}
+	var add, policies []string
+	chains := map[string]bool{}
+	for _, line := range r.XT.Rules {
+		saved[line] = true
+		if have[line] > 0 {
+			have[line]--
+			continue
+		}
+		add = append(add, line)
+		if f := strings.Fields(line); len(f) > 1 {
+			chains[f[1]] = true
+		}
+	}
+	// What came after them in a chain they go back to (Docker's closing RETURN in DOCKER-USER)
+	// comes after them again: moved behind them in the same transaction.
+	var del []xtRule
+	if x != nil {
+		for _, rule := range x.Rules {
+			if chains[rule.Chain] && rule.Mark == "" && !saved[rule.Line] {
+				del = append(del, rule)
+			}
+		}
+	}
+	for _, rule := range del {
+		add = append(add, rule.Line)
+	}
+	for _, ch := range []string{"INPUT", "OUTPUT"} {
+		if p := r.XT.Policies[ch]; p != "" {
+			policies = append(policies, ":"+ch+" "+p)
+		}
+	}
+	if err := xtApplyPolicies(ctx, env, r.XT.Backend, policies, del, add); err != nil {
+		return fmt.Errorf("restore iptables: %w", err)
+	}
+	if r.BootDisabled {
+		if _, err := env.run(ctx, "systemctl", "enable", xtBootUnit); err != nil {
+			return fmt.Errorf("restore iptables: enable loading at boot (%s): %w", xtBootUnit, err)
+		}
 	}
 	return nil
 }

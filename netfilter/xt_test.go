@@ -177,3 +177,54 @@ func containsLine(s, prefix, sub string) bool {
 	}
 	return false
 }
+
+// A found plain-iptables firewall retired at the flip loses its own rules and its closed INPUT
+// policy (Docker's chains and NAT, meshd's marked rules and the rules file stay); restored, it
+// is back rule for rule, and a restore repeated adds nothing twice.
+func TestIptablesRetireRestore(t *testing.T) {
+	l := newXtLab(t)
+	ctx := context.Background()
+	f, err := Detect(ctx, l.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := NewDriver(l.env, f, l.private)
+	mustConverge(t, d, []Opening{{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming}})
+	before := xtSave(l)
+	nat := l.sh("iptables-save -t nat | grep -v '^#'")
+	l.sh("mkdir -p /etc/iptables && iptables-save > /etc/iptables/rules.v4")
+	conf := l.sh("cat /etc/iptables/rules.v4")
+	l.wantReach(l.cli, l.hostAddr+":7001", false)
+	ret, err := Retire(ctx, l.env, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ret.XT == nil || len(ret.XT.Rules) != 4 || ret.XT.Policies["INPUT"] != "DROP" {
+		t.Fatalf("retired: %+v", ret.XT)
+	}
+	after := l.sh("iptables-save -t filter | grep -v '^#'")
+	if !strings.Contains(after, ":INPUT ACCEPT") || strings.Contains(after, "--dport 22") || strings.Contains(after, "-A DOCKER-USER -i "+l.upIf) {
+		t.Fatalf("found rules still in force after retire:\n%s", after)
+	}
+	if !strings.Contains(after, "meshd") {
+		t.Fatalf("retire removed meshd's marked rule:\n%s", after)
+	}
+	if got := l.sh("iptables-save -t nat | grep -v '^#'"); got != nat {
+		t.Fatalf("Docker's NAT changed by retire:\n%s\nwant\n%s", got, nat)
+	}
+	if l.sh("cat /etc/iptables/rules.v4") != conf {
+		t.Fatal("retire touched /etc/iptables/rules.v4")
+	}
+	l.wantReach(l.cli, l.hostAddr+":7001", true) // nothing filters now
+	l.wantReach(l.cli, l.hostAddr+":8080", true) // Docker still forwards
+	for range 2 {
+		if err := Restore(ctx, l.env, ret); err != nil {
+			t.Fatal(err)
+		}
+		if got := xtSave(l); got != before {
+			t.Fatalf("restored ruleset differs from the one retired:\n%s\nwant\n%s", got, before)
+		}
+	}
+	l.wantReach(l.cli, l.hostAddr+":7001", false)
+	l.wantReach(l.cli, l.hostAddr+":8080", false)
+}

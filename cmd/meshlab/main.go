@@ -1,13 +1,14 @@
 // Command meshlab drives the lab bed by hand: the same machines, scenarios and probes the chaos
 // and end-to-end tests build with package lab.
 //
-//	meshlab up [--scenario predecessor-ufw|predecessor-nftables|predecessor-apps-ufw|predecessor-apps-nftables|
+//	meshlab up [--scenario predecessor-ufw|predecessor-nftables|predecessor-iptables|predecessor-apps-ufw|predecessor-apps-nftables|
 //	            measured|measured-incoming|bare] [--name lab] [--dir DIR]
 //	meshlab down [--name lab] [--dir DIR]     idempotent; also cleans a lab whose driver died
 //	meshlab down --all                        every lab on the host, tests' and orphans too
 //	meshlab status [--name lab] [--dir DIR]
 //	meshlab exec [--name lab] MACHINE -- CMD [ARG...]
-//	meshlab probes [--json] [--name lab] [--dir DIR]
+//	meshlab probes [--json] [--steps] [--name lab] [--dir DIR]
+//	meshlab step [--name lab] [--dir DIR] TEXT...   a migration's next step begins: probes count per step
 //	meshlab reboot|stop|boot|cutoff|restore MACHINE
 //	meshlab install-agent MACHINE BINARY [-- ARG...]   meshd at /usr/local/bin/meshd, as meshd.service
 //	meshlab start-service|stop-service MACHINE UNIT
@@ -40,7 +41,8 @@ var verbs = []struct{ use, what string }{
 	{"down [--name LAB] [--dir DIR] | --all", "take a lab down (idempotent); --all takes down EVERY lab on this host, tests' included"},
 	{"status [--json] [--name LAB] [--dir DIR]", "the lab's machines, their addresses and state"},
 	{"exec [--name LAB] [--dir DIR] MACHINE -- CMD [ARG...]", "run a command on a machine (its namespaces)"},
-	{"probes [--json] [--name LAB] [--dir DIR]", "every probe's calls, failures and longest outage"},
+	{"probes [--json] [--steps] [--name LAB] [--dir DIR]", "every probe's calls, failures and longest outage; --steps: per step of the migration (see step)"},
+	{"step [--name LAB] [--dir DIR] TEXT...", "say that a step of the migration begins now (probes --steps counts calls and outages per step)"},
 	{"reboot|stop|boot|cutoff|restore [--name LAB] [--dir DIR] MACHINE", "faults: reboot, power off/on, cut off from the underlay and back"},
 	{"install-agent [--name LAB] [--dir DIR] MACHINE BINARY [-- ARG...]", "put meshd on a machine at /usr/local/bin/meshd and run it as meshd.service"},
 	{"start-service|stop-service [--name LAB] [--dir DIR] MACHINE UNIT", "start or stop one of a machine's units (the predecessor's control, say)"},
@@ -61,7 +63,7 @@ func usage(code int) {
 
 // verbFlags are the flags each verb takes besides --name and --dir.
 var verbFlags = map[string][]string{
-	"up": {"scenario"}, "down": {"all"}, "status": {"json"}, "probes": {"json"}, "exec": nil,
+	"up": {"scenario"}, "down": {"all"}, "status": {"json"}, "probes": {"json", "steps"}, "step": nil, "exec": nil,
 	"reboot": nil, "stop": nil, "boot": nil, "cutoff": nil, "restore": nil,
 	"install-agent": nil, "start-service": nil, "stop-service": nil,
 }
@@ -136,7 +138,7 @@ func main() {
 	fs.Usage = func() { verbUsage(fs, verb) }
 	name := fs.String("name", "lab", "lab name")
 	dir := fs.String("dir", "", "lab state directory (default "+lab.DefaultStateRoot+"/NAME)")
-	scenario, asJSON, all := new(string), new(bool), new(bool)
+	scenario, asJSON, all, perStep := new(string), new(bool), new(bool), new(bool)
 	for _, f := range takes {
 		switch f {
 		case "scenario":
@@ -145,6 +147,8 @@ func main() {
 			fs.BoolVar(asJSON, "json", false, "print JSON")
 		case "all":
 			fs.BoolVar(all, "all", false, "every lab on this host, also tests' and orphaned ones")
+		case "steps":
+			fs.BoolVar(perStep, "steps", false, "per step of the migration: calls, failed calls, the longest outage and the probe that saw it")
 		}
 	}
 	_ = fs.Parse(os.Args[2:])
@@ -171,7 +175,9 @@ func main() {
 	case "status":
 		err = status(*name, *dir, *asJSON)
 	case "probes":
-		err = probes(*name, *dir, *asJSON)
+		err = probes(*name, *dir, *asJSON, *perStep)
+	case "step":
+		err = step(*name, *dir, fs.Args())
 	case "exec":
 		os.Exit(execIn(ctx, *name, *dir, fs.Args()))
 	case "reboot", "stop", "boot", "cutoff", "restore":
@@ -257,10 +263,20 @@ func status(name, dir string, asJSON bool) error {
 	return nil
 }
 
-func probes(name, dir string, asJSON bool) error {
+func probes(name, dir string, asJSON, perStep bool) error {
 	l, err := load(name, dir)
 	if err != nil {
 		return err
+	}
+	if perStep {
+		rows, err := l.StepReport()
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return json.NewEncoder(os.Stdout).Encode(rows)
+		}
+		return lab.WriteStepTable(os.Stdout, rows)
 	}
 	sums, err := l.Probes()
 	if err != nil {
@@ -366,4 +382,17 @@ func act(ctx context.Context, name, dir, verb string, args []string) error {
 		return m.Restore(ctx)
 	}
 	return nil
+}
+
+// step says that a step of the migration begins now.
+func step(name, dir string, args []string) error {
+	text := strings.TrimSpace(strings.Join(args, " "))
+	if text == "" {
+		return errors.New("want the step's text (meshlab step [--name LAB] TEXT)")
+	}
+	l, err := load(name, dir)
+	if err != nil {
+		return err
+	}
+	return l.Step(text)
 }
