@@ -46,8 +46,10 @@ test: vet
 	  fi; \
 	  echo "test log: $$log"; exit $$code
 
-# The side-by-side figures (docs/performance.md): one table, and bench/results.json.
-bench: deps
+# The side-by-side figures (docs/performance.md): one table, and bench/results.json. --bench adds
+# etcd (Debian's etcd-server), which the Raft figure runs beside meshd on loopback.
+bench:
+	@bash scripts/deps.sh --bench
 	$(GO) run ./cmd/meshbench --out bench/results.json
 
 demo: build
