@@ -235,7 +235,7 @@ func figures(b map[string]Bench, ns []string) []Figure {
 			}
 		}
 	}
-	for _, n := range []string{"10", "50", "100"} {
+	for _, n := range []string{"10", "50", "100", "200"} {
 		x, ok := b["BenchmarkReportSpread/"+n]
 		if !ok || x.Medians["ms-to-all"] == 0 {
 			continue
