@@ -44,6 +44,7 @@ var DefaultSuites = []Suite{
 	{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
 	{Package: "./gossip/", Bench: "^(BenchmarkVerifyReport|BenchmarkReportSpread)$"},
 	{Package: "./host/", Bench: "^BenchmarkDriftDetection$", Benchtime: "8x", Runs: 1},
+	{Package: "./agent/", Bench: "^BenchmarkOperatorCommit$", Benchtime: "200x"},
 }
 
 // Bench is one benchmark's runs.
@@ -254,6 +255,21 @@ func figures(b map[string]Bench, ns []string) []Figure {
 			worst.VsMs, worst.Versus, worst.Ratio = t.Medians["max-ms"], "the 10 s timer alone", t.Medians["max-ms"]/worst.MeshdMs
 		}
 		fs = append(fs, f, worst)
+	}
+	for _, n := range []string{"1", "3"} {
+		x, ok := b["BenchmarkOperatorCommit/meshd/"+n]
+		if !ok || x.Medians["p50-ms"] == 0 {
+			continue
+		}
+		e := b["BenchmarkOperatorCommit/etcd/"+n]
+		servers := map[string]string{"1": "one server", "3": "three servers"}[n]
+		for _, q := range []string{"p50", "p99"} {
+			f := Figure{Key: "raft.commit." + n + "." + q, What: "an operator command committed, " + servers + ", " + q, MeshdMs: x.Medians[q+"-ms"]}
+			if v := e.Medians[q+"-ms"]; v > 0 {
+				f.VsMs, f.Versus, f.Ratio = v, "etcd put, "+n+" member(s)", v/f.MeshdMs
+			}
+			fs = append(fs, f)
+		}
 	}
 	if v, ok := ms("BenchmarkNoOpPass"); ok {
 		fs = append(fs, Figure{Key: "reconcile.noop.40files", What: fmt.Sprintf("a host pass with nothing to do, 40 files (%.0f allocs)", b["BenchmarkNoOpPass"].Allocs), MeshdMs: v})
