@@ -19,6 +19,7 @@ func TestSmokeRun(t *testing.T) {
 		{Package: "./netfilter/", Bench: "^BenchmarkOpenings$"},
 		{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
 		{Package: "./agent/", Bench: "^BenchmarkOperatorCommit$", Benchtime: "20x"},
+		{Package: "./e2e/", Bench: "^BenchmarkAgentFootprint$", Benchtime: "1x", Env: []string{"MESHD_BENCH_WINDOW=5s"}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +33,11 @@ func TestSmokeRun(t *testing.T) {
 		"raft.commit.1.p50", "raft.commit.1.p99", "raft.commit.3.p50", "raft.commit.3.p99"} {
 		f, ok := got[k]
 		if !ok || f.MeshdMs <= 0 {
+			t.Errorf("figure %s missing or zero: %+v", k, f)
+		}
+	}
+	for _, k := range []string{"footprint.client.cpu", "footprint.client.rss", "footprint.server.rss"} {
+		if f, ok := got[k]; !ok || f.Value <= 0 || f.Unit == "" {
 			t.Errorf("figure %s missing or zero: %+v", k, f)
 		}
 	}
