@@ -140,21 +140,24 @@ func BenchmarkAgentFootprint(b *testing.B) {
 		}
 	}
 	if profDir != "" {
-		for _, who := range []struct {
-			m    *lab.Machine
-			role string
-		}{{hub, "server"}, {client, "client"}} {
-			if err := who.m.StopService(ctx, "meshd"); err != nil {
-				b.Fatal(err)
-			}
-			prof, err := who.m.ReadFile(ctx, "/var/lib/meshd/cpu.prof")
-			if err == nil {
-				err = os.WriteFile(filepath.Join(profDir, who.role+".prof"), prof, 0o644)
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		copyProfile(b, hub, filepath.Join(profDir, "server.prof"))
+		copyProfile(b, client, filepath.Join(profDir, "client.prof"))
+	}
+}
+
+// copyProfile stops m's agent (its --cpu-profile is complete only then) and copies the profile
+// to path.
+func copyProfile(b testing.TB, m *lab.Machine, path string) {
+	ctx := testenv.Context(b, time.Minute)
+	if err := m.StopService(ctx, "meshd"); err != nil {
+		b.Fatal(err)
+	}
+	prof, err := m.ReadFile(ctx, "/var/lib/meshd/cpu.prof")
+	if err == nil {
+		err = os.WriteFile(path, prof, 0o644)
+	}
+	if err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -187,12 +190,22 @@ func BenchmarkMeasuredNode(b *testing.B) {
 			b.Fatalf("adopted genesis on the measured machine: %v\n%s", err, out)
 		}
 		genesis := time.Since(began)
-		installAgent(ctx, b, hub, bin)
+		args := agentArgs()
+		if profDir := os.Getenv("MESHD_BENCH_PROFILE"); profDir != "" {
+			args = append(args, "--cpu-profile", "/var/lib/meshd/cpu.prof")
+			b.Cleanup(func() { copyProfile(b, hub, filepath.Join(profDir, "measured.prof")) })
+		}
+		if err := hub.InstallAgent(ctx, bin, args...); err != nil {
+			b.Fatal(err)
+		}
 		reporting(ctx, b, hub, "hub", time.Minute)
 		toReport := time.Since(began)
 		b.ReportMetric(float64(toReport.Microseconds())/1000, "to-report-ms")
 		b.ReportMetric(float64(genesis.Microseconds())/1000, "genesis-ms")
 		b.Logf("measured hub: genesis --adopted took %v; its first host report was in the record %v after genesis began", genesis, toReport)
+		if log, err := os.ReadFile(filepath.Join(hub.Dir(), "log", "meshd.log")); err == nil {
+			b.Logf("the agent's log to its first report:\n%s", head(string(log), 6000))
+		}
 
 		// The foundation's containers come up after the first report; the no-op window starts
 		// once the passes find nothing to do (no pass has failed a resource since, either).
@@ -207,10 +220,12 @@ func BenchmarkMeasuredNode(b *testing.B) {
 			b.Fatal(err)
 		}
 		var took, passes, failed float64
+		kinds := map[string]float64{}
 		for k, v := range after {
 			switch {
 			case strings.HasPrefix(k, "meshd_reconcile_duration_seconds_sum"):
 				took += v - before[k]
+				kinds[strings.TrimPrefix(k, "meshd_reconcile_duration_seconds_sum")] = v - before[k]
 			case strings.HasPrefix(k, "meshd_reconcile_duration_seconds_count"):
 				passes = max(passes, v-before[k]) // every kind is observed once a pass
 			case strings.HasPrefix(k, "meshd_reconcile_errors_total"):
@@ -221,6 +236,16 @@ func BenchmarkMeasuredNode(b *testing.B) {
 			b.Fatal("the measured hub's agent made no pass in the window")
 		}
 		b.ReportMetric(took/passes*1000, "noop-pass-ms")
+		for k, v := range kinds {
+			b.Logf("measured hub: %s %.1f ms a pass", k, v/passes*1000)
+		}
 		b.Logf("measured hub: %.0f passes in the window, %.1f ms each on average, %.0f resource failures", passes, took/passes*1000, failed)
 	}
+}
+
+func head(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
