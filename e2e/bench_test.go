@@ -8,9 +8,11 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -248,4 +250,146 @@ func head(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// BenchmarkDeclarationToMachine is a take's way from the record to the machine: a module whose
+// files (and, "container", whose container) were found on the node and are held, then `meshd
+// module take NODE MODULE`; the figure (ms) runs from the take returning until `meshd node show
+// NODE` on the hub shows the node's report with every file written as the module's and the
+// container replaced and running. On the server itself (hub: its own host report, local) and on
+// a client (newnode: the take reaches it as a new declaration over the bus, its report comes
+// back by gossip). Each iteration takes a fresh module; ms is the median of the iterations.
+func BenchmarkDeclarationToMachine(b *testing.B) {
+	bin := labtest.Meshd(b)
+	l := labtest.Up(b, lab.Bare())
+	ctx := testenv.Context(b, 10*time.Minute)
+	hub, client := l.Machine("hub"), l.Machine("newnode")
+	installMeshd(ctx, b, bin, hub, client)
+	agentLogsOnFailure(b, 4000, hub, client)
+	if out, err := meshd(ctx, hub, hubGenesis("--adopted")...); err != nil {
+		b.Fatalf("adopted genesis: %v\n%s", err, out)
+	}
+	installAgent(ctx, b, hub, bin)
+	reporting(ctx, b, hub, "hub", time.Minute)
+	tok := adoptedToken(ctx, b, hub)
+	if out, err := meshd(ctx, client, "join", tok, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
+		b.Fatalf("join: %v\n%s", err, out)
+	}
+	installAgent(ctx, b, client, bin)
+	reporting(ctx, b, hub, "newnode", time.Minute)
+
+	seq := 0
+	for _, what := range []string{"files", "container"} {
+		for _, on := range []*lab.Machine{hub, client} {
+			b.Run(what+"/"+map[bool]string{true: "server", false: "client"}[on == hub], func(b *testing.B) {
+				var took []time.Duration
+				for range b.N {
+					seq++
+					took = append(took, takeToConverged(ctx, b, hub, on, fmt.Sprintf("b%s%d", what[:1], seq), what == "container"))
+				}
+				slices.Sort(took)
+				b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "ms")
+			})
+		}
+	}
+}
+
+// takeToConverged adds module mod (three files, and a container when withCtr), leaves what it
+// declares on node as a predecessor would (other content, another container of that name),
+// assigns it (held), takes it and returns how long after the take returned the hub showed the
+// node's report with the module converged.
+func takeToConverged(ctx context.Context, b *testing.B, hub, node *lab.Machine, mod string, withCtr bool) time.Duration {
+	b.Helper()
+	manifest := "name: " + mod + "\nfiles:\n"
+	var paths []string
+	for i := range 3 {
+		p := fmt.Sprintf("/etc/bench/%s/%d.conf", mod, i)
+		paths = append(paths, p)
+		manifest += fmt.Sprintf("  - path: %s\n    content: \"meshd's %d\\n\"\n    mode: \"0644\"\n", p, i)
+		if err := node.WriteFile(ctx, p, []byte("the predecessor's\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if withCtr {
+		manifest += "containers:\n  - name: " + mod + "\n    image: lab/echo:1\n    env: {GREETING: meshd}\n"
+		if out, err := node.Docker(ctx, "run", "-d", "--name", mod, "-e", "GREETING=predecessor", "lab/echo:1"); err != nil {
+			b.Fatalf("the predecessor's container %s: %v %s", mod, err, out)
+		}
+	}
+	if err := hub.WriteFile(ctx, "/root/"+mod+".yaml", []byte(manifest), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, args := range [][]string{{"module", "add", "/root/" + mod + ".yaml"}, {"module", "assign", node.Name, mod}} {
+		if out, err := meshd(ctx, hub, args...); err != nil {
+			b.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if err := testenv.Poll(b, time.Minute, func() error { return moduleState(ctx, hub, node.Name, mod, paths, withCtr, false) }); err != nil {
+		b.Fatalf("before the take: %v", err)
+	}
+	if out, err := meshd(ctx, hub, "module", "take", node.Name, mod); err != nil {
+		b.Fatalf("take %s on %s: %v\n%s", mod, node.Name, err, out)
+	}
+	taken := time.Now()
+	if err := testenv.Poll(b, time.Minute, func() error { return moduleState(ctx, hub, node.Name, mod, paths, withCtr, true) }); err != nil {
+		b.Fatalf("after the take: %v", err)
+	}
+	return time.Since(taken)
+}
+
+// moduleState says (nil) whether node's last report, as the hub shows it, has module mod held
+// (converged false: every file and the container found and held) or converged (every file
+// written as the module's, none held, the container replaced by meshd's and running).
+func moduleState(ctx context.Context, hub *lab.Machine, node, mod string, paths []string, withCtr, converged bool) error {
+	out, err := meshd(ctx, hub, "node", "show", node, "--json")
+	if err != nil {
+		return fmt.Errorf("node show %s: %v", node, err)
+	}
+	var v struct {
+		Report *struct {
+			Held    []struct{ Path, Module string } `json:"held"`
+			Written []struct{ Path, Module string } `json:"written"`
+			Kinds   struct {
+				Container struct {
+					Containers []struct {
+						Name, Module, State string
+						Running             bool
+					} `json:"containers"`
+				} `json:"container"`
+			} `json:"kinds"`
+		} `json:"report"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Report == nil {
+		return fmt.Errorf("node show %s --json: no report (%v)", node, err)
+	}
+	count := func(list []struct{ Path, Module string }) int {
+		n := 0
+		for _, f := range list {
+			if f.Module == mod && slices.Contains(paths, f.Path) {
+				n++
+			}
+		}
+		return n
+	}
+	held, written := count(v.Report.Held), count(v.Report.Written)
+	state := ""
+	for _, c := range v.Report.Kinds.Container.Containers {
+		if c.Name == mod && c.Module == mod {
+			state = c.State
+			if converged && !c.Running {
+				state += " (not running)"
+			}
+		}
+	}
+	switch {
+	case !converged && held != len(paths):
+		return fmt.Errorf("%s on %s: %d of %d files held", mod, node, held, len(paths))
+	case !converged && withCtr && state != "held":
+		return fmt.Errorf("%s on %s: container %q, want held", mod, node, state)
+	case converged && (written != len(paths) || held != 0):
+		return fmt.Errorf("%s on %s: %d of %d files written, %d still held", mod, node, written, len(paths), held)
+	case converged && withCtr && state != "replaced" && state != "created" && state != "adopted":
+		return fmt.Errorf("%s on %s: container %q, want replaced", mod, node, state)
+	}
+	return nil
 }

@@ -50,6 +50,7 @@ var DefaultSuites = []Suite{
 	// The lab's figures: whole machines, a minute or more each, so one run; each is itself an
 	// average over its window.
 	{Package: "./e2e/", Bench: "^(BenchmarkAgentFootprint|BenchmarkMeasuredNode)$", Benchtime: "1x", Runs: 1},
+	{Package: "./e2e/", Bench: "^BenchmarkDeclarationToMachine$", Benchtime: "3x", Runs: 1},
 }
 
 // Bench is one benchmark's runs.
@@ -289,6 +290,16 @@ func figures(b map[string]Bench, ns []string) []Figure {
 				rss.Goal, rss.Met = "< 40 MB", boolp(rss.Value < 40)
 			}
 			fs = append(fs, cpu, rss)
+		}
+	}
+	for _, what := range []string{"files", "container"} {
+		for _, on := range []string{"server", "client"} {
+			x, ok := b["BenchmarkDeclarationToMachine/"+what+"/"+on]
+			if !ok || x.Medians["ms"] == 0 {
+				continue
+			}
+			how := map[string]string{"server": "on the server itself", "client": "on a client, over the bus"}[on]
+			fs = append(fs, Figure{Key: "declaration.take." + what + "." + on, What: "module take to the node reporting it converged (" + what + "), " + how, MeshdMs: x.Medians["ms"]})
 		}
 	}
 	if x, ok := b["BenchmarkMeasuredNode"]; ok && x.Medians["to-report-ms"] > 0 {

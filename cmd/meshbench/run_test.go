@@ -20,6 +20,7 @@ func TestSmokeRun(t *testing.T) {
 		{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
 		{Package: "./agent/", Bench: "^BenchmarkOperatorCommit$", Benchtime: "20x"},
 		{Package: "./e2e/", Bench: "^BenchmarkAgentFootprint$", Benchtime: "1x", Env: []string{"MESHD_BENCH_WINDOW=5s"}},
+		{Package: "./e2e/", Bench: "^BenchmarkDeclarationToMachine/files/client$", Benchtime: "1x"},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +31,7 @@ func TestSmokeRun(t *testing.T) {
 	}
 	for _, k := range []string{"openings.nftables.10", "openings.iptables.10", "openings.ufw.10", "openings.nftables.10.vs_nft_f",
 		"recheck.nftables.10", "recheck.ufw.10", "restore.nftables.10", "restore.iptables.10", "restore.ufw.10", "fsm.compose",
-		"raft.commit.1.p50", "raft.commit.1.p99", "raft.commit.3.p50", "raft.commit.3.p99"} {
+		"declaration.take.files.client", "raft.commit.1.p50", "raft.commit.1.p99", "raft.commit.3.p50", "raft.commit.3.p99"} {
 		f, ok := got[k]
 		if !ok || f.MeshdMs <= 0 {
 			t.Errorf("figure %s missing or zero: %+v", k, f)
