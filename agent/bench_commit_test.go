@@ -106,7 +106,6 @@ func startCommitGroup(b *testing.B, n int) string {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var roles []*serverRole
 	var boot raft.Configuration
-	var nodes []*NodeFile
 	for i := range n {
 		name := "s" + strconv.Itoa(i)
 		id, certPEM, key := nodeIdentity(b, ca, name, pki.ServerCert)
@@ -124,7 +123,6 @@ func startCommitGroup(b *testing.B, n int) string {
 		}
 		b.Cleanup(func() { s.close() })
 		roles = append(roles, s)
-		nodes = append(nodes, nf)
 		boot.Servers = append(boot.Servers, raft.Server{ID: raft.ServerID(nf.ID), Address: s.raft.transport.LocalAddr()})
 	}
 	for _, s := range roles {
@@ -201,4 +199,3 @@ func startEtcd(b *testing.B, n int) string {
 	}
 	return url
 }
-

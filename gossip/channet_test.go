@@ -63,7 +63,9 @@ var _ memberlist.NodeAwareTransport = (*chanTransport)(nil)
 
 func (t *chanTransport) addr() string { return net.JoinHostPort(t.ip.String(), fmt.Sprint(t.port)) }
 
-func (t *chanTransport) FinalAdvertiseAddr(string, int) (net.IP, int, error) { return t.ip, t.port, nil }
+func (t *chanTransport) FinalAdvertiseAddr(string, int) (net.IP, int, error) {
+	return t.ip, t.port, nil
+}
 
 func (t *chanTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	return t.WriteToAddress(b, memberlist.Address{Addr: addr})
