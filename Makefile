@@ -57,8 +57,10 @@ chaos: deps
 	  CHAOS_MINUTES=$(CHAOS_MINUTES) $(GO) test -count=1 -v -timeout 0 -run '^TestChaos$$' ./chaos; \
 	fi
 
-# The side-by-side figures (docs/performance.md): one table, and bench/results.json.
-bench: deps
+# The side-by-side figures (docs/performance.md): one table, and bench/results.json. --bench adds
+# etcd (Debian's etcd-server), which the Raft figure runs beside meshd on loopback.
+bench:
+	@bash scripts/deps.sh --bench
 	$(GO) run ./cmd/meshbench --out bench/results.json
 
 demo: build

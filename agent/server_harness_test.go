@@ -47,7 +47,7 @@ type testServer struct {
 	log      *syncBuffer
 }
 
-func freeLoopbackPort(t *testing.T) uint16 {
+func freeLoopbackPort(t testing.TB) uint16 {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,7 +58,7 @@ func freeLoopbackPort(t *testing.T) uint16 {
 }
 
 // nodeIdentity issues node a certificate of ca in role, and returns it with its TLS identity.
-func nodeIdentity(t *testing.T, ca *pki.CA, node string, role pki.CertRole) (tls.Certificate, []byte, ed25519.PrivateKey) {
+func nodeIdentity(t testing.TB, ca *pki.CA, node string, role pki.CertRole) (tls.Certificate, []byte, ed25519.PrivateKey) {
 	t.Helper()
 	key, err := pki.NewNodeKey()
 	if err != nil {

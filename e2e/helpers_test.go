@@ -27,7 +27,7 @@ func meshd(ctx context.Context, m *lab.Machine, args ...string) (string, error) 
 const labDocker = "unix:///run/docker.sock"
 
 // installMeshd puts the meshd binary at bin on each machine as /usr/local/bin/meshd.
-func installMeshd(ctx context.Context, t *testing.T, bin string, machines ...*lab.Machine) {
+func installMeshd(ctx context.Context, t testing.TB, bin string, machines ...*lab.Machine) {
 	t.Helper()
 	b, err := os.ReadFile(bin)
 	if err != nil {
@@ -53,7 +53,7 @@ func agentArgs() []string {
 }
 
 // installAgent installs and starts the agent (agentArgs) from bin on m.
-func installAgent(ctx context.Context, t *testing.T, m *lab.Machine, bin string) {
+func installAgent(ctx context.Context, t testing.TB, m *lab.Machine, bin string) {
 	t.Helper()
 	if err := m.InstallAgent(ctx, bin, agentArgs()...); err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func installAgent(ctx context.Context, t *testing.T, m *lab.Machine, bin string)
 
 // stopPredecessorControl stops the predecessor's control on hub, as the operator does before
 // adopting (ADR 0100).
-func stopPredecessorControl(ctx context.Context, t *testing.T, hub *lab.Machine) {
+func stopPredecessorControl(ctx context.Context, t testing.TB, hub *lab.Machine) {
 	t.Helper()
 	if err := hub.StopService(ctx, lab.PredecessorControl); err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func stopPredecessorControl(ctx context.Context, t *testing.T, hub *lab.Machine)
 }
 
 // agentLogsOnFailure logs the last n bytes of each machine's agent log when the test failed.
-func agentLogsOnFailure(t *testing.T, n int, machines ...*lab.Machine) {
+func agentLogsOnFailure(t testing.TB, n int, machines ...*lab.Machine) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range machines {
@@ -90,7 +90,7 @@ func tail(s string, n int) string {
 }
 
 // adoptedToken creates an adopted join token on hub.
-func adoptedToken(ctx context.Context, t *testing.T, hub *lab.Machine) string {
+func adoptedToken(ctx context.Context, t testing.TB, hub *lab.Machine) string {
 	t.Helper()
 	out, err := meshd(ctx, hub, "token", "create", "--adopted", "--json")
 	var tv struct{ Token string }

@@ -16,10 +16,9 @@ import (
 // it to GossipNodes others, so N members hear it in about log_(GossipNodes+1)(N) rounds of
 // GossipInterval. "ms-to-all" is measured, "model-ms" the model's figure.
 func BenchmarkReportSpread(b *testing.B) {
-	// 200 members (issue 18 asks for it) do not stay alive in one process on this machine's two
-	// shared cores, even in memory: members starve between probes, are marked failed and never
-	// all see each other within 200 s. 100 is the largest size measured here.
-	for _, n := range []int{10, 50, 100} {
+	// Above 10 members the members talk over chanNet (channet_test.go): memberlist's own
+	// MockNetwork lost a report among 200 members; and at 200 the failure detector is relaxed.
+	for _, n := range []int{10, 50, 100, 200} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) { benchSpread(b, n) })
 	}
 }
@@ -50,11 +49,21 @@ func benchSpread(b *testing.B, n int) {
 		}
 	}
 	// Above 10 members the loopback sockets of one process on two cores starve memberlist's
-	// probes (members are marked failed while they wait for CPU): the members talk over
-	// memberlist's in-memory network instead, the same protocol without the kernel.
-	var network *memberlist.MockNetwork
+	// probes (members are marked failed while they wait for CPU): the members talk over an
+	// in-process network instead, the same protocol without the kernel.
+	var network *chanNet
 	if n > 10 {
-		network = &memberlist.MockNetwork{}
+		network = &chanNet{}
+	}
+	// The failure detector's timers are relaxed above 100 members in one process: with the LAN
+	// profile's (probe every 1 s, ack within 500 ms) 200 members in one process flapped, some
+	// marked failed and refuting, and never all saw each other alive in 200 s, though the
+	// process used under half a core: acks miss the 500 ms timeout while 200 members' probes,
+	// gossip and push-pulls interleave on two shared cores. None of this is the spread
+	// measured: gossip's interval and fan-out (what the model counts) stay the LAN profile's.
+	tuning := Tuning{}
+	if n > 100 {
+		tuning = Tuning{ProbeInterval: 5 * time.Second, ProbeTimeout: 3 * time.Second, SuspicionMult: 8}
 	}
 	began := time.Now()
 	var ms []*gsMember
@@ -67,10 +76,10 @@ func benchSpread(b *testing.B, n int) {
 		}
 		opts := []gsOpt{onReport(names[i])}
 		if network != nil {
-			tr := network.NewTransport(names[i])
+			tr := network.transport(names[i])
 			opts = append(opts, func(c *Config) { c.Transport = tr })
 		}
-		m, err := gsStart(b, reg, names[i], ring, join, Tuning{}, opts...)
+		m, err := gsStart(b, reg, names[i], ring, join, tuning, opts...)
 		if err != nil {
 			b.Fatalf("start %s: %v", names[i], err)
 		}

@@ -3,7 +3,6 @@ package netfilter
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -122,7 +121,7 @@ func (d *nftDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 		}
 	}
 	if writes > 0 {
-		if have, err = d.apply(c, chains, rules, add, remove, &out); err != nil {
+		if have, err = d.apply(chains, have, rules, add, remove, &out); err != nil {
 			return Report{}, err
 		}
 	}
@@ -145,32 +144,47 @@ func (d *nftDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	return r, nil
 }
 
-// apply writes a plan in one batch, then re-reads the chains whatever the batch returned:
-// with google/nftables v0.3.0 a failed Flush may still have committed (DESIGN.md, traps). It
-// records in out what the re-read shows written, and the batch's error for added rules that
-// did not land; it returns the re-read. Adds that could not be built (w.err) are skipped:
-// Converge has recorded them failed.
-func (d *nftDriver) apply(c *nftables.Conn, chains []*nftables.Chain, rules, add []nftWanted, remove []nftMarked, out *outcome) ([]nftMarked, error) {
+// apply writes a plan in one batch (writeRules: one acknowledgement, not one per rule). When
+// the kernel acknowledges the batch, the chains hold what they held less the deleted rules and
+// plus the inserted ones: that is returned without reading them again. When the batch fails it
+// re-reads the chains, since a failed batch may still have committed with google/nftables'
+// own conn (DESIGN.md, traps) and a re-read is the only word on what landed; it records the
+// batch's error for added rules that did not land. Adds that could not be built (w.err) are
+// skipped: Converge has recorded them failed.
+func (d *nftDriver) apply(chains []*nftables.Chain, have []nftMarked, rules, add []nftWanted, remove []nftMarked, out *outcome) ([]nftMarked, error) {
+	dels := make([]ruleDelete, 0, len(remove))
 	for _, r := range remove {
-		if err := c.DelRule(&nftables.Rule{Table: r.chain.Table, Chain: r.chain, Handle: r.handle}); err != nil {
-			return nil, fmt.Errorf("delete rule %q from %s %s: %w", r.mark, tableName(r.chain.Table), r.chain.Name, err)
-		}
+		dels = append(dels, ruleDelete{chain: r.chain, handle: r.handle})
 	}
+	adds := make([]ruleInsert, 0, len(add))
 	for _, w := range add {
-		if w.err != nil {
-			continue
+		if w.err == nil {
+			adds = append(adds, ruleInsert{chain: w.chain, exprs: w.exprs, comment: w.o.Mark()})
 		}
-		// Position 0 with no handle inserts at the head of the chain, ahead of the found
-		// ruleset's own final drop or reject.
-		c.InsertRule(&nftables.Rule{Table: w.chain.Table, Chain: w.chain, Exprs: w.exprs, UserData: commentData(w.o.Mark())})
 	}
-	ferr := c.Flush()
-	if ferr != nil {
+	ferr := d.env.writeRules(dels, adds)
+	var after []nftMarked
+	if ferr == nil {
+		gone := map[uint64]bool{}
+		for _, r := range remove {
+			gone[r.handle] = true
+		}
+		for _, h := range have {
+			if !gone[h.handle] {
+				after = append(after, h)
+			}
+		}
+		for _, w := range add {
+			if w.err == nil {
+				after = append(after, nftMarked{chain: w.chain, mark: w.o.Mark()}) // its handle is read next pass
+			}
+		}
+	} else {
 		d.env.log().Warn("nftables batch failed, re-reading", "adds", len(add), "deletes", len(remove), "err", ferr)
-	}
-	after, rerr := nftRead(d.env, chains)
-	if rerr != nil {
-		return nil, errors.Join(ferr, rerr)
+		var rerr error
+		if after, rerr = nftRead(d.env, chains); rerr != nil {
+			return nil, errors.Join(ferr, rerr)
+		}
 	}
 	var unheld []nftWanted
 	out.added, out.removed, unheld = written(after, rules, add, remove)

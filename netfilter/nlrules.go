@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -24,23 +26,11 @@ type ruleRef struct {
 // is exactly the match a forwarded opening needs; so meshd reads chains itself and leaves
 // expressions undecoded: its marks say what each rule is.
 func (e Env) listRules(ch *nftables.Chain) ([]ruleRef, error) {
-	cfg := &netlink.Config{}
-	if e.NetNS != "" {
-		f, err := os.Open(e.NetNS)
-		if err != nil {
-			return nil, fmt.Errorf("open network namespace %s: %w", e.NetNS, err)
-		}
-		defer f.Close()
-		cfg.NetNS = int(f.Fd())
-	}
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+	c, err := e.dialNetfilter()
 	if err != nil {
-		return nil, fmt.Errorf("netlink to nftables in %s: %w", e.nsName(), err)
-	}
-	defer c.Close()
-	if err := bigBuffers(c); err != nil {
 		return nil, err
 	}
+	defer c.Close()
 	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
 		{Type: unix.NFTA_RULE_TABLE, Data: []byte(ch.Table.Name + "\x00")},
 		{Type: unix.NFTA_RULE_CHAIN, Data: []byte(ch.Name + "\x00")},
@@ -87,4 +77,131 @@ func (e Env) listRules(ch *nftables.Chain) ([]ruleRef, error) {
 		}
 	}
 	return out, nil
+}
+
+// dialNetfilter opens a netfilter netlink socket in env's network namespace, with big buffers.
+func (e Env) dialNetfilter() (*netlink.Conn, error) {
+	cfg := &netlink.Config{}
+	if e.NetNS != "" {
+		f, err := os.Open(e.NetNS)
+		if err != nil {
+			return nil, fmt.Errorf("open network namespace %s: %w", e.NetNS, err)
+		}
+		defer f.Close() // the socket is made in the namespace while Dial runs; it stays there
+		cfg.NetNS = int(f.Fd())
+	}
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("netlink to nftables in %s: %w", e.nsName(), err)
+	}
+	if err := bigBuffers(c); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// ruleInsert is one rule to insert at the head of a chain: its expressions and its comment.
+type ruleInsert struct {
+	chain   *nftables.Chain
+	exprs   []expr.Any
+	comment string
+}
+
+// ruleDelete is one rule to delete, by handle.
+type ruleDelete struct {
+	chain  *nftables.Chain
+	handle uint64
+}
+
+// batchTimeout bounds the wait for the kernel's answer to one batch: it answers in
+// milliseconds, so reaching it means the answer was lost and the caller re-reads.
+const batchTimeout = 5 * time.Second
+
+// writeRules deletes and inserts rules in one nftables transaction, the way `nft -f` does:
+// no echo of each rule and one acknowledgement, for the batch's last message, instead of
+// google/nftables' echo and acknowledgement for every rule (at 1000 rules those were most of
+// a pass: docs/performance.md). The kernel answers after it committed or aborted the whole
+// batch, and a message that failed is answered with its error even unasked, so a nil return
+// means committed. After an error the caller re-reads: what landed is what the chain says.
+func (e Env) writeRules(dels []ruleDelete, adds []ruleInsert) error {
+	if len(dels)+len(adds) == 0 {
+		return nil
+	}
+	msgs := make([]netlink.Message, 0, len(dels)+len(adds)+2)
+	add := func(typ uint16, flags netlink.HeaderFlags, fam byte, resID uint16, attrs []byte) {
+		msgs = append(msgs, netlink.Message{
+			Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: netlink.Request | flags},
+			Data:   append([]byte{fam, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}, attrs...),
+		})
+	}
+	add(unix.NFNL_MSG_BATCH_BEGIN, 0, 0, unix.NFNL_SUBSYS_NFTABLES, nil)
+	for _, d := range dels {
+		attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
+			{Type: unix.NFTA_RULE_TABLE, Data: []byte(d.chain.Table.Name + "\x00")},
+			{Type: unix.NFTA_RULE_CHAIN, Data: []byte(d.chain.Name + "\x00")},
+			{Type: unix.NFTA_RULE_HANDLE, Data: binary.BigEndian.AppendUint64(nil, d.handle)},
+		})
+		if err != nil {
+			return err
+		}
+		add(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_DELRULE, 0, byte(d.chain.Table.Family), 0, attrs)
+	}
+	for _, a := range adds {
+		fam := byte(a.chain.Table.Family)
+		list := make([]netlink.Attribute, len(a.exprs))
+		for i, x := range a.exprs {
+			b, err := expr.Marshal(fam, x)
+			if err != nil {
+				return fmt.Errorf("rule %q for %s %s: %w", a.comment, tableName(a.chain.Table), a.chain.Name, err)
+			}
+			list[i] = netlink.Attribute{Type: unix.NLA_F_NESTED | unix.NFTA_LIST_ELEM, Data: b}
+		}
+		exprs, err := netlink.MarshalAttributes(list)
+		if err != nil {
+			return err
+		}
+		attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
+			{Type: unix.NFTA_RULE_TABLE, Data: []byte(a.chain.Table.Name + "\x00")},
+			{Type: unix.NFTA_RULE_CHAIN, Data: []byte(a.chain.Name + "\x00")},
+			{Type: unix.NLA_F_NESTED | unix.NFTA_RULE_EXPRESSIONS, Data: exprs},
+			{Type: unix.NFTA_RULE_USERDATA, Data: commentData(a.comment)},
+		})
+		if err != nil {
+			return err
+		}
+		// Create, without Append and with no position: at the head of the chain.
+		add(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWRULE, netlink.Create, fam, 0, attrs)
+	}
+	msgs[len(msgs)-1].Header.Flags |= netlink.Acknowledge
+	add(unix.NFNL_MSG_BATCH_END, 0, 0, unix.NFNL_SUBSYS_NFTABLES, nil)
+
+	c, err := e.dialNetfilter()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	what := fmt.Sprintf("nftables batch of %d deletes and %d inserts in %s", len(dels), len(adds), e.nsName())
+	sent, err := c.SendMessages(msgs)
+	if err != nil {
+		return fmt.Errorf("send %s: %w", what, err)
+	}
+	if err := c.SetReadDeadline(time.Now().Add(batchTimeout)); err != nil {
+		return err
+	}
+	last := sent[len(sent)-2].Header.Sequence
+	for {
+		// An error message comes back as the error (an *OpError naming the errno and the
+		// kernel's own words, when it gave some); the acknowledgement of the last message
+		// means the transaction committed.
+		replies, err := c.Receive()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		for _, r := range replies {
+			if r.Header.Type == netlink.Error && r.Header.Sequence == last {
+				return nil
+			}
+		}
+	}
 }

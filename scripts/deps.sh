@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Installs what meshd's build, tests and demo need on a fresh Debian machine, idempotently:
 # Debian packages only when one is missing, Go modules through the module proxy. staticcheck only
-# with --staticcheck (`make vet` asks for it; the build and the demo do not need it).
+# with --staticcheck (`make vet` asks for it; the build and the demo do not need it); etcd only
+# with --bench (`make bench` starts one on loopback for the Raft figure: nothing else needs it).
 set -euo pipefail
 with_staticcheck=
-[ "${1:-}" = "--staticcheck" ] && with_staticcheck=1
+with_bench=
+case "${1:-}" in
+--staticcheck) with_staticcheck=1 ;;
+--bench) with_bench=1 ;;
+esac
 cd "$(dirname "$0")/.."
 
 packages=(
   iproute2 nftables iptables ufw wireguard-tools wireguard-go conntrack util-linux procps psmisc
   curl ca-certificates docker.io
 )
+# Debian's etcd-server: the Raft figure's "versus" (cmd/meshbench), started by the bench itself.
+[ -n "$with_bench" ] && packages+=(etcd-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -35,6 +35,8 @@ type Suite struct {
 	// drift figure's timer-only side takes seconds an iteration.
 	Benchtime string
 	Runs      int
+	// Env is added to the benchmarks' environment (the smoke run shortens a window with it).
+	Env []string
 }
 
 // DefaultSuites are the benchmarks docs/performance.md explains.
@@ -45,6 +47,11 @@ var DefaultSuites = []Suite{
 	{Package: "./gossip/", Bench: "^(BenchmarkVerifyReport|BenchmarkReportSpread)$"},
 	{Package: "./host/", Bench: "^BenchmarkDriftDetection$", Benchtime: "8x", Runs: 1},
 	{Package: "./cmd/meshd/", Bench: "^BenchmarkTunnelDriftDetection$", Benchtime: "8x", Runs: 1},
+	{Package: "./agent/", Bench: "^BenchmarkOperatorCommit$", Benchtime: "200x"},
+	// The lab's figures: whole machines, a minute or more each, so one run; each is itself an
+	// average over its window.
+	{Package: "./e2e/", Bench: "^(BenchmarkAgentFootprint|BenchmarkMeasuredNode)$", Benchtime: "1x", Runs: 1},
+	{Package: "./e2e/", Bench: "^BenchmarkDeclarationToMachine$", Benchtime: "3x", Runs: 1},
 }
 
 // Bench is one benchmark's runs.
@@ -64,12 +71,15 @@ type Bench struct {
 type Figure struct {
 	Key     string  `json:"key"`
 	What    string  `json:"what"`
-	MeshdMs float64 `json:"meshd_ms"`
-	VsMs    float64 `json:"versus_ms,omitempty"`
-	Versus  string  `json:"versus,omitempty"`
-	Ratio   float64 `json:"ratio,omitempty"` // versus / meshd: how many times faster meshd is
-	Goal    string  `json:"goal,omitempty"`
-	Met     *bool   `json:"met,omitempty"`
+	MeshdMs float64 `json:"meshd_ms,omitempty"`
+	// Value and Unit are a figure that is not a time (a share of a core, megabytes).
+	Value  float64 `json:"value,omitempty"`
+	Unit   string  `json:"unit,omitempty"`
+	VsMs   float64 `json:"versus_ms,omitempty"`
+	Versus string  `json:"versus,omitempty"`
+	Ratio  float64 `json:"ratio,omitempty"` // versus / meshd: how many times faster meshd is
+	Goal   string  `json:"goal,omitempty"`
+	Met    *bool   `json:"met,omitempty"`
 }
 
 // Results is what a run found, as written to bench/results.json.
@@ -116,6 +126,7 @@ func Run(o Options) (*Results, error) {
 		if o.Long {
 			cmd.Env = append(cmd.Env, "MESHD_BENCH_LONG=1")
 		}
+		cmd.Env = append(cmd.Env, s.Env...)
 		var out bytes.Buffer
 		cmd.Stdout = &out
 		if o.Log != nil {
@@ -236,7 +247,7 @@ func figures(b map[string]Bench, ns []string) []Figure {
 			}
 		}
 	}
-	for _, n := range []string{"10", "50", "100"} {
+	for _, n := range []string{"10", "50", "100", "200"} {
 		x, ok := b["BenchmarkReportSpread/"+n]
 		if !ok || x.Medians["ms-to-all"] == 0 {
 			continue
@@ -274,6 +285,49 @@ func figures(b map[string]Bench, ns []string) []Figure {
 			fs = append(fs, f)
 		}
 	}
+	for _, n := range []string{"1", "3"} {
+		x, ok := b["BenchmarkOperatorCommit/meshd/"+n]
+		if !ok || x.Medians["p50-ms"] == 0 {
+			continue
+		}
+		e := b["BenchmarkOperatorCommit/etcd/"+n]
+		servers := map[string]string{"1": "one server", "3": "three servers"}[n]
+		for _, q := range []string{"p50", "p99"} {
+			f := Figure{Key: "raft.commit." + n + "." + q, What: "an operator command committed, " + servers + ", " + q, MeshdMs: x.Medians[q+"-ms"]}
+			if v := e.Medians[q+"-ms"]; v > 0 {
+				f.VsMs, f.Versus, f.Ratio = v, "etcd put, "+n+" member(s)", v/f.MeshdMs
+			}
+			fs = append(fs, f)
+		}
+	}
+	if x, ok := b["BenchmarkAgentFootprint"]; ok && x.Medians["client-rss-MB"] > 0 {
+		for _, role := range []string{"client", "server"} {
+			cpu := Figure{Key: "footprint." + role + ".cpu", What: "a " + role + " agent at rest: CPU over the window", Value: x.Medians[role+"-cpu-pct"], Unit: "% of a core"}
+			rss := Figure{Key: "footprint." + role + ".rss", What: "a " + role + " agent at rest: resident memory", Value: x.Medians[role+"-rss-MB"], Unit: "MB"}
+			if role == "client" {
+				cpu.Goal, cpu.Met = "< 0.5 %", boolp(cpu.Value < 0.5)
+				rss.Goal, rss.Met = "< 40 MB", boolp(rss.Value < 40)
+			}
+			fs = append(fs, cpu, rss)
+		}
+	}
+	for _, what := range []string{"files", "container"} {
+		for _, on := range []string{"server", "client"} {
+			x, ok := b["BenchmarkDeclarationToMachine/"+what+"/"+on]
+			if !ok || x.Medians["ms"] == 0 {
+				continue
+			}
+			how := map[string]string{"server": "on the server itself", "client": "on a client, over the bus"}[on]
+			fs = append(fs, Figure{Key: "declaration.take." + what + "." + on, What: "module take to the node reporting it converged (" + what + "), " + how, MeshdMs: x.Medians["ms"]})
+		}
+	}
+	if x, ok := b["BenchmarkMeasuredNode"]; ok && x.Medians["to-report-ms"] > 0 {
+		r := Figure{Key: "measured.genesis_to_report", What: "measured control-node: genesis --adopted to its first host report", MeshdMs: x.Medians["to-report-ms"], Goal: "< 3 s"}
+		r.Met = boolp(r.MeshdMs < 3000)
+		p := Figure{Key: "measured.noop_pass", What: "measured control-node: a pass with nothing to do", MeshdMs: x.Medians["noop-pass-ms"], Goal: "< 50 ms"}
+		p.Met = boolp(p.MeshdMs < 50)
+		fs = append(fs, r, p)
+	}
 	if v, ok := ms("BenchmarkNoOpPass"); ok {
 		fs = append(fs, Figure{Key: "reconcile.noop.40files", What: fmt.Sprintf("a host pass with nothing to do, 40 files (%.0f allocs)", b["BenchmarkNoOpPass"].Allocs), MeshdMs: v})
 	}
@@ -300,7 +354,11 @@ func (r *Results) Table(w io.Writer) {
 		if f.Met != nil {
 			goal += map[bool]string{true: " met", false: " MISSED"}[*f.Met]
 		}
-		fmt.Fprintf(w, "%-34s %12s %12s  %-26s %9s  %s\n", f.Key, fmtMs(f.MeshdMs), vs, f.Versus, ratio, goal)
+		value := fmtMs(f.MeshdMs)
+		if f.Unit != "" {
+			value = fmt.Sprintf("%.2f %s", f.Value, f.Unit)
+		}
+		fmt.Fprintf(w, "%-34s %12s %12s  %-26s %9s  %s\n", f.Key, value, vs, f.Versus, ratio, goal)
 	}
 }
 

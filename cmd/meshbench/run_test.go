@@ -14,10 +14,13 @@ import (
 // openings benchmarks on the lab and a micro-benchmark, and every figure it promises for N=10
 // is in the table and in the JSON, with a ratio where an operator's way was measured beside it.
 func TestSmokeRun(t *testing.T) {
-	testenv.RequireRoot(t, "the openings benchmarks run on lab namespaces", "nft", "iptables", "ufw", "dockerd")
+	testenv.RequireRoot(t, "the openings benchmarks run on lab namespaces", "nft", "iptables", "ufw", "dockerd", "etcd")
 	res, err := Run(Options{Count: 1, Sizes: "10", Suites: []Suite{
 		{Package: "./netfilter/", Bench: "^BenchmarkOpenings$"},
 		{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
+		{Package: "./agent/", Bench: "^BenchmarkOperatorCommit$", Benchtime: "20x"},
+		{Package: "./e2e/", Bench: "^BenchmarkAgentFootprint$", Benchtime: "1x", Env: []string{"MESHD_BENCH_WINDOW=5s"}},
+		{Package: "./e2e/", Bench: "^BenchmarkDeclarationToMachine/files/client$", Benchtime: "1x"},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -27,9 +30,15 @@ func TestSmokeRun(t *testing.T) {
 		got[f.Key] = f
 	}
 	for _, k := range []string{"openings.nftables.10", "openings.iptables.10", "openings.ufw.10", "openings.nftables.10.vs_nft_f",
-		"recheck.nftables.10", "recheck.ufw.10", "restore.nftables.10", "restore.iptables.10", "restore.ufw.10", "fsm.compose"} {
+		"recheck.nftables.10", "recheck.ufw.10", "restore.nftables.10", "restore.iptables.10", "restore.ufw.10", "fsm.compose",
+		"declaration.take.files.client", "raft.commit.1.p50", "raft.commit.1.p99", "raft.commit.3.p50", "raft.commit.3.p99"} {
 		f, ok := got[k]
 		if !ok || f.MeshdMs <= 0 {
+			t.Errorf("figure %s missing or zero: %+v", k, f)
+		}
+	}
+	for _, k := range []string{"footprint.client.cpu", "footprint.client.rss", "footprint.server.rss"} {
+		if f, ok := got[k]; !ok || f.Value <= 0 || f.Unit == "" {
 			t.Errorf("figure %s missing or zero: %+v", k, f)
 		}
 	}
@@ -37,6 +46,9 @@ func TestSmokeRun(t *testing.T) {
 		t.Errorf("ufw openings have no ratio against `ufw allow` per port: %+v", f)
 	} else {
 		t.Logf("ufw, 10 openings: meshd %.1f ms, ufw allow per port %.1f ms: %.1f× (goal ≥ 10×)", f.MeshdMs, f.VsMs, f.Ratio)
+	}
+	if f := got["raft.commit.3.p50"]; f.VsMs <= 0 || f.Versus == "" {
+		t.Errorf("Raft commit with three servers has no etcd beside it: %+v", f)
 	}
 	var table strings.Builder
 	res.Table(&table)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ import (
 func agentCmd(g *globals) *cobra.Command {
 	var (
 		configFile string
+		cpuProfile string
 		cfg        agent.Config
 	)
 	cmd := &cobra.Command{
@@ -95,11 +97,23 @@ socket is never removed: the agent refuses to start, naming it.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			if cpuProfile != "" {
+				pf, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				defer pf.Close()
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					return fmt.Errorf("--cpu-profile %s: %w", cpuProfile, err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			return a.Run(ctx)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of this run to FILE, complete once the agent stops (go tool pprof FILE; docs/performance.md)")
 	f.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir, "the node's data dir")
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often the host re-checks the whole machine without a new declaration; drift in declared files and containers is seen at once by watches, this is their safety net")
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
