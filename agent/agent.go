@@ -81,6 +81,8 @@ type Agent struct {
 	privateRange atomic.Value
 	// logs tees the agent's log to `meshd monitor` (monitor.go).
 	logs *logHub
+	// pagePulse wakes the status pages' event streams when a host report arrives (statuspage.go).
+	pagePulse pulse
 }
 
 // Start opens the node's data dir, starts its role (Raft on a server) and the operator API, and

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 packages=(
   iproute2 nftables iptables ufw wireguard-tools wireguard-go conntrack util-linux procps psmisc
   curl ca-certificates docker.io
+  chromium  # the status page's test drives a real headless Chromium
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -36,9 +36,11 @@ everything is kept on disk for the next start.
 Prometheus metrics on), metrics_underlay. Flags given on the command line win over the file.
 
 Prometheus metrics are at /metrics on the operator socket, and on each --metrics HOST:PORT given
-(plain HTTP, /metrics only): a loopback address, or one in the private network's range (served once
-the node's declaration names the range and the address is on the machine). An underlay address is
-refused unless --metrics-underlay says so.
+(plain HTTP): a loopback address, or one in the private network's range (served once the node's
+declaration names the range and the address is on the machine). An underlay address is refused
+unless --metrics-underlay says so. On a server that listener also serves the status page at / (every
+node, what it holds and what changed, its openings, the tunnel, what a converge would close; live in
+the browser): open http://HOST:PORT/ there, e.g. through ssh -L from your desk.
 
 The operator socket is root's alone (0600), or with --socket-group GROUP also that group's (0660); each
 caller's credentials are checked again on every connection. Something at the socket path that is not a
@@ -104,7 +106,7 @@ socket is never removed: the agent refuses to start, naming it.`,
 	f.StringVar(&cfg.SealKey, "seal-key", "", "the seal key file the node's secrets are sealed under (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
 	f.StringVar(&cfg.SocketGroup, "socket-group", "", "a group (name or gid) whose members may use the operator socket besides root (default: root only)")
 	f.StringVar(&cfg.DockerHost, "docker-host", "", "the Docker engine's address: a unix socket path or unix://, tcp:// URL (default unix:///var/run/docker.sock)")
-	f.StringSliceVar(&cfg.Metrics, "metrics", nil, "serve Prometheus metrics at HOST:PORT/metrics too (loopback or the private network; repeat for more)")
+	f.StringSliceVar(&cfg.Metrics, "metrics", nil, "serve Prometheus metrics at HOST:PORT/metrics, and on a server the status page at HOST:PORT/ (loopback or the private network; repeat for more)")
 	f.BoolVar(&cfg.MetricsUnderlay, "metrics-underlay", false, "allow a --metrics address off loopback and the private network")
 	return cmd
 }
