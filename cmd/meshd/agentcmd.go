@@ -6,12 +6,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"meshd/agent"
 )
@@ -27,13 +25,20 @@ func agentCmd(g *globals) *cobra.Command {
 		Use:   "agent [--config FILE] [--data-dir DIR] [--socket PATH]",
 		Short: "Run this machine's node",
 		Long: `The agent runs the node kept in the data dir: on a server, Raft and the controller; on every node,
-the operator's socket and the watch on the node's own declaration. SIGTERM or SIGINT stops it cleanly;
-everything is kept on disk for the next start.
+the operator's socket and the watch on the node's own declaration. SIGTERM or SIGINT stops it cleanly
+(a server shuts gossip down without leaving it: it is coming back); everything is kept on disk for
+the next start. SIGHUP reads the config file again and applies its log level.
+
+Under systemd (packaging/meshd.service, or ` + "`meshd install-unit`" + `) the unit is Type=notify: the agent
+sends READY=1 once its record has replayed the Raft log, so ` + "`systemctl start meshd`" + ` returns when
+meshd commands are answered.
 
 --config names a YAML file with any of: data_dir, socket, reconcile_interval (e.g. 10s), log_level
-(debug, info, warn, error), docker_host (the Docker engine the node's containers run on), socket_group
-(a group whose members may use the operator socket besides root), metrics (addresses to serve
-Prometheus metrics on), metrics_underlay. Flags given on the command line win over the file.
+(debug, info, warn, error), docker_host (the Docker engine the node's containers run on), seal_key,
+socket_group (a group whose members may use the operator socket besides root), metrics (addresses
+to serve Prometheus metrics and the status page on), metrics_underlay. Flags given on the command
+line win over the file. packaging/meshd.yaml documents every key; ` + "`meshd config validate FILE`" + ` checks
+a file, naming each problem's line and key.
 
 Prometheus metrics are at /metrics on the operator socket, and on each --metrics HOST:PORT given
 (plain HTTP): a loopback address, or one in the private network's range (served once the node's
@@ -47,44 +52,15 @@ caller's credentials are checked again on every connection. Something at the soc
 socket is never removed: the agent refuses to start, naming it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fileCfg := agent.Config{}
 			if configFile != "" {
-				b, err := os.ReadFile(configFile)
+				fileCfg, set, err := agent.LoadConfigFile(configFile)
 				if err != nil {
-					return fmt.Errorf("config: %w", err)
+					return err
 				}
-				dec := yaml.NewDecoder(strings.NewReader(string(b)))
-				dec.KnownFields(true)
-				if err := dec.Decode(&fileCfg); err != nil {
-					return fmt.Errorf("config %s: %w", configFile, err)
-				}
-			}
-			if !cmd.Flags().Changed("data-dir") && fileCfg.DataDir != "" {
-				cfg.DataDir = fileCfg.DataDir
-			}
-			if !cmd.Flags().Changed("socket") && os.Getenv("MESHD_SOCKET") == "" && fileCfg.Socket != "" {
-				g.socket = fileCfg.Socket
-			}
-			if !cmd.Flags().Changed("reconcile-interval") && fileCfg.ReconcileInterval != 0 {
-				cfg.ReconcileInterval = fileCfg.ReconcileInterval
-			}
-			if !cmd.Flags().Changed("log-level") && fileCfg.LogLevel != "" {
-				cfg.LogLevel = fileCfg.LogLevel
-			}
-			if !cmd.Flags().Changed("docker-host") && fileCfg.DockerHost != "" {
-				cfg.DockerHost = fileCfg.DockerHost
-			}
-			if !cmd.Flags().Changed("socket-group") && fileCfg.SocketGroup != "" {
-				cfg.SocketGroup = fileCfg.SocketGroup
-			}
-			if !cmd.Flags().Changed("metrics") && len(fileCfg.Metrics) > 0 {
-				cfg.Metrics = fileCfg.Metrics
-			}
-			if !cmd.Flags().Changed("metrics-underlay") && fileCfg.MetricsUnderlay {
-				cfg.MetricsUnderlay = true
+				applyFileConfig(cmd, g, &cfg, fileCfg, set)
 			}
 			cfg.Socket = g.socket
-			var level slog.Level
+			level := new(slog.LevelVar)
 			if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 				return fmt.Errorf("log level %q: use debug, info, warn or error", cfg.LogLevel)
 			}
@@ -95,6 +71,19 @@ socket is never removed: the agent refuses to start, naming it.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-hup:
+						reloadConfig(cmd, log, configFile, cfg, level)
+					}
+				}
+			}()
 			return a.Run(ctx)
 		},
 	}

@@ -90,6 +90,7 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	root.AddCommand(adoptCmd(g))
 	root.AddCommand(tunnelCmd(g), tunnelDeviceCmd())
 	root.AddCommand(versionCmd(g), monitorCmd(g))
+	root.AddCommand(configCmd(g), installUnitCmd())
 	return root
 }
 
