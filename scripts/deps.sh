@@ -11,6 +11,7 @@ packages=(
   iproute2 nftables iptables ufw wireguard-tools wireguard-go conntrack util-linux procps psmisc
   curl ca-certificates docker.io
   chromium  # the status page's test drives a real headless Chromium
+  bash-completion  # what meshd completion bash builds on (and its test)
 )
 missing=()
 for p in "${packages[@]}"; do
