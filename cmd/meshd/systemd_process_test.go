@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -55,7 +56,12 @@ func nextNotify(t *testing.T, got <-chan string, want string, within time.Durati
 // level at once, says which other keys wait for a restart, and a broken file changes nothing.
 func TestProcessSystemdNotifyAndSIGHUP(t *testing.T) {
 	n := newNode(t)
-	n.genesis("--adopted")
+	// Genesis off a terminal says its steps as plain lines on stderr.
+	_, steps, code := n.run("genesis", "--name", "hub", "--data-dir", n.dir, "--advertise", "127.0.0.1",
+		"--port", fmt.Sprintf("raft=%d", freePort(t)), "--docker-host", noDocker, "--adopted")
+	if code != 0 || !strings.Contains(steps, "] preflight: ") || !strings.Contains(steps, "] waiting for Raft to elect this node") || strings.Contains(steps, "\r") {
+		t.Fatalf("genesis: exit %d, stderr:\n%s", code, steps)
+	}
 	notify, got := fakeSystemd(t)
 	conf := filepath.Join(t.TempDir(), "meshd.yaml")
 	if err := os.WriteFile(conf, []byte("log_level: info\nreconcile_interval: 10m\n"), 0o644); err != nil {
