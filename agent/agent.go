@@ -82,6 +82,8 @@ type Agent struct {
 	privateRange atomic.Value
 	// logs tees the agent's log to `meshd monitor` (monitor.go).
 	logs *logHub
+	// pagePulse wakes the status pages' event streams when a host report arrives (statuspage.go).
+	pagePulse pulse
 }
 
 // Start opens the node's data dir, starts its role (Raft on a server) and the operator API, and
@@ -185,6 +187,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		go a.serveMetrics(ctx, addr)
 	}
 	a.role.runLoops(ctx)
+	go a.notifyReady(ctx)
 	hostDone := make(chan struct{})
 	go func() {
 		defer close(hostDone)
@@ -196,8 +199,11 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Stop closes the API, gossip and the role (Raft on a server), leaving everything on disk for the
-// next start.
+// next start. Gossip is shut down, never left: a node stopped by SIGTERM (systemctl stop, a
+// reboot) is coming back, and a server that left would be marked left by its peers rather than
+// failed; leaving is `meshd leave`'s, the operator's decision.
 func (a *Agent) Stop() error {
+	_ = SdNotify("STOPPING=1")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = a.http.Shutdown(sctx)

@@ -230,6 +230,7 @@ func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer s
 	s.reportsMu.Lock()
 	s.reports[peer] = rep
 	s.reportsMu.Unlock()
+	s.pagePulse.fire()
 	w.WriteHeader(http.StatusNoContent)
 }
 

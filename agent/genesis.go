@@ -48,6 +48,8 @@ type GenesisOptions struct {
 	DryRun bool
 	// LogOutput receives Raft's own log; nil discards it.
 	LogOutput io.Writer
+	// Progress, when set, is told each step as it starts (the CLI shows them).
+	Progress func(step string)
 }
 
 // GenesisResult says what genesis made.
@@ -132,6 +134,12 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting mesh.range: %q is not a range such as 10.99.0.0/24", mesh.Values(vals)["range"])
 	}
+	say := func(step string) {
+		if opts.Progress != nil {
+			opts.Progress(step)
+		}
+	}
+	say("preflight: the ports, the firewall, the tunnel, the Docker engine")
 	findings := preflight(context.Background(), preflightInput{Mode: opts.Mode, Catalogue: cat, Settings: settings,
 		Advertise: opts.Advertise, DockerHost: opts.DockerHost, Range: rng.Masked(), TakeTunnel: opts.TakeTunnel})
 	for _, f := range findings {
@@ -142,6 +150,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if opts.DryRun {
 		return &GenesisResult{DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings, DryRun: true}, nil
 	}
+	say("sealing the mesh's secrets: the CA, the node's identity, the gossip keyring")
 	sealPath := pki.SealKeyPath(opts.SealKey)
 	seal, newSeal, err := sealKeyFor(sealPath)
 	if err != nil {
@@ -190,6 +199,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		os.RemoveAll(filepath.Join(opts.DataDir, pki.Subdir))
 		return nil, err
 	}
+	say("starting Raft in " + raftDir(opts.DataDir))
 	f := fsm.NewFSM()
 	rn, err := openRaft(opts.DataDir, nf, f, raftTLS, log, logOut)
 	if err != nil {
@@ -206,6 +216,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if err := rn.raft.BootstrapCluster(boot).Error(); err != nil {
 		return fail(fmt.Errorf("bootstrap raft: %w", err))
 	}
+	say("waiting for Raft to elect this node")
 	if err := rn.waitLeader(15 * time.Second); err != nil {
 		return fail(err)
 	}
@@ -224,12 +235,14 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		}
 		overlay = k.PublicKey().String()
 	}
+	say("recording the node, its settings and the catalogue")
 	v, err := rn.apply(fsm.OpGenesis, fsm.Genesis{Node: opts.Name, ID: nf.ID, Mode: opts.Mode, Advertise: opts.Advertise,
 		PublicKey: pki.PublicKeyString(nodePub), Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation, Tunnel: take,
 		WireGuardKey: overlay}, 10*time.Second)
 	if err != nil {
 		return fail(err)
 	}
+	say("writing the record's first snapshot")
 	if err := rn.raft.Snapshot().Error(); err != nil {
 		log.Warn("genesis snapshot", "err", err)
 	}

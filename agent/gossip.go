@@ -205,7 +205,7 @@ func (a *Agent) startGossip(self GossipPeer) (*gossip.Gossip, error) {
 		Name: a.node.Name, BindAddr: "0.0.0.0", BindPort: int(self.Gossip),
 		AdvertiseAddr: adv, AdvertisePort: int(self.Gossip),
 		Keyring: keys, Identity: a.secrets.NodeKey, Verify: a.verifyKey,
-		Logger: a.log,
+		Logger: a.log, OnReport: func(gossip.Report) { a.pagePulse.fire() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: gossip on port %d (tcp and udp, all addresses): %w", a.node.Name, self.Gossip, err)

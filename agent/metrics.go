@@ -213,6 +213,9 @@ func (s *serverRole) metricReports() map[string]*host.Report {
 // collectRole: a client runs no Raft.
 func (c *clientRole) collectRole(chan<- prometheus.Metric) {}
 
+// statusPage: a client has none; its servers' pages show it.
+func (c *clientRole) statusPage() http.Handler { return nil }
+
 // metricReports: a client shows its own report only.
 func (c *clientRole) metricReports() map[string]*host.Report {
 	rep := c.host.Report()
@@ -282,6 +285,9 @@ func (a *Agent) serveMetrics(ctx context.Context, addr string) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", a.mx.handler())
+		if page := a.role.statusPage(); page != nil {
+			mux.Handle("/", page)
+		}
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			<-ctx.Done()

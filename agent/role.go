@@ -46,6 +46,12 @@ type role interface {
 	metricReports() map[string]*host.Report
 	// collectRole adds what only the role knows to a scrape: Raft's state on a server.
 	collectRole(ch chan<- prometheus.Metric)
+	// waitReady returns once the node serves what it is for (a server: its record replayed the
+	// Raft log), for systemd's READY=1 (sdnotify.go).
+	waitReady(ctx context.Context) error
+	// statusPage is the status page the metrics listeners serve beside /metrics: a server's
+	// (statuspage.go); nil on a client, which holds no record.
+	statusPage() http.Handler
 	// waitGossipRound waits for the next round of gossip joins, at most d.
 	waitGossipRound(ctx context.Context, d time.Duration)
 }

@@ -113,6 +113,7 @@ func (s *serverRole) runLoops(ctx context.Context) {
 	go s.followRaftPort(ctx)
 	go s.finishFlips(ctx)
 	go s.runAutopilot(ctx)
+	go s.followReports(ctx)
 }
 
 // gossipView is the record's: it is always current, so refreshView has nothing to do.

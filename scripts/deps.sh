@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 packages=(
   iproute2 nftables iptables ufw wireguard-tools wireguard-go conntrack util-linux procps psmisc
   curl ca-certificates docker.io
+  chromium  # the status page's test drives a real headless Chromium
+  bash-completion  # what meshd completion bash builds on (and its test)
 )
 # Debian's etcd-server: the Raft figure's "versus" (cmd/meshbench), started by the bench itself.
 [ -n "$with_bench" ] && packages+=(etcd-server)

@@ -8,12 +8,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"meshd/agent"
 )
@@ -30,62 +28,42 @@ func agentCmd(g *globals) *cobra.Command {
 		Use:   "agent [--config FILE] [--data-dir DIR] [--socket PATH]",
 		Short: "Run this machine's node",
 		Long: `The agent runs the node kept in the data dir: on a server, Raft and the controller; on every node,
-the operator's socket and the watch on the node's own declaration. SIGTERM or SIGINT stops it cleanly;
-everything is kept on disk for the next start.
+the operator's socket and the watch on the node's own declaration. SIGTERM or SIGINT stops it cleanly
+(a server shuts gossip down without leaving it: it is coming back); everything is kept on disk for
+the next start. SIGHUP reads the config file again and applies its log level.
+
+Under systemd (packaging/meshd.service, or ` + "`meshd install-unit`" + `) the unit is Type=notify: the agent
+sends READY=1 once its record has replayed the Raft log, so ` + "`systemctl start meshd`" + ` returns when
+meshd commands are answered.
 
 --config names a YAML file with any of: data_dir, socket, reconcile_interval (e.g. 10s), log_level
-(debug, info, warn, error), docker_host (the Docker engine the node's containers run on), socket_group
-(a group whose members may use the operator socket besides root), metrics (addresses to serve
-Prometheus metrics on), metrics_underlay. Flags given on the command line win over the file.
+(debug, info, warn, error), docker_host (the Docker engine the node's containers run on), seal_key,
+socket_group (a group whose members may use the operator socket besides root), metrics (addresses
+to serve Prometheus metrics and the status page on), metrics_underlay. Flags given on the command
+line win over the file. packaging/meshd.yaml documents every key; ` + "`meshd config validate FILE`" + ` checks
+a file, naming each problem's line and key.
 
 Prometheus metrics are at /metrics on the operator socket, and on each --metrics HOST:PORT given
-(plain HTTP, /metrics only): a loopback address, or one in the private network's range (served once
-the node's declaration names the range and the address is on the machine). An underlay address is
-refused unless --metrics-underlay says so.
+(plain HTTP): a loopback address, or one in the private network's range (served once the node's
+declaration names the range and the address is on the machine). An underlay address is refused
+unless --metrics-underlay says so. On a server that listener also serves the status page at / (every
+node, what it holds and what changed, its openings, the tunnel, what a converge would close; live in
+the browser): open http://HOST:PORT/ there, e.g. through ssh -L from your desk.
 
 The operator socket is root's alone (0600), or with --socket-group GROUP also that group's (0660); each
 caller's credentials are checked again on every connection. Something at the socket path that is not a
 socket is never removed: the agent refuses to start, naming it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fileCfg := agent.Config{}
 			if configFile != "" {
-				b, err := os.ReadFile(configFile)
+				fileCfg, set, err := agent.LoadConfigFile(configFile)
 				if err != nil {
-					return fmt.Errorf("config: %w", err)
+					return err
 				}
-				dec := yaml.NewDecoder(strings.NewReader(string(b)))
-				dec.KnownFields(true)
-				if err := dec.Decode(&fileCfg); err != nil {
-					return fmt.Errorf("config %s: %w", configFile, err)
-				}
-			}
-			if !cmd.Flags().Changed("data-dir") && fileCfg.DataDir != "" {
-				cfg.DataDir = fileCfg.DataDir
-			}
-			if !cmd.Flags().Changed("socket") && os.Getenv("MESHD_SOCKET") == "" && fileCfg.Socket != "" {
-				g.socket = fileCfg.Socket
-			}
-			if !cmd.Flags().Changed("reconcile-interval") && fileCfg.ReconcileInterval != 0 {
-				cfg.ReconcileInterval = fileCfg.ReconcileInterval
-			}
-			if !cmd.Flags().Changed("log-level") && fileCfg.LogLevel != "" {
-				cfg.LogLevel = fileCfg.LogLevel
-			}
-			if !cmd.Flags().Changed("docker-host") && fileCfg.DockerHost != "" {
-				cfg.DockerHost = fileCfg.DockerHost
-			}
-			if !cmd.Flags().Changed("socket-group") && fileCfg.SocketGroup != "" {
-				cfg.SocketGroup = fileCfg.SocketGroup
-			}
-			if !cmd.Flags().Changed("metrics") && len(fileCfg.Metrics) > 0 {
-				cfg.Metrics = fileCfg.Metrics
-			}
-			if !cmd.Flags().Changed("metrics-underlay") && fileCfg.MetricsUnderlay {
-				cfg.MetricsUnderlay = true
+				applyFileConfig(cmd, g, &cfg, fileCfg, set)
 			}
 			cfg.Socket = g.socket
-			var level slog.Level
+			level := new(slog.LevelVar)
 			if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 				return fmt.Errorf("log level %q: use debug, info, warn or error", cfg.LogLevel)
 			}
@@ -108,6 +86,19 @@ socket is never removed: the agent refuses to start, naming it.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-hup:
+						reloadConfig(cmd, log, configFile, cfg, level)
+					}
+				}
+			}()
 			return a.Run(ctx)
 		},
 	}
@@ -120,7 +111,7 @@ socket is never removed: the agent refuses to start, naming it.`,
 	f.StringVar(&cfg.SealKey, "seal-key", "", "the seal key file the node's secrets are sealed under (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
 	f.StringVar(&cfg.SocketGroup, "socket-group", "", "a group (name or gid) whose members may use the operator socket besides root (default: root only)")
 	f.StringVar(&cfg.DockerHost, "docker-host", "", "the Docker engine's address: a unix socket path or unix://, tcp:// URL (default unix:///var/run/docker.sock)")
-	f.StringSliceVar(&cfg.Metrics, "metrics", nil, "serve Prometheus metrics at HOST:PORT/metrics too (loopback or the private network; repeat for more)")
+	f.StringSliceVar(&cfg.Metrics, "metrics", nil, "serve Prometheus metrics at HOST:PORT/metrics, and on a server the status page at HOST:PORT/ (loopback or the private network; repeat for more)")
 	f.BoolVar(&cfg.MetricsUnderlay, "metrics-underlay", false, "allow a --metrics address off loopback and the private network")
 	return cmd
 }

@@ -137,11 +137,26 @@ once adopted, 1 on a refusal (the node is already adopted) or when the wait ends
 	return cmd
 }
 
+// flipStep says what a flip or a return waits for, as the node's last report says it.
+func flipStep(nv agent.NodeView, mode fsm.Mode) string {
+	name := nv.Node.Name
+	switch {
+	case nv.Report == nil:
+		return fmt.Sprintf("waiting for node %s's first report", name)
+	case host.ReportFlip(nv.Report) != nil && host.ReportFlip(nv.Report).Waiting != "":
+		return fmt.Sprintf("node %s becoming %s: %s", name, mode, host.ReportFlip(nv.Report).Waiting)
+	case nv.Node.Flip != nil:
+		return fmt.Sprintf("node %s becoming %s: its agent carries the intent out", name, mode)
+	}
+	return fmt.Sprintf("node %s is %s; the record follows its report", name, mode)
+}
+
 // waitFlip waits until the record holds node in mode with no flip pending, then prints the node's
 // firewall as its report says.
 func waitFlip(g *globals, node string, mode fsm.Mode, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	var last agent.NodeView
+	pr := g.progress()
 	for {
 		ctx, cancel := g.ctx()
 		var nv agent.NodeView
@@ -150,8 +165,12 @@ func waitFlip(g *globals, node string, mode fsm.Mode, wait time.Duration) error 
 		if err == nil {
 			last = nv
 			if nv.Node != nil && nv.Node.Mode == mode && nv.Node.Flip == nil {
+				pr.Done(true)
 				return g.emit(nv.Node, func(w io.Writer) { writeFlipped(w, nv) })
 			}
+			pr.Step(flipStep(nv, mode))
+		} else {
+			pr.Step("waiting for an answer about node " + node + ": " + err.Error())
 		}
 		if time.Now().After(deadline) {
 			why := "no report from the node yet"
@@ -160,6 +179,7 @@ func waitFlip(g *globals, node string, mode fsm.Mode, wait time.Duration) error 
 			} else if last.Report != nil {
 				why = "the node's last report (" + last.Report.When.Format(time.RFC3339) + ") does not say it is done"
 			}
+			pr.Done(false)
 			return fmt.Errorf("node %s is not %s after %s: %s; the intent stays in the record and the node finishes it (see `meshd node show %s`)", node, mode, wait, why, node)
 		}
 		time.Sleep(250 * time.Millisecond)

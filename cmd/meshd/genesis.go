@@ -79,7 +79,10 @@ flushing it and raises the mesh's interface in its place; see ` + "`meshd tunnel
 				raftLog = os.Stderr
 			}
 			opts.LogOutput = raftLog
+			pr := g.progress()
+			opts.Progress = pr.Step
 			res, err := agent.Genesis(opts, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			pr.Done(err == nil)
 			var pe *agent.PreflightError
 			if errors.As(err, &pe) && g.json {
 				_ = g.emit(map[string]any{"ok": false, "findings": pe.Findings}, nil)

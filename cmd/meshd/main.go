@@ -52,6 +52,21 @@ Raft group holding the record (each node's mode, modules assigned and taken, set
 A node in use is adopted first: what meshd finds on it is held, not replaced, until the operator
 takes each module. The operator converges the node when its migration is done.
 
+A migration, in order (docs/runbook.md walks it step by step):
+
+  1. meshd genesis --name hub --adopted --dry-run    on the control-node: the preflight alone
+     meshd genesis --name hub --adopted              the record begins; what is found is held
+     meshd install-unit && systemctl enable --now meshd     the agent, under systemd
+  2. meshd token create --adopted > token            a token for the next machine
+  3. meshd join --token-file token --name web1       on that machine: it enrols, adopted
+  4. meshd tunnel take web1 wg0                      its predecessor tunnel, taken over in place
+  5. meshd module assign web1 webapp                 prepare: create what is missing, hold what is found
+  6. meshd module take web1 webapp                   the cutover, once the module's data has moved
+  7. meshd converge web1 --preview                   what would close; then converge web1 --plan TOKEN
+
+Look at any time: meshd status, meshd node show NODE, meshd monitor NODE, and a server's status page
+(meshd agent --metrics 127.0.0.1:9470, then http://127.0.0.1:9470/).
+
 The operator's commands talk to the local agent over its socket (` + agent.DefaultSocket + `;
 --socket or MESHD_SOCKET to change it).`,
 		SilenceUsage:  true,
@@ -91,6 +106,8 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	root.AddCommand(tunnelCmd(g), tunnelDeviceCmd())
 	root.AddCommand(versionCmd(g), monitorCmd(g))
 	root.AddCommand(bootCmd(g))
+	root.AddCommand(configCmd(g), installUnitCmd(), completionCmd(root), docsCmd())
+	groupCommands(root)
 	return root
 }
 

@@ -174,7 +174,11 @@ something else or not), what it creates and the openings that start to be guarde
 				return g.emit(pv, func(w io.Writer) { writeTakePreview(w, pv) })
 			}
 			var n fsm.Node
-			if err := g.client().Post(ctx, base+"take", nil, &n); err != nil {
+			pr := g.progress()
+			pr.Step(fmt.Sprintf("recording the take of %s on %s (committed through Raft before the answer)", args[1], args[0]))
+			err := g.client().Post(ctx, base+"take", nil, &n)
+			pr.Done(err == nil)
+			if err != nil {
 				return err
 			}
 			return g.emit(n, func(w io.Writer) {

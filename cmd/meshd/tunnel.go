@@ -53,7 +53,11 @@ then the spoke's found tunnel carries its traffic, and the other nodes reach it 
 			ctx, cancel := g.ctx()
 			defer cancel()
 			var v fsm.TunnelTaken
-			if err := g.client().Post(ctx, "/v1/tunnel/take", agent.TunnelTakeRequest{Node: args[0], Interface: args[1], Requested: req}, &v); err != nil {
+			pr := g.progress()
+			pr.Step(fmt.Sprintf("reading %s on %s and recording its takeover (committed through Raft before the answer)", args[1], args[0]))
+			err := g.client().Post(ctx, "/v1/tunnel/take", agent.TunnelTakeRequest{Node: args[0], Interface: args[1], Requested: req}, &v)
+			pr.Done(err == nil)
+			if err != nil {
 				return err
 			}
 			return g.emit(v, func(w io.Writer) {

@@ -1,0 +1,465 @@
+package agent
+
+// The status page: what an operator looks at instead of reading JSON. Every server agent serves
+// it on the same plain-HTTP listeners as /metrics (--metrics HOST:PORT: loopback, or an address in
+// the private network's range; never the underlay unless --metrics-underlay says so). It is
+// server-rendered from html/template with its stylesheet and a few lines of script embedded in the
+// binary: no front-end build, nothing fetched from anywhere. The page keeps itself current over
+// server-sent events (GET /events): the server renders the page's live part again each time the
+// record's index moves or a host report arrives (its own host's pass, gossip, a client's post)
+// and sends it when it differs from what that page last got.
+//
+// The page reads this server's own record and reports (a follower's may be a few entries behind
+// the leader's; the page says which server answered and whether it leads). It changes nothing:
+// it has no forms and serves only GET.
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"meshd/fsm"
+	"meshd/host"
+)
+
+//go:embed statuspage
+var pageFiles embed.FS
+
+var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
+	"ago":   pageAgo,
+	"short": func(s string) string { return shortKey(s) },
+	"join":  strings.Join,
+	"q":     url.QueryEscape,
+	"count": func(n int, one, many string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return strconv.Itoa(n) + " " + many
+	},
+	"has": func(list []string, s string) bool {
+		for _, x := range list {
+			if x == s {
+				return true
+			}
+		}
+		return false
+	},
+}).ParseFS(pageFiles, "statuspage/*.html"))
+
+// PageOverview is the status page's front: every node, and the tunnel.
+type PageOverview struct {
+	ServedBy string
+	Leader   string
+	Leads    bool
+	Index    uint64
+	At       time.Time
+	Nodes    []PageNode
+	Tunnel   *TunnelView
+}
+
+// PageNode is one node as the page shows it.
+type PageNode struct {
+	Name        string
+	Mode        fsm.Mode
+	ModeSince   time.Time
+	Role        string
+	ControlNode bool
+	Address     string
+	Liveness    string
+	Assigned    []string
+	Taken       []string
+	// From its last host report (Report nil: none yet).
+	Report      *host.Report
+	ReportFrom  string
+	Held        []host.HeldFile
+	Containers  []host.ContainerView
+	EngineError string
+	Firewall    host.FirewallView
+	Openings    []host.OpeningView
+	Tunnel      host.TunnelDetail
+	// Preview is what a converge would do now (nil with PreviewError when it cannot be made).
+	Preview      *host.ConvergePreview
+	PreviewError string
+}
+
+// Changed counts the held files and containers changed by something else.
+func (n PageNode) Changed() int {
+	c := 0
+	for _, f := range n.Held {
+		if f.Changed {
+			c++
+		}
+	}
+	for _, x := range n.Containers {
+		if x.Changed {
+			c++
+		}
+	}
+	return c
+}
+
+// HeldContainers counts the found containers the node keeps as they are.
+func (n PageNode) HeldContainers() int {
+	c := 0
+	for _, x := range n.Containers {
+		if x.State == host.ContainerHeld {
+			c++
+		}
+	}
+	return c
+}
+
+// WillClose lists what the converge preview marks as closing.
+func (n PageNode) WillClose() []string {
+	if n.Preview == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range n.Preview.Listeners {
+		if l.Verdict.Mark == host.MarkWillClose {
+			out = append(out, l.Listener.String())
+		}
+	}
+	for _, p := range n.Preview.Published {
+		if p.Verdict.Mark == host.MarkWillClose {
+			out = append(out, fmt.Sprintf("%s %s:%d (container %s)", p.Proto, p.HostIP, p.HostPort, p.Container))
+		}
+	}
+	return out
+}
+
+// PageNodeDetail is a node's own page: the node, its last report as JSON.
+type PageNodeDetail struct {
+	PageOverview
+	Node       PageNode
+	ReportJSON string
+}
+
+// pageView builds the overview from this server's record and the reports it has.
+func (s *serverRole) pageView() PageOverview {
+	v := PageOverview{ServedBy: s.node.Name, At: time.Now(), Leads: s.raft.raft.State() == raft.Leader}
+	v.Leader = s.leader().Node
+	type recNode struct {
+		n       fsm.Node
+		control bool
+		decl    *fsm.Declaration
+		taken   []string
+	}
+	var nodes []recNode
+	s.fsm.Read(func(r *fsm.Record, index uint64) {
+		v.Index = index
+		for _, name := range r.NodeNames() {
+			n := r.Nodes[name]
+			d, _ := fsm.Compose(r, name)
+			nodes = append(nodes, recNode{n: *n, control: r.Genesis != nil && r.Genesis.ControlNode == name, decl: d, taken: n.EffectiveTaken()})
+		}
+	})
+	members := s.membersByName()
+	for _, rn := range nodes {
+		n := rn.n
+		pn := PageNode{Name: n.Name, Mode: n.Mode, ModeSince: n.ModeSince, Role: "client", ControlNode: rn.control,
+			Address: n.Address, Assigned: n.Assigned, Taken: rn.taken}
+		if n.Server {
+			pn.Role = "server"
+		}
+		pn.Liveness, _ = s.liveness(members, n.Name)
+		rep, from := s.reportFrom(n.Name)
+		pn.Report, pn.ReportFrom = rep, from
+		if rep != nil {
+			pn.Held = rep.Held
+			var cr host.ContainerReport
+			if decodeInto(rep.Kinds[fsm.KindContainer], &cr) {
+				pn.Containers, pn.EngineError = cr.Containers, cr.EngineError
+			}
+			var od host.OpeningDetail
+			if decodeInto(rep.Kinds[fsm.KindOpening], &od) {
+				pn.Firewall, pn.Openings = od.Firewall, od.Openings
+			}
+			decodeInto(rep.Kinds[fsm.KindTunnel], &pn.Tunnel)
+		}
+		switch {
+		case rn.decl == nil:
+			pn.PreviewError = "no declaration for this node"
+		default:
+			pv, err := host.PreviewConverge(rep, rn.decl)
+			if err != nil {
+				pn.PreviewError = err.Error()
+			} else {
+				pn.Preview = &pv
+			}
+		}
+		v.Nodes = append(v.Nodes, pn)
+	}
+	if tv := s.tunnelView(); tv.Range != "" {
+		v.Tunnel = &tv
+	}
+	return v
+}
+
+// pulse wakes every waiter at the next change: wait returns a channel fire closes.
+type pulse struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (p *pulse) wait() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch == nil {
+		p.ch = make(chan struct{})
+	}
+	return p.ch
+}
+
+func (p *pulse) fire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil {
+		close(p.ch)
+		p.ch = nil
+	}
+}
+
+// followReports fires the page's pulse after each of this node's own host passes (gossip and the
+// bus fire it as reports arrive).
+func (s *serverRole) followReports(ctx context.Context) {
+	passed := s.host.Passed()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-passed:
+			s.pagePulse.fire()
+		}
+	}
+}
+
+// pageRefresh bounds how long a page goes without being rendered again, for what changes without
+// a record entry or a report: gossip liveness, and the ages the page shows.
+const pageRefresh = 2 * time.Second
+
+// statusPage is a server's status page; the routes are relative to the listener's root.
+func (s *serverRole) statusPage() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, req *http.Request) {
+		s.renderPage(w, "overview", s.pageView(), "/events")
+	})
+	mux.HandleFunc("GET /node/{node}", func(w http.ResponseWriter, req *http.Request) {
+		d, ok := s.pageDetail(req.PathValue("node"))
+		if !ok {
+			http.Error(w, fmt.Sprintf("node %s: no such node in the record", req.PathValue("node")), http.StatusNotFound)
+			return
+		}
+		s.renderPage(w, "node", d, "/events?node="+url.QueryEscape(d.Node.Name))
+	})
+	mux.HandleFunc("GET /node/{node}/original", s.pageOriginal)
+	mux.HandleFunc("GET /events", s.pageEvents)
+	mux.HandleFunc("GET /page.css", func(w http.ResponseWriter, _ *http.Request) {
+		b, _ := pageFiles.ReadFile("statuspage/page.css")
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		_, _ = w.Write(b)
+	})
+	return mux
+}
+
+// pageDetail is node's page, false when the record has no such node.
+func (s *serverRole) pageDetail(name string) (PageNodeDetail, bool) {
+	ov := s.pageView()
+	for _, n := range ov.Nodes {
+		if n.Name == name {
+			d := PageNodeDetail{PageOverview: ov, Node: n}
+			if n.Report != nil {
+				b, _ := json.MarshalIndent(n.Report, "", "  ")
+				d.ReportJSON = string(b)
+			}
+			return d, true
+		}
+	}
+	return PageNodeDetail{}, false
+}
+
+// renderPage writes a whole page: the layout around the live part named live.
+func (s *serverRole) renderPage(w http.ResponseWriter, live string, data any, events string) {
+	var body bytes.Buffer
+	if err := pageTmpl.ExecuteTemplate(&body, live, data); err != nil {
+		http.Error(w, "status page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	var out bytes.Buffer
+	err := pageTmpl.ExecuteTemplate(&out, "layout", map[string]any{"Title": "meshd · " + s.node.Name, "Events": events,
+		"Live": template.HTML(body.String())}) //nolint:gosec // our own template's output
+	if err != nil {
+		http.Error(w, "status page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = out.WriteTo(w)
+}
+
+// pageEvents streams the live part of the overview (or of ?node=NAME's page) each time it changes.
+func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
+	node := req.URL.Query().Get("node")
+	render := func() ([]byte, uint64, error) {
+		var b bytes.Buffer
+		if node == "" {
+			v := s.pageView()
+			err := pageTmpl.ExecuteTemplate(&b, "overview", v)
+			return b.Bytes(), v.Index, err
+		}
+		d, ok := s.pageDetail(node)
+		if !ok {
+			return nil, 0, fmt.Errorf("node %s: no such node in the record", node)
+		}
+		err := pageTmpl.ExecuteTemplate(&b, "node", d)
+		return b.Bytes(), d.Index, err
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	var last []byte
+	ctx := req.Context()
+	for ctx.Err() == nil {
+		// Listen before rendering, so a change during the render wakes the next round.
+		reports := s.pagePulse.wait()
+		var index uint64
+		s.fsm.Read(func(_ *fsm.Record, i uint64) { index = i })
+		body, at, err := render()
+		if err != nil {
+			fmt.Fprintf(w, "event: gone\ndata: %s\n\n", err)
+			_ = rc.Flush()
+			return
+		}
+		if !bytes.Equal(body, last) {
+			last = bytes.Clone(body)
+			if err := writeEvent(w, "page", at, body); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, pageRefresh)
+		recordMoved := make(chan struct{})
+		go func() {
+			s.fsm.Wait(wctx, index)
+			close(recordMoved)
+		}()
+		select {
+		case <-reports:
+		case <-recordMoved:
+		case <-wctx.Done():
+		}
+		cancel()
+		<-recordMoved
+	}
+}
+
+// writeEvent writes one server-sent event: each line of data on a data: line of its own.
+func writeEvent(w io.Writer, event string, id uint64, data []byte) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "event: %s\nid: %d\n", event, id)
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		b.WriteString("data: ")
+		b.Write(bytes.TrimSuffix(line, []byte("\r")))
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// pageOriginal shows the recorded original of a file a node held: this node's from its own record
+// store, another's from that node's bus (a server's to ask).
+func (s *serverRole) pageOriginal(w http.ResponseWriter, req *http.Request) {
+	node, path := req.PathValue("node"), req.URL.Query().Get("path")
+	if path == "" {
+		http.Error(w, "which file? give ?path=/absolute/path", http.StatusBadRequest)
+		return
+	}
+	var b []byte
+	var err error
+	if node == s.node.Name {
+		b, err = s.host.Original(path)
+	} else {
+		b, err = s.peerOriginal(req.Context(), node, path)
+	}
+	if err != nil {
+		http.Error(w, fmt.Sprintf("node %s: %v", node, err), http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(b)
+}
+
+// peerOriginal asks node's bus for the original of path.
+func (s *serverRole) peerOriginal(ctx context.Context, node, path string) ([]byte, error) {
+	p, ok := s.gossipView().peer(node)
+	if !ok {
+		return nil, fmt.Errorf("no such node in the record")
+	}
+	client, err := s.peerHTTP(p)
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Bus)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/v1/original?path="+url.QueryEscape(path), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("bus %s (tcp port %d): %w", addr, p.Bus, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bus %s: %s", addr, newAnswerError(resp, resp.Body).text(""))
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+}
+
+// getPeerOriginal is a node's bus route GET /v1/original?path=, a server's to ask (its status page).
+func (a *Agent) getPeerOriginal(w http.ResponseWriter, req *http.Request, _ string) {
+	b, err := a.host.Original(req.URL.Query().Get("path"))
+	if err != nil {
+		writeErr(w, notFound(fmt.Sprintf("node %s: %v", a.node.Name, err)))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(b)
+}
+
+// pageAgo says how long before now t was, to the second ("never" for the zero time).
+func pageAgo(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t).Round(time.Second)
+	if d < 0 {
+		d = 0
+	}
+	return d.String() + " ago"
+}
+
+// shortKey shortens a WireGuard key or hash for a table cell.
+func shortKey(s string) string {
+	if len(s) > 12 {
+		return s[:10] + "…"
+	}
+	return s
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"meshd/internal/testenv"
+)
+
+// pageBound is how soon the status page must show a change of the node: the issue's "within a
+// second".
+const pageBound = time.Second
+
+// proxyInto serves on this machine's loopback what addr serves inside netns, so a browser run
+// here reaches an agent's listener in its namespace. It returns the local address.
+func proxyInto(t *testing.T, netns, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := dialIn(netns, addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c) }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// browser starts Debian's headless Chromium for the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		testenv.Prereq(t, "the status page test needs Debian's chromium (scripts/deps.sh installs it)")
+	}
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(path), chromedp.Headless,
+		chromedp.NoSandbox, chromedp.WindowSize(1400, 1000), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("user-data-dir", t.TempDir()))
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	return ctx
+}
+
+// liveText is what the page shows, as a reader sees it.
+func liveText(ctx context.Context) (string, error) {
+	return chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+}
+
+// pageShows waits until the page's live part contains every want, at most within, and says how
+// long it took.
+func pageShows(t *testing.T, ctx context.Context, within time.Duration, what string, want ...string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var text string
+	for {
+		var err error
+		text, err = liveText(ctx)
+		if err == nil {
+			missing := ""
+			for _, w := range want {
+				if !strings.Contains(text, w) {
+					missing = w
+					break
+				}
+			}
+			if missing == "" {
+				return time.Since(start)
+			}
+		}
+		if time.Since(start) > within {
+			t.Fatalf("%s: the page did not show %q within %s; it shows:\n%s", what, want, within, text)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// screenshot writes the page as a PNG into $MESHD_SCREENSHOTS when it is set (a relative path is
+// the repository's: MESHD_SCREENSHOTS=docs/img refreshes the screenshots docs/architecture.md shows).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("MESHD_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join("..", "..", dir)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The status page in a real headless Chromium: a real agent's page shows the node's state, and
+// changes within a second, without a reload, when a held file is changed by something else and
+// when a module is taken. The node's page shows its last report and the original of a held file.
+func TestProcessStatusPageInChromium(t *testing.T) {
+	n := newNode(t)
+	ctx := browser(t)
+	dir := t.TempDir()
+	heldConf := filepath.Join(dir, "legacy", "app.conf")
+	if err := os.MkdirAll(filepath.Dir(heldConf), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	original := "the predecessor's config\n"
+	if err := os.WriteFile(heldConf, []byte(original), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "legacy.yaml")
+	if err := os.WriteFile(manifest, []byte(fmt.Sprintf("name: legacy\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n", heldConf)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.genesis("--adopted")
+	pagePort := freePort(t)
+	n.startAgent("--metrics", fmt.Sprintf("127.0.0.1:%d", pagePort), "--reconcile-interval", "10m")
+	n.ok("module", "add", manifest)
+	n.ok("module", "assign", "hub", "legacy")
+
+	base := "http://" + proxyInto(t, n.netns, fmt.Sprintf("127.0.0.1:%d", pagePort))
+	poll(t, 20*time.Second, "the status page served", func() string {
+		out, err := exec.Command("curl", "-sf", base+"/").Output()
+		if err != nil {
+			return err.Error()
+		}
+		if !strings.Contains(string(out), "meshd") {
+			return "no page"
+		}
+		return ""
+	})
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	pageShows(t, ctx, 20*time.Second, "the node's state", "hub", "adopted", "server", "legacy: prepared", heldConf, "held as found", "live: record index")
+	screenshot(t, ctx, "status-overview.png")
+
+	if err := os.WriteFile(heldConf, []byte("the predecessor, still writing\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	took := pageShows(t, ctx, pageBound, "a held file changed by something else", "1 changed by something else")
+	t.Logf("held file changed by something else: on the page after %s", took.Round(time.Millisecond))
+	screenshot(t, ctx, "status-changed.png")
+
+	n.ok("module", "take", "hub", "legacy")
+	took = pageShows(t, ctx, pageBound, "a module taken", "legacy: taken")
+	t.Logf("module taken: on the page after %s", took.Round(time.Millisecond))
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/node/hub")); err != nil {
+		t.Fatal(err)
+	}
+	pageShows(t, ctx, 10*time.Second, "the node's page", "Last host report", `"node": "hub"`)
+	screenshot(t, ctx, "status-node.png")
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/node/hub/original?path="+heldConf)); err != nil {
+		t.Fatal(err)
+	}
+	body, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	if err != nil || strings.TrimSpace(body) != strings.TrimSpace(original) {
+		t.Errorf("the original of %s on the page reads %q (%v); want %q", heldConf, body, err, original)
+	}
+}

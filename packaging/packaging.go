@@ -1,0 +1,16 @@
+// Package packaging holds what installs meshd on a machine: the systemd unit for `meshd agent`
+// and the documented example of its config file. They are embedded so that `meshd install-unit`
+// writes the same files the repository shows.
+package packaging
+
+import _ "embed"
+
+// Unit is meshd.service with @MESHD@ (the binary) and @CONFIG@ (the config file) to fill in.
+//
+//go:embed meshd.service
+var Unit string
+
+// Config is the example config file, every key documented.
+//
+//go:embed meshd.yaml
+var Config string
