@@ -542,7 +542,33 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 			t.Errorf("the opening came back %s after the reload, want within 2 s", took)
 		}
 		outsideRefused(ctx, t, outside, "["+hub.Addr6.String()+"]", lab.StorePort)
+		// The agent, started as systemd starts it, enabled the boot unit that loads the table it
+		// keeps. The reboot holds the agent back, so what guards the store once the engine has
+		// restarted it is that unit alone (chaos seed 19: without it, outside reached the store
+		// until the agent's first pass); then the agent is started.
+		if _, err := hub.ReadFile(ctx, "/etc/systemd/system/sysinit.target.wants/meshd-boot.service"); err != nil {
+			t.Fatalf("the agent did not enable meshd-boot.service: %v", err)
+		}
+		if err := hub.DisableService(ctx, "meshd"); err != nil {
+			t.Fatal(err)
+		}
 		if err := hub.Reboot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := testenv.Poll(t, 60*time.Second, func() error {
+			out, err := hub.Docker(ctx, "ps", "--filter", fmt.Sprintf("publish=%d", lab.StorePort), "--format", "{{.Names}}")
+			if err == nil && strings.TrimSpace(out) == "" {
+				err = fmt.Errorf("no running container publishes %d yet", lab.StorePort)
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("the engine did not restart the store after the reboot: %v", err)
+		}
+		outsideRefused(ctx, t, outside, "["+hub.Addr6.String()+"]", lab.StorePort)
+		if out, err := hub.Run(ctx, "ln -sf /etc/systemd/system/meshd.service /etc/systemd/system/multi-user.target.wants/meshd.service"); err != nil {
+			t.Fatalf("enable meshd again: %v %s", err, out)
+		}
+		if err := hub.StartService(ctx, "meshd"); err != nil {
 			t.Fatal(err)
 		}
 		if err := testenv.Poll(t, 90*time.Second, func() error {

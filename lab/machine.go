@@ -3,6 +3,8 @@ package lab
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -339,8 +341,9 @@ func (m *Machine) Restore(ctx context.Context) error {
 
 // Boot runs the machine's boot sequence: its network, then the units enabled in
 // /etc/systemd/system/*.target.wants in the order a Debian boot reaches them — sysinit units (an
-// nftables firewall), ufw, wg-quick tunnels, the Docker engine (which starts the containers that
-// have a restart policy), then every other unit (the meshd agent, the predecessor's daemons).
+// nftables firewall), ufw, meshd's boot unit (the table its agent kept), wg-quick tunnels, the
+// Docker engine (which starts the containers that have a restart policy), then every other unit
+// (the meshd agent, the predecessor's daemons).
 func (m *Machine) Boot(ctx context.Context) error {
 	if _, err := m.Run(ctx, `set -e
 ip link set lo up
@@ -368,10 +371,14 @@ func (m *Machine) enabledUnits(ctx context.Context) ([]string, error) {
 	}
 	rank := func(t, u string) int {
 		switch {
-		case t == "sysinit":
+		case t == "sysinit" && u != bootUnit:
 			return 0
 		case u == "ufw.service":
 			return 1
+		case u == bootUnit:
+			// WantedBy=sysinit.target, but After= every firewall unit (a flush in the found
+			// firewall's own load would drop what it loads) and Before=docker.service.
+			return 2
 		case strings.HasPrefix(u, "wg-quick@"):
 			return 2
 		case u == "docker.service":
@@ -401,6 +408,17 @@ func (m *Machine) enabledUnits(ctx context.Context) ([]string, error) {
 		names[i] = x.u
 	}
 	return names, nil
+}
+
+// bootUnit is meshd's boot unit (agent.BootUnitName), which the boot orders by its After= and
+// Before= rather than by its target.
+const bootUnit = "meshd-boot.service"
+
+// invocationID is a fresh 128-bit id in hex, as systemd's $INVOCATION_ID.
+func invocationID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // unit is the part of a systemd unit the lab's boot honours.
@@ -482,7 +500,9 @@ func (m *Machine) startUnit(ctx context.Context, name string) error {
 	// A long-running unit: its own session, so Stop can signal the whole group, and detached from
 	// the caller, so it outlives `meshlab up`.
 	cmd := exec.Command("nsenter", append(m.nsenterArgs(), "/bin/sh", "-c", "exec "+u.execStart[0])...)
-	cmd.Env = append(machineEnv(), u.env...)
+	// systemd gives every unit it starts an INVOCATION_ID; the meshd agent reads it as "run by
+	// systemd" and then writes and enables its boot unit, as it does on a real machine.
+	cmd.Env = append(append(machineEnv(), "INVOCATION_ID="+invocationID()), u.env...)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
