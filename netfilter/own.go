@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/google/nftables"
@@ -19,6 +20,21 @@ type Port struct {
 }
 
 func (p Port) String() string { return fmt.Sprintf("%s/%d", p.Proto, p.Port) }
+
+// MarshalText writes p as String does ("tcp/2380"), so a Port can key a JSON object (GuardSpec's
+// Admit, kept for boot).
+func (p Port) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText reads what MarshalText wrote.
+func (p *Port) UnmarshalText(b []byte) error {
+	proto, num, ok := strings.Cut(string(b), "/")
+	n, err := strconv.ParseUint(num, 10, 16)
+	if !ok || (proto != "tcp" && proto != "udp") || err != nil || n == 0 {
+		return fmt.Errorf("port %q: want tcp/N or udp/N, N from 1 to 65535", b)
+	}
+	p.Proto, p.Port = proto, uint16(n)
+	return nil
+}
 
 // ownChain and ownRule describe one of meshd's own tables. Every rule carries a comment
 // saying what it is, so a read can compare it with the desired table without decoding
