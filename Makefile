@@ -33,6 +33,7 @@ RACE_PKGS ?= ./fsm ./gossip ./agent ./host
 FUZZTIME ?= 10s
 
 test: vet
+	@bash scripts/deps.sh --bench
 	@log=$$(mktemp /tmp/meshd-test.XXXXXX.log); echo "test log: $$log"; \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee "$$log"; code=$${PIPESTATUS[0]}; \
 	  if [ $$code -eq 0 ]; then \

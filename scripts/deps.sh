@@ -2,14 +2,18 @@
 # Installs what meshd's build, tests and demo need on a fresh Debian machine, idempotently:
 # Debian packages only when one is missing, Go modules through the module proxy. staticcheck only
 # with --staticcheck (`make vet` asks for it; the build and the demo do not need it); etcd only
-# with --bench (`make bench` starts one on loopback for the Raft figure: nothing else needs it).
+# with --bench (`make bench` starts one on loopback for the Raft figure, and `make test`'s smoke
+# run of the bench harness does too; the build and the demo do not need it).
 set -euo pipefail
 with_staticcheck=
 with_bench=
-case "${1:-}" in
---staticcheck) with_staticcheck=1 ;;
---bench) with_bench=1 ;;
-esac
+for a in "$@"; do
+  case "$a" in
+  --staticcheck) with_staticcheck=1 ;;
+  --bench) with_bench=1 ;;
+  *) echo "deps: unknown option $a (want --staticcheck, --bench)" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 
 packages=(
