@@ -326,10 +326,11 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 	if det.Firewall.Kind != "nftables" || !strings.Contains(det.Firewall.Description, "nftables, active") {
 		t.Fatalf("found firewall reported as %+v", det.Firewall)
 	}
-	// Every foundation port from private is guarded: the broker (5672), the store (7001 here)
-	// and the broker's management port (15672). Raft (7071) is not: servers reach it over the
-	// underlay, behind its mTLS transport.
-	if det.Guard == nil || det.Guard.State != "loaded" || strings.Join(det.Guard.Ports, ",") != "tcp/5672,tcp/7001,tcp/15672" {
+	// Every foundation port from private is guarded: the broker (5672), the store (7001 here),
+	// Raft (7071: the record's servers are admitted to it at their underlay addresses, where they
+	// meet before the private network is up; anyone else is refused before its mTLS) and the
+	// broker's management port (15672).
+	if det.Guard == nil || det.Guard.State != "loaded" || strings.Join(det.Guard.Ports, ",") != "tcp/5672,tcp/7001,tcp/7071,tcp/15672" {
 		t.Fatalf("guard reported as %+v", det.Guard)
 	}
 	if !strings.HasPrefix(det.Watch, "re-applied on every change") {
