@@ -633,6 +633,13 @@ func rejected(ctx context.Context, t *testing.T, m *lab.Machine) map[string]uint
 // sealedRing unseals m's gossip keyring with its seal key, as the agent does.
 func sealedRing(ctx context.Context, t *testing.T, m *lab.Machine) [][]byte {
 	t.Helper()
+	return machineSecrets(ctx, t, m).Keyring.Keys
+}
+
+// machineSecrets copies m's node credentials and seal key out of the machine and unseals them
+// as m's agent does: what root on m holds.
+func machineSecrets(ctx context.Context, t *testing.T, m *lab.Machine) *pki.NodeSecrets {
+	t.Helper()
 	dir := t.TempDir()
 	for _, f := range []string{pki.NodeKeyFile, pki.NodeCertFile, pki.CACertFile, pki.GossipKeyFile} {
 		b, err := m.ReadFile(ctx, "/var/lib/meshd/pki/"+f)
@@ -657,7 +664,7 @@ func sealedRing(ctx context.Context, t *testing.T, m *lab.Machine) [][]byte {
 	if err != nil {
 		t.Fatalf("%s: unseal: %v", m.Name, err)
 	}
-	return s.Keyring.Keys
+	return s
 }
 
 // sealedKeyOf returns, base64, the key on m's sealed ring with fingerprint id.

@@ -285,15 +285,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		t.Errorf("genesis does not give the hub the tunnel's address %s:\n%s", lab.HubTunnelAddr, out)
 	}
 	installAgent(ctx, t, hub, bin)
-	if err := testenv.Poll(t, 60*time.Second, func() error {
-		v, err := tunnelShow(ctx, hub)
-		if err == nil && v.State != host.TunnelMeshUp {
-			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("the tunnel never changed hands: %v", err)
-	}
+	waitMeshUp(ctx, t, hub, 60*time.Second, "the tunnel never changed hands")
 	t.Run("the tunnel changed hands and the peers noticed nothing", func(t *testing.T) {
 		probesSince(t, l, took.Add(-5*time.Second), "takeover", 5*time.Second)
 		checkTakenOver(ctx, t, hub, foundKey, confBefore)
@@ -592,15 +584,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		if err := json.Unmarshal([]byte(out), &decl); err != nil || !slices.Contains(decl.Taken, "webapp") {
 			t.Fatalf("the record did not survive the reboot: the first declaration served is\n%s", out)
 		}
-		if err := testenv.Poll(t, 60*time.Second, func() error {
-			v, err := tunnelShow(ctx, hub)
-			if err == nil && v.State != host.TunnelMeshUp {
-				err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
-			}
-			return err
-		}); err != nil {
-			t.Fatalf("after the reboot: %v", err)
-		}
+		waitMeshUp(ctx, t, hub, 60*time.Second, "after the reboot")
 		checkTakenOver(ctx, t, hub, foundKey, confBefore)
 		outsideRefused(ctx, t, outside, "["+hub.Addr6.String()+"]", lab.StorePort)
 		probesSince(t, l, time.Now(), "after the reboot", 5*time.Second)

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -53,15 +51,7 @@ func TestTunnelOnAnNftablesHub(t *testing.T) {
 	}
 	took := time.Now()
 	installAgent(ctx, t, hub, bin)
-	if err := testenv.Poll(t, 60*time.Second, func() error {
-		v, err := tunnelShow(ctx, hub)
-		if err == nil && v.State != host.TunnelMeshUp {
-			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("the tunnel never changed hands: %v", err)
-	}
+	waitMeshUp(ctx, t, hub, 60*time.Second, "the tunnel never changed hands")
 
 	t.Run("the tunnel changes hands in place: the peers' probes hold (longest gap reported), the found interface down with its file byte for byte, meshd0 up with its key, port and address", func(t *testing.T) {
 		// The figure ADR 0105 asks under 1 s is logged; the bound is the ufw test's: one call
@@ -230,30 +220,7 @@ func forgedAnnouncements(ctx context.Context, t *testing.T, l *lab.Lab, hub, att
 	before := keysOf()
 
 	// The attacker's credentials, as root on its machine has them.
-	dir := t.TempDir()
-	for _, f := range []string{pki.NodeCertFile, pki.NodeKeyFile, pki.CACertFile, pki.GossipKeyFile} {
-		b, err := attacker.ReadFile(ctx, "/var/lib/meshd/pki/"+f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Join(dir, pki.Subdir), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(pki.Path(dir, f), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sk, err := attacker.ReadFile(ctx, "/etc/meshd/seal.key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "seal.key"), sk, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sec, err := pki.OpenNodeSecrets(dir, filepath.Join(dir, "seal.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sec := machineSecrets(ctx, t, attacker)
 	der, err := x509.MarshalPKCS8PrivateKey(sec.NodeKey)
 	if err != nil {
 		t.Fatal(err)

@@ -196,15 +196,7 @@ func TestTunnelTakeOnARunningMesh(t *testing.T) {
 	if after.Node.PublicKey != before.Node.PublicKey || after.Node.ID != before.Node.ID || after.Node.PublicKey == "" {
 		t.Errorf("the hub's identity changed: %s/%s -> %s/%s", before.Node.ID, before.Node.PublicKey, after.Node.ID, after.Node.PublicKey)
 	}
-	if err := testenv.Poll(t, 60*time.Second, func() error {
-		v, err := tunnelShow(ctx, hub)
-		if err == nil && v.State != host.TunnelMeshUp {
-			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("the tunnel never changed hands: %v", err)
-	}
+	waitMeshUp(ctx, t, hub, 60*time.Second, "the tunnel never changed hands")
 	probesSince(t, l, took.Add(-5*time.Second), "take on a running mesh", 5*time.Second)
 	heardCarried(ctx, t, hub, 30*time.Second)
 	if out, err := meshd(ctx, hub, "tunnel", "take", "hub", lab.TunnelIface); err == nil {
@@ -290,4 +282,19 @@ func directPeers(ctx context.Context, t *testing.T, a, b *lab.Machine, bKey, bEn
 		t.Fatal(err)
 	}
 	t.Logf("%s -> %s directly: endpoint %s, rx %d tx %d bytes", a.Name, b.Name, last.Endpoint, last.RX, last.TX)
+}
+
+// waitMeshUp polls m's `meshd tunnel show` until its state is mesh-up (the mesh's interface up in
+// the found one's place), failing with what, the state and its reason when within runs out.
+func waitMeshUp(ctx context.Context, t *testing.T, m *lab.Machine, within time.Duration, what string) {
+	t.Helper()
+	if err := testenv.Poll(t, within, func() error {
+		v, err := tunnelShow(ctx, m)
+		if err == nil && v.State != host.TunnelMeshUp {
+			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
 }
