@@ -176,6 +176,19 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 		t.Fatalf("with no openings the rulesets differ from the found ones (ip6tables +%q -%q)", a, rm)
 	}
 	l.wantBoth("7000", false)
+
+	// The flip retires the IPv4 rules alone: the firewall then reads inactive, its ip6tables
+	// rules still found, so an interrupted retirement is finished, never begun again over nothing.
+	ret, err := Retire(ctx, l.env, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Detect(ctx, l.env); err != nil || f.Kind != KindIptables || f.Active || !f.IPv6 {
+		t.Fatalf("after retiring IPv4's rules: %+v %v", f, err)
+	}
+	if err := Restore(ctx, l.env, ret); err != nil || xtSave(l) != before4 {
+		t.Fatalf("restore: %v", err)
+	}
 }
 
 // A found plain-iptables firewall in iptables alone (a rules.v4, no rules.v6), Docker publishing
