@@ -83,7 +83,8 @@ func (l *lab) wantBoth(port string, want bool) {
 // dropped in DOCKER-USER) with Docker publishing over both. Each opening is reachable from the
 // outside over IPv4 and IPv6: on the machine, through Docker's DNAT, and through Docker's proxy;
 // the store, published and guarded, is refused over both; removing an opening closes both
-// families; nothing to change writes nothing; the found rules differ only by meshd's.
+// families; nothing to change writes nothing; the found rules differ only by meshd's. One body:
+// each step starts from the rules the one before left, as the passes of one agent would.
 func TestIptablesOpeningsIPv6(t *testing.T) {
 	l := newXtLab(t)
 	l.addIPv6()
