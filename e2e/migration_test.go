@@ -523,6 +523,19 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		if _, err := nn.Reach(ctx, check); err != nil {
 			t.Fatalf("%s not reachable before the reload: %v", check, err)
 		}
+		if fw == lab.FirewallIptables {
+			// The found rules.v6 allows none of these: the bus (incoming) and the registry
+			// (forwarded, over IPv6 through Docker's proxy) answer outside over IPv6 through
+			// meshd's ip6tables twins, and the published port no opening declares stays closed
+			// over IPv6 as over IPv4.
+			hub6 := "[" + hub.Addr6.String() + "]"
+			for _, target := range []string{fmt.Sprintf("tcp://%s:7070", hub6), fmt.Sprintf("http://%s:5001/", hub6)} {
+				if out, err := outside.Reach(ctx, target); err != nil {
+					t.Errorf("outside does not reach %s over IPv6: %v %s", target, err, out)
+				}
+			}
+			outsideRefused(ctx, t, outside, hub6, lab.DeniedPort)
+		}
 		if out, err := hub.Exec(ctx, reload[0], reload[1:]...); err != nil {
 			t.Fatalf("reload: %v %s", err, out)
 		}

@@ -35,9 +35,10 @@ const (
 	// FirewallNftables: a plain ruleset in /etc/nftables.conf (beginning with `flush ruleset`),
 	// loaded by nftables.service.
 	FirewallNftables FirewallKind = "nftables"
-	// FirewallIptables: plain iptables rules in /etc/iptables/rules.v4 (iptables-persistent's
-	// file), loaded at boot by netfilter-persistent.service: INPUT dropping by default, the served
-	// ports allowed, Docker's published ports filtered in DOCKER-USER.
+	// FirewallIptables: plain iptables rules in /etc/iptables/rules.v4 and rules.v6
+	// (iptables-persistent's files), loaded at boot by netfilter-persistent.service: INPUT
+	// dropping by default, the served ports allowed, Docker's published ports filtered in
+	// DOCKER-USER (over IPv6, Docker's proxy is on INPUT).
 	FirewallIptables FirewallKind = "iptables"
 )
 
@@ -303,18 +304,40 @@ const iptablesRules = `# the predecessor's firewall: each served port allowed, t
 COMMIT
 `
 
+// ip6tablesRules is its /etc/iptables/rules.v6, the same rules for IPv6 (Docker publishes every
+// port on [::] too, and without its ip6tables option reaches the container through its proxy, on
+// INPUT), with ICMPv6 allowed, as IPv6's neighbour discovery needs.
+const ip6tablesRules = `# the predecessor's firewall over IPv6: each served port allowed, the rest denied
+*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A INPUT -i lo -j ACCEPT
+-A INPUT -p ipv6-icmp -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 22 -m comment --comment ssh -j ACCEPT
+-A INPUT -p udp -m udp --dport 51820 -m comment --comment "predecessor tunnel" -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 8080 -m comment --comment webapp -j ACCEPT
+-A INPUT -p tcp -m tcp --dport 5000 -m comment --comment registry -j ACCEPT
+COMMIT
+`
+
 // iptablesUnit is what Debian's iptables-persistent does at boot, as the lab's boot runs it.
 const iptablesUnit = `[Unit]
 Description=the predecessor's iptables rules (as netfilter-persistent loads them)
 [Service]
 Type=oneshot
 ExecStart=/usr/sbin/iptables-restore /etc/iptables/rules.v4
+ExecStart=/usr/sbin/ip6tables-restore /etc/iptables/rules.v6
 [Install]
 WantedBy=sysinit.target
 `
 
 func configureIptables(ctx context.Context, hub *Machine) error {
 	if err := hub.WriteFile(ctx, "/etc/iptables/rules.v4", []byte(iptablesRules), 0o640); err != nil {
+		return err
+	}
+	if err := hub.WriteFile(ctx, "/etc/iptables/rules.v6", []byte(ip6tablesRules), 0o640); err != nil {
 		return err
 	}
 	if err := hub.WriteFile(ctx, "/etc/systemd/system/netfilter-persistent.service", []byte(iptablesUnit), 0o644); err != nil {

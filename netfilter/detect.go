@@ -94,14 +94,19 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 	if err := refuseFirewalld(ctx, env, v); err != nil {
 		return Found{}, err
 	}
-	var dumps []*xtDump
+	var dumps, dumps6 []*xtDump
 	for _, b := range []string{"nft", "legacy"} {
-		d, ok, err := readXT(ctx, env, b)
-		if err != nil {
-			return Found{}, fmt.Errorf("%w: %w", err, ErrUnsupported)
-		}
-		if ok {
-			dumps = append(dumps, d)
+		for _, v6 := range []bool{false, true} {
+			d, ok, err := readXT(ctx, env, b, v6)
+			if err != nil {
+				return Found{}, fmt.Errorf("%w: %w", err, ErrUnsupported)
+			}
+			switch {
+			case ok && v6:
+				dumps6 = append(dumps6, d)
+			case ok:
+				dumps = append(dumps, d)
+			}
 		}
 	}
 	if f, ok, err := detectUFW(ctx, env, dumps); err != nil || ok {
@@ -111,7 +116,7 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 	if err != nil {
 		return Found{}, err
 	}
-	xf := detectIptables(ctx, env, dumps)
+	xf := detectIptables(ctx, env, dumps, dumps6)
 	switch {
 	case nf != nil && xf != nil:
 		return Found{}, fmt.Errorf("two firewalls found in %s: an nftables ruleset (%s) and iptables-%s rules (%d incoming, %d forwarded): %w",
@@ -190,26 +195,37 @@ func detectNftables(ctx context.Context, env Env, v *nftView, dumps []*xtDump) (
 }
 
 // detectIptables finds plain iptables: rules of its own besides Docker's, or a closed INPUT
-// policy, in the first backend that has them. nil when there is none.
-func detectIptables(ctx context.Context, env Env, dumps []*xtDump) *Found {
-	for _, d := range dumps {
-		f := Found{Kind: KindIptables, Backend: d.Backend, DockerUser: d.has("DOCKER-USER")}
-		bridges := d.dockerBridges()
-		for _, r := range d.Rules {
-			if r.Mark != "" {
-				continue
-			}
-			switch {
-			case r.Chain == "INPUT":
-				f.Incoming++
-			case r.Chain == "FORWARD" && !isDockerRule(r, bridges):
-				f.Forwarded++
-			case r.Chain == "DOCKER-USER" && !strings.HasSuffix(r.Line, "-j RETURN"):
-				f.Forwarded++
+// policy, in iptables or ip6tables, in the first backend that has them. nil when there is none.
+// IPv6 says whether that backend's ip6tables filters too (xtFilters): the driver then writes
+// every opening's IPv6 twin there. A firewall in ip6tables alone is found, inactive (Active
+// says whether its IPv4 rules are in force).
+func detectIptables(ctx context.Context, env Env, dumps, dumps6 []*xtDump) *Found {
+	for _, b := range []string{"nft", "legacy"} {
+		var d4, d6 *xtDump
+		for _, d := range dumps {
+			if d.Backend == b {
+				d4 = d
 			}
 		}
-		if f.Incoming+f.Forwarded > 0 || (d.Policies["INPUT"] != "" && d.Policies["INPUT"] != "ACCEPT") {
-			f.Active = true
+		for _, d := range dumps6 {
+			if d.Backend == b {
+				d6 = d
+			}
+		}
+		f := Found{Kind: KindIptables, Backend: b}
+		var filters4 bool
+		if d4 != nil {
+			f.DockerUser = d4.has("DOCKER-USER")
+			f.Incoming, f.Forwarded, filters4 = xtFilters(d4)
+		}
+		if d6 != nil {
+			f.Incoming6, f.Forwarded6, f.IPv6 = xtFilters(d6)
+		}
+		if filters4 || f.IPv6 {
+			// Active is IPv4's, what Retire retires: a found firewall whose IPv4 rules were
+			// retired reads inactive though its ip6tables rules stay, so an interrupted
+			// retirement is finished from what was saved, never begun again over nothing.
+			f.Active = filters4
 			if _, ok, _ := env.readFile(ctx, iptRulesV4); ok {
 				f.Config = iptRulesV4
 			}

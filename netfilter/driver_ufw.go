@@ -14,7 +14,8 @@ import (
 //
 // A forwarded opening to a published container port is also put at the head of DOCKER-USER,
 // matched on conntrack's original destination port: ufw's route rules see the port after
-// Docker's DNAT, and Docker's own FORWARD rules run before ufw's.
+// Docker's DNAT, and Docker's own FORWARD rules run before ufw's. Where Docker made DOCKER-USER
+// in ip6tables too, the rule has its IPv6 twin there.
 //
 // The routed opening (a node reaching a spoke on its found tunnel through the hub) is no ufw
 // tuple: it goes at the head of FORWARD in ufw's iptables backend, in on the private network's
@@ -224,18 +225,15 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	if backend == "" {
 		backend = "nft"
 	}
-	xt, err := xtConverge(ctx, d.env, backend, d.priv, want, keys, func(o Opening, x *xtDump) string {
-		if o.Path == PathForwarded && x.has("DOCKER-USER") {
-			return "DOCKER-USER"
-		}
-		if o.Path == PathRouted {
-			return "FORWARD"
-		}
-		return ""
-	})
+	xt, err := xtConverge(ctx, d.env, backend, false, d.priv, want, keys, ufwXTChains)
 	if err != nil {
 		return Report{}, err
 	}
+	xt6, err := xtConverge(ctx, d.env, backend, true, d.priv, want, keys, ufwXTChains)
+	if err != nil {
+		return Report{}, err
+	}
+	xt.merge(xt6)
 	ufwMerge(keys, &out, xt, heldSlots(have), rules, d.notLoaded(ctx, backend))
 	r := d.settle(KindUFW, keys, want, out)
 	for i := range r.Openings {
@@ -244,6 +242,21 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 		}
 	}
 	return r, nil
+}
+
+// ufwXTChains is where an opening's rule goes in ufw's iptables backend, beside ufw's own: a
+// forwarded one at the head of DOCKER-USER where Docker made that chain (in ip6tables only when
+// Docker filters IPv6 there, its ip6tables option), the routed one at the head of FORWARD (IPv4
+// alone: the private network's range is). A DOCKER-USER twin in ip6tables accepts only what
+// the IPv4 one accepts, for the same opening, and goes with it.
+func ufwXTChains(o Opening, x *xtDump) []string {
+	if o.Path == PathForwarded && x.has("DOCKER-USER") {
+		return []string{"DOCKER-USER"}
+	}
+	if o.Path == PathRouted {
+		return []string{"FORWARD"}
+	}
+	return nil
 }
 
 // convergeCommands is the per-rule way, for a ufw whose files this process does not see: read,
@@ -274,7 +287,7 @@ func (d *ufwDriver) convergeCommands(ctx context.Context, want map[string]Openin
 // notLoaded says why ufw's rules do nothing, if it is enabled but its chains are absent from
 // its iptables backend; "" otherwise.
 func (d *ufwDriver) notLoaded(ctx context.Context, backend string) string {
-	if x, _, err := readXT(ctx, d.env, backend); err == nil && (x == nil || !x.has("ufw-user-input")) {
+	if x, _, err := readXT(ctx, d.env, backend, false); err == nil && (x == nil || !x.has("ufw-user-input")) {
 		conf, _, _ := d.env.readFile(ctx, ufwConf)
 		if strings.Contains(string(conf), "ENABLED=yes") {
 			return "ufw is enabled but its chains are not loaded in iptables-" + backend

@@ -8,13 +8,48 @@ import (
 // xtDriver converges openings into a found plain-iptables firewall: marked rules (-m comment)
 // at the head of INPUT (incoming) and of DOCKER-USER, or FORWARD when Docker is absent
 // (forwarded, matched on conntrack's original destination port). One iptables-restore
-// --noflush per change.
+// --noflush per family per change.
+//
+// Both families: every opening gets its rule in iptables and, where the found firewall filters
+// IPv6 too (rules of its own in ip6tables, or a closed INPUT policy there: xtFilters), its twin in
+// ip6tables, carrying the same mark. A forwarded opening's IPv6 twin also goes at the head of
+// INPUT (xtProxyArgs): IPv6 to an IPv4-only bridge reaches the container through Docker's
+// proxy, not its DNAT. A source of one family (a CIDR, the private network's range) has its
+// rule in that family's table alone. Where ip6tables filters nothing, IPv6 is as open as the
+// found firewall leaves it, and meshd writes no IPv6 rule: an accept there would change nothing
+// but leave a table the found firewall never had (see docs/architecture.md).
 type xtDriver struct {
 	base
 	backend string
 }
 
 func (d *xtDriver) Kind() Kind { return KindIptables }
+
+// xtChains4 is where one opening's rule goes in a found plain-iptables firewall's IPv4 table.
+func xtChains4(o Opening, x *xtDump) []string {
+	switch {
+	case o.Path == PathIncoming:
+		return []string{"INPUT"}
+	case o.Path == PathRouted:
+		return []string{"FORWARD"} // not Docker's: it is no published port
+	case x.has("DOCKER-USER"):
+		return []string{"DOCKER-USER"}
+	}
+	return []string{"FORWARD"}
+}
+
+// xtChains6 is where its twin goes in the IPv6 table: nowhere when that table filters nothing,
+// else where IPv4's goes, and a forwarded opening at the head of INPUT too, for the proxy.
+func xtChains6(o Opening, x *xtDump) []string {
+	if _, _, filters := xtFilters(x); !filters {
+		return nil
+	}
+	chains := xtChains4(o, x)
+	if o.Path == PathForwarded {
+		chains = append(chains, "INPUT")
+	}
+	return chains
+}
 
 func (d *xtDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
 	d.mu.Lock()
@@ -23,21 +58,15 @@ func (d *xtDriver) Converge(ctx context.Context, desired []Opening) (Report, err
 	if err != nil {
 		return Report{}, err
 	}
-	out, err := xtConverge(ctx, d.env, d.backend, d.priv, want, keys, func(o Opening, x *xtDump) string {
-		if o.Path == PathIncoming {
-			return "INPUT"
-		}
-		if o.Path == PathRouted {
-			return "FORWARD" // not Docker's: it is no published port
-		}
-		if x.has("DOCKER-USER") {
-			return "DOCKER-USER"
-		}
-		return "FORWARD"
-	})
+	out, err := xtConverge(ctx, d.env, d.backend, false, d.priv, want, keys, xtChains4)
 	if err != nil {
 		return Report{}, err
 	}
+	out6, err := xtConverge(ctx, d.env, d.backend, true, d.priv, want, keys, xtChains6)
+	if err != nil {
+		return Report{}, err
+	}
+	out.merge(out6)
 	return d.settle(KindIptables, keys, want, out), nil
 }
 
@@ -68,50 +97,60 @@ func xtMarked(x *xtDump) []xtRule {
 	return have
 }
 
-// xtWant decides the rules the openings need in one backend's filter table. chainFor names
-// the chain an opening's rule goes in, or "" when it needs none there.
-func xtWant(x *xtDump, priv Private, want map[string]Opening, keys []string, chainFor func(Opening, *xtDump) string) []xtWanted {
+// xtWant decides the rules the openings need in one backend's filter table of one family.
+// chainFor names the chains an opening's rule goes in, none when it needs none there; a rule
+// whose source is of the other family is not needed either.
+func xtWant(x *xtDump, priv Private, want map[string]Opening, keys []string, chainFor func(Opening, *xtDump) []string) []xtWanted {
 	var rules []xtWanted
 	for _, k := range keys {
 		o := want[k]
-		ch := chainFor(o, x)
-		if ch == "" {
-			continue
+		for _, ch := range chainFor(o, x) {
+			w := xtWanted{chain: ch, o: o}
+			var args string
+			var err error
+			if o.Path == PathForwarded && ch == "INPUT" {
+				args, err = xtProxyArgs(o, priv, x.V6)
+			} else {
+				args, err = xtOpeningArgs(o, priv, x.V6)
+			}
+			switch {
+			case err != nil:
+				w.err = err.Error()
+			case args == "":
+				continue // a source of the other family: nothing to match here
+			case !x.has(ch):
+				w.err = fmt.Sprintf("chain %s does not exist in %s filter table", ch, xtName(x.Backend, x.V6))
+			default:
+				w.line = "-I " + ch + " 1 " + args
+			}
+			rules = append(rules, w)
 		}
-		w := xtWanted{chain: ch, o: o}
-		args, err := xtOpeningArgs(o, priv)
-		switch {
-		case err != nil:
-			w.err = err.Error()
-		case !x.has(ch):
-			w.err = fmt.Sprintf("chain %s does not exist in iptables-%s filter table", ch, x.Backend)
-		default:
-			w.line = "-I " + ch + " 1 " + args
-		}
-		rules = append(rules, w)
 	}
 	return rules
 }
 
 // readXTOrEmpty is readXT with an absent table read as an empty one.
-func readXTOrEmpty(ctx context.Context, env Env, backend string) (*xtDump, error) {
-	x, _, err := readXT(ctx, env, backend)
+func readXTOrEmpty(ctx context.Context, env Env, backend string, v6 bool) (*xtDump, error) {
+	x, _, err := readXT(ctx, env, backend, v6)
 	if err != nil {
 		return nil, err
 	}
 	if x == nil {
-		x = &xtDump{Backend: backend, Policies: map[string]string{}}
+		x = &xtDump{Backend: backend, V6: v6, Policies: map[string]string{}}
 	}
 	return x, nil
 }
 
-// xtConverge makes the marked rules of one iptables backend's filter table equal to what
-// want needs there: read, plan, one iptables-restore --noflush, re-read. chainFor names the
-// chain an opening's rule goes in, or "" when it needs none there.
-func xtConverge(ctx context.Context, env Env, backend string, priv Private, want map[string]Opening, keys []string,
-	chainFor func(Opening, *xtDump) string) (outcome, error) {
+// xtConverge makes the marked rules of one iptables backend's filter table in one family (v6:
+// ip6tables) equal to what want needs there: read, plan, one iptables-restore --noflush,
+// re-read. chainFor names the chains an opening's rule goes in, none when it needs none there.
+// A marked rule in a chain meshd writes to that no opening needs is removed, also in a family
+// where chainFor now wants nothing: an opening gone, or a table that stopped filtering, leaves no
+// accept behind in either family.
+func xtConverge(ctx context.Context, env Env, backend string, v6 bool, priv Private, want map[string]Opening, keys []string,
+	chainFor func(Opening, *xtDump) []string) (outcome, error) {
 	out := newOutcome()
-	x, err := readXTOrEmpty(ctx, env, backend)
+	x, err := readXTOrEmpty(ctx, env, backend, v6)
 	if err != nil {
 		return out, err
 	}
@@ -128,7 +167,7 @@ func xtConverge(ctx context.Context, env Env, backend string, priv Private, want
 		lines = append(lines, w.line)
 	}
 	if len(lines)+len(remove) > 0 {
-		if have, err = xtApplyAndReread(ctx, env, backend, rules, add, remove, lines, &out); err != nil {
+		if have, err = xtApplyAndReread(ctx, env, backend, v6, rules, add, remove, lines, &out); err != nil {
 			return out, err
 		}
 	}
@@ -147,12 +186,12 @@ func xtConverge(ctx context.Context, env Env, backend string, priv Private, want
 // xtApplyAndReread writes a plan in one iptables-restore and re-reads the table whatever it
 // returned, recording in out what the re-read shows written and the restore's error for
 // added rules that did not land. It returns the re-read's marked rules.
-func xtApplyAndReread(ctx context.Context, env Env, backend string, rules, add []xtWanted, remove []xtRule, lines []string, out *outcome) ([]xtRule, error) {
-	aerr := xtApply(ctx, env, backend, remove, lines)
+func xtApplyAndReread(ctx context.Context, env Env, backend string, v6 bool, rules, add []xtWanted, remove []xtRule, lines []string, out *outcome) ([]xtRule, error) {
+	aerr := xtApply(ctx, env, backend, v6, remove, lines)
 	if aerr != nil {
-		env.log().Warn("iptables batch failed, re-reading", "backend", backend, "err", aerr)
+		env.log().Warn("iptables batch failed, re-reading", "tool", xtName(backend, v6), "err", aerr)
 	}
-	x, err := readXTOrEmpty(ctx, env, backend)
+	x, err := readXTOrEmpty(ctx, env, backend, v6)
 	if err != nil {
 		return nil, err
 	}

@@ -94,3 +94,22 @@ type outcome struct {
 func newOutcome() outcome {
 	return outcome{present: map[string]bool{}, missingBefore: map[string]bool{}, failed: map[string]string{}}
 }
+
+// merge folds another pass over the same openings (the other address family's table) into o:
+// an opening is in force when both passes hold it, missing before when either lacked it, failed
+// when either failed (the first reason kept); the writes add up.
+func (o *outcome) merge(x outcome) {
+	for k, p := range x.present {
+		o.present[k] = o.present[k] && p
+	}
+	for k, m := range x.missingBefore {
+		o.missingBefore[k] = o.missingBefore[k] || m
+	}
+	for k, why := range x.failed {
+		if why != "" && o.failed[k] == "" {
+			o.failed[k] = why
+		}
+	}
+	o.added += x.added
+	o.removed += x.removed
+}

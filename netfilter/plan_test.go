@@ -158,42 +158,58 @@ func TestPlanWritten(t *testing.T) {
 
 // fakeXT is iptables-nft with one filter table in memory, as a Runner: iptables-save prints
 // it, iptables-restore --noflush applies -D and -I lines to it. failRestore makes the next
-// restore return an error, after applying it when commitOnFail is set.
+// restore return an error, after applying it when commitOnFail is set. six is ip6tables-nft's
+// table, the same kind of fake (its own six unused); saves counts the reads of each table.
 type fakeXT struct {
 	chains       []string
 	rules        []xtRule
 	restores     []string
+	saves        int
 	failRestore  bool
 	commitOnFail bool
+	six          *fakeXT
 }
 
 func (f *fakeXT) Run(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	switch {
 	case name == "sh" && len(args) == 2 && strings.HasPrefix(args[1], "iptables-nft-save -t filter"):
-		var b strings.Builder
-		b.WriteString("*filter\n")
-		for _, c := range f.chains {
-			fmt.Fprintf(&b, ":%s ACCEPT [0:0]\n", c)
-		}
-		for _, r := range f.rules {
-			b.WriteString(r.Line + "\n")
-		}
-		b.WriteString("COMMIT\n")
-		return []byte(b.String()), nil
+		return f.save(), nil
+	case name == "sh" && len(args) == 2 && strings.HasPrefix(args[1], "ip6tables-nft-save -t filter"):
+		return f.six.save(), nil
 	case name == "iptables-nft-restore" && slices.Equal(args, []string{"--noflush"}):
-		f.restores = append(f.restores, string(stdin))
-		fail := f.failRestore
-		f.failRestore = false
-		if fail && !f.commitOnFail {
-			return nil, errors.New("iptables-nft-restore: line 3 failed")
-		}
-		f.restore(string(stdin))
-		if fail {
-			return nil, errors.New("iptables-nft-restore: netlink: no buffer space available")
-		}
-		return nil, nil
+		return f.restoreCmd(name, stdin)
+	case name == "ip6tables-nft-restore" && slices.Equal(args, []string{"--noflush"}):
+		return f.six.restoreCmd(name, stdin)
 	}
 	return nil, fmt.Errorf("fake iptables: %s %s: not known", name, strings.Join(args, " "))
+}
+
+func (f *fakeXT) save() []byte {
+	f.saves++
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, c := range f.chains {
+		fmt.Fprintf(&b, ":%s ACCEPT [0:0]\n", c)
+	}
+	for _, r := range f.rules {
+		b.WriteString(r.Line + "\n")
+	}
+	b.WriteString("COMMIT\n")
+	return []byte(b.String())
+}
+
+func (f *fakeXT) restoreCmd(name string, stdin []byte) ([]byte, error) {
+	f.restores = append(f.restores, string(stdin))
+	fail := f.failRestore
+	f.failRestore = false
+	if fail && !f.commitOnFail {
+		return nil, errors.New(name + ": line 3 failed")
+	}
+	f.restore(string(stdin))
+	if fail {
+		return nil, errors.New(name + ": netlink: no buffer space available")
+	}
+	return nil, nil
 }
 
 func (f *fakeXT) restore(script string) {
@@ -231,10 +247,22 @@ func (f *fakeXT) count(mark string) int {
 	return n
 }
 
+// newFakeXT is a found firewall in iptables alone: ip6tables holds only Docker's empty
+// DOCKER-USER, so it filters nothing.
 func newFakeXT() *fakeXT {
 	f := &fakeXT{chains: []string{"INPUT", "FORWARD", "OUTPUT", "DOCKER-USER"}}
 	f.add("INPUT", "-p tcp -m tcp --dport 22 -j ACCEPT") // the found firewall's own
 	f.add("INPUT", "-j DROP")
+	f.six = &fakeXT{chains: []string{"INPUT", "FORWARD", "OUTPUT", "DOCKER-USER"}}
+	f.six.add("DOCKER-USER", "-j RETURN")
+	return f
+}
+
+// newFakeXT6 is a found firewall in both families: ip6tables holds the same rules as iptables.
+func newFakeXT6() *fakeXT {
+	f := newFakeXT()
+	f.six.add("INPUT", "-p tcp -m tcp --dport 22 -j ACCEPT")
+	f.six.add("INPUT", "-j DROP")
 	return f
 }
 
@@ -246,7 +274,7 @@ func TestPlanIptablesConverge(t *testing.T) {
 	app := Opening{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded}
 	found := func(f *fakeXT) []string {
 		var out []string
-		for _, r := range f.rules {
+		for _, r := range append(slices.Clone(f.rules), f.six.rules...) {
 			if r.Mark == "" {
 				out = append(out, r.Line)
 			}
@@ -293,10 +321,10 @@ func TestPlanIptablesConverge(t *testing.T) {
 	t.Run("every extra copy of a marked rule goes in one pass", func(t *testing.T) {
 		f := newFakeXT()
 		converge(t, f, web, store)
-		args, _ := xtOpeningArgs(web, priv)
+		args, _ := xtOpeningArgs(web, priv, false)
 		f.add("INPUT", args)
 		f.add("INPUT", args)
-		old, _ := xtOpeningArgs(app, priv)
+		old, _ := xtOpeningArgs(app, priv, false)
 		f.add("FORWARD", old) // a marked rule no opening wants any more
 		f.add("FORWARD", old)
 		r := converge(t, f, web, store)
@@ -333,6 +361,96 @@ func TestPlanIptablesConverge(t *testing.T) {
 			t.Fatalf("after a failed batch: %+v", r)
 		}
 		if r = converge(t, f, web); r.Added != 1 || r.Openings[0].State != InForce {
+			t.Fatalf("the next pass: %+v", r)
+		}
+	})
+
+	t.Run("ip6tables that filters nothing is read once and never written", func(t *testing.T) {
+		f := newFakeXT()
+		converge(t, f, web, store, app)
+		converge(t, f, web, store, app)
+		if len(f.six.restores) != 0 || f.six.saves != 2 {
+			t.Fatalf("ip6tables: %d restores, %d reads in two passes; want 0, 2", len(f.six.restores), f.six.saves)
+		}
+	})
+
+	t.Run("both families: each opening has its IPv6 twin, and goes from both", func(t *testing.T) {
+		f := newFakeXT6()
+		v6only := Opening{Module: "v6", Proto: "tcp", Port: 7002, From: "2001:db8::/32", Path: PathIncoming}
+		v4only := Opening{Module: "v4", Proto: "udp", Port: 7003, From: "192.0.2.0/24", Path: PathIncoming}
+		r := converge(t, f, web, store, app, v6only, v4only)
+		// IPv4: web, store, app (DOCKER-USER), v4; IPv6: web, app (DOCKER-USER and the proxy's
+		// INPUT), v6. The private network's range is IPv4: store has no IPv6 twin.
+		if r.Added != 8 || len(f.restores) != 1 || len(f.six.restores) != 1 {
+			t.Fatalf("first converge: %d added in %d+%d restores; want 8 in 1+1", r.Added, len(f.restores), len(f.six.restores))
+		}
+		for _, o := range r.Openings {
+			if o.State != InForce {
+				t.Fatalf("%s: %s (%s)", o.Opening, o.State, o.Reason)
+			}
+		}
+		four, six := f.restores[0], f.six.restores[0]
+		for _, line := range []string{
+			`-I INPUT 1 -p tcp -m tcp --dport 7000 -m comment --comment "` + web.Mark() + `" -j ACCEPT`,
+			`-I DOCKER-USER 1 -p tcp -m conntrack --ctorigdstport 8080 -m comment --comment "` + app.Mark() + `" -j ACCEPT`,
+			`-I INPUT 1 -p tcp -m tcp --dport 8080 -m comment --comment "` + app.Mark() + `" -j ACCEPT`,
+			`-I INPUT 1 -p tcp -s 2001:db8::/32 -m tcp --dport 7002 -m comment --comment "` + v6only.Mark() + `" -j ACCEPT`,
+		} {
+			if !strings.Contains(six, line+"\n") {
+				t.Errorf("ip6tables-restore lacks %q:\n%s", line, six)
+			}
+		}
+		if strings.Contains(six, "10.99.") || strings.Contains(six, store.Mark()) || strings.Contains(six, v4only.Mark()) {
+			t.Errorf("an IPv4 source in ip6tables:\n%s", six)
+		}
+		if strings.Contains(four, "2001:db8") || strings.Contains(four, "-I INPUT 1 -p tcp -m tcp --dport 8080") {
+			t.Errorf("an IPv6 source, or the proxy's rule, in iptables:\n%s", four)
+		}
+		if !strings.Contains(four, `-I INPUT 1 -p tcp -s 10.99.0.0/16 -i wg0 -m tcp --dport 7001 -m comment --comment "`+store.Mark()+`" -j ACCEPT`) {
+			t.Errorf("iptables-restore lacks store's rule:\n%s", four)
+		}
+
+		// Nothing to do: one read of each family, nothing written.
+		reads4, reads6 := f.saves, f.six.saves
+		if r = converge(t, f, web, store, app, v6only, v4only); r.Added+r.Removed != 0 || len(f.restores)+len(f.six.restores) != 2 {
+			t.Fatalf("no-op converge wrote %d added, %d removed", r.Added, r.Removed)
+		}
+		if f.saves-reads4 != 1 || f.six.saves-reads6 != 1 {
+			t.Fatalf("no-op converge read iptables %d times and ip6tables %d; want once each", f.saves-reads4, f.six.saves-reads6)
+		}
+
+		// The forwarded opening unassigned goes from both tables, all three rules.
+		r = converge(t, f, web, store, v6only, v4only)
+		if r.Removed != 3 || f.count(app.Mark())+f.six.count(app.Mark()) != 0 {
+			t.Fatalf("removing the forwarded opening: %d removed, %d+%d rules left", r.Removed, f.count(app.Mark()), f.six.count(app.Mark()))
+		}
+
+		// ip6tables no longer filtering (its rules flushed): the IPv6 twins go too, and the
+		// openings stay in force (IPv6 is open as the found firewall leaves it).
+		f.six.rules = slices.DeleteFunc(f.six.rules, func(r xtRule) bool { return r.Mark == "" && r.Chain == "INPUT" })
+		r = converge(t, f, web, store, v6only, v4only)
+		if r.Removed != 2 || len(f.six.rules) != 1 {
+			t.Fatalf("ip6tables flushed: %d removed, %d rules left in it; want 2 and Docker's RETURN", r.Removed, len(f.six.rules))
+		}
+		for _, o := range r.Openings {
+			if o.State != InForce {
+				t.Fatalf("%s: %s (%s)", o.Opening, o.State, o.Reason)
+			}
+		}
+	})
+
+	t.Run("an IPv6 batch that fails fails its openings", func(t *testing.T) {
+		f := newFakeXT6()
+		f.six.failRestore = true
+		r := converge(t, f, web, store)
+		states := map[string]OpeningState{}
+		for _, o := range r.Openings {
+			states[o.Opening.Module] = o
+		}
+		if states["web"].State != Failed || !strings.Contains(states["web"].Reason, "ip6tables-nft-restore") || states["store"].State != InForce {
+			t.Fatalf("after a failed IPv6 batch: %+v", r.Openings)
+		}
+		if r = converge(t, f, web, store); r.Added != 1 || f.six.count(web.Mark()) != 1 {
 			t.Fatalf("the next pass: %+v", r)
 		}
 	})

@@ -101,7 +101,7 @@ func retireXT(ctx context.Context, env Env, found Found, r *Retired) error {
 	if backend == "" {
 		backend = "nft"
 	}
-	x, ok, err := readXT(ctx, env, backend)
+	x, ok, err := readXT(ctx, env, backend, false)
 	if err != nil {
 		return fmt.Errorf("retire iptables: %w", err)
 	}
@@ -154,7 +154,7 @@ func retireXT(ctx context.Context, env Env, found Found, r *Retired) error {
 // xtApplyPolicies is xtApply with built-in chain policies (":CHAIN POLICY" lines) set first.
 func xtApplyPolicies(ctx context.Context, env Env, backend string, policies []string, del []xtRule, add []string) error {
 	if len(policies) == 0 {
-		return xtApply(ctx, env, backend, del, add)
+		return xtApply(ctx, env, backend, false, del, add)
 	}
 	var b strings.Builder
 	b.WriteString("*filter\n")
@@ -168,7 +168,7 @@ func xtApplyPolicies(ctx context.Context, env Env, backend string, policies []st
 		b.WriteString(a + "\n")
 	}
 	b.WriteString("COMMIT\n")
-	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, "iptables-restore"), "--noflush"); err != nil {
+	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, false, "-restore"), "--noflush"); err != nil {
 		return fmt.Errorf("iptables-%s-restore --noflush (%d policies, %d removed, %d added): %w", backend, len(policies), len(del), len(add), err)
 	}
 	return nil
@@ -252,7 +252,7 @@ func Restore(ctx context.Context, env Env, r Retired) error {
 // in its order, ahead of what else of the chain's own came after it (a rule already there is not added twice, so a restore repeated after a crash
 // adds nothing), the policies it had closed closed again, its loading at boot enabled again.
 func restoreXT(ctx context.Context, env Env, r Retired) error {
-	x, _, err := readXT(ctx, env, r.XT.Backend)
+	x, _, err := readXT(ctx, env, r.XT.Backend, false)
 	if err != nil {
 		return fmt.Errorf("restore iptables: %w", err)
 	}

@@ -29,11 +29,11 @@ func TestUnitRoutedOpening(t *testing.T) {
 		}
 	}
 
-	args, err := xtOpeningArgs(o, priv)
+	args, err := xtOpeningArgs(o, priv, false)
 	if err != nil || !strings.HasPrefix(args, "-i meshd0 -o meshd0 -s 10.44.0.0/24 -d 10.44.0.0/24 ") || strings.Contains(args, "-p ") {
 		t.Errorf("iptables rule %q (%v)", args, err)
 	}
-	if _, err := xtOpeningArgs(o, Private{Interface: "meshd0"}); err == nil {
+	if _, err := xtOpeningArgs(o, Private{Interface: "meshd0"}, false); err == nil {
 		t.Error("a routed rule without the range is built: it would forward anything in and out of meshd0")
 	}
 	text, err := FilterText(FilterSpec{Private: priv, Openings: []Opening{o}})

@@ -148,6 +148,12 @@ type Found struct {
 	// DockerUser is true when a DOCKER-USER chain exists: forwarded openings then also go
 	// there, matched on the original (pre-DNAT) port.
 	DockerUser bool
+	// IPv6, for KindIptables: the found firewall filters IPv6 too (rules of its own in
+	// ip6tables, or a closed INPUT policy there), so every opening gets its IPv6 twin;
+	// Incoming6 and Forwarded6 count those rules as Incoming and Forwarded count IPv4's.
+	// Active stays IPv4's: the flip retires a found iptables' IPv4 rules alone.
+	IPv6                  bool
+	Incoming6, Forwarded6 int
 }
 
 // String is one line for the host report.
@@ -162,6 +168,13 @@ func (f Found) String() string {
 			state = "active"
 		}
 		s += fmt.Sprintf(", %s, %d incoming and %d forwarded rules", state, f.Incoming, f.Forwarded)
+	}
+	if f.Kind == KindIptables {
+		if f.IPv6 {
+			s += fmt.Sprintf(", IPv6 filtered too (%d incoming and %d forwarded rules in ip6tables)", f.Incoming6, f.Forwarded6)
+		} else {
+			s += ", IPv6 not filtered (no rules in ip6tables)"
+		}
 	}
 	if f.Config != "" {
 		s += ", config " + f.Config

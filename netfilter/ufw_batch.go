@@ -331,17 +331,17 @@ func (d *ufwDriver) writeBatch(ctx context.Context, files *ufwFiles, add, remove
 	if backend == "" {
 		backend = "nft"
 	}
-	x, _, err := readXT(ctx, d.env, backend)
+	x, _, err := readXT(ctx, d.env, backend, false)
 	if err != nil {
 		return err
 	}
 	if x != nil && x.has("ufw-user-input") { // ufw is loaded: the kernel first
-		if _, err := d.env.runIn(ctx, v4, xtBin(backend, "iptables-restore"), "--noflush"); err != nil {
+		if _, err := d.env.runIn(ctx, v4, xtBin(backend, false, "-restore"), "--noflush"); err != nil {
 			return fmt.Errorf("load ufw's edited user.rules: %w", err)
 		}
 		if v6 != nil && files.ipv6 {
-			if _, err := d.env.runIn(ctx, v6, "ip6tables-"+backend+"-restore", "--noflush"); err != nil {
-				_, _ = d.env.runIn(ctx, files.v4, xtBin(backend, "iptables-restore"), "--noflush")
+			if _, err := d.env.runIn(ctx, v6, xtBin(backend, true, "-restore"), "--noflush"); err != nil {
+				_, _ = d.env.runIn(ctx, files.v4, xtBin(backend, false, "-restore"), "--noflush")
 				return fmt.Errorf("load ufw's edited user6.rules: %w", err)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -15,54 +16,65 @@ type xtRule struct {
 	Mark  string // the meshd comment, if any
 }
 
-// xtDump is the filter table of one iptables backend.
+// xtDump is the filter table of one iptables backend in one address family.
 type xtDump struct {
 	Backend  string            // "nft" or "legacy"
+	V6       bool              // ip6tables' table (IPv6), not iptables' (IPv4)
 	Policies map[string]string // built-in chain -> policy; user chains -> "-"
 	Rules    []xtRule
 }
 
 func (d *xtDump) has(chain string) bool { _, ok := d.Policies[chain]; return ok }
 
-func xtBin(backend, tool string) string {
-	// tool is "iptables", "iptables-save" or "iptables-restore"
-	rest := strings.TrimPrefix(tool, "iptables")
-	return "iptables-" + backend + rest
+// xtName is the tool of one backend and family: iptables-nft, ip6tables-legacy.
+func xtName(backend string, v6 bool) string {
+	if v6 {
+		return "ip6tables-" + backend
+	}
+	return "iptables-" + backend
 }
 
-// readXT dumps the filter table of one backend. ok is false when the backend's tools are
-// absent or the backend holds no filter table. An iptables-nft table that nft rules made
-// unreadable to iptables is an error naming it.
-func readXT(ctx context.Context, env Env, backend string) (*xtDump, bool, error) {
+// xtBin is one of the tool's commands: suffix is "", "-save" or "-restore".
+func xtBin(backend string, v6 bool, suffix string) string { return xtName(backend, v6) + suffix }
+
+// readXT dumps the filter table of one backend in one family (v6: ip6tables). ok is false when
+// the backend's tools are absent or the backend holds no filter table. An iptables-nft table
+// that nft rules made unreadable to iptables is an error naming it.
+func readXT(ctx context.Context, env Env, backend string, v6 bool) (*xtDump, bool, error) {
 	// A legacy table is made the first time anything reads it in a network namespace: look in
 	// /proc first, so detecting the firewall never leaves a legacy filter table behind.
 	if backend == "legacy" {
 		// No such file: ip_tables is not even loaded, so there is no legacy table.
-		names, err := env.run(ctx, "cat", "/proc/net/ip_tables_names")
-		if err != nil || !bytes.Contains(append([]byte("\n"), names...), []byte("\nfilter\n")) {
+		names := "/proc/net/ip_tables_names"
+		if v6 {
+			names = "/proc/net/ip6_tables_names"
+		}
+		b, err := env.run(ctx, "cat", names)
+		if err != nil || !bytes.Contains(append([]byte("\n"), b...), []byte("\nfilter\n")) {
 			return nil, false, nil
 		}
 	}
+	name := xtName(backend, v6)
 	// stderr too: iptables-nft-save warns there, exiting 0, about a table it cannot show.
-	out, err := env.run(ctx, "sh", "-c", xtBin(backend, "iptables-save")+" -t filter 2>&1")
+	out, err := env.run(ctx, "sh", "-c", xtBin(backend, v6, "-save")+" -t filter 2>&1")
 	if err != nil {
 		if strings.Contains(err.Error(), "exit status 127") || strings.Contains(err.Error(), "not found") {
 			return nil, false, nil
 		}
 		if strings.Contains(err.Error(), "incompatible") {
-			return nil, false, fmt.Errorf("iptables-%s filter table is unreadable (changed by a tool meshd does not speak): %w", backend, err)
+			return nil, false, fmt.Errorf("%s filter table is unreadable (changed by a tool meshd does not speak): %w", name, err)
 		}
 		// legacy: no filter table loaded ("Table does not exist")
 		if strings.Contains(err.Error(), "does not exist") || bytes.Contains(out, []byte("does not exist")) {
 			return nil, false, nil
 		}
-		return nil, false, fmt.Errorf("read iptables-%s filter table: %w", backend, err)
+		return nil, false, fmt.Errorf("read %s filter table: %w", name, err)
 	}
 	if bytes.Contains(out, []byte("incompatible")) {
-		return nil, false, fmt.Errorf("iptables-%s filter table is unreadable (changed by a tool meshd does not speak): %s", backend, firstLineWith(out, "incompatible"))
+		return nil, false, fmt.Errorf("%s filter table is unreadable (changed by a tool meshd does not speak): %s", name, firstLineWith(out, "incompatible"))
 	}
 	d := parseXT(out)
-	d.Backend = backend
+	d.Backend, d.V6 = backend, v6
 	if len(d.Policies) == 0 {
 		return d, false, nil
 	}
@@ -157,14 +169,37 @@ func isDockerRule(r xtRule, bridges map[string]bool) bool {
 	return false
 }
 
-// xtOpeningArgs is the iptables rule (without -A/-I and chain) that implements o.
+// xtOpeningArgs is the rule (without -A/-I and chain) that implements o in one family's table
+// (v6: ip6tables), or "" when o needs no rule there: its source is a prefix of the other family
+// (a CIDR, or the private network's range), so nothing of this family can match it.
 // A forwarded opening matches conntrack's original destination port, the port the client
 // addressed before Docker's DNAT in nat PREROUTING rewrote it.
-func xtOpeningArgs(o Opening, priv Private) (string, error) {
+func xtOpeningArgs(o Opening, priv Private, v6 bool) (string, error) {
+	return xtRuleArgs(o, priv, v6, o.Path != PathForwarded)
+}
+
+// xtProxyArgs is the rule at the head of INPUT that lets a forwarded opening reach the container
+// runtime's proxy, a process of the machine: Docker publishes every port on [::] too, and IPv6 to
+// a container on an IPv4-only bridge (Docker's default, and all IPv6 unless ip6tables is enabled
+// in its daemon) is no DNAT but a docker-proxy listening on the published port. The same port,
+// from the same sources, matched as the machine's own; "" when o needs no rule in this family.
+func xtProxyArgs(o Opening, priv Private, v6 bool) (string, error) {
+	return xtRuleArgs(o, priv, v6, true)
+}
+
+// famMatches says whether a prefix can be matched in one family's table.
+func famMatches(p netip.Prefix, v6 bool) bool { return p.Addr().Is6() == v6 }
+
+// xtRuleArgs builds an opening's rule in one family; dport matches the destination port as the
+// packet has it (incoming, the proxy), else conntrack's original one (forwarded).
+func xtRuleArgs(o Opening, priv Private, v6, dport bool) (string, error) {
 	var b strings.Builder
 	if o.Path == PathRouted {
 		if priv.Interface == "" || !priv.Range.IsValid() {
 			return "", fmt.Errorf("opening %s: routed between the private network's addresses, but its interface (%q) or range (%s) is not known", o, priv.Interface, priv.Range)
+		}
+		if !famMatches(priv.Range, v6) {
+			return "", nil
 		}
 		r := priv.Range.Masked()
 		return fmt.Sprintf(`-i %s -o %s -s %s -d %s -m comment --comment "%s" -j ACCEPT`, priv.Interface, priv.Interface, r, r, o.Mark()), nil
@@ -173,29 +208,63 @@ func xtOpeningArgs(o Opening, priv Private) (string, error) {
 	switch o.From {
 	case FromAnywhere:
 	case FromPrivate:
+		if priv.Interface == "" && !priv.Range.IsValid() {
+			return "", fmt.Errorf("opening %s: from private, but no private network is known", o)
+		}
 		if priv.Range.IsValid() {
+			if !famMatches(priv.Range, v6) {
+				return "", nil
+			}
 			fmt.Fprintf(&b, " -s %s", priv.Range.Masked())
 		}
 		if priv.Interface != "" {
 			fmt.Fprintf(&b, " -i %s", priv.Interface)
 		}
-		if priv.Interface == "" && !priv.Range.IsValid() {
-			return "", fmt.Errorf("opening %s: from private, but no private network is known", o)
-		}
 	default:
-		fmt.Fprintf(&b, " -s %s", o.From)
+		p, err := netip.ParsePrefix(o.From)
+		if err != nil {
+			return "", fmt.Errorf("opening %s: %w", o, err)
+		}
+		if !famMatches(p, v6) {
+			return "", nil
+		}
+		fmt.Fprintf(&b, " -s %s", p.Masked())
 	}
-	if o.Path == PathForwarded {
-		fmt.Fprintf(&b, " -m conntrack --ctorigdstport %d", o.Port)
-	} else {
+	if dport {
 		fmt.Fprintf(&b, " -m %s --dport %d", o.Proto, o.Port)
+	} else {
+		fmt.Fprintf(&b, " -m conntrack --ctorigdstport %d", o.Port)
 	}
 	fmt.Fprintf(&b, ` -m comment --comment "%s" -j ACCEPT`, o.Mark())
 	return b.String(), nil
 }
 
-// xtApply removes and inserts rules in the filter table in one iptables-restore --noflush.
-func xtApply(ctx context.Context, env Env, backend string, del []xtRule, add []string) error {
+// xtFilters counts one family's own rules (meshd's marked rules, Docker's plumbing and
+// DOCKER-USER's closing RETURN excluded) on each path, and says whether that family is filtered
+// at all: a rule of its own, or a closed INPUT policy. A FORWARD policy alone does not count:
+// Docker closes it on every machine it runs on.
+func xtFilters(d *xtDump) (incoming, forwarded int, filters bool) {
+	bridges := d.dockerBridges()
+	for _, r := range d.Rules {
+		if r.Mark != "" {
+			continue
+		}
+		switch {
+		case r.Chain == "INPUT":
+			incoming++
+		case r.Chain == "FORWARD" && !isDockerRule(r, bridges):
+			forwarded++
+		case r.Chain == "DOCKER-USER" && !strings.HasSuffix(r.Line, "-j RETURN"):
+			forwarded++
+		}
+	}
+	closed := d.Policies["INPUT"] != "" && d.Policies["INPUT"] != "ACCEPT"
+	return incoming, forwarded, incoming+forwarded > 0 || closed
+}
+
+// xtApply removes and inserts rules in one family's filter table in one iptables-restore
+// --noflush (ip6tables-restore for v6).
+func xtApply(ctx context.Context, env Env, backend string, v6 bool, del []xtRule, add []string) error {
 	if len(del) == 0 && len(add) == 0 {
 		return nil
 	}
@@ -208,8 +277,8 @@ func xtApply(ctx context.Context, env Env, backend string, del []xtRule, add []s
 		b.WriteString(a + "\n")
 	}
 	b.WriteString("COMMIT\n")
-	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, "iptables-restore"), "--noflush"); err != nil {
-		return fmt.Errorf("iptables-%s-restore --noflush (%d removed, %d added): %w", backend, len(del), len(add), err)
+	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, v6, "-restore"), "--noflush"); err != nil {
+		return fmt.Errorf("%s-restore --noflush (%d removed, %d added): %w", xtName(backend, v6), len(del), len(add), err)
 	}
 	return nil
 }

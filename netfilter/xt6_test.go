@@ -1,0 +1,233 @@
+package netfilter
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"meshd/internal/testenv"
+)
+
+// The lab's IPv6, beside its IPv4 (documentation addresses, 2001:db8::/32):
+//
+//	cli  2001:db8:100::2 ──── host 2001:db8:100::1    the outside machine
+//	ctr  2001:db8:2::2   ──── host 2001:db8:2::1      the container, on the bridge
+const (
+	host6 = "[2001:db8:100::1]"
+	ctr6  = "2001:db8:2::2"
+)
+
+// addIPv6 gives the host, the outside machine and the container their IPv6 addresses (nodad:
+// usable at once), the container its route, and the host IPv6 forwarding.
+func (l *lab) addIPv6() {
+	l.t.Helper()
+	add := func(ns, addr, dev string) {
+		testenv.Run(l.t, "ip", "-n", ns, "addr", "add", addr, "dev", dev, "nodad")
+	}
+	add(l.host, "2001:db8:100::1/64", l.upIf)
+	add(l.cli, "2001:db8:100::2/64", l.upIf+"c")
+	add(l.host, "2001:db8:2::1/64", l.brIf)
+	add(l.ctr, ctr6+"/64", l.brIf+"c")
+	testenv.Run(l.t, "ip", "-n", l.ctr, "-6", "route", "add", "default", "via", "2001:db8:2::1")
+	testenv.Run(l.t, "nsenter", "--net=/run/netns/"+l.host, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+}
+
+// dockerV6 is Docker's IPv6 plumbing with its ip6tables option on, as docker() is IPv4's: the
+// published port 8080 DNATed to the container's [2001:db8:2::2]:80, FORWARD through DOCKER-USER
+// first, FORWARD's policy DROP. Docker publishes 9090 and 6379 too, to the container's port 80
+// over IPv4; their IPv6 is no DNAT but Docker's proxy on the host ([::]:9090, [::]:6379), as for
+// a container on a bridge without IPv6.
+func (l *lab) dockerV6() {
+	br := l.brIf
+	l.sh(strings.Join([]string{
+		"iptables -t nat -A DOCKER ! -i " + br + " -p tcp -m tcp --dport 9090 -j DNAT --to-destination 192.0.2.2:80",
+		"iptables -t nat -A DOCKER ! -i " + br + " -p tcp -m tcp --dport 6379 -j DNAT --to-destination 192.0.2.2:80",
+		"ip6tables -t nat -N DOCKER",
+		"ip6tables -t nat -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER",
+		"ip6tables -t nat -A DOCKER -i " + br + " -j RETURN",
+		"ip6tables -t nat -A DOCKER ! -i " + br + " -p tcp -m tcp --dport 8080 -j DNAT --to-destination [" + ctr6 + "]:80",
+		"ip6tables -N DOCKER",
+		"ip6tables -N DOCKER-USER 2>/dev/null; true",
+		"ip6tables -P FORWARD DROP",
+		"ip6tables -I FORWARD 1 -j DOCKER-USER",
+		"ip6tables -A FORWARD -o " + br + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"ip6tables -A FORWARD -o " + br + " -j DOCKER",
+		"ip6tables -A FORWARD -i " + br + " ! -o " + br + " -j ACCEPT",
+		"ip6tables -A DOCKER -d " + ctr6 + "/128 ! -i " + br + " -o " + br + " -p tcp -m tcp --dport 80 -j ACCEPT",
+		"ip6tables -A DOCKER-USER -j RETURN",
+	}, " && "))
+	l.serve(l.host, "[::]:9090") // Docker's proxy for 9090 over IPv6
+	l.serve(l.host, "[::]:6379") // and for 6379
+}
+
+// xt6Save is ip6tables-save as xtSave is iptables-save's.
+func xt6Save(l *lab) string {
+	var out []string
+	for _, line := range strings.Split(l.sh("ip6tables-save"), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			out = append(out, counters.ReplaceAllString(line, ""))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// wantBoth is wantReach over IPv4 and IPv6 from the outside machine.
+func (l *lab) wantBoth(port string, want bool) {
+	l.t.Helper()
+	l.wantReach(l.cli, l.hostAddr+":"+port, want)
+	l.wantReach(l.cli, host6+":"+port, want)
+}
+
+// A found plain-iptables firewall that filters both families (rules.v4 and rules.v6 alike: INPUT
+// dropping by default, ssh allowed, new traffic from the outside to the container bridge
+// dropped in DOCKER-USER) with Docker publishing over both. Each opening is reachable from the
+// outside over IPv4 and IPv6: on the machine, through Docker's DNAT, and through Docker's proxy;
+// the store, published and guarded, is refused over both; removing an opening closes both
+// families; nothing to change writes nothing; the found rules differ only by meshd's. One body:
+// each step starts from the rules the one before left, as the passes of one agent would.
+func TestIptablesOpeningsIPv6(t *testing.T) {
+	l := newXtLab(t)
+	l.addIPv6()
+	l.sh(strings.Join([]string{
+		"ip6tables -P INPUT DROP",
+		"ip6tables -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"ip6tables -A INPUT -i lo -j ACCEPT",
+		"ip6tables -A INPUT -p ipv6-icmp -j ACCEPT",
+		"ip6tables -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+		"ip6tables -N DOCKER-USER",
+		"ip6tables -A DOCKER-USER -i " + l.upIf + " -o " + l.brIf + " -j DROP",
+	}, " && "))
+	l.dockerV6()
+	ctx := context.Background()
+	f, err := Detect(ctx, l.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("found: %s", f)
+	if f.Kind != KindIptables || !f.IPv6 || f.Incoming6 != 4 || f.Forwarded6 != 1 {
+		t.Fatalf("detected %+v", f)
+	}
+	for _, p := range []string{"7000", "8080", "9090", "6379"} {
+		l.wantBoth(p, false)
+	}
+	before4, before6 := xtSave(l), xt6Save(l)
+
+	d, err := NewDriver(l.env, f, l.private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := Opening{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming}
+	app := Opening{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded}
+	proxied := Opening{Module: "proxied", Proto: "tcp", Port: 9090, From: FromAnywhere, Path: PathForwarded}
+	store := Opening{Module: "store", Proto: "tcp", Port: 6379, From: FromPrivate, Path: PathForwarded}
+	want := []Opening{web, app, proxied, store}
+	r := mustConverge(t, d, want)
+	// IPv4: four rules; IPv6: web's, app's and proxied's in DOCKER-USER and at INPUT for the
+	// proxy (store is from the private network, an IPv4 range: no twin).
+	if r.Added != 9 || r.Removed != 0 {
+		t.Fatalf("first converge: %d added, %d removed; want 9, 0", r.Added, r.Removed)
+	}
+	for _, o := range r.Openings {
+		if o.State != InForce {
+			t.Fatalf("%s: %s (%s)", o.Opening, o.State, o.Reason)
+		}
+	}
+	if _, err := Guard(ctx, l.env, GuardSpec{Private: l.private, Ports: []Port{{"tcp", 6379}}}); err != nil {
+		t.Fatal(err)
+	}
+	l.wantBoth("7000", true) // the machine's own port
+	l.wantBoth("8080", true) // through Docker's DNAT, in both families
+	l.wantBoth("9090", true) // IPv4 through the DNAT, IPv6 through the proxy
+	l.wantBoth("6379", false)
+	l.wantReach(l.peer, l.peerHost+":6379", true) // the store from the private network
+	after4, after6 := xtSave(l), xt6Save(l)
+	assertOnlyMarked(t, "iptables after converge", before4, after4)
+	assertOnlyMarked(t, "ip6tables after converge", before6, after6)
+	added6, _ := diffLines(before6, after6)
+	t.Logf("meshd's ip6tables rules: %q", added6)
+	if len(added6) != 5 || !containsLine(after6, "-A INPUT ", proxied.Mark()) || !containsLine(after6, "-A DOCKER-USER ", app.Mark()) ||
+		strings.Contains(after6, store.Mark()) {
+		t.Fatalf("ip6tables after converge:\n%s", after6)
+	}
+
+	// Nothing to change: nothing written in either family.
+	if r = mustConverge(t, d, want); r.Added+r.Removed != 0 {
+		t.Fatalf("no-op converge wrote %d added, %d removed", r.Added, r.Removed)
+	}
+	if xtSave(l) != after4 || xt6Save(l) != after6 {
+		t.Fatal("no-op converge changed a ruleset")
+	}
+
+	// The forwarded openings unassigned: closed over both families, their rules gone from both.
+	r = mustConverge(t, d, []Opening{web, store})
+	if r.Removed != 6 || r.Added != 0 {
+		t.Fatalf("removing two forwarded openings wrote %d added, %d removed; want 0, 6", r.Added, r.Removed)
+	}
+	l.wantBoth("8080", false)
+	l.wantBoth("9090", false)
+	l.wantBoth("7000", true)
+	l.wantBoth("6379", false)
+
+	// Nothing declared: both families are the found ones again, and closed.
+	if r = mustConverge(t, d, nil); r.Removed != 3 {
+		t.Fatalf("empty converge removed %d, want 3", r.Removed)
+	}
+	if RemoveGuard(ctx, l.env) != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
+		a, rm := diffLines(before6, xt6Save(l))
+		t.Fatalf("with no openings the rulesets differ from the found ones (ip6tables +%q -%q)", a, rm)
+	}
+	l.wantBoth("7000", false)
+
+	// The flip retires the IPv4 rules alone: the firewall then reads inactive, its ip6tables
+	// rules still found, so an interrupted retirement is finished, never begun again over nothing.
+	ret, err := Retire(ctx, l.env, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Detect(ctx, l.env); err != nil || f.Kind != KindIptables || f.Active || !f.IPv6 {
+		t.Fatalf("after retiring IPv4's rules: %+v %v", f, err)
+	}
+	if err := Restore(ctx, l.env, ret); err != nil || xtSave(l) != before4 {
+		t.Fatalf("restore: %v", err)
+	}
+}
+
+// A found plain-iptables firewall in iptables alone (a rules.v4, no rules.v6), Docker publishing
+// over both families: ip6tables filters nothing, so meshd writes nothing there (the openings are
+// as open over IPv6 as the found firewall leaves them), and the store, refused over IPv4 by the
+// found firewall, is refused over IPv6 by the guard, which meshd loads in both families.
+func TestIptablesOpeningsIPv6Unfiltered(t *testing.T) {
+	l := newXtLab(t)
+	l.addIPv6()
+	l.dockerV6()
+	ctx := context.Background()
+	f, err := Detect(ctx, l.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("found: %s", f)
+	if f.Kind != KindIptables || f.IPv6 || !strings.Contains(f.String(), "IPv6 not filtered") {
+		t.Fatalf("detected %+v", f)
+	}
+	before6 := xt6Save(l)
+	d, _ := NewDriver(l.env, f, l.private)
+	web := Opening{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming}
+	app := Opening{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded}
+	store := Opening{Module: "store", Proto: "tcp", Port: 6379, From: FromPrivate, Path: PathForwarded}
+	if r := mustConverge(t, d, []Opening{web, app, store}); r.Added != 3 {
+		t.Fatalf("converge added %d, want 3 (IPv4 alone)", r.Added)
+	}
+	if got := xt6Save(l); got != before6 {
+		a, rm := diffLines(before6, got)
+		t.Fatalf("meshd wrote in an ip6tables that filters nothing: +%q -%q", a, rm)
+	}
+	l.wantBoth("7000", true)
+	l.wantBoth("8080", true)
+	l.wantReach(l.cli, l.hostAddr+":6379", false) // the found DOCKER-USER drop
+	l.wantReach(l.cli, host6+":6379", true)       // the found firewall leaves IPv6 open
+	if _, err := Guard(ctx, l.env, GuardSpec{Private: l.private, Ports: []Port{{"tcp", 6379}}}); err != nil {
+		t.Fatal(err)
+	}
+	l.wantBoth("6379", false)
+	l.wantReach(l.peer, l.peerHost+":6379", true)
+}
