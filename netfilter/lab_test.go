@@ -24,9 +24,9 @@ import (
 //	peer (203.0.113.2)  ──veth── host (203.0.113.1)       stands in for the WireGuard interface
 //	ctr  (192.0.2.2)    ──veth── host (192.0.2.1)         stands in for a container on docker0
 //
-// host runs the found firewall; its ufw and nftables configuration live in a private mount
-// namespace (a holder process with /etc/ufw, /etc/default/ufw and /etc/nftables.conf bind
-// mounted from a temp dir), so the machine's own files are never touched.
+// host runs the found firewall; its ufw, nftables and iptables configuration live in a private
+// mount namespace (a holder process with /etc/ufw, /etc/default/ufw, /etc/nftables.conf and
+// /etc/iptables bind mounted from a temp dir), so the machine's own files are never touched.
 
 func requireLab(t testing.TB) {
 	t.Helper()
@@ -92,9 +92,11 @@ func newLab(t testing.TB) *lab {
 		dl = append(dl, line)
 	}
 	os.WriteFile(filepath.Join(l.dir, "default-ufw"), []byte(strings.Join(dl, "\n")), 0o644)
+	os.Mkdir(filepath.Join(l.dir, "etc-iptables"), 0o755) // a found iptables' rules.v4 and rules.v6
 	os.WriteFile(filepath.Join(l.dir, "nftables.conf"), []byte("#!/usr/sbin/nft -f\nflush ruleset\n"), 0o644)
 	script := fmt.Sprintf("mount --bind %[1]s/etc-ufw /etc/ufw && mount --bind %[1]s/default-ufw /etc/default/ufw && "+
-		"touch /etc/nftables.conf && mount --bind %[1]s/nftables.conf /etc/nftables.conf && echo ready && exec sleep infinity", l.dir)
+		"touch /etc/nftables.conf && mount --bind %[1]s/nftables.conf /etc/nftables.conf && "+
+		"mkdir -p /etc/iptables && mount --bind %[1]s/etc-iptables /etc/iptables && echo ready && exec sleep infinity", l.dir)
 	mntns := testenv.HoldMountNS(t, script)
 	netns := "/run/netns/" + l.host
 	l.env = Env{NetNS: netns, Runner: NSEnter(netns, mntns), Root: strings.TrimSuffix(mntns, "/ns/mnt") + "/root"}
