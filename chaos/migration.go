@@ -68,6 +68,16 @@ func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
 	}
 	mg.stop = stop
 	rng := rand.New(rand.NewSource(mg.W.Seed + 100))
+	// It begins while the random clients are at work, 3 to 8 s in (drawn from the seed): a
+	// crash fault drawn inside a takeover early in the run is armed on p1 as soon as it enrols,
+	// before the migration's own take.
+	select {
+	case <-stop:
+		return
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Duration(3000+rng.Intn(5000)) * time.Millisecond):
+	}
 	steps := []struct {
 		name string
 		run  func() (bool, string)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"meshd/catalogue"
 )
 
 // The model is the record as the operator's commands see it: per node, the mode last asked for,
@@ -41,7 +43,7 @@ func (s modelState) decode() map[string]NodeState {
 // step says what applying in to node state s gives: the next state, whether an acknowledgement
 // is possible (the record would apply it) and whether a refusal is (the record would refuse it
 // for what it holds). The rules are fsm's: a node not enrolled acknowledges only its join, which
-// makes it adopted with nothing assigned, and a second join of the name is refused; a spoke's
+// makes it adopted with the mesh's module assigned and nothing taken, and a second join of the name is refused; a spoke's
 // tunnel is taken once; assigning twice, unassigning or taking what is not
 // assigned, taking on a converged node or twice are refused; converging takes every assigned
 // module; asking again for the mode a pending flip goes to is acknowledged, for the mode the node
@@ -54,7 +56,8 @@ func step(s NodeState, in Op) (next NodeState, ack, refuse bool) {
 	}
 	if s.Mode == "" { // not enrolled: only a join can be acknowledged
 		if in.Kind == KindJoin {
-			return NodeState{Mode: "adopted", Assigned: []string{}, Taken: []string{}, Settings: map[string]string{}}, true, false
+			// An adopted join assigns the node the mesh's own module, not yet taken.
+			return NodeState{Mode: "adopted", Assigned: []string{catalogue.MeshModule}, Taken: []string{}, Settings: map[string]string{}}, true, false
 		}
 		return s, false, false
 	}

@@ -89,15 +89,15 @@ func TestCheckerAcceptsLinearizableHistories(t *testing.T) {
 		"a node enrols, its tunnel is taken once, a second take refused": {
 			op(KindAssign, "p", "a", 0, 1, Unknown), // before it enrolled: never applied
 			op(KindJoin, "p", "", 2, 3, Acked),
-			read("p", 4, 5, adoptedWith(nil, nil)),
+			read("p", 4, 5, adoptedWith([]string{"mesh"}, nil)),
 			op(KindTunnel, "p", "", 6, 7, Acked),
 			op(KindTunnel, "p", "", 8, 9, Refused),
-			read("p", 10, 11, NodeState{Mode: "adopted", Assigned: []string{}, Taken: []string{}, Tunnel: true}),
+			read("p", 10, 11, NodeState{Mode: "adopted", Assigned: []string{"mesh"}, Taken: []string{}, Tunnel: true}),
 		},
 		"a join whose answer was lost, then refused": {
 			op(KindJoin, "p", "", 0, 1, Unknown),
 			op(KindJoin, "p", "", 2, 3, Refused),
-			read("p", 4, 5, adoptedWith(nil, nil)),
+			read("p", 4, 5, adoptedWith([]string{"mesh"}, nil)),
 		},
 		"a setting reads back": {
 			{Kind: KindSet, Node: "n1", Key: "m.greeting", Value: "v2", Call: 0, Return: 1, Done: true, Answer: Acked},
@@ -156,11 +156,11 @@ func TestCheckerRejectsLostAndDoubledCommands(t *testing.T) {
 		"a lost tunnel take": {
 			op(KindJoin, "p", "", 0, 1, Acked),
 			op(KindTunnel, "p", "", 2, 3, Acked),
-			read("p", 4, 5, adoptedWith(nil, nil)),
+			read("p", 4, 5, adoptedWith([]string{"mesh"}, nil)),
 		},
 		// A node read as enrolled before any join could have been applied.
 		"a node enrolled before its join": {
-			read("p", 0, 1, adoptedWith(nil, nil)),
+			read("p", 0, 1, adoptedWith([]string{"mesh"}, nil)),
 			op(KindJoin, "p", "", 2, 3, Acked),
 		},
 		// A tunnel take acknowledged twice: the record takes a spoke's tunnel once.
