@@ -17,12 +17,15 @@ import (
 )
 
 // shortSeeds are the seeds `make test` replays: a short run each, the same faults at every run.
-// 52 draws, within its 45 s: a crash of the hub inside a staged take (take.after-record-latest),
-// s3 stopped and booted, the hub (the leader) partitioned from s2 and s3, a crash of c1 inside a
-// container's cutover (take.container.after-record-cutover). A seed a soak found a bug with is
-// added here once the bug is fixed: 19 (the hub rebooted; docs/chaos.md, findings) once the
-// store stays unreachable through a reboot.
-var shortSeeds = []int64{52}
+// 44 draws, within its 45 s: a crash of p1 inside its tunnel takeover between the found link
+// deleted and the mesh's up (tunnel.after-stop-found: reached in the run that chose it), s3 cut
+// off, a crash of s2 inside an unassign (unassign.after-remove), s3 stopped and booted, a crash
+// of c1 inside a container's cutover, c1 cut off; beside them the migration of p1 (enrolled over
+// the tunnel, its tunnel taken, two modules assigned and taken, converged, returned, converged
+// again). 66 s in all. A seed a soak found a bug with is added here once the bug is fixed; 19
+// (the hub rebooted with the store reachable from outside) passed once meshd-boot.service came,
+// under the earlier workload, and is left to `make chaos SEED=19` to keep `make test` short.
+var shortSeeds = []int64{44}
 
 // shortDuration is how long the workload runs under faults in a short run.
 const shortDuration = 45 * time.Second

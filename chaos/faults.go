@@ -40,8 +40,7 @@ const (
 )
 
 // CrashPoints are the named points a FaultCrash arms: inside a hold, a take (of a file and of a
-// container), an unassign, a flip and a return (see package host's doc). The tunnel takeover has
-// no named points yet.
+// container), an unassign, a flip, a return and a tunnel takeover (see package host's doc).
 var CrashPoints = []string{
 	"hold.before-record-original", "hold.after-record-original",
 	"take.before-record-original", "take.after-record-original", "take.after-record-written",
@@ -52,6 +51,7 @@ var CrashPoints = []string{
 	"unassign.after-remove",
 	"flip.after-filter", "flip.before-retire", "flip.after-retire",
 	"return.after-restore", "return.after-guard",
+	"tunnel.after-seal-key", "tunnel.after-record-takeover", "tunnel.after-stop-found", "tunnel.after-takeover",
 }
 
 // Fault is one fault as it happened: what, where, when it began and healed (on the history's
@@ -101,6 +101,9 @@ type Injector struct {
 	// Provoke, when set, is called (in its own goroutine) once a crash fault's agent is armed:
 	// it sends the command that leads the agent to the point.
 	Provoke func(ctx context.Context, f Fault)
+	// Ready, when set, says whether a machine runs an agent faults may act on (p1 only once the
+	// workload enrolled it); a crash fault waits up to its hold for it, and is skipped if not.
+	Ready func(machine string) bool
 
 	provoking sync.WaitGroup
 }
@@ -293,6 +296,15 @@ func (in *Injector) Inject(ctx context.Context, f *Fault, hold time.Duration, no
 // crashAt restarts the agent on m armed at point and waits up to hold for it to die there; then
 // it starts the agent unarmed. It says whether the agent reached the point.
 func (in *Injector) crashAt(ctx context.Context, m *lab.Machine, point string, hold time.Duration, fail func(error)) bool {
+	if in.Ready != nil {
+		deadline := time.Now().Add(hold)
+		for !in.Ready(m.Name) && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !in.Ready(m.Name) {
+			return false // not enrolled (yet): nothing to crash
+		}
+	}
 	logPath := filepath.Join(m.Dir(), "log", "meshd.log")
 	before := fileSize(logPath)
 	if in.AgentRunning(m.Name) {

@@ -22,7 +22,10 @@ const (
 	KindConverge Kind = "converge" // meshd converge NODE
 	KindAdopt    Kind = "adopt"    // meshd adopt NODE
 	KindRead     Kind = "read"     // meshd node show NODE --json
+	KindJoin     Kind = "join"     // meshd join TOKEN --name NODE --tunnel IFACE (on the machine itself)
+	KindTunnel   Kind = "tunnel"   // meshd tunnel take NODE IFACE (a spoke's found tunnel)
 	KindToken    Kind = "token"    // meshd token create (not modelled)
+	KindPreview  Kind = "preview"  // meshd converge NODE --preview (a read of the machine, not modelled)
 )
 
 // Answer is what a command's caller learned.
@@ -45,12 +48,14 @@ const (
 
 // NodeState is one node as the record holds it, in the model's terms: the mode the operator
 // last asked for (the flip's target while a flip is pending), the assigned and (effectively)
-// taken modules, sorted, and the settings the workload touches.
+// taken modules, sorted, the settings the workload touches, and whether its found tunnel was
+// taken over. A node the record does not hold yet (p1 before it enrols) has no mode.
 type NodeState struct {
 	Mode     string            `json:"mode"`
 	Assigned []string          `json:"assigned"`
 	Taken    []string          `json:"taken"`
 	Settings map[string]string `json:"settings,omitempty"`
+	Tunnel   bool              `json:"tunnel,omitempty"`
 }
 
 func (s NodeState) String() string {
@@ -63,8 +68,15 @@ func (s NodeState) String() string {
 	for _, k := range keys {
 		set = append(set, k+"="+s.Settings[k])
 	}
-	return fmt.Sprintf("%s assigned=[%s] taken=[%s] settings=[%s]", s.Mode,
-		strings.Join(s.Assigned, ","), strings.Join(s.Taken, ","), strings.Join(set, ","))
+	if s.Mode == "" {
+		return "not enrolled"
+	}
+	t := ""
+	if s.Tunnel {
+		t = " tunnel=taken"
+	}
+	return fmt.Sprintf("%s assigned=[%s] taken=[%s] settings=[%s]%s", s.Mode,
+		strings.Join(s.Assigned, ","), strings.Join(s.Taken, ","), strings.Join(set, ","), t)
 }
 
 // Op is one operator command as the workload sent it: to which machine's meshd, about which

@@ -13,17 +13,30 @@ import (
 	"strings"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
 	"meshd/agent"
+	"meshd/host"
 	"meshd/lab"
 )
 
 // The chaos lab: three servers (hub, the control-node, with its own Docker engine so the store
-// really runs on it; s2 and s3), a client c1 with an engine and a found firewall, and outside,
-// on the underlay only.
+// really runs on it; s2 and s3), a client c1 with an engine and a found firewall, a predecessor
+// peer p1 on the hub's found wg-quick tunnel, and outside, on the underlay only.
 const (
 	S2Addr = "198.51.100.11"
 	S3Addr = "198.51.100.12"
 	C1Addr = "198.51.100.13"
+	P1Addr = "198.51.100.14"
+	// P1TunnelAddr is p1's address on the predecessor's tunnel (10.44.0.0/24, the hub at .1): far
+	// from the addresses the mesh gives s2, s3 and c1 (.2, .3, .4), so the carried peer keeps it.
+	P1TunnelAddr = "10.44.0.20"
+	// Peer is the predecessor peer the workload migrates: enrolled adopted over the tunnel, its
+	// tunnel taken, modules assigned and taken, converged, returned, converged again.
+	Peer = "p1"
+	// SvcPort is the predecessor's service on the hub, published by its engine, that p1 calls
+	// through the tunnel (the probe p1-tunnel).
+	SvcPort = lab.WebappPort
 )
 
 // Nodes are the chaos lab's meshd nodes; Servers its Raft servers.
@@ -55,37 +68,90 @@ func manifest(name string) string {
 	return fmt.Sprintf("name: %s\ndescription: a chaos test module\nsettings:\n  greeting: g0\nfiles:\n  - path: /etc/chaos/%s.conf\n    content: |\n      greeting = ${greeting}\n    mode: \"0644\"\n", name, name)
 }
 
-// Scenario is the chaos lab's shape: c1 has a found nftables firewall; the outside-store probe calls the store's port on the hub
-// from outside, which must never answer.
+// TunnelProbe is the probe from p1 through the tunnel to the hub's service: every failed call is
+// an outage of a predecessor service, reported per step.
+const TunnelProbe = "p1-tunnel"
+
+// Scenario is the chaos lab's shape: c1 has a found nftables firewall; the hub a wg-quick tunnel
+// (wg0, 10.44.0.1/24 on 51820, brought up with wireguard-go as the predecessor does) to p1, and a
+// service container publishing SvcPort; the p1-tunnel probe calls that service through the
+// tunnel; the outside-store probes call the store's port on the hub from outside, which must
+// never answer.
 func Scenario() lab.Scenario {
 	return lab.Scenario{
 		Name: "chaos",
 		Machines: []lab.MachineSpec{
-			{Name: "hub", Addr: lab.HubAddr, Docker: true},
+			{Name: "hub", Addr: lab.HubAddr, Docker: true, TunnelAddr: lab.HubTunnelAddr},
 			{Name: "s2", Addr: S2Addr},
 			{Name: "s3", Addr: S3Addr},
 			{Name: "c1", Addr: C1Addr, Docker: true},
+			{Name: Peer, Addr: P1Addr, TunnelAddr: P1TunnelAddr},
 			{Name: "outside", Addr: lab.OutsideAddr},
 		},
 		Probes: []lab.ProbeSpec{
 			{Name: "outside-store", From: "outside", Target: fmt.Sprintf("tcp://%s:%d", lab.HubAddr, lab.StorePort), Expect: lab.ExpectUnreachable},
 			{Name: "outside-store6", From: "outside", Target: fmt.Sprintf("tcp://[%s]:%d", lab.Addr6(netip.MustParseAddr(lab.HubAddr)), lab.StorePort), Expect: lab.ExpectUnreachable},
+			{Name: TunnelProbe, From: Peer, Target: fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, SvcPort), Expect: lab.ExpectReach},
 		},
 		Configure: func(ctx context.Context, l *lab.Lab) error {
 			c1 := l.Machine("c1")
 			if err := c1.WriteFile(ctx, "/etc/nftables.conf", []byte(c1Firewall), 0o755); err != nil {
 				return err
 			}
-			_, err := c1.Run(ctx, "ln -sf /lib/systemd/system/nftables.service /etc/systemd/system/sysinit.target.wants/nftables.service")
+			if _, err := c1.Run(ctx, "ln -sf /lib/systemd/system/nftables.service /etc/systemd/system/sysinit.target.wants/nftables.service"); err != nil {
+				return err
+			}
+			return configureTunnel(ctx, l)
+		},
+		// chaos-d's container, found on c1: held when the module is assigned, replaced at take;
+		// the hub's service, which p1 calls through the tunnel.
+		Populate: func(ctx context.Context, l *lab.Lab) error {
+			if _, err := l.Machine("c1").Docker(ctx, "run", "-d", "--name", "chaos-d", "--restart", "unless-stopped",
+				"-e", "GREETING=found", "lab/echo:1"); err != nil {
+				return err
+			}
+			_, err := l.Machine("hub").Docker(ctx, "run", "-d", "--name", "svc", "--restart", "unless-stopped",
+				"-p", fmt.Sprintf("%d:%d", SvcPort, SvcPort), "lab/echo:1", "serve", "--listen", fmt.Sprintf(":%d", SvcPort), "--name", "svc")
 			return err
 		},
-		// chaos-d's container, found on c1: held when the module is assigned, replaced at take.
-		Populate: func(ctx context.Context, l *lab.Lab) error {
-			_, err := l.Machine("c1").Docker(ctx, "run", "-d", "--name", "chaos-d", "--restart", "unless-stopped",
-				"-e", "GREETING=found", "lab/echo:1")
-			return err
+		Ready: func(ctx context.Context, l *lab.Lab) error {
+			return poll(ctx, 60*time.Second, func() error {
+				s, err := l.Probe(TunnelProbe, time.Now().Add(-time.Second))
+				if err == nil && (s.Successes == 0 || s.Failures > 0) {
+					err = fmt.Errorf("%s is not answering yet: %s", TunnelProbe, s.LastError)
+				}
+				return err
+			})
 		},
 	}
+}
+
+// configureTunnel writes the predecessor's tunnel the way lab.Predecessor does: a wg-quick file on
+// the hub and on p1 with fresh keys, each enabled as wg-quick@wg0 (the boot brings it up with
+// wireguard-go, there being no kernel WireGuard).
+func configureTunnel(ctx context.Context, l *lab.Lab) error {
+	hubKey, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		return err
+	}
+	peerKey, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		return err
+	}
+	hubConf := fmt.Sprintf("# the predecessor's tunnel\n[Interface]\nAddress = %s/24\nListenPort = %d\nPrivateKey = %s\n\n# %s\n[Peer]\nPublicKey = %s\nAllowedIPs = %s/32\n",
+		lab.HubTunnelAddr, lab.TunnelPort, hubKey, Peer, peerKey.PublicKey(), P1TunnelAddr)
+	peerConf := fmt.Sprintf("[Interface]\nAddress = %s/24\nListenPort = %d\nPrivateKey = %s\n\n# hub\n[Peer]\nPublicKey = %s\nEndpoint = %s:%d\nAllowedIPs = %s\nPersistentKeepalive = 5\n",
+		P1TunnelAddr, lab.TunnelPort, peerKey, hubKey.PublicKey(), lab.HubAddr, lab.TunnelPort, lab.TunnelRange)
+	for m, conf := range map[string]string{"hub": hubConf, Peer: peerConf} {
+		mm := l.Machine(m)
+		if err := mm.WriteFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf", []byte(conf), 0o600); err != nil {
+			return err
+		}
+		if _, err := mm.Run(ctx, `ln -sf /lib/systemd/system/wg-quick@.service "/etc/systemd/system/multi-user.target.wants/wg-quick@$1.service"`, lab.TunnelIface); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // c1Firewall is the client's found firewall, loaded at boot by nftables.service: it accepts
@@ -106,6 +172,14 @@ type Mesh struct {
 	Lab *lab.Lab
 	// Interval is the agents' reconcile interval.
 	Interval time.Duration
+	// Step, when set, says a step of raising the mesh begins (the run marks it on the lab).
+	Step func(name string)
+}
+
+func (ms *Mesh) step(name string) {
+	if ms.Step != nil {
+		ms.Step(name)
+	}
 }
 
 // dockerHost is what an agent on machine uses: its own engine on hub and c1, none elsewhere.
@@ -148,11 +222,13 @@ func (ms *Mesh) must(ctx context.Context, machine string, args ...string) (strin
 	return out, nil
 }
 
-// Up puts meshd on the lab: the found file on every node, genesis on hub (adopted), s2 and s3
-// joined as servers and c1 as a client (all adopted), the workload's modules added. It returns
-// once the three servers vote.
+// Up puts meshd on the lab: the found file on every node (and on p1), genesis on hub adopted,
+// taking its found tunnel over (so the private network is the tunnel's range, the hub at its
+// address), s2 and s3 joined as servers and c1 as a client (all adopted), the workload's modules
+// added. p1 gets the binary and its found file; the workload enrols it. It returns once the three
+// servers vote and the hub's tunnel is the mesh's.
 func (ms *Mesh) Up(ctx context.Context, binary string) error {
-	for _, n := range Nodes {
+	for _, n := range append(slices.Clone(Nodes), Peer) {
 		m := ms.Lab.Machine(n)
 		if err := m.WriteFile(ctx, HeldPath, FoundContent(n), 0o644); err != nil {
 			return err
@@ -161,8 +237,9 @@ func (ms *Mesh) Up(ctx context.Context, binary string) error {
 			return err
 		}
 	}
+	ms.step("hub adopted, its tunnel taken (genesis --adopted --take-tunnel wg0)")
 	if _, err := ms.must(ctx, "hub", "genesis", "--name", "hub", "--adopted", "--data-dir", "/var/lib/meshd",
-		"--docker-host", dockerHost("hub"), "--advertise", lab.HubAddr); err != nil {
+		"--docker-host", dockerHost("hub"), "--advertise", lab.HubAddr, "--take-tunnel", lab.TunnelIface); err != nil {
 		return err
 	}
 	if err := ms.startAgent(ctx, "hub"); err != nil {
@@ -171,6 +248,23 @@ func (ms *Mesh) Up(ctx context.Context, binary string) error {
 	if err := ms.waitAnswer(ctx, "hub"); err != nil {
 		return err
 	}
+	if err := poll(ctx, 60*time.Second, func() error {
+		out, err := ms.must(ctx, "hub", "tunnel", "show", "--json")
+		if err != nil {
+			return err
+		}
+		var tv agent.TunnelView
+		if err := json.Unmarshal([]byte(out), &tv); err != nil {
+			return err
+		}
+		if tv.State != host.TunnelMeshUp {
+			return fmt.Errorf("the hub's tunnel is %q (%s), not the mesh's", tv.State, tv.Reason)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("genesis --take-tunnel: %w", err)
+	}
+	ms.step("s2 and s3 joined as servers, c1 as a client, all adopted")
 	for _, j := range []struct {
 		name, addr string
 		server     bool
@@ -209,6 +303,7 @@ func (ms *Mesh) Up(ctx context.Context, binary string) error {
 	}); err != nil {
 		return fmt.Errorf("three voters: %w", err)
 	}
+	ms.step("the workload's modules added")
 	for _, mod := range Modules {
 		path := "/etc/chaos-manifests/" + mod + ".yaml"
 		if err := ms.Lab.Machine("hub").WriteFile(ctx, path, []byte(manifest(mod)), 0o644); err != nil {
@@ -273,7 +368,7 @@ func (ms *Mesh) NodeView(ctx context.Context, machine, node string) (agent.NodeV
 // StateOf is a node view in the model's terms.
 func StateOf(v agent.NodeView) NodeState {
 	s := NodeState{Mode: string(v.Node.Target()), Assigned: nonNil(slices.Clone(v.Node.Assigned)),
-		Taken: nonNil(slices.Clone(v.Taken)), Settings: map[string]string{}}
+		Taken: nonNil(slices.Clone(v.Taken)), Settings: map[string]string{}, Tunnel: v.Node.TookTunnel}
 	sort.Strings(s.Assigned)
 	sort.Strings(s.Taken)
 	for k, val := range v.Node.Settings {

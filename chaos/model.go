@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"meshd/catalogue"
 )
 
 // The model is the record as the operator's commands see it: per node, the mode last asked for,
@@ -40,18 +42,35 @@ func (s modelState) decode() map[string]NodeState {
 
 // step says what applying in to node state s gives: the next state, whether an acknowledgement
 // is possible (the record would apply it) and whether a refusal is (the record would refuse it
-// for what it holds). The rules are fsm's: assigning twice, unassigning or taking what is not
+// for what it holds). The rules are fsm's: a node not enrolled acknowledges only its join, which
+// makes it adopted with the mesh's module assigned and nothing taken, and a second join of the name is refused; a spoke's
+// tunnel is taken once; assigning twice, unassigning or taking what is not
 // assigned, taking on a converged node or twice are refused; converging takes every assigned
 // module; asking again for the mode a pending flip goes to is acknowledged, for the mode the node
 // is already in refused; since the two cannot be told apart from the operator's side, both are
 // allowed when the node's mode is the one asked for.
 func step(s NodeState, in Op) (next NodeState, ack, refuse bool) {
-	next = NodeState{Mode: s.Mode, Assigned: slices.Clone(s.Assigned), Taken: slices.Clone(s.Taken), Settings: map[string]string{}}
+	next = NodeState{Mode: s.Mode, Assigned: slices.Clone(s.Assigned), Taken: slices.Clone(s.Taken), Settings: map[string]string{}, Tunnel: s.Tunnel}
 	for k, v := range s.Settings {
 		next.Settings[k] = v
 	}
+	if s.Mode == "" { // not enrolled: only a join can be acknowledged
+		if in.Kind == KindJoin {
+			// An adopted join assigns the node the mesh's own module, not yet taken.
+			return NodeState{Mode: "adopted", Assigned: []string{catalogue.MeshModule}, Taken: []string{}, Settings: map[string]string{}}, true, false
+		}
+		return s, false, false
+	}
 	assigned, taken := slices.Contains(s.Assigned, in.Module), slices.Contains(s.Taken, in.Module)
 	switch in.Kind {
+	case KindJoin:
+		return s, false, true // the name is the record's already
+	case KindTunnel:
+		if s.Tunnel {
+			return s, false, true
+		}
+		next.Tunnel = true
+		return next, true, false
 	case KindAssign:
 		if assigned {
 			return s, false, true
@@ -111,7 +130,7 @@ func without(xs []string, x string) []string {
 // workload sets (a key the model has never seen set reads as whatever the node had at the start,
 // which the initial state carries).
 func equalRead(s, read NodeState) bool {
-	if s.Mode != read.Mode || !slices.Equal(s.Assigned, read.Assigned) || !slices.Equal(s.Taken, read.Taken) {
+	if s.Mode != read.Mode || s.Tunnel != read.Tunnel || !slices.Equal(s.Assigned, read.Assigned) || !slices.Equal(s.Taken, read.Taken) {
 		return false
 	}
 	for k, v := range s.Settings {
@@ -225,7 +244,7 @@ func Operations(ops []Op) []porcupine.Operation {
 	var out []porcupine.Operation
 	for _, o := range ops {
 		switch o.Kind {
-		case KindAssign, KindUnassign, KindTake, KindSet, KindConverge, KindAdopt, KindRead:
+		case KindAssign, KindUnassign, KindTake, KindSet, KindConverge, KindAdopt, KindRead, KindJoin, KindTunnel:
 		default:
 			continue
 		}

@@ -86,6 +86,19 @@ func TestCheckerAcceptsLinearizableHistories(t *testing.T) {
 			op(KindAdopt, "n2", "", 8, 9, Acked),
 			read("n2", 10, 11, adoptedWith([]string{"a"}, []string{"a"})),
 		},
+		"a node enrols, its tunnel is taken once, a second take refused": {
+			op(KindAssign, "p", "a", 0, 1, Unknown), // before it enrolled: never applied
+			op(KindJoin, "p", "", 2, 3, Acked),
+			read("p", 4, 5, adoptedWith([]string{"mesh"}, nil)),
+			op(KindTunnel, "p", "", 6, 7, Acked),
+			op(KindTunnel, "p", "", 8, 9, Refused),
+			read("p", 10, 11, NodeState{Mode: "adopted", Assigned: []string{"mesh"}, Taken: []string{}, Tunnel: true}),
+		},
+		"a join whose answer was lost, then refused": {
+			op(KindJoin, "p", "", 0, 1, Unknown),
+			op(KindJoin, "p", "", 2, 3, Refused),
+			read("p", 4, 5, adoptedWith([]string{"mesh"}, nil)),
+		},
 		"a setting reads back": {
 			{Kind: KindSet, Node: "n1", Key: "m.greeting", Value: "v2", Call: 0, Return: 1, Done: true, Answer: Acked},
 			read("n1", 2, 3, NodeState{Mode: "adopted", Assigned: []string{}, Taken: []string{}, Settings: map[string]string{"m.greeting": "v2"}}),
@@ -138,6 +151,23 @@ func TestCheckerRejectsLostAndDoubledCommands(t *testing.T) {
 			{Kind: KindSet, Node: "n1", Key: "m.greeting", Value: "v1", Call: 0, Return: 1, Done: true, Answer: Acked},
 			{Kind: KindSet, Node: "n1", Key: "m.greeting", Value: "v2", Call: 2, Return: 3, Done: true, Answer: Acked},
 			read("n1", 4, 5, NodeState{Mode: "adopted", Assigned: []string{}, Taken: []string{}, Settings: map[string]string{"m.greeting": "v1"}}),
+		},
+		// A spoke's tunnel taken, acknowledged, and read as not taken.
+		"a lost tunnel take": {
+			op(KindJoin, "p", "", 0, 1, Acked),
+			op(KindTunnel, "p", "", 2, 3, Acked),
+			read("p", 4, 5, adoptedWith([]string{"mesh"}, nil)),
+		},
+		// A node read as enrolled before any join could have been applied.
+		"a node enrolled before its join": {
+			read("p", 0, 1, adoptedWith([]string{"mesh"}, nil)),
+			op(KindJoin, "p", "", 2, 3, Acked),
+		},
+		// A tunnel take acknowledged twice: the record takes a spoke's tunnel once.
+		"a tunnel taken twice": {
+			op(KindJoin, "p", "", 0, 1, Acked),
+			op(KindTunnel, "p", "", 2, 3, Acked),
+			op(KindTunnel, "p", "", 4, 5, Acked),
 		},
 		// The lost assign on n2 must not hide behind n1's history (partitions are per node).
 		"a lost acknowledgement on one node among others": {

@@ -47,6 +47,26 @@ type Run struct {
 	Out string
 	// Checks counts the linearizability checks made (one after each fault, one at the end).
 	Checks int
+	// Steps are the steps said to the lab: the migration's and each fault's.
+	Steps []*Step
+	// Outages are the figures of the probe through the tunnel, per step (the longest outage that
+	// began in each), and every outage with the faults that excuse it.
+	Outages OutageReport
+
+	mu  sync.Mutex
+	lab *lab.Lab
+}
+
+// step says to the lab (and the run's list) that a step begins now.
+func (r *Run) step(name string) *Step {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := &Step{Name: name, At: int64(r.History.Since())}
+	r.Steps = append(r.Steps, st)
+	if r.lab != nil {
+		_ = r.lab.Step(name)
+	}
+	return st
 }
 
 func (r *Run) problem(format string, args ...any) {
@@ -63,8 +83,9 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
-	r := &Run{Seed: c.Seed, History: NewHistory()}
+	r := &Run{Seed: c.Seed, History: NewHistory(), lab: l}
 	ms := &Mesh{Lab: l, Interval: c.Interval}
+	ms.Step = func(name string) { r.step(name) }
 	defer func() {
 		if len(r.Problems) > 0 {
 			r.Out = c.Out
@@ -78,17 +99,21 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 		return r
 	}
 	w := &Workload{Mesh: ms, History: r.History, Clients: 2, Seed: c.Seed, Timeout: 40 * time.Second}
+	w.Migration = &Migration{W: w, Step: r.step}
 	r.Init = w.ReadAll(ctx, "hub")
 	if len(r.Init) != len(Nodes) {
 		r.problem("could not read every node before the workload: %v", r.Init)
 		return r
 	}
-	c.Logf("chaos seed %d: workload for %s, %d clients, faults from the same seed", c.Seed, c.Duration, w.Clients)
-	in := &Injector{Lab: l, Servers: Servers, AgentLine: ms.AgentLine, Provoke: w.Provoke}
+	c.Logf("chaos seed %d: workload for %s, %d clients and the migration of p1, faults from the same seed", c.Seed, c.Duration, w.Clients)
+	r.step("the workload begins")
+	in := &Injector{Lab: l, Servers: Servers, AgentLine: ms.AgentLine, Provoke: w.Provoke,
+		Ready: func(m string) bool { return m != Peer || w.Migration.Enrolled() }}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); w.Run(ctx, stop) }()
+	go func() { defer wg.Done(); w.Migration.Run(ctx, stop) }()
 
 	r.schedule(ctx, ms, in, c)
 	close(stop)
@@ -111,12 +136,14 @@ func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, c Config) {
 		case <-time.After(wait):
 		}
 		fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		r.step(fmt.Sprintf("fault %d: %s %s", len(r.Faults)+1, f.Kind, f.Machine))
 		in.Inject(fctx, &f, hold, r.History.Since)
 		if f.Kind == FaultStop || f.Kind == FaultReboot {
 			r.openingsBack(fctx, ms, &f)
 		}
 		cancel()
 		r.Faults = append(r.Faults, f)
+		r.step(fmt.Sprintf("fault %d healed", len(r.Faults)))
 		c.Logf("fault %d at %s: %s", len(r.Faults), time.Duration(f.Begin).Round(time.Millisecond), f)
 		if f.Err != "" {
 			r.problem("fault %s: %s", f, f.Err)
@@ -151,7 +178,10 @@ func NextFault(rng *rand.Rand) (wait time.Duration, f Fault, hold time.Duration)
 	if f.Kind == FaultCrash {
 		f.Point = CrashPoints[rng.Intn(len(CrashPoints))]
 		if strings.HasPrefix(f.Point, "flip.") || strings.HasPrefix(f.Point, "return.") || strings.HasPrefix(f.Point, "take.container.") {
-			f.Machine = "c1" // the only node the workload converges and returns, and where chaos-d is found
+			f.Machine = "c1" // the random clients converge and return only c1, and chaos-d is found there
+		}
+		if strings.HasPrefix(f.Point, "tunnel.") {
+			f.Machine = Peer // the tunnel taken over during the workload is p1's
 		}
 		hold += 6 * time.Second // time for the provoked command to reach the point
 	}
@@ -231,7 +261,9 @@ func (r *Run) check(ops []Op, when string) {
 // final heals what is left, waits for the group, stops the workload's effects settling, and
 // checks every end-of-run invariant.
 func (r *Run) final(ctx context.Context, ms *Mesh, in *Injector, w *Workload, c Config) {
-	for _, n := range Nodes {
+	r.step("the end: everything healed")
+	nodes := w.AllNodes()
+	for _, n := range nodes {
 		if !in.AgentRunning(n) {
 			if err := in.StartAgent(ctx, n, ""); err != nil {
 				r.problem("starting %s's agent at the end: %v", n, err)
@@ -243,7 +275,7 @@ func (r *Run) final(ctx context.Context, ms *Mesh, in *Injector, w *Workload, c 
 		return
 	}
 	// Every node's flip, if one is pending, carried out: the record's mode is the one asked for.
-	for _, n := range Nodes {
+	for _, n := range nodes {
 		if err := poll(ctx, 2*time.Minute, func() error {
 			v, err := ms.NodeView(ctx, "hub", n)
 			if err != nil {
@@ -265,19 +297,21 @@ func (r *Run) final(ctx context.Context, ms *Mesh, in *Injector, w *Workload, c 
 	}
 	final := w.ReadAll(ctx, "hub")
 	r.check(ops(r.History), "at the end")
-	if len(final) != len(Nodes) {
-		r.problem("at the end: could not read every node: read %d of %d", len(final), len(Nodes))
+	if len(final) != len(nodes) {
+		r.problem("at the end: could not read every node: read %d of %d", len(final), len(nodes))
 	}
-	r.settled(ctx, ms)
-	r.heldFiles(ctx, ms, final)
+	r.settled(ctx, ms, nodes)
+	r.heldFiles(ctx, ms, final, nodes)
 	r.probes(ms)
+	r.migrated(w, c)
+	r.tunnelOutages(ms, c)
 	c.Logf("chaos seed %d: %d commands (%s), %d faults, %d checks", c.Seed, len(r.History.Ops()), answers(r.History.Ops()), len(r.Faults), r.Checks)
 }
 
 // settled checks that every node's machine agrees with its declaration: a pass after everything
 // settled writes nothing (its report counts no changes).
-func (r *Run) settled(ctx context.Context, ms *Mesh) {
-	for _, n := range Nodes {
+func (r *Run) settled(ctx context.Context, ms *Mesh, nodes []string) {
+	for _, n := range nodes {
 		since := time.Now()
 		var last string
 		err := poll(ctx, 60*time.Second, func() error {
@@ -304,7 +338,7 @@ func (r *Run) settled(ctx context.Context, ms *Mesh) {
 // heldFiles checks that a found file was never removed, that its recorded original is byte for
 // byte what was found, and that on a node where its module was never taken it is still what was
 // found (held, never reverted).
-func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeState) {
+func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeState, nodes []string) {
 	mayTake := map[string]bool{}
 	for _, o := range r.History.Ops() {
 		if o.Answer == Refused || o.Answer == NotSent {
@@ -314,7 +348,7 @@ func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeStat
 			mayTake[o.Node] = true
 		}
 	}
-	for _, n := range Nodes {
+	for _, n := range nodes {
 		m := ms.Lab.Machine(n)
 		got, err := m.ReadFile(ctx, HeldPath)
 		if err != nil {
@@ -435,6 +469,9 @@ func (r *Run) write(l *lab.Lab, dir string) error {
 	errs = append(errs, err)
 	put("faults.json", r.Faults)
 	put("init.json", r.Init)
+	put("steps.json", r.Steps)
+	put("outages.json", r.Outages)
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "outages.txt"), []byte(r.Outages.Table), 0o644))
 	if probes, err := l.Probes(); err == nil {
 		put("probes.json", probes)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/lab"
 )
 
 // Workload sends operator commands to random nodes through the meshd CLI on random lab machines
@@ -25,12 +26,14 @@ type Workload struct {
 	Seed int64
 	// Timeout bounds one command (converge and adopt wait for at most half of it).
 	Timeout time.Duration
+	// Migration, when set, is p1's migration, walked beside the random clients.
+	Migration *Migration
 
 	values atomic.Int64 // each setting a value never set before, so a replay shows
 }
 
 // refusals are the record's refusals for what it holds: a command refused so was not applied.
-var refusals = []string{"already assigned", "not assigned", "already taken", "the node is converged", "already adopted", "already converged"}
+var refusals = []string{"already assigned", "not assigned", "already taken", "the node is converged", "already adopted", "already converged", "already took"}
 
 // notSent says the CLI reached no agent: nothing was sent, so nothing can have been applied.
 const notSent = "no agent is listening"
@@ -130,6 +133,12 @@ func (w *Workload) One(ctx context.Context, client int, rng *rand.Rand) {
 
 // Send runs one command on o.Via and records it.
 func (w *Workload) Send(ctx context.Context, o Op, args []string) *Op {
+	p, _ := w.send(ctx, o, args)
+	return p
+}
+
+// send is Send that also returns the command's standard output.
+func (w *Workload) send(ctx context.Context, o Op, args []string) (*Op, string) {
 	o.Args = "meshd " + strings.Join(args, " ") + " (on " + o.Via + ")"
 	p := w.History.Begin(o)
 	cctx, cancel := context.WithTimeout(ctx, w.Timeout)
@@ -155,7 +164,7 @@ func (w *Workload) Send(ctx context.Context, o Op, args []string) *Op {
 		out = out[:600] + "…"
 	}
 	w.History.End(p, a, out, read)
-	return p
+	return p, stdout
 }
 
 // Provoke sends the command that leads the agent on f.Machine to f.Point (an assign for a hold,
@@ -191,16 +200,19 @@ func (w *Workload) Provoke(ctx context.Context, f Fault) {
 		o.Kind, args = KindConverge, []string{"converge", node, "--wait", (w.Timeout / 2).String()}
 	case strings.HasPrefix(f.Point, "return."):
 		o.Kind, args = KindAdopt, []string{"adopt", node, "--wait", (w.Timeout / 2).String()}
+	case strings.HasPrefix(f.Point, "tunnel."):
+		// p1's found tunnel taken over (refused once it is: a spoke's tunnel is taken once).
+		o.Kind, args = KindTunnel, []string{"tunnel", "take", node, lab.TunnelIface}
 	default:
 		return
 	}
 	w.Send(ctx, o, args)
 }
 
-// ReadAll reads every node through via and records the reads.
+// ReadAll reads every node (AllNodes) through via and records the reads.
 func (w *Workload) ReadAll(ctx context.Context, via string) map[string]NodeState {
 	got := map[string]NodeState{}
-	for _, n := range Nodes {
+	for _, n := range w.AllNodes() {
 		p := w.Send(ctx, Op{Client: w.Clients, Via: via, Node: n, Kind: KindRead}, []string{"node", "show", n, "--json"})
 		if p.Answer == Acked && p.Read != nil {
 			got[n] = *p.Read

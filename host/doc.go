@@ -133,6 +133,18 @@
 //	return.after-restore   the found firewall enabled again, its record kept, the filter still loaded
 //	return.after-guard     the guard loaded again, the derived filter still loaded
 //
+// And the tunnel driver (tunnel.go), inside a takeover of a found WireGuard interface (a hub's at
+// genesis or `meshd tunnel take`, a spoke's at `meshd tunnel take SPOKE IFACE`):
+//
+//	tunnel.after-seal-key          the found private key sealed, the takeover not yet recorded; nothing stopped
+//	tunnel.after-record-takeover   the takeover recorded in the record store, the found interface still up
+//	tunnel.after-stop-found        the found link deleted, the mesh's not up: the peers reach nothing
+//	tunnel.after-takeover          the mesh's interface up in its place, the found unit not yet disabled
+//
+// A new agent finishes each: a takeover not recorded, or recorded while the found interface is
+// still up, is made again; after the found link went, the mesh's interface is raised (or attached)
+// with the sealed key and the found unit disabled.
+//
 // # The flip
 //
 // A declaration with a pending flip (fsm.Declaration.Flip) asks for the mode it flips to. To

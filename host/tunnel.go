@@ -35,8 +35,9 @@ type tunnelMachine interface {
 	Running(name string) bool
 	// Raise raises the mesh's interface, or attaches to it when it already runs.
 	Raise(ctx context.Context, cfg wg.Config) (meshLink, error)
-	// Takeover replaces the found interface by the mesh's (wg.Takeover).
-	Takeover(ctx context.Context, f *wg.Found, cfg wg.Config) (wg.State, meshLink, error)
+	// Takeover replaces the found interface by the mesh's (wg.Takeover), calling stopped once the
+	// found link is gone and before the mesh's is up (the tunnel.after-stop-found crash point).
+	Takeover(ctx context.Context, f *wg.Found, cfg wg.Config, stopped func()) (wg.State, meshLink, error)
 	// Remove takes the mesh's own interface of that name down and away (wg.Remove).
 	Remove(name string) error
 }
@@ -68,8 +69,9 @@ func (m wgMachine) Raise(ctx context.Context, cfg wg.Config) (meshLink, error) {
 	return wg.Raise(ctx, cfg)
 }
 
-func (m wgMachine) Takeover(ctx context.Context, f *wg.Found, cfg wg.Config) (wg.State, meshLink, error) {
+func (m wgMachine) Takeover(ctx context.Context, f *wg.Found, cfg wg.Config, stopped func()) (wg.State, meshLink, error) {
 	cfg.Spawn = m.spawn
+	cfg.Stopped = stopped
 	s, i, err := wg.Takeover(ctx, f, cfg)
 	if i == nil {
 		return s, nil, err
@@ -169,6 +171,10 @@ type TunnelDriver struct {
 	// counts as heard.
 	heard map[wgtypes.Key]heardMark
 	now   func() time.Time
+	// unitsOff says the found interface's wg-quick unit was seen disabled by this driver: a
+	// takeover cut short before it disabled the unit (a crash) has it disabled on the next pass.
+	unitsOff bool
+	crasher  *crasher // CrashEnv's point (the tunnel.* crash points); reaches nothing in production
 }
 
 type heardMark struct {
@@ -189,6 +195,7 @@ func newTunnelDriver(cfg TunnelConfig, m tunnelMachine, keys tunnelKeys) *Tunnel
 	if d.log == nil {
 		d.log = slog.Default()
 	}
+	d.crasher = newCrasher(d.log)
 	return d
 }
 
@@ -320,6 +327,14 @@ func (d *TunnelDriver) converge(ctx context.Context, pass Pass, cfg wg.Config, f
 		}
 		return d.takeover(ctx, pass, cfg, found, det, out)
 	}
+	if found != "" && !d.unitsOff {
+		// Taken over before: a takeover cut short after the found link went (a crash at
+		// tunnel.after-takeover) left its unit enabled, and a reboot would raise it again.
+		if err := d.disableUnits(found); err != nil {
+			return err
+		}
+		d.unitsOff = true
+	}
 	if d.link != nil {
 		return d.link.SetPeers(cfg.Peers)
 	}
@@ -374,10 +389,12 @@ func (d *TunnelDriver) takeover(ctx context.Context, pass Pass, cfg wg.Config, f
 	if err := d.keys.Save(f.PrivateKey); err != nil {
 		return fmt.Errorf("not taking %s over: %w", found, err)
 	}
+	d.crash("tunnel.after-seal-key")
 	rec, _ := json.Marshal(takeoverRecord{PublicKey: want.String(), At: time.Now().UTC()})
 	if err := pass.Records.Put("takeover/"+found, rec); err != nil {
 		return fmt.Errorf("not taking %s over: %w", found, err)
 	}
+	d.crash("tunnel.after-record-takeover")
 	out.Changes++
 	// A mesh interface of the same name already running (a hub that enrolled before, with the key
 	// it made itself) goes first: the found key, port and address are raised under that name.
@@ -390,10 +407,13 @@ func (d *TunnelDriver) takeover(ctx context.Context, pass Pass, cfg wg.Config, f
 	}
 	tctx, cancel := context.WithTimeout(ctx, tunnelWait)
 	defer cancel()
-	state, link, err := d.m.Takeover(tctx, f, cfg)
+	state, link, err := d.m.Takeover(tctx, f, cfg, func() { d.crash("tunnel.after-stop-found") })
 	if state == wg.FoundUp {
 		_ = pass.Records.Delete("takeover/" + found)
 		return err
+	}
+	if state == wg.MeshUp {
+		d.crash("tunnel.after-takeover")
 	}
 	det.TakenAt = time.Now().UTC()
 	if derr := d.disableUnits(found); derr != nil {
@@ -401,12 +421,21 @@ func (d *TunnelDriver) takeover(ctx context.Context, pass Pass, cfg wg.Config, f
 		if err == nil {
 			err = derr
 		}
+	} else {
+		d.unitsOff = true
 	}
 	if link != nil {
 		d.link, d.name, d.port, d.addr = link, cfg.Name, cfg.ListenPort, cfg.Address
 	}
 	d.log.Info("took the found tunnel over", "found", found, "mesh", cfg.Name, "state", state.String())
 	return err
+}
+
+// crash SIGKILLs the process when point is the armed crash point (CrashEnv).
+func (d *TunnelDriver) crash(point string) {
+	if d.crasher != nil {
+		d.crasher.reach(point)
+	}
 }
 
 // disableUnits removes the wg-quick@FOUND unit's target.wants links under /etc/systemd/system

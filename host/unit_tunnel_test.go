@@ -114,7 +114,7 @@ func (f *fakeWG) portHolder(port int) string {
 	return ""
 }
 
-func (f *fakeWG) Takeover(_ context.Context, found *wg.Found, cfg wg.Config) (wg.State, meshLink, error) {
+func (f *fakeWG) Takeover(_ context.Context, found *wg.Found, cfg wg.Config, stopped func()) (wg.State, meshLink, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failStart {
@@ -128,6 +128,13 @@ func (f *fakeWG) Takeover(_ context.Context, found *wg.Found, cfg wg.Config) (wg
 	// stopped by deleting its link: no peer or key is removed from it first
 	delete(f.links, found.Name)
 	f.ops = append(f.ops, "stop "+found.Name)
+	if stopped != nil {
+		f.mu.Unlock()
+		func() {
+			defer f.mu.Lock() // a crash point panics in the unit tests: the lock is taken again for the deferred unlock
+			stopped()
+		}()
+	}
 	if f.failUp {
 		delete(f.links, cfg.Name)
 		return wg.Dark, nil, errors.New("binding the port: address in use")
@@ -738,5 +745,57 @@ func TestUnitTunnelLinkEventRunsAPass(t *testing.T) {
 	}
 	if !up() {
 		t.Fatal("the pass after meshd0 went down did not bring it up")
+	}
+}
+
+// The pass is cut short at each named crash point of a takeover (what a SIGKILL leaves: the sealed
+// key, the record store, the links as they were); a new agent on the same data finishes it: the
+// mesh's interface is up with the found key in the found one's place, the found file is byte for
+// byte what it was, its unit is disabled (also when the crash came after the mesh's was up and
+// before the unit went), and the pass after that changes nothing.
+func TestUnitTunnelTakeoverCrashSafety(t *testing.T) {
+	for _, point := range []string{"tunnel.after-seal-key", "tunnel.after-record-takeover", "tunnel.after-stop-found", "tunnel.after-takeover"} {
+		t.Run(point, func(t *testing.T) {
+			b := newTunnelBed(t)
+			drv := newTunnelDriver(TunnelConfig{Root: b.root, Logger: unitLog()}, b.wg,
+				SealedTunnelKey{Path: TunnelKeyPath(b.data), Seal: b.seal})
+			drv.crasher = &crasher{at: point, nth: 1, log: unitLog(), kill: func() { panic(crashed{point}) }}
+			h, err := Open(Config{DataDir: b.data, Root: b.root, Logger: unitLog(), Drivers: []Driver{drv}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			func() {
+				defer func() {
+					if r := recover(); r != (crashed{point}) {
+						t.Fatalf("crash point %s not reached (%v)", point, r)
+					}
+				}()
+				h.Reconcile(unitCtx(t), b.decl)
+			}()
+			h.Close()
+
+			h = b.host()
+			rep := h.Reconcile(unitCtx(t), b.decl)
+			noErrors(t, rep)
+			if det := tunnelDetail(t, rep); det.State != TunnelMeshUp {
+				t.Fatalf("after the restart: state %s (%s)", det.State, det.Reason)
+			}
+			if m := b.wg.links[fsm.MeshInterface]; m == nil || !m.up || m.key != b.key || m.port != 51820 || len(m.peers) != 2 {
+				t.Fatalf("after the restart the mesh's interface is %+v: want it up with the found key on 51820 and both peers", m)
+			}
+			if b.wg.links["wg0"] != nil {
+				t.Error("the found interface is still there")
+			}
+			if got, err := os.ReadFile(b.confPath); err != nil || !bytes.Equal(got, b.conf) {
+				t.Errorf("the found wg-quick file changed: %v\n%s", err, got)
+			}
+			if _, err := os.Lstat(filepath.Join(b.root, "etc/systemd/system/multi-user.target.wants/wg-quick@wg0.service")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("wg-quick@wg0 is still enabled after the restart: a reboot would raise it again (%v)", err)
+			}
+			b.wg.ops = nil
+			if rep := h.Reconcile(unitCtx(t), b.decl); rep.Changes != 0 || len(b.wg.ops) != 0 {
+				t.Fatalf("the pass after the finished takeover: changes %d, ops %v", rep.Changes, b.wg.ops)
+			}
+		})
 	}
 }

@@ -31,6 +31,9 @@ type Config struct {
 	// Spawn, when set, starts a userspace device in a process of its own where the kernel has no
 	// WireGuard (see DeviceCommand.Spawn), instead of embedding wireguard-go in this process.
 	Spawn func(ctx context.Context, name string, mtu int) error
+	// Stopped, when set, is called by Takeover once the found link is deleted and before the
+	// mesh's interface is up: the host's crash point between the two (tunnel.after-stop-found).
+	Stopped func()
 }
 
 // Interface is the mesh's WireGuard interface, raised by this process: kernel WireGuard where

@@ -82,6 +82,9 @@ func Takeover(ctx context.Context, f *Found, cfg Config) (State, *Interface, err
 		}
 		return FoundUp, nil, fmt.Errorf("taking over %s: %w", f.Name, err)
 	}
+	if cfg.Stopped != nil {
+		cfg.Stopped()
+	}
 	if same {
 		// the name is free only now; a found wireguard-go's UAPI socket may linger a moment
 		if i, err = prepareRetrying(ctx, cfg); err != nil {
