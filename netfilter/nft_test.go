@@ -305,7 +305,7 @@ func TestStampMovesWithTheFirewall(t *testing.T) {
 	if s1 == "" || s1 != s2 {
 		t.Fatalf("two stamps of an unchanged firewall: %q and %q, want equal and not empty", s1, s2)
 	}
-	l.sh("nft add rule inet filter input tcp dport 9999 accept")
+	l.sh("nft add rule inet nffound input tcp dport 9999 accept")
 	s3 := Stamp(ctx, l.env)
 	if s3 == "" || s3 == s2 {
 		t.Fatalf("a rule added by nft left the stamp at %q", s3)
