@@ -163,6 +163,7 @@ func takeOutage(b *testing.B, bin string) (time.Duration, string, time.Duration)
 		b.Fatalf("adopted genesis: %v\n%s", err, out)
 	}
 	installAgent(ctx, b, hub, bin)
+	reporting(ctx, b, hub, "hub", time.Minute)
 	if out, err := meshd(ctx, hub, "module", "assign", "hub", "webapp"); err != nil {
 		b.Fatalf("assign webapp: %v\n%s", err, out)
 	}
