@@ -181,27 +181,27 @@ type OpeningDriver struct {
 	recheck     time.Duration
 	log         *slog.Logger
 
-	mu       sync.Mutex
-	want     *desiredOpenings
-	applied  string // the key of the last desired state applied (to tell a restore from a change)
-	found    netfilter.Found
-	foundErr error
-	detected bool
-	redetect bool
-	stamp    string // the packet filter's stamp read just before the last detection
+	mu          sync.Mutex
+	want        *desiredOpenings
+	applied     string // the key of the last desired state applied (to tell a restore from a change)
+	found       netfilter.Found
+	foundErr    error
+	detected    bool
+	redetect    bool
+	stamp       string // the packet filter's stamp read just before the last detection
 	// appliedStamp is the stamp read just before the last application that left everything
 	// in force (no opening or table failed, the table kept for boot); "" when the last one did
 	// not. While the desired state and the stamp stay the same there is nothing to re-apply.
 	appliedStamp string
-	fw           netfilter.Driver
-	fwKey        string
-	states       map[string]*openingMemory // by mark
-	guard        tableMemory
-	filter       tableMemory
-	guardMaybe   bool // the guard's table may exist (unknown at start)
-	filterMaybe  bool
-	bootKept     string // the desired state whose table was last kept for boot ("" none yet)
-	lastApply    time.Time
+	fw          netfilter.Driver
+	fwKey       string
+	states      map[string]*openingMemory // by mark
+	guard       tableMemory
+	filter      tableMemory
+	guardMaybe  bool // the guard's table may exist (unknown at start)
+	filterMaybe bool
+	bootKept    string // the desired state whose table was last kept for boot ("" none yet)
+	lastApply   time.Time
 
 	watchCancel context.CancelFunc
 	watchDone   chan struct{}
