@@ -189,10 +189,6 @@ type OpeningDriver struct {
 	detected    bool
 	redetect    bool
 	stamp       string // the packet filter's stamp read just before the last detection
-	// appliedStamp is the stamp read just before the last application that left everything
-	// in force (no opening or table failed, the table kept for boot); "" when the last one did
-	// not. While the desired state and the stamp stay the same there is nothing to re-apply.
-	appliedStamp string
 	fw          netfilter.Driver
 	fwKey       string
 	states      map[string]*openingMemory // by mark
@@ -664,14 +660,6 @@ func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
 	now := time.Now().UTC()
 	d.lastApply = now
 	sameWant := d.applied == w.key
-	// The same desired state over a packet filter whose stamp has not moved since an application
-	// that left everything in force: the kernel's ruleset and the firewall's files are as that
-	// application left them, so a re-read would find nothing to do (the watch's timer and a
-	// pass with nothing to do cost one stamp, not a read of every chain).
-	stamp := d.pf.Stamp(ctx)
-	if sameWant && !d.redetect && d.detected && stamp != "" && stamp == d.appliedStamp {
-		return 0
-	}
 	d.applied = w.key
 	if d.redetect || !d.detected {
 		d.detect(ctx, w.priv)
@@ -697,21 +685,7 @@ func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
 		d.loadGuard(ctx, w, res, fromWatch, sameWant, now)
 	}
 	d.recordStates(w, res, now)
-	d.appliedStamp = ""
-	if len(res.failed) == 0 && d.allInForce() && strings.HasSuffix(d.bootKept, ":"+w.key) {
-		d.appliedStamp = stamp
-	}
 	return res.changes
-}
-
-// allInForce says whether every opening and meshd's table are in force as last recorded.
-func (d *OpeningDriver) allInForce() bool {
-	for _, m := range d.states {
-		if m.state == OpeningFailed {
-			return false
-		}
-	}
-	return d.guard.failed == "" && d.filter.failed == "" && d.foundErr == nil
 }
 
 // throughFound makes the found firewall's meshd-marked rules the declared openings.

@@ -217,10 +217,9 @@ func TestUnitGuardFollowsTheDeclaredTunnelInterface(t *testing.T) {
 	}
 }
 
-// A pass detects the found firewall again, and re-applies the openings, only when its stamp moved
-// (netfilter.Stamp: the nftables ruleset's generation, its files) or none stands for it: the
-// firewall changing kind between passes is still seen on the next pass, an unchanged one is not
-// read pass after pass and its openings still read in force.
+// A pass detects the found firewall again only when its stamp moved (netfilter.Stamp: the
+// nftables ruleset's generation, its files) or none stands for it: the firewall changing kind
+// between passes is still seen on the next pass, an unchanged one is not read pass after pass.
 func TestUnitOpeningsDetectOnlyWhenTheStampMoves(t *testing.T) {
 	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
 	pf.stamp = "gen 1"
@@ -232,13 +231,7 @@ func TestUnitOpeningsDetectOnlyWhenTheStampMoves(t *testing.T) {
 	unitNoErrors(t, h.Reconcile(ctx, decl))
 	first := detects()
 	for range 3 {
-		rep := h.Reconcile(ctx, decl)
-		unitNoErrors(t, rep)
-		for _, v := range unitOpeningDetail(t, rep).Openings {
-			if v.State != OpeningInForce || v.Through != "found ufw" {
-				t.Errorf("a pass over an unchanged firewall reports %+v, want in force through the found ufw", v)
-			}
-		}
+		unitNoErrors(t, h.Reconcile(ctx, decl))
 	}
 	if n := detects() - first; n != 0 {
 		t.Fatalf("three passes over an unchanged firewall (same stamp) detected it %d times, want 0", n)
