@@ -265,18 +265,19 @@ func reportKey(rep host.Report) []byte {
 // it (or a server that restarted) has it back without waiting for push-pull.
 const publishInterval = 10 * time.Second
 
-// publishCheck is how often the publisher looks without a pass to wake it: for the member
-// coming up, and to publish an unchanged report again every publishInterval.
+// publishCheck is how often the publisher looks without a pass to wake it while it has nothing
+// published yet (the member coming up, no report yet) or its last try failed.
 const publishCheck = time.Second
 
 // publishReports signs and publishes the host's report as soon as a pass changed it (the host
 // wakes it after every pass: a drift seen on the machine is in the mesh within the gossip
-// interval), and again every publishInterval.
+// interval), and again every publishInterval. Between passes it sleeps until the report is due
+// again rather than looking every second: an agent at rest wakes for it once a publishInterval.
 func (a *Agent) publishReports(ctx context.Context) {
 	var last []byte
 	var at time.Time
 	passed := a.host.Passed()
-	t := time.NewTicker(publishCheck)
+	t := time.NewTimer(publishCheck)
 	defer t.Stop()
 	for {
 		select {
@@ -285,28 +286,40 @@ func (a *Agent) publishReports(ctx context.Context) {
 		case <-passed:
 		case <-t.C:
 		}
-		g := a.member()
-		if g == nil {
-			continue
+		next := publishCheck
+		if a.publishOnce(&last, &at) {
+			next = max(publishCheck, time.Until(at.Add(publishInterval)))
 		}
-		rep := a.host.Report()
-		if rep.When.IsZero() {
-			continue
-		}
-		key := reportKey(rep)
-		if bytes.Equal(key, last) && time.Since(at) < publishInterval {
-			continue
-		}
-		b, err := json.Marshal(rep)
-		if err == nil {
-			err = g.Publish(b)
-		}
-		if err != nil {
-			a.log.Warn("host report not published", "err", err)
-			continue
-		}
-		last, at = key, time.Now()
+		t.Reset(next)
 	}
+}
+
+// publishOnce publishes the host's report if it changed since last or was published at at more
+// than publishInterval ago; false when it could not (no member or no report yet, or publishing
+// failed): the publisher looks again after publishCheck.
+func (a *Agent) publishOnce(last *[]byte, at *time.Time) bool {
+	g := a.member()
+	if g == nil {
+		return false
+	}
+	rep := a.host.Report()
+	if rep.When.IsZero() {
+		return false
+	}
+	key := reportKey(rep)
+	if bytes.Equal(key, *last) && time.Since(*at) < publishInterval {
+		return true
+	}
+	b, err := json.Marshal(rep)
+	if err == nil {
+		err = g.Publish(b)
+	}
+	if err != nil {
+		a.log.Warn("host report not published", "err", err)
+		return false
+	}
+	*last, *at = key, time.Now()
+	return true
 }
 
 // gossipReport is node's latest verified report carried by gossip, if any.

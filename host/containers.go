@@ -33,6 +33,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"meshd/container"
@@ -275,6 +276,7 @@ func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	}
 
 	declared := map[string]string{}
+	var fresh []freshCtr
 	mode := fsm.Adopted
 	if pass.Declaration != nil {
 		mode = pass.Declaration.Mode
@@ -299,11 +301,22 @@ func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 			continue
 		}
 		taken := r.Taken || mode == fsm.Converged
+		if records[name] == nil {
+			// Nothing recorded and nothing at the name: created below, with the pass's other
+			// such containers at once (the decision for them is always ctrCreate).
+			if _, exists, err := p.d.eng.Inspect(ctx, name); err == nil && !exists {
+				fresh = append(fresh, freshCtr{id: r.ID(), module: r.Module, spec: spec})
+				continue
+			}
+		}
 		view, err := p.one(ctx, r.Module, spec, taken, records[name])
 		if err != nil {
 			p.fail(r.ID(), r.Module, err)
 		}
 		rep.Containers = append(rep.Containers, view)
+	}
+	if ctx.Err() == nil {
+		p.createAll(ctx, fresh)
 	}
 	// What the records know that no module declares any more.
 	for _, name := range ctrRecordNames(records) {
@@ -567,6 +580,41 @@ func (p *ctrPass) create(ctx context.Context, view ContainerView, spec container
 	if err != nil {
 		return view, err
 	}
+	return p.created(ctx, view, spec, rec, id)
+}
+
+// freshCtr is a declared container with no record and nothing at its name: the pass creates it.
+type freshCtr struct {
+	id, module string
+	spec       container.Spec
+}
+
+// createAll creates the pass's fresh containers at once (the engine creates and starts each in
+// its own time: the foundation's three on a new server, a module's several on assignment), then
+// records each in order. Only the engine's calls run side by side; the records, the report and
+// the outcome are written by this goroutine alone.
+func (p *ctrPass) createAll(ctx context.Context, fresh []freshCtr) {
+	ids, errs := make([]string, len(fresh)), make([]error, len(fresh))
+	var wg sync.WaitGroup
+	for i, f := range fresh {
+		wg.Go(func() { ids[i], errs[i] = p.d.eng.Create(ctx, f.spec) })
+	}
+	wg.Wait()
+	for i, f := range fresh {
+		view := ContainerView{Name: f.spec.Name, Module: f.module}
+		err := errs[i]
+		if err == nil {
+			view, err = p.created(ctx, view, f.spec, nil, ids[i])
+		}
+		if err != nil {
+			p.fail(f.id, f.module, err)
+		}
+		p.rep.Containers = append(p.rep.Containers, view)
+	}
+}
+
+// created records a container create just made (id) as the host's and reports it.
+func (p *ctrPass) created(ctx context.Context, view ContainerView, spec container.Spec, rec *containerRecord, id string) (ContainerView, error) {
 	p.out.Changes++
 	now := time.Now().UTC()
 	nr := &containerRecord{Module: view.Module, State: ContainerCreated, ID: id, Image: spec.Image, At: now}

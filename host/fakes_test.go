@@ -350,6 +350,9 @@ type fakeFilter struct {
 	// kept is what KeepForBoot kept last; keeps counts its calls.
 	kept  *netfilter.BootTables
 	keeps int
+	// stamp is what Stamp reads ("": none, every pass detects); detects counts Detect's calls.
+	stamp   string
+	detects int
 }
 
 func newFakeFilter(found netfilter.Found) *fakeFilter {
@@ -359,6 +362,7 @@ func newFakeFilter(found netfilter.Found) *fakeFilter {
 func (f *fakeFilter) Detect(context.Context) (netfilter.Found, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.detects++
 	if f.detectErr != nil {
 		return netfilter.Found{}, f.detectErr
 	}
@@ -409,6 +413,13 @@ func (f *fakeFilter) RemoveFilter(context.Context) error {
 	}
 	f.filter = nil
 	return nil
+}
+
+// Stamp is f.stamp: "" (no stamp: every pass detects again) unless a test sets one.
+func (f *fakeFilter) Stamp(context.Context) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stamp
 }
 
 // Watch has no events to wait for: it ends with ctx.

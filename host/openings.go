@@ -46,6 +46,9 @@ type packetFilter interface {
 	// Detect reads the found firewall; an error matching netfilter.ErrUnsupported names one
 	// meshd does not speak.
 	Detect(ctx context.Context) (netfilter.Found, error)
+	// Stamp is a cheap read of what Detect depends on (netfilter.Stamp): equal stamps, the
+	// same answer; "" when no stamp stands for the firewall (Detect must read it again).
+	Stamp(ctx context.Context) string
 	// NewDriver speaks the found firewall: its Converge makes its meshd-marked rules the
 	// declared openings.
 	NewDriver(found netfilter.Found, priv netfilter.Private) (netfilter.Driver, error)
@@ -74,6 +77,8 @@ type kernelFilter struct{ env netfilter.Env }
 func (k kernelFilter) Detect(ctx context.Context) (netfilter.Found, error) {
 	return netfilter.Detect(ctx, k.env)
 }
+
+func (k kernelFilter) Stamp(ctx context.Context) string { return netfilter.Stamp(ctx, k.env) }
 
 func (k kernelFilter) NewDriver(found netfilter.Found, priv netfilter.Private) (netfilter.Driver, error) {
 	return netfilter.NewDriver(k.env, found, priv)
@@ -140,7 +145,7 @@ type OpeningConfig struct {
 // OpeningDriver converges the declared openings (fsm.KindOpening). It is a host.Driver.
 //
 // On an adopted node the firewall found on the machine stays in force (ADR 0100): every opening
-// goes through it in its own terms (netfilter.Detect, once per pass, and netfilter.NewDriver's
+// goes through it in its own terms (netfilter.Detect, again whenever netfilter.Stamp moved, and netfilter.NewDriver's
 // Converge: meshd-marked rules, only those ever removed), and meshd loads only the refuse-only
 // guard (netfilter.Guard), with the ports of every guarded opening, dropping traffic to them from
 // anywhere but loopback and the private network's interface ahead of Docker's DNAT. meshd loads no
@@ -183,6 +188,7 @@ type OpeningDriver struct {
 	foundErr    error
 	detected    bool
 	redetect    bool
+	stamp       string // the packet filter's stamp read just before the last detection
 	fw          netfilter.Driver
 	fwKey       string
 	states      map[string]*openingMemory // by mark
@@ -367,7 +373,14 @@ func (d *OpeningDriver) reconcileLocked(ctx context.Context, pass Pass, w *desir
 	if pass.Declaration != nil {
 		d.flip = pass.Declaration.Flip
 	}
-	d.redetect = true // once per pass: the found firewall may have changed kind or rules
+	// The found firewall may have changed kind or rules since the last pass: detect it again
+	// when its stamp moved (the nftables ruleset's generation, its files), when no stamp stands
+	// for it (iptables-legacy), or when the last detection failed. An unchanged machine is not
+	// read again pass after pass (a detection lists every table and chain and runs
+	// iptables-save).
+	if s := d.pf.Stamp(ctx); s == "" || s != d.stamp || d.foundErr != nil {
+		d.redetect = true
+	}
 	// The flip's order (flip.go): the return restores the found firewall before the guard and
 	// the filter change; the flip retires it once the filter is in.
 	var flipErr error
@@ -559,6 +572,9 @@ func meshPorts(decl *fsm.Declaration) []netfilter.Port {
 // detect reads the found firewall and keeps a driver for it, rebuilt when its kind, its backend
 // or the private network changes (the driver remembers since when each opening is in force).
 func (d *OpeningDriver) detect(ctx context.Context, priv netfilter.Private) {
+	// The stamp is read before the firewall: a change while Detect reads moves the stamp past
+	// the one kept, so the next pass detects again.
+	d.stamp = d.pf.Stamp(ctx)
 	f, err := d.pf.Detect(ctx)
 	d.detected, d.redetect = true, false
 	if err != nil {

@@ -216,3 +216,48 @@ func TestUnitGuardFollowsTheDeclaredTunnelInterface(t *testing.T) {
 		t.Fatalf("guard %+v, want the private network on the declared interface wg-mesh", pf.guard)
 	}
 }
+
+// A pass detects the found firewall again only when its stamp moved (netfilter.Stamp: the
+// nftables ruleset's generation, its files) or none stands for it: the firewall changing kind
+// between passes is still seen on the next pass, an unchanged one is not read pass after pass.
+func TestUnitOpeningsDetectOnlyWhenTheStampMoves(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	pf.stamp = "gen 1"
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	ctx := unitCtx(t)
+	decl := unitOpeningDecl(fsm.Adopted, unitOpening("webapp", 8080, "tcp", "anywhere", false))
+	detects := func() int { pf.mu.Lock(); defer pf.mu.Unlock(); return pf.detects }
+
+	unitNoErrors(t, h.Reconcile(ctx, decl))
+	first := detects()
+	for range 3 {
+		unitNoErrors(t, h.Reconcile(ctx, decl))
+	}
+	if n := detects() - first; n != 0 {
+		t.Fatalf("three passes over an unchanged firewall (same stamp) detected it %d times, want 0", n)
+	}
+	// ufw disabled and an nftables ruleset loaded: the kernel's generation moves.
+	pf.mu.Lock()
+	pf.found, pf.stamp = netfilter.Found{Kind: netfilter.KindNftables, Active: true}, "gen 2"
+	pf.mu.Unlock()
+	rep := h.Reconcile(ctx, decl)
+	unitNoErrors(t, rep)
+	if od := unitOpeningDetail(t, rep); od.Firewall.Kind != string(netfilter.KindNftables) {
+		t.Fatalf("after the stamp moved the report says the found firewall is %q, want nftables", od.Firewall.Kind)
+	}
+	for _, v := range unitOpeningDetail(t, rep).Openings {
+		if v.Through != "found nftables" {
+			t.Errorf("opening %+v, want through the found nftables", v)
+		}
+	}
+	// No stamp (iptables-legacy has no generation): every pass detects.
+	pf.mu.Lock()
+	pf.stamp = ""
+	pf.mu.Unlock()
+	before := detects()
+	unitNoErrors(t, h.Reconcile(ctx, decl))
+	unitNoErrors(t, h.Reconcile(ctx, decl))
+	if n := detects() - before; n != 2 {
+		t.Fatalf("two passes with no stamp detected %d times, want 2", n)
+	}
+}

@@ -35,6 +35,10 @@ type ProbeSpec struct {
 	Expect Expectation `json:"expect"`
 	// Every is the interval between calls (default 250ms).
 	Every time.Duration `json:"every,omitempty"`
+	// Timeout is one call's timeout (default 1s). A benchmark measuring sub-second gaps shortens
+	// it: a call whose packets were lost fails after Timeout, so a gap reads at most about
+	// Timeout longer than it was.
+	Timeout time.Duration `json:"timeout,omitempty"`
 	// Container, when set, runs the probe inside a container of that name on machine From's
 	// engine (the lab's image), so it calls the way the machine's containers do: over the
 	// container runtime's bridge. Probes naming the same container run in one. Target may name
@@ -223,8 +227,11 @@ func (l *Lab) StartProbe(ctx context.Context, p ProbeSpec) error {
 		return err
 	}
 	file := filepath.Join(dir, p.Name+".log")
+	if p.Timeout == 0 {
+		p.Timeout = time.Second
+	}
 	cmd := exec.Command("nsenter", "--net="+m.Netns(), "--", l.Labsvc(), "probe",
-		"--target", p.Target, "--every", p.Every.String(), "--timeout", "1s", "--out", file)
+		"--target", p.Target, "--every", p.Every.String(), "--timeout", p.Timeout.String(), "--out", file)
 	cmd.Env = machineEnv()
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -258,19 +265,25 @@ func (l *Lab) StartContainerProbes(ctx context.Context, specs []ProbeSpec) error
 	if first.Every == 0 {
 		first.Every = 250 * time.Millisecond
 	}
+	if first.Timeout == 0 {
+		first.Timeout = time.Second
+	}
 	dir := filepath.Join(l.Dir, "probes")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	args := []string{"run", "-d", "--name", first.Container, "--restart", "unless-stopped", "-v", dir + ":" + dir,
-		ImageName, "probe", "--every", first.Every.String(), "--timeout", "1s"}
+		ImageName, "probe", "--every", first.Every.String(), "--timeout", first.Timeout.String()}
 	var running []probeRunning
 	for _, p := range specs {
 		if p.Every == 0 {
 			p.Every = 250 * time.Millisecond
 		}
-		if p.From != first.From || p.Container != first.Container || p.Every != first.Every {
-			return fmt.Errorf("probe %s: shares container %s with probe %s but not its machine, container or interval", p.Name, first.Container, first.Name)
+		if p.Timeout == 0 {
+			p.Timeout = time.Second
+		}
+		if p.From != first.From || p.Container != first.Container || p.Every != first.Every || p.Timeout != first.Timeout {
+			return fmt.Errorf("probe %s: shares container %s with probe %s but not its machine, container, interval or timeout", p.Name, first.Container, first.Name)
 		}
 		if p.Expect == "" {
 			p.Expect = ExpectReach

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -358,4 +359,44 @@ func countUFW(ctx context.Context, env Env, f *Found) error {
 		}
 	}
 	return nil
+}
+
+// stampFiles are the files Detect's answer reads besides the kernel: each one's presence, size
+// and modification time go into a Stamp.
+var stampFiles = []string{"/run/firewalld/firewalld.pid", ufwConf, ufwUserRules, ufwUser6, nftConf, iptRulesV4}
+
+// Stamp is a cheap read of everything Detect's answer depends on: the nftables ruleset's
+// generation (the kernel counts every committed change, whoever made it: nft, iptables-nft, ufw
+// and Docker over it, meshd itself) and the presence, size and modification time of the found
+// firewalls' configuration files. Two equal stamps mean Detect would answer the same, so a
+// caller detects again only when the stamp moved. It is "" when no stamp can stand for the
+// firewall: iptables-legacy has a filter table (legacy rules have no generation; they are read
+// again each time), the files are not seen from this process, or a read failed.
+func Stamp(ctx context.Context, env Env) string {
+	gen, err := env.rulesetGeneration()
+	if err != nil || !env.seesFiles() {
+		return ""
+	}
+	var names []byte
+	if env.NetNS == "" && env.Runner == nil {
+		names, err = os.ReadFile("/proc/net/ip_tables_names")
+	} else {
+		names, err = env.run(ctx, "cat", "/proc/net/ip_tables_names")
+	}
+	if err == nil && bytes.Contains(append([]byte("\n"), names...), []byte("\nfilter\n")) {
+		return ""
+	}
+	s := fmt.Sprintf("gen %d", gen)
+	for _, p := range stampFiles {
+		st, err := os.Stat(env.path(p))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			s += "|-"
+		case err != nil:
+			return ""
+		default:
+			s += fmt.Sprintf("|%d %d", st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	return s
 }

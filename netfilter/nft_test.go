@@ -293,3 +293,25 @@ func TestDetectRefuses(t *testing.T) {
 		t.Fatalf("plain iptables: %+v %v", f, err)
 	}
 }
+
+// Stamp stands for what Detect reads: equal while nothing changes, moved by a change of the
+// ruleset (whoever commits it) and by a rewrite of a found firewall's configuration file.
+func TestStampMovesWithTheFirewall(t *testing.T) {
+	l := newLab(t)
+	l.writeHostFile("nftables.conf", foundNftConf(l))
+	l.sh("nft -f /etc/nftables.conf")
+	ctx := context.Background()
+	s1, s2 := Stamp(ctx, l.env), Stamp(ctx, l.env)
+	if s1 == "" || s1 != s2 {
+		t.Fatalf("two stamps of an unchanged firewall: %q and %q, want equal and not empty", s1, s2)
+	}
+	l.sh("nft add rule inet nffound input tcp dport 9999 accept")
+	s3 := Stamp(ctx, l.env)
+	if s3 == "" || s3 == s2 {
+		t.Fatalf("a rule added by nft left the stamp at %q", s3)
+	}
+	l.writeHostFile("nftables.conf", foundNftConf(l)+"\n# edited by hand\n")
+	if s4 := Stamp(ctx, l.env); s4 == "" || s4 == s3 {
+		t.Fatalf("/etc/nftables.conf rewritten left the stamp at %q", s4)
+	}
+}

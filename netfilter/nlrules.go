@@ -205,3 +205,39 @@ func (e Env) writeRules(dels []ruleDelete, adds []ruleInsert) error {
 		}
 	}
 }
+
+// rulesetGeneration asks the kernel for the nftables ruleset's generation id, which it bumps
+// with every committed transaction in env's network namespace.
+func (e Env) rulesetGeneration() (uint32, error) {
+	c, err := e.dialNetfilter()
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	msgs, err := c.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN),
+			Flags: netlink.Request,
+		},
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("nftables generation in %s: %w", e.nsName(), err)
+	}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, err
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				return ad.Uint32(), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("nftables generation in %s: no id in the answer", e.nsName())
+}

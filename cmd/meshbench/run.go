@@ -52,6 +52,8 @@ var DefaultSuites = []Suite{
 	// average over its window.
 	{Package: "./e2e/", Bench: "^(BenchmarkAgentFootprint|BenchmarkMeasuredNode)$", Benchtime: "1x", Runs: 1},
 	{Package: "./e2e/", Bench: "^BenchmarkDeclarationToMachine$", Benchtime: "3x", Runs: 1},
+	// A tunnel changes hands once a lab, a container is taken once: one lab, one run each.
+	{Package: "./e2e/", Bench: "^(BenchmarkTunnelTakeover|BenchmarkTakeOutage)$", Benchtime: "1x", Runs: 1},
 }
 
 // Bench is one benchmark's runs.
@@ -327,6 +329,20 @@ func figures(b map[string]Bench, ns []string) []Figure {
 		p := Figure{Key: "measured.noop_pass", What: "measured control-node: a pass with nothing to do", MeshdMs: x.Medians["noop-pass-ms"], Goal: "< 50 ms"}
 		p.Met = boolp(p.MeshdMs < 50)
 		fs = append(fs, r, p)
+	}
+	// A gap of 0 is a figure (no probe call failed), so these are read whenever measured.
+	if x, ok := b["BenchmarkTunnelTakeover"]; ok && len(x.Metrics["gap-ms"]) > 0 {
+		f := Figure{Key: "tunnel.takeover.gap", What: fmt.Sprintf("the longest gap a peer sees while the hub's tunnel changes hands (a call every %.0f ms)", x.Medians["every-ms"]),
+			MeshdMs: x.Medians["gap-ms"], Goal: "< 500 ms"}
+		f.Met = boolp(f.MeshdMs < 500)
+		fs = append(fs, f)
+	}
+	if x, ok := b["BenchmarkTakeOutage"]; ok && len(x.Metrics["outage-ms"]) > 0 {
+		what := fmt.Sprintf("the longest gap a probe sees through a container's take (a call every %.0f ms)", x.Medians["every-ms"])
+		if sw := x.Medians["swap-ms"]; sw > 0 {
+			what += fmt.Sprintf("; the agent's swap %.0f ms", sw)
+		}
+		fs = append(fs, Figure{Key: "take.outage", What: what, MeshdMs: x.Medians["outage-ms"]})
 	}
 	if v, ok := ms("BenchmarkNoOpPass"); ok {
 		fs = append(fs, Figure{Key: "reconcile.noop.40files", What: fmt.Sprintf("a host pass with nothing to do, 40 files (%.0f allocs)", b["BenchmarkNoOpPass"].Allocs), MeshdMs: v})

@@ -121,3 +121,29 @@ func TestDriftFigures(t *testing.T) {
 		t.Fatalf("tunnel removed max figure %+v: want 1210 ms beside 9964, the goal not met", f)
 	}
 }
+
+// The takeover's and the take's gaps come from BenchmarkTunnelTakeover's and BenchmarkTakeOutage's
+// metrics; the takeover is judged on its 0.5 s goal, and a gap of 0 (no call failed) is a figure.
+func TestGapFigures(t *testing.T) {
+	out := "BenchmarkTunnelTakeover-2 \t 1\t 52300048000 ns/op\t 20.00 every-ms\t 0 gap-ms\n" +
+		"BenchmarkTakeOutage-2 \t 1\t 62300048000 ns/op\t 20.00 every-ms\t 612.5 outage-ms\t 540.0 swap-ms\n"
+	b := map[string]Bench{}
+	parse([]byte(out), b)
+	for name, x := range b {
+		x.Medians = map[string]float64{}
+		for unit, v := range x.Metrics {
+			x.Medians[unit] = median(v)
+		}
+		b[name] = x
+	}
+	got := map[string]Figure{}
+	for _, f := range figures(b, nil) {
+		got[f.Key] = f
+	}
+	if f, ok := got["tunnel.takeover.gap"]; !ok || f.MeshdMs != 0 || f.Met == nil || !*f.Met || !strings.Contains(f.What, "20 ms") {
+		t.Fatalf("takeover figure %+v (present %v): want 0 ms, the 0.5 s goal met, the cadence named", f, ok)
+	}
+	if f, ok := got["take.outage"]; !ok || f.MeshdMs != 612.5 || !strings.Contains(f.What, "swap 540 ms") {
+		t.Fatalf("take outage figure %+v (present %v)", f, ok)
+	}
+}
