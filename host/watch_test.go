@@ -231,11 +231,19 @@ func TestDriftWatchesFollowTheDeclaration(t *testing.T) {
 	if !b.missing(notes) {
 		t.Fatal("a created file of an unassigned module was not removed")
 	}
+	// The loop re-follows the declared paths right after the pass has published its report, so
+	// the watched set is polled for (briefly), not read once.
 	fw := r.watch(t)
-	fw.mu.Lock()
-	_, notesWatched := fw.byDir[filepath.Dir(b.at(notes))]
-	_, heldWatched := fw.byDir[filepath.Dir(b.at(appConf))]
-	fw.mu.Unlock()
+	var notesWatched, heldWatched bool
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+		fw.mu.Lock()
+		_, notesWatched = fw.byDir[filepath.Dir(b.at(notes))]
+		_, heldWatched = fw.byDir[filepath.Dir(b.at(appConf))]
+		fw.mu.Unlock()
+		if (!notesWatched && heldWatched) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if notesWatched || !heldWatched {
 		t.Fatalf("after unassigning: %s watched %v (want not), %s watched %v (want watched)", filepath.Dir(notes), notesWatched, filepath.Dir(appConf), heldWatched)
 	}
