@@ -215,7 +215,7 @@ func runningAgain(ctx context.Context, eng *container.Engine, name, id string) f
 
 // On a client node, read from the server: a held file rewritten on the client is in the
 // server's `meshd node show CLIENT` within a second (the client's pass, its report carried by
-// gossip, the server's read).
+// gossip, the server's read); once taken, the file edited by hand is written back within a second.
 func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 	hub, edge := newNode(t), newNode(t)
 	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
@@ -260,6 +260,26 @@ func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 	if b, _ := os.ReadFile(conf); string(b) != string(rewritten) {
 		t.Fatalf("the client reverted a held file: %q", b)
 	}
+
+	// Taken, the file is the module's; edited by hand on the client, it is written back within
+	// a second (the client's own watch, no message from the server needed).
+	hub.ok("module", "take", "edge", "edgeapp")
+	poll(t, 30*time.Second, "the taken file written on the client", func() string {
+		if b, _ := os.ReadFile(conf); string(b) != "meshd's\n" {
+			return fmt.Sprintf("%s holds %q", conf, b)
+		}
+		return ""
+	})
+	at = time.Now()
+	if err := os.WriteFile(conf, []byte("edited by hand\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seenWithin(t, at, "client's taken file edited by hand, written back", func() string {
+		if b, _ := os.ReadFile(conf); string(b) != "meshd's\n" {
+			return fmt.Sprintf("%s holds %q", conf, b)
+		}
+		return ""
+	})
 }
 
 // On a client node with a Docker engine (this machine's), read from the server: a held container
