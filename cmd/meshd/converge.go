@@ -167,7 +167,10 @@ func flipStep(nv agent.NodeView, mode fsm.Mode) string {
 // the node's firewall as its report says.
 func waitFlip(g *globals, node string, mode fsm.Mode, wait time.Duration) error {
 	check := func(nv agent.NodeView) (bool, string, error) {
-		return nv.Node != nil && nv.Node.Mode == mode && nv.Node.Flip == nil, flipStep(nv, mode), nil
+		if nv.Node != nil && nv.Node.Mode == mode && nv.Node.Flip == nil {
+			return true, fmt.Sprintf("node %s is %s", node, mode), nil
+		}
+		return false, flipStep(nv, mode), nil
 	}
 	late := func(last agent.NodeView) error {
 		why := "no report from the node yet"

@@ -27,8 +27,9 @@ func (w *waitFlags) add(cmd *cobra.Command, what string) {
 
 // follow is how those commands follow the node once the record holds the act: it reads node's
 // record and last report (what `meshd node show` reads) four times a second and shows check's
-// step as progress, until check says the act is done (the node's view is returned) or failed
-// (check's error). After wait it returns late's error, told the last view it read.
+// step as progress, until check says the act is done (the node's view is returned; a step given
+// with done says what was carried out, ticked last) or failed (check's error). After wait it
+// returns late's error, told the last view it read.
 func (g *globals) follow(pr *progress, node string, wait time.Duration, check func(agent.NodeView) (done bool, step string, err error), late func(last agent.NodeView) error) (agent.NodeView, error) {
 	deadline := time.Now().Add(wait)
 	var last agent.NodeView
@@ -45,6 +46,9 @@ func (g *globals) follow(pr *progress, node string, wait time.Duration, check fu
 				return nv, err
 			}
 			if done {
+				if step != "" {
+					pr.Step(step) // what was carried out, ticked
+				}
 				pr.Done(true)
 				return nv, nil
 			}
@@ -79,7 +83,7 @@ func checkCarried(node, act string, carried func(*host.Report) host.Carried) fun
 			return false, "", fmt.Errorf("node %s could not carry out %s: %s (its report of %s); the act stays in the record and the node tries again on its next passes (see `meshd node show %s`)",
 				node, act, strings.Join(why, "; "), nv.Report.When.Format(time.RFC3339), node)
 		case c.Done:
-			return true, "", nil
+			return true, fmt.Sprintf("node %s carried out %s", node, act), nil
 		}
 		return false, fmt.Sprintf("node %s carrying out %s: %s", node, act, c.Waiting), nil
 	}
