@@ -95,9 +95,9 @@ type Injector struct {
 	Lab *lab.Lab
 	// Servers are the Raft servers' machines (a partition isolates one of them from the others).
 	Servers []string
-	// AgentLine is the agent's unit command line on machine (without the crash point's
-	// environment).
-	AgentLine func(machine string) string
+	// AgentArgs are the agent's arguments on machine (without the crash point's environment),
+	// run under meshd's own unit.
+	AgentArgs func(machine string) []string
 	// Provoke, when set, is called (in its own goroutine) once a crash fault's agent is armed:
 	// it sends the command that leads the agent to the point.
 	Provoke func(ctx context.Context, f Fault)
@@ -141,7 +141,9 @@ func (in *Injector) KillAgent(ctx context.Context, machine string) error {
 	return os.Remove(pidFile)
 }
 
-// StartAgent starts the agent unit on machine, armed at point when point is not "".
+// StartAgent starts the agent unit (meshd's own, Type=notify) on machine, armed at point when
+// point is not "". Unarmed, it returns once the agent is ready (READY=1); armed, at once, as
+// `systemctl start --no-block`: the agent may die at its point before it is ready.
 func (in *Injector) StartAgent(ctx context.Context, machine, point string) error {
 	m, err := in.machine(machine)
 	if err != nil {
@@ -151,8 +153,11 @@ func (in *Injector) StartAgent(ctx context.Context, machine, point string) error
 	if point != "" {
 		env = append(env, host.CrashEnv+"="+point)
 	}
-	if err := m.EnableService(ctx, "meshd", in.AgentLine(machine), env...); err != nil {
+	if err := m.SetAgentUnit(ctx, env, in.AgentArgs(machine)...); err != nil {
 		return err
+	}
+	if point != "" {
+		return m.StartServiceNoBlock(ctx, "meshd")
 	}
 	return m.StartService(ctx, "meshd")
 }

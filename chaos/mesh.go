@@ -190,10 +190,11 @@ func dockerHost(machine string) string {
 	return "unix:///nonexistent/docker.sock"
 }
 
-// AgentLine is the agent's unit command line on machine.
-func (ms *Mesh) AgentLine(machine string) string {
-	return "/usr/local/bin/meshd agent --data-dir /var/lib/meshd --docker-host " + dockerHost(machine) +
-		" --reconcile-interval " + ms.Interval.String()
+// AgentArgs are the agent's arguments on machine: the lab runs `/usr/local/bin/meshd ARGS` under
+// meshd's own unit (lab.Machine.SetAgentUnit).
+func (ms *Mesh) AgentArgs(machine string) []string {
+	return []string{"agent", "--data-dir", "/var/lib/meshd", "--docker-host", dockerHost(machine),
+		"--reconcile-interval", ms.Interval.String()}
 }
 
 // Meshd runs the meshd CLI on machine and returns its stdout, stderr and exit code (-1 when it
@@ -326,7 +327,7 @@ func copyBinary(ctx context.Context, m *lab.Machine, binary string) error {
 
 func (ms *Mesh) startAgent(ctx context.Context, n string) error {
 	m := ms.Lab.Machine(n)
-	if err := m.EnableService(ctx, "meshd", ms.AgentLine(n)); err != nil {
+	if err := m.SetAgentUnit(ctx, nil, ms.AgentArgs(n)...); err != nil {
 		return err
 	}
 	return m.StartService(ctx, "meshd")

@@ -84,7 +84,7 @@ func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
 	}{
 		{"p1 enrolled adopted over the tunnel", func() (bool, string) { return mg.enrol(ctx, rng) }},
 		{"p1's tunnel taken", func() (bool, string) {
-			return mg.until(ctx, rng, Op{Node: Peer, Kind: KindTunnel}, []string{"tunnel", "take", Peer, lab.TunnelIface})
+			return mg.until(ctx, rng, Op{Node: Peer, Kind: KindTunnel}, []string{"tunnel", "take", Peer, lab.TunnelIface, "--no-wait"})
 		}},
 		{"p1: chaos-a assigned", func() (bool, string) { return mg.module(ctx, rng, KindAssign, "chaos-a") }},
 		{"p1: chaos-a taken", func() (bool, string) { return mg.module(ctx, rng, KindTake, "chaos-a") }},
@@ -142,9 +142,19 @@ func (mg *Migration) pause(ctx context.Context) {
 // final reads and the crash faults' commands.
 func migrationClient(w *Workload) int { return w.Clients + 2 }
 
+// moduleArgs is `meshd module VERB NODE MODULE`; a take with --no-wait: the history's answer is
+// the record's (acknowledged once committed), and the model reads the node's side from the record.
+func moduleArgs(verb, node, mod string) []string {
+	args := []string{"module", verb, node, mod}
+	if verb == "take" {
+		args = append(args, "--no-wait")
+	}
+	return args
+}
+
 func (mg *Migration) module(ctx context.Context, rng *rand.Rand, kind Kind, mod string) (bool, string) {
 	verb := map[Kind]string{KindAssign: "assign", KindTake: "take"}[kind]
-	return mg.until(ctx, rng, Op{Node: Peer, Kind: kind, Module: mod}, []string{"module", verb, Peer, mod})
+	return mg.until(ctx, rng, Op{Node: Peer, Kind: kind, Module: mod}, moduleArgs(verb, Peer, mod))
 }
 
 // enrol joins p1 adopted with a token made through a random node, presenting its found tunnel

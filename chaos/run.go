@@ -107,7 +107,7 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 	}
 	c.Logf("chaos seed %d: workload for %s, %d clients and the migration of p1, faults from the same seed", c.Seed, c.Duration, w.Clients)
 	r.step("the workload begins")
-	in := &Injector{Lab: l, Servers: Servers, AgentLine: ms.AgentLine, Provoke: w.Provoke,
+	in := &Injector{Lab: l, Servers: Servers, AgentArgs: ms.AgentArgs, Provoke: w.Provoke,
 		Ready: func(m string) bool { return m != Peer || w.Migration.Enrolled() }}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -107,7 +107,7 @@ func (w *Workload) One(ctx context.Context, client int, rng *rand.Rand) {
 	case r < 28:
 		o.Kind, o.Module, args = KindUnassign, mod, []string{"module", "unassign", node, mod}
 	case r < 42:
-		o.Kind, o.Module, args = KindTake, mod, []string{"module", "take", node, mod}
+		o.Kind, o.Module, args = KindTake, mod, []string{"module", "take", node, mod, "--no-wait"}
 	case r < 52:
 		o.Kind, o.Key = KindSet, mod+".greeting"
 		o.Value = fmt.Sprintf("g%d", w.values.Add(1))
@@ -180,13 +180,13 @@ func (w *Workload) Provoke(ctx context.Context, f Fault) {
 	case strings.HasPrefix(f.Point, "take.container."):
 		// chaos-d's container is found on c1: assigned it is held, taken it is replaced.
 		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindAssign, Module: "chaos-d"}, []string{"module", "assign", node, "chaos-d"})
-		o.Kind, o.Module, args = KindTake, "chaos-d", []string{"module", "take", node, "chaos-d"}
+		o.Kind, o.Module, args = KindTake, "chaos-d", []string{"module", "take", node, "chaos-d", "--no-wait"}
 	case strings.HasPrefix(f.Point, "take."):
 		// chaos-a replaces a found file: assigned (refused if it is), then taken (refused if it
 		// is: a module is taken once); a new setting then rewrites its file, which passes the
 		// write points of a take again.
 		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindAssign, Module: "chaos-a"}, []string{"module", "assign", node, "chaos-a"})
-		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindTake, Module: "chaos-a"}, []string{"module", "take", node, "chaos-a"})
+		w.Send(ctx, Op{Client: o.Client, Via: via, Node: node, Kind: KindTake, Module: "chaos-a"}, []string{"module", "take", node, "chaos-a", "--no-wait"})
 		time.Sleep(2 * w.Mesh.Interval)
 		o.Kind, o.Key = KindSet, "chaos-a.greeting"
 		o.Value = fmt.Sprintf("g%d", w.values.Add(1))
@@ -202,7 +202,7 @@ func (w *Workload) Provoke(ctx context.Context, f Fault) {
 		o.Kind, args = KindAdopt, []string{"adopt", node, "--wait", (w.Timeout / 2).String()}
 	case strings.HasPrefix(f.Point, "tunnel."):
 		// p1's found tunnel taken over (refused once it is: a spoke's tunnel is taken once).
-		o.Kind, args = KindTunnel, []string{"tunnel", "take", node, lab.TunnelIface}
+		o.Kind, args = KindTunnel, []string{"tunnel", "take", node, lab.TunnelIface, "--no-wait"}
 	default:
 		return
 	}

@@ -328,7 +328,7 @@ func takeToConverged(ctx context.Context, b *testing.B, hub, node *lab.Machine, 
 	if err := testenv.Poll(b, time.Minute, func() error { return moduleState(ctx, hub, node.Name, mod, paths, withCtr, false) }); err != nil {
 		b.Fatalf("before the take: %v", err)
 	}
-	if out, err := meshd(ctx, hub, "module", "take", node.Name, mod); err != nil {
+	if out, err := meshd(ctx, hub, "module", "take", node.Name, mod, "--no-wait"); err != nil {
 		b.Fatalf("take %s on %s: %v\n%s", mod, node.Name, err, out)
 	}
 	taken := time.Now()

@@ -217,15 +217,19 @@ func moduleWith(ctx context.Context, t *testing.T, hub *lab.Machine, name string
 func restartAgent(ctx context.Context, t *testing.T, hub *lab.Machine, point string) {
 	t.Helper()
 	_ = hub.StopService(ctx, "meshd")
-	line := "/usr/local/bin/meshd " + strings.Join(agentArgs(), " ")
 	var env []string
 	if point != "" {
 		env = append(env, host.CrashEnv+"="+point)
 	}
-	if err := hub.EnableService(ctx, "meshd", line, env...); err != nil {
+	if err := hub.SetAgentUnit(ctx, env, agentArgs()...); err != nil {
 		t.Fatal(err)
 	}
-	if err := hub.StartService(ctx, "meshd"); err != nil {
+	// Armed, the agent may die at its point before it is ready: start it as --no-block.
+	start := hub.StartService
+	if point != "" {
+		start = hub.StartServiceNoBlock
+	}
+	if err := start(ctx, "meshd"); err != nil {
 		t.Fatal(err)
 	}
 	if err := testenv.Poll(t, 60*time.Second, func() error { _, _, err := recordMode(ctx, hub); return err }); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/fsm"
 	"meshd/host"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
@@ -196,7 +197,14 @@ func TestTunnelTakeOnARunningMesh(t *testing.T) {
 	if after.Node.PublicKey != before.Node.PublicKey || after.Node.ID != before.Node.ID || after.Node.PublicKey == "" {
 		t.Errorf("the hub's identity changed: %s/%s -> %s/%s", before.Node.ID, before.Node.PublicKey, after.Node.ID, after.Node.PublicKey)
 	}
-	waitMeshUp(ctx, t, hub, 60*time.Second, "the tunnel never changed hands")
+	// The take returns once the hub's report says the mesh's interface is up in wg0's place: at
+	// once, with no wait, the machine and the report say so.
+	if v, err := tunnelShow(ctx, hub); err != nil || v.State != host.TunnelMeshUp {
+		t.Fatalf("tunnel take returned before the hub reported %s up in %s's place: %+v %v", fsm.MeshInterface, lab.TunnelIface, v, err)
+	}
+	if key, err := hub.Exec(ctx, "wg", "show", fsm.MeshInterface, "public-key"); err != nil || strings.TrimSpace(key) != foundKey {
+		t.Fatalf("tunnel take returned; %s's key is %q (%v), want the found tunnel's %s", fsm.MeshInterface, key, err, foundKey)
+	}
 	probesSince(t, l, took.Add(-5*time.Second), "take on a running mesh", 5*time.Second)
 	heardCarried(ctx, t, hub, 30*time.Second)
 	if out, err := meshd(ctx, hub, "tunnel", "take", "hub", lab.TunnelIface); err == nil {

@@ -74,6 +74,9 @@ type Report struct {
 	Node string    `json:"node"`
 	Mode fsm.Mode  `json:"mode"`
 	When time.Time `json:"when"`
+	// Taken are the modules the pass's declaration had taken (on a converged node every assigned
+	// one): what tells a reader following a take that this report is of a pass that knew it.
+	Taken []string `json:"taken"`
 	// Held are found files kept as they are until their module is taken, including those whose
 	// module has been unassigned since (they stay, never removed).
 	Held []HeldFile `json:"held"`
@@ -307,7 +310,7 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 		rep.Errors = append(rep.Errors, ResourceError{Resource: "declaration", Reason: "no declaration to reconcile"})
 		return rep
 	}
-	rep.Node, rep.Mode = d.Node, d.Mode
+	rep.Node, rep.Mode, rep.Taken = d.Node, d.Mode, append([]string{}, d.Taken...)
 	byKind := map[string][]fsm.Resource{}
 	for _, r := range d.Resources {
 		byKind[r.Kind] = append(byKind[r.Kind], r)

@@ -11,6 +11,7 @@ import (
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/packaging"
 )
 
 // allowedPorts are the hub's ports the predecessor's firewall allows from anywhere.
@@ -165,11 +166,20 @@ func testPredecessor(t *testing.T, fw lab.FirewallKind) {
 		if err := hub.InstallAgent(ctx, agent, "agent", "--config", "/etc/meshd/agent.yaml"); err != nil {
 			t.Fatal(err)
 		}
-		if err := testenv.Poll(t, 10*time.Second, func() error {
-			_, err := hub.ReadFile(ctx, "/run/meshd/started")
-			return err
-		}); err != nil {
-			t.Fatalf("agent did not start: %v", err)
+		// Under meshd's own unit, exactly as `meshd install-unit` writes it, with no drop-in:
+		// Type=notify, so InstallAgent returned once the agent said READY=1.
+		unit, err := hub.ReadFile(ctx, lab.AgentUnit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := packaging.UnitFor("/usr/local/bin/meshd", "/etc/meshd/agent.yaml"); string(unit) != want {
+			t.Errorf("the agent's unit is not packaging's:\n%s\nwant:\n%s", unit, want)
+		}
+		if status, ok := hub.ReadyStatus("meshd"); !ok || status != "stand-in agent serving" {
+			t.Errorf("READY=1 from the agent: %v, status %q", ok, status)
+		}
+		if _, err := hub.ReadFile(ctx, "/run/meshd/started"); err != nil {
+			t.Fatalf("InstallAgent returned, the agent ready, but it did not start: %v", err)
 		}
 		type state struct{ firewall, tunnel, containers string }
 		dump := func() (state, error) {
@@ -260,11 +270,13 @@ func testPredecessor(t *testing.T, fw lab.FirewallKind) {
 	})
 }
 
-// writeFakeAgent writes a stand-in for the meshd binary: it records its arguments and stays up.
+// writeFakeAgent writes a stand-in for the meshd binary: it records its arguments, says READY=1
+// to $NOTIFY_SOCKET (meshd's unit is Type=notify) and stays up.
 func writeFakeAgent(t *testing.T) string {
 	t.Helper()
 	p := t.TempDir() + "/meshd"
-	script := "#!/bin/sh\necho \"$@\" > /run/meshd/started\nexec sleep infinity\n"
+	script := "#!/bin/sh\necho \"$@\" > /run/meshd/started\n" +
+		"systemd-notify --ready --status='stand-in agent serving'\nexec sleep infinity\n"
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,10 @@
 // writes the same files the repository shows.
 package packaging
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
+)
 
 // Unit is meshd.service with @MESHD@ (the binary) and @CONFIG@ (the config file) to fill in.
 //
@@ -14,3 +17,9 @@ var Unit string
 //
 //go:embed meshd.yaml
 var Config string
+
+// UnitFor is the unit that runs binary as `meshd agent --config config`: what `meshd install-unit`
+// writes, and what the lab installs on its machines.
+func UnitFor(binary, config string) string {
+	return strings.NewReplacer("@MESHD@", binary, "@CONFIG@", config).Replace(Unit)
+}

@@ -37,7 +37,7 @@ func exitCodeOf(err error) (int, bool) {
 func convergeCmd(g *globals) *cobra.Command {
 	var preview bool
 	var plan string
-	var wait time.Duration
+	var wf waitFlags
 	cmd := &cobra.Command{
 		Use:   "converge NODE --preview | converge NODE [--plan TOKEN]",
 		Short: "Converge a node (its migration's last step): preview what closes, then flip it in one act",
@@ -60,19 +60,20 @@ changed since that preview (something new listening, a module assigned since, th
 changed, a rule of the filter), naming what changed; without --plan it is refused when anything will
 close. The flip is recorded as an intent first; the node then carries it out and the record says
 converged once the node reports it done (a node that dies halfway finishes after a restart). The
-command waits for that (--wait); exit 0 once converged, 1 on a refusal or when the wait ends first
-(the intent stays in the record and the node still finishes it). Step back with ` + "`meshd adopt NODE`" + `.`,
+command follows the node until then (--wait; --no-wait returns once the intent is recorded): exit 0
+once converged, 1 on a refusal or when the wait ends first (the intent stays in the record and the
+node still finishes it). Step back with ` + "`meshd adopt NODE`" + `.`,
 		Args: exactArgs("NODE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if preview {
 				return convergePreview(g, args[0])
 			}
-			return converge(g, args[0], plan, wait)
+			return converge(g, args[0], plan, wf)
 		},
 	}
 	cmd.Flags().BoolVar(&preview, "preview", false, "list what converging the node will close, retire and load; change nothing (exit 0: nothing closes, 2: something will)")
 	cmd.Flags().StringVar(&plan, "plan", "", "the plan token of the preview you read: the flip is refused if the node changed since")
-	cmd.Flags().DurationVar(&wait, "wait", 2*time.Minute, "how long to wait for the node to carry the flip out")
+	wf.add(cmd, "the flip")
 	return cmd
 }
 
@@ -92,22 +93,27 @@ func convergePreview(g *globals, node string) error {
 	return nil
 }
 
-func converge(g *globals, node, plan string, wait time.Duration) error {
+func converge(g *globals, node, plan string, wf waitFlags) error {
 	ctx, cancel := g.ctx()
 	defer cancel()
 	var fv agent.FlipView
 	if err := g.client().Post(ctx, fmt.Sprintf("/v1/nodes/%s/converge", url.PathEscape(node)), agent.ConvergeRequest{Plan: plan}, &fv); err != nil {
 		return err
 	}
+	if wf.noWait {
+		return g.emit(fv, func(w io.Writer) {
+			fmt.Fprintf(w, "flip of %s to converged recorded (plan %s); the node carries it out (follow it with `meshd node show %s`)\n", node, fv.Preview.Token, node)
+		})
+	}
 	if !g.json {
 		fmt.Fprintf(g.out, "flip of %s to converged recorded (plan %s); waiting for the node to carry it out\n", node, fv.Preview.Token)
 	}
-	return waitFlip(g, node, fsm.Converged, wait)
+	return waitFlip(g, node, fsm.Converged, wf.wait)
 }
 
 // adoptCmd is `meshd adopt NODE`: a converged node returned to adopted.
 func adoptCmd(g *globals) *cobra.Command {
-	var wait time.Duration
+	var wf waitFlags
 	cmd := &cobra.Command{
 		Use:   "adopt NODE",
 		Short: "Return a converged node to adopted: the retired firewall enabled again, meshd's filter unloaded",
@@ -117,8 +123,9 @@ from what was saved when it was retired), then the guard is loaded and meshd's d
 unloaded. Nothing taken is un-taken: the modules taken stay taken.
 
 Like the flip it is recorded as an intent first; the node carries it out (also after a restart) and
-the record says adopted once the node reports it done. The command waits for that (--wait): exit 0
-once adopted, 1 on a refusal (the node is already adopted) or when the wait ends first.`,
+the record says adopted once the node reports it done. The command follows the node until then
+(--wait; --no-wait returns once the intent is recorded): exit 0 once adopted, 1 on a refusal (the
+node is already adopted) or when the wait ends first.`,
 		Args: exactArgs("NODE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
@@ -127,13 +134,18 @@ once adopted, 1 on a refusal (the node is already adopted) or when the wait ends
 			if err := g.client().Post(ctx, fmt.Sprintf("/v1/nodes/%s/adopt", url.PathEscape(args[0])), nil, &fv); err != nil {
 				return err
 			}
+			if wf.noWait {
+				return g.emit(fv, func(w io.Writer) {
+					fmt.Fprintf(w, "return of %s to adopted recorded; the node carries it out (follow it with `meshd node show %s`)\n", args[0], args[0])
+				})
+			}
 			if !g.json {
 				fmt.Fprintf(g.out, "return of %s to adopted recorded; waiting for the node to carry it out\n", args[0])
 			}
-			return waitFlip(g, args[0], fsm.Adopted, wait)
+			return waitFlip(g, args[0], fsm.Adopted, wf.wait)
 		},
 	}
-	cmd.Flags().DurationVar(&wait, "wait", 2*time.Minute, "how long to wait for the node to carry the return out")
+	wf.add(cmd, "the return")
 	return cmd
 }
 
@@ -151,39 +163,29 @@ func flipStep(nv agent.NodeView, mode fsm.Mode) string {
 	return fmt.Sprintf("node %s is %s; the record follows its report", name, mode)
 }
 
-// waitFlip waits until the record holds node in mode with no flip pending, then prints the node's
-// firewall as its report says.
+// waitFlip follows the node until the record holds it in mode with no flip pending, then prints
+// the node's firewall as its report says.
 func waitFlip(g *globals, node string, mode fsm.Mode, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	var last agent.NodeView
-	pr := g.progress()
-	for {
-		ctx, cancel := g.ctx()
-		var nv agent.NodeView
-		err := g.client().Get(ctx, "/v1/nodes/"+url.PathEscape(node), &nv)
-		cancel()
-		if err == nil {
-			last = nv
-			if nv.Node != nil && nv.Node.Mode == mode && nv.Node.Flip == nil {
-				pr.Done(true)
-				return g.emit(nv.Node, func(w io.Writer) { writeFlipped(w, nv) })
-			}
-			pr.Step(flipStep(nv, mode))
-		} else {
-			pr.Step("waiting for an answer about node " + node + ": " + err.Error())
+	check := func(nv agent.NodeView) (bool, string, error) {
+		if nv.Node != nil && nv.Node.Mode == mode && nv.Node.Flip == nil {
+			return true, fmt.Sprintf("node %s is %s", node, mode), nil
 		}
-		if time.Now().After(deadline) {
-			why := "no report from the node yet"
-			if f := host.ReportFlip(last.Report); f != nil && f.Waiting != "" {
-				why = f.Waiting
-			} else if last.Report != nil {
-				why = "the node's last report (" + last.Report.When.Format(time.RFC3339) + ") does not say it is done"
-			}
-			pr.Done(false)
-			return fmt.Errorf("node %s is not %s after %s: %s; the intent stays in the record and the node finishes it (see `meshd node show %s`)", node, mode, wait, why, node)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return false, flipStep(nv, mode), nil
 	}
+	late := func(last agent.NodeView) error {
+		why := "no report from the node yet"
+		if f := host.ReportFlip(last.Report); f != nil && f.Waiting != "" {
+			why = f.Waiting
+		} else if last.Report != nil {
+			why = "the node's last report (" + last.Report.When.Format(time.RFC3339) + ") does not say it is done"
+		}
+		return fmt.Errorf("node %s is not %s after %s: %s; the intent stays in the record and the node finishes it (see `meshd node show %s`)", node, mode, wait, why, node)
+	}
+	nv, err := g.follow(g.progress(), node, wait, check, late)
+	if err != nil {
+		return err
+	}
+	return g.emit(nv.Node, func(w io.Writer) { writeFlipped(w, nv) })
 }
 
 func writeFlipped(w io.Writer, nv agent.NodeView) {

@@ -164,7 +164,7 @@ func TestProcessSurvivesSIGKILLAtEveryStep(t *testing.T) {
 				poll(t, 10*time.Second, "both files held", heldBoth)
 				n.kill(syscall.SIGTERM)
 				n.startAgentEnv(crash, "--reconcile-interval", "100ms")
-				_, _, _ = n.run("module", "take", "hub", "two")
+				_, _, _ = n.run("module", "take", "hub", "two", "--no-wait")
 			}
 			if err := waitExit(n, 15*time.Second); err != nil {
 				t.Fatalf("agent did not die at %s: %v", p.point, err)

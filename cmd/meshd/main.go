@@ -64,6 +64,9 @@ A migration, in order (docs/runbook.md walks it step by step):
   6. meshd module take web1 webapp                   the cutover, once the module's data has moved
   7. meshd converge web1 --preview                   what would close; then converge web1 --plan TOKEN
 
+Tunnel take, take and converge follow the node until its report says the act is carried out (exit
+0) or failed (exit 1, naming the resource and why); --no-wait returns once the record holds it.
+
 Look at any time: meshd status, meshd node show NODE, meshd monitor NODE, and a server's status page
 (meshd agent --metrics 127.0.0.1:9470, then http://127.0.0.1:9470/).
 

@@ -149,14 +149,22 @@ func proto(p string) string {
 // what it will replace there, read from the node's latest report without changing anything.
 func takeCmd(g *globals) *cobra.Command {
 	var preview bool
+	var wf waitFlags
 	cmd := &cobra.Command{
-		Use:   "take NODE MODULE [--preview]",
+		Use:   "take NODE MODULE [--preview | --wait 2m | --no-wait]",
 		Short: "Take a module on an adopted node: its cutover; from now on its resources converge",
 		Long: `Take is the cutover of a module on an adopted node, done when its data has moved. The node's agent
 prepares everything first (the new containers created, not started; the files rendered; the latest
 bytes of every held file recorded beside its original), then cuts over: each found container is
 stopped and kept aside, stopped, as NAME.meshd-replaced-<id>, the new one started, then the files
 written. If the cutover fails, what was found is put back and the node's report says why.
+
+The take is recorded first (committed through Raft); the command then follows the node until its
+report says the take is carried out: a pass with the module taken that holds nothing of it as found
+and in which none of its resources failed. Exit 0 then; 1 when the node reports a resource of the
+module failed (the node, the resource and the node's reason are named; what was found is back in
+place and the node tries the cutover again later), or when --wait ends first. --no-wait returns
+once the take is recorded.
 
 --preview lists what the take will replace on the node, changing nothing: each held container (found
 id, image and what the declaration changes), each held file (recorded and current hash, changed by
@@ -177,16 +185,33 @@ something else or not), what it creates and the openings that start to be guarde
 			pr := g.progress()
 			pr.Step(fmt.Sprintf("recording the take of %s on %s (committed through Raft before the answer)", args[1], args[0]))
 			err := g.client().Post(ctx, base+"take", nil, &n)
-			pr.Done(err == nil)
+			if err != nil || wf.noWait {
+				pr.Done(err == nil)
+				if err != nil {
+					return err
+				}
+				return g.emit(n, func(w io.Writer) {
+					fmt.Fprintf(w, "take of module %s on node %s (%s) recorded: assigned %s; taken %s\n", args[1], n.Name, n.Mode, list(n.Assigned), list(n.EffectiveTaken()))
+					fmt.Fprintf(w, "the node carries it out; follow it with `meshd node show %s`\n", n.Name)
+				})
+			}
+			act := "the take of module " + args[1]
+			carried := func(r *host.Report) host.Carried { return host.ReportTake(r, args[1]) }
+			nv, err := g.follow(pr, args[0], wf.wait, checkCarried(args[0], act, carried), lateCarried(args[0], act, wf.wait, carried))
 			if err != nil {
 				return err
 			}
+			if nv.Node != nil {
+				n = *nv.Node
+			}
 			return g.emit(n, func(w io.Writer) {
 				fmt.Fprintf(w, "module %s taken on node %s (%s): assigned %s; taken %s\n", args[1], n.Name, n.Mode, list(n.Assigned), list(n.EffectiveTaken()))
+				fmt.Fprintf(w, "carried out\tnode %s's report of %s holds nothing of %s as found\n", n.Name, nv.Report.When.Format(time.RFC3339), args[1])
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&preview, "preview", false, "list what the take will replace on the node; change nothing")
+	wf.add(cmd, "the take")
 	return cmd
 }
 

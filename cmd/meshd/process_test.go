@@ -209,7 +209,7 @@ func TestProcessGenesisAssignTakeKillRestart(t *testing.T) {
 	n.startAgent()
 
 	n.ok("module", "assign", "hub", "webapp")
-	n.ok("module", "take", "hub", "webapp")
+	n.ok("module", "take", "hub", "webapp", "--no-wait") // no Docker engine: the record's side only
 	n.ok("module", "assign", "hub", "notes")
 
 	var before fsm.Declaration
@@ -251,7 +251,7 @@ func TestProcessGenesisAssignTakeKillRestart(t *testing.T) {
 	// A graceful stop, then a start: still intact, and the record moves on.
 	n.kill(syscall.SIGTERM)
 	n.startAgent()
-	n.ok("module", "take", "hub", "notes")
+	n.ok("module", "take", "hub", "notes", "--no-wait")
 	var last fsm.Declaration
 	n.jsonOf(&last, "declaration", "hub")
 	if fmt.Sprint(last.Taken) != "[notes webapp]" {
@@ -266,7 +266,7 @@ func TestRestartNeverServesAStaleRecord(t *testing.T) {
 	n.genesis("--adopted")
 	n.startAgent()
 	n.ok("module", "assign", "hub", "webapp")
-	n.ok("module", "take", "hub", "webapp")
+	n.ok("module", "take", "hub", "webapp", "--no-wait") // no Docker engine: the record's side only
 	want := n.ok("declaration", "hub", "--json")
 	for round := 0; round < 3; round++ {
 		n.kill(syscall.SIGKILL)
@@ -400,7 +400,7 @@ func TestCLISnapshot(t *testing.T) {
 	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("snapshot file: %v %v", st, err)
 	}
-	n.ok("module", "take", "hub", "webapp")
+	n.ok("module", "take", "hub", "webapp", "--no-wait") // no Docker engine: the record's side only
 	n.ok("module", "assign", "hub", "notes")
 	n.ok("snapshot", "restore", file)
 	if got := n.ok("declaration", "hub", "--json"); got != saved {

@@ -172,7 +172,7 @@ func TestProcessStatusPageInChromium(t *testing.T) {
 	t.Logf("held file changed by something else: on the page after %s", took.Round(time.Millisecond))
 	screenshot(t, ctx, "status-changed.png")
 
-	n.ok("module", "take", "hub", "legacy")
+	n.ok("module", "take", "hub", "legacy", "--no-wait") // the page follows the record, not the CLI
 	took = pageShows(t, ctx, pageBound, "a module taken", "legacy: taken")
 	t.Logf("module taken: on the page after %s", took.Round(time.Millisecond))
 

@@ -191,7 +191,7 @@ Then: systemctl daemon-reload && systemctl enable --now meshd. --dry-run prints 
 				}
 				binary = exe
 			}
-			unit := strings.NewReplacer("@MESHD@", binary, "@CONFIG@", configPath).Replace(packaging.Unit)
+			unit := packaging.UnitFor(binary, configPath)
 			if dryRun {
 				fmt.Print(unit)
 				return nil

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"meshd/agent"
 )
 
 // fakeSystemd listens where $NOTIFY_SOCKET will point and hands over each datagram.
@@ -153,4 +155,57 @@ func TestInstallUnit(t *testing.T) {
 	if b, _ := os.ReadFile(conf); string(b) != "colour: blue\n" {
 		t.Errorf("install-unit overwrote the operator's config: %q", b)
 	}
+}
+
+// A server that stops on SIGTERM (what systemd sends on `systemctl stop` and at a restart) does
+// not leave gossip: it is coming back, so the other server finds it failed, never left; a node
+// that leaves is the operator's `meshd leave`.
+func TestProcessServerSIGTERMDoesNotLeaveGossip(t *testing.T) {
+	hub, s2 := newNode(t), newNode(t)
+	underlay(t, []*node{hub, s2}, []string{"192.0.2.1", "192.0.2.2"})
+	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	args := []string{"--docker-host", noDocker, "--reconcile-interval", "10m"}
+	hub.startAgent(args...)
+	var tv agent.TokenView
+	hub.jsonOf(&tv, "token", "create", "--adopted", "--server")
+	if out, errs, code := s2.runIn("join", tv.Token, "--name", "s2", "--data-dir", s2.dir, "--advertise", "192.0.2.2"); code != 0 {
+		t.Fatalf("join s2 as a server: exit %d\n%s%s", code, out, errs)
+	}
+	s2.startAgent(args...)
+	state := func() (string, agent.MembersView) {
+		var m agent.MembersView
+		hub.jsonOf(&m, "members")
+		for _, x := range m.Members {
+			if x.Name == "s2" {
+				return x.State, m
+			}
+		}
+		return "", m
+	}
+	poll(t, 30*time.Second, "s2 alive in the hub's gossip", func() string {
+		if st, m := state(); st != "alive" {
+			return fmt.Sprintf("s2 %q in %+v", st, m.Members)
+		}
+		return ""
+	})
+	s2.kill(syscall.SIGTERM)
+	if s2.agent.ProcessState.ExitCode() != 0 {
+		t.Fatalf("s2 on SIGTERM: exit %d\n%s", s2.agent.ProcessState.ExitCode(), s2.agentLg)
+	}
+	_, m := state()
+	bound, err := time.ParseDuration(m.DetectionBound)
+	if err != nil {
+		t.Fatalf("the hub's detection bound %q: %v", m.DetectionBound, err)
+	}
+	poll(t, bound+5*time.Second, "s2 failed, not left, in the hub's gossip", func() string {
+		switch st, _ := state(); st {
+		case "failed":
+			return ""
+		case "left":
+			t.Fatalf("a server stopped by SIGTERM left gossip")
+		default:
+			return "s2 " + st
+		}
+		return ""
+	})
 }

@@ -106,17 +106,26 @@ containers:
 	if o, ok, _ := eng.Inspect(ctx, name); !ok || o.ID != predID || !o.Running {
 		t.Fatal("the preview touched the found container")
 	}
-	n.ok("module", "take", "hub", "web")
-	poll(t, 30*time.Second, "container taken", func() string {
-		o, ok, err := eng.Inspect(ctx, name)
-		if err != nil || !ok || o.ID == predID || !o.Running {
-			return fmt.Sprintf("%s: found %v, running %v, %v", name, ok, o.Running, err)
-		}
-		if b, _ := os.ReadFile(conf); string(b) != "meshd's\n" {
-			return fmt.Sprintf("file %q", b)
-		}
-		return ""
-	})
+	// The take follows the node: it returns once the node's report says the module is carried
+	// out, so the machine is already there when it does (no poll). Its progress, on a pipe, is
+	// plain lines on stderr.
+	out, errs, code := n.run("module", "take", "hub", "web")
+	if code != 0 {
+		t.Fatalf("module take hub web: exit %d\n%s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "module web taken on node hub") || !strings.Contains(out, "carried out") {
+		t.Fatalf("module take's answer does not say the node carried it out:\n%s", out)
+	}
+	t.Logf("module take hub web:\n%s%s", out, errs)
+	if !strings.Contains(errs, "] recording the take of web on hub") || strings.ContainsAny(errs, "\r\033") {
+		t.Fatalf("module take's progress on a pipe is not plain lines:\n%q", errs)
+	}
+	if o, ok, err := eng.Inspect(ctx, name); err != nil || !ok || o.ID == predID || !o.Running {
+		t.Fatalf("module take returned before the node took %s: found %v, running %v, %v", name, ok, o.Running, err)
+	}
+	if b, _ := os.ReadFile(conf); string(b) != "meshd's\n" {
+		t.Fatalf("module take returned before the node wrote %s: %q", conf, b)
+	}
 	if o, ok, _ := eng.Inspect(ctx, aside); !ok || o.ID != predID || o.Running {
 		t.Fatalf("the replaced container is not kept stopped as %s", aside)
 	}
@@ -138,6 +147,62 @@ containers:
 	}
 	if got := n.ok("node", "original", "hub", conf); got != "predecessor's\n" {
 		t.Fatalf("node original: %q", got)
+	}
+}
+
+// A take the node cannot carry out (the module's image is not on the machine) exits 1 once the
+// node's report says so, naming the node, the module, the resource and the node's reason, and the
+// found container is back serving; with --json nothing but the error is printed (stdout empty).
+// --no-wait returns once the record holds the take; a later take is refused (already taken).
+func TestProcessTakeFailedNamesTheResource(t *testing.T) {
+	n := newNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	eng := machineEngine(ctx, t)
+	tag := randomTag()
+	name, image := "pt-"+tag+"-bad", "pt-test/bad:"+tag
+	if _, err := eng.ImportImage(ctx, image, labsvcBin, []string{"/labsvc", "serve"}); err != nil {
+		t.Fatalf("import %s: %v", image, err)
+	}
+	t.Cleanup(func() {
+		testenv.RemoveContainers(t, container.DefaultHost, name)
+		_ = eng.RemoveImage(context.Background(), image)
+	})
+	predID, err := eng.Create(ctx, container.Spec{Name: name, Image: image, Cmd: []string{"--listen", ":8080", "--name", "predecessor"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := "pt-test/not-here:" + tag
+	manifest := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: bad\ncontainers:\n  - name: %s\n    image: %s\n    command: [\"--listen\", \":8080\"]\n", name, missing)), 0o644)
+	n.genesis("--adopted")
+	n.startAgent("--docker-host", container.DefaultHost, "--reconcile-interval", "200ms")
+	n.ok("module", "add", manifest)
+	n.ok("module", "assign", "hub", "bad")
+	poll(t, 20*time.Second, "the found container held", func() string {
+		var pv host.TakePreview
+		n.jsonOf(&pv, "module", "take", "hub", "bad", "--preview")
+		if len(pv.Containers) != 1 {
+			return fmt.Sprintf("preview %+v", pv)
+		}
+		return ""
+	})
+
+	out, errs, code := n.run("module", "take", "hub", "bad", "--json", "--wait", "90s")
+	if code != 1 || out != "" {
+		t.Fatalf("a take the node cannot carry out: exit %d (want 1), stdout %q (want none)\n%s", code, out, errs)
+	}
+	t.Logf("the failed take: %s", strings.TrimSpace(errs))
+	for _, want := range []string{"node hub could not carry out the take of module bad", "container:" + name, missing} {
+		if !strings.Contains(errs, want) {
+			t.Fatalf("the failed take's error does not say %q:\n%s", want, errs)
+		}
+	}
+	if o, ok, err := eng.Inspect(ctx, name); err != nil || !ok || o.ID != predID || !o.Running {
+		t.Fatalf("after the failed take the found container is not back serving: found %v, id %s, running %v, %v", ok, o.ID, o.Running, err)
+	}
+	if _, errs, code := n.run("module", "take", "hub", "bad", "--no-wait"); code != 1 || !strings.Contains(errs, "already taken") {
+		t.Fatalf("a second take: exit %d, %s; want it refused, already taken", code, errs)
 	}
 }
 

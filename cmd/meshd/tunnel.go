@@ -24,8 +24,9 @@ import (
 func tunnelCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tunnel", Short: "The private network: take a found tunnel over, show the tunnel"}
 	var req fsm.Placement
+	var wf waitFlags
 	take := &cobra.Command{
-		Use:   "take NODE IFACE",
+		Use:   "take NODE IFACE [--address IP] [--port N] [--range CIDR] [--wait 2m | --no-wait]",
 		Short: "Take the WireGuard tunnel found on NODE over in place (ADR 0105)",
 		Long: `Take reads the WireGuard interface IFACE found on NODE (its key, port, address and range, and every
 peer) and records the take: the tunnel's port becomes NODE's mesh.tunnel setting, its range the
@@ -44,7 +45,12 @@ the record already holds the tunnel's key and the node's address. The spoke's ho
 IFACE still has that key, its mesh.tunnel port and its address, then takes it over the same way:
 ` + fsm.MeshInterface + ` in its place with the found key, the hub as the peer routing the range, and every other
 node with its own interface as a direct peer, so their traffic does not turn at the hub. Until
-then the spoke's found tunnel carries its traffic, and the other nodes reach it through the hub.`,
+then the spoke's found tunnel carries its traffic, and the other nodes reach it through the hub.
+
+The take is recorded first (committed through Raft); the command then follows NODE until its report
+says ` + fsm.MeshInterface + ` is up in place of IFACE (exit 0), or that the takeover failed (exit 1, naming the
+node, the tunnel resource and the node's reason: IFACE is left carrying the peers, or is back), or
+until --wait ends (exit 1; the take stays in the record). --no-wait returns once it is recorded.`,
 		Example: `  meshd tunnel take hub wg0
   meshd tunnel take hub wg0 --port 51820 --range 10.44.0.0/24
   meshd tunnel take peer2 wg0     # a spoke that joined with --tunnel wg0`,
@@ -56,32 +62,24 @@ then the spoke's found tunnel carries its traffic, and the other nodes reach it 
 			pr := g.progress()
 			pr.Step(fmt.Sprintf("reading %s on %s and recording its takeover (committed through Raft before the answer)", args[1], args[0]))
 			err := g.client().Post(ctx, "/v1/tunnel/take", agent.TunnelTakeRequest{Node: args[0], Interface: args[1], Requested: req}, &v)
-			pr.Done(err == nil)
+			var nv agent.NodeView
+			if err == nil && !wf.noWait {
+				act := "the takeover of tunnel " + args[1]
+				carried := func(r *host.Report) host.Carried { return host.ReportTunnelTake(r, args[1]) }
+				nv, err = g.follow(pr, args[0], wf.wait, checkCarried(args[0], act, carried), lateCarried(args[0], act, wf.wait, carried))
+			} else {
+				pr.Done(err == nil)
+			}
 			if err != nil {
 				return err
 			}
-			return g.emit(v, func(w io.Writer) {
-				if v.Node.Name != v.Tunnel.Hub {
-					fmt.Fprintf(w, "node %s takes its tunnel %s over\n", v.Node.Name, v.Node.FoundTunnel)
-					fmt.Fprintf(w, "address\t%s\n", v.Node.Address)
-					fmt.Fprintf(w, "\nwatch it with: meshd node show %s\n", v.Node.Name)
-					return
-				}
-				fmt.Fprintf(w, "node %s takes tunnel %s over\n", v.Node.Name, v.Tunnel.Taken)
-				fmt.Fprintf(w, "range\t%s\n", v.Tunnel.Range)
-				fmt.Fprintf(w, "hub address\t%s\n", v.Tunnel.HubAddress)
-				fmt.Fprintf(w, "port\t%s\n", v.Node.Settings["mesh.tunnel"])
-				fmt.Fprintf(w, "carried peers\t%d\n", len(v.Tunnel.Carried))
-				for _, s := range v.Skipped {
-					fmt.Fprintf(w, "skipped\t%s\n", s)
-				}
-				fmt.Fprintf(w, "\nwatch it with: meshd tunnel show\n")
-			})
+			return g.emit(v, func(w io.Writer) { writeTunnelTaken(w, v, nv.Report) })
 		},
 	}
 	take.Flags().StringVar(&req.Address, "address", "", "the hub's tunnel address the operator expects (refused if it is not the tunnel's)")
 	take.Flags().Uint16Var(&req.Port, "port", 0, "the tunnel port the operator expects (refused if it is not the tunnel's; on a spoke: the found tunnel's port, which becomes its mesh.tunnel)")
 	take.Flags().StringVar(&req.Range, "range", "", "the range the operator expects (refused if it does not hold the tunnel's address)")
+	wf.add(take, "the takeover")
 
 	show := &cobra.Command{
 		Use:   "show",
@@ -123,6 +121,33 @@ found-down-mesh-not-up (the output is printed first, --json too), or when no ser
 	}
 	cmd.AddCommand(take, show)
 	return cmd
+}
+
+// writeTunnelTaken is `meshd tunnel take`'s answer in text: what the record took, and when the
+// node's report (nil with --no-wait) says the mesh's interface is up in the found one's place.
+func writeTunnelTaken(w io.Writer, v fsm.TunnelTaken, rep *host.Report) {
+	spoke := v.Node.Name != v.Tunnel.Hub
+	if spoke {
+		fmt.Fprintf(w, "node %s takes its tunnel %s over\n", v.Node.Name, v.Node.FoundTunnel)
+		fmt.Fprintf(w, "address\t%s\n", v.Node.Address)
+	} else {
+		fmt.Fprintf(w, "node %s takes tunnel %s over\n", v.Node.Name, v.Tunnel.Taken)
+		fmt.Fprintf(w, "range\t%s\n", v.Tunnel.Range)
+		fmt.Fprintf(w, "hub address\t%s\n", v.Tunnel.HubAddress)
+		fmt.Fprintf(w, "port\t%s\n", v.Node.Settings["mesh.tunnel"])
+		fmt.Fprintf(w, "carried peers\t%d\n", len(v.Tunnel.Carried))
+		for _, s := range v.Skipped {
+			fmt.Fprintf(w, "skipped\t%s\n", s)
+		}
+	}
+	if rep != nil {
+		fmt.Fprintf(w, "carried out\t%s up in its place (node %s's report of %s)\n", fsm.MeshInterface, v.Node.Name, rep.When.Format(time.RFC3339))
+	}
+	if spoke {
+		fmt.Fprintf(w, "\nwatch it with: meshd node show %s\n", v.Node.Name)
+		return
+	}
+	fmt.Fprintf(w, "\nwatch it with: meshd tunnel show\n")
 }
 
 // printTunnelView is `meshd tunnel show` in text: the record's network, the hub's state from

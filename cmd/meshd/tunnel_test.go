@@ -160,3 +160,58 @@ func TestProcessTunnelDownInStatusAndNodeShow(t *testing.T) {
 		}
 	}
 }
+
+// `meshd tunnel take` follows the node once the record holds the take: it exits 0 once the
+// node's report has meshd0 up in the found interface's place (its answer saying so, --json the
+// record's answer), and 1 when the report says the takeover failed, naming the node, the tunnel
+// resource and the node's reason; a report of a pass from before the take (no takeover declared)
+// is waited past, and --wait bounds that.
+func TestProcessTunnelTakeFollowsTheNode(t *testing.T) {
+	now := time.Now().UTC()
+	taken := fsm.TunnelTaken{Node: &fsm.Node{Name: "hub", Settings: map[string]string{"mesh.tunnel": "51820"}},
+		Tunnel: fsm.Tunnel{Range: "10.44.0.0/24", Hub: "hub", HubAddress: "10.44.0.1", Taken: "wg0"}}
+	nodeWith := func(det host.TunnelDetail, errs ...host.ResourceError) agent.NodeView {
+		return agent.NodeView{Node: &fsm.Node{Name: "hub", Mode: fsm.Adopted},
+			Report: &host.Report{Node: "hub", When: now, Errors: errs, Kinds: map[string]any{fsm.KindTunnel: det}}}
+	}
+	reason := "not taking wg0 over: its key is A=, the record took B="
+	for _, c := range []struct {
+		name  string
+		nv    agent.NodeView
+		args  []string
+		code  int
+		out   []string
+		error []string
+	}{
+		{"carried out", nodeWith(host.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: host.TunnelMeshUp, TakenAt: now}),
+			nil, 0, []string{"node hub takes tunnel wg0 over", "carried out", fsm.MeshInterface + " up in its place"}, nil},
+		{"carried out, --json", nodeWith(host.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: host.TunnelMeshUp, TakenAt: now}),
+			[]string{"--json"}, 0, []string{`"taken": "wg0"`}, nil},
+		{"failed", nodeWith(host.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: host.TunnelFoundUp, Reason: reason},
+			host.ResourceError{Resource: "tunnel:" + fsm.MeshInterface, Module: "mesh", Reason: reason}),
+			nil, 1, nil, []string{"node hub could not carry out the takeover of tunnel wg0", "tunnel:" + fsm.MeshInterface, reason}},
+		{"a report from before the take", nodeWith(host.TunnelDetail{Interface: fsm.MeshInterface, State: host.TunnelMeshUp},
+			host.ResourceError{Resource: "tunnel:" + fsm.MeshInterface, Module: "mesh", Reason: "an old failure"}),
+			[]string{"--wait", "1s"}, 1, nil, []string{"has not carried out the takeover of tunnel wg0 after 1s", "of a pass from before the act"}},
+	} {
+		sock := fakeAgentAnswering(t, map[string]any{"POST /v1/tunnel/take": taken, "GET /v1/nodes/{node}": c.nv})
+		out, errOut, code := run(t, append([]string{"--socket", sock, "tunnel", "take", "hub", "wg0"}, c.args...)...)
+		if code != c.code {
+			t.Errorf("%s: exit %d, want %d\n%s%s", c.name, code, c.code, out, errOut)
+			continue
+		}
+		for _, want := range c.out {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: stdout lacks %q:\n%s", c.name, want, out)
+			}
+		}
+		for _, want := range c.error {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%s: stderr lacks %q:\n%s", c.name, want, errOut)
+			}
+		}
+		if c.code != 0 && out != "" {
+			t.Errorf("%s: a failed take printed an answer: %q", c.name, out)
+		}
+	}
+}

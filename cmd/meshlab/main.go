@@ -11,7 +11,7 @@
 //	meshlab step [--name lab] [--dir DIR] TEXT...   a migration's next step begins: probes count per step
 //	meshlab reboot|stop|boot|cutoff|restore MACHINE
 //	meshlab install-agent MACHINE BINARY [-- ARG...]   meshd at /usr/local/bin/meshd, as meshd.service
-//	meshlab start-service|stop-service MACHINE UNIT
+//	meshlab start-service|stop-service|reload-service MACHINE UNIT
 //
 // A lab's state lives in DIR (default /var/tmp/meshlab/NAME).
 package main
@@ -45,7 +45,7 @@ var verbs = []struct{ use, what string }{
 	{"step [--name LAB] [--dir DIR] TEXT...", "say that a step of the migration begins now (probes --steps counts calls and outages per step)"},
 	{"reboot|stop|boot|cutoff|restore [--name LAB] [--dir DIR] MACHINE", "faults: reboot, power off/on, cut off from the underlay and back"},
 	{"install-agent [--name LAB] [--dir DIR] MACHINE BINARY [-- ARG...]", "put meshd on a machine at /usr/local/bin/meshd and run it as meshd.service"},
-	{"start-service|stop-service [--name LAB] [--dir DIR] MACHINE UNIT", "start or stop one of a machine's units (the predecessor's control, say)"},
+	{"start-service|stop-service|reload-service [--name LAB] [--dir DIR] MACHINE UNIT", "start (a Type=notify unit: until it is ready), stop or reload one of a machine's units (the predecessor's control, meshd)"},
 }
 
 func usage(code int) {
@@ -65,7 +65,7 @@ func usage(code int) {
 var verbFlags = map[string][]string{
 	"up": {"scenario"}, "down": {"all"}, "status": {"json"}, "probes": {"json", "steps"}, "step": nil, "exec": nil,
 	"reboot": nil, "stop": nil, "boot": nil, "cutoff": nil, "restore": nil,
-	"install-agent": nil, "start-service": nil, "stop-service": nil,
+	"install-agent": nil, "start-service": nil, "stop-service": nil, "reload-service": nil,
 }
 
 // verbUsage prints one verb's line of the usage and the flags it takes.
@@ -182,7 +182,7 @@ func main() {
 		os.Exit(execIn(ctx, *name, *dir, fs.Args()))
 	case "reboot", "stop", "boot", "cutoff", "restore":
 		err = act(ctx, *name, *dir, verb, fs.Args())
-	case "install-agent", "start-service", "stop-service":
+	case "install-agent", "start-service", "stop-service", "reload-service":
 		err = service(ctx, *name, *dir, verb, fs.Args())
 	}
 	if err != nil {
@@ -330,7 +330,8 @@ func execIn(ctx context.Context, name, dir string, args []string) int {
 	return 0
 }
 
-// service installs the meshd agent on a machine, or starts or stops one of its units.
+// service installs the meshd agent on a machine (meshd's own unit, returning once the agent is
+// ready), or starts, stops or reloads one of its units.
 func service(ctx context.Context, name, dir, verb string, args []string) error {
 	if len(args) < 2 {
 		return fmt.Errorf("want MACHINE and %s", map[bool]string{true: "BINARY", false: "UNIT"}[verb == "install-agent"])
@@ -352,6 +353,8 @@ func service(ctx context.Context, name, dir, verb string, args []string) error {
 		return m.InstallAgent(ctx, args[1], rest...)
 	case "start-service":
 		return m.StartService(ctx, args[1])
+	case "reload-service":
+		return m.ReloadService(ctx, args[1])
 	default:
 		return m.StopService(ctx, args[1])
 	}
