@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -27,6 +28,42 @@ type Engine struct {
 	host        string
 	log         *slog.Logger
 	stopTimeout time.Duration
+
+	// images are the images inspected by id (a container's image: "sha256:…", the digest of the
+	// image's configuration, so what inspecting it says of its config never changes): a pass
+	// observing the same containers asks the engine for each image once, not every pass.
+	imgMu  sync.Mutex
+	images map[string]*image.InspectResponse
+}
+
+// maxImages bounds Engine.images; past it the cache starts again.
+const maxImages = 512
+
+// imageByID inspects the image whose id (content digest) is id, from the cache when it was
+// inspected before. A reference that is not an id is never cached: a tag can move.
+func (e *Engine) imageByID(ctx context.Context, id string) (*image.InspectResponse, error) {
+	cacheable := strings.HasPrefix(id, "sha256:")
+	if cacheable {
+		e.imgMu.Lock()
+		ii := e.images[id]
+		e.imgMu.Unlock()
+		if ii != nil {
+			return ii, nil
+		}
+	}
+	ii, err := e.cli.ImageInspect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if cacheable && ii.ID == id {
+		e.imgMu.Lock()
+		if e.images == nil || len(e.images) >= maxImages {
+			e.images = map[string]*image.InspectResponse{}
+		}
+		e.images[id] = &ii
+		e.imgMu.Unlock()
+	}
+	return &ii, nil
 }
 
 // Option configures an Engine.
@@ -110,10 +147,10 @@ func (e *Engine) observe(ctx context.Context, c dcontainer.InspectResponse, raw 
 	name := strings.TrimPrefix(c.Name, "/")
 	var img *image.InspectResponse
 	if c.Image != "" {
-		ii, err := e.cli.ImageInspect(ctx, c.Image)
+		ii, err := e.imageByID(ctx, c.Image)
 		switch {
 		case err == nil:
-			img = &ii
+			img = ii
 		case !cerrdefs.IsNotFound(err):
 			return Observed{}, e.wrap("inspect image "+c.Image+" of container "+name, err)
 		}

@@ -379,3 +379,75 @@ func TestPublishedListsEveryContainer(t *testing.T) {
 		t.Errorf("Published = %v; want %s on 127.0.0.1:%d (no module) and %s on %d (module webapp)", ps, legacy, lp, mine, mp)
 	}
 }
+
+// A container observed again asks for its image once: the image is kept by its id (the digest
+// of its configuration, which never changes), and the second observation reads the same as the
+// first; a fresh Engine, which has asked for nothing, observes it the same again.
+func TestInspectKeepsImagesByID(t *testing.T) {
+	e := requireEngine(t)
+	img := labsvcImages(t, e)
+	ctx := testCtx(t)
+	name := testName(t, "cached")
+	if _, err := e.Create(ctx, webappSpec(name, img.echo, freePort(t), "cached")); err != nil {
+		t.Fatal(err)
+	}
+	first, found, err := e.Inspect(ctx, name)
+	if err != nil || !found {
+		t.Fatalf("Inspect(%s) = found %v, %v", name, found, err)
+	}
+	e.imgMu.Lock()
+	_, kept := e.images[first.ImageID]
+	n := len(e.images)
+	e.imgMu.Unlock()
+	if !kept || n == 0 {
+		t.Fatalf("the image %s is not kept by its id after an inspection (%d kept)", first.ImageID, n)
+	}
+	fresh, err := New(e.Host())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	for _, who := range []struct {
+		what string
+		e    *Engine
+	}{{"again", e}, {"by an engine that kept nothing", fresh}} {
+		o, _, err := who.e.Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !o.ImageKnown || o.ImageID != first.ImageID || o.RefImageID != first.RefImageID ||
+			!maps.Equal(o.ImageEnv, first.ImageEnv) || !maps.Equal(o.ImageLabels, first.ImageLabels) ||
+			!slices.Equal(o.ImageCmd, first.ImageCmd) || fmt.Sprint(o.Spec) != fmt.Sprint(first.Spec) {
+			t.Fatalf("observed %s: %+v\nfirst: %+v", who.what, o.Spec, first.Spec)
+		}
+	}
+	if len(first.ImageEnv) == 0 || first.ImageEnv["GREETING"] != "hello" {
+		t.Fatalf("the image's own env reads %v, want GREETING=hello among it", first.ImageEnv)
+	}
+}
+
+// BenchmarkInspect is one observation of a container: its image kept from the last one (what a
+// pass does) and asked for again (what every pass did).
+func BenchmarkInspect(b *testing.B) {
+	e := requireEngine(b)
+	img := labsvcImages(b, e)
+	ctx := testCtx(b)
+	name := testName(b, "bench")
+	if _, err := e.Create(ctx, webappSpec(name, img.echo, freePort(b), "bench")); err != nil {
+		b.Fatal(err)
+	}
+	for _, kept := range []bool{true, false} {
+		b.Run(map[bool]string{true: "image-kept", false: "image-asked"}[kept], func(b *testing.B) {
+			for b.Loop() {
+				if !kept {
+					e.imgMu.Lock()
+					e.images = nil
+					e.imgMu.Unlock()
+				}
+				if _, _, err := e.Inspect(ctx, name); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

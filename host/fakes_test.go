@@ -353,6 +353,12 @@ type fakeFilter struct {
 	// stamp is what Stamp reads ("": none, every pass detects); detects counts Detect's calls.
 	stamp   string
 	detects int
+	// reads counts the reads of the packet filter's rules and tables (Converge, Guard,
+	// LoadFilter). live makes Watch act as a subscribed nftables monitor: it notes itself in the
+	// driver's changes (kept in changes, for a test to note events) and ends with ctx.
+	reads   int
+	live    bool
+	changes *netfilter.Changes
 }
 
 func newFakeFilter(found netfilter.Found) *fakeFilter {
@@ -376,6 +382,7 @@ func (f *fakeFilter) NewDriver(found netfilter.Found, _ netfilter.Private) (netf
 func (f *fakeFilter) Guard(_ context.Context, spec netfilter.GuardSpec) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
 	if f.guard != nil && fmt.Sprint(*f.guard) == fmt.Sprint(spec) {
 		return false, nil
 	}
@@ -397,6 +404,7 @@ func (f *fakeFilter) RemoveGuard(context.Context) error {
 func (f *fakeFilter) LoadFilter(_ context.Context, spec netfilter.FilterSpec) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
 	if f.filter != nil && fmt.Sprint(*f.filter) == fmt.Sprint(spec) {
 		return false, nil
 	}
@@ -422,8 +430,15 @@ func (f *fakeFilter) Stamp(context.Context) string {
 	return f.stamp
 }
 
-// Watch has no events to wait for: it ends with ctx.
-func (f *fakeFilter) Watch(ctx context.Context, _ time.Duration, _ func(context.Context)) error {
+// Watch has no events to wait for: it ends with ctx (a live one noted subscribed meanwhile).
+func (f *fakeFilter) Watch(ctx context.Context, _ time.Duration, changes *netfilter.Changes, _ func(context.Context, netfilter.Tick)) error {
+	f.mu.Lock()
+	if f.live {
+		f.changes = changes
+		changes.Subscribed(true)
+		defer changes.Subscribed(false)
+	}
+	f.mu.Unlock()
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -491,6 +506,7 @@ func (d *fakeFound) Kind() netfilter.Kind { return d.kind }
 func (d *fakeFound) Converge(_ context.Context, desired []netfilter.Opening) (netfilter.Report, error) {
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()
+	d.f.reads++
 	rep := netfilter.Report{Kind: d.kind}
 	want := map[string]bool{}
 	now := time.Now().UTC()

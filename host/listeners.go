@@ -54,8 +54,28 @@ type ListenerReader struct {
 	owners map[string]owner // socket inode → holder; owner{} where /proc named none
 }
 
-// Read returns every listening socket now, sorted by port, protocol and address.
+// Read returns every listening socket now, sorted by port, protocol and address: over the
+// kernel's socket diagnostics (diagListeners), or from /proc/net where those cannot be read.
 func (r *ListenerReader) Read() ([]Listener, error) {
+	out, inodes, err := diagListeners()
+	if err != nil {
+		out, inodes, err = procListeners()
+		if err != nil {
+			return nil, err
+		}
+	}
+	r.resolve(inodes)
+	for i := range out {
+		o := r.owners[inodes[i]]
+		out[i].PID, out[i].Process = o.pid, o.comm
+	}
+	sortListeners(out)
+	return out, nil
+}
+
+// procListeners reads every listening socket from /proc/net's four tables, with beside each its
+// inode.
+func procListeners() ([]Listener, []string, error) {
 	var out []Listener
 	var inodes []string
 	for _, src := range []struct{ file, proto string }{
@@ -66,15 +86,15 @@ func (r *ListenerReader) Read() ([]Listener, error) {
 			if os.IsNotExist(err) {
 				continue
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		out, inodes = append(out, ls...), append(inodes, in...)
 	}
-	r.resolve(inodes)
-	for i := range out {
-		o := r.owners[inodes[i]]
-		out[i].PID, out[i].Process = o.pid, o.comm
-	}
+	return out, inodes, nil
+}
+
+// sortListeners sorts by port, protocol and address.
+func sortListeners(out []Listener) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Port != out[j].Port {
 			return out[i].Port < out[j].Port
@@ -84,7 +104,6 @@ func (r *ListenerReader) Read() ([]Listener, error) {
 		}
 		return out[i].Addr.Less(out[j].Addr)
 	})
-	return out, nil
 }
 
 // resolve makes owners hold exactly the listening inodes, walking /proc for their holders only

@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -93,4 +95,89 @@ func TestListenerReaderFollowsNewSockets(t *testing.T) {
 	if _, ok := has(first.Addr().(*net.TCPAddr).Port); ok {
 		t.Fatal("a closed socket is still reported listening")
 	}
+}
+
+// The socket diagnostics and /proc/net name the same listeners: TCP and UDP, IPv4 and IPv6
+// (a dual-stack socket on [::] once), a connected UDP socket and a TCP connection left out.
+func TestListenersDiagnosticsMatchProcNet(t *testing.T) {
+	for _, a := range []struct{ network, addr string }{{"tcp", "127.0.0.1:0"}, {"tcp", "[::]:0"}, {"tcp6", "[::1]:0"}} {
+		ln, err := net.Listen(a.network, a.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if a.network == "tcp" && a.addr == "127.0.0.1:0" {
+			c, err := net.Dial("tcp", ln.Addr().String()) // an established pair: not listeners
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+		}
+	}
+	for _, a := range []string{"127.0.0.1:0", "[::]:0"} {
+		u, err := net.ListenPacket("udp", a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+	}
+	peer, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	conn, err := net.Dial("udp", peer.LocalAddr().String()) // connected: not a listener
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	connPort := uint16(conn.LocalAddr().(*net.UDPAddr).Port)
+
+	diag, diagInodes, err := diagListeners()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc, procInodes, err := procListeners()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(ls []Listener, inodes []string) []string {
+		var out []string
+		for i, l := range ls {
+			out = append(out, l.String()+" inode "+inodes[i])
+		}
+		slices.Sort(out)
+		return out
+	}
+	d, p := key(diag, diagInodes), key(proc, procInodes)
+	if !slices.Equal(d, p) {
+		t.Fatalf("socket diagnostics:\n%s\n/proc/net:\n%s", strings.Join(d, "\n"), strings.Join(p, "\n"))
+	}
+	if len(d) < 5 {
+		t.Fatalf("only %d listeners read: %v", len(d), d)
+	}
+	for _, l := range diag {
+		if l.Proto == "udp" && l.Port == connPort {
+			t.Fatalf("a connected UDP socket is reported listening: %v", l)
+		}
+	}
+}
+
+// BenchmarkListeners is one read of the listening sockets each way: the socket diagnostics
+// (what a pass does) and /proc/net's tables (what it did).
+func BenchmarkListeners(b *testing.B) {
+	b.Run("diag", func(b *testing.B) {
+		for range b.N {
+			if _, _, err := diagListeners(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("procnet", func(b *testing.B) {
+		for range b.N {
+			if _, _, err := procListeners(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

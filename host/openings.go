@@ -59,8 +59,9 @@ type packetFilter interface {
 	LoadFilter(ctx context.Context, spec netfilter.FilterSpec) (wrote bool, err error)
 	RemoveFilter(ctx context.Context) error
 	// Watch calls recheck on every change of the packet filter and every interval until ctx
-	// ends.
-	Watch(ctx context.Context, interval time.Duration, recheck func(context.Context)) error
+	// ends, saying which (netfilter.Tick), and counts the changes its monitor reported in
+	// changes.
+	Watch(ctx context.Context, interval time.Duration, changes *netfilter.Changes, recheck func(context.Context, netfilter.Tick)) error
 	// Retire disables the found firewall, never flushing it; Restore gives a retired one back;
 	// Saved is what Retire saved before it removed anything (a found nftables ruleset's dumps).
 	Retire(ctx context.Context, found netfilter.Found) (netfilter.Retired, error)
@@ -119,8 +120,8 @@ func (k kernelFilter) Saved() (netfilter.Retired, error) {
 	return netfilter.LoadRetired(k.env.StateDir)
 }
 
-func (k kernelFilter) Watch(ctx context.Context, interval time.Duration, recheck func(context.Context)) error {
-	return netfilter.Watch(ctx, k.env, interval, recheck)
+func (k kernelFilter) Watch(ctx context.Context, interval time.Duration, changes *netfilter.Changes, recheck func(context.Context, netfilter.Tick)) error {
+	return netfilter.WatchChanges(ctx, k.env, interval, changes, recheck)
 }
 
 // OpeningConfig is how the agent builds the opening driver.
@@ -172,7 +173,9 @@ type OpeningConfig struct {
 // the report says it was restored, and when.
 //
 // A pass with nothing to do writes nothing (every netfilter call reads first and writes only a
-// difference) and reports Changes 0.
+// difference) and reports Changes 0; at rest (nothing moved since an application that left
+// everything in force: the desired state, netfilter.Stamp, the watch monitor's mark) a pass and
+// the watch's timer read the mark and the stamp and nothing else.
 type OpeningDriver struct {
 	pf          packetFilter
 	iface       string
@@ -198,6 +201,10 @@ type OpeningDriver struct {
 	filterMaybe bool
 	bootKept    string // the desired state whose table was last kept for boot ("" none yet)
 	lastApply   time.Time
+	// changes counts what the watch's nftables monitor reported; rest is what the last
+	// application that left everything in force read before it began (restState).
+	changes netfilter.Changes
+	rest    restState
 
 	watchCancel context.CancelFunc
 	watchDone   chan struct{}
@@ -391,7 +398,7 @@ func (d *OpeningDriver) reconcileLocked(ctx context.Context, pass Pass, w *desir
 	if w.mode == fsm.Adopted {
 		changes, flipErr = d.restoreFound(ctx, pass.Records)
 	}
-	changes += d.apply(ctx, false)
+	changes += d.apply(ctx, false, netfilter.Tick{})
 	if w.mode == fsm.Converged {
 		n, err := d.retireFound(ctx, pass.Records)
 		changes, flipErr = changes+n, err
@@ -454,7 +461,7 @@ func (d *OpeningDriver) startWatch(passCtx context.Context) {
 	go func() {
 		defer close(done)
 		defer stop()
-		_ = d.pf.Watch(wctx, d.recheck, d.recheckNow)
+		_ = d.pf.Watch(wctx, d.recheck, &d.changes, d.recheckNow)
 		d.mu.Lock()
 		if d.watchDone == done {
 			d.watchCancel, d.watchDone = nil, nil
@@ -464,14 +471,15 @@ func (d *OpeningDriver) startWatch(passCtx context.Context) {
 	}()
 }
 
-// recheckNow is the watch's callback: the last desired state, applied again.
-func (d *OpeningDriver) recheckNow(ctx context.Context) {
+// recheckNow is the watch's callback: the last desired state, applied again (on the timer, only
+// if something moved: apply).
+func (d *OpeningDriver) recheckNow(ctx context.Context, tick netfilter.Tick) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.want == nil || d.closed || ctx.Err() != nil {
 		return
 	}
-	if n := d.apply(ctx, true); n > 0 {
+	if n := d.apply(ctx, true, tick); n > 0 {
 		d.log.Info("packet filter changed under meshd: desired openings re-applied", "changes", n)
 	}
 }
@@ -653,12 +661,50 @@ type applied struct {
 	repOK   bool
 }
 
+// restState is what an application that left every opening and meshd's table in force read
+// just before it began: the watch's monitor mark, the packet filter's stamp, and whether a
+// retired found firewall was on record. While all three read the same and the desired state is
+// the one it applied, the machine is as it left it.
+type restState struct {
+	valid   bool
+	mark    uint64
+	stamp   string
+	key     string
+	retired bool
+}
+
+// atRest says whether an application may be skipped: nothing it depends on moved since one that
+// left everything in force (restState). Never for the watch's calls caused by an event, its
+// start or its monitor's restart (tick.Timer false), nor without a live monitor: the stamp
+// alone can move before a commit's changes are visible (netfilter.Changes), and only the
+// commit's events, which come once they are, say the read that saw the stamp was late.
+func (d *OpeningDriver) atRest(w *desiredOpenings, mark uint64, live bool, stamp string, pass bool) bool {
+	r := d.rest
+	if !r.valid || !live || stamp == "" || r.mark != mark || r.stamp != stamp || r.key != w.key ||
+		d.redetect || !d.detected || r.retired != d.retiredNow() {
+		return false
+	}
+	// A pass also removes the other mode's table the first time (the watch never does).
+	return !pass || (w.mode == fsm.Converged && !d.guardMaybe) || (w.mode != fsm.Converged && !d.filterMaybe)
+}
+
+func (d *OpeningDriver) retiredNow() bool { return d.retired != nil && d.retired.Retired != nil }
+
 // apply brings the packet filter to d.want and records each opening's state; it returns what it
-// changed. Called with d.mu held, by a pass or by the watch.
-func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
+// changed. Called with d.mu held, by a pass (tick zero, fromWatch false) or by the watch. A pass
+// or the watch's timer over a machine at rest (atRest) reads the monitor's mark and the stamp
+// and nothing else: the openings, guard and filter stay as the last application recorded them.
+func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool, tick netfilter.Tick) int {
 	w := d.want
 	now := time.Now().UTC()
 	d.lastApply = now
+	// The mark before the stamp: an event after it moves the mark, whatever the stamp read.
+	mark, live := d.changes.Mark()
+	stamp := d.pf.Stamp(ctx)
+	if (!fromWatch || tick.Timer) && d.atRest(w, mark, live, stamp, !fromWatch) {
+		return 0
+	}
+	d.rest = restState{}
 	sameWant := d.applied == w.key
 	d.applied = w.key
 	if d.redetect || !d.detected {
@@ -685,7 +731,24 @@ func (d *OpeningDriver) apply(ctx context.Context, fromWatch bool) int {
 		d.loadGuard(ctx, w, res, fromWatch, sameWant, now)
 	}
 	d.recordStates(w, res, now)
+	which := "guard:"
+	if plan.filter {
+		which = "filter:"
+	}
+	if live && stamp != "" && len(res.failed) == 0 && d.allInForce() && d.bootKept == which+w.key {
+		d.rest = restState{valid: true, mark: mark, stamp: stamp, key: w.key, retired: d.retiredNow()}
+	}
 	return res.changes
+}
+
+// allInForce says whether every opening and meshd's table are in force as last recorded.
+func (d *OpeningDriver) allInForce() bool {
+	for _, m := range d.states {
+		if m.state == OpeningFailed {
+			return false
+		}
+	}
+	return d.guard.failed == "" && d.filter.failed == "" && d.foundErr == nil
 }
 
 // throughFound makes the found firewall's meshd-marked rules the declared openings.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"meshd/catalogue"
 	"meshd/fsm"
@@ -259,5 +260,96 @@ func TestUnitOpeningsDetectOnlyWhenTheStampMoves(t *testing.T) {
 	unitNoErrors(t, h.Reconcile(ctx, decl))
 	if n := detects() - before; n != 2 {
 		t.Fatalf("two passes with no stamp detected %d times, want 2", n)
+	}
+}
+
+// At rest a pass and the watch's timer read the monitor's mark and the stamp, nothing else; any
+// event, a moved stamp or a monitor gone makes them read everything again, so what a reload
+// dropped is restored and reported restored. The race the mark closes: a read between the kernel
+// moving the generation and the commit's changes becoming visible sees the new stamp and the old
+// rules; the commit's events, which come after, make the next timer call read again.
+func TestUnitOpeningsAtRestReadOnlyTheStamp(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	pf.stamp, pf.live = "gen 1", true
+	drv := newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf)
+	h, _ := unitHost(t, drv)
+	ctx := unitCtx(t)
+	decl := unitOpeningDecl(fsm.Adopted, unitOpening("webapp", 8080, "tcp", "anywhere", true))
+	reads := func() int { pf.mu.Lock(); defer pf.mu.Unlock(); return pf.reads }
+
+	unitNoErrors(t, h.Reconcile(ctx, decl)) // starts the watch
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, live := drv.changes.Mark(); live {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch's monitor never read live")
+		}
+	}
+	unitNoErrors(t, h.Reconcile(ctx, decl)) // a full application with the monitor live
+	timer, event := netfilter.Tick{Timer: true}, netfilter.Tick{}
+	at := reads()
+	for range 3 {
+		unitNoErrors(t, h.Reconcile(ctx, decl))
+		drv.recheckNow(ctx, timer)
+	}
+	if n := reads() - at; n != 0 {
+		t.Fatalf("three passes and three timer calls at rest read the packet filter %d times, want 0", n)
+	}
+	// An event's call reads everything, whatever the stamp.
+	drv.recheckNow(ctx, event)
+	if reads() == at {
+		t.Fatal("the watch's call for an event did not read the packet filter")
+	}
+
+	guardRestored := func(what string) {
+		t.Helper()
+		st := drv.Status()
+		if st.Guard == nil || st.Guard.State != "restored" {
+			t.Fatalf("%s: the guard reads %+v, want restored", what, st.Guard)
+		}
+		pf.mu.Lock()
+		back := pf.guard != nil
+		pf.mu.Unlock()
+		if !back {
+			t.Fatalf("%s: the guard is not loaded again", what)
+		}
+	}
+	drop := func() {
+		pf.mu.Lock()
+		pf.guard = nil
+		pf.mu.Unlock()
+	}
+	// The late read: the guard dropped, the stamp as it was (the generation had moved before the
+	// last full read); the commit's event moves the mark and the timer's next call restores it.
+	drop()
+	drv.recheckNow(ctx, timer)
+	if st := drv.Status(); st.Guard == nil || st.Guard.State != "loaded" {
+		t.Fatalf("the guard reads %+v before any event, want loaded (the skip under test)", st.Guard)
+	}
+	pf.changes.Seen()
+	drv.recheckNow(ctx, timer)
+	guardRestored("after the commit's event")
+
+	// The stamp moved (a lost event): the timer's call reads again.
+	at = reads()
+	drv.recheckNow(ctx, timer)
+	if reads() != at {
+		t.Fatal("at rest again, the timer's call read the packet filter")
+	}
+	drop()
+	pf.mu.Lock()
+	pf.stamp = "gen 2"
+	pf.mu.Unlock()
+	drv.recheckNow(ctx, timer)
+	guardRestored("after the stamp moved")
+
+	// No live monitor: every call reads (as does every call with no stamp, iptables-legacy).
+	pf.changes.Subscribed(false)
+	at = reads()
+	drv.recheckNow(ctx, timer)
+	unitNoErrors(t, h.Reconcile(ctx, decl))
+	if n := reads() - at; n < 2 {
+		t.Fatalf("without a live monitor a timer call and a pass read %d times, want each to read", n)
 	}
 }

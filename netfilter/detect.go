@@ -370,21 +370,25 @@ var stampFiles = []string{"/run/firewalld/firewalld.pid", ufwConf, ufwUserRules,
 // and Docker over it, meshd itself) and the presence, size and modification time of the found
 // firewalls' configuration files. Two equal stamps mean Detect would answer the same, so a
 // caller detects again only when the stamp moved. It is "" when no stamp can stand for the
-// firewall: iptables-legacy has a filter table (legacy rules have no generation; they are read
-// again each time), the files are not seen from this process, or a read failed.
+// firewall: iptables-legacy or ip6tables-legacy has a filter table (legacy rules have no
+// generation; they are read again each time), the files are not seen from this process, or a
+// read failed.
 func Stamp(ctx context.Context, env Env) string {
 	gen, err := env.rulesetGeneration()
 	if err != nil || !env.seesFiles() {
 		return ""
 	}
-	var names []byte
-	if env.NetNS == "" && env.Runner == nil {
-		names, err = os.ReadFile("/proc/net/ip_tables_names")
-	} else {
-		names, err = env.run(ctx, "cat", "/proc/net/ip_tables_names")
-	}
-	if err == nil && bytes.Contains(append([]byte("\n"), names...), []byte("\nfilter\n")) {
-		return ""
+	// A legacy filter table in either family (ip6tables-legacy as much as iptables-legacy).
+	for _, f := range []string{"/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"} {
+		var names []byte
+		if env.NetNS == "" && env.Runner == nil {
+			names, err = os.ReadFile(f)
+		} else {
+			names, err = env.run(ctx, "cat", f)
+		}
+		if err == nil && bytes.Contains(append([]byte("\n"), names...), []byte("\nfilter\n")) {
+			return ""
+		}
 	}
 	s := fmt.Sprintf("gen %d", gen)
 	for _, p := range stampFiles {

@@ -23,8 +23,10 @@ func main() {
 	out := flag.String("out", "bench/results.json", "where to write the results (empty: nowhere)")
 	long := flag.Bool("long", false, "also run `ufw allow` per port at 1000 (about ten minutes)")
 	asJSON := flag.Bool("json", false, "print the results as JSON instead of the table")
+	only := flag.String("only", "", "run only these benchmarks (a regexp of names without the Benchmark prefix, e.g. 'AgentFootprint|MeasuredNode')")
+	merge := flag.Bool("merge", false, "with --only: put the figures measured into the --out file's earlier results instead of replacing it")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: meshbench [--count N] [--sizes 10,100,1000] [--out bench/results.json] [--long] [--json]")
+		fmt.Fprintln(os.Stderr, "usage: meshbench [--count N] [--sizes 10,100,1000] [--out bench/results.json] [--long] [--json] [--only REGEXP [--merge]]")
 		fmt.Fprintln(os.Stderr, "Runs meshd's benchmarks side by side with the operator's way and prints the figures (docs/performance.md).")
 		flag.PrintDefaults()
 	}
@@ -33,10 +35,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, "meshbench: --count must be at least 1")
 		os.Exit(2)
 	}
-	res, err := Run(Options{Count: *count, Sizes: *sizes, Long: *long, Log: os.Stderr})
+	if *merge && (*only == "" || *out == "") {
+		fmt.Fprintln(os.Stderr, "meshbench: --merge needs --only and --out")
+		os.Exit(2)
+	}
+	res, err := Run(Options{Count: *count, Sizes: *sizes, Long: *long, Log: os.Stderr, Only: *only})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "meshbench:", err)
 		os.Exit(1)
+	}
+	if *merge {
+		earlier, err := ReadResults(*out)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "meshbench:", err)
+			os.Exit(1)
+		}
+		earlier.Merge(res, *only)
+		res = earlier
 	}
 	if *out != "" {
 		if err := res.Write(*out); err != nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,10 @@ type Options struct {
 	Log   io.Writer // the benchmarks' own output goes here as it runs (nil: nowhere)
 	// Suites overrides the packages and benchmarks run (tests use a small one).
 	Suites []Suite
+	// Only, when set, runs the suites whose benchmark regexp (Suite.Bench) matches it, each
+	// narrowed to the benchmarks Only names: "AgentFootprint" runs BenchmarkAgentFootprint
+	// alone, not the others of its suite.
+	Only string
 }
 
 // Suite is one `go test -bench` invocation.
@@ -82,6 +87,8 @@ type Figure struct {
 	Ratio  float64 `json:"ratio,omitempty"` // versus / meshd: how many times faster meshd is
 	Goal   string  `json:"goal,omitempty"`
 	Met    *bool   `json:"met,omitempty"`
+	// When is set on a figure merged into an earlier run's results (Merge): the run it is from.
+	When time.Time `json:"when,omitzero"`
 }
 
 // Results is what a run found, as written to bench/results.json.
@@ -92,6 +99,62 @@ type Results struct {
 	Sizes   string           `json:"sizes"`
 	Figures []Figure         `json:"figures"`
 	Benches map[string]Bench `json:"benchmarks"`
+	// Updates are the later runs merged in (Merge), each with the figures it replaced.
+	Updates []Update `json:"updates,omitempty"`
+}
+
+// Update is a later run of some of the benchmarks merged into the results.
+type Update struct {
+	When    time.Time `json:"when"`
+	Machine string    `json:"machine"`
+	Count   int       `json:"count"`
+	Only    string    `json:"only"`
+	Figures []string  `json:"figures"`
+}
+
+// Merge puts a run of some benchmarks (Options.Only) into earlier results: each figure it
+// measured replaces the earlier one (marked with its run's time), the others stay as they were.
+func (r *Results) Merge(later *Results, only string) {
+	up := Update{When: later.When, Machine: later.Machine, Count: later.Count, Only: only}
+	for _, f := range later.Figures {
+		f.When = later.When
+		up.Figures = append(up.Figures, f.Key)
+		i := slices.IndexFunc(r.Figures, func(g Figure) bool { return g.Key == f.Key })
+		if i >= 0 {
+			r.Figures[i] = f
+		} else {
+			r.Figures = append(r.Figures, f)
+		}
+	}
+	if r.Benches == nil {
+		r.Benches = map[string]Bench{}
+	}
+	for k, b := range later.Benches {
+		r.Benches[k] = b
+	}
+	r.Updates = append(r.Updates, up)
+}
+
+// selectSuites are the suites Only picks, each narrowed to the benchmarks it names.
+func selectSuites(suites []Suite, only string) ([]Suite, error) {
+	if only == "" {
+		return suites, nil
+	}
+	re, err := regexp.Compile(only)
+	if err != nil {
+		return nil, fmt.Errorf("--only: %w", err)
+	}
+	var out []Suite
+	for _, s := range suites {
+		if re.MatchString(s.Bench) {
+			s.Bench = "^Benchmark(" + only + ")$"
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--only %q matches no benchmark suite", only)
+	}
+	return out, nil
 }
 
 // benchLine is one result line of `go test -bench`: name-GOMAXPROCS, iterations, then
@@ -108,6 +171,10 @@ func Run(o Options) (*Results, error) {
 	suites := o.Suites
 	if suites == nil {
 		suites = DefaultSuites
+	}
+	suites, err = selectSuites(suites, o.Only)
+	if err != nil {
+		return nil, err
 	}
 	res := &Results{When: time.Now().UTC(), Machine: machine(), Count: o.Count, Sizes: o.Sizes, Benches: map[string]Bench{}}
 	for _, s := range suites {
@@ -408,6 +475,26 @@ func (r *Results) Write(path string) error {
 		return err
 	}
 	return os.WriteFile(path, r.JSON(), 0o644)
+}
+
+// ReadResults reads results written by Write (a relative path is under the module root).
+func ReadResults(path string) (*Results, error) {
+	if !filepath.IsAbs(path) {
+		root, err := moduleRoot()
+		if err != nil {
+			return nil, err
+		}
+		path = filepath.Join(root, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
 }
 
 func moduleRoot() (string, error) {

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"meshd/internal/testenv"
 )
@@ -145,5 +147,28 @@ func TestGapFigures(t *testing.T) {
 	}
 	if f, ok := got["take.outage"]; !ok || f.MeshdMs != 612.5 || !strings.Contains(f.What, "swap 540 ms") {
 		t.Fatalf("take outage figure %+v (present %v)", f, ok)
+	}
+}
+
+// --only narrows the suites to the benchmarks it names; --merge replaces the figures a run
+// measured in the earlier results, keeps the others, and says which run each came from.
+func TestOnlyAndMerge(t *testing.T) {
+	got, err := selectSuites(DefaultSuites, "AgentFootprint")
+	if err != nil || len(got) != 1 || got[0].Bench != "^Benchmark(AgentFootprint)$" || got[0].Package != "./e2e/" {
+		t.Fatalf("--only AgentFootprint picked %+v (%v)", got, err)
+	}
+	if _, err := selectSuites(DefaultSuites, "NoSuchThing"); err == nil {
+		t.Fatal("--only matching nothing is not refused")
+	}
+	earlier := &Results{Figures: []Figure{{Key: "a", MeshdMs: 1}, {Key: "b", MeshdMs: 2}}, Benches: map[string]Bench{"BenchmarkA": {MedianNs: 1}}}
+	later := &Results{When: time.Date(2026, 12, 1, 22, 0, 0, 0, time.UTC), Count: 1,
+		Figures: []Figure{{Key: "b", MeshdMs: 3}, {Key: "c", MeshdMs: 4}}, Benches: map[string]Bench{"BenchmarkB": {MedianNs: 3}}}
+	earlier.Merge(later, "B|C")
+	if len(earlier.Figures) != 3 || earlier.Figures[0].MeshdMs != 1 || !earlier.Figures[0].When.IsZero() ||
+		earlier.Figures[1].MeshdMs != 3 || !earlier.Figures[1].When.Equal(later.When) || earlier.Figures[2].Key != "c" {
+		t.Fatalf("merged figures %+v", earlier.Figures)
+	}
+	if len(earlier.Benches) != 2 || len(earlier.Updates) != 1 || !slices.Equal(earlier.Updates[0].Figures, []string{"b", "c"}) {
+		t.Fatalf("merged benches %v, updates %+v", earlier.Benches, earlier.Updates)
 	}
 }

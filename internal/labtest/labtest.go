@@ -63,10 +63,15 @@ var (
 )
 
 // Meshd builds meshd (static, to run on any lab machine) once per test binary and returns its
-// path.
+// path. MESHD_LAB_MESHD=PATH runs that binary instead (a benchmark's before and after, each
+// built once, measured back to back).
 func Meshd(t testing.TB) string {
 	t.Helper()
 	meshdOnce.Do(func() {
+		if p := os.Getenv("MESHD_LAB_MESHD"); p != "" {
+			meshdPath = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "meshd-lab-bin-")
 		if err != nil {
 			meshdErr = err
