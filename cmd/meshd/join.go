@@ -22,7 +22,7 @@ func joinCmd(g *globals) *cobra.Command {
 		tokenFile string
 	)
 	cmd := &cobra.Command{
-		Use:   "join TOKEN|--token-file FILE --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--dry-run] [--seal-key FILE]",
+		Use:   "join TOKEN|--token-file FILE --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--tunnel IFACE] [--dry-run] [--seal-key FILE]",
 		Short: "Enrol this machine in a mesh with a token, as a client node or (with a server token) a server",
 		Long: `Join enrols this machine with a token from ` + "`meshd token create`" + `. It checks the token's form, then
 runs genesis's preflight on this machine before anything is sent: every port this node will bind (its
