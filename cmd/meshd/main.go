@@ -32,6 +32,10 @@ type globals struct {
 func main() {
 	g := &globals{out: os.Stdout}
 	root := newRoot(g)
+	if err := unknownSubcommand(root, os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "meshd: %v\n", err)
+		os.Exit(1)
+	}
 	if err := root.Execute(); err != nil {
 		code, quiet := exitCodeOf(err)
 		if !quiet {
