@@ -144,6 +144,18 @@ const (
 // without closing it.
 type actWords struct{ name, inUse string }
 
+// tunnelHint is the other remedy for a held tunnel port: it is most often the predecessor's own
+// WireGuard tunnel, which the mesh takes over (genesis) or presents (join) rather than moves from.
+func (w actWords) tunnelHint(key string) string {
+	if key != catalogue.MeshModule+".tunnel" {
+		return ""
+	}
+	if w.name == "join" {
+		return ", or, if it is the predecessor's WireGuard tunnel (say wg0), present it: --tunnel wg0"
+	}
+	return ", or, if it is the predecessor's WireGuard tunnel (say wg0), take it over: --adopted --take-tunnel wg0"
+}
+
 func wordsFor(act string) actWords {
 	if act == ActJoin {
 		return actWords{name: "join", inUse: "join it with a token made by `meshd token create --adopted`"}
@@ -259,7 +271,7 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 			if l.Process != "" {
 				holder = fmt.Sprintf("%s (pid %d)", l.Process, l.PID)
 			}
-			add(check, LevelError, holder, "%s is in use by %s on %s; give %s another: --port %s=N", what, holder, netip.AddrPortFrom(l.Addr, l.Port), w.name, portFlag(b.Key))
+			add(check, LevelError, holder, "%s is in use by %s on %s; give %s another: --port %s=N%s", what, holder, netip.AddrPortFrom(l.Addr, l.Port), w.name, portFlag(b.Key), w.tunnelHint(b.Key))
 			continue
 		}
 		if err := tryBind(b); err != nil {
@@ -267,7 +279,7 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 			case errors.Is(err, syscall.EACCES):
 				add(check, LevelError, "", "%s: permission denied binding %s (not in use: run %s as root)", what, netip.AddrPortFrom(b.Addr, b.Port), w.name)
 			case errors.Is(err, syscall.EADDRINUSE):
-				add(check, LevelError, "", "%s is in use on %s by something this machine does not name; give %s another: --port %s=N", what, netip.AddrPortFrom(b.Addr, b.Port), w.name, portFlag(b.Key))
+				add(check, LevelError, "", "%s is in use on %s by something this machine does not name; give %s another: --port %s=N%s", what, netip.AddrPortFrom(b.Addr, b.Port), w.name, portFlag(b.Key), w.tunnelHint(b.Key))
 			case errors.Is(err, syscall.EADDRNOTAVAIL):
 				add(check, LevelError, "", "%s: %s is not an address of this machine (check --advertise)", what, b.Addr)
 			default:

@@ -82,6 +82,38 @@ func TestPreflightWordsFitTheAct(t *testing.T) {
 	}
 }
 
+// A held tunnel port is most often the predecessor's own WireGuard tunnel: the finding names the
+// act's way to keep it (join --tunnel, genesis --take-tunnel) beside moving the port.
+func TestPreflightHeldTunnelPortNamesTheTunnelFlag(t *testing.T) {
+	cat, err := catalogue.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	port := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
+	noEngine := "unix://" + t.TempDir() + "/none.sock"
+
+	join := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
+		Settings: map[string]string{"mesh.tunnel": port}, DockerHost: noEngine})
+	if !findingsSay(join, "port.mesh.tunnel", LevelError, "give join another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), present it: --tunnel wg0") {
+		t.Errorf("a held tunnel port does not name join's --tunnel: %+v", join)
+	}
+	gen := preflight(context.Background(), preflightInput{Mode: fsm.Adopted, Catalogue: cat,
+		Settings: map[string]string{"mesh.tunnel": port}, Advertise: "127.0.0.1", DockerHost: noEngine})
+	if !findingsSay(gen, "port.mesh.tunnel", LevelError, "give genesis another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), take it over: --adopted --take-tunnel wg0") {
+		t.Errorf("a held tunnel port does not name genesis's --take-tunnel: %+v", gen)
+	}
+	for _, f := range append(join, gen...) {
+		if f.Check != "port.mesh.tunnel" && strings.Contains(f.Message, "--tunnel") {
+			t.Errorf("a finding that is not the tunnel port's names --tunnel: %s: %s", f.Check, f.Message)
+		}
+	}
+}
+
 // A client binds the mesh module's ports but Raft, on every address, with its settings over the
 // catalogue's defaults.
 func TestClientBindPlan(t *testing.T) {

@@ -64,14 +64,18 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 	}
 	// A spoke presented its found tunnel at enrolment: the record already holds its key and
 	// address, and the spoke's host checks the found interface is that one before stopping it.
-	spoke := false
+	spoke, known := false, false
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		n := r.Nodes[in.Node]
+		known = n != nil
 		spoke = n != nil && r.Tunnel.Hub != "" && n.Name != r.Tunnel.Hub && n.FoundTunnel != ""
 	})
 	take := &fsm.TunnelTake{Node: in.Node, Interface: in.Interface}
 	switch {
 	case spoke:
+	case !known && in.Node != s.node.Name:
+		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: not in the record (meshd status lists the nodes); a machine enrols with meshd join first (--tunnel %s to present its found tunnel), then its tunnel is taken over", in.Node, in.Interface)})
+		return
 	case in.Node != s.node.Name:
 		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: its found tunnel is read on its own machine; run `meshd tunnel take %s %s` there (this is %s)", in.Node, in.Node, in.Interface, s.node.Name)})
 		return

@@ -20,7 +20,7 @@ const (
 	purposeCAKey    = "ca.key"
 	purposeNodeKey  = "node.key"
 	purposeKeyring  = "gossip.keyring"
-	restoreTemplate = "meshd operator seal-key restore --recovery-code CODE --seal-key %s --data-dir %s"
+	restoreTemplate = "meshd operator seal-key restore --recovery-code-file - --seal-key %s --data-dir %s (then type the recovery code)"
 )
 
 // Path is a pki file's path in dataDir.

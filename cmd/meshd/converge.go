@@ -51,8 +51,8 @@ report), not from the found firewall's allow list: every socket listening on a n
 containers or not), each marked "declared by MODULE" (an opening of an assigned module on that port
 and protocol; the mesh's own ports are declared by mesh) or "will close". It also lists the modules
 the flip will take, the found firewall it will retire and how (ufw: ` + "`ufw disable`" + `; nftables: its
-tables moved aside), and the derived filter meshd will load, as nft prints it; it ends with a plan
-token, a digest of what it saw and decided (pids and the time left out).
+tables moved aside; plain iptables: its own rules saved and removed), and the derived filter meshd
+will load, as nft prints it; it ends with a plan token, a digest of what it saw and decided (pids and the time left out).
 Exit codes: 0 when nothing will close, 2 when something will, 1 on error.
 
 Without --preview it flips the node. With --plan TOKEN (the preview's) it is refused when the node
@@ -118,9 +118,9 @@ func adoptCmd(g *globals) *cobra.Command {
 		Use:   "adopt NODE",
 		Short: "Return a converged node to adopted: the retired firewall enabled again, meshd's filter unloaded",
 		Long: `Steps a converged node back to adopted, in one act: the found firewall meshd retired is
-enabled again from its configuration on disk (ufw: ` + "`ufw enable`" + `; nftables: its tables loaded
-from what was saved when it was retired), then the guard is loaded and meshd's derived filter
-unloaded. Nothing taken is un-taken: the modules taken stay taken.
+enabled again from its configuration on disk (ufw: ` + "`ufw --force enable`" + `; nftables: its tables
+loaded from what was saved when it was retired; plain iptables: its saved rules appended back in
+order), then the guard is loaded and meshd's derived filter unloaded. Nothing taken is un-taken: the modules taken stay taken.
 
 Like the flip it is recorded as an intent first; the node carries it out (also after a restart) and
 the record says adopted once the node reports it done. The command follows the node until then

@@ -22,7 +22,7 @@ func joinCmd(g *globals) *cobra.Command {
 		tokenFile string
 	)
 	cmd := &cobra.Command{
-		Use:   "join TOKEN|--token-file FILE --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--dry-run] [--seal-key FILE]",
+		Use:   "join TOKEN|--token-file FILE --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--tunnel IFACE] [--dry-run] [--seal-key FILE]",
 		Short: "Enrol this machine in a mesh with a token, as a client node or (with a server token) a server",
 		Long: `Join enrols this machine with a token from ` + "`meshd token create`" + `. It checks the token's form, then
 runs genesis's preflight on this machine before anything is sent: every port this node will bind (its
@@ -88,7 +88,7 @@ A token on the command line can be read by every user of the machine while join 
 			}
 			if res.DryRun {
 				return g.emit(map[string]any{"ok": true, "findings": res.Findings, "dry_run": true, "mode": res.Mode}, func(w io.Writer) {
-					fmt.Fprintf(w, "preflight passed for a %s join; nothing was sent or changed (--dry-run)\n", res.Mode)
+					fmt.Fprintf(w, "preflight passed for %s join; nothing was sent or changed (--dry-run)\n", withArticle(string(res.Mode)))
 					printFindings(w, res.Findings)
 				})
 			}
@@ -146,5 +146,13 @@ func printRecoveryCode(w io.Writer, code, keyFile string) {
 	}
 	fmt.Fprintf(w, "\nRECOVERY CODE\t%s\n", code)
 	fmt.Fprintf(w, "\tkeep it offline: it is shown only now. If %s is lost, restore it with\n", keyFile)
-	fmt.Fprintf(w, "\tmeshd operator seal-key restore --recovery-code CODE --seal-key %s\n", keyFile)
+	fmt.Fprintf(w, "\tmeshd operator seal-key restore --recovery-code-file - --seal-key %s   (then type the code)\n", keyFile)
+}
+
+// withArticle puts "a" or "an" before a word: "an adopted join", "a converged join".
+func withArticle(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an " + word
+	}
+	return "a " + word
 }

@@ -32,6 +32,10 @@ type globals struct {
 func main() {
 	g := &globals{out: os.Stdout}
 	root := newRoot(g)
+	if err := unknownSubcommand(root, os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "meshd: %v\n", err)
+		os.Exit(1)
+	}
 	if err := root.Execute(); err != nil {
 		code, quiet := exitCodeOf(err)
 		if !quiet {
@@ -54,11 +58,16 @@ takes each module. The operator converges the node when its migration is done.
 
 A migration, in order (docs/runbook.md walks it step by step):
 
-  1. meshd genesis --name hub --adopted --dry-run    on the control-node: the preflight alone
-     meshd genesis --name hub --adopted              the record begins; what is found is held
+  1. meshd genesis --name hub --adopted --take-tunnel wg0 --dry-run
+                                                     on the control-node: the preflight alone
+     meshd genesis --name hub --adopted --take-tunnel wg0
+                                                     the record begins; what is found is held, and the
+                                                     predecessor's tunnel wg0 is the mesh's, in place
      meshd install-unit && systemctl enable --now meshd     the agent, under systemd
   2. meshd token create --adopted > token            a token for the next machine
-  3. meshd join --token-file token --name web1       on that machine: it enrols, adopted
+  3. meshd join --token-file token --name web1 --tunnel wg0
+                                                     on that machine: it enrols, adopted, keeping the
+                                                     address its predecessor tunnel wg0 gives it
   4. meshd tunnel take web1 wg0                      its predecessor tunnel, taken over in place
   5. meshd module assign web1 webapp                 prepare: create what is missing, hold what is found
   6. meshd module take web1 webapp                   the cutover, once the module's data has moved

@@ -111,8 +111,17 @@ func nodeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "Inspect nodes and change their settings"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show NODE",
-		Short: "Show one node: mode, settings, modules assigned and taken",
-		Args:  exactArgs("NODE"),
+		Short: "Show one node: mode, settings, modules assigned and taken, and its last host report",
+		Long: `Show prints one node as the record holds it (mode and since when, role, addresses, the
+modules assigned and taken, its settings) and its last host report: each held file (recorded and
+current hash; "CHANGED BY SOMETHING ELSE" when a predecessor still writes it), the files meshd
+wrote, each failed resource and why, the containers (held, or meshd's own: created, adopted or
+replaced at take) and every published port, the found firewall and each opening with what
+carries it, and the tunnel's state.
+
+The report is the node's latest (one pass, 10 s by default, or sooner after a change): right after
+an assign or a take it can still be the one from before; "host report at" says when it was made.`,
+		Args: exactArgs("NODE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
