@@ -189,13 +189,38 @@ func TestUFWOpenings(t *testing.T) {
 		t.Fatalf("kernel rules changed: +%q -%q", added, removed)
 	}
 
-	// Retire then restore gives back the same ufw, Docker's rules intact.
+	// Retire then restore gives back the same ufw, Docker's rules intact. While ufw is retired
+	// the machine keeps answering on a port ufw allowed: ufw's own stop deletes its chains
+	// before it opens the closed INPUT policy, and a retirement that left that to ufw dropped
+	// every incoming packet in between (the tunnel's datagrams at the lab hub's flip).
 	files := l.sh("cat /etc/ufw/user.rules /etc/ufw/user6.rules /etc/ufw/after.rules")
 	_, kernel := ufwState(l)
+	stop, probed := make(chan struct{}), make(chan [2]int)
+	go func() {
+		calls, failed := 0, 0
+		for {
+			select {
+			case <-stop:
+				probed <- [2]int{calls, failed}
+				return
+			default:
+			}
+			calls++
+			if !reach(l.cli, l.hostAddr+":7000", 300*time.Millisecond) {
+				failed++
+			}
+		}
+	}()
 	ret, err := Retire(context.Background(), l.env, f)
+	close(stop)
+	during := <-probed
 	if err != nil {
 		t.Fatal(err)
 	}
+	if during[1] != 0 {
+		t.Fatalf("while ufw was retired, %d of %d calls to the allowed port 7000 failed", during[1], during[0])
+	}
+	t.Logf("while ufw was retired: %d calls to the allowed port 7000, none failed", during[0])
 	if l.sh("cat /etc/ufw/user.rules /etc/ufw/user6.rules /etc/ufw/after.rules") != files {
 		t.Fatal("retire changed ufw's rule files")
 	}
