@@ -96,13 +96,15 @@ type stored struct {
 	key ed25519.PublicKey
 }
 
-// verifyReport decodes and checks one envelope. It returns the report and
-// the key that signed it, or the reason and detail of its rejection.
+// verifyReport decodes and checks one envelope. It returns the report, or
+// the reason and detail of its rejection.
 func verifyReport(raw []byte, lookup func(string) (ed25519.PublicKey, bool)) (Report, Reason, error) {
 	r, _, reason, err := verifyReportKey(raw, lookup)
 	return r, reason, err
 }
 
+// verifyReportKey is verifyReport that also returns the key that signed the
+// report (nil when it is rejected).
 func verifyReportKey(raw []byte, lookup func(string) (ed25519.PublicKey, bool)) (Report, ed25519.PublicKey, Reason, error) {
 	var e envelope
 	dec := json.NewDecoder(bytes.NewReader(raw))
