@@ -132,6 +132,15 @@ func (c *clientRole) enrolledKey(node string) string {
 	return p.PublicKey
 }
 
+func (c *clientRole) revokedKey(pub string) bool {
+	for _, k := range c.gossipView().Revoked {
+		if k == pub {
+			return true
+		}
+	}
+	return false
+}
+
 // joinsGossip is true for servers only: a client joins the servers.
 func (c *clientRole) joinsGossip(p GossipPeer) bool { return p.Server }
 

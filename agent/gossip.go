@@ -41,6 +41,9 @@ type GossipPeer struct {
 type GossipView struct {
 	Node  string       `json:"node"`
 	Nodes []GossipPeer `json:"nodes"`
+	// Revoked are the identity keys of removed nodes (`meshd node remove`): the node's gossip
+	// refuses a member announcing one and drops every report one signed.
+	Revoked []string `json:"revoked,omitempty"`
 }
 
 func (v GossipView) peer(name string) (GossipPeer, bool) {
@@ -70,6 +73,9 @@ func gossipViewOf(r *fsm.Record, node string) GossipView {
 		p.Bus, _ = BusPort(r, n)
 		p.Gossip, _ = GossipPort(r, n)
 		v.Nodes = append(v.Nodes, p)
+	}
+	for _, rv := range r.Revoked {
+		v.Revoked = append(v.Revoked, rv.PublicKey)
 	}
 	return v
 }
@@ -102,6 +108,12 @@ func (a *Agent) verifyKey(node string) (ed25519.PublicKey, bool) {
 		return nil, false
 	}
 	return pub, true
+}
+
+// revokedIdentity is gossip's Revoked: whether the record revoked pub (a removed node's key), as
+// the role knows it.
+func (a *Agent) revokedIdentity(pub ed25519.PublicKey) bool {
+	return a.role.revokedKey(pki.PublicKeyString(pub))
 }
 
 // runGossip starts the node's gossip member on its mesh.gossip port once it is known, joins the
@@ -204,7 +216,7 @@ func (a *Agent) startGossip(self GossipPeer) (*gossip.Gossip, error) {
 	g, err := gossip.Start(gossip.Config{
 		Name: a.node.Name, BindAddr: "0.0.0.0", BindPort: int(self.Gossip),
 		AdvertiseAddr: adv, AdvertisePort: int(self.Gossip),
-		Keyring: keys, Identity: a.secrets.NodeKey, Verify: a.verifyKey,
+		Keyring: keys, Identity: a.secrets.NodeKey, Verify: a.verifyKey, Revoked: a.revokedIdentity,
 		Logger: a.log, OnReport: func(gossip.Report) { a.pagePulse.fire() },
 	})
 	if err != nil {

@@ -105,7 +105,7 @@ func (c reportCollector) Collect(ch chan<- prometheus.Metric) {
 	for node, rep := range c.a.role.metricReports() {
 		collectReport(ch, node, rep, now)
 	}
-	members := map[string]int{"alive": 0, "failed": 0, "left": 0}
+	members := map[string]int{"alive": 0, "failed": 0, "left": 0, "removed": 0}
 	for _, m := range c.a.membersByName() {
 		members[string(m.State)]++
 	}

@@ -36,6 +36,9 @@ type role interface {
 	refreshView(ctx context.Context) error
 	// enrolledKey is the public key node enrolled with, as the record writes it; "" if unknown.
 	enrolledKey(node string) string
+	// revokedKey says whether pub (as the record writes keys) is a removed node's: gossip refuses
+	// a member announcing it and drops what it signed.
+	revokedKey(pub string) bool
 	// joinsGossip says whether this node joins p's gossip member.
 	joinsGossip(p GossipPeer) bool
 	// servePeerBus serves the node's bus on port, for the other nodes' calls, once gossip knows

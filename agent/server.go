@@ -135,6 +135,12 @@ func (s *serverRole) enrolledKey(node string) string {
 	return key
 }
 
+func (s *serverRole) revokedKey(pub string) bool {
+	var revoked bool
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { revoked = r.IsRevoked(pub) })
+	return revoked
+}
+
 // joinsGossip is true for every node: servers join every node the record holds.
 func (s *serverRole) joinsGossip(GossipPeer) bool { return true }
 

@@ -28,6 +28,15 @@
 // the gossip key still cannot forge another node's report, so it cannot move
 // that node's keys.
 //
+// A node removed from the mesh has its identity key revoked (Config.Revoked).
+// Each member carries its identity key in memberlist's node metadata, and
+// memberlist's alive delegate refuses a member announcing a revoked one: it
+// cannot refute its removal, join again, or be learned by a member that
+// starts later. memberlist has no way to push out a member that still
+// answers its probes, so this package does it in its own view: such a member
+// reads StateRemoved at once, every report its key signed is dropped and no
+// longer passed on, and what it sends after is rejected.
+//
 // Ping speaks just enough of memberlist's wire protocol (an encrypted ping)
 // to tell whether a member's udp gossip port answers; `meshd check reach`
 // uses it so the agent knows nothing of memberlist's packets.

@@ -45,6 +45,16 @@ type Config struct {
 	// Verify says which public key a node enrolled with (servers take it
 	// from the record). A report is kept only if that key signed it.
 	Verify func(node string) (ed25519.PublicKey, bool)
+	// Revoked, if set, says whether an identity key was revoked: its node
+	// was removed from the mesh (`meshd node remove`). A member announcing a
+	// revoked key (every member carries its identity key in memberlist's
+	// node metadata) is refused as a peer from then on, its alive messages
+	// ignored, so it can neither refute its removal nor join again; one
+	// already in is shown StateRemoved at once, and every report its key
+	// signed is dropped and never passed on. memberlist itself has no way
+	// to push a live member out: it keeps probing it until its agent stops,
+	// and only a rotated gossip key (`meshd keyring`) stops it listening.
+	Revoked func(pub ed25519.PublicKey) bool
 	// Join lists members (host:port) to join at start. Empty starts a new
 	// mesh (or one that others will join).
 	Join []string
@@ -95,6 +105,9 @@ const (
 	StateFailed State = "failed"
 	// StateLeft: the member announced a graceful leave.
 	StateLeft State = "left"
+	// StateRemoved: the member's identity key was revoked (Config.Revoked):
+	// its node was removed from the mesh, whether or not it still answers.
+	StateRemoved State = "removed"
 )
 
 // Member is one member of the mesh as this member sees it.
@@ -110,10 +123,11 @@ type Member struct {
 type EventKind string
 
 const (
-	EventJoin   EventKind = "join"   // a member appeared, or came back
-	EventUpdate EventKind = "update" // a member's address or metadata changed
-	EventFailed EventKind = "failed" // a member was found failed
-	EventLeft   EventKind = "left"   // a member left gracefully
+	EventJoin    EventKind = "join"    // a member appeared, or came back
+	EventUpdate  EventKind = "update"  // a member's address or metadata changed
+	EventFailed  EventKind = "failed"  // a member was found failed
+	EventLeft    EventKind = "left"    // a member left gracefully
+	EventRemoved EventKind = "removed" // a member's identity key was revoked
 )
 
 // MemberEvent is one membership change.
@@ -139,6 +153,7 @@ type Gossip struct {
 	seq      uint64
 	rejected map[Reason]uint64
 
+	keys      map[string][]byte    // each member's identity key, from its memberlist metadata
 	intents   map[string]time.Time // members that announced a graceful leave (signed), when
 	lastLeave map[string]int64     // the newest leave intent taken from each node (signed Unix ns): an older or equal one is a replay
 	leaveAcks chan string          // while this member leaves: who acknowledged its intent
@@ -162,6 +177,7 @@ func Start(cfg Config) (*Gossip, error) {
 		members:   map[string]*Member{},
 		reports:   map[string]*stored{},
 		rejected:  map[Reason]uint64{},
+		keys:      map[string][]byte{},
 		intents:   map[string]time.Time{},
 		lastLeave: map[string]int64{},
 	}
@@ -184,6 +200,7 @@ func Start(cfg Config) (*Gossip, error) {
 	mc.GossipVerifyOutgoing = true
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
+	mc.Alive = (*admission)(g)
 	mc.Logger = log.New(&logBridge{log: g.log}, "", 0)
 	g.mlcfg = mc
 	g.queue = &memberlist.TransmitLimitedQueue{
@@ -329,8 +346,10 @@ func (g *Gossip) Join(addrs []string) (int, error) {
 }
 
 // Members returns every member this one knows of, itself included, by
-// name: alive ones, and those that failed or left (until they come back).
+// name: alive ones, and those that failed, left (until they come back) or
+// were removed.
 func (g *Gossip) Members() []Member {
+	g.sweep()
 	g.mu.Lock()
 	out := make([]Member, 0, len(g.members))
 	for _, m := range g.members {
@@ -453,6 +472,13 @@ func (g *Gossip) observe(kind EventKind, n *memberlist.Node) {
 		m = &Member{Name: n.Name}
 		g.members[n.Name] = m
 	}
+	if kind == EventJoin || kind == EventUpdate {
+		g.keys[n.Name] = bytes.Clone(n.Meta) // admitted: its key is not revoked
+	} else if ok && m.State == StateRemoved {
+		// A removed member that fails or leaves stays removed (it was out already).
+		g.mu.Unlock()
+		return
+	}
 	if !ok || m.State != state {
 		m.Since = now
 	}
@@ -467,6 +493,61 @@ func (g *Gossip) observe(kind EventKind, n *memberlist.Node) {
 		g.log.Info("member "+string(kind), "member", n.Name, "addr", addr)
 	}
 	g.emit(ev)
+}
+
+// admission is memberlist's alive delegate: it refuses a member whose
+// identity key (its node metadata) was revoked, or that is not the key the
+// node enrolled with. This member is always admitted.
+type admission Gossip
+
+func (a *admission) NotifyAlive(n *memberlist.Node) error {
+	g := (*Gossip)(a)
+	if n.Name == g.cfg.Name {
+		return nil
+	}
+	if len(n.Meta) != ed25519.PublicKeySize {
+		return fmt.Errorf("member %s announces no identity key (%d bytes of metadata)", n.Name, len(n.Meta))
+	}
+	pub := ed25519.PublicKey(n.Meta)
+	if g.cfg.Revoked != nil && g.cfg.Revoked(pub) {
+		return fmt.Errorf("member %s announces a revoked identity key: its node was removed from the mesh", n.Name)
+	}
+	if known, ok := g.cfg.Verify(n.Name); ok && !bytes.Equal(known, pub) {
+		return fmt.Errorf("member %s announces an identity key that is not the one it enrolled with", n.Name)
+	}
+	return nil
+}
+
+// sweep applies Config.Revoked to what this member holds: a member whose
+// key was revoked reads StateRemoved from now on, and every kept report a
+// revoked key signed is dropped (no longer served, nor passed on by
+// push-pull). The record can revoke a key at any moment; memberlist has no
+// way to be told, so every read looks.
+func (g *Gossip) sweep() {
+	if g.cfg.Revoked == nil {
+		return
+	}
+	var evs []MemberEvent
+	g.mu.Lock()
+	for name, s := range g.reports {
+		if name != g.cfg.Name && g.cfg.Revoked(s.key) {
+			delete(g.reports, name)
+			g.log.Info("report dropped: its node's identity key was revoked", "about", name)
+		}
+	}
+	for name, m := range g.members {
+		k := g.keys[name]
+		if name == g.cfg.Name || m.State == StateRemoved || len(k) != ed25519.PublicKeySize || !g.cfg.Revoked(k) {
+			continue
+		}
+		m.State, m.Since = StateRemoved, time.Now()
+		evs = append(evs, MemberEvent{Kind: EventRemoved, Member: *m})
+	}
+	g.mu.Unlock()
+	for _, ev := range evs {
+		g.log.Info("member removed: its identity key was revoked; its messages are refused from now on", "member", ev.Member.Name, "addr", ev.Member.Addr)
+		g.emit(ev)
+	}
 }
 
 // emit hands ev to Config.Events without ever blocking.

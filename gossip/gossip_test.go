@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,8 +33,9 @@ var gsFast = Tuning{
 
 // gsRegistry stands in for the record: which key each node enrolled with.
 type gsRegistry struct {
-	mu   sync.Mutex
-	keys map[string]ed25519.PublicKey
+	mu      sync.Mutex
+	keys    map[string]ed25519.PublicKey
+	revoked map[string]bool
 }
 
 func (r *gsRegistry) enrol(t testing.TB, node string) ed25519.PrivateKey {
@@ -509,4 +512,149 @@ func TestStaleOrReplayedLeaveIntentIsRefused(t *testing.T) {
 	if st, _ := gsState(g, "gs-c"); st != StateFailed || g.Rejected()[ReasonStale] != 3 {
 		t.Fatalf("a replayed intent: gs-c is %q, rejected %v", st, g.Rejected())
 	}
+}
+
+// revoke takes node out of the registry and revokes its key, as `meshd node remove` does in the
+// record.
+func (r *gsRegistry) revoke(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.revoked == nil {
+		r.revoked = map[string]bool{}
+	}
+	r.revoked[string(r.keys[node])] = true
+	delete(r.keys, node)
+}
+
+func (r *gsRegistry) isRevoked(pub ed25519.PublicKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.revoked[string(pub)]
+}
+
+// A node removed from the mesh while its agent still runs is out of gossip at once, not once
+// memberlist finds it failed (it never does while it answers): the others show it removed, drop
+// the report its key signed and reject the ones it publishes after; restarted with its revoked
+// key it is not admitted again; a new machine enrolled under the same name, with a new key, is.
+func TestRemovedMemberIsOutAtOnce(t *testing.T) {
+	reg := &gsRegistry{}
+	ring := [][]byte{gsKey(t)}
+	withRevoked := func(c *Config) { c.Revoked = reg.isRevoked }
+	var ms []*gsMember
+	for i, name := range []string{"gs-a", "gs-b", "gs-c"} {
+		var join []string
+		if i > 0 {
+			join = []string{ms[0].Addr()}
+		}
+		m, err := gsStart(t, reg, name, ring, join, gsFast, withRevoked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	a, b, c := ms[0], ms[1], ms[2]
+	gsAllSee(t, ms, 10*time.Second, "gs-a", "gs-b", "gs-c")
+	if err := c.Publish([]byte(`{"before":"removal"}`)); err != nil {
+		t.Fatal(err)
+	}
+	gsEventually(t, 5*time.Second, "gs-c's report reaches gs-a and gs-b", func() (bool, string) {
+		_, okA := a.Reports()["gs-c"]
+		_, okB := b.Reports()["gs-c"]
+		return okA && okB, fmt.Sprintf("gs-a %v, gs-b %v", okA, okB)
+	})
+	oldKey := append(ed25519.PrivateKey(nil), c.cfg.Identity...)
+	_, port, _ := net.SplitHostPort(c.Addr())
+	cPort, _ := strconv.Atoi(port)
+	samePort := func(c *Config) { c.BindPort = cPort } // the agent binds its mesh.gossip setting
+
+	reg.revoke("gs-c")
+	for _, m := range []*gsMember{a, b} {
+		if st, _ := gsState(m.Gossip, "gs-c"); st != StateRemoved {
+			t.Fatalf("%s sees gs-c %q right after its removal, want removed", m.Name(), st)
+		}
+		if _, ok := m.Reports()["gs-c"]; ok {
+			t.Fatalf("%s still holds gs-c's report after its removal", m.Name())
+		}
+	}
+	gsEventually(t, time.Second, "gs-a's removed event", func() (bool, string) {
+		for {
+			select {
+			case ev := <-a.events:
+				if ev.Kind == EventRemoved && ev.Member.Name == "gs-c" && ev.Member.State == StateRemoved {
+					return true, ""
+				}
+				continue
+			default:
+			}
+			return false, "no removed event for gs-c"
+		}
+	})
+
+	// gs-c, still running, publishes again: rejected, never kept, and it stays removed.
+	rejected := func() uint64 { return a.Rejected()[ReasonUnknownNode] + b.Rejected()[ReasonUnknownNode] }
+	before := rejected()
+	gsEventually(t, 5*time.Second, "gs-c's new report rejected", func() (bool, string) {
+		if err := c.Publish([]byte(`{"after":"removal"}`)); err != nil {
+			return false, err.Error()
+		}
+		return rejected() > before, fmt.Sprintf("rejected %v / %v", a.Rejected(), b.Rejected())
+	})
+	for _, m := range []*gsMember{a, b} {
+		if _, ok := m.Reports()["gs-c"]; ok {
+			t.Fatalf("%s kept a report of the removed gs-c", m.Name())
+		}
+		if st, _ := gsState(m.Gossip, "gs-c"); st != StateRemoved {
+			t.Fatalf("%s sees the removed gs-c %q", m.Name(), st)
+		}
+	}
+
+	// A member that starts now (a server restarting) learns of gs-c from gs-a's state and never
+	// takes it for a peer: memberlist on it does not hold gs-c at all.
+	d, err := gsStart(t, reg, "gs-d", ring, []string{a.Addr()}, gsFast, withRevoked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gsAllSee(t, []*gsMember{d}, 5*time.Second, "gs-a", "gs-b")
+	for _, n := range d.memberlist().Members() {
+		if n.Name == "gs-c" {
+			t.Fatalf("gs-d, started after gs-c's removal, holds it as a memberlist peer (%s)", n.Address())
+		}
+	}
+	if st, ok := gsState(d.Gossip, "gs-c"); ok {
+		t.Fatalf("gs-d sees the removed gs-c as %q", st)
+	}
+
+	// Its agent stops, and comes back with its revoked key and the view it had: refused as a peer.
+	_ = c.Shutdown()
+	stale := func(node string) (ed25519.PublicKey, bool) {
+		if node == "gs-c" {
+			return oldKey.Public().(ed25519.PublicKey), true
+		}
+		return reg.verify(node)
+	}
+	back, err := gsStart(t, reg, "gs-c", ring, []string{a.Addr()}, gsFast, samePort, func(c *Config) {
+		c.Identity, c.Verify = oldKey, stale
+	})
+	t.Logf("the removed gs-c restarted with its revoked key: %v", err)
+	if err == nil {
+		// The join's push-pull went through (gs-c took gs-a's state), so gs-a saw gs-c's too.
+		gsEventually(t, 5*time.Second, "the restarted gs-c sees gs-a", func() (bool, string) {
+			st, _ := gsState(back.Gossip, "gs-a")
+			return st == StateAlive, string(st)
+		})
+	}
+	reg.revoke("gs-c") // gsStart enrolled a fresh key for the name; the machine is still the removed one
+	if st, _ := gsState(a.Gossip, "gs-c"); st == StateAlive {
+		t.Fatalf("the removed gs-c, restarted with its revoked key, is alive again on gs-a")
+	}
+	if back != nil {
+		_ = back.Shutdown()
+	}
+
+	// A new machine enrolled under the name, with a new key: a member like any other.
+	fresh, err := gsStart(t, reg, "gs-c", ring, []string{a.Addr()}, gsFast, withRevoked, samePort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gsAllSee(t, []*gsMember{a, b, d, fresh}, 10*time.Second, "gs-a", "gs-b", "gs-c", "gs-d")
 }

@@ -43,6 +43,7 @@ const (
 	ReasonBadSignature Reason = "bad-signature" // not signed by the key the signer enrolled with
 	ReasonImpersonates Reason = "impersonation" // a node's genuine signature on a report naming another node
 	ReasonStale        Reason = "stale"         // a leave intent older than LeaveMaxAge, or one already seen (a replay)
+	ReasonRevoked      Reason = "revoked"       // signed by a key Config.Revoked says was revoked (its node removed)
 )
 
 // Rejection is one rejected report.
@@ -87,43 +88,52 @@ func signEnvelope(key ed25519.PrivateKey, node string, seq uint64, at time.Time,
 	return json.Marshal(&e)
 }
 
-// stored is a kept report and the exact bytes it arrived as (re-sent as is).
+// stored is a kept report, the exact bytes it arrived as (re-sent as is)
+// and the key that signed it.
 type stored struct {
 	Report
 	raw []byte
+	key ed25519.PublicKey
 }
 
 // verifyReport decodes and checks one envelope. It returns the report, or
 // the reason and detail of its rejection.
 func verifyReport(raw []byte, lookup func(string) (ed25519.PublicKey, bool)) (Report, Reason, error) {
+	r, _, reason, err := verifyReportKey(raw, lookup)
+	return r, reason, err
+}
+
+// verifyReportKey is verifyReport that also returns the key that signed the
+// report (nil when it is rejected).
+func verifyReportKey(raw []byte, lookup func(string) (ed25519.PublicKey, bool)) (Report, ed25519.PublicKey, Reason, error) {
 	var e envelope
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil {
-		return Report{}, ReasonGarbled, fmt.Errorf("report envelope (%d bytes) does not decode: %w", len(raw), err)
+		return Report{}, nil, ReasonGarbled, fmt.Errorf("report envelope (%d bytes) does not decode: %w", len(raw), err)
 	}
 	if dec.More() {
-		return Report{Node: e.Node}, ReasonGarbled, fmt.Errorf("report for node %q: trailing data after the envelope", e.Node)
+		return Report{Node: e.Node}, nil, ReasonGarbled, fmt.Errorf("report for node %q: trailing data after the envelope", e.Node)
 	}
 	switch {
 	case e.Node == "" || e.Signer == "":
-		return Report{Node: e.Node}, ReasonGarbled, errors.New("report envelope names no node or no signer")
+		return Report{Node: e.Node}, nil, ReasonGarbled, errors.New("report envelope names no node or no signer")
 	case len(e.Sig) != ed25519.SignatureSize:
-		return Report{Node: e.Node}, ReasonGarbled, fmt.Errorf("report for node %q: signature is %d bytes, want %d", e.Node, len(e.Sig), ed25519.SignatureSize)
+		return Report{Node: e.Node}, nil, ReasonGarbled, fmt.Errorf("report for node %q: signature is %d bytes, want %d", e.Node, len(e.Sig), ed25519.SignatureSize)
 	case len(e.Payload) > MaxReportSize:
-		return Report{Node: e.Node}, ReasonTooLarge, fmt.Errorf("report for node %q: payload is %d bytes, limit %d", e.Node, len(e.Payload), MaxReportSize)
+		return Report{Node: e.Node}, nil, ReasonTooLarge, fmt.Errorf("report for node %q: payload is %d bytes, limit %d", e.Node, len(e.Payload), MaxReportSize)
 	}
 	pub, ok := lookup(e.Signer)
 	if !ok || len(pub) != ed25519.PublicKeySize {
-		return Report{Node: e.Node}, ReasonUnknownNode, fmt.Errorf("report for node %q signed as %q: no enrolled key for %q", e.Node, e.Signer, e.Signer)
+		return Report{Node: e.Node}, nil, ReasonUnknownNode, fmt.Errorf("report for node %q signed as %q: no enrolled key for %q", e.Node, e.Signer, e.Signer)
 	}
 	if !ed25519.Verify(pub, e.signedBytes(), e.Sig) {
-		return Report{Node: e.Node}, ReasonBadSignature, fmt.Errorf("report for node %q (seq %d) is not signed by the key %q enrolled with", e.Node, e.Seq, e.Signer)
+		return Report{Node: e.Node}, nil, ReasonBadSignature, fmt.Errorf("report for node %q (seq %d) is not signed by the key %q enrolled with", e.Node, e.Seq, e.Signer)
 	}
 	if e.Signer != e.Node {
-		return Report{Node: e.Node}, ReasonImpersonates, fmt.Errorf("report for node %q was signed by node %q: a node may only publish its own", e.Node, e.Signer)
+		return Report{Node: e.Node}, nil, ReasonImpersonates, fmt.Errorf("report for node %q was signed by node %q: a node may only publish its own", e.Node, e.Signer)
 	}
-	return Report{Node: e.Node, Seq: e.Seq, At: time.Unix(0, e.At), Payload: e.Payload}, "", nil
+	return Report{Node: e.Node, Seq: e.Seq, At: time.Unix(0, e.At), Payload: e.Payload}, pub, "", nil
 }
 
 // Publish signs report as this node's latest and spreads it. Each call gets
@@ -144,7 +154,8 @@ func (g *Gossip) Publish(report []byte) error {
 		g.mu.Unlock()
 		return fmt.Errorf("gossip %s: encode report: %w", g.cfg.Name, err)
 	}
-	g.reports[g.cfg.Name] = &stored{Report: Report{Node: g.cfg.Name, Seq: seq, At: time.Unix(0, now.UnixNano()), Payload: payload, From: "local"}, raw: raw}
+	g.reports[g.cfg.Name] = &stored{Report: Report{Node: g.cfg.Name, Seq: seq, At: time.Unix(0, now.UnixNano()), Payload: payload, From: "local"}, raw: raw,
+		key: g.cfg.Identity.Public().(ed25519.PublicKey)}
 	g.mu.Unlock()
 	g.spread(g.cfg.Name, raw)
 	return nil
@@ -188,7 +199,10 @@ func (g *Gossip) receive(raw []byte, from string) (Report, bool) {
 	}
 	g.mu.Unlock()
 
-	r, reason, err := verifyReport(raw, g.cfg.Verify)
+	r, key, reason, err := verifyReportKey(raw, g.cfg.Verify)
+	if err == nil && r.Node != g.cfg.Name && g.cfg.Revoked != nil && g.cfg.Revoked(key) {
+		reason, err = ReasonRevoked, fmt.Errorf("report for node %q (seq %d) is signed by a revoked key: the node was removed from the mesh", r.Node, r.Seq)
+	}
 	if err != nil {
 		g.reject(Rejection{Node: r.Node, Reason: reason, From: from, Err: err})
 		return Report{}, false
@@ -203,7 +217,7 @@ func (g *Gossip) receive(raw []byte, from string) (Report, bool) {
 		// Our own report from an earlier life: never go below it again.
 		g.seq = max(g.seq, r.Seq)
 	}
-	g.reports[r.Node] = &stored{Report: r, raw: bytes.Clone(raw)}
+	g.reports[r.Node] = &stored{Report: r, raw: bytes.Clone(raw), key: key}
 	g.mu.Unlock()
 	g.log.Debug("report kept", "about", r.Node, "seq", r.Seq, "from", from)
 	if g.cfg.OnReport != nil {
@@ -226,6 +240,7 @@ func (g *Gossip) reject(rj Rejection) {
 
 // Reports returns the latest verified report of every node, by node name.
 func (g *Gossip) Reports() map[string]Report {
+	g.sweep()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := make(map[string]Report, len(g.reports))
@@ -267,7 +282,11 @@ const stateVersion byte = 1
 // delegate is memberlist's view of this package.
 type delegate Gossip
 
-func (d *delegate) NodeMeta(limit int) []byte { return nil }
+// NodeMeta is this member's identity public key: the others refuse a member
+// whose key was revoked (Config.Revoked) before it is a peer.
+func (d *delegate) NodeMeta(limit int) []byte {
+	return bytes.Clone((*Gossip)(d).cfg.Identity.Public().(ed25519.PublicKey))
+}
 
 func (d *delegate) NotifyMsg(buf []byte) {
 	g := (*Gossip)(d)
@@ -298,6 +317,7 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 
 func (d *delegate) LocalState(join bool) []byte {
 	g := (*Gossip)(d)
+	g.sweep()
 	g.mu.Lock()
 	st := pushPull{Reports: make([]json.RawMessage, 0, len(g.reports))}
 	for _, s := range g.reports {

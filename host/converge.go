@@ -239,7 +239,7 @@ func retirement(od *OpeningDetail) PreviewFirewall {
 		}
 		out.Retire = tables + " saved and moved aside, its loading at boot disabled; the container engine's tables and its configuration on disk stay"
 	case fw.Kind == "iptables":
-		out.Retire = "its own rules saved in order and removed, a closed INPUT policy opened, its loading at boot disabled; the container engine's chains and its configuration on disk stay"
+		out.Retire = "its own rules saved in order and removed, a closed INPUT policy opened, in iptables and ip6tables alike, its loading at boot disabled; the container engine's chains and its configuration on disk stay"
 		if fw.Config != "" {
 			out.Retire += " (" + fw.Config + ")"
 		}

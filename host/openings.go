@@ -507,6 +507,7 @@ func (d *OpeningDriver) compose(decl *fsm.Declaration, rs []fsm.Resource) *desir
 		}
 	}
 	seenPort := map[netfilter.Port]bool{}
+	var filterAdmit map[netfilter.Port][]netip.Addr
 	for _, r := range rs {
 		e := openingEntry{res: r}
 		if r.Opening == nil {
@@ -521,6 +522,17 @@ func (d *OpeningDriver) compose(decl *fsm.Declaration, rs []fsm.Resource) *desir
 		} else {
 			e.mark = e.o.Mark()
 			w.openings = append(w.openings, e.o)
+			// The derived filter admits the servers alone to such a port, as the guard does: on a
+			// converged server nothing else stands between the Raft port and anywhere.
+			if p := (netfilter.Port{Proto: e.o.Proto, Port: e.o.Port}); r.Opening.Admit == catalogue.AdmitServers {
+				if filterAdmit == nil {
+					filterAdmit = map[netfilter.Port][]netip.Addr{}
+				}
+				if _, done := filterAdmit[p]; !done {
+					filterAdmit[p] = nil // named even when no server reads as an address: nobody is admitted then
+					filterAdmit = admitServers(filterAdmit, p, decl)
+				}
+			}
 			if p := (netfilter.Port{Proto: e.o.Proto, Port: e.o.Port}); r.Opening.Guarded && !seenPort[p] {
 				seenPort[p] = true
 				w.guard.Ports = append(w.guard.Ports, p)
@@ -536,7 +548,7 @@ func (d *OpeningDriver) compose(decl *fsm.Declaration, rs []fsm.Resource) *desir
 		return a.Proto < b.Proto || a.Proto == b.Proto && a.Port < b.Port
 	})
 	w.guard.Private, w.guard.Trusted = w.priv, d.trusted
-	w.filter = netfilter.FilterSpec{Private: w.priv, MeshPorts: meshPorts(decl), Openings: w.openings, ForwardFrom: d.forwardFrom}
+	w.filter = netfilter.FilterSpec{Private: w.priv, MeshPorts: meshPorts(decl), Openings: w.openings, ForwardFrom: d.forwardFrom, Admit: filterAdmit}
 	w.key = fmt.Sprintf("%s|%v|%v|%v", w.mode, w.openings, w.guard, w.filter)
 	return w
 }

@@ -453,12 +453,13 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 }
 
 // A converged node gets meshd's derived filter: a declared port open, an undeclared listening port
-// closed, the mesh's own raft port open (servers reach it over the underlay); no guard.
+// closed, the mesh's own raft port admitted only from the record's servers' underlay addresses
+// (here the hub's own; outside is none) and the private network; no guard.
 func TestOpeningsConvergedDerivedFilter(t *testing.T) {
 	l := newHoLab(t)
 	l.serve(7000)                             // howeb's port
 	l.serve(7002)                             // nobody declares it
-	l.serve(7071)                             // raft: the mesh's own, from anywhere (mTLS)
+	l.serve(7071)                             // raft: the mesh's own, from the servers (then mTLS)
 	l.wantReach(l.cli, l.outside(7002), true) // nothing filters yet
 
 	mesh := newHoMesh(t, fsm.Converged)
@@ -479,7 +480,7 @@ func TestOpeningsConvergedDerivedFilter(t *testing.T) {
 	}
 	l.wantReach(l.cli, l.outside(7000), true)
 	l.wantReach(l.cli, l.outside(7002), false)
-	l.wantReach(l.cli, l.outside(7071), true)
+	l.wantReach(l.cli, l.outside(7071), false) // not a server: refused before its TLS
 	l.wantReach(l.peer, l.private(7071), true)
 	l.wantReach(l.peer, l.private(7002), false)
 	if tables := l.sh("nft list tables"); strings.Contains(tables, netfilter.GuardTable) || !strings.Contains(tables, netfilter.FilterTable) {

@@ -263,6 +263,7 @@ func TestUnitOpeningsDetectOnlyWhenTheStampMoves(t *testing.T) {
 	}
 }
 
+<<<<<<< HEAD
 // At rest a pass and the watch's timer read the monitor's mark and the stamp, nothing else; any
 // event, a moved stamp or a monitor gone makes them read everything again, so what a reload
 // dropped is restored and reported restored. The race the mark closes: a read between the kernel
@@ -351,5 +352,44 @@ func TestUnitOpeningsAtRestReadOnlyTheStamp(t *testing.T) {
 	unitNoErrors(t, h.Reconcile(ctx, decl))
 	if n := reads() - at; n < 2 {
 		t.Fatalf("without a live monitor a timer call and a pass read %d times, want each to read", n)
+=======
+// On a converged server the derived filter is all that stands between the Raft port and anywhere:
+// the mesh module's raft opening (from anywhere, admit: servers) is narrowed to the record's
+// servers' underlay addresses, both families, as the guard narrows it on an adopted node.
+func TestUnitFilterAdmitsOnlyServersToRaft(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindNone})
+	h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+	raft := unitOpening("mesh", 7071, "tcp", "anywhere", true)
+	raft.Opening.Admit = catalogue.AdmitServers
+	d := unitOpeningDecl(fsm.Converged, raft, unitOpening("web", 8443, "tcp", "anywhere", false))
+	d.Servers = []string{"192.0.2.1", "2001:db8::2", "not an address"}
+	unitNoErrors(t, h.Reconcile(unitCtx(t), d))
+	if pf.filter == nil {
+		t.Fatal("no derived filter loaded on a converged node")
+	}
+	got := fmt.Sprint(pf.filter.Admit)
+	if want := "map[tcp/7071:[192.0.2.1 2001:db8::2]]"; got != want {
+		t.Fatalf("the filter admits %s, want %s", got, want)
+	}
+	text, err := netfilter.FilterText(*pf.filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ip saddr 192.0.2.1/32 tcp dport 7071 accept", "ip6 saddr 2001:db8::2/128 tcp dport 7071 accept", "tcp dport 8443 accept"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the derived filter lacks %q:\n%s", want, text)
+		}
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, "tcp dport 7071 accept") && !strings.Contains(l, "saddr") && !strings.Contains(l, "iifname") {
+			t.Errorf("the derived filter opens the raft port from anywhere: %s", l)
+		}
+	}
+	// No server in the declaration: nobody from off the machine but the private network.
+	d.Servers = nil
+	unitNoErrors(t, h.Reconcile(unitCtx(t), d))
+	if text, _ = netfilter.FilterText(*pf.filter); strings.Contains(text, "meshd:mesh:incoming:tcp/7071:anywhere") {
+		t.Errorf("with no server the raft opening from anywhere is still in the filter:\n%s", text)
+>>>>>>> h-harden
 	}
 }

@@ -28,6 +28,7 @@ const (
 	ufwUser6     = "/etc/ufw/user6.rules"
 	nftConf      = "/etc/nftables.conf"
 	iptRulesV4   = "/etc/iptables/rules.v4"
+	iptRulesV6   = "/etc/iptables/rules.v6"
 )
 
 // xtTableNames are the table names iptables-nft manages inside nftables.
@@ -198,8 +199,8 @@ func detectNftables(ctx context.Context, env Env, v *nftView, dumps []*xtDump) (
 // detectIptables finds plain iptables: rules of its own besides Docker's, or a closed INPUT
 // policy, in iptables or ip6tables, in the first backend that has them. nil when there is none.
 // IPv6 says whether that backend's ip6tables filters too (xtFilters): the driver then writes
-// every opening's IPv6 twin there. A firewall in ip6tables alone is found, inactive (Active
-// says whether its IPv4 rules are in force).
+// every opening's IPv6 twin there. A firewall in ip6tables alone is found too: Active says
+// whether its rules are in force in either family, which is what the flip retires.
 func detectIptables(ctx context.Context, env Env, dumps, dumps6 []*xtDump) *Found {
 	for _, b := range []string{"nft", "legacy"} {
 		var d4, d6 *xtDump
@@ -223,10 +224,10 @@ func detectIptables(ctx context.Context, env Env, dumps, dumps6 []*xtDump) *Foun
 			f.Incoming6, f.Forwarded6, f.IPv6 = xtFilters(d6)
 		}
 		if filters4 || f.IPv6 {
-			// Active is IPv4's, what Retire retires: a found firewall whose IPv4 rules were
-			// retired reads inactive though its ip6tables rules stay, so an interrupted
-			// retirement is finished from what was saved, never begun again over nothing.
-			f.Active = filters4
+			// Retire retires both families, saving both before it touches either and going on
+			// from what it saved when it was interrupted between them: a firewall whose IPv4
+			// rules are retired and whose ip6tables rules are not yet is still active.
+			f.Active = true
 			if _, ok, _ := env.readFile(ctx, iptRulesV4); ok {
 				f.Config = iptRulesV4
 			}

@@ -1,6 +1,7 @@
 package netfilter
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -11,6 +12,14 @@ import (
 // incoming path and `ufw route allow` for the forwarded path, each with a meshd comment (ufw
 // keeps it hex-encoded in /etc/ufw/user.rules, not in the kernel). ufw has no batch: one ufw
 // invocation per rule added or removed, none when nothing changes.
+//
+// A forwarded opening is also an IPv6 `ufw allow` (in user6.rules alone: `ufw allow proto tcp
+// from ::/0 to any port P`, listed by `ufw status` as `P/tcp (v6)` with its meshd comment) where
+// ufw keeps IPv6 rules: Docker publishes every port on [::] too, and IPv6 to a container on an
+// IPv4-only bridge (Docker's default) is no DNAT but Docker's proxy, a process of the machine
+// listening on the published port, so the input path, which `ufw route allow` does not open. It
+// is the plain-iptables driver's INPUT twin in ip6tables, and the derived filter's proxy rule, in
+// ufw's words; it carries the opening's mark and goes with it.
 //
 // A forwarded opening to a published container port is also put at the head of DOCKER-USER,
 // matched on conntrack's original destination port: ufw's route rules see the port after
@@ -93,7 +102,12 @@ func ufwArgs(text string, del bool) ([]string, error) {
 		}
 		return s
 	}
-	args = append(args, "proto", proto, "from", anyNet(src))
+	from := anyNet(src)
+	if src == "::/0" {
+		// IPv6 alone (the tuple lives in user6.rules only): ufw reads "from any" as both families.
+		from = src
+	}
+	args = append(args, "proto", proto, "from", from)
 	if sport != "any" {
 		args = append(args, "port", sport)
 	}
@@ -140,10 +154,35 @@ func markedTuples(tuples []ufwTuple) []ufwMarked {
 	return have
 }
 
+// ufwProxyTupleText is the IPv6 `ufw allow` a forwarded opening also needs for Docker's proxy (see
+// ufwDriver): the incoming rule from the same sources, in user6.rules alone; "" when its source
+// is of IPv4 alone (a CIDR, the private network's range), which no IPv6 packet matches.
+func ufwProxyTupleText(o Opening, priv Private) (string, error) {
+	in := o
+	in.Path = PathIncoming
+	text, err := ufwTupleText(in, priv)
+	if err != nil || ufwSourceIsV6(text) {
+		return text, err
+	}
+	return ufwV6Twin(text), nil // "" for an IPv4 source
+}
+
+// ufwV4Twin is the IPv4 tuple an IPv6 one from anywhere is the twin of (a rule from anywhere in
+// both families); "" when it has none.
+func ufwV4Twin(text string) string {
+	f := strings.Fields(text)
+	if len(f) != 7 || f[5] != "::/0" {
+		return ""
+	}
+	return strings.ReplaceAll(text, "::/0", "0.0.0.0/0")
+}
+
 // ufwWant decides the ufw rules the openings need. An opening the found firewall's own rule
 // already allows, or whose tuple another opening already needs, needs no rule of its own:
-// heldBy says why. An opening whose tuple cannot be written is failed.
-func ufwWant(tuples []ufwTuple, want map[string]Opening, keys []string, priv Private) (rules []ufwMarked, heldBy, failed map[string]string) {
+// heldBy says why. An opening whose tuple cannot be written is failed. Where ufw keeps IPv6
+// rules (ipv6), a forwarded opening also needs its IPv6 proxy tuple (ufwProxyTupleText), unless
+// a rule from anywhere in both families already allows that port at the input path.
+func ufwWant(tuples []ufwTuple, want map[string]Opening, keys []string, priv Private, ipv6 bool) (rules []ufwMarked, heldBy, failed map[string]string) {
 	userOwned := map[string]bool{} // tuple texts of the found firewall's own rules
 	for _, t := range tuples {
 		if !strings.HasPrefix(t.Comment, markPrefix) {
@@ -171,7 +210,34 @@ func ufwWant(tuples []ufwTuple, want map[string]Opening, keys []string, priv Pri
 			rules = append(rules, ufwMarked{mark: k, text: text})
 		}
 	}
+	if !ipv6 {
+		return rules, heldBy, failed
+	}
+	for _, k := range keys {
+		if want[k].Path != PathForwarded || failed[k] != "" {
+			continue
+		}
+		text, err := ufwProxyTupleText(want[k], priv)
+		if err != nil || text == "" {
+			continue
+		}
+		v4 := ufwV4Twin(text)
+		switch {
+		case userOwned[text] || userOwned[v4]:
+			// the found firewall's own rule lets IPv6 in at the input path already
+		case canon[text] != "" || canon[v4] != "":
+			// another opening's rule does
+		default:
+			canon[text] = k
+			rules = append(rules, ufwMarked{mark: k, text: text})
+		}
+	}
 	return rules, heldBy, failed
+}
+
+// ufwKeepsIPv6 says whether ufw keeps IPv6 rules (IPV6=yes in /etc/default/ufw, ufw's default).
+func ufwKeepsIPv6(def []byte) bool {
+	return bytes.Contains(def, []byte("\nIPV6=yes")) || bytes.HasPrefix(def, []byte("IPV6=yes"))
 }
 
 // apply runs a plan, one ufw command per rule (ufw has no batch), deletes first: re-adding a
@@ -266,7 +332,11 @@ func (d *ufwDriver) convergeCommands(ctx context.Context, want map[string]Openin
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
-	rules, heldBy, failed := ufwWant(tuples, want, keys, d.priv)
+	def, _, err := d.env.readFile(ctx, ufwDefaults)
+	if err != nil {
+		return nil, nil, nil, out, err
+	}
+	rules, heldBy, failed := ufwWant(tuples, want, keys, d.priv, ufwKeepsIPv6(def))
 	have = markedTuples(tuples)
 	add, remove := plan(have, rules)
 	out = newOutcome()

@@ -2,6 +2,9 @@ package netfilter
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -129,4 +132,86 @@ func TestDerivedFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.wantReach(l.cli, l.hostAddr+":7002", true)
+}
+
+// reachFrom is reach with the connection's source address chosen (one of ns's addresses).
+func reachFrom(ns, local, addr string, timeout time.Duration) bool {
+	var c net.Conn
+	err := testenv.InNetns(ns, func() error {
+		d := net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+		var err error
+		c, err = d.Dial("tcp", addr)
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	b := make([]byte, 2)
+	_, err = io.ReadFull(c, b)
+	return err == nil && string(b) == "ok"
+}
+
+func (l *lab) wantReachFrom(ns, local, addr string, want bool) {
+	l.t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		got := reachFrom(ns, local, addr, 400*time.Millisecond)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("from %s at %s to %s: reachable=%v, want %v", ns, local, addr, got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The derived filter of a converged server admits the Raft port (the mesh module's opening from
+// anywhere, narrowed by Admit to the record's servers) from the servers' underlay addresses
+// alone, over IPv4 and IPv6; anyone else on the underlay is refused, the private network and
+// the machine itself still get in. Without Admit the same opening is open to anyone.
+func TestDerivedFilterAdmitsOnlyServersToRaft(t *testing.T) {
+	l := newLab(t)
+	l.addIPv6()
+	ctx := context.Background()
+	// A second machine on the underlay, a server, at .3 and ::3 beside the outsider at .2 and ::2.
+	testenv.Run(t, "ip", "-n", l.cli, "addr", "add", "198.51.100.3/24", "dev", l.upIf+"c")
+	testenv.Run(t, "ip", "-n", l.cli, "addr", "add", "2001:db8:100::3/64", "dev", l.upIf+"c", "nodad")
+	l.serve(l.host, "[::]:7071") // both families
+	raft := Port{"tcp", 7071}
+	spec := FilterSpec{
+		Private:   l.private,
+		MeshPorts: []Port{raft},
+		Openings:  []Opening{{Module: "mesh", Proto: "tcp", Port: 7071, From: FromAnywhere, Path: PathIncoming}},
+		Admit:     map[Port][]netip.Addr{raft: {netip.MustParseAddr("198.51.100.3"), netip.MustParseAddr("2001:db8:100::3")}},
+	}
+	if wrote, err := LoadFilter(ctx, l.env, spec); err != nil || !wrote {
+		t.Fatalf("load filter: %v %v", wrote, err)
+	}
+	t.Logf("derived filter:\n%s", l.sh("nft list table inet "+FilterTable))
+	l.wantReachFrom(l.cli, "198.51.100.2", l.hostAddr+":7071", false)
+	l.wantReachFrom(l.cli, "2001:db8:100::2", host6+":7071", false)
+	l.wantReachFrom(l.cli, "198.51.100.3", l.hostAddr+":7071", true)
+	l.wantReachFrom(l.cli, "2001:db8:100::3", host6+":7071", true)
+	l.wantReach(l.peer, l.peerHost+":7071", true) // the private network
+	l.wantReach(l.host, "127.0.0.1:7071", true)   // loopback
+	l.wantReach(l.host, l.hostAddr+":7071", true) // the machine at its own underlay address
+	if wrote, err := LoadFilter(ctx, l.env, spec); err != nil || wrote {
+		t.Fatalf("reload unchanged filter: wrote=%v err=%v", wrote, err)
+	}
+	// A server leaves the record: its address is refused from the next load on.
+	spec.Admit[raft] = spec.Admit[raft][1:]
+	if wrote, err := LoadFilter(ctx, l.env, spec); err != nil || !wrote {
+		t.Fatalf("load filter without the IPv4 server: %v %v", wrote, err)
+	}
+	l.wantReachFrom(l.cli, "198.51.100.3", l.hostAddr+":7071", false)
+	l.wantReachFrom(l.cli, "2001:db8:100::3", host6+":7071", true)
+	// What the filter did before Admit: the opening from anywhere lets the outsider in.
+	spec.Admit = nil
+	if _, err := LoadFilter(ctx, l.env, spec); err != nil {
+		t.Fatal(err)
+	}
+	l.wantReachFrom(l.cli, "198.51.100.2", l.hostAddr+":7071", true)
 }

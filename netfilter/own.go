@@ -270,6 +270,13 @@ type FilterSpec struct {
 	Openings []Opening
 	// ForwardFrom are interfaces whose traffic may be forwarded out (container bridges).
 	ForwardFrom []string
+	// Admit narrows the openings of a port to a list of source addresses, as GuardSpec's Admit
+	// does on an adopted node: an opening from anywhere (or from a CIDR) to a port named here
+	// accepts only these addresses (those within its CIDR), one rule each, IPv4 and IPv6 alike;
+	// a port named with no address accepts nobody from off the machine but the private network
+	// (the mesh's own ports) and loopback. It is the servers' Raft port, which the other servers
+	// reach at the machine's underlay address, and nobody else.
+	Admit map[Port][]netip.Addr `json:",omitempty"`
 }
 
 // LoadFilter loads meshd's derived filter on a converged node: its own table with input and
@@ -331,33 +338,46 @@ func filterChains(spec FilterSpec) ([]ownChain, error) {
 		forward = append(forward, ownRule{comment: "meshd:filter:forward-from:" + i, exprs: append(matchIIF(i, false), accept()),
 			text: fmt.Sprintf("iifname %q accept", i)})
 	}
+	// rule is one accept of o on its own path (or, proxy, on the input path), once per admitted
+	// address where spec.Admit narrows o's port.
+	rules := func(o Opening, proxy bool) ([]ownRule, error) {
+		in, suffix := o, ""
+		if proxy {
+			in.Path, suffix = PathIncoming, ":proxy"
+		}
+		var out []ownRule
+		for _, n := range admitted(o, spec.Admit) {
+			ex, err := openingExprs(nftables.TableFamilyINet, n.o(in), spec.Private)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ownRule{comment: o.Mark() + suffix + n.suffix, exprs: ex, text: openingText(n.o(in), spec.Private)})
+		}
+		return out, nil
+	}
 	add := func(o Opening) error {
 		if err := o.Validate(); err != nil {
 			return err
 		}
-		ex, err := openingExprs(nftables.TableFamilyINet, o, spec.Private)
+		r, err := rules(o, false)
 		if err != nil {
 			return err
 		}
-		r := ownRule{comment: o.Mark(), exprs: ex, text: openingText(o, spec.Private)}
 		if o.Path == PathIncoming {
-			input = append(input, r)
+			input = append(input, r...)
 			return nil
 		}
-		forward = append(forward, r)
+		forward = append(forward, r...)
 		if o.Path == PathRouted {
 			return nil // no published port: nothing reaches a proxy of the machine
 		}
 		// A published port the kernel cannot forward (IPv6 to a container on an IPv4-only
 		// bridge, a client on the machine's own address) reaches the container runtime's proxy,
 		// a process of the machine: the same port, from the same sources, on the input path.
-		in := o
-		in.Path = PathIncoming
-		ex, err = openingExprs(nftables.TableFamilyINet, in, spec.Private)
-		if err != nil {
+		if r, err = rules(o, true); err != nil {
 			return err
 		}
-		input = append(input, ownRule{comment: o.Mark() + ":proxy", exprs: ex, text: openingText(in, spec.Private)})
+		input = append(input, r...)
 		return nil
 	}
 	for _, p := range spec.MeshPorts {
@@ -380,6 +400,45 @@ func filterChains(spec FilterSpec) ([]ownChain, error) {
 		{name: "input", hook: nftables.ChainHookInput, prio: 0, policy: nftables.ChainPolicyDrop, rules: input},
 		{name: "forward", hook: nftables.ChainHookForward, prio: 0, policy: nftables.ChainPolicyDrop, rules: forward},
 	}, nil
+}
+
+// narrowed is one source an opening's rule accepts: the opening's own From, or (suffix set) one
+// address Admit lets in.
+type narrowed struct {
+	from   string
+	suffix string
+}
+
+func (n narrowed) o(o Opening) Opening {
+	if n.suffix != "" {
+		o.From = n.from
+	}
+	return o
+}
+
+// admitted is the sources o's rules accept: o's own From, unless admit names o's port and o is
+// not from the private network (the private network is the mesh's own and stays as it is): then
+// each admitted address, within o's CIDR if it names one, none when none is.
+func admitted(o Opening, admit map[Port][]netip.Addr) []narrowed {
+	addrs, ok := admit[Port{Proto: o.Proto, Port: o.Port}]
+	if !ok || o.From == FromPrivate || o.Path == PathRouted {
+		return []narrowed{{from: o.From}}
+	}
+	var within netip.Prefix
+	if o.From != FromAnywhere {
+		within, _ = netip.ParsePrefix(o.From)
+	}
+	var out []narrowed
+	seen := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !a.IsValid() || seen[a] || (within.IsValid() && !within.Contains(a)) {
+			continue
+		}
+		seen[a] = true
+		out = append(out, narrowed{from: netip.PrefixFrom(a, a.BitLen()).String(), suffix: ":admit:" + a.String()})
+	}
+	return out
 }
 
 // openingText is openingExprs in nft's words.

@@ -492,7 +492,7 @@ func TestPlanUFWTuples(t *testing.T) {
 		{Text: "allow tcp 22 ::/0 any ::/0 in"},
 		{Text: strings.ReplaceAll(text(web), "0.0.0.0/0", "::/0"), Comment: web.Mark()},
 	}
-	wantRules, heldBy, failed := ufwWant(tuples, want, keys, priv)
+	wantRules, heldBy, failed := ufwWant(tuples, want, keys, priv, true)
 	if len(heldBy)+len(failed) != 0 {
 		t.Fatalf("held by %v, failed %v", heldBy, failed)
 	}
@@ -510,7 +510,7 @@ func TestPlanUFWTuples(t *testing.T) {
 	www := web
 	www.Module = "www"
 	want, keys, _ = dedupe([]Opening{ssh, www, web})
-	wantRules, heldBy, _ = ufwWant(tuples, want, keys, priv)
+	wantRules, heldBy, _ = ufwWant(tuples, want, keys, priv, true)
 	if len(wantRules) != 1 || wantRules[0].mark != web.Mark() || heldBy[ssh.Mark()] == "" || heldBy[www.Mark()] == "" {
 		t.Fatalf("rules %v, held by %v", wantRules, heldBy)
 	}
@@ -546,5 +546,58 @@ func TestPlanNftWant(t *testing.T) {
 	}
 	if !unfiltered[app.Mark()] || len(unfiltered) != 1 {
 		t.Fatalf("unfiltered %v, want only app's", unfiltered)
+	}
+}
+
+// A forwarded opening through ufw also needs an IPv6 `ufw allow` at the input path, for Docker's
+// proxy: from the opening's sources (none from an IPv4 range), only where ufw keeps IPv6 rules,
+// none where a rule from anywhere already lets that port in at the input path in both families.
+// Its command is IPv6 alone (ufw reads "from any" as both).
+func TestPlanUFWProxyTuple(t *testing.T) {
+	priv := Private{Interface: "wg0", Range: netip.MustParsePrefix("10.99.0.0/16")}
+	app := Opening{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded}
+	office := Opening{Module: "office", Proto: "tcp", Port: 8081, From: "2001:db8:7::/48", Path: PathForwarded}
+	lan := Opening{Module: "lan", Proto: "tcp", Port: 8082, From: "198.51.100.0/24", Path: PathForwarded}
+	store := Opening{Module: "store", Proto: "tcp", Port: 6379, From: FromPrivate, Path: PathForwarded}
+	web := Opening{Module: "web", Proto: "tcp", Port: 9000, From: FromAnywhere, Path: PathForwarded}
+	webIn := Opening{Module: "webin", Proto: "tcp", Port: 9000, From: FromAnywhere, Path: PathIncoming}
+	want, keys, err := dedupe([]Opening{app, office, lan, store, web, webIn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, _, failed := ufwWant(nil, want, keys, priv, true)
+	if len(failed) != 0 {
+		t.Fatalf("failed %v", failed)
+	}
+	var got []string
+	for _, r := range rules {
+		got = append(got, r.mark+" "+r.text)
+	}
+	for _, w := range []string{
+		app.Mark() + " allow tcp 8080 ::/0 any ::/0 in",
+		office.Mark() + " allow tcp 8081 ::/0 any 2001:db8:7::/48 in",
+	} {
+		if !slices.Contains(got, w) {
+			t.Errorf("no proxy tuple %q in %q", w, got)
+		}
+	}
+	for _, r := range got {
+		if strings.HasPrefix(r, lan.Mark()+" allow") || strings.HasPrefix(r, store.Mark()+" allow") || strings.HasPrefix(r, web.Mark()+" allow") {
+			t.Errorf("a proxy tuple that matches no IPv6 packet, or one a rule from anywhere already carries: %q", r)
+		}
+	}
+	if len(rules) != 8 { // six openings' own, two proxy tuples
+		t.Errorf("rules %q, want 8", got)
+	}
+	if rules, _, _ := ufwWant(nil, want, keys, priv, false); len(rules) != 6 {
+		t.Errorf("with IPV6=no: %d rules, want only the openings' own 6", len(rules))
+	}
+	args, err := ufwArgs("allow tcp 8080 ::/0 any ::/0 in", false)
+	if err != nil || strings.Join(args, " ") != "allow proto tcp from ::/0 to any port 8080" {
+		t.Errorf("ufw args of the proxy tuple: %q %v", args, err)
+	}
+	args, _ = ufwArgs("allow tcp 8080 0.0.0.0/0 any 0.0.0.0/0 in", true)
+	if strings.Join(args, " ") != "delete allow proto tcp from any to any port 8080" {
+		t.Errorf("ufw args of a rule from anywhere: %q", args)
 	}
 }

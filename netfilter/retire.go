@@ -19,8 +19,14 @@ type Retired struct {
 	// instead when systemd does not run (the config file is never touched).
 	BootDisabled bool   `json:",omitempty"`
 	BootNote     string `json:",omitempty"`
-	// XT is what Retire took out of a found plain-iptables firewall, for KindIptables.
-	XT *RetiredXT `json:",omitempty"`
+	// XT is what Retire took out of a found plain-iptables firewall, for KindIptables; XT6 what
+	// it took out of its ip6tables (nil when ip6tables has no filter table).
+	XT  *RetiredXT `json:",omitempty"`
+	XT6 *RetiredXT `json:",omitempty"`
+	// Removing is set while a plain-iptables firewall's saved rules are being removed (two
+	// families, two transactions): a Retire that finds it set in the record it kept was
+	// interrupted, and goes on from what that record saved rather than over the rules left.
+	Removing bool `json:",omitempty"`
 }
 
 // RetiredXT is a retired plain-iptables firewall: its backend, the policies of the built-in
@@ -41,8 +47,8 @@ type SavedTable struct {
 // every file kept; a found nftables ruleset loses only its own tables (Docker's and
 // iptables-nft's stay), its loading at boot is disabled and /etc/nftables.conf is untouched; a
 // found plain-iptables firewall loses its own rules (saved in order first) and its closed INPUT
-// policy, Docker's chains stay, its loading at boot is disabled and /etc/iptables/rules.v4 is
-// untouched.
+// policy in iptables and ip6tables alike, Docker's chains stay, its loading at boot is disabled and
+// /etc/iptables/rules.v4 and rules.v6 are untouched.
 func Retire(ctx context.Context, env Env, found Found) (Retired, error) {
 	r := Retired{Kind: found.Kind}
 	switch found.Kind {
@@ -94,52 +100,79 @@ func Retire(ctx context.Context, env Env, found Found) (Retired, error) {
 // xtBootUnit loads /etc/iptables/rules.v4 at boot on Debian (iptables-persistent).
 const xtBootUnit = "netfilter-persistent.service"
 
-// retireXT retires a found plain-iptables firewall: its own rules (in INPUT, FORWARD but for
-// Docker's plumbing, and DOCKER-USER but for Docker's closing RETURN) are saved in order and then
-// removed, a closed INPUT policy is opened, all in one iptables-restore --noflush; its rules file
-// (/etc/iptables/rules.v4) is never touched and its loading at boot is disabled. meshd's marked
-// rules stay; Docker's chains and NAT are not touched.
+// retireXT retires a found plain-iptables firewall in both families: its own rules (in INPUT,
+// FORWARD but for Docker's plumbing, and DOCKER-USER but for Docker's closing RETURN) are saved in
+// order and then removed, a closed INPUT (or OUTPUT) policy is opened, one iptables-restore
+// --noflush for iptables and one ip6tables-restore for ip6tables; its rules files
+// (/etc/iptables/rules.v4 and rules.v6) are never touched and its loading at boot is disabled.
+// meshd's marked rules stay; Docker's chains and NAT are not touched. Both families are saved
+// before either is touched, and the record says Removing until both are done: a process killed
+// between the two transactions retires again from what it saved (plus any rule found since), so
+// the family already retired is never saved again as empty.
 func retireXT(ctx context.Context, env Env, found Found, r *Retired) error {
 	backend := found.Backend
 	if backend == "" {
 		backend = "nft"
 	}
-	x, ok, err := readXT(ctx, env, backend, false)
-	if err != nil {
-		return fmt.Errorf("retire iptables: %w", err)
+	var prev Retired
+	if env.StateDir != "" {
+		if p, err := LoadRetired(env.StateDir); err == nil && p.Kind == KindIptables && p.Removing && p.XT != nil && p.XT.Backend == backend {
+			prev = p
+		}
 	}
-	r.XT = &RetiredXT{Backend: backend, Policies: map[string]string{}}
-	if !ok {
-		return r.save(env)
+	type family struct {
+		v6       bool
+		del      []xtRule
+		policies []string
 	}
-	bridges := x.dockerBridges()
-	var del []xtRule
-	for _, rule := range x.Rules {
-		if rule.Mark != "" {
+	var fams []family
+	for _, v6 := range []bool{false, true} {
+		x, ok, err := readXT(ctx, env, backend, v6)
+		if err != nil {
+			return fmt.Errorf("retire %s: %w", xtName(backend, v6), err)
+		}
+		was := prev.XT
+		if v6 {
+			was = prev.XT6
+		}
+		if !ok && was == nil {
+			if !v6 {
+				r.XT = &RetiredXT{Backend: backend, Policies: map[string]string{}}
+			}
 			continue
 		}
-		switch {
-		case rule.Chain == "INPUT",
-			rule.Chain == "FORWARD" && !isDockerRule(rule, bridges),
-			rule.Chain == "DOCKER-USER" && rule.Line != "-A DOCKER-USER -j RETURN":
-			del = append(del, rule)
-			r.XT.Rules = append(r.XT.Rules, rule.Line)
+		saved, f := &RetiredXT{Backend: backend, Policies: map[string]string{}}, family{v6: v6}
+		if ok {
+			f.del, saved.Rules, f.policies = xtOwn(x)
+			for _, p := range f.policies {
+				ch := strings.Fields(strings.TrimPrefix(p, ":"))[0]
+				saved.Policies[ch] = x.Policies[ch]
+			}
 		}
-	}
-	var policies []string
-	for _, ch := range []string{"INPUT", "OUTPUT"} {
-		if p := x.Policies[ch]; p != "" && p != "ACCEPT" {
-			r.XT.Policies[ch] = p
-			policies = append(policies, ":"+ch+" ACCEPT")
+		if was != nil {
+			saved.Rules = mergeSaved(was.Rules, saved.Rules)
+			for ch, p := range was.Policies {
+				saved.Policies[ch] = p // what it had closed before the interrupted retirement opened it
+			}
 		}
+		if v6 {
+			r.XT6 = saved
+		} else {
+			r.XT = saved
+		}
+		fams = append(fams, f)
 	}
 	// Saved before anything is removed: a crash between leaves a record to restore from.
+	r.Removing = true
 	if err := r.save(env); err != nil {
 		return err
 	}
-	if err := xtApplyPolicies(ctx, env, backend, policies, del, nil); err != nil {
-		return fmt.Errorf("retire iptables: %w", err)
+	for _, f := range fams {
+		if err := xtApplyPolicies(ctx, env, backend, f.v6, f.policies, f.del, nil); err != nil {
+			return fmt.Errorf("retire %s: %w", xtName(backend, f.v6), err)
+		}
 	}
+	r.Removing = false
 	if _, err := env.run(ctx, "test", "-d", "/run/systemd/system"); err == nil {
 		out, _ := env.run(ctx, "systemctl", "is-enabled", xtBootUnit)
 		if strings.TrimSpace(string(out)) == "enabled" {
@@ -149,7 +182,7 @@ func retireXT(ctx context.Context, env Env, found Found, r *Retired) error {
 			r.BootDisabled = true
 		}
 	} else {
-		r.BootNote = "systemd does not run: nothing loads " + iptRulesV4 + " at boot that meshd could disable; recorded only"
+		r.BootNote = "systemd does not run: nothing loads " + iptRulesV4 + " or " + iptRulesV6 + " at boot that meshd could disable; recorded only"
 	}
 	return nil
 }
@@ -181,10 +214,53 @@ func openBuiltinPolicies(ctx context.Context, env Env, backend string) error {
 	return nil
 }
 
+// xtOwn is what retiring takes out of one family's filter table: the found firewall's own rules
+// (to delete, and their lines in order) and the ":CHAIN ACCEPT" lines opening its closed INPUT and
+// OUTPUT policies.
+func xtOwn(x *xtDump) (del []xtRule, lines, policies []string) {
+	bridges := x.dockerBridges()
+	for _, rule := range x.Rules {
+		if rule.Mark != "" {
+			continue
+		}
+		switch {
+		case rule.Chain == "INPUT",
+			rule.Chain == "FORWARD" && !isDockerRule(rule, bridges),
+			rule.Chain == "DOCKER-USER" && rule.Line != "-A DOCKER-USER -j RETURN":
+			del = append(del, rule)
+			lines = append(lines, rule.Line)
+		}
+	}
+	for _, ch := range []string{"INPUT", "OUTPUT"} {
+		if p := x.Policies[ch]; p != "" && p != "ACCEPT" {
+			policies = append(policies, ":"+ch+" ACCEPT")
+		}
+	}
+	return del, lines, policies
+}
+
+// mergeSaved is what an interrupted retirement saved, then each rule found now beyond as many
+// copies as it saved (one added since), in order.
+func mergeSaved(saved, now []string) []string {
+	n := map[string]int{}
+	for _, l := range saved {
+		n[l]++
+	}
+	out := append([]string(nil), saved...)
+	for _, l := range now {
+		if n[l] > 0 {
+			n[l]--
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
 // xtApplyPolicies is xtApply with built-in chain policies (":CHAIN POLICY" lines) set first.
-func xtApplyPolicies(ctx context.Context, env Env, backend string, policies []string, del []xtRule, add []string) error {
+func xtApplyPolicies(ctx context.Context, env Env, backend string, v6 bool, policies []string, del []xtRule, add []string) error {
 	if len(policies) == 0 {
-		return xtApply(ctx, env, backend, false, del, add)
+		return xtApply(ctx, env, backend, v6, del, add)
 	}
 	var b strings.Builder
 	b.WriteString("*filter\n")
@@ -198,8 +274,8 @@ func xtApplyPolicies(ctx context.Context, env Env, backend string, policies []st
 		b.WriteString(a + "\n")
 	}
 	b.WriteString("COMMIT\n")
-	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, false, "-restore"), "--noflush"); err != nil {
-		return fmt.Errorf("iptables-%s-restore --noflush (%d policies, %d removed, %d added): %w", backend, len(policies), len(del), len(add), err)
+	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, v6, "-restore"), "--noflush"); err != nil {
+		return fmt.Errorf("%s-restore --noflush (%d policies, %d removed, %d added): %w", xtName(backend, v6), len(policies), len(del), len(add), err)
 	}
 	return nil
 }
@@ -239,7 +315,7 @@ func LoadRetired(dir string) (Retired, error) {
 // Restore gives the retired firewall back exactly: ufw enabled from its files; the found
 // nftables tables loaded from their dumps in one transaction (replacing any table of the
 // same name) and their loading at boot enabled again; plain iptables' rules appended back in
-// their order and its policies closed again.
+// their order and its policies closed again, in iptables and ip6tables alike.
 func Restore(ctx context.Context, env Env, r Retired) error {
 	switch r.Kind {
 	case KindNone:
@@ -279,12 +355,41 @@ func Restore(ctx context.Context, env Env, r Retired) error {
 }
 
 // restoreXT puts a retired plain-iptables firewall back: each saved rule appended to its chain
-// in its order, ahead of what else of the chain's own came after it (a rule already there is not added twice, so a restore repeated after a crash
-// adds nothing), the policies it had closed closed again, its loading at boot enabled again.
+// in its order, ahead of what else of the chain's own came after it (a rule already there is not
+// added twice, so a restore repeated after a crash adds nothing), the policies it had closed
+// closed again, in each family it was retired from; its loading at boot enabled again. The kept
+// record then says it is no longer being removed, so a later flip begins afresh.
 func restoreXT(ctx context.Context, env Env, r Retired) error {
-	x, _, err := readXT(ctx, env, r.XT.Backend, false)
+	for _, f := range []struct {
+		v6 bool
+		xt *RetiredXT
+	}{{false, r.XT}, {true, r.XT6}} {
+		if f.xt == nil {
+			continue
+		}
+		if err := restoreXTFamily(ctx, env, f.xt, f.v6); err != nil {
+			return fmt.Errorf("restore %s: %w", xtName(f.xt.Backend, f.v6), err)
+		}
+	}
+	if r.BootDisabled {
+		if _, err := env.run(ctx, "systemctl", "enable", xtBootUnit); err != nil {
+			return fmt.Errorf("restore iptables: enable loading at boot (%s): %w", xtBootUnit, err)
+		}
+	}
+	if env.StateDir != "" {
+		if kept, err := LoadRetired(env.StateDir); err == nil && kept.Removing {
+			kept.Removing = false
+			return kept.save(env)
+		}
+	}
+	return nil
+}
+
+// restoreXTFamily is restoreXT in one family's filter table.
+func restoreXTFamily(ctx context.Context, env Env, saved *RetiredXT, v6 bool) error {
+	x, _, err := readXT(ctx, env, saved.Backend, v6)
 	if err != nil {
-		return fmt.Errorf("restore iptables: %w", err)
+		return err
 	}
 	have := map[string]int{}
 	if x != nil {
@@ -292,11 +397,11 @@ func restoreXT(ctx context.Context, env Env, r Retired) error {
 			have[rule.Line]++
 		}
 	}
-	saved := map[string]bool{}
+	isSaved := map[string]bool{}
 	var add, policies []string
 	chains := map[string]bool{}
-	for _, line := range r.XT.Rules {
-		saved[line] = true
+	for _, line := range saved.Rules {
+		isSaved[line] = true
 		if have[line] > 0 {
 			have[line]--
 			continue
@@ -311,7 +416,7 @@ func restoreXT(ctx context.Context, env Env, r Retired) error {
 	var del []xtRule
 	if x != nil {
 		for _, rule := range x.Rules {
-			if chains[rule.Chain] && rule.Mark == "" && !saved[rule.Line] {
+			if chains[rule.Chain] && rule.Mark == "" && !isSaved[rule.Line] {
 				del = append(del, rule)
 			}
 		}
@@ -320,17 +425,9 @@ func restoreXT(ctx context.Context, env Env, r Retired) error {
 		add = append(add, rule.Line)
 	}
 	for _, ch := range []string{"INPUT", "OUTPUT"} {
-		if p := r.XT.Policies[ch]; p != "" {
+		if p := saved.Policies[ch]; p != "" {
 			policies = append(policies, ":"+ch+" "+p)
 		}
 	}
-	if err := xtApplyPolicies(ctx, env, r.XT.Backend, policies, del, add); err != nil {
-		return fmt.Errorf("restore iptables: %w", err)
-	}
-	if r.BootDisabled {
-		if _, err := env.run(ctx, "systemctl", "enable", xtBootUnit); err != nil {
-			return fmt.Errorf("restore iptables: enable loading at boot (%s): %w", xtBootUnit, err)
-		}
-	}
-	return nil
+	return xtApplyPolicies(ctx, env, saved.Backend, v6, policies, del, add)
 }

@@ -151,7 +151,7 @@ type Found struct {
 	// IPv6, for KindIptables: the found firewall filters IPv6 too (rules of its own in
 	// ip6tables, or a closed INPUT policy there), so every opening gets its IPv6 twin;
 	// Incoming6 and Forwarded6 count those rules as Incoming and Forwarded count IPv4's.
-	// Active stays IPv4's: the flip retires a found iptables' IPv4 rules alone.
+	// Active is either family's: the flip retires a found iptables in both.
 	IPv6                  bool
 	Incoming6, Forwarded6 int
 }

@@ -1,7 +1,6 @@
 package netfilter
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -85,7 +84,7 @@ func readUFWFiles(env Env) (*ufwFiles, error) {
 		return nil, err
 	}
 	def, _ := os.ReadFile(env.path(ufwDefaults))
-	f.ipv6 = bytes.Contains(def, []byte("\nIPV6=yes")) || bytes.HasPrefix(def, []byte("IPV6=yes"))
+	f.ipv6 = ufwKeepsIPv6(def)
 	for _, b := range [][]byte{f.v4, f.v6} {
 		if b == nil {
 			continue
@@ -275,7 +274,7 @@ func (d *ufwDriver) convergeFiles(ctx context.Context, want map[string]Opening, 
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
-	rules, heldBy, failed := ufwWant(files.tuples, want, keys, d.priv)
+	rules, heldBy, failed := ufwWant(files.tuples, want, keys, d.priv, files.ipv6)
 	have = markedTuples(files.tuples)
 	add, remove := plan(have, rules)
 	out = newOutcome()

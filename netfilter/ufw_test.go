@@ -180,9 +180,18 @@ func TestUFWOpenings(t *testing.T) {
 	l.wantReach(l.cli, pub, false)
 	l.wantReach(l.cli, l.hostAddr+":7000", true)
 	tr, kr := ufwState(l)
-	// the route rule, from anywhere, is one ufw rule held in user.rules and user6.rules
-	if added, removed := diffLines(tm, tr); len(added) != 0 || len(removed) != 2 ||
-		!strings.Contains(removed[0], "route:allow tcp 8080") || !strings.Contains(removed[1], "route:allow tcp 8080") {
+	// the route rule, from anywhere, is one ufw rule held in user.rules and user6.rules; its IPv6
+	// proxy rule (the input path, for Docker's proxy) is in user6.rules alone
+	count := func(lines []string, prefix string) (n int) {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	if added, removed := diffLines(tm, tr); len(added) != 0 || len(removed) != 3 ||
+		count(removed, "### tuple ### allow tcp 8080 ::/0 any ::/0 in ") != 1 || count(removed, "### tuple ### route:allow tcp 8080 ") != 2 {
 		t.Fatalf("ufw rules changed: +%q -%q", added, removed)
 	}
 	if added, removed := diffLines(km, kr); len(added) != 0 || len(removed) != 1 || !strings.Contains(removed[0], want[2].Mark()) {
@@ -300,6 +309,10 @@ func TestUFWBatchWritesWhatUFWWrites(t *testing.T) {
 	if !strings.Contains(status, "# meshd:web:incoming:tcp/7000:anywhere") {
 		t.Errorf("ufw status does not show meshd's comment:\n%s", status)
 	}
+	// app's forwarded opening has its IPv6 proxy rule (Docker's proxy, the input path), IPv6 alone.
+	if !regexp.MustCompile(`8080/tcp \(v6\) +ALLOW +Anywhere \(v6\) +# meshd:app:forwarded:tcp/8080:anywhere`).MatchString(status) {
+		t.Errorf("ufw status does not list app's IPv6 proxy rule with its comment:\n%s", status)
+	}
 	if r := mustConverge(t, db, want); r.Added+r.Removed != 0 {
 		t.Fatalf("a second pass changed %d/%d rules", r.Added, r.Removed)
 	}
@@ -312,5 +325,62 @@ func TestUFWBatchWritesWhatUFWWrites(t *testing.T) {
 	if got := files(); got != base {
 		added, removed := diffLines(base, got)
 		t.Fatalf("ufw's files after removing in a batch: +%q -%q", added, removed)
+	}
+}
+
+// A forwarded opening through ufw reached over IPv6 by Docker's proxy (a published port whose
+// container has no IPv6: Docker listens on [::]:PORT itself, the input path): closed by ufw's
+// default deny incoming before, opened by meshd's IPv6 `ufw allow` beside the `ufw route allow`
+// (which opens the forward path alone) and the DOCKER-USER rule; ufw keeps it across a reload
+// (user6.rules), `ufw status` lists it with its meshd comment, IPv4 gains no input rule for it;
+// unassigned, IPv6 closes again and ufw's files are as they were.
+func TestUFWForwardedOpeningReachesDockersIPv6Proxy(t *testing.T) {
+	l := newUFWLab(t)
+	l.addIPv6()
+	l.sh("iptables -t nat -A DOCKER ! -i " + l.brIf + " -p tcp -m tcp --dport 9090 -j DNAT --to-destination 192.0.2.2:80")
+	l.serve(l.host, "[::]:9090") // Docker's proxy for 9090 over IPv6
+	ctx := context.Background()
+	f, err := Detect(ctx, l.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := func() string { return l.sh("cat /etc/ufw/user.rules /etc/ufw/user6.rules") }
+	before := files()
+	l.wantReach(l.cli, l.hostAddr+":9090", false)
+	l.wantReach(l.cli, host6+":9090", false)
+	proxied := Opening{Module: "proxied", Proto: "tcp", Port: 9090, From: FromAnywhere, Path: PathForwarded}
+	for _, env := range []struct {
+		name string
+		env  Env
+	}{{"batch", l.env}, {"ufw commands", Env{NetNS: l.env.NetNS, Runner: l.env.Runner}}} {
+		d, _ := NewDriver(env.env, f, l.private)
+		r := mustConverge(t, d, []Opening{proxied})
+		if len(r.Openings) != 1 || r.Openings[0].State != InForce {
+			t.Fatalf("%s: %+v", env.name, r.Openings)
+		}
+		l.wantReach(l.cli, l.hostAddr+":9090", true) // Docker's DNAT, the forward path
+		l.wantReach(l.cli, host6+":9090", true)      // Docker's proxy, the input path
+		v4 := l.sh("iptables-save -t filter | grep -e '-A ufw-user-input' || true")
+		if strings.Contains(v4, "9090") {
+			t.Fatalf("%s: an IPv4 input rule for the forwarded opening:\n%s", env.name, v4)
+		}
+		status := l.sh("ufw status")
+		if !regexp.MustCompile(`9090/tcp \(v6\) +ALLOW +Anywhere \(v6\) +# ` + regexp.QuoteMeta(proxied.Mark())).MatchString(status) {
+			t.Fatalf("%s: ufw status does not list the IPv6 proxy rule with its comment:\n%s", env.name, status)
+		}
+		if r := mustConverge(t, d, []Opening{proxied}); r.Added+r.Removed != 0 {
+			t.Fatalf("%s: a second pass wrote %d/%d", env.name, r.Added, r.Removed)
+		}
+		l.sh("ufw reload >/dev/null") // ufw's own files carry it
+		l.wantReach(l.cli, host6+":9090", true)
+		if r := mustConverge(t, d, nil); r.Removed == 0 {
+			t.Fatalf("%s: unassigning removed nothing", env.name)
+		}
+		l.wantReach(l.cli, host6+":9090", false)
+		l.wantReach(l.cli, l.hostAddr+":9090", false)
+		if got := files(); got != before {
+			added, removed := diffLines(before, got)
+			t.Fatalf("%s: ufw's files after unassigning: +%q -%q", env.name, added, removed)
+		}
 	}
 }

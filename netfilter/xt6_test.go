@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -178,17 +179,118 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 	}
 	l.wantBoth("7000", false)
 
-	// The flip retires the IPv4 rules alone: the firewall then reads inactive, its ip6tables
-	// rules still found, so an interrupted retirement is finished, never begun again over nothing.
+	// The flip retires both families: the firewall then reads as none (nothing of its own in
+	// force in either), and the return gives both back rule for rule.
 	ret, err := Retire(ctx, l.env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, err = Detect(ctx, l.env); err != nil || f.Kind != KindIptables || f.Active || !f.IPv6 {
-		t.Fatalf("after retiring IPv4's rules: %+v %v", f, err)
+	if f, err := Detect(ctx, l.env); err != nil || f.Kind != KindNone {
+		t.Fatalf("after retiring both families: %+v %v", f, err)
 	}
-	if err := Restore(ctx, l.env, ret); err != nil || xtSave(l) != before4 {
+	if err := Restore(ctx, l.env, ret); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
 		t.Fatalf("restore: %v", err)
+	}
+}
+
+// A found plain-iptables firewall in both families, retired at the flip: its ip6tables rules
+// go as its iptables rules do (saved in order, removed, the closed INPUT policy opened, Docker's
+// chains, meshd's marked rules and rules.v6 kept), so nothing of it stays in force over IPv6
+// beside the derived filter; the return appends them back in their order, twice changing nothing
+// more. A retirement interrupted between the two families (IPv4's removed, IPv6's not yet) goes
+// on from what it saved: IPv4's saved rules are not lost to the empty table it finds.
+func TestIptablesRetireRestoreIPv6(t *testing.T) {
+	l := newXtLab(t)
+	l.env.StateDir = t.TempDir()
+	l.addIPv6()
+	l.sh(strings.Join([]string{
+		"ip6tables -P INPUT DROP",
+		"ip6tables -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"ip6tables -A INPUT -i lo -j ACCEPT",
+		"ip6tables -A INPUT -p ipv6-icmp -j ACCEPT",
+		"ip6tables -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+		"ip6tables -N DOCKER-USER",
+		"ip6tables -A DOCKER-USER -i " + l.upIf + " -o " + l.brIf + " -j DROP",
+	}, " && "))
+	l.dockerV6()
+	ctx := context.Background()
+	f, err := Detect(ctx, l.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := NewDriver(l.env, f, l.private)
+	web := Opening{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming}
+	mustConverge(t, d, []Opening{web})
+	before4, before6 := xtSave(l), xt6Save(l)
+	nat6 := l.sh("ip6tables-save -t nat | grep -v '^#'")
+	l.sh("ip6tables-save > /etc/iptables/rules.v6")
+	conf6 := l.sh("cat /etc/iptables/rules.v6")
+	l.wantBoth("7001", false)
+
+	ret, err := Retire(ctx, l.env, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ret.XT6 == nil || len(ret.XT6.Rules) != 5 || ret.XT6.Policies["INPUT"] != "DROP" || ret.Removing {
+		t.Fatalf("retired from ip6tables: %+v (removing %v)", ret.XT6, ret.Removing)
+	}
+	after6 := l.sh("ip6tables-save -t filter | grep -v '^#'")
+	if !strings.Contains(after6, ":INPUT ACCEPT") || strings.Contains(after6, "--dport 22") || strings.Contains(after6, "-A DOCKER-USER -i "+l.upIf) {
+		t.Fatalf("found ip6tables rules still in force after retire:\n%s", after6)
+	}
+	if !strings.Contains(after6, web.Mark()) {
+		t.Fatalf("retire removed meshd's marked ip6tables rule:\n%s", after6)
+	}
+	if got := l.sh("ip6tables-save -t nat | grep -v '^#'"); got != nat6 {
+		t.Fatalf("Docker's IPv6 NAT changed by retire:\n%s\nwant\n%s", got, nat6)
+	}
+	if l.sh("cat /etc/iptables/rules.v6") != conf6 {
+		t.Fatal("retire touched /etc/iptables/rules.v6")
+	}
+	if f, err := Detect(ctx, l.env); err != nil || f.Kind != KindNone {
+		t.Fatalf("after retiring: %+v %v", f, err)
+	}
+	l.wantBoth("7001", true) // nothing of the found firewall filters either family now
+	for range 2 {
+		if err := Restore(ctx, l.env, ret); err != nil {
+			t.Fatal(err)
+		}
+		if xtSave(l) != before4 || xt6Save(l) != before6 {
+			a, rm := diffLines(before6, xt6Save(l))
+			t.Fatalf("restored rulesets differ from the ones retired (ip6tables +%q -%q)", a, rm)
+		}
+	}
+	l.wantBoth("7001", false)
+
+	// Interrupted between the families: IPv4's rules removed, IPv6's still in force, the record
+	// saying Removing. The firewall reads active (its IPv6 rules), so the flip retires again.
+	first, err := Retire(ctx, l.env, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restoreXTFamily(ctx, l.env, first.XT6, true); err != nil {
+		t.Fatal(err)
+	}
+	first.Removing = true
+	if err := first.save(l.env); err != nil {
+		t.Fatal(err)
+	}
+	if f2, err := Detect(ctx, l.env); err != nil || f2.Kind != KindIptables || !f2.Active {
+		t.Fatalf("with only its ip6tables rules in force: %+v %v", f2, err)
+	}
+	again, err := Retire(ctx, l.env, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(again.XT.Rules) != fmt.Sprint(ret.XT.Rules) || fmt.Sprint(again.XT6.Rules) != fmt.Sprint(ret.XT6.Rules) ||
+		again.XT.Policies["INPUT"] != "DROP" || again.XT6.Policies["INPUT"] != "DROP" {
+		t.Fatalf("the retirement gone on after an interruption saved %+v / %+v, want %+v / %+v", again.XT, again.XT6, ret.XT, ret.XT6)
+	}
+	if err := Restore(ctx, l.env, again); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
+		t.Fatalf("restore after the interrupted retirement: %v", err)
+	}
+	if kept, err := LoadRetired(l.env.StateDir); err != nil || kept.Removing {
+		t.Fatalf("the kept record after the restore: removing %v, %v", kept.Removing, err)
 	}
 }
 

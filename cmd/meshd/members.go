@@ -16,10 +16,14 @@ import (
 func membersCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "members",
-		Short: "Show this node's gossip view: every member, its address, state (alive, failed, left) and since when",
+		Short: "Show this node's gossip view: every member, its address, state (alive, failed, left, removed) and since when",
 		Long: `Members lists the mesh's gossip members as this node's agent sees them. A member that stopped
 answering is "failed" once memberlist's suspicion timer ran out; one that ran ` + "`meshd leave`" + ` is "left"
-at once. The reports this node rejected (signed by a key that is not the node's) are counted.`,
+at once; one whose node was taken out with ` + "`meshd node remove`" + ` is "removed" at once, whether or not
+its agent still runs: its identity key is revoked, so the reports it signed are dropped, the ones
+it sends after are rejected, and no member takes it for a peer again (a new enrolment under its
+name, with a new key, is a member like any other). The reports this node rejected (signed by a key
+that is not the node's, or a revoked one) are counted.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()

@@ -2,16 +2,21 @@ package main
 
 import (
 	"net/http"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"meshd/agent"
 	"meshd/pki"
 )
 
 // `meshd node remove` on a hub and a client joined over an underlay: the client's own certificate,
-// let in before, is refused by the bus once it is removed; its address goes to no enrolment within
-// the quarantine; the leader's own node is refused naming why, and the record keeps it.
+// let in before, is refused by the bus once it is removed; its gossip member, its agent still
+// running, reads removed in the hub's gossip at once (not failed once the agent stops); its
+// address goes to no enrolment within the quarantine; the leader's own node is refused naming
+// why, and the record keeps it.
 func TestProcessNodeRemove(t *testing.T) {
 	hub, edge := newNode(t), newNode(t)
 	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
@@ -43,6 +48,24 @@ func TestProcessNodeRemove(t *testing.T) {
 		t.Fatalf("edge reading its own declaration before removal: %d %s", code, body)
 	}
 
+	edge.startAgent("--reconcile-interval", "200ms")
+	memberState := func(name string) string {
+		var mv agent.MembersView
+		hub.jsonOf(&mv, "members")
+		for _, m := range mv.Members {
+			if m.Name == name {
+				return m.State
+			}
+		}
+		return "unknown"
+	}
+	poll(t, 30*time.Second, "edge alive in the hub's gossip", func() string {
+		if st := memberState("edge"); st != "alive" {
+			return "edge is " + st
+		}
+		return ""
+	})
+
 	// The leader's own node (here also the control-node) is refused, and stays.
 	if _, errs, code := hub.run("node", "remove", "hub"); code != 1 || !strings.Contains(errs, "node hub leads the Raft group") {
 		t.Fatalf("node remove hub: exit %d, %s", code, errs)
@@ -55,6 +78,24 @@ func TestProcessNodeRemove(t *testing.T) {
 	}
 	if _, errs, code := hub.run("node", "show", "edge"); code == 0 || !strings.Contains(errs, "no such node") {
 		t.Fatalf("node show of the removed node: exit %d, %s", code, errs)
+	}
+	// Out of the hub's gossip at once, though its agent runs on: memberlist would never find it
+	// failed while it answers.
+	if st := memberState("edge"); st != "removed" {
+		t.Fatalf("right after its removal the hub's gossip reads edge %q, want removed", st)
+	}
+	if edge.agent.ProcessState != nil {
+		t.Fatalf("edge's agent stopped: %v\n%s", edge.agent.ProcessState, edge.agentLg)
+	}
+	edge.kill(syscall.SIGKILL)
+	// The tunnel its agent raised stays (a kernel device outlives the process): gone before the
+	// machine joins again in this network namespace.
+	if out, err := exec.Command("ip", "-n", edge.netns, "-d", "link", "show", "meshd0").CombinedOutput(); err == nil {
+		t.Logf("edge's tunnel after its agent stopped: %s", out)
+		_ = exec.Command("ip", "-n", edge.netns, "link", "del", "meshd0").Run()
+	}
+	if st := memberState("edge"); st != "removed" {
+		t.Fatalf("once its agent stopped the hub's gossip reads the removed edge %q, want removed", st)
 	}
 	// The removed node's real certificate: refused, naming the revocation.
 	if code, body := busGet(t, edge.netns, bus, "/v1/declaration/edge", &id); code != http.StatusForbidden || !strings.Contains(body, "revoked") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"meshd/agent"
 	"meshd/fsm"
+	"meshd/host"
 	"meshd/internal/testenv"
 )
 
@@ -27,7 +29,8 @@ func dialFrom(ns, addr string) error {
 
 // The raft port of an adopted server is guarded like the store's: a machine on the underlay that
 // is not one of the record's servers cannot connect to it, a server can, and the guard follows the
-// record as a server joins (s2 is refused before it enrols as a server, admitted once it has).
+// record as a server joins (s2 is refused before it enrols as a server, admitted once it has);
+// converged, the derived filter admits the servers alone the same way.
 func TestProcessRaftPortAdmitsOnlyServers(t *testing.T) {
 	hub, s2 := newNode(t), newNode(t)
 	outside := &node{t: t, netns: fmt.Sprintf("pto-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)}
@@ -106,5 +109,32 @@ func TestProcessRaftPortAdmitsOnlyServers(t *testing.T) {
 	}
 	if err := dialFrom(hub.netns, s2Raft); err != nil {
 		t.Fatalf("the hub cannot connect to s2's raft port %s: %v", s2Raft, err)
+	}
+
+	// Converged, the hub's derived filter (drop by default, the found firewall gone) admits the
+	// raft port from the record's servers alone, as the guard did: s2 gets in, outside does not.
+	out, errs, code := hub.run("converge", "hub", "--preview", "--json")
+	var pv host.ConvergePreview
+	if err := json.Unmarshal([]byte(out), &pv); err != nil || pv.Token == "" {
+		t.Fatalf("converge --preview: exit %d, %v\n%s%s", code, err, out, errs)
+	}
+	if out, errs, code := hub.run("converge", "hub", "--plan", pv.Token, "--wait", "60s"); code != 0 || !strings.Contains(out, "inet meshd_filter loaded") {
+		t.Fatalf("converge hub: exit %d\n%s%s", code, out, errs)
+	}
+	filtered := func() error {
+		out, err := hub.inNetns("nft", "list", "table", "inet", "meshd_filter").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), fmt.Sprintf("ip saddr 192.0.2.2 tcp dport %d accept", raftPort)) {
+			return fmt.Errorf("the hub's derived filter does not admit s2 alone to the raft port %d: %v\n%s", raftPort, err, out)
+		}
+		return nil
+	}
+	if err := testenv.Poll(t, 30*time.Second, filtered); err != nil {
+		t.Fatal(err)
+	}
+	if err := dialFrom(outside.netns, hubRaft); err == nil {
+		t.Fatalf("outside connected to the converged hub's raft port %s", hubRaft)
+	}
+	if err := testenv.Poll(t, 10*time.Second, func() error { return dialFrom(s2.netns, hubRaft) }); err != nil {
+		t.Fatalf("s2, a server, cannot connect to the converged hub's raft port %s: %v", hubRaft, err)
 	}
 }
