@@ -263,7 +263,6 @@ func TestUnitOpeningsDetectOnlyWhenTheStampMoves(t *testing.T) {
 	}
 }
 
-<<<<<<< HEAD
 // At rest a pass and the watch's timer read the monitor's mark and the stamp, nothing else; any
 // event, a moved stamp or a monitor gone makes them read everything again, so what a reload
 // dropped is restored and reported restored. The race the mark closes: a read between the kernel
@@ -352,7 +351,9 @@ func TestUnitOpeningsAtRestReadOnlyTheStamp(t *testing.T) {
 	unitNoErrors(t, h.Reconcile(ctx, decl))
 	if n := reads() - at; n < 2 {
 		t.Fatalf("without a live monitor a timer call and a pass read %d times, want each to read", n)
-=======
+	}
+}
+
 // On a converged server the derived filter is all that stands between the Raft port and anywhere:
 // the mesh module's raft opening (from anywhere, admit: servers) is narrowed to the record's
 // servers' underlay addresses, both families, as the guard narrows it on an adopted node.
@@ -390,6 +391,5 @@ func TestUnitFilterAdmitsOnlyServersToRaft(t *testing.T) {
 	unitNoErrors(t, h.Reconcile(unitCtx(t), d))
 	if text, _ = netfilter.FilterText(*pf.filter); strings.Contains(text, "meshd:mesh:incoming:tcp/7071:anywhere") {
 		t.Errorf("with no server the raft opening from anywhere is still in the filter:\n%s", text)
->>>>>>> h-harden
 	}
 }
