@@ -61,7 +61,16 @@ func FoundContent(node string) []byte {
 	return []byte("# the predecessor's file on " + node + "\ngreeting = found-" + node + "\n")
 }
 
+// SvcModule is the hub's predecessor service (the container svc, publishing SvcPort, which p1
+// calls through the tunnel) as a module: found on the hub, so held when assigned, then taken,
+// so that converging the hub keeps it open. Only the migration assigns it (never the random
+// clients): the hub is converged with it declared.
+const SvcModule = "chaos-svc"
+
 func manifest(name string) string {
+	if name == SvcModule {
+		return fmt.Sprintf("name: %s\ndescription: the predecessor's service on the hub, which p1 calls through the tunnel\nsettings:\n  port: %d\ncontainers:\n  - name: svc\n    image: lab/echo:1\n    command: [serve, --listen, \":%d\", --name, svc]\n    ports: [\"${port}:%d/tcp\"]\n    restart: unless-stopped\nopenings:\n  - {port: \"${port}\", proto: tcp, from: anywhere, path: forwarded}\n", name, SvcPort, SvcPort, SvcPort)
+	}
 	if name == "chaos-d" {
 		return "name: chaos-d\ndescription: a chaos test module with a container\nsettings:\n  greeting: g0\ncontainers:\n  - name: chaos-d\n    image: lab/echo:1\n    env: {GREETING: \"${greeting}\"}\n    restart: unless-stopped\n"
 	}
@@ -304,7 +313,7 @@ func (ms *Mesh) Up(ctx context.Context, binary string) error {
 		return fmt.Errorf("three voters: %w", err)
 	}
 	ms.step("the workload's modules added")
-	for _, mod := range Modules {
+	for _, mod := range append(slices.Clone(Modules), SvcModule) {
 		path := "/etc/chaos-manifests/" + mod + ".yaml"
 		if err := ms.Lab.Machine("hub").WriteFile(ctx, path, []byte(manifest(mod)), 0o644); err != nil {
 			return err

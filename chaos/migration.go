@@ -34,16 +34,55 @@ type Step struct {
 	Note string `json:"note,omitempty"`
 }
 
-// Migration walks p1's migration (see the file's comment).
+// Migration walks p1's migration and the hub's convergence (see the file's comment).
 type Migration struct {
 	W *Workload
 	// Step says a step begins (the run marks it on the lab and in its list).
 	Step func(name string) *Step
+	// Aims, when set, is where the scheduler waits for a step to aim its next fault at: each
+	// step that acts on a node (a tunnel take, an assign, a take, a converge, a return) offers
+	// itself there before its command is sent, and waits (a bounded while) for the fault to be
+	// armed if one was waiting. Nothing waits when no fault is aimed.
+	Aims chan *Aim
 	// attempts bounds how many times one step's command is sent.
 	attempts int
 	enrolled atomic.Bool
+	done     atomic.Bool
 	stop     <-chan struct{}
 }
+
+// Aim is a migration step a fault may be aimed at: the node it acts on and what it does. The
+// scheduler closes Armed once the fault is in place (a crash fault's agent restarted armed), or
+// at once for a fault that should land after the command was sent.
+type Aim struct {
+	Step  string
+	Node  string
+	Kind  Kind
+	Armed chan struct{}
+}
+
+// aim offers the step to a waiting scheduler and, if one took it, waits until its fault is
+// armed (at most armWait).
+func (mg *Migration) aim(ctx context.Context, step, node string, kind Kind) {
+	if mg.Aims == nil {
+		return
+	}
+	a := &Aim{Step: step, Node: node, Kind: kind, Armed: make(chan struct{})}
+	select {
+	case mg.Aims <- a:
+	default:
+		return
+	}
+	select {
+	case <-a.Armed:
+	case <-time.After(armWait):
+	case <-mg.stop:
+	case <-ctx.Done():
+	}
+}
+
+// armWait bounds how long a step waits for the fault aimed at it to be armed.
+const armWait = 20 * time.Second
 
 // stopped says the run's workload is over (or its context ended): a step in progress gives up
 // its remaining attempts, without calling that a failure.
@@ -60,6 +99,14 @@ func (mg *Migration) stopped(ctx context.Context) bool {
 
 // Enrolled says p1's join was acknowledged and its agent started: faults may act on it from then.
 func (mg *Migration) Enrolled() bool { return mg != nil && mg.enrolled.Load() }
+
+// Done says every step of the migration was done.
+func (mg *Migration) Done() bool { return mg != nil && mg.done.Load() }
+
+// HubModules are the modules the hub takes one at a time before it is previewed and converged:
+// the predecessor's service p1 calls through the tunnel (found, so held, then taken: its
+// container compared and kept or replaced), then the foundation genesis assigned it.
+var HubModules = []string{SvcModule, "store", "broker", "registry", "mesh"}
 
 // Run walks the steps until they are done, one fails for good, or stop closes.
 func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
@@ -78,29 +125,51 @@ func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
 		return
 	case <-time.After(time.Duration(3000+rng.Intn(5000)) * time.Millisecond):
 	}
-	steps := []struct {
+	type stepDef struct {
 		name string
+		node string // the node a fault may be aimed at ("": the step is not offered)
+		kind Kind
 		run  func() (bool, string)
-	}{
-		{"p1 enrolled adopted over the tunnel", func() (bool, string) { return mg.enrol(ctx, rng) }},
-		{"p1's tunnel taken", func() (bool, string) {
+	}
+	steps := []stepDef{
+		{"p1 enrolled adopted over the tunnel", "", "", func() (bool, string) { return mg.enrol(ctx, rng) }},
+		{"p1's tunnel taken", Peer, KindTunnel, func() (bool, string) {
 			return mg.until(ctx, rng, Op{Node: Peer, Kind: KindTunnel}, []string{"tunnel", "take", Peer, lab.TunnelIface})
 		}},
-		{"p1: chaos-a assigned", func() (bool, string) { return mg.module(ctx, rng, KindAssign, "chaos-a") }},
-		{"p1: chaos-a taken", func() (bool, string) { return mg.module(ctx, rng, KindTake, "chaos-a") }},
-		{"p1: chaos-b assigned", func() (bool, string) { return mg.module(ctx, rng, KindAssign, "chaos-b") }},
-		{"p1: chaos-b taken", func() (bool, string) { return mg.module(ctx, rng, KindTake, "chaos-b") }},
-		{"p1 previewed and converged", func() (bool, string) { return mg.converge(ctx, rng) }},
-		{"p1 returned to adopted", func() (bool, string) {
+		{"hub: " + SvcModule + " (the service p1 calls) assigned", "hub", KindAssign, func() (bool, string) {
+			return mg.module(ctx, rng, "hub", KindAssign, SvcModule)
+		}},
+	}
+	for i, mod := range HubModules {
+		aimed := "hub" // the foundation's takes change nothing on the machine: no fault is aimed at them
+		if i > 0 {
+			aimed = ""
+		}
+		steps = append(steps, stepDef{"hub: " + mod + " taken", aimed, KindTake, func() (bool, string) {
+			return mg.module(ctx, rng, "hub", KindTake, mod)
+		}})
+	}
+	steps = append(steps,
+		stepDef{"hub previewed and converged", "hub", KindConverge, func() (bool, string) { return mg.converge(ctx, rng, "hub") }},
+		stepDef{"p1: chaos-a assigned", Peer, KindAssign, func() (bool, string) { return mg.module(ctx, rng, Peer, KindAssign, "chaos-a") }},
+		stepDef{"p1: chaos-a taken", Peer, KindTake, func() (bool, string) { return mg.module(ctx, rng, Peer, KindTake, "chaos-a") }},
+		stepDef{"p1: chaos-b assigned", Peer, KindAssign, func() (bool, string) { return mg.module(ctx, rng, Peer, KindAssign, "chaos-b") }},
+		stepDef{"p1: chaos-b taken", Peer, KindTake, func() (bool, string) { return mg.module(ctx, rng, Peer, KindTake, "chaos-b") }},
+		stepDef{"p1 previewed and converged", Peer, KindConverge, func() (bool, string) { return mg.converge(ctx, rng, Peer) }},
+		stepDef{"p1 returned to adopted", Peer, KindAdopt, func() (bool, string) {
 			return mg.until(ctx, rng, Op{Node: Peer, Kind: KindAdopt}, []string{"adopt", Peer, "--wait", (mg.W.Timeout / 2).String()})
 		}},
-		{"p1 converged again", func() (bool, string) { return mg.converge(ctx, rng) }},
-	}
+		stepDef{"p1 converged again", Peer, KindConverge, func() (bool, string) { return mg.converge(ctx, rng, Peer) }},
+	)
 	for _, s := range steps {
 		if mg.stopped(ctx) {
 			return
 		}
-		st := mg.Step("migration: " + s.name)
+		name := "migration: " + s.name
+		st := mg.Step(name)
+		if s.node != "" {
+			mg.aim(ctx, name, s.node, s.kind)
+		}
 		st.Done, st.Note = s.run()
 		if !st.Done {
 			if mg.stopped(ctx) {
@@ -109,6 +178,7 @@ func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
 			return // a later step needs this one
 		}
 	}
+	mg.done.Store(true)
 	mg.Step("migration: done")
 }
 
@@ -142,9 +212,9 @@ func (mg *Migration) pause(ctx context.Context) {
 // final reads and the crash faults' commands.
 func migrationClient(w *Workload) int { return w.Clients + 2 }
 
-func (mg *Migration) module(ctx context.Context, rng *rand.Rand, kind Kind, mod string) (bool, string) {
+func (mg *Migration) module(ctx context.Context, rng *rand.Rand, node string, kind Kind, mod string) (bool, string) {
 	verb := map[Kind]string{KindAssign: "assign", KindTake: "take"}[kind]
-	return mg.until(ctx, rng, Op{Node: Peer, Kind: kind, Module: mod}, []string{"module", verb, Peer, mod})
+	return mg.until(ctx, rng, Op{Node: node, Kind: kind, Module: mod}, []string{"module", verb, node, mod})
 }
 
 // enrol joins p1 adopted with a token made through a random node, presenting its found tunnel
@@ -152,7 +222,15 @@ func (mg *Migration) module(ctx context.Context, rng *rand.Rand, kind Kind, mod 
 func (mg *Migration) enrol(ctx context.Context, rng *rand.Rand) (bool, string) {
 	w := mg.W
 	var last string
+	p1 := w.Mesh.Lab.Machine(Peer)
+	up := func() error { // p1 may be powered off or cut off by a fault: wait for it to be up
+		return poll(ctx, 60*time.Second, func() error { _, err := p1.Exec(ctx, "true"); return err })
+	}
 	for i := 0; i < mg.attempts && !mg.stopped(ctx); i++ {
+		if err := up(); err != nil {
+			last = "p1 is not up: " + err.Error()
+			continue
+		}
 		o := Op{Client: migrationClient(w), Via: via(rng), Node: Peer, Kind: KindToken}
 		p, out := w.send(ctx, o, []string{"token", "create", "--adopted", "--json"})
 		var tv agent.TokenView
@@ -165,8 +243,13 @@ func (mg *Migration) enrol(ctx context.Context, rng *rand.Rand) (bool, string) {
 		p, out = w.send(ctx, j, []string{"join", tv.Token, "--name", Peer, "--data-dir", "/var/lib/meshd", "--tunnel", lab.TunnelIface, "--json"})
 		joined := p.Answer == Acked
 		if !joined {
-			// The join's answer was lost: it enrolled if its identity is on the machine.
-			_, err := w.Mesh.Lab.Machine(Peer).ReadFile(ctx, "/var/lib/meshd/node.json")
+			// The join's answer was lost (p1 powered off under it, say): it enrolled if its
+			// identity is on the machine's disk.
+			if err := up(); err != nil {
+				last = fmt.Sprintf("join #%d: %s %s; then p1 is not up: %v", p.ID, p.Answer, p.Output, err)
+				continue
+			}
+			_, err := p1.ReadFile(ctx, "/var/lib/meshd/node.json")
 			joined = err == nil
 		}
 		if !joined {
@@ -178,7 +261,15 @@ func (mg *Migration) enrol(ctx context.Context, rng *rand.Rand) (bool, string) {
 		if p.Answer == Acked && (json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil || jr.Node.Address != P1TunnelAddr) {
 			return false, fmt.Sprintf("join #%d: p1 did not keep the address its tunnel had (%s): %s", p.ID, P1TunnelAddr, out)
 		}
-		if err := w.Mesh.startAgent(ctx, Peer); err != nil {
+		// Its unit enabled and started; a fault may have p1 down meanwhile.
+		// A boot after the unit was enabled has started it already.
+		in := Injector{Lab: w.Mesh.Lab}
+		if err := poll(ctx, 60*time.Second, func() error {
+			if in.AgentRunning(Peer) {
+				return nil
+			}
+			return w.Mesh.startAgent(ctx, Peer)
+		}); err != nil {
 			return false, "starting p1's agent: " + err.Error()
 		}
 		mg.enrolled.Store(true)
@@ -200,22 +291,22 @@ func (mg *Migration) enrol(ctx context.Context, rng *rand.Rand) (bool, string) {
 	return false, "p1 did not enrol after " + fmt.Sprint(mg.attempts) + " attempts; the last: " + last
 }
 
-// converge previews p1 through a random node, then converges it with the preview's plan token,
-// until acknowledged or refused as already converged.
-func (mg *Migration) converge(ctx context.Context, rng *rand.Rand) (bool, string) {
+// converge previews node through a random node, then converges it with the preview's plan
+// token, until acknowledged or refused as already converged.
+func (mg *Migration) converge(ctx context.Context, rng *rand.Rand, node string) (bool, string) {
 	w := mg.W
 	var last string
 	for i := 0; i < mg.attempts && !mg.stopped(ctx); i++ {
-		pr := Op{Client: migrationClient(w), Via: via(rng), Node: Peer, Kind: KindPreview}
-		p, out := w.send(ctx, pr, []string{"converge", Peer, "--preview", "--json"})
+		pr := Op{Client: migrationClient(w), Via: via(rng), Node: node, Kind: KindPreview}
+		p, out := w.send(ctx, pr, []string{"converge", node, "--preview", "--json"})
 		var pv host.ConvergePreview
 		if err := json.Unmarshal([]byte(out), &pv); err != nil || pv.Token == "" {
 			last = fmt.Sprintf("preview #%d: %s %s", p.ID, p.Answer, p.Output)
 			mg.pause(ctx)
 			continue
 		}
-		o := Op{Client: migrationClient(w), Via: via(rng), Node: Peer, Kind: KindConverge}
-		p = w.Send(ctx, o, []string{"converge", Peer, "--plan", pv.Token, "--wait", (w.Timeout / 2).String()})
+		o := Op{Client: migrationClient(w), Via: via(rng), Node: node, Kind: KindConverge}
+		p = w.Send(ctx, o, []string{"converge", node, "--plan", pv.Token, "--wait", (w.Timeout / 2).String()})
 		if p.Answer == Acked || p.Answer == Refused {
 			return true, ""
 		}

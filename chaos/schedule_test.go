@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"meshd/catalogue"
 )
 
 // A seed replays: the same seed draws the same faults, in the same order, with the same waits
@@ -62,6 +64,43 @@ func TestClassify(t *testing.T) {
 	for _, c := range cases {
 		if got := classify(c.code, "", c.stderr); got != c.want {
 			t.Errorf("exit %d %q: %s, want %s", c.code, c.stderr, got, c.want)
+		}
+	}
+}
+
+// Every module the chaos lab adds is a manifest the catalogue accepts.
+func TestManifestsParse(t *testing.T) {
+	for _, name := range append(slices.Clone(Modules), SvcModule) {
+		m, err := catalogue.Parse(name+".yaml", []byte(manifest(name)))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, manifest(name))
+		}
+		if m.Name != name {
+			t.Fatalf("%s parses as %q", name, m.Name)
+		}
+	}
+}
+
+// A fault aimed at a migration step crashes inside what that step does: a takeover, a hold, a
+// take (the hub's a container's, p1's a file's), a flip, a return.
+func TestAimedPoints(t *testing.T) {
+	cases := []struct {
+		node   string
+		kind   Kind
+		prefix string
+	}{
+		{Peer, KindTunnel, "tunnel."}, {"hub", KindAssign, "hold."}, {"hub", KindTake, "take.container."},
+		{Peer, KindTake, "take."}, {"hub", KindConverge, "flip."}, {Peer, KindAdopt, "return."},
+	}
+	for _, c := range cases {
+		pts := aimedPoints(&Aim{Node: c.node, Kind: c.kind})
+		if len(pts) == 0 {
+			t.Fatalf("%s %s: no crash point", c.kind, c.node)
+		}
+		for _, p := range pts {
+			if !strings.HasPrefix(p, c.prefix) || (c.node == Peer && c.kind == KindTake && strings.HasPrefix(p, "take.container.")) {
+				t.Errorf("%s %s: point %s", c.kind, c.node, p)
+			}
 		}
 	}
 }
