@@ -161,7 +161,16 @@ func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
 		}},
 		stepDef{"p1 converged again", Peer, KindConverge, func() (bool, string) { return mg.converge(ctx, rng, Peer) }},
 	)
-	for _, s := range steps {
+	for i, s := range steps {
+		if i > 0 {
+			// A seeded pause between steps (0.5-2 s), as an operator's: it spreads the migration
+			// over the run, so the scheduler's faults land between and inside its steps.
+			select {
+			case <-stop:
+			case <-ctx.Done():
+			case <-time.After(time.Duration(500+rng.Intn(1500)) * time.Millisecond):
+			}
+		}
 		if mg.stopped(ctx) {
 			return
 		}

@@ -95,21 +95,46 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 			}
 		}
 	}()
-	if err := ms.Up(ctx, c.Binary); err != nil {
+	if err := ms.Genesis(ctx, c.Binary); err != nil {
 		r.problem("the mesh did not come up: %v", err)
 		return r
 	}
 	w := &Workload{Mesh: ms, History: r.History, Clients: 2, Seed: c.Seed, Timeout: 40 * time.Second}
 	w.Migration = &Migration{W: w, Step: r.step, Aims: make(chan *Aim)}
-	r.Init = w.ReadAll(ctx, "hub")
+	in := &Injector{Lab: l, Servers: Servers, AgentLine: ms.AgentLine, Provoke: w.Provoke,
+		Ready: func(m string) bool { return m != Peer || w.Migration.Enrolled() }}
+	// The hub alone, before anything joins: read, then its tunnel taken under a fault.
+	r.Init = map[string]NodeState{}
+	if p := w.Send(ctx, Op{Client: w.Clients, Via: "hub", Node: "hub", Kind: KindRead}, []string{"node", "show", "hub", "--json"}); p.Read != nil {
+		r.Init["hub"] = *p.Read
+	} else {
+		r.problem("could not read the hub after genesis: %s", p.Output)
+		return r
+	}
+	if err := r.takeHubTunnel(ctx, ms, in, w, c); err != nil {
+		r.problem("%v", err)
+		return r
+	}
+	if len(r.Problems) > 0 {
+		return r
+	}
+	if err := ms.Join(ctx); err != nil {
+		r.problem("the mesh did not come up: %v", err)
+		return r
+	}
+	// The joined nodes as they are before the workload (the model's start for them; the hub's
+	// history began before).
+	for n, s := range w.ReadAll(ctx, "hub") {
+		if n != "hub" {
+			r.Init[n] = s
+		}
+	}
 	if len(r.Init) != len(Nodes) {
 		r.problem("could not read every node before the workload: %v", r.Init)
 		return r
 	}
 	c.Logf("chaos seed %d: workload for %s, %d clients and the migration of p1, faults from the same seed", c.Seed, c.Duration, w.Clients)
 	r.step("the workload begins")
-	in := &Injector{Lab: l, Servers: Servers, AgentLine: ms.AgentLine, Provoke: w.Provoke,
-		Ready: func(m string) bool { return m != Peer || w.Migration.Enrolled() }}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -104,3 +104,25 @@ func TestAimedPoints(t *testing.T) {
 		}
 	}
 }
+
+// The hub's takeover runs under a fault on the hub, a crash only at a takeover's point; a seed
+// replays it.
+func TestHubTunnelFault(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	kinds := map[FaultKind]bool{}
+	for i := 0; i < 200; i++ {
+		f, hold, _ := HubTunnelFault(rng)
+		kinds[f.Kind] = true
+		if f.Machine != "hub" || hold <= 0 || (f.Kind == FaultCrash) != strings.HasPrefix(f.Point, "tunnel.") {
+			t.Fatalf("drew %s", f)
+		}
+	}
+	if len(kinds) < 5 || kinds[FaultPartition] {
+		t.Fatalf("drew the kinds %v", kinds)
+	}
+	a, _, _ := HubTunnelFault(rand.New(rand.NewSource(9)))
+	b, _, _ := HubTunnelFault(rand.New(rand.NewSource(9)))
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("one seed drew %s and %s", a, b)
+	}
+}
