@@ -44,6 +44,9 @@ type Migration struct {
 	// itself there before its command is sent, and waits (a bounded while) for the fault to be
 	// armed if one was waiting. Nothing waits when no fault is aimed.
 	Aims chan *Aim
+	// Musts is where the steps that must not go without a fault (the hub's flip) wait, up to
+	// armWait, for the scheduler to aim its next fault at them, whatever it drew.
+	Musts chan *Aim
 	// attempts bounds how many times one step's command is sent.
 	attempts int
 	enrolled atomic.Bool
@@ -62,16 +65,33 @@ type Aim struct {
 }
 
 // aim offers the step to a waiting scheduler and, if one took it, waits until its fault is
-// armed (at most armWait).
-func (mg *Migration) aim(ctx context.Context, step, node string, kind Kind) {
-	if mg.Aims == nil {
+// armed (at most armWait). A step that must have a fault waits up to armWait for the scheduler
+// to take it.
+func (mg *Migration) aim(ctx context.Context, step, node string, kind Kind, must bool) {
+	ch := mg.Aims
+	if must {
+		ch = mg.Musts
+	}
+	if ch == nil {
 		return
 	}
 	a := &Aim{Step: step, Node: node, Kind: kind, Armed: make(chan struct{})}
-	select {
-	case mg.Aims <- a:
-	default:
-		return
+	if must {
+		select {
+		case ch <- a:
+		case <-time.After(armWait):
+			return
+		case <-mg.stop:
+			return
+		case <-ctx.Done():
+			return
+		}
+	} else {
+		select {
+		case ch <- a:
+		default:
+			return
+		}
 	}
 	select {
 	case <-a.Armed:
@@ -111,7 +131,7 @@ var HubModules = []string{SvcModule, "store", "broker", "registry", "mesh"}
 // Run walks the steps until they are done, one fails for good, or stop closes.
 func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
 	if mg.attempts == 0 {
-		mg.attempts = 8
+		mg.attempts = 12
 	}
 	mg.stop = stop
 	rng := rand.New(rand.NewSource(mg.W.Seed + 100))
@@ -177,7 +197,8 @@ func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
 		name := "migration: " + s.name
 		st := mg.Step(name)
 		if s.node != "" {
-			mg.aim(ctx, name, s.node, s.kind)
+			// The hub's flip never goes without a fault aimed at it (Musts).
+			mg.aim(ctx, name, s.node, s.kind, s.node == "hub" && s.kind == KindConverge)
 		}
 		st.Done, st.Note = s.run()
 		if !st.Done {

@@ -100,7 +100,7 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 		return r
 	}
 	w := &Workload{Mesh: ms, History: r.History, Clients: 2, Seed: c.Seed, Timeout: 40 * time.Second}
-	w.Migration = &Migration{W: w, Step: r.step, Aims: make(chan *Aim)}
+	w.Migration = &Migration{W: w, Step: r.step, Aims: make(chan *Aim), Musts: make(chan *Aim)}
 	in := &Injector{Lab: l, Servers: Servers, AgentLine: ms.AgentLine, Provoke: w.Provoke,
 		Ready: func(m string) bool { return m != Peer || w.Migration.Enrolled() }}
 	// The hub alone, before anything joins: read, then its tunnel taken under a fault.
@@ -165,9 +165,13 @@ func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, w *Workload,
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
-		}
-		if f.Aim && !w.Migration.Done() {
-			r.aim(ctx, w.Migration, &f)
+			if f.Aim && !w.Migration.Done() {
+				r.aim(ctx, w.Migration, &f)
+			}
+		case a := <-w.Migration.Musts:
+			// The hub's flip waits for a fault: the one drawn strikes it, at once.
+			f.Aim = true
+			r.aimAt(ctx, &f, a)
 		}
 		fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		r.step(fmt.Sprintf("fault %d: %s %s", len(r.Faults)+1, f.Kind, f.Machine))
@@ -211,12 +215,21 @@ func (r *Run) aim(ctx context.Context, mg *Migration, f *Fault) {
 	var a *Aim
 	select {
 	case a = <-mg.Aims:
+	case a = <-mg.Musts:
 	case <-time.After(aimWait):
 		return
 	case <-ctx.Done():
 		return
 	}
-	f.Machine, f.AimedAt = a.Node, a.Step
+	r.aimAt(ctx, f, a)
+}
+
+// aimAt points f at step a (see aim). A partition strikes the step's node when it is a server.
+func (r *Run) aimAt(ctx context.Context, f *Fault, a *Aim) {
+	f.AimedAt = a.Step
+	if f.Kind != FaultPartition || slices.Contains(Servers, a.Node) {
+		f.Machine = a.Node
+	}
 	if f.Kind == FaultCrash {
 		if pts := aimedPoints(a); len(pts) > 0 {
 			f.Point = pts[f.pick%len(pts)]
