@@ -1,14 +1,17 @@
 package chaos
 
-// The migration of the predecessor's peer, as the workload's third client walks it while the two
-// random clients and the faults go on: the order ADR 0105 amends the runbook's to. The hub was
-// adopted and its tunnel taken at genesis (Mesh.Up); then p1 is enrolled adopted over the tunnel
-// it has, its own found tunnel taken over, two modules assigned and taken one at a time, previewed
-// and converged, returned to adopted, and converged again. Each command goes to a random node
-// (but the join, which runs on p1 itself) and is recorded in the history like the others; a
-// command whose answer is unknown is sent again until it is acknowledged or refused for what the
-// record holds (already done). Each step is said to the lab (Lab.Step), so the probe through the
-// tunnel reads back per step.
+// The migration, as the workload's third client walks it while the two random clients and the
+// faults go on: the order ADR 0105 amends the runbook's to. The hub was adopted and its tunnel
+// taken on the running mesh before anything joined (Run.takeHubTunnel); then p1 is enrolled
+// adopted over the tunnel it has and its own found tunnel taken over; the hub's modules are taken
+// one at a time (its predecessor service, chaos-svc, assigned first), then it is previewed and
+// converged, and s2 and s3 after it; p1's two modules are assigned and taken one at a time, it is
+// previewed and converged, returned to adopted, and converged again. (c1 goes back and forth
+// under the random clients.) Each command goes to a random node (but the join, which runs on p1
+// itself) and is recorded in the history like the others; a command whose answer is unknown is
+// sent again until it is acknowledged or refused for what the record holds (already done). Each
+// step is said to the lab (Lab.Step), so the probe through the tunnel reads back per step, and
+// offered to the scheduler, which may aim a fault at it.
 
 import (
 	"context"
@@ -171,6 +174,8 @@ func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
 	}
 	steps = append(steps,
 		stepDef{"hub previewed and converged", "hub", KindConverge, func() (bool, string) { return mg.converge(ctx, rng, "hub") }},
+		stepDef{"s2 previewed and converged", "s2", KindConverge, func() (bool, string) { return mg.converge(ctx, rng, "s2") }},
+		stepDef{"s3 previewed and converged", "s3", KindConverge, func() (bool, string) { return mg.converge(ctx, rng, "s3") }},
 		stepDef{"p1: chaos-a assigned", Peer, KindAssign, func() (bool, string) { return mg.module(ctx, rng, Peer, KindAssign, "chaos-a") }},
 		stepDef{"p1: chaos-a taken", Peer, KindTake, func() (bool, string) { return mg.module(ctx, rng, Peer, KindTake, "chaos-a") }},
 		stepDef{"p1: chaos-b assigned", Peer, KindAssign, func() (bool, string) { return mg.module(ctx, rng, Peer, KindAssign, "chaos-b") }},
