@@ -176,7 +176,7 @@ func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, w *Workload,
 		fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		r.step(fmt.Sprintf("fault %d: %s %s", len(r.Faults)+1, f.Kind, f.Machine))
 		in.Inject(fctx, &f, hold, r.History.Since)
-		if f.Kind == FaultStop || f.Kind == FaultReboot {
+		if (f.Kind == FaultStop || f.Kind == FaultReboot) && (f.Machine != Peer || w.Migration.Enrolled()) {
 			r.openingsBack(fctx, ms, &f)
 		}
 		cancel()
@@ -314,10 +314,8 @@ func (r *Run) openingsBack(ctx context.Context, ms *Mesh, f *Fault) {
 		v, err = ms.NodeView(ctx, s, f.Machine)
 		return err
 	}); err != nil {
-		if f.Machine == "hub" {
-			r.problem("after %s: could not read the hub's node: %v", f, err)
-		}
-		return // p1 not enrolled yet: nothing of meshd's to wait for
+		r.problem("after %s: could not read node %s: %v", f, f.Machine, err)
+		return
 	}
 	var table string
 	switch {
