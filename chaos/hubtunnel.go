@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"meshd/lab"
+	"meshd/netfilter"
 )
 
 // HubTunnelFault draws the fault the hub's takeover runs under from rng: the fault (on the hub),
@@ -85,6 +86,9 @@ func (r *Run) takeHubTunnel(ctx context.Context, ms *Mesh, in *Injector, w *Work
 		}
 	}
 	<-injected
+	if f.Kind == FaultStop || f.Kind == FaultReboot {
+		r.tableBack(fctx, ms, &f, netfilter.GuardTable) // the hub alone, adopted: its guard
+	}
 	r.Faults = append(r.Faults, f)
 	r.step(fmt.Sprintf("fault %d healed", len(r.Faults)))
 	c.Logf("fault %d at %s: %s", len(r.Faults), time.Duration(f.Begin).Round(time.Millisecond), f)

@@ -328,6 +328,12 @@ func (r *Run) openingsBack(ctx context.Context, ms *Mesh, f *Fault) {
 	default:
 		return // adopted (its found firewall is the boot's): nothing of meshd's to wait for
 	}
+	r.tableBack(ctx, ms, f, table)
+}
+
+// tableBack measures how long after the boot ended table is back in f.Machine's kernel, and holds
+// it to the agent's start plus one reconcile.
+func (r *Run) tableBack(ctx context.Context, ms *Mesh, f *Fault, table string) {
 	m := ms.Lab.Machine(f.Machine)
 	booted := time.Now()
 	err := poll(ctx, 60*time.Second, func() error {
