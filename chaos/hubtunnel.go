@@ -70,7 +70,10 @@ func (r *Run) takeHubTunnel(ctx context.Context, ms *Mesh, in *Injector, w *Work
 		in.Inject(fctx, &f, hold, r.History.Since)
 	}()
 	if f.armed != nil {
-		<-f.armed // the agent runs armed: the take's command leads it to the point
+		select { // the agent runs armed: the take's command leads it to the point
+		case <-f.armed:
+		case <-injected: // the fault could not be caused: the take goes without it
+		}
 	}
 	var last string
 	for i := 0; i < 12 && !st.Done && ctx.Err() == nil; i++ {
