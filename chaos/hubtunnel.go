@@ -108,5 +108,6 @@ func (r *Run) takeHubTunnel(ctx context.Context, ms *Mesh, in *Injector, w *Work
 	when := "after fault " + f.String()
 	r.check(ops(r.History), when)
 	r.probes(ms, when)
+	r.tunnelOutagesSoFar(ms, when)
 	return nil
 }

@@ -465,12 +465,14 @@ func (r *Run) settled(ctx context.Context, ms *Mesh, nodes []string) {
 }
 
 // midRun checks, after a fault healed, the invariants that hold at every moment, not only once
-// everything settled: outside never reached the store (at any call so far), and every found
+// everything settled: outside never reached the store (at any call so far), the service through
+// the tunnel had no outage that no fault explains beyond the gap a take implies, and every found
 // file is there, its recorded original byte for byte what was found, and unchanged where its
 // module was never (possibly) taken. The mode each node ends in and a pass that writes nothing
 // are the end's: mid-run a flip may be pending and the workload's next command on its way.
 func (r *Run) midRun(ctx context.Context, ms *Mesh, w *Workload, when string) {
 	r.probes(ms, when)
+	r.tunnelOutagesSoFar(ms, when)
 	r.heldFiles(ctx, ms, nil, w.AllNodes(), when)
 }
 
