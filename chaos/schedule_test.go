@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"context"
 	"math/rand"
 	"reflect"
 	"slices"
@@ -124,5 +125,40 @@ func TestHubTunnelFault(t *testing.T) {
 	b, _, _ := HubTunnelFault(rand.New(rand.NewSource(9)))
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("one seed drew %s and %s", a, b)
+	}
+}
+
+// A fault aimed at a step strikes the step's node: a crash at a point inside what it does, armed
+// before the step's command (the step waits on Armed); any other fault lets the step go at once.
+// A partition aimed at p1, a client, stays on the server it drew.
+func TestAimAt(t *testing.T) {
+	ctx := context.Background()
+	r := &Run{}
+	a := &Aim{Step: "migration: hub previewed and converged", Node: "hub", Kind: KindConverge, Armed: make(chan struct{})}
+	f := Fault{Kind: FaultKill, Machine: "s3"}
+	r.aimAt(ctx, &f, a)
+	select {
+	case <-a.Armed:
+	default:
+		t.Fatal("a kill aimed at a step did not let the step go")
+	}
+	if f.Machine != "hub" || f.AimedAt != a.Step {
+		t.Fatalf("aimed: %s", f)
+	}
+	a = &Aim{Step: "migration: p1 returned to adopted", Node: Peer, Kind: KindAdopt, Armed: make(chan struct{})}
+	f = Fault{Kind: FaultCrash, Machine: "c1", Point: "hold.after-record-original", pick: 7}
+	r.aimAt(ctx, &f, a)
+	if f.Machine != Peer || !strings.HasPrefix(f.Point, "return.") || f.armed != a.Armed {
+		t.Fatalf("a crash aimed at p1's return: %s", f)
+	}
+	select {
+	case <-a.Armed:
+		t.Fatal("a crash aimed at a step let it go before the agent was armed")
+	default:
+	}
+	f = Fault{Kind: FaultPartition, Machine: "s2"}
+	r.aimAt(ctx, &f, &Aim{Node: Peer, Kind: KindTake, Armed: make(chan struct{})})
+	if f.Machine != "s2" {
+		t.Fatalf("a partition aimed at p1 moved to %s", f.Machine)
 	}
 }
