@@ -9,8 +9,12 @@
 // (Workload) that records every command's call, answer and time in a History, and checks it:
 // Model is the record as the operator sees it, and porcupine searches for an order of the
 // commands that the model accepts; an acknowledged command lost or a command applied twice has
-// none. Execute is one run: the mesh raised on a fresh chaos lab (Scenario), the workload under
-// the faults, the end-of-run invariants (held files, the store unreachable from outside, modes,
-// a second pass writing nothing, openings back after a reboot). docs/chaos.md says how to run it
+// none. Execute is one run: the hub adopted on a fresh chaos lab (Scenario) and its tunnel taken
+// on the running mesh under a fault of its own, the rest of the mesh raised, then the workload
+// (random clients, and the Migration: p1 enrolled and migrated, the hub and the other servers
+// previewed and converged) under the scheduler's faults, some aimed at the migration's steps;
+// after every fault the invariants that hold at every moment (the history, held files, the store
+// unreachable from outside, the service through the tunnel), at the end all of them (modes, a
+// second pass writing nothing, openings back after a reboot too). docs/chaos.md says how to run it
 // and read a failure. The lab bed itself is package lab; the acceptance tests are package e2e.
 package chaos

@@ -68,6 +68,17 @@ type Fault struct {
 	Err     string    `json:"error,omitempty"`   //
 	Back    string    `json:"back,omitempty"`    // a reboot/stop: how long the guard took to return after the agent started
 	Detail  string    `json:"detail,omitempty"`  //
+	// Aim says the fault waits for the migration's next step and strikes the node that step acts
+	// on (a crash at a point of what the step does); AimedAt names the step it struck, "" when
+	// none came and it struck the machine drawn.
+	Aim     bool   `json:"aim,omitempty"`
+	AimedAt string `json:"aimed_at,omitempty"`
+	// Skipped says why the fault did nothing (p1 not enrolled yet, for a fault on its agent).
+	Skipped string `json:"skipped,omitempty"`
+
+	pick  int           // the draw that picks the crash point among the aimed step's
+	lag   time.Duration // an aimed fault (not a crash): how long after the step's command it lands
+	armed chan struct{} // an aimed crash: closed once the agent runs armed (the step then sends its command)
 }
 
 func (f Fault) String() string {
@@ -84,6 +95,12 @@ func (f Fault) String() string {
 		s += " from " + strings.Join(f.From, ",")
 	}
 	s += " for " + f.Hold
+	if f.AimedAt != "" {
+		s += " (aimed at " + f.AimedAt + ")"
+	}
+	if f.Skipped != "" {
+		s += " (skipped: " + f.Skipped + ")"
+	}
 	if f.Err != "" {
 		s += ": " + f.Err
 	}
@@ -269,6 +286,10 @@ func (in *Injector) Inject(ctx context.Context, f *Fault, hold time.Duration, no
 	}
 	switch f.Kind {
 	case FaultKill:
+		if !in.waitReady(ctx, f.Machine, hold) {
+			f.Skipped = "no agent enrolled there yet"
+			return
+		}
 		fail(in.KillAgent(ctx, f.Machine))
 		sleep(hold)
 		fail(in.StartAgent(ctx, f.Machine, ""))
@@ -292,23 +313,41 @@ func (in *Injector) Inject(ctx context.Context, f *Fault, hold time.Duration, no
 		sleep(hold)
 		fail(in.Heal(ctx, f.Machine))
 	case FaultCrash:
-		f.Crashed = in.crashAt(ctx, m, f.Point, hold, fail)
+		f.Crashed = in.crashAt(ctx, m, f, hold, fail)
+		if !f.Crashed && !in.ready(f.Machine) {
+			f.Skipped = "no agent enrolled there yet"
+		}
 	default:
 		fail(fmt.Errorf("no fault %q", f.Kind))
 	}
 }
 
+func (in *Injector) ready(machine string) bool { return in.Ready == nil || in.Ready(machine) }
+
+// waitReady waits up to within for machine to run an agent faults may act on (Ready).
+func (in *Injector) waitReady(ctx context.Context, machine string, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for !in.ready(machine) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return in.ready(machine)
+}
+
 // crashAt restarts the agent on m armed at point and waits up to hold for it to die there; then
 // it starts the agent unarmed. It says whether the agent reached the point.
-func (in *Injector) crashAt(ctx context.Context, m *lab.Machine, point string, hold time.Duration, fail func(error)) bool {
-	if in.Ready != nil {
-		deadline := time.Now().Add(hold)
-		for !in.Ready(m.Name) && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if !in.Ready(m.Name) {
-			return false // not enrolled (yet): nothing to crash
-		}
+func (in *Injector) crashAt(ctx context.Context, m *lab.Machine, f *Fault, hold time.Duration, fail func(error)) bool {
+	point := f.Point
+	if f.armed != nil {
+		defer func() {
+			select {
+			case <-f.armed:
+			default:
+				close(f.armed)
+			}
+		}()
+	}
+	if !in.waitReady(ctx, m.Name, hold) {
+		return false // not enrolled (yet): nothing to crash
 	}
 	logPath := filepath.Join(m.Dir(), "log", "meshd.log")
 	before := fileSize(logPath)
@@ -316,7 +355,9 @@ func (in *Injector) crashAt(ctx context.Context, m *lab.Machine, point string, h
 		fail(in.KillAgent(ctx, m.Name))
 	}
 	fail(in.StartAgent(ctx, m.Name, point))
-	if in.Provoke != nil {
+	if f.armed != nil {
+		close(f.armed) // aimed: the migration's step sends the command that leads there
+	} else if in.Provoke != nil {
 		in.provoking.Add(1)
 		go func() {
 			defer in.provoking.Done()

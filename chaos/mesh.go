@@ -61,7 +61,16 @@ func FoundContent(node string) []byte {
 	return []byte("# the predecessor's file on " + node + "\ngreeting = found-" + node + "\n")
 }
 
+// SvcModule is the hub's predecessor service (the container svc, publishing SvcPort, which p1
+// calls through the tunnel) as a module: found on the hub, so held when assigned, then taken,
+// so that converging the hub keeps it open. Only the migration assigns it (never the random
+// clients): the hub is converged with it declared.
+const SvcModule = "chaos-svc"
+
 func manifest(name string) string {
+	if name == SvcModule {
+		return fmt.Sprintf("name: %s\ndescription: the predecessor's service on the hub, which p1 calls through the tunnel\nsettings:\n  port: %d\ncontainers:\n  - name: svc\n    image: lab/echo:1\n    command: [serve, --listen, \":%d\", --name, svc]\n    ports: [\"${port}:%d/tcp\"]\n    restart: unless-stopped\nopenings:\n  - {port: \"${port}\", proto: tcp, from: anywhere, path: forwarded}\n", name, SvcPort, SvcPort, SvcPort)
+	}
 	if name == "chaos-d" {
 		return "name: chaos-d\ndescription: a chaos test module with a container\nsettings:\n  greeting: g0\ncontainers:\n  - name: chaos-d\n    image: lab/echo:1\n    env: {GREETING: \"${greeting}\"}\n    restart: unless-stopped\n"
 	}
@@ -223,12 +232,17 @@ func (ms *Mesh) must(ctx context.Context, machine string, args ...string) (strin
 	return out, nil
 }
 
-// Up puts meshd on the lab: the found file on every node (and on p1), genesis on hub adopted,
-// taking its found tunnel over (so the private network is the tunnel's range, the hub at its
-// address), s2 and s3 joined as servers and c1 as a client (all adopted), the workload's modules
-// added. p1 gets the binary and its found file; the workload enrols it. It returns once the three
-// servers vote and the hub's tunnel is the mesh's.
-func (ms *Mesh) Up(ctx context.Context, binary string) error {
+// MeshTunnelPort is the port genesis gives the mesh's own interface on the hub: the found tunnel
+// holds 51820 until the hub takes it over on the running mesh (then the mesh's is the tunnel's).
+const MeshTunnelPort = 51821
+
+// Genesis puts the found file on every node (and on p1) and the binary, then runs genesis on the
+// hub adopted, its found tunnel left running (the mesh's own interface on MeshTunnelPort, in the
+// default range), and starts its agent. The hub's tunnel is taken over next, on the running
+// mesh, before any other node joins: the record refuses a hub's takeover once a node holds an
+// address outside the tunnel's range, and the mesh's range may not overlap the found tunnel
+// while it runs (ADR 0100), so the takeover comes right after the hub is adopted (ADR 0105).
+func (ms *Mesh) Genesis(ctx context.Context, binary string) error {
 	for _, n := range append(slices.Clone(Nodes), Peer) {
 		m := ms.Lab.Machine(n)
 		if err := m.WriteFile(ctx, HeldPath, FoundContent(n), 0o644); err != nil {
@@ -238,33 +252,43 @@ func (ms *Mesh) Up(ctx context.Context, binary string) error {
 			return err
 		}
 	}
-	ms.step("hub adopted, its tunnel taken (genesis --adopted --take-tunnel wg0)")
+	ms.step("hub adopted (genesis --adopted), its tunnel still the predecessor's")
 	if _, err := ms.must(ctx, "hub", "genesis", "--name", "hub", "--adopted", "--data-dir", "/var/lib/meshd",
-		"--docker-host", dockerHost("hub"), "--advertise", lab.HubAddr, "--take-tunnel", lab.TunnelIface); err != nil {
+		"--docker-host", dockerHost("hub"), "--advertise", lab.HubAddr, "--port", fmt.Sprintf("tunnel=%d", MeshTunnelPort)); err != nil {
 		return err
 	}
 	if err := ms.startAgent(ctx, "hub"); err != nil {
 		return err
 	}
-	if err := ms.waitAnswer(ctx, "hub"); err != nil {
-		return err
-	}
-	if err := poll(ctx, 60*time.Second, func() error {
+	return ms.waitAnswer(ctx, "hub")
+}
+
+// WaitHubTunnel waits until the hub's tunnel is the mesh's (the found interface down, the mesh's
+// up with its key, port and address).
+func (ms *Mesh) WaitHubTunnel(ctx context.Context) error {
+	var last agent.TunnelView
+	err := poll(ctx, 90*time.Second, func() error {
 		out, err := ms.must(ctx, "hub", "tunnel", "show", "--json")
 		if err != nil {
 			return err
 		}
-		var tv agent.TunnelView
-		if err := json.Unmarshal([]byte(out), &tv); err != nil {
+		if err := json.Unmarshal([]byte(out), &last); err != nil {
 			return err
 		}
-		if tv.State != host.TunnelMeshUp {
-			return fmt.Errorf("the hub's tunnel is %q (%s), not the mesh's", tv.State, tv.Reason)
+		if last.State != host.TunnelMeshUp {
+			return fmt.Errorf("the hub's tunnel is %q (%s), not the mesh's", last.State, last.Reason)
 		}
 		return nil
-	}); err != nil {
-		return fmt.Errorf("genesis --take-tunnel: %w", err)
+	})
+	if err != nil {
+		return fmt.Errorf("the hub's tunnel taken: %w", err)
 	}
+	return nil
+}
+
+// Join joins s2 and s3 as servers and c1 as a client (all adopted) and adds the workload's
+// modules. It returns once the three servers vote.
+func (ms *Mesh) Join(ctx context.Context) error {
 	ms.step("s2 and s3 joined as servers, c1 as a client, all adopted")
 	for _, j := range []struct {
 		name, addr string
@@ -305,7 +329,7 @@ func (ms *Mesh) Up(ctx context.Context, binary string) error {
 		return fmt.Errorf("three voters: %w", err)
 	}
 	ms.step("the workload's modules added")
-	for _, mod := range Modules {
+	for _, mod := range append(slices.Clone(Modules), SvcModule) {
 		path := "/etc/chaos-manifests/" + mod + ".yaml"
 		if err := ms.Lab.Machine("hub").WriteFile(ctx, path, []byte(manifest(mod)), 0o644); err != nil {
 			return err
@@ -368,8 +392,11 @@ func (ms *Mesh) NodeView(ctx context.Context, machine, node string) (agent.NodeV
 
 // StateOf is a node view in the model's terms.
 func StateOf(v agent.NodeView) NodeState {
+	// A spoke says it took its found tunnel over (TookTunnel); the hub's takeover moves its
+	// address to the tunnel's.
+	tunnel := v.Node.TookTunnel || (v.ControlNode && v.Node.Address == lab.HubTunnelAddr)
 	s := NodeState{Mode: string(v.Node.Target()), Assigned: nonNil(slices.Clone(v.Node.Assigned)),
-		Taken: nonNil(slices.Clone(v.Taken)), Settings: map[string]string{}, Tunnel: v.Node.TookTunnel}
+		Taken: nonNil(slices.Clone(v.Taken)), Settings: map[string]string{}, Tunnel: tunnel}
 	sort.Strings(s.Assigned)
 	sort.Strings(s.Taken)
 	for k, val := range v.Node.Settings {

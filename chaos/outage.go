@@ -79,6 +79,27 @@ func (r *Run) tunnelOutages(ms *Mesh, c Config) {
 		r.Seed, TunnelProbe, len(outs), longest.Round(time.Millisecond), r.Outages.Table)
 }
 
+// tunnelOutagesSoFar judges the probe through the tunnel mid-run (after a fault): an outage that
+// ended, or one still going on for longer than TakeGap, that no fault on the hub or p1 explains
+// may last no more than TakeGap. One still going on that a fault explains is the end's to judge.
+func (r *Run) tunnelOutagesSoFar(ms *Mesh, when string) {
+	outs, err := r.outages(filepath.Join(ms.Lab.Dir, "probes", TunnelProbe+".log"))
+	if err != nil {
+		r.problem("%s: probe %s: %v", when, TunnelProbe, err)
+		return
+	}
+	for _, o := range outs {
+		if len(o.ExcusedBy) == 0 && o.To-o.From > TakeGap {
+			state := "out"
+			if o.Ongoing {
+				state = "still out, so far"
+			}
+			r.problem("%s: probe %s: the hub's service was %s %s through the tunnel (+%s..+%s, step %q) with no fault on the hub or p1 to explain it; a take implies at most %s",
+				when, TunnelProbe, state, o.Length, o.From.Round(time.Millisecond), o.To.Round(time.Millisecond), o.Step, TakeGap)
+		}
+	}
+}
+
 // outages reads a probe's record into its outages: each run of failed calls from the first
 // failure to the next success, with the step it began in and the faults on the tunnel's ends
 // (hub, p1; a partition of the hub cuts it from the servers only) whose windows it overlaps.
@@ -88,6 +109,12 @@ func (r *Run) outages(record string) ([]Outage, error) {
 		return nil, err
 	}
 	defer f.Close()
+	r.mu.Lock() // the migration says its steps meanwhile
+	steps := make([]Step, 0, len(r.Steps))
+	for _, st := range r.Steps {
+		steps = append(steps, Step{Name: st.Name, At: st.At}) // Done and Note are the migration's to write
+	}
+	r.mu.Unlock()
 	var out []Outage
 	var from time.Time
 	var last time.Time
@@ -97,7 +124,7 @@ func (r *Run) outages(record string) ([]Outage, error) {
 		o := Outage{From: r.History.At(from), To: r.History.At(to), Ongoing: ongoing}
 		o.Length = (o.To - o.From).Round(time.Millisecond).String()
 		o.Step = "before the workload"
-		for _, st := range r.Steps {
+		for _, st := range steps {
 			if time.Duration(st.At) <= o.From {
 				o.Step = st.Name
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"meshd/agent"
 	"meshd/lab"
 	"meshd/netfilter"
 )
@@ -94,28 +95,53 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 			}
 		}
 	}()
-	if err := ms.Up(ctx, c.Binary); err != nil {
+	if err := ms.Genesis(ctx, c.Binary); err != nil {
 		r.problem("the mesh did not come up: %v", err)
 		return r
 	}
 	w := &Workload{Mesh: ms, History: r.History, Clients: 2, Seed: c.Seed, Timeout: 40 * time.Second}
-	w.Migration = &Migration{W: w, Step: r.step}
-	r.Init = w.ReadAll(ctx, "hub")
+	w.Migration = &Migration{W: w, Step: r.step, Aims: make(chan *Aim), Musts: make(chan *Aim)}
+	in := &Injector{Lab: l, Servers: Servers, AgentArgs: ms.AgentArgs, Provoke: w.Provoke,
+		Ready: func(m string) bool { return m != Peer || w.Migration.Enrolled() }}
+	// The hub alone, before anything joins: read, then its tunnel taken under a fault.
+	r.Init = map[string]NodeState{}
+	if p := w.Send(ctx, Op{Client: w.Clients, Via: "hub", Node: "hub", Kind: KindRead}, []string{"node", "show", "hub", "--json"}); p.Read != nil {
+		r.Init["hub"] = *p.Read
+	} else {
+		r.problem("could not read the hub after genesis: %s", p.Output)
+		return r
+	}
+	if err := r.takeHubTunnel(ctx, ms, in, w, c); err != nil {
+		r.problem("%v", err)
+		return r
+	}
+	if len(r.Problems) > 0 {
+		return r
+	}
+	if err := ms.Join(ctx); err != nil {
+		r.problem("the mesh did not come up: %v", err)
+		return r
+	}
+	// The joined nodes as they are before the workload (the model's start for them; the hub's
+	// history began before).
+	for n, s := range w.ReadAll(ctx, "hub") {
+		if n != "hub" {
+			r.Init[n] = s
+		}
+	}
 	if len(r.Init) != len(Nodes) {
 		r.problem("could not read every node before the workload: %v", r.Init)
 		return r
 	}
 	c.Logf("chaos seed %d: workload for %s, %d clients and the migration of p1, faults from the same seed", c.Seed, c.Duration, w.Clients)
 	r.step("the workload begins")
-	in := &Injector{Lab: l, Servers: Servers, AgentArgs: ms.AgentArgs, Provoke: w.Provoke,
-		Ready: func(m string) bool { return m != Peer || w.Migration.Enrolled() }}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); w.Run(ctx, stop) }()
 	go func() { defer wg.Done(); w.Migration.Run(ctx, stop) }()
 
-	r.schedule(ctx, ms, in, c)
+	r.schedule(ctx, ms, in, w, c)
 	close(stop)
 	wg.Wait()
 	in.Wait()
@@ -124,21 +150,33 @@ func Execute(ctx context.Context, l *lab.Lab, c Config) *Run {
 }
 
 // schedule injects faults one after another, at seeded random moments, until c.Duration has
-// passed; after each it heals, waits for a leader and checks the history so far.
-func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, c Config) {
+// passed and p1's migration is done (at most migrationGrace more); after each it heals, waits for
+// a leader and checks every invariant that holds mid-run (see midRun).
+func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, w *Workload, c Config) {
 	rng := rand.New(rand.NewSource(c.Seed ^ 0x5eed))
 	end := time.Now().Add(c.Duration)
-	for time.Now().Before(end) && ctx.Err() == nil {
+	more := func() bool {
+		now := time.Now()
+		return now.Before(end) || (!w.Migration.Done() && now.Before(end.Add(migrationGrace)))
+	}
+	for more() && ctx.Err() == nil {
 		wait, f, hold := NextFault(rng)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+			if f.Aim && !w.Migration.Done() {
+				r.aim(ctx, w.Migration, &f)
+			}
+		case a := <-w.Migration.Musts:
+			// The hub's flip waits for a fault: the one drawn strikes it, at once.
+			f.Aim = true
+			r.aimAt(ctx, &f, a)
 		}
 		fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		r.step(fmt.Sprintf("fault %d: %s %s", len(r.Faults)+1, f.Kind, f.Machine))
 		in.Inject(fctx, &f, hold, r.History.Since)
-		if f.Kind == FaultStop || f.Kind == FaultReboot {
+		if (f.Kind == FaultStop || f.Kind == FaultReboot) && (f.Machine != Peer || w.Migration.Enrolled()) {
 			r.openingsBack(fctx, ms, &f)
 		}
 		cancel()
@@ -153,28 +191,98 @@ func (r *Run) schedule(ctx context.Context, ms *Mesh, in *Injector, c Config) {
 			r.problem("after fault %s: %v", f, err)
 			return
 		}
-		r.check(ops(r.History), "after fault "+f.String())
+		when := "after fault " + f.String()
+		r.check(ops(r.History), when)
+		r.midRun(ctx, ms, w, when)
 		if len(r.Problems) > 0 {
 			return
 		}
 	}
 }
 
+// migrationGrace is how long the workload goes on past its duration for p1's migration (and
+// the hub's convergence) to be done, so a short run walks it whole.
+const migrationGrace = 60 * time.Second
+
+// aimWait bounds how long an aimed fault waits for the migration's next step.
+const aimWait = 15 * time.Second
+
+// aim waits (up to aimWait) for the migration's next step and points f at it: the node the step
+// acts on, and for a crash a point inside what the step does (picked by f's own draw). A crash
+// is armed before the step's command is sent (the step waits); any other fault lands f.lag after
+// it. With no step coming, f strikes the machine it drew.
+func (r *Run) aim(ctx context.Context, mg *Migration, f *Fault) {
+	var a *Aim
+	select {
+	case a = <-mg.Aims:
+	case a = <-mg.Musts:
+	case <-time.After(aimWait):
+		return
+	case <-ctx.Done():
+		return
+	}
+	r.aimAt(ctx, f, a)
+}
+
+// aimAt points f at step a (see aim). A partition strikes the step's node when it is a server.
+func (r *Run) aimAt(ctx context.Context, f *Fault, a *Aim) {
+	f.AimedAt = a.Step
+	if f.Kind != FaultPartition || slices.Contains(Servers, a.Node) {
+		f.Machine = a.Node
+	}
+	if f.Kind == FaultCrash {
+		if pts := aimedPoints(a); len(pts) > 0 {
+			f.Point = pts[f.pick%len(pts)]
+		}
+		f.armed = a.Armed
+		return
+	}
+	close(a.Armed)
+	select {
+	case <-time.After(f.lag):
+	case <-ctx.Done():
+	}
+}
+
+// aimedPoints are the crash points inside what a migration step does: a tunnel takeover, a hold
+// (an assign of what is found), a take (the hub's is chaos-svc, a container; p1's are files), a
+// flip, a return.
+func aimedPoints(a *Aim) []string {
+	prefix := map[Kind]string{KindTunnel: "tunnel.", KindAssign: "hold.", KindTake: "take.", KindConverge: "flip.", KindAdopt: "return."}[a.Kind]
+	var out []string
+	for _, p := range CrashPoints {
+		if !strings.HasPrefix(p, prefix) {
+			continue
+		}
+		if a.Kind == KindTake && strings.HasPrefix(p, "take.container.") != (a.Node == "hub") {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 func ops(h *History) []Op { return h.Ops() }
 
 // NextFault draws the scheduler's next fault from rng: how long to wait before it, the fault
-// (kind, machine, crash point) and how long to hold it. The same seed draws the same faults.
+// (kind, machine, crash point, whether it is aimed at the migration's next step) and how long to
+// hold it. The same seed draws the same faults. Every fault but a partition (a server's) may
+// strike p1 as well as the four nodes raised at the start.
 func NextFault(rng *rand.Rand) (wait time.Duration, f Fault, hold time.Duration) {
 	kinds := []FaultKind{FaultKill, FaultStop, FaultReboot, FaultCut, FaultPartition, FaultCrash, FaultCrash}
+	machines := append(slices.Clone(Nodes), Peer)
 	wait = time.Duration(2000+rng.Intn(4000)) * time.Millisecond
 	f = Fault{Kind: kinds[rng.Intn(len(kinds))]}
 	switch f.Kind {
 	case FaultPartition:
 		f.Machine = Servers[rng.Intn(len(Servers))]
 	default:
-		f.Machine = Nodes[rng.Intn(len(Nodes))]
+		f.Machine = machines[rng.Intn(len(machines))]
 	}
 	hold = time.Duration(1000+rng.Intn(5000)) * time.Millisecond
+	// Drawn for every fault, used or not, so each fault takes the same draws from rng.
+	aim, pick, lag := rng.Intn(3) == 0, rng.Intn(1<<20), time.Duration(rng.Intn(1500))*time.Millisecond
+	f.Aim, f.pick, f.lag = aim && f.Kind != FaultPartition, pick, lag
 	if f.Kind == FaultCrash {
 		f.Point = CrashPoints[rng.Intn(len(CrashPoints))]
 		if strings.HasPrefix(f.Point, "flip.") || strings.HasPrefix(f.Point, "return.") || strings.HasPrefix(f.Point, "take.container.") {
@@ -189,22 +297,43 @@ func NextFault(rng *rand.Rand) (wait time.Duration, f Fault, hold time.Duration)
 }
 
 // openingsBack measures how long after a rebooted machine's agent started (the end of its boot,
-// which starts meshd last) meshd's own table is back in its kernel: the guard on the hub, the
-// derived filter on c1 when the record has it converged. It must be within one reconcile, plus
-// the agent's own start (up to agentStart).
+// which starts meshd last) meshd's own table is back in its kernel: the derived filter on a node
+// the record has converged, the guard on the hub while it is adopted. It must be within one
+// reconcile, plus the agent's own start (up to agentStart).
 func (r *Run) openingsBack(ctx context.Context, ms *Mesh, f *Fault) {
-	table := netfilter.GuardTable
-	switch f.Machine {
-	case "hub":
-	case "c1":
-		v, err := ms.NodeView(ctx, "hub", "c1")
-		if err != nil || v.Node.Mode != "converged" || v.Node.Flip != nil {
-			return // adopted (its found firewall is the boot's), or not known: nothing of meshd's to wait for
+	var v agent.NodeView
+	asked := 0
+	if err := poll(ctx, 30*time.Second, func() error {
+		// Asked of a server that is not the one just booted (its agent is only starting).
+		s := Servers[asked%len(Servers)]
+		asked++
+		if s == f.Machine {
+			return errors.New("the booted machine")
 		}
-		table = netfilter.FilterTable
-	default:
+		var err error
+		v, err = ms.NodeView(ctx, s, f.Machine)
+		return err
+	}); err != nil {
+		r.problem("after %s: could not read node %s: %v", f, f.Machine, err)
 		return
 	}
+	var table string
+	switch {
+	case v.Node.Flip != nil:
+		return // a flip pending: which table is in force is the flip's to say
+	case v.Node.Mode == "converged":
+		table = netfilter.FilterTable
+	case f.Machine == "hub":
+		table = netfilter.GuardTable
+	default:
+		return // adopted (its found firewall is the boot's): nothing of meshd's to wait for
+	}
+	r.tableBack(ctx, ms, f, table)
+}
+
+// tableBack measures how long after the boot ended table is back in f.Machine's kernel, and holds
+// it to the agent's start plus one reconcile.
+func (r *Run) tableBack(ctx context.Context, ms *Mesh, f *Fault, table string) {
 	m := ms.Lab.Machine(f.Machine)
 	booted := time.Now()
 	err := poll(ctx, 60*time.Second, func() error {
@@ -301,8 +430,8 @@ func (r *Run) final(ctx context.Context, ms *Mesh, in *Injector, w *Workload, c 
 		r.problem("at the end: could not read every node: read %d of %d", len(final), len(nodes))
 	}
 	r.settled(ctx, ms, nodes)
-	r.heldFiles(ctx, ms, final, nodes)
-	r.probes(ms)
+	r.heldFiles(ctx, ms, final, nodes, "at the end")
+	r.probes(ms, "at the end")
 	r.migrated(w, c)
 	r.tunnelOutages(ms, c)
 	c.Logf("chaos seed %d: %d commands (%s), %d faults, %d checks", c.Seed, len(r.History.Ops()), answers(r.History.Ops()), len(r.Faults), r.Checks)
@@ -335,10 +464,23 @@ func (r *Run) settled(ctx context.Context, ms *Mesh, nodes []string) {
 	}
 }
 
+// midRun checks, after a fault healed, the invariants that hold at every moment, not only once
+// everything settled: outside never reached the store (at any call so far), the service through
+// the tunnel had no outage that no fault explains beyond the gap a take implies, and every found
+// file is there, its recorded original byte for byte what was found, and unchanged where its
+// module was never (possibly) taken. The mode each node ends in and a pass that writes nothing
+// are the end's: mid-run a flip may be pending and the workload's next command on its way.
+func (r *Run) midRun(ctx context.Context, ms *Mesh, w *Workload, when string) {
+	r.probes(ms, when)
+	r.tunnelOutagesSoFar(ms, when)
+	r.heldFiles(ctx, ms, nil, w.AllNodes(), when)
+}
+
 // heldFiles checks that a found file was never removed, that its recorded original is byte for
 // byte what was found, and that on a node where its module was never taken it is still what was
-// found (held, never reverted).
-func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeState, nodes []string) {
+// found (held, never reverted). final, when given, is every node as last read (the end's check);
+// an original is asked for until the node's agent answers (it may be starting after a fault).
+func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeState, nodes []string, when string) {
 	mayTake := map[string]bool{}
 	for _, o := range r.History.Ops() {
 		if o.Answer == Refused || o.Answer == NotSent {
@@ -352,22 +494,31 @@ func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeStat
 		m := ms.Lab.Machine(n)
 		got, err := m.ReadFile(ctx, HeldPath)
 		if err != nil {
-			r.problem("node %s: the found file %s is gone: %v", n, HeldPath, err)
+			r.problem("%s: node %s: the found file %s is gone: %v", when, n, HeldPath, err)
 			continue
 		}
 		if st, ok := final[n]; ok && slices.Contains(st.Taken, "chaos-a") {
 			mayTake[n] = true
 		}
 		if !mayTake[n] && string(got) != string(FoundContent(n)) {
-			r.problem("node %s: %s was never taken, yet it is %q, not what was found (%q)", n, HeldPath, got, FoundContent(n))
+			r.problem("%s: node %s: %s was never taken, yet it is %q, not what was found (%q)", when, n, HeldPath, got, FoundContent(n))
 		}
 		// A node's originals are in its own record store: asked on the node.
-		out, errs, code := ms.Meshd(ctx, n, "node", "original", n, HeldPath)
+		assigned := wasAssigned(r.History.Ops(), n)
+		var out, errs string
+		code := -1
+		_ = poll(ctx, 30*time.Second, func() error {
+			out, errs, code = ms.Meshd(ctx, n, "node", "original", n, HeldPath)
+			if code != 0 && assigned {
+				return errors.New(errs)
+			}
+			return nil
+		})
 		switch {
 		case code == 0 && out != string(FoundContent(n)):
-			r.problem("node %s: the recorded original of %s is %q, not what was found (%q)", n, HeldPath, out, FoundContent(n))
-		case code != 0 && wasAssigned(r.History.Ops(), n):
-			r.problem("node %s: chaos-a was assigned there, yet no original of %s is recorded: %s", n, HeldPath, strings.TrimSpace(errs))
+			r.problem("%s: node %s: the recorded original of %s is %q, not what was found (%q)", when, n, HeldPath, out, FoundContent(n))
+		case code != 0 && assigned:
+			r.problem("%s: node %s: chaos-a was assigned there, yet no original of %s is recorded: %s", when, n, HeldPath, strings.TrimSpace(errs))
 		}
 	}
 }
@@ -384,7 +535,7 @@ func wasAssigned(ops []Op, node string) bool {
 
 // probes checks that outside never reached the store, over IPv4 or IPv6, at any call; a breach
 // is named with the windows it was reachable in, on the history's clock, beside the faults.
-func (r *Run) probes(ms *Mesh) {
+func (r *Run) probes(ms *Mesh, when string) {
 	for _, name := range []string{"outside-store", "outside-store6"} {
 		s, err := ms.Lab.Probe(name, time.Time{})
 		if err != nil {
@@ -392,7 +543,7 @@ func (r *Run) probes(ms *Mesh) {
 			continue
 		}
 		if !s.Holds() {
-			r.problem("probe %s: outside reached the store (%d of %d calls) at %s", name, s.Successes, s.Calls,
+			r.problem("%s: probe %s: outside reached the store (%d of %d calls) at %s", when, name, s.Successes, s.Calls,
 				r.windows(filepath.Join(ms.Lab.Dir, "probes", name+".log")))
 		}
 	}

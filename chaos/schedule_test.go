@@ -1,11 +1,14 @@
 package chaos
 
 import (
+	"context"
 	"math/rand"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"meshd/catalogue"
 )
 
 // A seed replays: the same seed draws the same faults, in the same order, with the same waits
@@ -63,5 +66,99 @@ func TestClassify(t *testing.T) {
 		if got := classify(c.code, "", c.stderr); got != c.want {
 			t.Errorf("exit %d %q: %s, want %s", c.code, c.stderr, got, c.want)
 		}
+	}
+}
+
+// Every module the chaos lab adds is a manifest the catalogue accepts.
+func TestManifestsParse(t *testing.T) {
+	for _, name := range append(slices.Clone(Modules), SvcModule) {
+		m, err := catalogue.Parse(name+".yaml", []byte(manifest(name)))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, manifest(name))
+		}
+		if m.Name != name {
+			t.Fatalf("%s parses as %q", name, m.Name)
+		}
+	}
+}
+
+// A fault aimed at a migration step crashes inside what that step does: a takeover, a hold, a
+// take (the hub's a container's, p1's a file's), a flip, a return.
+func TestAimedPoints(t *testing.T) {
+	cases := []struct {
+		node   string
+		kind   Kind
+		prefix string
+	}{
+		{Peer, KindTunnel, "tunnel."}, {"hub", KindAssign, "hold."}, {"hub", KindTake, "take.container."},
+		{Peer, KindTake, "take."}, {"hub", KindConverge, "flip."}, {Peer, KindAdopt, "return."},
+	}
+	for _, c := range cases {
+		pts := aimedPoints(&Aim{Node: c.node, Kind: c.kind})
+		if len(pts) == 0 {
+			t.Fatalf("%s %s: no crash point", c.kind, c.node)
+		}
+		for _, p := range pts {
+			if !strings.HasPrefix(p, c.prefix) || (c.node == Peer && c.kind == KindTake && strings.HasPrefix(p, "take.container.")) {
+				t.Errorf("%s %s: point %s", c.kind, c.node, p)
+			}
+		}
+	}
+}
+
+// The hub's takeover runs under a fault on the hub, a crash only at a takeover's point; a seed
+// replays it.
+func TestHubTunnelFault(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	kinds := map[FaultKind]bool{}
+	for i := 0; i < 200; i++ {
+		f, hold, _ := HubTunnelFault(rng)
+		kinds[f.Kind] = true
+		if f.Machine != "hub" || hold <= 0 || (f.Kind == FaultCrash) != strings.HasPrefix(f.Point, "tunnel.") {
+			t.Fatalf("drew %s", f)
+		}
+	}
+	if len(kinds) < 5 || kinds[FaultPartition] {
+		t.Fatalf("drew the kinds %v", kinds)
+	}
+	a, _, _ := HubTunnelFault(rand.New(rand.NewSource(9)))
+	b, _, _ := HubTunnelFault(rand.New(rand.NewSource(9)))
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("one seed drew %s and %s", a, b)
+	}
+}
+
+// A fault aimed at a step strikes the step's node: a crash at a point inside what it does, armed
+// before the step's command (the step waits on Armed); any other fault lets the step go at once.
+// A partition aimed at p1, a client, stays on the server it drew.
+func TestAimAt(t *testing.T) {
+	ctx := context.Background()
+	r := &Run{}
+	a := &Aim{Step: "migration: hub previewed and converged", Node: "hub", Kind: KindConverge, Armed: make(chan struct{})}
+	f := Fault{Kind: FaultKill, Machine: "s3"}
+	r.aimAt(ctx, &f, a)
+	select {
+	case <-a.Armed:
+	default:
+		t.Fatal("a kill aimed at a step did not let the step go")
+	}
+	if f.Machine != "hub" || f.AimedAt != a.Step {
+		t.Fatalf("aimed: %s", f)
+	}
+	a = &Aim{Step: "migration: p1 returned to adopted", Node: Peer, Kind: KindAdopt, Armed: make(chan struct{})}
+	f = Fault{Kind: FaultCrash, Machine: "c1", Point: "hold.after-record-original", pick: 7}
+	r.aimAt(ctx, &f, a)
+	if f.Machine != Peer || !strings.HasPrefix(f.Point, "return.") || f.armed != a.Armed {
+		t.Fatalf("a crash aimed at p1's return: %s", f)
+	}
+	select {
+	case <-a.Armed:
+		t.Fatal("a crash aimed at a step let it go before the agent was armed")
+	default:
+	}
+	f = Fault{Kind: FaultPartition, Machine: "s2"}
+	r.aimAt(ctx, &f, &Aim{Node: Peer, Kind: KindTake, Armed: make(chan struct{})})
+	if f.Machine != "s2" {
+		t.Fatalf("a partition aimed at p1 moved to %s", f.Machine)
 	}
 }

@@ -113,9 +113,8 @@ func (w *Workload) One(ctx context.Context, client int, rng *rand.Rand) {
 		o.Value = fmt.Sprintf("g%d", w.values.Add(1))
 		args = []string{"node", "set", node, o.Key + "=" + o.Value}
 	case r < 57:
-		// Converge and return only the client: a converged server's filter admits the mesh's
-		// ports from the private network only, and the servers reach each other's Raft over the
-		// underlay.
+		// Converge and return only c1: the migration converges the hub, s2, s3 and p1 (each
+		// previewed) and returns p1, in its order; c1 goes back and forth under the clients.
 		o.Node, o.Kind = "c1", KindConverge
 		args = []string{"converge", "c1", "--wait", (w.Timeout / 2).String()}
 	case r < 62:
