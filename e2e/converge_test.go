@@ -171,9 +171,32 @@ func recordMode(ctx context.Context, hub *lab.Machine) (string, string, error) {
 	return v.Node.Mode, flip, nil
 }
 
+// reportedFirewall is the found firewall as the hub's last report in node show --json says it.
+func reportedFirewall(ctx context.Context, hub *lab.Machine) (host.FirewallView, error) {
+	out, err := meshd(ctx, hub, "node", "show", "hub", "--json")
+	if err != nil {
+		return host.FirewallView{}, err
+	}
+	var v struct {
+		Report *struct {
+			Kinds struct {
+				Opening *host.OpeningDetail `json:"opening"`
+			} `json:"kinds"`
+		} `json:"report"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return host.FirewallView{}, fmt.Errorf("node show --json: %v", err)
+	}
+	if v.Report == nil || v.Report.Kinds.Opening == nil {
+		return host.FirewallView{}, errors.New("node show --json: no report of the openings yet")
+	}
+	return v.Report.Kinds.Opening.Firewall, nil
+}
+
 // consistent checks that the record says mode with no flip pending and that the machine's
 // firewall is that mode's: converged, meshd's filter loaded and the found firewall disabled;
-// adopted, the found firewall in force, the guard loaded and no filter.
+// adopted, the found firewall in force, the guard loaded and no filter. The hub's report agrees:
+// converged, the found firewall by the kind it was found as, retired; adopted, it active.
 func consistent(ctx context.Context, hub *lab.Machine, fw lab.FirewallKind, mode string) error {
 	got, flip, err := recordMode(ctx, hub)
 	if err != nil {
@@ -181,6 +204,15 @@ func consistent(ctx context.Context, hub *lab.Machine, fw lab.FirewallKind, mode
 	}
 	if got != mode || flip != "" {
 		return fmt.Errorf("the record says %s (flip pending: %q), want %s", got, flip, mode)
+	}
+	rep, err := reportedFirewall(ctx, hub)
+	if err != nil {
+		return err
+	}
+	if rep.Kind != string(fw) || rep.Retired != (mode == "converged") || (mode == "adopted" && !strings.Contains(rep.Description, ", active")) ||
+		(mode == "converged" && !(strings.HasPrefix(rep.Description, string(fw)) && strings.Contains(rep.Description, ", retired ("))) {
+		return fmt.Errorf("%s in the record, but the hub reports the found firewall %q (kind %s, retired %v, detected %q), want %s %s",
+			mode, rep.Description, rep.Kind, rep.Retired, rep.Detected, fw, map[bool]string{true: "retired", false: "active"}[mode == "converged"])
 	}
 	active, shown := foundActive(ctx, hub, fw)
 	filter, guard := hasTable(ctx, hub, "meshd_filter"), hasTable(ctx, hub, "meshd_guard")
@@ -364,6 +396,9 @@ func testConvergeFlip(t *testing.T, fw lab.FirewallKind) {
 		t.Fatalf("converge: %v\n%s", err, out)
 	} else {
 		t.Logf("converge:\n%s", out)
+		if !strings.Contains(out, string(fw)+", retired (") {
+			t.Errorf("converge's output does not say the found firewall (%s) is retired:\n%s", fw, out)
+		}
 	}
 	t.Run("after the flip the derived filter is loaded and the found firewall disabled, its configuration byte for byte", func(t *testing.T) {
 		if err := consistent(ctx, hub, fw, "converged"); err != nil {

@@ -225,6 +225,8 @@ func retirement(od *OpeningDetail) PreviewFirewall {
 	fw := od.Firewall
 	out := PreviewFirewall{Kind: fw.Kind, Description: fw.Description}
 	switch {
+	case fw.Retired:
+		out.Retire = "nothing to retire: meshd retired it already"
 	case fw.Refused != "":
 		out.Retire = "cannot be retired: " + fw.Refused
 	case fw.Kind == "ufw":

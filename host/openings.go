@@ -290,6 +290,30 @@ type FirewallView struct {
 	// tables ("inet filter"): what the flip moves aside.
 	Config string   `json:"config,omitempty"`
 	Tables []string `json:"tables,omitempty"`
+	// Retired is true once meshd retired this firewall (the host's flip record says so, not a
+	// detection): Kind is then the kind it was found as, Description says it is retired, and
+	// Detected is what a detection reads on the machine now (what the retired firewall left
+	// behind and the container engine's rules), for the operator to compare.
+	Retired  bool   `json:"retired,omitempty"`
+	Detected string `json:"detected,omitempty"`
+}
+
+// retiredFirewall is the found firewall as the host's record of its retirement describes it:
+// by the kind it was found as, retired, its configuration on disk; now is what a detection reads
+// on the machine since (a disabled ufw leaves iptables rules; Docker's stay).
+func retiredFirewall(rec *retiredRecord, now string) FirewallView {
+	name := string(rec.Kind)
+	if rec.Kind == netfilter.KindIptables && rec.State.Backend != "" {
+		name += " over iptables-" + rec.State.Backend
+	}
+	how := "disabled, its files on disk"
+	switch rec.Kind {
+	case netfilter.KindNftables:
+		how = "its tables saved and moved aside, its files on disk"
+	case netfilter.KindIptables:
+		how = "its rules saved and removed, its files on disk"
+	}
+	return FirewallView{Kind: string(rec.Kind), Description: name + ", retired (" + how + ")", Config: rec.State.Config, Tables: rec.State.Tables, Retired: true, Detected: now}
 }
 
 // OpeningView is one declared opening and what became of it.
@@ -967,6 +991,16 @@ func (d *OpeningDriver) detailLocked() OpeningDetail {
 		}
 	default:
 		out.Firewall = FirewallView{Kind: string(d.found.Kind), Description: d.found.String(), Config: d.found.Config, Tables: d.found.Tables}
+	}
+	if d.retiredNow() {
+		// The record, not the detection, says what the found firewall is: retired by meshd. What
+		// the detection reads now stays beside it; the derived filter and the openings were
+		// decided from the detection as before (apply).
+		now := out.Firewall.Description
+		if out.Firewall.Refused != "" {
+			now += ": " + out.Firewall.Refused
+		}
+		out.Firewall = retiredFirewall(d.retired, now)
 	}
 	for _, e := range w.entries {
 		v := OpeningView{Resource: e.res.ID(), Module: e.res.Module, Taken: e.res.Taken}

@@ -7,9 +7,11 @@ package host
 // records.
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,5 +226,70 @@ func TestUnitTableKeptForBoot(t *testing.T) {
 	unitNoErrors(t, h.Reconcile(ctx, flipDecl(fsm.Adopted, true)))
 	if pf.kept.Guard == nil || pf.kept.Filter != nil {
 		t.Fatalf("returned: kept %+v, want the guard", pf.kept)
+	}
+}
+
+// On a converged node the report names the found firewall by the kind it was found as, retired,
+// from the host's record of the retirement, whatever a detection reads there now (what a disabled
+// ufw leaves reads as iptables; a retired nftables ruleset reads as none); what it reads stays
+// beside it. After the return the found firewall is reported active again, as detected.
+func TestUnitFlipReportsFoundFirewallRetired(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		found     netfilter.Found
+		leftover  *netfilter.Found
+		desc, now string
+	}{
+		{"ufw", netfilter.Found{Kind: netfilter.KindUFW, Backend: "nft", Active: true, Incoming: 3, Config: "/etc/ufw"},
+			&netfilter.Found{Kind: netfilter.KindIptables, Backend: "nft", Active: true, Incoming: 6, Forwarded: 8},
+			"ufw, retired (disabled, its files on disk)", "iptables over iptables-nft, active, 6 incoming and 8 forwarded rules"},
+		{"nftables", netfilter.Found{Kind: netfilter.KindNftables, Active: true, Incoming: 2, Config: "/etc/nftables.conf", Tables: []string{"inet filter"}},
+			&netfilter.Found{Kind: netfilter.KindNone},
+			"nftables, retired (its tables saved and moved aside, its files on disk)", "none"},
+		{"iptables", netfilter.Found{Kind: netfilter.KindIptables, Backend: "legacy", Active: true, Incoming: 4, Config: "/etc/iptables/rules.v4"},
+			nil,
+			"iptables over iptables-legacy, retired (its rules saved and removed, its files on disk)", "iptables over iptables-legacy, inactive"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pf := newFakeFilter(c.found)
+			pf.leftover = c.leftover
+			h, _ := unitHost(t, newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf))
+			ctx := unitCtx(t)
+			rep := h.Reconcile(ctx, flipDecl(fsm.Adopted, false))
+			unitNoErrors(t, rep)
+			if fw := unitOpeningDetail(t, rep).Firewall; fw.Kind != c.name || fw.Retired || fw.Description != c.found.String() || fw.Detected != "" {
+				t.Fatalf("adopted: firewall %+v", fw)
+			}
+			wantRetired := func(stage string, rep Report) {
+				t.Helper()
+				fw := unitOpeningDetail(t, rep).Firewall
+				if fw.Kind != c.name || !fw.Retired || fw.Description != c.desc || !strings.HasPrefix(fw.Detected, c.now) ||
+					fw.Config != c.found.Config || !slices.Equal(fw.Tables, c.found.Tables) {
+					t.Fatalf("%s: firewall %+v, want kind %s retired %q, detected %q", stage, fw, c.name, c.desc, c.now)
+				}
+			}
+			rep = h.Reconcile(ctx, flipDecl(fsm.Converged, true))
+			unitNoErrors(t, rep)
+			wantRetired("after the flip", rep)
+			// Recorded converged, no flip pending.
+			rep = h.Reconcile(ctx, flipDecl(fsm.Converged, false))
+			wantRetired("converged", rep)
+			// The reconciler still works from the detection: meshd's filter carries the openings.
+			for _, o := range unitOpeningDetail(t, rep).Openings {
+				if o.State != OpeningInForce || o.Through != "meshd filter" {
+					t.Fatalf("converged: opening %+v, want in force through meshd filter", o)
+				}
+			}
+			b, err := json.Marshal(unitOpeningDetail(t, rep).Firewall)
+			if err != nil || !strings.Contains(string(b), `"kind":"`+c.name+`"`) || !strings.Contains(string(b), `"retired":true`) {
+				t.Fatalf("the firewall in JSON: %s (%v)", b, err)
+			}
+
+			rep = h.Reconcile(ctx, flipDecl(fsm.Adopted, true))
+			unitNoErrors(t, rep)
+			if fw := unitOpeningDetail(t, rep).Firewall; fw.Kind != c.name || fw.Retired || fw.Detected != "" || !strings.Contains(fw.Description, ", active") {
+				t.Fatalf("after the return: firewall %+v, want %s active", fw, c.name)
+			}
+		})
 	}
 }

@@ -281,7 +281,13 @@ func printOpenings(w io.Writer, raw any) {
 	if od.Firewall.Refused != "" {
 		fw = od.Firewall.Description + " REFUSED: " + od.Firewall.Refused
 	}
+	if od.Firewall.Retired {
+		fw = od.Firewall.Description
+	}
 	fmt.Fprintf(w, "\nfound firewall\t%s\n", fw)
+	if od.Firewall.Retired && od.Firewall.Detected != "" {
+		fmt.Fprintf(w, "read on the machine now\t%s (what the retired firewall left and the container engine's rules; meshd's filter filters)\n", od.Firewall.Detected)
+	}
 	for _, t := range []*host.TableView{od.Guard, od.Filter} {
 		if t != nil {
 			fmt.Fprintf(w, "meshd table %s\t%s %s\n", t.Table, t.State, list(t.Ports))

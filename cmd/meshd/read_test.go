@@ -31,6 +31,19 @@ func TestOpeningsWithoutAFirewall(t *testing.T) {
 	}
 }
 
+// node show on a converged node names the found firewall retired, by the kind it was found as,
+// not what a detection reads there now (what a disabled ufw leaves reads as iptables).
+func TestOpeningsFoundFirewallRetired(t *testing.T) {
+	var b bytes.Buffer
+	printOpenings(&b, host.OpeningDetail{Firewall: host.FirewallView{Kind: "ufw", Description: "ufw, retired (disabled, its files on disk)", Retired: true,
+		Detected: "iptables over iptables-nft, active, 6 incoming and 8 forwarded rules"}})
+	out := b.String()
+	if !strings.Contains(out, "found firewall\tufw, retired (disabled, its files on disk)\n") || strings.Contains(out, "its counts") ||
+		!strings.Contains(out, "read on the machine now\tiptables over iptables-nft, active") {
+		t.Errorf("node show on a converged node:\n%s", out)
+	}
+}
+
 // meshd's running containers read as meshd's own, never Docker's "created" (not started).
 func TestContainerStateWords(t *testing.T) {
 	var b bytes.Buffer

@@ -1,0 +1,32 @@
+package agent
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"meshd/fsm"
+	"meshd/host"
+)
+
+// The status page names a converged node's found firewall retired, by the kind it was found as,
+// and says meshd's filter carries its openings; not what a detection reads there now.
+func TestPageRetiredFirewall(t *testing.T) {
+	n := PageNode{Name: "hub", Mode: fsm.Converged, Report: &host.Report{}, ReportFrom: "hub", Firewall: host.FirewallView{Kind: "ufw", Retired: true,
+		Description: "ufw, retired (disabled, its files on disk)", Detected: "iptables over iptables-nft, active, 6 incoming and 8 forwarded rules"}}
+	var row, card bytes.Buffer
+	if err := pageTmpl.ExecuteTemplate(&row, "noderow", n); err != nil {
+		t.Fatal(err)
+	}
+	if err := pageTmpl.ExecuteTemplate(&card, "nodecard", n); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(row.String(), "<td>ufw, retired</td>") {
+		t.Errorf("the node's row:\n%s", row.String())
+	}
+	c := card.String()
+	if !strings.Contains(c, "Openings through meshd's filter") || !strings.Contains(c, "found firewall ufw, retired (disabled, its files on disk); read on the machine now: iptables over") ||
+		strings.Contains(c, "Openings through ufw") {
+		t.Errorf("the node's card:\n%s", c)
+	}
+}
