@@ -286,15 +286,18 @@ func (ms *Mesh) WaitHubTunnel(ctx context.Context) error {
 	return nil
 }
 
-// Join joins s2 and s3 as servers and c1 as a client (all adopted) and adds the workload's
-// modules. It returns once the three servers vote.
+// Join joins s2 as a server and c1 as a client, both adopted, and s3 as a server enrolled
+// converged (a new, bare machine: the "a new node converged", its derived filter loaded
+// from its first pass, the Raft port admitting only the record's servers), and adds the
+// workload's modules. It returns once the three servers vote.
 func (ms *Mesh) Join(ctx context.Context) error {
-	ms.step("s2 and s3 joined as servers, c1 as a client, all adopted")
+	ms.step("s2 joined as a server and c1 as a client, adopted; s3 as a server, converged")
 	for _, j := range []struct {
 		name, addr string
 		server     bool
-	}{{"s2", S2Addr, true}, {"s3", S3Addr, true}, {"c1", C1Addr, false}} {
-		args := []string{"token", "create", "--adopted", "--json"}
+		mode       string
+	}{{"s2", S2Addr, true, "--adopted"}, {"s3", S3Addr, true, "--converged"}, {"c1", C1Addr, false, "--adopted"}} {
+		args := []string{"token", "create", j.mode, "--json"}
 		if j.server {
 			args = append(args, "--server")
 		}

@@ -478,7 +478,7 @@ func (r *Run) midRun(ctx context.Context, ms *Mesh, w *Workload, when string) {
 
 // heldFiles checks that a found file was never removed, that its recorded original is byte for
 // byte what was found, and that on a node where its module was never taken it is still what was
-// found (held, never reverted). final, when given, is every node as last read (the end's check);
+// found (held, never reverted; a node enrolled converged takes what is assigned at once). final, when given, is every node as last read (the end's check);
 // an original is asked for until the node's agent answers (it may be starting after a fault).
 func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeState, nodes []string, when string) {
 	mayTake := map[string]bool{}
@@ -488,6 +488,13 @@ func (r *Run) heldFiles(ctx context.Context, ms *Mesh, final map[string]NodeStat
 		}
 		if (o.Kind == KindTake && o.Module == "chaos-a") || o.Kind == KindConverge {
 			mayTake[o.Node] = true
+		}
+	}
+	// A node enrolled converged (s3) takes every module assigned to it: its found file is
+	// recorded, then replaced, with no take of its own in the history.
+	for n, st := range r.Init {
+		if st.Mode == "converged" {
+			mayTake[n] = true
 		}
 	}
 	for _, n := range nodes {
