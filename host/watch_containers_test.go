@@ -169,7 +169,7 @@ func TestDriftContainerEventsFollowEngineRestart(t *testing.T) {
 	if err := eng.Remove(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	r.seenWithin(time.Now(), "meshd's container removed by hand after the engine restarted", func(Report) bool {
+	r.convergedWithin(time.Now(), "meshd's container removed by hand after the engine restarted", func(Report) bool {
 		n, ok, err := eng.Inspect(ctx, name)
 		return err == nil && ok && n.ID != o.ID && n.Running
 	})
