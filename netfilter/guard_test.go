@@ -134,11 +134,15 @@ func TestDerivedFilter(t *testing.T) {
 	l.wantReach(l.cli, l.hostAddr+":7002", true)
 }
 
-// reachFrom is reach with the connection's source address chosen (one of ns's addresses).
+// reachFrom is reach with the connection's source address chosen (one of ns's addresses; ""
+// leaves it to the kernel).
 func reachFrom(ns, local, addr string, timeout time.Duration) bool {
 	var c net.Conn
 	err := testenv.InNetns(ns, func() error {
-		d := net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+		d := net.Dialer{Timeout: timeout}
+		if local != "" {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(local)}
+		}
 		var err error
 		c, err = d.Dial("tcp", addr)
 		return err

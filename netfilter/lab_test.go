@@ -141,23 +141,7 @@ func (l *lab) serve(ns, addr string) {
 }
 
 // reach is a real TCP connect from ns to addr that reads the server's "ok".
-func reach(ns, addr string, timeout time.Duration) bool {
-	var c net.Conn
-	err := testenv.InNetns(ns, func() error {
-		d := net.Dialer{Timeout: timeout}
-		var err error
-		c, err = d.Dial("tcp", addr)
-		return err
-	})
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(timeout))
-	b := make([]byte, 2)
-	_, err = io.ReadFull(c, b)
-	return err == nil && string(b) == "ok"
-}
+func reach(ns, addr string, timeout time.Duration) bool { return reachFrom(ns, "", addr, timeout) }
 
 func (l *lab) wantReach(ns, addr string, want bool) {
 	l.t.Helper()

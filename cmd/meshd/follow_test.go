@@ -2,11 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,16 +24,6 @@ func TestProcessTakeProgressOnATerminal(t *testing.T) {
 	if err != nil {
 		testenv.Prereq(t, "script (util-linux) to run meshd on a terminal: %v", err)
 	}
-	dir, err := os.MkdirTemp("", "mt") // a short path: a unix socket's is at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "s")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	node := &fsm.Node{Name: "hub", Mode: fsm.Adopted, Assigned: []string{"web"}, Taken: []string{"web"}}
 	var reads atomic.Int32
 	answer := func(w http.ResponseWriter, v any) {
@@ -53,9 +40,7 @@ func TestProcessTakeProgressOnATerminal(t *testing.T) {
 		}
 		answer(w, agent.NodeView{Node: node, Report: &rep})
 	})
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	sock := fakeAgentServing(t, mux)
 
 	cmd := exec.Command(scriptBin, "-q", "-e", "-c", meshdBin+" --socket "+sock+" module take hub web", "/dev/null")
 	out, err := cmd.CombinedOutput()

@@ -54,6 +54,19 @@ func fakeAgent(t *testing.T, v agent.TunnelView) string {
 // fakeAgentAnswering answers each "METHOD PATH" of answers with its value as JSON.
 func fakeAgentAnswering(t *testing.T, answers map[string]any) string {
 	t.Helper()
+	mux := http.NewServeMux()
+	for route, v := range answers {
+		mux.HandleFunc(route, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(v)
+		})
+	}
+	return fakeAgentServing(t, mux)
+}
+
+// fakeAgentServing serves h on a fresh operator socket for the test's length and returns its path.
+func fakeAgentServing(t *testing.T, h http.Handler) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "mt") // a short path: a unix socket's is at most 107 bytes
 	if err != nil {
 		t.Fatal(err)
@@ -64,14 +77,7 @@ func fakeAgentAnswering(t *testing.T, answers map[string]any) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	for route, v := range answers {
-		mux.HandleFunc(route, func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(v)
-		})
-	}
-	srv := &http.Server{Handler: mux}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return sock
