@@ -131,7 +131,8 @@ func (mg *Migration) Done() bool { return mg != nil && mg.done.Load() }
 // container compared and kept or replaced), then the foundation genesis assigned it.
 var HubModules = []string{SvcModule, "store", "broker", "registry", "mesh"}
 
-// Run walks the steps until they are done, one fails for good, or stop closes.
+// Run walks the steps until they are done, one fails for good, or stop closes. Its length is the
+// list of steps, in the migration's order: kept in one place so the order reads at once.
 func (mg *Migration) Run(ctx context.Context, stop <-chan struct{}) {
 	if mg.attempts == 0 {
 		mg.attempts = 12

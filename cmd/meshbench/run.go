@@ -275,7 +275,8 @@ func sizes(s string) []string {
 	return out
 }
 
-// figures turns the benchmarks into the table's lines, with the goals issue 18 set.
+// figures turns the benchmarks into the table's lines, with the goals issue 18 set; one line per
+// figure in the table's order, so it stays one list.
 func figures(b map[string]Bench, ns []string) []Figure {
 	ms := func(name string) (float64, bool) {
 		x, ok := b[name]
