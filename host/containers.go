@@ -244,7 +244,10 @@ type ctrPass struct {
 	rep     *ContainerReport
 }
 
-// Reconcile converges the declared containers (see the package's container rules above).
+// Reconcile converges the declared containers (see the package's container rules above). It is
+// the pass's one ordered sequence — records, one look at the engine, each declared container
+// decided (decideContainer) and acted on, then what no module declares any more — each step a
+// call; kept in one place so the order reads at once.
 func (d *ContainerDriver) Reconcile(ctx context.Context, pass Pass) Outcome {
 	rep := &ContainerReport{Engine: d.eng.Host(), Containers: []ContainerView{}, Published: []PublishedPort{}}
 	records := map[string]*containerRecord{}

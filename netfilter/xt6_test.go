@@ -88,17 +88,7 @@ func (l *lab) wantBoth(port string, want bool) {
 // each step starts from the rules the one before left, as the passes of one agent would.
 func TestIptablesOpeningsIPv6(t *testing.T) {
 	l := newXtLab(t)
-	l.addIPv6()
-	l.sh(strings.Join([]string{
-		"ip6tables -P INPUT DROP",
-		"ip6tables -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-		"ip6tables -A INPUT -i lo -j ACCEPT",
-		"ip6tables -A INPUT -p ipv6-icmp -j ACCEPT",
-		"ip6tables -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
-		"ip6tables -N DOCKER-USER",
-		"ip6tables -A DOCKER-USER -i " + l.upIf + " -o " + l.brIf + " -j DROP",
-	}, " && "))
-	l.dockerV6()
+	l.foundIP6tables()
 	ctx := context.Background()
 	f, err := Detect(ctx, l.env)
 	if err != nil {
@@ -202,17 +192,7 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 func TestIptablesRetireRestoreIPv6(t *testing.T) {
 	l := newXtLab(t)
 	l.env.StateDir = t.TempDir()
-	l.addIPv6()
-	l.sh(strings.Join([]string{
-		"ip6tables -P INPUT DROP",
-		"ip6tables -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-		"ip6tables -A INPUT -i lo -j ACCEPT",
-		"ip6tables -A INPUT -p ipv6-icmp -j ACCEPT",
-		"ip6tables -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
-		"ip6tables -N DOCKER-USER",
-		"ip6tables -A DOCKER-USER -i " + l.upIf + " -o " + l.brIf + " -j DROP",
-	}, " && "))
-	l.dockerV6()
+	l.foundIP6tables()
 	ctx := context.Background()
 	f, err := Detect(ctx, l.env)
 	if err != nil {
@@ -332,4 +312,21 @@ func TestIptablesOpeningsIPv6Unfiltered(t *testing.T) {
 	}
 	l.wantBoth("6379", false)
 	l.wantReach(l.peer, l.peerHost+":6379", true)
+}
+
+// foundIP6tables gives the lab IPv6 and a found plain-iptables firewall in ip6tables: a closed
+// INPUT allowing ssh (4 incoming rules), a DOCKER-USER that drops the uplink to the bridge (1
+// forwarded rule), and Docker publishing over IPv6.
+func (l *lab) foundIP6tables() {
+	l.addIPv6()
+	l.sh(strings.Join([]string{
+		"ip6tables -P INPUT DROP",
+		"ip6tables -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"ip6tables -A INPUT -i lo -j ACCEPT",
+		"ip6tables -A INPUT -p ipv6-icmp -j ACCEPT",
+		"ip6tables -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+		"ip6tables -N DOCKER-USER",
+		"ip6tables -A DOCKER-USER -i " + l.upIf + " -o " + l.brIf + " -j DROP",
+	}, " && "))
+	l.dockerV6()
 }
