@@ -138,9 +138,10 @@ func TestEnrolAndGossip(t *testing.T) {
 			t.Fatalf("join: %v\n%s", err, out)
 		}
 		installAgent(ctx, t, newnode, bin)
-		// newnode's agent now holds its mesh ports, which the join's preflight would name first:
-		// other ports let the used token reach the record's refusal.
-		refused(t, "used", adopted, "newnode2", "already used by node newnode", "--port", "bus=17070", "--port", "gossip=17946")
+		// newnode's agent now holds its mesh ports (the tunnel's once its interface is up, which
+		// may be before or after this line), which the join's preflight would name first: other
+		// ports let the used token reach the record's refusal.
+		refused(t, "used", adopted, "newnode2", "already used by node newnode", "--port", "bus=17070", "--port", "gossip=17946", "--port", "tunnel=17820")
 		// peer1 runs the predecessor's tunnel on the mesh's default tunnel port: the preflight
 		// names it, and the port is an input, as at genesis.
 		peerTok := token(t, "--adopted")
