@@ -5,6 +5,7 @@ package agent
 // the original of a found container or a found file's record (mode, owner, latest bytes).
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -42,13 +43,38 @@ func (s *serverRole) takePreview(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	pv, err := host.PreviewTake(s.report(node), d, module)
-	if err != nil {
-		writeErr(w, notFound(err.Error()))
+	// Right after `module assign` the node's latest report may be of a pass that did not know
+	// of it yet: wait a little for the pass the assignment wakes rather than preview from it.
+	deadline := time.Now().Add(reportBehindWait)
+	for {
+		pv, err := host.PreviewTake(s.report(node), d, module)
+		var behind *host.ReportBehindError
+		switch {
+		case errors.As(err, &behind) && time.Now().Before(deadline):
+			select {
+			case <-req.Context().Done():
+				return
+			case <-time.After(reportBehindPoll):
+			}
+			continue
+		case behind != nil:
+			writeJSON(w, http.StatusConflict, apiError{Error: err.Error()})
+		case err != nil:
+			writeErr(w, notFound(err.Error()))
+		default:
+			writeJSON(w, http.StatusOK, pv)
+		}
 		return
 	}
-	writeJSON(w, http.StatusOK, pv)
 }
+
+// reportBehindWait is how long a take preview waits for a report made after the module's
+// assignment (a pass is woken by the declaration at once; the node may be a client whose report
+// comes over gossip), polled every reportBehindPoll.
+const (
+	reportBehindWait = 5 * time.Second
+	reportBehindPoll = 50 * time.Millisecond
+)
 
 // getFoundRecord serves, for the node's own originals route, what the host kept of a found
 // container (?container=NAME) or a found file's record (?path=P&show=record), or the latest

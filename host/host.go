@@ -77,6 +77,10 @@ type Report struct {
 	// Taken are the modules the pass's declaration had taken (on a converged node every assigned
 	// one): what tells a reader following a take that this report is of a pass that knew it.
 	Taken []string `json:"taken"`
+	// Assigned are the modules the pass's declaration had assigned: a take preview reads a
+	// report only once it knows of the module's assignment. Nil in a report from an agent that
+	// did not say (an older meshd).
+	Assigned []string `json:"assigned"`
 	// Held are found files kept as they are until their module is taken, including those whose
 	// module has been unassigned since (they stay, never removed).
 	Held []HeldFile `json:"held"`
@@ -310,7 +314,7 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 		rep.Errors = append(rep.Errors, ResourceError{Resource: "declaration", Reason: "no declaration to reconcile"})
 		return rep
 	}
-	rep.Node, rep.Mode, rep.Taken = d.Node, d.Mode, append([]string{}, d.Taken...)
+	rep.Node, rep.Mode, rep.Taken, rep.Assigned = d.Node, d.Mode, append([]string{}, d.Taken...), append([]string{}, d.Assigned...)
 	byKind := map[string][]fsm.Resource{}
 	for _, r := range d.Resources {
 		byKind[r.Kind] = append(byKind[r.Kind], r)

@@ -60,12 +60,28 @@ type PreviewFile struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
+// ReportBehindError is a take preview asked of a report made before the module was assigned
+// to the node: what the node holds for it is not in that report (its files would read as
+// created, its found containers as absent).
+type ReportBehindError struct {
+	Node, Module string
+	At           time.Time // when the report was made
+}
+
+func (e *ReportBehindError) Error() string {
+	return fmt.Sprintf("node %s's latest report (of %s) is of a pass made before %s was assigned to it: what the take would replace is not known yet; preview again once the node has made a pass (`meshd node show %s` says when its report was made; is its agent running?)",
+		e.Node, e.At.Format(time.RFC3339), e.Module, e.Node)
+}
+
 // PreviewTake works out what taking module does, from rep (the node's latest report; nil when
 // there is none yet) and d, the declaration with the module taken.
 func PreviewTake(rep *Report, d *fsm.Declaration, module string) (TakePreview, error) {
 	pv := TakePreview{Node: d.Node, Module: module, Containers: []PreviewContainer{}, Files: []PreviewFile{}, Created: []string{}, Guarded: []string{}}
 	if rep == nil {
 		return pv, fmt.Errorf("node %s has sent no host report yet: what it holds is not known; try again once its agent has made a pass", d.Node)
+	}
+	if rep.Assigned != nil && !slices.Contains(rep.Assigned, module) {
+		return pv, &ReportBehindError{Node: d.Node, Module: module, At: rep.When}
 	}
 	pv.ReportAt = rep.When
 	held := map[string]HeldFile{}

@@ -45,7 +45,13 @@ func unitCtx(t *testing.T) context.Context {
 }
 
 func unitDecl(mode fsm.Mode, rs ...fsm.Resource) *fsm.Declaration {
-	return &fsm.Declaration{Node: "n1", Mode: mode, Settings: map[string]string{}, Resources: rs}
+	d := &fsm.Declaration{Node: "n1", Mode: mode, Settings: map[string]string{}, Resources: rs}
+	for _, r := range rs {
+		if !slices.Contains(d.Assigned, r.Module) {
+			d.Assigned = append(d.Assigned, r.Module)
+		}
+	}
+	return d
 }
 
 // unitCtr declares container name of module: image, one env value, one published port.

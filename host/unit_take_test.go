@@ -379,6 +379,20 @@ func TestUnitTakePreview(t *testing.T) {
 	if _, err := PreviewTake(nil, takeDecl(true), "webapp"); err == nil || !strings.Contains(err.Error(), "no host report") {
 		t.Fatalf("a preview without a report: %v", err)
 	}
+	// A report of a pass made before webapp was assigned (right after `module assign`) holds
+	// nothing of webapp's: the preview refuses it, naming the node, the module and the report's
+	// time, rather than call webapp's found file and container "created".
+	before := h.Reconcile(unitCtx(t), unitDecl(fsm.Adopted))
+	var behind *ReportBehindError
+	if _, err := PreviewTake(&before, takeDecl(true), "webapp"); !errors.As(err, &behind) ||
+		!strings.Contains(err.Error(), "node n1's latest report (of "+before.When.Format(time.RFC3339)) || !strings.Contains(err.Error(), "before webapp was assigned") {
+		t.Fatalf("a preview from a report made before the assignment: %v", err)
+	}
+	// An older agent's report says nothing of what was assigned: read as it is.
+	before.Assigned = nil
+	if _, err := PreviewTake(&before, takeDecl(true), "webapp"); err != nil {
+		t.Fatalf("a preview from a report without assignments: %v", err)
+	}
 }
 
 func ctTakenUnit(r fsm.Resource) fsm.Resource { r.Taken = true; return r }
