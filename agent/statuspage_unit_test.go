@@ -30,3 +30,22 @@ func TestPageRetiredFirewall(t *testing.T) {
 		t.Errorf("the node's card:\n%s", c)
 	}
 }
+
+// A retired firewall enabled again by hand is flagged on the node's row and its card.
+func TestPageRetiredFirewallActiveAgain(t *testing.T) {
+	n := PageNode{Name: "hub", Mode: fsm.Converged, Report: &host.Report{}, ReportFrom: "hub", Firewall: host.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true,
+		Description: "ufw, retired (disabled, its files on disk); ACTIVE AGAIN: enabled by something else", Detected: "ufw over iptables-nft, active, 3 incoming and 0 forwarded rules"}}
+	var row, card bytes.Buffer
+	if err := pageTmpl.ExecuteTemplate(&row, "noderow", n); err != nil {
+		t.Fatal(err)
+	}
+	if err := pageTmpl.ExecuteTemplate(&card, "nodecard", n); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(row.String(), `<td>ufw, retired <b class="warn">active again</b></td>`) {
+		t.Errorf("the node's row:\n%s", row.String())
+	}
+	if !strings.Contains(card.String(), `<p class="small warn">found firewall ufw, retired (disabled, its files on disk); ACTIVE AGAIN`) {
+		t.Errorf("the node's card:\n%s", card.String())
+	}
+}

@@ -434,6 +434,43 @@ func testConvergeFlip(t *testing.T, fw lab.FirewallKind) {
 		}
 	})
 
+	t.Run("the found firewall enabled again by hand is reported active again, retired again it is not", func(t *testing.T) {
+		enable, retire := []string{"ufw", "--force", "enable"}, []string{"ufw", "disable"}
+		if fw == lab.FirewallNftables {
+			// The predecessor's file begins with `flush ruleset`: meshd's filter is put back by
+			// the openings watch, the found table stays beside it.
+			enable, retire = []string{"nft", "-f", "/etc/nftables.conf"}, []string{"nft", "delete", "table", "inet", "filter"}
+		}
+		reported := func(again bool) error {
+			rep, err := reportedFirewall(ctx, hub)
+			switch {
+			case err != nil:
+				return err
+			case !rep.Retired || rep.ActiveAgain != again || strings.Contains(rep.Description, "ACTIVE AGAIN") != again:
+				return fmt.Errorf("the hub reports the found firewall %q (retired %v, active again %v, detected %q), want active again %v",
+					rep.Description, rep.Retired, rep.ActiveAgain, rep.Detected, again)
+			}
+			return nil
+		}
+		if out, err := hub.Exec(ctx, enable[0], enable[1:]...); err != nil {
+			t.Fatalf("%v: %v\n%s", enable, err, out)
+		}
+		if err := testenv.Poll(t, 15*time.Second, func() error { return reported(true) }); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := hub.Exec(ctx, retire[0], retire[1:]...); err != nil {
+			t.Fatalf("%v: %v\n%s", retire, err, out)
+		}
+		if err := testenv.Poll(t, 15*time.Second, func() error {
+			if err := reported(false); err != nil {
+				return err
+			}
+			return consistent(ctx, hub, fw, "converged")
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	if out, err := meshd(ctx, hub, "adopt", "hub", "--wait", "3m"); err != nil {
 		t.Fatalf("adopt: %v\n%s", err, out)
 	}

@@ -296,12 +296,17 @@ type FirewallView struct {
 	// behind and the container engine's rules), for the operator to compare.
 	Retired  bool   `json:"retired,omitempty"`
 	Detected string `json:"detected,omitempty"`
+	// ActiveAgain is true when a retired firewall is read active again as the kind it was
+	// found as (`ufw enable`, its nftables or iptables rules loaded by hand): it filters beside
+	// meshd's filter, and what it drops stays dropped whatever meshd's filter accepts.
+	ActiveAgain bool `json:"active_again,omitempty"`
 }
 
 // retiredFirewall is the found firewall as the host's record of its retirement describes it:
 // by the kind it was found as, retired, its configuration on disk; now is what a detection reads
-// on the machine since (a disabled ufw leaves iptables rules; Docker's stay).
-func retiredFirewall(rec *retiredRecord, now string) FirewallView {
+// on the machine since (a disabled ufw leaves iptables rules; Docker's stay); again says that
+// detection reads it active again, as the kind it was found as.
+func retiredFirewall(rec *retiredRecord, now string, again bool) FirewallView {
 	name := string(rec.Kind)
 	if rec.Kind == netfilter.KindIptables && rec.State.Backend != "" {
 		name += " over iptables-" + rec.State.Backend
@@ -313,7 +318,11 @@ func retiredFirewall(rec *retiredRecord, now string) FirewallView {
 	case netfilter.KindIptables:
 		how = "its rules saved and removed, its files on disk"
 	}
-	return FirewallView{Kind: string(rec.Kind), Description: name + ", retired (" + how + ")", Config: rec.State.Config, Tables: rec.State.Tables, Retired: true, Detected: now}
+	desc := name + ", retired (" + how + ")"
+	if again {
+		desc += "; ACTIVE AGAIN: enabled by something else since meshd retired it, it filters beside meshd's filter (retire it again by hand, or return the node with meshd adopt)"
+	}
+	return FirewallView{Kind: string(rec.Kind), Description: desc, Config: rec.State.Config, Tables: rec.State.Tables, Retired: true, Detected: now, ActiveAgain: again}
 }
 
 // OpeningView is one declared opening and what became of it.
@@ -1000,7 +1009,8 @@ func (d *OpeningDriver) detailLocked() OpeningDetail {
 		if out.Firewall.Refused != "" {
 			now += ": " + out.Firewall.Refused
 		}
-		out.Firewall = retiredFirewall(d.retired, now)
+		again := d.foundErr == nil && d.found.Active && d.found.Kind == d.retired.Kind
+		out.Firewall = retiredFirewall(d.retired, now, again)
 	}
 	for _, e := range w.entries {
 		v := OpeningView{Resource: e.res.ID(), Module: e.res.Module, Taken: e.res.Taken}

@@ -281,8 +281,27 @@ func TestUnitFlipReportsFoundFirewallRetired(t *testing.T) {
 				}
 			}
 			b, err := json.Marshal(unitOpeningDetail(t, rep).Firewall)
-			if err != nil || !strings.Contains(string(b), `"kind":"`+c.name+`"`) || !strings.Contains(string(b), `"retired":true`) {
+			if err != nil || !strings.Contains(string(b), `"kind":"`+c.name+`"`) || !strings.Contains(string(b), `"retired":true`) ||
+				strings.Contains(string(b), "active_again") {
 				t.Fatalf("the firewall in JSON: %s (%v)", b, err)
+			}
+			// Enabled again by hand (ufw enable, its rules loaded again): still retired by the
+			// record, and said to be active again, loudly, as the kind it was found as.
+			pf.mu.Lock()
+			retired := pf.found
+			pf.found = c.found
+			pf.mu.Unlock()
+			rep = h.Reconcile(ctx, flipDecl(fsm.Converged, false))
+			if fw := unitOpeningDetail(t, rep).Firewall; !fw.Retired || !fw.ActiveAgain || !strings.HasPrefix(fw.Description, c.desc+"; ACTIVE AGAIN: enabled by something else") ||
+				fw.Detected != c.found.String() {
+				t.Fatalf("enabled again by hand: firewall %+v", fw)
+			}
+			pf.mu.Lock()
+			pf.found = retired
+			pf.mu.Unlock()
+			rep = h.Reconcile(ctx, flipDecl(fsm.Converged, false))
+			if fw := unitOpeningDetail(t, rep).Firewall; !fw.Retired || fw.ActiveAgain || fw.Description != c.desc {
+				t.Fatalf("retired again by hand: firewall %+v", fw)
 			}
 
 			rep = h.Reconcile(ctx, flipDecl(fsm.Adopted, true))
