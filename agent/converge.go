@@ -121,7 +121,7 @@ func checkPlan(node, plan string, now host.ConvergePreview, was func(string) (ho
 	switch {
 	case plan == "" && now.WillClose > 0:
 		return &StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
-			"%d listening socket(s) and published port(s) will close; read `meshd converge %s --preview` and give its plan token with --plan %s to close them", now.WillClose, node, now.Token)}
+			"%d listening socket(s) and published port(s) will close; read `meshd converge %s --preview` and give the plan token it ends with (--plan TOKEN) to close them", now.WillClose, node)}
 	case plan == "" || plan == now.Token:
 		return nil
 	}

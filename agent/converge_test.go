@@ -35,7 +35,7 @@ func TestUnitCheckPlan(t *testing.T) {
 	if ref := checkPlan("hub", "cccc", now, known); ref == nil || !strings.Contains(ref.Error(), "did not make that preview") {
 		t.Fatalf("an unknown token: %v", ref)
 	}
-	if ref := checkPlan("hub", "", now, known); ref == nil || !strings.Contains(ref.Error(), "--plan bbbb") {
+	if ref := checkPlan("hub", "", now, known); ref == nil || !strings.Contains(ref.Error(), "read `meshd converge hub --preview`") || strings.Contains(ref.Error(), "bbbb") {
 		t.Fatalf("no token while something will close: %v", ref)
 	}
 	now.WillClose = 0
