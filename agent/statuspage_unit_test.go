@@ -14,17 +14,11 @@ import (
 func TestPageRetiredFirewall(t *testing.T) {
 	n := PageNode{Name: "hub", Mode: fsm.Converged, Report: &host.Report{}, ReportFrom: "hub", Firewall: host.FirewallView{Kind: "ufw", Retired: true,
 		Description: "ufw, retired (disabled, its files on disk)", Detected: "iptables over iptables-nft, active, 6 incoming and 8 forwarded rules"}}
-	var row, card bytes.Buffer
-	if err := pageTmpl.ExecuteTemplate(&row, "noderow", n); err != nil {
-		t.Fatal(err)
+	row, card := renderNode(t, n)
+	if !strings.Contains(row, "<td>ufw, retired</td>") {
+		t.Errorf("the node's row:\n%s", row)
 	}
-	if err := pageTmpl.ExecuteTemplate(&card, "nodecard", n); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(row.String(), "<td>ufw, retired</td>") {
-		t.Errorf("the node's row:\n%s", row.String())
-	}
-	c := card.String()
+	c := card
 	if !strings.Contains(c, "Openings through meshd's filter") || !strings.Contains(c, "found firewall ufw, retired (disabled, its files on disk); read on the machine now: iptables over") ||
 		strings.Contains(c, "Openings through ufw") {
 		t.Errorf("the node's card:\n%s", c)
@@ -35,17 +29,24 @@ func TestPageRetiredFirewall(t *testing.T) {
 func TestPageRetiredFirewallActiveAgain(t *testing.T) {
 	n := PageNode{Name: "hub", Mode: fsm.Converged, Report: &host.Report{}, ReportFrom: "hub", Firewall: host.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true,
 		Description: "ufw, retired (disabled, its files on disk); ACTIVE AGAIN: enabled by something else", Detected: "ufw over iptables-nft, active, 3 incoming and 0 forwarded rules"}}
-	var row, card bytes.Buffer
-	if err := pageTmpl.ExecuteTemplate(&row, "noderow", n); err != nil {
+	row, card := renderNode(t, n)
+	if !strings.Contains(row, `<td>ufw, retired <b class="warn">active again</b></td>`) {
+		t.Errorf("the node's row:\n%s", row)
+	}
+	if !strings.Contains(card, `<p class="small warn">found firewall ufw, retired (disabled, its files on disk); ACTIVE AGAIN`) {
+		t.Errorf("the node's card:\n%s", card)
+	}
+}
+
+// renderNode is the node's row of the overview and its card, as the page renders them.
+func renderNode(t *testing.T, n PageNode) (row, card string) {
+	t.Helper()
+	var r, c bytes.Buffer
+	if err := pageTmpl.ExecuteTemplate(&r, "noderow", n); err != nil {
 		t.Fatal(err)
 	}
-	if err := pageTmpl.ExecuteTemplate(&card, "nodecard", n); err != nil {
+	if err := pageTmpl.ExecuteTemplate(&c, "nodecard", n); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(row.String(), `<td>ufw, retired <b class="warn">active again</b></td>`) {
-		t.Errorf("the node's row:\n%s", row.String())
-	}
-	if !strings.Contains(card.String(), `<p class="small warn">found firewall ufw, retired (disabled, its files on disk); ACTIVE AGAIN`) {
-		t.Errorf("the node's card:\n%s", card.String())
-	}
+	return r.String(), c.String()
 }
