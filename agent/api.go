@@ -81,6 +81,10 @@ type NodeSummary struct {
 	// Tunnel is the node's tunnel state from its last report (host.TunnelMeshUp, TunnelFoundUp,
 	// TunnelDark), "" when it raises none.
 	Tunnel string `json:"tunnel,omitempty"`
+	// FirewallActiveAgain is the kind of the found firewall meshd retired at the flip when the
+	// node's last report reads it active again (enabled by hand: it filters beside meshd's
+	// filter), "" otherwise.
+	FirewallActiveAgain string `json:"firewall_active_again,omitempty"`
 }
 
 // NodeView is `meshd node show`: the record's node and, when known, its host report.
@@ -196,6 +200,7 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 		rep, from := s.reportFrom(n.Name)
 		n.HeldFiles, n.HeldContainers = heldCounts(rep)
 		n.Tunnel = tunnelState(rep)
+		n.FirewallActiveAgain = activeAgain(rep)
 		if rep != nil {
 			n.ReportFrom = from
 		}

@@ -450,14 +450,20 @@ func testConvergeFlip(t *testing.T, fw lab.FirewallKind) {
 				return fmt.Errorf("the hub reports the found firewall %q (retired %v, active again %v, detected %q), want active again %v",
 					rep.Description, rep.Retired, rep.ActiveAgain, rep.Detected, again)
 			}
+			status, err := meshd(ctx, hub, "status")
+			if err != nil || strings.Contains(status, "node hub: FOUND FIREWALL ACTIVE AGAIN: "+string(fw)+", retired at the flip") != again {
+				return fmt.Errorf("meshd status (%v) with the found firewall active again %v:\n%s", err, again, status)
+			}
 			return nil
 		}
 		if out, err := hub.Exec(ctx, enable[0], enable[1:]...); err != nil {
 			t.Fatalf("%v: %v\n%s", enable, err, out)
 		}
+		enabled := time.Now()
 		if err := testenv.Poll(t, 15*time.Second, func() error { return reported(true) }); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("%v: reported active again %v after it returned (these agents also pass every 1 s on the timer)", enable, time.Since(enabled).Round(time.Millisecond))
 		if out, err := hub.Exec(ctx, retire[0], retire[1:]...); err != nil {
 			t.Fatalf("%v: %v\n%s", retire, err, out)
 		}

@@ -209,6 +209,10 @@ type OpeningDriver struct {
 	watchCancel context.CancelFunc
 	watchDone   chan struct{}
 	closed      bool
+	// wake asks the host for a pass of the openings (set while the host watches for drift,
+	// watchDrift): the watch calls it when an event changed what a detection reads, so the
+	// report says so at once rather than at the next timer's pass.
+	wake func(names ...string)
 
 	// The flip (flip.go): the pending flip of the last declaration, the host's record of the
 	// found firewall it retired, and the process's crash point.
@@ -515,6 +519,38 @@ func (d *OpeningDriver) recheckNow(ctx context.Context, tick netfilter.Tick) {
 	if n := d.apply(ctx, true, tick); n > 0 {
 		d.log.Info("packet filter changed under meshd: desired openings re-applied", "changes", n)
 	}
+	// What moved may be the found firewall itself (ufw enabled or disabled, a ruleset loaded):
+	// detected again after the openings are back in force, not before, so a restoration waits
+	// for no detection; a pass follows only when the detection reads something else.
+	if tick.Timer || d.wake == nil {
+		return
+	}
+	if s := d.pf.Stamp(ctx); s != "" && s != d.stamp {
+		before := d.foundSig()
+		d.detect(ctx, d.want.priv)
+		if d.foundSig() != before {
+			d.wake()
+		}
+	}
+}
+
+// foundSig is what a detection read, as the report says it.
+func (d *OpeningDriver) foundSig() string {
+	if d.foundErr != nil {
+		return "error: " + d.foundErr.Error()
+	}
+	return d.found.String()
+}
+
+// watchDrift lets the watch wake a pass (driftSource) until ctx ends.
+func (d *OpeningDriver) watchDrift(ctx context.Context, touched func(names ...string)) {
+	d.mu.Lock()
+	d.wake = touched
+	d.mu.Unlock()
+	<-ctx.Done()
+	d.mu.Lock()
+	d.wake = nil
+	d.mu.Unlock()
 }
 
 // compose turns the declaration into what the packet filter must carry.

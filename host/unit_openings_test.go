@@ -393,3 +393,50 @@ func TestUnitFilterAdmitsOnlyServersToRaft(t *testing.T) {
 		t.Errorf("with no server the raft opening from anywhere is still in the filter:\n%s", text)
 	}
 }
+
+// An event that changed the found firewall itself (ufw enabled or disabled by hand, a ruleset
+// loaded) wakes a pass, so the report says so at once: the watch detects again after putting
+// the openings back, when the stamp moved. An event that moved the stamp and left the found
+// firewall as it was (meshd's own commit) wakes nothing, nor does the timer (the pass's stamp
+// check covers it).
+func TestUnitOpeningsEventRedetectsTheFoundFirewall(t *testing.T) {
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	pf.stamp, pf.live = "gen 1", true
+	drv := newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf)
+	h, _ := unitHost(t, drv)
+	ctx := unitCtx(t)
+	decl := unitOpeningDecl(fsm.Adopted, unitOpening("webapp", 8080, "tcp", "anywhere", true))
+	unitNoErrors(t, h.Reconcile(ctx, decl))
+	woken := 0
+	drv.mu.Lock()
+	drv.wake = func(...string) { woken++ }
+	drv.mu.Unlock()
+	timer, event := netfilter.Tick{Timer: true}, netfilter.Tick{}
+	set := func(stamp string, active bool) {
+		pf.mu.Lock()
+		pf.stamp, pf.found.Active = stamp, active
+		pf.mu.Unlock()
+	}
+
+	set("gen 2", true) // meshd's own commit: the stamp moves, the firewall reads the same
+	drv.recheckNow(ctx, event)
+	if woken != 0 {
+		t.Fatalf("an event that left the found firewall as it was woke %d passes", woken)
+	}
+	set("gen 3", false) // ufw disabled by hand
+	drv.recheckNow(ctx, timer)
+	if woken != 0 {
+		t.Fatal("the timer woke a pass (the pass's own stamp check is what notices there)")
+	}
+	drv.recheckNow(ctx, event)
+	if woken != 1 {
+		t.Fatalf("an event that changed the found firewall woke %d passes, want 1", woken)
+	}
+	if fw := unitOpeningDetail(t, h.Reconcile(ctx, decl)).Firewall; !strings.Contains(fw.Description, "inactive") {
+		t.Fatalf("the pass it woke reports the found firewall %q, want inactive", fw.Description)
+	}
+	drv.recheckNow(ctx, event) // nothing moved since
+	if woken != 1 {
+		t.Fatalf("an event with the stamp unmoved woke a pass (%d)", woken)
+	}
+}

@@ -39,7 +39,7 @@ func convergeCmd(g *globals) *cobra.Command {
 	var plan string
 	var wf waitFlags
 	cmd := &cobra.Command{
-		Use:   "converge NODE --preview | converge NODE [--plan TOKEN]",
+		Use:   "converge NODE [--preview | --plan TOKEN]",
 		Short: "Converge a node (its migration's last step): preview what closes, then flip it in one act",
 		Long: `Converging a node is the last step of its migration, one act: every assigned module taken,
 meshd's derived filter loaded, the found firewall retired by disabling it (never flushing: its

@@ -113,13 +113,19 @@ resolve it with its settings.`,
 		},
 	})
 	cmd.AddCommand(takeCmd(g))
-	for _, act := range []struct{ name, short, done string }{
-		{"assign", "Assign a module to a node (on an adopted node: prepare; found things are held)", "assigned to"},
-		{"unassign", "Unassign a module from a node (held files stay where they are)", "unassigned from"},
+	for _, act := range []struct{ name, short, long, done string }{
+		{"assign", "Assign a module to a node (on an adopted node: prepare; found things are held)",
+			`Assign records the module on the node and returns once that is committed. The node acts on it
+at its next pass, at once (a second or two): on an adopted node what the module declares and the
+machine already has is held as found, what is missing is created. Until that pass's report
+arrives, node show still shows the report before the assignment; module take --preview waits for it.`,
+			"assigned to"},
+		{"unassign", "Unassign a module from a node (held files stay where they are)", "", "unassigned from"},
 	} {
 		cmd.AddCommand(&cobra.Command{
 			Use:   act.name + " NODE MODULE",
 			Short: act.short,
+			Long:  act.long,
 			Args:  exactArgs("NODE", "MODULE"),
 			RunE: func(_ *cobra.Command, args []string) error {
 				ctx, cancel := g.ctx()
@@ -168,7 +174,9 @@ once the take is recorded.
 
 --preview lists what the take will replace on the node, changing nothing: each held container (found
 id, image and what the declaration changes), each held file (recorded and current hash, changed by
-something else or not), what it creates and the openings that start to be guarded.`,
+something else or not), what it creates and the openings that start to be guarded. It reads the
+node's latest report; right after module assign it waits (up to 5 s) for the first report made
+after the assignment, and is refused when none comes (is the node's agent running?).`,
 		Args: exactArgs("NODE", "MODULE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()

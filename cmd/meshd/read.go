@@ -98,6 +98,9 @@ A node whose tunnel is found-down-mesh-not-up (its peers reach nothing) is named
 					if n.Tunnel == host.TunnelDark {
 						fmt.Fprintf(w, "\nnode %s: TUNNEL DOWN: the found interface is down and the mesh's is not up; its peers reach nothing (meshd tunnel show)\n", n.Name)
 					}
+					if n.FirewallActiveAgain != "" {
+						fmt.Fprintf(w, "\nnode %s: FOUND FIREWALL ACTIVE AGAIN: %s, retired at the flip, was enabled again by something else; it filters beside meshd's filter (meshd node show %s)\n", n.Name, n.FirewallActiveAgain, n.Name)
+					}
 				}
 				if adopted > 0 {
 					fmt.Fprintf(w, "\n%d node(s) ADOPTED: what was found on them is held until each module is taken.\n", adopted)
@@ -285,7 +288,10 @@ func printOpenings(w io.Writer, raw any) {
 		fw = od.Firewall.Description
 	}
 	fmt.Fprintf(w, "\nfound firewall\t%s\n", fw)
-	if od.Firewall.Retired && od.Firewall.Detected != "" {
+	switch {
+	case od.Firewall.Retired && od.Firewall.ActiveAgain:
+		fmt.Fprintf(w, "read on the machine now\t%s (the retired firewall in force again, beside meshd's filter)\n", od.Firewall.Detected)
+	case od.Firewall.Retired && od.Firewall.Detected != "":
 		fmt.Fprintf(w, "read on the machine now\t%s (what the retired firewall left and the container engine's rules; meshd's filter filters)\n", od.Firewall.Detected)
 	}
 	for _, t := range []*host.TableView{od.Guard, od.Filter} {

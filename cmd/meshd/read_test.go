@@ -44,6 +44,20 @@ func TestOpeningsFoundFirewallRetired(t *testing.T) {
 	}
 }
 
+// Enabled again by hand, the retired firewall's detection is said to be in force again, not what
+// it left behind.
+func TestOpeningsFoundFirewallActiveAgain(t *testing.T) {
+	var b bytes.Buffer
+	printOpenings(&b, host.OpeningDetail{Firewall: host.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true,
+		Description: "ufw, retired (disabled, its files on disk); ACTIVE AGAIN: enabled by something else",
+		Detected:    "ufw over iptables-nft, active, 3 incoming and 0 forwarded rules"}})
+	out := b.String()
+	if !strings.Contains(out, "; ACTIVE AGAIN: enabled by something else\n") || strings.Contains(out, "what the retired firewall left") ||
+		!strings.Contains(out, "read on the machine now\tufw over iptables-nft, active, 3 incoming and 0 forwarded rules (the retired firewall in force again, beside meshd's filter)") {
+		t.Errorf("node show with the retired firewall active again:\n%s", out)
+	}
+}
+
 // meshd's running containers read as meshd's own, never Docker's "created" (not started).
 func TestContainerStateWords(t *testing.T) {
 	var b bytes.Buffer
