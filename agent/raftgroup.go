@@ -281,11 +281,25 @@ func (s *serverRole) leadBack(ctx context.Context, control string, servers []gro
 	}
 }
 
-// leadWhy is why this server leads, as its last autopilot pass saw it.
+// leadWhy is why this server leads, as its last autopilot pass saw it; before its first pass
+// (right after an election or a start), what the record alone says.
 func (s *serverRole) leadWhy() string {
 	s.ap.mu.Lock()
-	defer s.ap.mu.Unlock()
-	return s.ap.why
+	why := s.ap.why
+	s.ap.mu.Unlock()
+	if why != "" {
+		return why
+	}
+	control := ""
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		if r.Genesis != nil {
+			control = r.Genesis.ControlNode
+		}
+	})
+	if control == s.node.Name {
+		return "the control-node leads"
+	}
+	return fmt.Sprintf("%s was elected; why it leads is said after its first autopilot pass", s.node.Name)
 }
 
 // leaderAnswers serves h on this server when it leads; otherwise it forwards the request to the

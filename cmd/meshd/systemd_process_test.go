@@ -74,8 +74,11 @@ func TestProcessSystemdNotifyAndSIGHUP(t *testing.T) {
 	if !strings.Contains(ready, "STATUS=serving as hub (server: the record replayed)") {
 		t.Errorf("READY datagram %q says no status", ready)
 	}
-	// Ready means served: the very next command is answered by the leader from the record.
-	n.ok("status")
+	// Ready means served: the very next command is answered by the leader from the record, and
+	// says why it leads (before the leader's first autopilot pass too).
+	if out := n.ok("status"); !strings.Contains(out, "why: the control-node leads") {
+		t.Errorf("the first status after READY does not say why the hub leads:\n%s", out)
+	}
 
 	if strings.Contains(n.agentLg.String(), "level=DEBUG") {
 		t.Fatal("debug lines before the log level was raised")
