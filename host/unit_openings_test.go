@@ -5,6 +5,7 @@ package host
 // root, in milliseconds. The same rules against the real kernel are openings_test.go.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -269,12 +270,7 @@ func TestUnitOpeningsDetectOnlyWhenTheStampMoves(t *testing.T) {
 // moving the generation and the commit's changes becoming visible sees the new stamp and the old
 // rules; the commit's events, which come after, make the next timer call read again.
 func TestUnitOpeningsAtRestReadOnlyTheStamp(t *testing.T) {
-	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
-	pf.stamp, pf.live = "gen 1", true
-	drv := newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf)
-	h, _ := unitHost(t, drv)
-	ctx := unitCtx(t)
-	decl := unitOpeningDecl(fsm.Adopted, unitOpening("webapp", 8080, "tcp", "anywhere", true))
+	pf, drv, h, ctx, decl := liveUFWBed(t)
 	reads := func() int { pf.mu.Lock(); defer pf.mu.Unlock(); return pf.reads }
 
 	unitNoErrors(t, h.Reconcile(ctx, decl)) // starts the watch
@@ -400,12 +396,7 @@ func TestUnitFilterAdmitsOnlyServersToRaft(t *testing.T) {
 // firewall as it was (meshd's own commit) wakes nothing, nor does the timer (the pass's stamp
 // check covers it).
 func TestUnitOpeningsEventRedetectsTheFoundFirewall(t *testing.T) {
-	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
-	pf.stamp, pf.live = "gen 1", true
-	drv := newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf)
-	h, _ := unitHost(t, drv)
-	ctx := unitCtx(t)
-	decl := unitOpeningDecl(fsm.Adopted, unitOpening("webapp", 8080, "tcp", "anywhere", true))
+	pf, drv, h, ctx, decl := liveUFWBed(t)
 	unitNoErrors(t, h.Reconcile(ctx, decl))
 	woken := 0
 	drv.mu.Lock()
@@ -439,4 +430,15 @@ func TestUnitOpeningsEventRedetectsTheFoundFirewall(t *testing.T) {
 	if woken != 1 {
 		t.Fatalf("an event with the stamp unmoved woke a pass (%d)", woken)
 	}
+}
+
+// liveUFWBed is an adopted node whose found ufw is active, its packet filter stamped and its
+// watch's monitor live, declaring one opening (webapp's 8080/tcp from anywhere, guarded).
+func liveUFWBed(t *testing.T) (*fakeFilter, *OpeningDriver, *Host, context.Context, *fsm.Declaration) {
+	t.Helper()
+	pf := newFakeFilter(netfilter.Found{Kind: netfilter.KindUFW, Active: true})
+	pf.stamp, pf.live = "gen 1", true
+	drv := newOpeningDriver(OpeningConfig{Logger: unitLog()}, pf)
+	h, _ := unitHost(t, drv)
+	return pf, drv, h, unitCtx(t), unitOpeningDecl(fsm.Adopted, unitOpening("webapp", 8080, "tcp", "anywhere", true))
 }
