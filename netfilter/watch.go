@@ -98,7 +98,10 @@ func WatchChanges(ctx context.Context, env Env, interval time.Duration, changes 
 				}
 			}
 		}()
-		return func() { mon.Close(); closeConn() }, done
+		// Stopped, it reads gone at once: the goroutine above ends only once the monitor's
+		// channel closes, after the watch may have returned (a caller then read a dead monitor
+		// as live, and a pass at rest could trust it).
+		return func() { mon.Close(); closeConn(); changes.Subscribed(false) }, done
 	}
 	stop, died := startMonitor()
 	defer func() { stop() }()
