@@ -371,6 +371,15 @@ func (a *Agent) membersByName() map[string]gossip.Member {
 	return out
 }
 
+// activeAgain is the kind of the retired found firewall rep reads active again, "" when none.
+func activeAgain(rep *host.Report) string {
+	var od host.OpeningDetail
+	if rep != nil && decodeInto(rep.Kinds[fsm.KindOpening], &od) && od.Firewall.ActiveAgain {
+		return od.Firewall.Kind
+	}
+	return ""
+}
+
 // heldCounts counts what a report holds: found files and found containers kept as they are.
 func heldCounts(rep *host.Report) (files, containers int) {
 	if rep == nil {

@@ -233,18 +233,6 @@ func tunnelState(rep *host.Report) string {
 	return ""
 }
 
-// activeAgain is the kind of the retired found firewall rep reads active again, "" when none.
-func activeAgain(rep *host.Report) string {
-	if rep == nil {
-		return ""
-	}
-	var od host.OpeningDetail
-	if raw, ok := rep.Kinds[fsm.KindOpening]; ok && decodeInto(raw, &od) && od.Firewall.ActiveAgain {
-		return od.Firewall.Kind
-	}
-	return ""
-}
-
 // decodeInto decodes a driver's part of a report (a typed value locally, generic JSON when it
 // came by gossip or the bus) into its type.
 func decodeInto(raw any, into any) bool {

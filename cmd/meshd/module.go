@@ -113,6 +113,16 @@ resolve it with its settings.`,
 		},
 	})
 	cmd.AddCommand(takeCmd(g))
+	for _, c := range assignCmds(g) {
+		cmd.AddCommand(c)
+	}
+	return cmd
+}
+
+// assignCmds are `meshd module assign` and `unassign`: one record change each, answered with the
+// node as the record then holds it.
+func assignCmds(g *globals) []*cobra.Command {
+	var out []*cobra.Command
 	for _, act := range []struct{ name, short, long, done string }{
 		{"assign", "Assign a module to a node (on an adopted node: prepare; found things are held)",
 			`Assign records the module on the node and returns once that is committed. The node acts on it
@@ -122,7 +132,7 @@ arrives, node show still shows the report before the assignment; module take --p
 			"assigned to"},
 		{"unassign", "Unassign a module from a node (held files stay where they are)", "", "unassigned from"},
 	} {
-		cmd.AddCommand(&cobra.Command{
+		out = append(out, &cobra.Command{
 			Use:   act.name + " NODE MODULE",
 			Short: act.short,
 			Long:  act.long,
@@ -141,7 +151,7 @@ arrives, node show still shows the report before the assignment; module take --p
 			},
 		})
 	}
-	return cmd
+	return out
 }
 
 func proto(p string) string {

@@ -19,8 +19,7 @@ import (
 	"meshd/host"
 )
 
-// statusCmd is `meshd status`: one cobra declaration whose text rendering (leader, voters, nodes,
-// tunnel) follows the answer's order; kept whole so the output reads as it prints.
+// statusCmd is `meshd status`; writeStatus renders it as text.
 func statusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
@@ -35,7 +34,9 @@ when gossip never saw it); HELD counts the files and containers its last report 
 
 Below the nodes, the private network's peers as 'meshd tunnel show' lists them: each peer carried
 or enrolled (as which node), when the hub last heard it and the bytes moved, from the hub's report.
-A node whose tunnel is found-down-mesh-not-up (its peers reach nothing) is named TUNNEL DOWN.`,
+A node whose tunnel is found-down-mesh-not-up (its peers reach nothing) is named TUNNEL DOWN; a
+converged node whose retired found firewall was enabled again by hand (it filters beside meshd's
+filter) is named FOUND FIREWALL ACTIVE AGAIN.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
@@ -44,69 +45,73 @@ A node whose tunnel is found-down-mesh-not-up (its peers reach nothing) is named
 			if err := g.client().Get(ctx, "/v1/status", &st); err != nil {
 				return err
 			}
-			return g.emit(st, func(w io.Writer) {
-				leader := st.Leader.Node
-				if leader == "" {
-					leader = "(none)"
-				}
-				fmt.Fprintf(w, "leader: %s %s\trecord index: %d\n", leader, st.Leader.Address, st.Index)
-				if st.Leader.Why != "" {
-					fmt.Fprintf(w, "why: %s\n", st.Leader.Why)
-				}
-				fmt.Fprintf(w, "voters: %s\tanswered by: %s\n", strings.Join(st.Voters, ", "), st.ServedBy)
-				if st.Stale != "" {
-					fmt.Fprintf(w, "stale: %s\n", st.Stale)
-				}
-				if st.Warning != "" {
-					fmt.Fprintf(w, "warning: %s\n", st.Warning)
-				}
-				fmt.Fprintln(w)
-				fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tLIVE\tHELD\tASSIGNED\tTAKEN")
-				adopted := 0
-				for _, n := range st.Nodes {
-					mode := string(n.Mode)
-					if n.Mode == fsm.Adopted {
-						mode = "ADOPTED"
-						adopted++
-					}
-					role := "client"
-					if n.Server {
-						role = "server"
-					}
-					if n.ControlNode {
-						role += ",control"
-					}
-					held := "-"
-					if n.ReportFrom != "" {
-						held = plural(n.HeldFiles, "file") + ", " + plural(n.HeldContainers, "container")
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.Name, mode, role, n.Address, n.Liveness, held, n.Assigned, n.Taken)
-				}
-				var rejected []string
-				for r, c := range st.Gossip.Rejected {
-					rejected = append(rejected, fmt.Sprintf("%s %d", r, c))
-				}
-				sort.Strings(rejected)
-				if len(rejected) > 0 {
-					fmt.Fprintf(w, "\nreports rejected by %s: %s\n", st.Gossip.Node, strings.Join(rejected, ", "))
-				}
-				if st.Tunnel != nil && len(st.Tunnel.Peers) > 0 {
-					fmt.Fprintf(w, "\ntunnel %s, hub %s: %s\n", st.Tunnel.Range, st.Tunnel.Hub, orDash(st.Tunnel.State))
-					printTunnelPeers(w, st.Tunnel.Peers, time.Now())
-				}
-				for _, n := range st.Nodes {
-					if n.Tunnel == host.TunnelDark {
-						fmt.Fprintf(w, "\nnode %s: TUNNEL DOWN: the found interface is down and the mesh's is not up; its peers reach nothing (meshd tunnel show)\n", n.Name)
-					}
-					if n.FirewallActiveAgain != "" {
-						fmt.Fprintf(w, "\nnode %s: FOUND FIREWALL ACTIVE AGAIN: %s, retired at the flip, was enabled again by something else; it filters beside meshd's filter (meshd node show %s)\n", n.Name, n.FirewallActiveAgain, n.Name)
-					}
-				}
-				if adopted > 0 {
-					fmt.Fprintf(w, "\n%d node(s) ADOPTED: what was found on them is held until each module is taken.\n", adopted)
-				}
-			})
+			return g.emit(st, func(w io.Writer) { writeStatus(w, st) })
 		},
+	}
+}
+
+// writeStatus is status's text: the leader and voters, the nodes, rejected reports, the tunnel's
+// peers, then what needs the operator (a tunnel down, a found firewall active again, adopted nodes).
+func writeStatus(w io.Writer, st agent.StatusView) {
+	leader := st.Leader.Node
+	if leader == "" {
+		leader = "(none)"
+	}
+	fmt.Fprintf(w, "leader: %s %s\trecord index: %d\n", leader, st.Leader.Address, st.Index)
+	if st.Leader.Why != "" {
+		fmt.Fprintf(w, "why: %s\n", st.Leader.Why)
+	}
+	fmt.Fprintf(w, "voters: %s\tanswered by: %s\n", strings.Join(st.Voters, ", "), st.ServedBy)
+	if st.Stale != "" {
+		fmt.Fprintf(w, "stale: %s\n", st.Stale)
+	}
+	if st.Warning != "" {
+		fmt.Fprintf(w, "warning: %s\n", st.Warning)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tLIVE\tHELD\tASSIGNED\tTAKEN")
+	adopted := 0
+	for _, n := range st.Nodes {
+		mode := string(n.Mode)
+		if n.Mode == fsm.Adopted {
+			mode = "ADOPTED"
+			adopted++
+		}
+		role := "client"
+		if n.Server {
+			role = "server"
+		}
+		if n.ControlNode {
+			role += ",control"
+		}
+		held := "-"
+		if n.ReportFrom != "" {
+			held = plural(n.HeldFiles, "file") + ", " + plural(n.HeldContainers, "container")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.Name, mode, role, n.Address, n.Liveness, held, n.Assigned, n.Taken)
+	}
+	var rejected []string
+	for r, c := range st.Gossip.Rejected {
+		rejected = append(rejected, fmt.Sprintf("%s %d", r, c))
+	}
+	sort.Strings(rejected)
+	if len(rejected) > 0 {
+		fmt.Fprintf(w, "\nreports rejected by %s: %s\n", st.Gossip.Node, strings.Join(rejected, ", "))
+	}
+	if st.Tunnel != nil && len(st.Tunnel.Peers) > 0 {
+		fmt.Fprintf(w, "\ntunnel %s, hub %s: %s\n", st.Tunnel.Range, st.Tunnel.Hub, orDash(st.Tunnel.State))
+		printTunnelPeers(w, st.Tunnel.Peers, time.Now())
+	}
+	for _, n := range st.Nodes {
+		if n.Tunnel == host.TunnelDark {
+			fmt.Fprintf(w, "\nnode %s: TUNNEL DOWN: the found interface is down and the mesh's is not up; its peers reach nothing (meshd tunnel show)\n", n.Name)
+		}
+		if n.FirewallActiveAgain != "" {
+			fmt.Fprintf(w, "\nnode %s: FOUND FIREWALL ACTIVE AGAIN: %s, retired at the flip, was enabled again by something else; it filters beside meshd's filter (meshd node show %s)\n", n.Name, n.FirewallActiveAgain, n.Name)
+		}
+	}
+	if adopted > 0 {
+		fmt.Fprintf(w, "\n%d node(s) ADOPTED: what was found on them is held until each module is taken.\n", adopted)
 	}
 }
 

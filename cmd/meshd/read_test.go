@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"meshd/agent"
+	"meshd/fsm"
 	"meshd/host"
 )
 
@@ -32,29 +34,38 @@ func TestOpeningsWithoutAFirewall(t *testing.T) {
 }
 
 // node show on a converged node names the found firewall retired, by the kind it was found as,
-// not what a detection reads there now (what a disabled ufw leaves reads as iptables).
+// not what a detection reads there now (what a disabled ufw leaves reads as iptables); enabled
+// again by hand, the detection is said to be in force again, not what it left behind.
 func TestOpeningsFoundFirewallRetired(t *testing.T) {
-	var b bytes.Buffer
-	printOpenings(&b, host.OpeningDetail{Firewall: host.FirewallView{Kind: "ufw", Description: "ufw, retired (disabled, its files on disk)", Retired: true,
-		Detected: "iptables over iptables-nft, active, 6 incoming and 8 forwarded rules"}})
-	out := b.String()
-	if !strings.Contains(out, "found firewall\tufw, retired (disabled, its files on disk)\n") || strings.Contains(out, "its counts") ||
-		!strings.Contains(out, "read on the machine now\tiptables over iptables-nft, active") {
-		t.Errorf("node show on a converged node:\n%s", out)
-	}
-}
-
-// Enabled again by hand, the retired firewall's detection is said to be in force again, not what
-// it left behind.
-func TestOpeningsFoundFirewallActiveAgain(t *testing.T) {
-	var b bytes.Buffer
-	printOpenings(&b, host.OpeningDetail{Firewall: host.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true,
-		Description: "ufw, retired (disabled, its files on disk); ACTIVE AGAIN: enabled by something else",
-		Detected:    "ufw over iptables-nft, active, 3 incoming and 0 forwarded rules"}})
-	out := b.String()
-	if !strings.Contains(out, "; ACTIVE AGAIN: enabled by something else\n") || strings.Contains(out, "what the retired firewall left") ||
-		!strings.Contains(out, "read on the machine now\tufw over iptables-nft, active, 3 incoming and 0 forwarded rules (the retired firewall in force again, beside meshd's filter)") {
-		t.Errorf("node show with the retired firewall active again:\n%s", out)
+	for _, c := range []struct {
+		name      string
+		fw        host.FirewallView
+		want, not []string
+	}{
+		{"retired", host.FirewallView{Kind: "ufw", Description: "ufw, retired (disabled, its files on disk)", Retired: true,
+			Detected: "iptables over iptables-nft, active, 6 incoming and 8 forwarded rules"},
+			[]string{"found firewall\tufw, retired (disabled, its files on disk)\n", "read on the machine now\tiptables over iptables-nft, active"},
+			[]string{"its counts"}},
+		{"active again", host.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true,
+			Description: "ufw, retired (disabled, its files on disk); ACTIVE AGAIN: enabled by something else",
+			Detected:    "ufw over iptables-nft, active, 3 incoming and 0 forwarded rules"},
+			[]string{"; ACTIVE AGAIN: enabled by something else\n",
+				"read on the machine now\tufw over iptables-nft, active, 3 incoming and 0 forwarded rules (the retired firewall in force again, beside meshd's filter)"},
+			[]string{"what the retired firewall left"}},
+	} {
+		var b bytes.Buffer
+		printOpenings(&b, host.OpeningDetail{Firewall: c.fw})
+		out := b.String()
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: node show does not say %q:\n%s", c.name, w, out)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(out, w) {
+				t.Errorf("%s: node show says %q:\n%s", c.name, w, out)
+			}
+		}
 	}
 }
 
@@ -74,5 +85,18 @@ func TestContainerStateWords(t *testing.T) {
 func TestPlural(t *testing.T) {
 	if got := plural(1, "file") + ", " + plural(0, "container") + ", " + plural(2, "file"); got != "1 file, 0 containers, 2 files" {
 		t.Errorf("plural: %q", got)
+	}
+}
+
+// status names what needs the operator under the nodes: a converged node whose retired found
+// firewall reads active again.
+func TestStatusNamesFirewallActiveAgain(t *testing.T) {
+	var b bytes.Buffer
+	writeStatus(&b, agent.StatusView{Leader: agent.LeaderView{Node: "hub"}, Nodes: []agent.NodeSummary{
+		{Name: "hub", Mode: fsm.Converged, FirewallActiveAgain: "ufw"}, {Name: "web", Mode: fsm.Converged}}})
+	out := b.String()
+	if !strings.Contains(out, "node hub: FOUND FIREWALL ACTIVE AGAIN: ufw, retired at the flip, was enabled again by something else") ||
+		strings.Contains(out, "node web: FOUND FIREWALL") {
+		t.Errorf("status:\n%s", out)
 	}
 }
