@@ -38,31 +38,11 @@ const shortDuration = 45 * time.Second
 func TestChaos(t *testing.T) {
 	labtest.Require(t)
 	bin := labtest.Meshd(t)
-	seeds, duration := shortSeeds, shortDuration
-	var soak time.Duration
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatalf("CHAOS_SEED=%q is not a number", s)
-		}
-		seeds = []int64{n}
-		duration = 2 * time.Minute
+	p, err := planFromEnv(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if s := os.Getenv("CHAOS_MINUTES"); s != "" {
-		m, err := strconv.ParseFloat(s, 64)
-		if err != nil || m <= 0 {
-			t.Fatalf("CHAOS_MINUTES=%q is not a positive number of minutes", s)
-		}
-		soak = time.Duration(m * float64(time.Minute))
-		duration = min(soak, 5*time.Minute)
-	}
-	if d := os.Getenv("CHAOS_RUN"); d != "" {
-		v, err := time.ParseDuration(d)
-		if err != nil {
-			t.Fatalf("CHAOS_RUN=%q is not a duration", d)
-		}
-		duration = v
-	}
+	seeds, duration, soak := p.seeds, p.duration, p.soak
 	runOne := func(t *testing.T, seed int64) {
 		fmt.Printf("chaos: seed %d (replay: make chaos SEED=%d)\n", seed, seed)
 		t.Logf("chaos: seed %d (replay: make chaos SEED=%d)", seed, seed)
@@ -88,6 +68,43 @@ func TestChaos(t *testing.T) {
 			return
 		}
 	}
+}
+
+// runPlan is what TestChaos runs: each seed's run with its workload's duration, or, when soak is
+// set, fresh seeds until soak has passed.
+type runPlan struct {
+	seeds    []int64
+	duration time.Duration
+	soak     time.Duration
+}
+
+// planFromEnv reads CHAOS_SEED, CHAOS_MINUTES and CHAOS_RUN through getenv.
+func planFromEnv(getenv func(string) string) (runPlan, error) {
+	p := runPlan{seeds: shortSeeds, duration: shortDuration}
+	if s := getenv("CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return p, fmt.Errorf("CHAOS_SEED=%q is not a number", s)
+		}
+		p.seeds = []int64{n}
+		p.duration = 2 * time.Minute
+	}
+	if s := getenv("CHAOS_MINUTES"); s != "" {
+		m, err := strconv.ParseFloat(s, 64)
+		if err != nil || m <= 0 {
+			return p, fmt.Errorf("CHAOS_MINUTES=%q is not a positive number of minutes", s)
+		}
+		p.soak = time.Duration(m * float64(time.Minute))
+		p.duration = min(p.soak, 5*time.Minute)
+	}
+	if d := getenv("CHAOS_RUN"); d != "" {
+		v, err := time.ParseDuration(d)
+		if err != nil {
+			return p, fmt.Errorf("CHAOS_RUN=%q is not a duration", d)
+		}
+		p.duration = v
+	}
+	return p, nil
 }
 
 func labName() string {
