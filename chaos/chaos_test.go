@@ -33,8 +33,9 @@ var shortSeeds = []int64{44}
 const shortDuration = 45 * time.Second
 
 // TestChaos runs the workload under seeded faults on a chaos lab and checks the history and the
-// machines. CHAOS_SEED=N replays seed N (`make chaos SEED=N`); CHAOS_MINUTES=M soaks for M
-// minutes, a fresh seed per run (`make chaos`); without either, the short fixed seeds run.
+// machines. CHAOS_SEED=N replays seed N once (`make chaos SEED=N`), its workload for
+// CHAOS_MINUTES if given, else 2 minutes; CHAOS_MINUTES=M alone soaks for M minutes, a fresh
+// seed per run (`make chaos`); without either, the short fixed seeds run.
 func TestChaos(t *testing.T) {
 	labtest.Require(t)
 	bin := labtest.Meshd(t)
@@ -78,7 +79,8 @@ type runPlan struct {
 	soak     time.Duration
 }
 
-// planFromEnv reads CHAOS_SEED, CHAOS_MINUTES and CHAOS_RUN through getenv.
+// planFromEnv reads CHAOS_SEED, CHAOS_MINUTES and CHAOS_RUN through getenv. A seed is never a
+// soak: with CHAOS_MINUTES it is the minutes of its one run.
 func planFromEnv(getenv func(string) string) (runPlan, error) {
 	p := runPlan{seeds: shortSeeds, duration: shortDuration}
 	if s := getenv("CHAOS_SEED"); s != "" {
@@ -94,8 +96,13 @@ func planFromEnv(getenv func(string) string) (runPlan, error) {
 		if err != nil || m <= 0 {
 			return p, fmt.Errorf("CHAOS_MINUTES=%q is not a positive number of minutes", s)
 		}
-		p.soak = time.Duration(m * float64(time.Minute))
-		p.duration = min(p.soak, 5*time.Minute)
+		if getenv("CHAOS_SEED") != "" {
+			// A seed given is replayed once, its workload for the minutes given.
+			p.duration = time.Duration(m * float64(time.Minute))
+		} else {
+			p.soak = time.Duration(m * float64(time.Minute))
+			p.duration = min(p.soak, 5*time.Minute)
+		}
 	}
 	if d := getenv("CHAOS_RUN"); d != "" {
 		v, err := time.ParseDuration(d)
