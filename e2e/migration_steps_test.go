@@ -1,0 +1,251 @@
+// The migration's steps the three firewall kinds share: a node previewed and converged, a peer
+// enrolled and its tunnel taken, the tunnel through an agent's restart and a moved port.
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"meshd/agent"
+	"meshd/host"
+	"meshd/internal/testenv"
+	"meshd/lab"
+)
+
+// previewNode runs `meshd converge NODE --preview --json` on the hub: the preview and the exit
+// code (0: nothing will close, 2: something will).
+func previewNode(ctx context.Context, hub *lab.Machine, node string) (host.ConvergePreview, int, error) {
+	cmd := hub.Command(ctx, "/usr/local/bin/meshd", "converge", node, "--preview", "--json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		return host.ConvergePreview{}, -1, err
+	}
+	var pv host.ConvergePreview
+	if code != 0 && code != 2 {
+		return pv, code, fmt.Errorf("converge %s --preview: exit %d: %s", node, code, stderr.String())
+	}
+	if err := json.Unmarshal(out, &pv); err != nil {
+		return pv, code, fmt.Errorf("converge %s --preview --json: %v: %s", node, err, out)
+	}
+	if pv.Token == "" {
+		return pv, code, fmt.Errorf("converge %s --preview: no plan token: %s", node, out)
+	}
+	return pv, code, nil
+}
+
+// convergeNode previews node until the preview has a plan token (check, when given, must accept
+// it), then converges it with that token and waits until the record says converged.
+func convergeNode(ctx context.Context, t *testing.T, hub *lab.Machine, node string, check func(host.ConvergePreview, int) error) host.ConvergePreview {
+	t.Helper()
+	var pv host.ConvergePreview
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		var code int
+		var err error
+		if pv, code, err = previewNode(ctx, hub, node); err != nil {
+			return err
+		}
+		if check != nil {
+			return check(pv, code)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the preview of %s: %v", node, err)
+	}
+	t.Logf("%s's preview: %d will close; plan %s", node, pv.WillClose, pv.Token)
+	out, err := meshd(ctx, hub, "converge", node, "--plan", pv.Token, "--wait", "3m")
+	if err != nil {
+		t.Fatalf("converge %s --plan %s: %v\n%s", node, pv.Token, err, out)
+	}
+	t.Logf("converge %s:\n%s", node, out)
+	return pv
+}
+
+// statusNodes reads `meshd status --json` on m: each node's summary by name.
+func statusNodes(ctx context.Context, m *lab.Machine) (map[string]agent.NodeSummary, error) {
+	out, err := meshd(ctx, m, "status", "--json")
+	if err != nil {
+		return nil, fmt.Errorf("status: %v %s", err, out)
+	}
+	var st agent.StatusView
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return nil, fmt.Errorf("status --json: %v: %s", err, out)
+	}
+	nodes := map[string]agent.NodeSummary{}
+	for _, n := range st.Nodes {
+		nodes[n.Name] = n
+	}
+	return nodes, nil
+}
+
+// enrolPeer joins a predecessor peer with an adopted token over the tunnel it has (keeping the
+// address its key had), starts its agent and takes its found tunnel over; the peers' probes hold.
+func enrolPeer(ctx context.Context, t *testing.T, l *lab.Lab, hub, p *lab.Machine, bin, wantAddr string) {
+	t.Helper()
+	before, err := peerState(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installMeshd(ctx, t, bin, p)
+	out, err := meshd(ctx, p, "join", adoptedToken(ctx, t, hub), "--name", p.Name, "--data-dir", "/var/lib/meshd",
+		"--tunnel", lab.TunnelIface, "--json")
+	var jr agent.JoinResult
+	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
+		t.Fatalf("%s join --tunnel wg0: %v\n%s", p.Name, err, out)
+	}
+	if jr.Node.Address != wantAddr {
+		t.Fatalf("%s enrolled at %s, want the address its tunnel had, %s", p.Name, jr.Node.Address, wantAddr)
+	}
+	if now, err := peerState(ctx, p); err != nil || now != before {
+		t.Errorf("%s's tunnel changed by enrolling: %v\n%s\n---\n%s", p.Name, err, before, now)
+	}
+	v, err := tunnelShow(ctx, hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pe := range v.Peers {
+		if pe.Address == wantAddr && (!pe.Enrolled || pe.Node != p.Name) {
+			t.Errorf("tunnel show after %s enrolled: %+v", p.Name, pe)
+		}
+	}
+	takeSpokeTunnelOf(ctx, t, l, hub, p, bin, wantAddr)
+}
+
+// takeSpokeTunnelOf is takeSpokeTunnel for any enrolled predecessor peer at addr.
+func takeSpokeTunnelOf(ctx context.Context, t *testing.T, l *lab.Lab, hub, p *lab.Machine, bin, addr string) {
+	t.Helper()
+	installAgent(ctx, t, p, bin)
+	key, err := p.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key")
+	if err != nil {
+		t.Fatalf("%s's found tunnel: %v %s", p.Name, err, key)
+	}
+	key = strings.TrimSpace(key)
+	taken := time.Now()
+	if out, err := meshd(ctx, hub, "tunnel", "take", p.Name, lab.TunnelIface); err != nil {
+		t.Fatalf("tunnel take %s wg0: %v\n%s", p.Name, err, out)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		pub, _, _, err := wgDump(ctx, p, "meshd0")
+		if err == nil && pub != key {
+			err = fmt.Errorf("%s's meshd0 has key %s, want its found %s", p.Name, pub, key)
+		}
+		if err == nil {
+			if out, lerr := p.Exec(ctx, "ip", "link", "show", lab.TunnelIface); lerr == nil {
+				err = fmt.Errorf("%s's found interface is still there: %s", p.Name, out)
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	probesSince(t, l, taken, p.Name+"'s tunnel taken", 5*time.Second)
+	if a, err := p.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(a, addr+"/24") {
+		t.Fatalf("%s's meshd0 address: %v %s", p.Name, err, a)
+	}
+}
+
+// restartKeepsTunnel: the userspace device runs in a process of its own, not in the agent: the
+// same link (same index) serves before and after the hub's agent restarts, and the peers' calls
+// through the tunnel hold.
+func restartKeepsTunnel(ctx context.Context, t *testing.T, l *lab.Lab, hub *lab.Machine) {
+	t.Helper()
+	if out, err := hub.Run(ctx, `pgrep -f "meshd tunnel-device meshd0"`); err != nil {
+		t.Fatalf("no device process for meshd0 on the hub: %v %s", err, out)
+	}
+	linkBefore, err := linkIndex(ctx, hub, "meshd0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	restart := time.Now()
+	if err := hub.StopService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.StartService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		v, err := tunnelShow(ctx, hub)
+		if err == nil && v.State != host.TunnelMeshUp {
+			err = fmt.Errorf("state %q", v.State)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	probesSince(t, l, restart, "agent restart", 5*time.Second)
+	if linkAfter, err := linkIndex(ctx, hub, "meshd0"); err != nil || linkAfter != linkBefore {
+		t.Errorf("meshd0 was raised again by the restart (ifindex %q -> %q, %v): the peers' tunnel lived in the agent", linkBefore, linkAfter, err)
+	}
+}
+
+// movedTunnelPortFollows: newnode's tunnel port moves by a push, and its device, the hub's and
+// peer2's endpoints for it all follow; it still reaches both; a restart of its agent reuses the
+// sealed key (the same public key, no new enrolment).
+func movedTunnelPortFollows(ctx context.Context, t *testing.T, hub, peer2, nn *lab.Machine, nnKey string) {
+	t.Helper()
+	if out, err := meshd(ctx, hub, "node", "set", "newnode", "mesh.tunnel=51830"); err != nil {
+		t.Fatalf("node set newnode mesh.tunnel=51830: %v\n%s", err, out)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		if _, port, _, err := wgDump(ctx, nn, "meshd0"); err != nil || port != "51830" {
+			return fmt.Errorf("newnode's meshd0 listens on %s (%v), want 51830", port, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51830))
+	directPeers(ctx, t, peer2, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51830))
+	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
+	reachPoll(ctx, t, nn, "tcp://10.44.0.3:7946", 60*time.Second)
+	if err := nn.StopService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := nn.StartService(ctx, "meshd"); err != nil {
+		t.Fatal(err)
+	}
+	reachPoll(ctx, t, nn, fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort), 60*time.Second)
+	if pub, _, _, err := wgDump(ctx, nn, "meshd0"); err != nil || pub != nnKey {
+		t.Fatalf("after newnode's agent restarted its meshd0 has key %s (%v), want the same %s", pub, err, nnKey)
+	}
+}
+
+// reachRiderThroughHub: from, on the mesh, reaches a service on rider, which still rides the
+// predecessor's tunnel (carried by the hub), through the hub: in on meshd0 and out on it again.
+// A found firewall that drops what it routes (ufw's "deny routed", an iptables or nftables forward
+// policy of drop) let it through only because of the hub's one routed rule; where the found
+// firewall is iptables-based the rule is read back at the head of FORWARD, once, with the drop
+// policy left as found (the nftables form is checked in TestTunnelOnAnNftablesHub).
+func reachRiderThroughHub(ctx context.Context, t *testing.T, hub, from, rider *lab.Machine, fw lab.FirewallKind) {
+	t.Helper()
+	if out, err := rider.Docker(ctx, "run", "-d", "--name", "rider-svc", "-p", "8081:8080", "lab/echo:1"); err != nil {
+		t.Fatalf("a service on %s: %v %s", rider.Name, err, out)
+	}
+	reachPoll(ctx, t, from, "http://"+rider.TunnelAddr.String()+":8081/", 60*time.Second)
+	if fw == lab.FirewallNftables {
+		return
+	}
+	fwd, err := hub.Exec(ctx, "iptables", "-S", "FORWARD")
+	if err != nil {
+		t.Fatalf("iptables -S FORWARD on the hub: %v %s", err, fwd)
+	}
+	rule := fmt.Sprintf(`-A FORWARD -s %s -d %s -i meshd0 -o meshd0 -m comment --comment "%s" -j ACCEPT`, lab.TunnelRange, lab.TunnelRange, routedMark)
+	if strings.Count(fwd, routedMark) != 1 || !strings.Contains(fwd, rule) {
+		t.Errorf("the hub's FORWARD, want one routed rule, %s:\n%s", rule, fwd)
+	}
+	if fw == lab.FirewallUFW && !strings.Contains(fwd, "-P FORWARD DROP") {
+		t.Errorf("the hub's FORWARD policy is no longer ufw's DROP:\n%s", fwd)
+	}
+}
