@@ -6,7 +6,7 @@ GO ?= go
 # Long soaks hide behind MESHD_SOAK=1 (none needs it yet); the default suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build deps test vet bench demo chaos clean
+.PHONY: all build deps test vet bench demo screenshots chaos clean
 
 all: build
 
@@ -76,6 +76,11 @@ bench:
 
 demo: build
 	@bash scripts/demo.sh
+
+# The status page's screenshots in docs/img, taken by cmd/statusshot from the demo's lab (its hub,
+# with every machine's engine up) at two moments of the migration.
+screenshots: build
+	@SCREENSHOTS=docs/img bash scripts/demo.sh
 
 clean:
 	rm -rf bin

@@ -17,6 +17,11 @@ meshlab="$PWD/bin/meshlab"
 meshd_bin="$PWD/bin/meshd"
 keep=${KEEP_LAB:-}
 agent_args=(agent --data-dir /var/lib/meshd --docker-host unix:///run/docker.sock --reconcile-interval 2s)
+# SCREENSHOTS=DIR (`make screenshots`): the agents serve the status page on their loopback, and the
+# hub's is photographed into DIR at two moments of the migration (shot, below).
+shots=${SCREENSHOTS:-}
+page_addr=127.0.0.1:9180
+if [ -n "$shots" ]; then agent_args+=(--metrics "$page_addr"); fi
 started=$(date +%s)
 
 n=0
@@ -69,6 +74,18 @@ wait_for() {
     sleep 0.5
   done
 }
+# shot NAME=PATH [--want TEXT]... [NAME=PATH ...]: with SCREENSHOTS set, bin/statusshot takes the
+# hub's status page at each PATH as DIR/NAME once it shows every TEXT, from the hub's own network.
+shot() {
+  [ -n "$shots" ] || return 0
+  local netns args=()
+  netns=$("$meshlab" status --json --name "$lab" | grep -o '"netns":"[^"]*-hub"' | cut -d'"' -f4)
+  for a in "$@"; do
+    case "$a" in --want) args+=(--want) ;; *=/*) args+=(--page "$a") ;; *) args+=("$a") ;; esac
+  done
+  nsenter --net="$netns" -- "$PWD/bin/statusshot" --base "http://$page_addr" --out "$shots" "${args[@]}" |
+    sed 's/^/   /'
+}
 put_meshd() { "$meshlab" exec --name "$lab" "$1" -- sh -c "cat > /usr/local/bin/meshd && chmod 0755 /usr/local/bin/meshd" < "$meshd_bin"; }
 cleanup() {
   if [ -z "$keep" ]; then "$meshlab" down --name "$lab" >/dev/null 2>&1 || true; fi
@@ -116,6 +133,7 @@ lab start-service --name "$lab" hub predecessor-control
 wait_for "the report to say CHANGED BY SOMETHING ELSE" 30 hub -- sh -c "meshd node show hub | grep -q 'CHANGED BY SOMETHING ELSE'"
 lab stop-service --name "$lab" hub predecessor-control
 quiet hub meshd node show hub | grep -E 'app.conf|CHANGED' | sed 's/^/   /' || true
+shot status-changed.png=/ --want "1 changed by something else" --want "live: record index"
 probes
 
 for p in peer1 peer2; do
@@ -176,6 +194,8 @@ done
 
 step "Done: every node converged"
 on hub meshd status
+shot status-overview.png=/ --want newnode --want peer2 --want "live: record index" \
+  status-node.png=/node/hub --want "Last host report"
 printf '\n\033[1mThe probes per step\033[0m (calls and failed calls of the peers'"'"' and newnode'"'"'s probes; the longest outage that began in the step; the outsider'"'"'s calls to the store, refused and reached)\n'
 "$meshlab" probes --steps --name "$lab"
 echo
