@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/api"
 	"meshd/host"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
@@ -93,16 +94,16 @@ func convergeNode(ctx context.Context, t *testing.T, hub *lab.Machine, node stri
 }
 
 // statusNodes reads `meshd status --json` on m: each node's summary by name.
-func statusNodes(ctx context.Context, m *lab.Machine) (map[string]agent.NodeSummary, error) {
+func statusNodes(ctx context.Context, m *lab.Machine) (map[string]api.NodeSummary, error) {
 	out, err := meshd(ctx, m, "status", "--json")
 	if err != nil {
 		return nil, fmt.Errorf("status: %v %s", err, out)
 	}
-	var st agent.StatusView
+	var st api.StatusView
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, fmt.Errorf("status --json: %v: %s", err, out)
 	}
-	nodes := map[string]agent.NodeSummary{}
+	nodes := map[string]api.NodeSummary{}
 	for _, n := range st.Nodes {
 		nodes[n.Name] = n
 	}
@@ -396,7 +397,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		enrolPeer(ctx, t, l, hub, peer1, bin, "10.44.0.2")
 	})
 	t.Run("tunnel show on the enrolled peer1, a client asking a server, says what the hub says", func(t *testing.T) {
-		var v agent.TunnelView
+		var v api.TunnelView
 		if err := testenv.Poll(t, 60*time.Second, func() error {
 			var err error
 			if v, err = tunnelShow(ctx, peer1); err != nil {
