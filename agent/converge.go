@@ -131,10 +131,7 @@ func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 			ref = &api.StaleRefusal{Node: node, Preview: &pv, Reason: "the found firewall " + pv.Firewall.Retire}
 		}
 		if ref != nil {
-			api.WriteJSON(w, http.StatusConflict, struct {
-				Error   string            `json:"error"`
-				Refusal *api.StaleRefusal `json:"refusal"`
-			}{ref.Error(), ref})
+			api.WriteJSON(w, http.StatusConflict, api.ConvergeRefused{Error: ref.Error(), Refusal: ref})
 			return
 		}
 	}

@@ -406,7 +406,7 @@ func (a *Agent) postLeave(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	a.log.Info("left the mesh's gossip; the agent stops")
-	api.WriteJSON(w, http.StatusOK, map[string]any{"node": a.node.Name, "left": true})
+	api.WriteJSON(w, http.StatusOK, api.LeaveView{Left: true, Node: a.node.Name})
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}

@@ -371,8 +371,8 @@ func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, fmt.Errorf("restore: %w", err))
 		return
 	}
-	out := map[string]any{"restored": true}
-	s.fsm.Read(func(r *fsm.Record, index uint64) { out["index"], out["nodes"] = index, len(r.Nodes) })
+	out := api.RestoreView{Restored: true}
+	s.fsm.Read(func(r *fsm.Record, index uint64) { out.Index, out.Nodes = index, len(r.Nodes) })
 	api.WriteJSON(w, http.StatusOK, out)
 }
 

@@ -38,3 +38,10 @@ func (e *StaleRefusal) Error() string {
 	}
 	return s
 }
+
+// ConvergeRefused is the answer (409) to a refused converge: the error every error answer has
+// and the refusal itself, for a reader that wants its parts.
+type ConvergeRefused struct {
+	Error   string        `json:"error"`
+	Refusal *StaleRefusal `json:"refusal"`
+}

@@ -15,6 +15,6 @@
 //
 // The files go by topic: status.go (meshd status), nodes.go (a node, its settings, its removal),
 // modules.go, converge.go, tokens.go, enrol.go (the bus's enrolment), tunnel.go, raft.go,
-// gossip.go, keyring.go, reach.go, ports.go (a node's port check), report.go, headers.go,
-// jsonhttp.go and client.go.
+// gossip.go, keyring.go, reach.go, ports.go (a node's port check), snapshot.go, report.go,
+// headers.go, jsonhttp.go and client.go.
 package api

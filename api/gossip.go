@@ -51,3 +51,9 @@ type MembersView struct {
 	// Rejected counts the reports this node rejected, by reason.
 	Rejected map[string]uint64 `json:"rejected"`
 }
+
+// LeaveView is what `meshd leave` answers before the agent stops.
+type LeaveView struct {
+	Left bool   `json:"left"`
+	Node string `json:"node"`
+}
