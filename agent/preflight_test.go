@@ -13,6 +13,7 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/internal/testenv"
 )
 
 func findingsSay(fs []api.Finding, check, level, says string) bool {
@@ -172,6 +173,7 @@ func TestJoinSettings(t *testing.T) {
 // A preflight with nothing to say says so with an empty list: `--dry-run --json` prints
 // "findings": [], never null.
 func TestPreflightNothingFoundIsAnEmptyList(t *testing.T) {
+	testenv.RequireRoot(t, "reading the machine's firewall (the nftables ruleset)")
 	cat, err := catalogue.Default()
 	if err != nil {
 		t.Fatal(err)
