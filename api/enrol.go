@@ -2,7 +2,8 @@ package api
 
 import "meshd/fsm"
 
-// EnrolRequest is what a joining node sends.
+// EnrolRequest is what a joining machine sends to a server's bus (POST /v1/enrol), with no
+// client certificate: the token is the credential.
 type EnrolRequest struct {
 	Token string `json:"token"`
 	Node  string `json:"node"`
@@ -12,7 +13,7 @@ type EnrolRequest struct {
 	// Advertise is the node's underlay address; empty means the address the request came from.
 	Advertise string `json:"advertise,omitempty"`
 	// Settings are the node's settings from `join --port`, keyed MODULE.SETTING: only the ports a
-	// client binds (JoinSettings).
+	// client binds (the join's JoinSettings).
 	Settings map[string]string `json:"settings,omitempty"`
 	// WireGuardKey is the WireGuard public key of the machine's found tunnel (FoundTunnel): a
 	// carried peer with this key keeps its address (ADR 0105).

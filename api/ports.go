@@ -28,7 +28,8 @@ type PortBind struct {
 	By    string // what binds it: "meshd (bus)", "container meshd-registry"
 }
 
-// PortCheckRequest asks a node's agent, over the peer bus, to check ports on its machine.
+// PortCheckRequest asks a node's agent, over the peer bus (POST /v1/ports/check), to check
+// ports on its machine.
 type PortCheckRequest struct {
 	Binds []PortBind `json:"binds"`
 }
