@@ -301,7 +301,7 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	w.Header().Set("X-Meshd-Index", strconv.FormatUint(v.Index, 10))
+	w.Header().Set(api.HeaderIndex, strconv.FormatUint(v.Index, 10))
 	api.WriteJSON(w, http.StatusOK, v)
 }
 
