@@ -15,13 +15,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
 )
-
-// DefaultSocket is where the operator's API listens unless --socket or MESHD_SOCKET says otherwise.
-const DefaultSocket = "/run/meshd/meshd.sock"
 
 // DefaultDataDir is where a node keeps its identity, its Raft log and its record store.
 const DefaultDataDir = "/var/lib/meshd"
@@ -93,7 +91,7 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 		cfg.DataDir = DefaultDataDir
 	}
 	if cfg.Socket == "" {
-		cfg.Socket = DefaultSocket
+		cfg.Socket = api.DefaultSocket
 	}
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = 10 * time.Second

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
@@ -23,41 +24,6 @@ import (
 // The bus is a server's TLS API for the other agents, on the node's mesh.bus setting. Enrolment
 // comes without a client certificate (the token is the credential); every other route needs the
 // node's certificate from the mesh CA, and a node reads only its own declaration.
-
-// EnrolRequest is what a joining node sends.
-type EnrolRequest struct {
-	Token string `json:"token"`
-	Node  string `json:"node"`
-	ID    string `json:"id"`
-	// PublicKey is the node's ed25519 identity key, base64 (std).
-	PublicKey string `json:"public_key"`
-	// Advertise is the node's underlay address; empty means the address the request came from.
-	Advertise string `json:"advertise,omitempty"`
-	// Settings are the node's settings from `join --port`, keyed MODULE.SETTING: only the ports a
-	// client binds (JoinSettings).
-	Settings map[string]string `json:"settings,omitempty"`
-	// WireGuardKey is the WireGuard public key of the machine's found tunnel (FoundTunnel): a
-	// carried peer with this key keeps its address (ADR 0105).
-	WireGuardKey string `json:"wireguard_key,omitempty"`
-	FoundTunnel  string `json:"found_tunnel,omitempty"`
-	// Server asks to join as a server; the token must be a server's.
-	Server bool `json:"server,omitempty"`
-}
-
-// EnrolResponse is what an enrolled node gets back, once its enrolment is committed.
-type EnrolResponse struct {
-	Node        *fsm.Node       `json:"node"`
-	CertPEM     string          `json:"cert"`
-	CACertPEM   string          `json:"ca"`
-	Keyring     [][]byte        `json:"gossip_keyring"`
-	Servers     []string        `json:"servers"`
-	Declaration DeclarationView `json:"declaration"`
-	// CAKey is the mesh CA's private key, for a server only: every server enrols nodes and signs
-	// tokens. It travels once, inside the TLS session pinned to the CA, and is sealed on arrival.
-	CAKey []byte `json:"ca_key,omitempty"`
-	// RaftPort is a server's Raft port as the record settled it (its mesh.raft setting).
-	RaftPort uint16 `json:"raft_port,omitempty"`
-}
 
 // BusPort is node n's bus port: its mesh.bus setting, else the catalogue's default.
 func BusPort(r *fsm.Record, n *fsm.Node) (uint16, error) { return meshPort(r, n, "bus") }
@@ -173,11 +139,11 @@ func (s *serverRole) withNode(h func(http.ResponseWriter, *http.Request, string)
 			}
 		})
 		if err := s.notRevoked(req.TLS.PeerCertificates[0]); err != nil {
-			writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
+			api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: err.Error()})
 			return
 		}
 		if !known {
-			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: the record holds no node of that name with this certificate's key", name)})
+			api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("node %s: the record holds no node of that name with this certificate's key", name)})
 			return
 		}
 		h(w, req, name)
@@ -188,13 +154,13 @@ func (s *serverRole) withNode(h func(http.ResponseWriter, *http.Request, string)
 // client certificate, answering the request itself when there is none or it names no node.
 func certIdentity(w http.ResponseWriter, req *http.Request, hint string) (name, pub string, ok bool) {
 	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
-		writeJSON(w, http.StatusUnauthorized, apiError{Error: "the bus needs the node's client certificate for " + req.URL.Path + " (mTLS)" + hint})
+		api.WriteJSON(w, http.StatusUnauthorized, api.ErrorBody{Error: "the bus needs the node's client certificate for " + req.URL.Path + " (mTLS)" + hint})
 		return "", "", false
 	}
 	cert := req.TLS.PeerCertificates[0]
 	name, err := pki.NodeName(cert)
 	if err != nil {
-		writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
+		api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: err.Error()})
 		return "", "", false
 	}
 	key, _ := cert.PublicKey.(ed25519.PublicKey)
@@ -206,7 +172,7 @@ func certIdentity(w http.ResponseWriter, req *http.Request, hint string) (name, 
 // (which would end it), within a bound of its own.
 func (s *serverRole) ownDeclaration(w http.ResponseWriter, req *http.Request, peer string) {
 	if want := req.PathValue("node"); want != peer {
-		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s may read only its own declaration, not node %s's", peer, want)})
+		api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("node %s may read only its own declaration, not node %s's", peer, want)})
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -219,11 +185,11 @@ func (s *serverRole) ownDeclaration(w http.ResponseWriter, req *http.Request, pe
 func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer string) {
 	var rep host.Report
 	if err := json.NewDecoder(io.LimitReader(req.Body, 16<<20)).Decode(&rep); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "host report from node " + peer + ": " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "host report from node " + peer + ": " + err.Error()})
 		return
 	}
 	if rep.Node != "" && rep.Node != peer {
-		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s may report only for itself, not for node %s", peer, rep.Node)})
+		api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("node %s may report only for itself, not for node %s", peer, rep.Node)})
 		return
 	}
 	rep.Node = peer
@@ -242,18 +208,18 @@ func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer s
 // Anyone may call it, so what it logs is bounded: refusals go to busRefusals (a few a minute),
 // with the caller's node name and the reason cut short.
 func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
-	var in EnrolRequest
+	var in api.EnrolRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, enrolMaxBody)).Decode(&in); err != nil {
 		code := http.StatusBadRequest
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			code = http.StatusRequestEntityTooLarge
 		}
-		writeJSON(w, code, apiError{Error: "enrolment request: " + clip(err.Error(), 200)})
+		api.WriteJSON(w, code, api.ErrorBody{Error: "enrolment request: " + clip(err.Error(), 200)})
 		return
 	}
 	refuse := func(code int, err error) {
 		s.busRefusals.Warn("enrolment refused", "node", clip(in.Node, 64), "from", req.RemoteAddr, "err", clip(err.Error(), 300))
-		writeJSON(w, code, apiError{Error: fmt.Sprintf("enrolment of node %s refused: %s", clip(in.Node, 64), clip(err.Error(), 1000))})
+		api.WriteJSON(w, code, api.ErrorBody{Error: fmt.Sprintf("enrolment of node %s refused: %s", clip(in.Node, 64), clip(err.Error(), 1000))})
 	}
 	if _, err := pki.VerifyToken(in.Token, s.caCert, time.Now()); err != nil {
 		refuse(http.StatusForbidden, err)
@@ -267,7 +233,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 	if in.Advertise == "" {
 		in.Advertise, _, _ = net.SplitHostPort(req.RemoteAddr)
 		// Forwarded by a follower: the machine's address is the one the follower saw.
-		if fwd := req.Header.Get(hdrRemoteAddr); fwd != "" && req.Header.Get(hdrForwardedBy) != "" {
+		if fwd := req.Header.Get(api.HeaderRemoteAddr); fwd != "" && req.Header.Get(api.HeaderForwardedBy) != "" {
 			in.Advertise = fwd
 		}
 	}
@@ -310,7 +276,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, fmt.Errorf("node %s is enrolled (index %d), but its certificate: %w; join again with the same token and key", node.Name, index, err))
 		return
 	}
-	out := EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring()}
+	out := api.EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring()}
 	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		out.Servers = busAddresses(r)
 		out.Declaration.Index = index
@@ -325,45 +291,21 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	s.log.Info("node enrolled", "enrolled", in.Node, "mode", out.Node.Mode, "address", out.Node.Address, "advertise", in.Advertise)
-	writeJSON(w, http.StatusOK, out)
-}
-
-// TokenRequest asks a server for an enrolment token.
-type TokenRequest struct {
-	Mode fsm.Mode `json:"mode"`
-	// Server makes a token that enrols a server.
-	Server bool `json:"server,omitempty"`
-	// TTL is how long the token is good for, a Go duration ("1h").
-	TTL string `json:"ttl"`
-}
-
-// TokenView is a token made: its text (shown once; the record keeps only its hash) and what it
-// says.
-type TokenView struct {
-	Token   string    `json:"token"`
-	ID      string    `json:"id"`
-	Mode    fsm.Mode  `json:"mode"`
-	Expires time.Time `json:"expires"`
-	Bus     []string  `json:"bus"`
-	CA      string    `json:"ca"`
-	Hash    string    `json:"hash"`
-	Server  bool      `json:"server,omitempty"`
-	// Warning is said with a server token when the servers it would make are an even count.
-	Warning string `json:"warning,omitempty"`
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // createToken signs a single-use token with the CA and records its hash through Raft; the token
 // is shown only once the record committed it.
 func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
-	var in TokenRequest
+	var in api.TokenRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "token request: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "token request: " + err.Error()})
 		return
 	}
 	// The mode is the operator's to say: a forgotten one must not make a machine converged (its
 	// first pass would load a drop-by-default filter), nor silently adopted.
 	if in.Mode != fsm.Adopted && in.Mode != fsm.Converged {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("token mode %q: say the joining node's mode, adopted or converged", in.Mode)})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("token mode %q: say the joining node's mode, adopted or converged", in.Mode)})
 		return
 	}
 	if in.Server && !s.serversOnly(w, req, "a server token (it brings the mesh CA key)") {
@@ -371,7 +313,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 	}
 	ttl, err := time.ParseDuration(in.TTL)
 	if err != nil || ttl < time.Second {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("--ttl %q: give a duration of at least 1s, such as 1h", in.TTL)})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("--ttl %q: give a duration of at least 1s, such as 1h", in.TTL)})
 		return
 	}
 	var bus []string
@@ -395,7 +337,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	tv := TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(s.caCert), Hash: hash, Server: in.Server}
+	tv := api.TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(s.caCert), Hash: hash, Server: in.Server}
 	if in.Server {
 		var servers int
 		s.fsm.Read(func(r *fsm.Record, _ uint64) {
@@ -407,5 +349,5 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		})
 		tv.Warning = evenWarning(servers + 1)
 	}
-	writeJSON(w, http.StatusOK, tv)
+	api.WriteJSON(w, http.StatusOK, tv)
 }

@@ -19,23 +19,10 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
-
-// ConvergeRequest is the body of POST /v1/nodes/{node}/converge.
-type ConvergeRequest struct {
-	// Plan is the plan token of the preview the operator read; "" converges only when nothing
-	// will close.
-	Plan string `json:"plan,omitempty"`
-}
-
-// FlipView answers a flip or a return: the node as the record holds it (its pending flip in
-// Node.Flip) and, for a flip, the preview it was checked against.
-type FlipView struct {
-	Node    *fsm.Node             `json:"node"`
-	Preview *host.ConvergePreview `json:"preview,omitempty"`
-}
 
 // plans remembers the previews a server handed out, by plan token, so that a stale token can be
 // named: what changed since. It keeps the latest few.
@@ -95,37 +82,20 @@ func (s *serverRole) convergePreview(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, pv)
-}
-
-// StaleRefusal is a flip refused because the node changed since the preview its plan token came
-// from, or because something will close and no plan token was given.
-type StaleRefusal struct {
-	Node    string                `json:"node"`
-	Reason  string                `json:"reason"`
-	Changes []string              `json:"changes,omitempty"`
-	Preview *host.ConvergePreview `json:"preview,omitempty"`
-}
-
-func (e *StaleRefusal) Error() string {
-	s := fmt.Sprintf("converge %s refused: %s", e.Node, e.Reason)
-	if len(e.Changes) > 0 {
-		s += ":\n  " + strings.Join(e.Changes, "\n  ")
-	}
-	return s
+	api.WriteJSON(w, http.StatusOK, pv)
 }
 
 // checkPlan refuses a flip whose plan token does not match the node as it is now, naming what
 // changed; without a token, it refuses when anything will close.
-func checkPlan(node, plan string, now host.ConvergePreview, was func(string) (host.ConvergePreview, bool)) *StaleRefusal {
+func checkPlan(node, plan string, now host.ConvergePreview, was func(string) (host.ConvergePreview, bool)) *api.StaleRefusal {
 	switch {
 	case plan == "" && now.WillClose > 0:
-		return &StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
+		return &api.StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
 			"%d listening socket(s) and published port(s) will close; read `meshd converge %s --preview` and give the plan token it ends with (--plan TOKEN) to close them", now.WillClose, node)}
 	case plan == "" || plan == now.Token:
 		return nil
 	}
-	ref := &StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
+	ref := &api.StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
 		"the node changed since the preview of plan %s (now plan %s); preview again and read it", plan, now.Token)}
 	if old, ok := was(plan); ok {
 		ref.Changes = host.PlanChanges(old, now)
@@ -139,9 +109,9 @@ func checkPlan(node, plan string, now host.ConvergePreview, was func(string) (ho
 // against the plan, then the flip recorded as an intent.
 func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 	node := req.PathValue("node")
-	var body ConvergeRequest
+	var body api.ConvergeRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body); err != nil && err != io.EOF {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "converge request: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "converge request: " + err.Error()})
 		return
 	}
 	pending := false
@@ -158,13 +128,10 @@ func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 	if !pending { // a flip already recorded is finished whatever the node reports now
 		ref := checkPlan(node, body.Plan, pv, s.plans.get)
 		if ref == nil && strings.HasPrefix(pv.Firewall.Retire, "cannot be retired") {
-			ref = &StaleRefusal{Node: node, Preview: &pv, Reason: "the found firewall " + pv.Firewall.Retire}
+			ref = &api.StaleRefusal{Node: node, Preview: &pv, Reason: "the found firewall " + pv.Firewall.Retire}
 		}
 		if ref != nil {
-			writeJSON(w, http.StatusConflict, struct {
-				Error   string        `json:"error"`
-				Refusal *StaleRefusal `json:"refusal"`
-			}{ref.Error(), ref})
+			api.WriteJSON(w, http.StatusConflict, api.ConvergeRefused{Error: ref.Error(), Refusal: ref})
 			return
 		}
 	}
@@ -174,7 +141,7 @@ func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	n, _ := v.(*fsm.Node)
-	writeJSON(w, http.StatusOK, FlipView{Node: n, Preview: &pv})
+	api.WriteJSON(w, http.StatusOK, api.FlipView{Node: n, Preview: &pv})
 }
 
 // postAdopt serves `meshd adopt NODE`: the return recorded as an intent.
@@ -185,7 +152,7 @@ func (s *serverRole) postAdopt(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	n, _ := v.(*fsm.Node)
-	writeJSON(w, http.StatusOK, FlipView{Node: n})
+	api.WriteJSON(w, http.StatusOK, api.FlipView{Node: n})
 }
 
 // flipCheck is how often the leader looks for a pending flip its node reports done.

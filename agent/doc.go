@@ -7,11 +7,11 @@
 // sealed secrets, the host reconciler loop, the operator socket, gossip (gossip.go), the peer bus
 // other nodes call for keyring operations and reach checks (peerbus.go, keyring.go, reach.go).
 // The role (role.go) is what a server and a client do differently, chosen once at Start from the
-// node file: serverRole (server.go, api.go, bus.go, raft.go) runs Raft with raft-boltdb, holds the
+// node file: serverRole (server.go, handlers.go, bus.go, raft.go) runs Raft with raft-boltdb, holds the
 // record, serves the operator's whole API and the bus (enrolment, each node's declaration watch,
-// reports clients post); clientRole (clientnode.go) holds no record, watches its declaration on a
-// server's bus over mTLS, forwards the operator's reads to a server and refuses writes. Every JSON
-// call over HTTP, to the socket, a bus or a joining machine's server, goes through jsonHTTP.
+// reports clients post); clientRole (clientrole.go) holds no record, watches its declaration on a
+// server's bus over mTLS, forwards the operator's reads to a server and refuses writes. What
+// crosses the socket and the bus (requests, views, headers, the JSON over HTTP) is package api's.
 //
 // Every operator command that changes the record is acknowledged only after Raft committed it and
 // the record applied it (invariant 7): the API answers from the apply future's response, never

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/pki"
 )
@@ -26,8 +27,8 @@ func TestEnrolAgainWithTheSameKeyGetsTheSameAnswer(t *testing.T) {
 	if _, err := ts.s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	enrol := func(key ed25519.PrivateKey) (*EnrolResponse, error) {
-		body, _ := json.Marshal(EnrolRequest{Token: tok, Node: "edge", ID: "edge-id", Advertise: "127.0.0.3",
+	enrol := func(key ed25519.PrivateKey) (*api.EnrolResponse, error) {
+		body, _ := json.Marshal(api.EnrolRequest{Token: tok, Node: "edge", ID: "edge-id", Advertise: "127.0.0.3",
 			PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey))})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -15,8 +14,11 @@ import (
 	"strconv"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
 	"github.com/hashicorp/raft"
 
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
@@ -58,8 +60,8 @@ type GenesisResult struct {
 	DataDir   string    `json:"data_dir"`
 	Advertise string    `json:"advertise"`
 	// Findings are the preflight's (warnings only, when genesis went ahead).
-	Findings []Finding `json:"findings"`
-	DryRun   bool      `json:"dry_run,omitempty"`
+	Findings []api.Finding `json:"findings"`
+	DryRun   bool          `json:"dry_run,omitempty"`
 	// SealKey is the seal key file the node's secrets are sealed under.
 	SealKey string `json:"seal_key,omitempty"`
 	// RecoveryCode restores a lost seal key file; set only when genesis made the key, and shown
@@ -143,7 +145,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	findings := preflight(context.Background(), preflightInput{Mode: opts.Mode, Catalogue: cat, Settings: settings,
 		Advertise: opts.Advertise, DockerHost: opts.DockerHost, Range: rng.Masked(), TakeTunnel: opts.TakeTunnel})
 	for _, f := range findings {
-		if f.Level == LevelError {
+		if f.Level == api.LevelError {
 			return nil, &PreflightError{Findings: findings}
 		}
 	}

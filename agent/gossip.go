@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/gossip"
 	"meshd/host"
@@ -26,35 +27,6 @@ import (
 // verifies with the keys a server gave it (GossipView). Membership (alive, failed, left) and the
 // verified reports are what `meshd status` and `meshd node show` show.
 
-// GossipPeer is one node as gossip and the bus reach it.
-type GossipPeer struct {
-	Name      string `json:"name"`
-	Server    bool   `json:"server,omitempty"`
-	Advertise string `json:"advertise"`
-	Bus       uint16 `json:"bus"`
-	Gossip    uint16 `json:"gossip"`
-	PublicKey string `json:"public_key,omitempty"`
-}
-
-// GossipView is what a server tells a node about the mesh's gossip: the node's own ports and
-// every node's endpoints and enrolled key.
-type GossipView struct {
-	Node  string       `json:"node"`
-	Nodes []GossipPeer `json:"nodes"`
-	// Revoked are the identity keys of removed nodes (`meshd node remove`): the node's gossip
-	// refuses a member announcing one and drops every report one signed.
-	Revoked []string `json:"revoked,omitempty"`
-}
-
-func (v GossipView) peer(name string) (GossipPeer, bool) {
-	for _, p := range v.Nodes {
-		if p.Name == name {
-			return p, true
-		}
-	}
-	return GossipPeer{}, false
-}
-
 // meshPort is node n's mesh.SETTING port, as fsm works it out for the declaration too (its
 // setting, else the catalogue's default): one source, never recomputed here.
 func meshPort(r *fsm.Record, n *fsm.Node, setting string) (uint16, error) {
@@ -65,11 +37,11 @@ func meshPort(r *fsm.Record, n *fsm.Node, setting string) (uint16, error) {
 func GossipPort(r *fsm.Record, n *fsm.Node) (uint16, error) { return meshPort(r, n, "gossip") }
 
 // gossipViewOf composes the gossip view for node from the record.
-func gossipViewOf(r *fsm.Record, node string) GossipView {
-	v := GossipView{Node: node, Nodes: []GossipPeer{}}
+func gossipViewOf(r *fsm.Record, node string) api.GossipView {
+	v := api.GossipView{Node: node, Nodes: []api.GossipPeer{}}
 	for _, name := range r.NodeNames() {
 		n := r.Nodes[name]
-		p := GossipPeer{Name: n.Name, Server: n.Server, Advertise: n.Advertise, PublicKey: n.PublicKey}
+		p := api.GossipPeer{Name: n.Name, Server: n.Server, Advertise: n.Advertise, PublicKey: n.PublicKey}
 		p.Bus, _ = BusPort(r, n)
 		p.Gossip, _ = GossipPort(r, n)
 		v.Nodes = append(v.Nodes, p)
@@ -142,7 +114,7 @@ func (a *Agent) runGossip(ctx context.Context) {
 			continue
 		}
 		view := a.role.gossipView()
-		self, ok := view.peer(a.node.Name)
+		self, ok := view.Peer(a.node.Name)
 		if !ok {
 			warn("gossip: the record does not hold this node yet", fmt.Errorf("node %s unknown", a.node.Name))
 			sleepCtx(ctx, time.Second)
@@ -202,7 +174,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 }
 
 // startGossip starts the node's member on self's gossip port.
-func (a *Agent) startGossip(self GossipPeer) (*gossip.Gossip, error) {
+func (a *Agent) startGossip(self api.GossipPeer) (*gossip.Gossip, error) {
 	if self.Gossip == 0 {
 		return nil, fmt.Errorf("node %s has no mesh.gossip port", a.node.Name)
 	}
@@ -374,7 +346,7 @@ func (a *Agent) membersByName() map[string]gossip.Member {
 // activeAgain is the kind of the retired found firewall rep reads active again, "" when none.
 func activeAgain(rep *host.Report) string {
 	var od host.OpeningDetail
-	if rep != nil && decodeInto(rep.Kinds[fsm.KindOpening], &od) && od.Firewall.ActiveAgain {
+	if rep != nil && api.DecodeInto(rep.Kinds[fsm.KindOpening], &od) && od.Firewall.ActiveAgain {
 		return od.Firewall.Kind
 	}
 	return ""
@@ -399,46 +371,26 @@ func heldCounts(rep *host.Report) (files, containers int) {
 	return files, containers
 }
 
-// MemberView is one line of `meshd members`.
-type MemberView struct {
-	Name    string    `json:"name"`
-	Address string    `json:"address"`
-	State   string    `json:"state"`
-	Since   time.Time `json:"since"`
-}
-
-// MembersView is `meshd members`: this node's gossip view.
-type MembersView struct {
-	Node    string       `json:"node"`
-	Running bool         `json:"running"`
-	Members []MemberView `json:"members"`
-	// DetectionBound is the longest memberlist may take, with its timers and this many members,
-	// to find a dead member failed.
-	DetectionBound string `json:"detection_bound,omitempty"`
-	// Rejected counts the reports this node rejected, by reason.
-	Rejected map[string]uint64 `json:"rejected"`
-}
-
 func (a *Agent) getMembers(w http.ResponseWriter, _ *http.Request) {
-	v := MembersView{Node: a.node.Name, Members: []MemberView{}, Rejected: map[string]uint64{}}
+	v := api.MembersView{Node: a.node.Name, Members: []api.MemberView{}, Rejected: map[string]uint64{}}
 	if g := a.member(); g != nil {
 		v.Running = true
 		for _, m := range g.Members() {
-			v.Members = append(v.Members, MemberView{Name: m.Name, Address: m.Addr, State: string(m.State), Since: m.Since})
+			v.Members = append(v.Members, api.MemberView{Name: m.Name, Address: m.Addr, State: string(m.State), Since: m.Since})
 		}
 		v.DetectionBound = g.DetectionBound().String()
 		for r, n := range g.Rejected() {
 			v.Rejected[string(r)] = n
 		}
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 // getGossipView serves a node its gossip view on the bus.
 func (s *serverRole) getGossipView(w http.ResponseWriter, _ *http.Request, peer string) {
-	var v GossipView
+	var v api.GossipView
 	s.fsm.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, peer) })
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 // postLeave is `meshd leave`: the node leaves gossip (the others record it as left, not failed)
@@ -454,7 +406,7 @@ func (a *Agent) postLeave(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	a.log.Info("left the mesh's gossip; the agent stops")
-	writeJSON(w, http.StatusOK, map[string]any{"node": a.node.Name, "left": true})
+	api.WriteJSON(w, http.StatusOK, api.LeaveView{Left: true, Node: a.node.Name})
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}

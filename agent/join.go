@@ -21,6 +21,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
@@ -62,8 +63,8 @@ type JoinResult struct {
 	// Mode is the token's: the joining node's mode.
 	Mode fsm.Mode `json:"mode"`
 	// Findings are the preflight's (warnings only, when the join went ahead).
-	Findings []Finding `json:"findings"`
-	DryRun   bool      `json:"dry_run,omitempty"`
+	Findings []api.Finding `json:"findings"`
+	DryRun   bool          `json:"dry_run,omitempty"`
 	// Resumed says this join sent again the keys of an earlier one whose answer was lost, and
 	// got that enrolment's answer.
 	Resumed bool `json:"resumed,omitempty"`
@@ -140,7 +141,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	}
 	key := ed25519.PrivateKey(pend.NodeKey)
 	pub := key.Public().(ed25519.PublicKey)
-	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: pend.ID, PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings,
+	enrol := api.EnrolRequest{Token: opts.Token, Node: opts.Name, ID: pend.ID, PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings,
 		Server: p.Server}
 	// The node's overlay key: the found tunnel's when it presents one (sealed when its tunnel is
 	// taken over), else one made here, whose private half never leaves this machine.
@@ -174,7 +175,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		}
 	}
 
-	var resp *EnrolResponse
+	var resp *api.EnrolResponse
 	var tried []string
 	sent := false
 	for _, addr := range p.Bus {
@@ -310,7 +311,7 @@ func writeJoinPending(dataDir string, seal *pki.SealKey, p *joinPending) (create
 
 // joinPreflight resolves join's --port values and runs the preflight on this machine for the
 // ports a client binds and the token's mode; a finding at error level refuses the join.
-func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (map[string]string, []Finding, error) {
+func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (map[string]string, []api.Finding, error) {
 	cat, err := catalogue.Default()
 	if err != nil {
 		return nil, nil, fmt.Errorf("the shipped catalogue: %w", err)
@@ -326,7 +327,7 @@ func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (
 	}
 	findings := preflight(ctx, in)
 	for _, f := range findings {
-		if f.Level == LevelError {
+		if f.Level == api.LevelError {
 			return nil, nil, &PreflightError{Findings: findings, Act: ActJoin}
 		}
 	}
@@ -375,7 +376,7 @@ func JoinSettings(cat catalogue.Catalogue, ports map[string]string, server bool)
 //
 // sent says the request was written out whole: from then on the server may have committed the
 // enrolment even when no answer comes back.
-func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) (resp *EnrolResponse, sent bool, err error) {
+func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) (resp *api.EnrolResponse, sent bool, err error) {
 	var wrote atomic.Bool // set on the transport's goroutine
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 		if i.Err == nil {
@@ -386,7 +387,7 @@ func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) 
 	return resp, wrote.Load(), err
 }
 
-func enrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte) (*EnrolResponse, error) {
+func enrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte) (*api.EnrolResponse, error) {
 	var ca *x509.Certificate
 	var tokenErr error
 	tlsCfg := pki.PinnedTLS(fingerprint, &ca)
@@ -403,22 +404,22 @@ func enrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte
 	}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
 	defer client.CloseIdleConnections()
-	bus := jsonHTTP{client: client, base: "https://" + addr, limit: 16 << 20}
-	resp, err := bus.send(ctx, http.MethodPost, "/v1/enrol", bytes.NewReader(body))
+	bus := api.Endpoint{Client: client, Base: "https://" + addr, Limit: 16 << 20}
+	resp, err := bus.Send(ctx, http.MethodPost, "/v1/enrol", bytes.NewReader(body))
 	if tokenErr != nil {
 		return nil, &JoinError{tokenErr}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus %s: %w", addr, err)
 	}
-	var out EnrolResponse
-	err = bus.read(resp, &out)
-	var ae *answerError
+	var out api.EnrolResponse
+	err = bus.Read(resp, &out)
+	var ae *api.AnswerError
 	if errors.As(err, &ae) {
 		if ae.Code < 500 {
-			return nil, &JoinError{errors.New(ae.text("bus " + addr))}
+			return nil, &JoinError{errors.New(ae.Text("bus " + addr))}
 		}
-		return nil, errors.New(ae.text("bus " + addr))
+		return nil, errors.New(ae.Text("bus " + addr))
 	}
 	if err != nil || out.Node == nil {
 		return nil, fmt.Errorf("bus %s: not an enrolment answer: %v", addr, err)
@@ -428,7 +429,7 @@ func enrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte
 
 // joinedServer reads what a server's enrolment brings beyond a client's: the mesh CA with its key
 // (a server enrols nodes and signs tokens) and the node's Raft port as the record settled it.
-func joinedServer(resp *EnrolResponse) (*pki.CA, uint16, error) {
+func joinedServer(resp *api.EnrolResponse) (*pki.CA, uint16, error) {
 	if len(resp.CAKey) != ed25519.PrivateKeySize {
 		return nil, 0, errors.New("the server sent no mesh CA key")
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 
+	"meshd/api"
 	"meshd/gossip"
 	"meshd/pki"
 )
@@ -19,46 +20,16 @@ import (
 // comes back with the same keys. Keys are shown by fingerprint (gossip.KeyID), never themselves,
 // except the one `meshd keyring install` makes, printed once.
 
-// KeyView is one key on a node's ring, by fingerprint.
-type KeyView struct {
-	ID      string `json:"id"`
-	Primary bool   `json:"primary"`
-}
-
-// KeyringMember is one node's ring, or why it could not be read or changed.
-type KeyringMember struct {
-	Node  string    `json:"node"`
-	Keys  []KeyView `json:"keys"`
-	Error string    `json:"error,omitempty"`
-}
-
-// KeyringRequest is an operation: install, use or remove KEY (base64, std).
-type KeyringRequest struct {
-	Op  string `json:"op"`
-	Key string `json:"key,omitempty"`
-}
-
-// KeyringResult is what an operation did on every node.
-type KeyringResult struct {
-	Op    string `json:"op,omitempty"`
-	KeyID string `json:"key_id,omitempty"`
-	// Key is set only when install made the key: it is shown this once.
-	Key     string          `json:"key,omitempty"`
-	Members []KeyringMember `json:"members"`
-	// Failed names the nodes the operation did not reach or that refused it.
-	Failed []string `json:"failed,omitempty"`
-}
-
-func keyViews(keys []gossip.Key) []KeyView {
-	out := make([]KeyView, len(keys))
+func keyViews(keys []gossip.Key) []api.KeyView {
+	out := make([]api.KeyView, len(keys))
 	for i, k := range keys {
-		out[i] = KeyView{ID: k.ID, Primary: k.Primary}
+		out[i] = api.KeyView{ID: k.ID, Primary: k.Primary}
 	}
 	return out
 }
 
 // localKeys is this node's ring.
-func (a *Agent) localKeys() ([]KeyView, error) {
+func (a *Agent) localKeys() ([]api.KeyView, error) {
 	g := a.member()
 	if g == nil {
 		return nil, fmt.Errorf("node %s: %w", a.node.Name, errNoGossip)
@@ -67,7 +38,7 @@ func (a *Agent) localKeys() ([]KeyView, error) {
 }
 
 // applyKeyring applies an operation to this node's running member and re-seals its keyring.
-func (a *Agent) applyKeyring(op string, key []byte) ([]KeyView, error) {
+func (a *Agent) applyKeyring(op string, key []byte) ([]api.KeyView, error) {
 	a.gs.keyMu.Lock()
 	defer a.gs.keyMu.Unlock()
 	g := a.member()
@@ -113,7 +84,7 @@ func (a *Agent) getLocalKeyring(w http.ResponseWriter, _ *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, KeyringMember{Node: a.node.Name, Keys: keys})
+	api.WriteJSON(w, http.StatusOK, api.KeyringMember{Node: a.node.Name, Keys: keys})
 }
 
 func decodeKey(s string) ([]byte, error) {
@@ -125,43 +96,43 @@ func decodeKey(s string) ([]byte, error) {
 }
 
 func (a *Agent) postLocalKeyring(w http.ResponseWriter, req *http.Request) {
-	var in KeyringRequest
+	var in api.KeyringRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&in); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "keyring request: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "keyring request: " + err.Error()})
 		return
 	}
 	key, err := decodeKey(in.Key)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: err.Error()})
 		return
 	}
 	keys, err := a.applyKeyring(in.Op, key)
 	if err != nil {
-		writeJSON(w, http.StatusUnprocessableEntity, apiError{Error: err.Error()})
+		api.WriteJSON(w, http.StatusUnprocessableEntity, api.ErrorBody{Error: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, KeyringMember{Node: a.node.Name, Keys: keys})
+	api.WriteJSON(w, http.StatusOK, api.KeyringMember{Node: a.node.Name, Keys: keys})
 }
 
 // fanOut runs f for every node (this one locally) at once and collects the answers by node.
-func (a *Agent) fanOut(ctx context.Context, local func() ([]KeyView, error), remote func(context.Context, GossipPeer) ([]KeyView, error)) KeyringResult {
+func (a *Agent) fanOut(ctx context.Context, local func() ([]api.KeyView, error), remote func(context.Context, api.GossipPeer) ([]api.KeyView, error)) api.KeyringResult {
 	view := a.role.gossipView()
-	res := KeyringResult{Members: make([]KeyringMember, len(view.Nodes))}
+	res := api.KeyringResult{Members: make([]api.KeyringMember, len(view.Nodes))}
 	var wg sync.WaitGroup
 	for i, p := range view.Nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var keys []KeyView
+			var keys []api.KeyView
 			var err error
 			if p.Name == a.node.Name {
 				keys, err = local()
 			} else {
 				keys, err = remote(ctx, p)
 			}
-			m := KeyringMember{Node: p.Name, Keys: keys}
+			m := api.KeyringMember{Node: p.Name, Keys: keys}
 			if m.Keys == nil {
-				m.Keys = []KeyView{}
+				m.Keys = []api.KeyView{}
 			}
 			if err != nil {
 				m.Error = err.Error()
@@ -180,21 +151,21 @@ func (a *Agent) fanOut(ctx context.Context, local func() ([]KeyView, error), rem
 
 // getKeyring is `meshd keyring list`: every node's ring.
 func (a *Agent) getKeyring(w http.ResponseWriter, req *http.Request) {
-	res := a.fanOut(req.Context(), a.localKeys, func(ctx context.Context, p GossipPeer) ([]KeyView, error) {
-		var m KeyringMember
+	res := a.fanOut(req.Context(), a.localKeys, func(ctx context.Context, p api.GossipPeer) ([]api.KeyView, error) {
+		var m api.KeyringMember
 		err := a.peerJSON(ctx, p, http.MethodGet, "/v1/keyring/local", nil, &m)
 		return m.Keys, err
 	})
-	writeJSON(w, http.StatusOK, res)
+	api.WriteJSON(w, http.StatusOK, res)
 }
 
 // postKeyring is `meshd keyring install|use|remove`: the operation on every node. `use` is
 // refused unless every node has the key installed, and `remove` unless no node uses it, so no
 // member is cut off by a step taken too early.
 func (a *Agent) postKeyring(w http.ResponseWriter, req *http.Request) {
-	var in KeyringRequest
+	var in api.KeyringRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&in); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "keyring request: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "keyring request: " + err.Error()})
 		return
 	}
 	made := ""
@@ -208,18 +179,18 @@ func (a *Agent) postKeyring(w http.ResponseWriter, req *http.Request) {
 		made = in.Key
 	}
 	if in.Op != "install" && in.Op != "use" && in.Op != "remove" {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("keyring operation %q: want install, use or remove", in.Op)})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("keyring operation %q: want install, use or remove", in.Op)})
 		return
 	}
 	key, err := decodeKey(in.Key)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: err.Error()})
 		return
 	}
 	id := gossip.KeyID(key)
 	if in.Op == "use" || in.Op == "remove" {
-		list := a.fanOut(req.Context(), a.localKeys, func(ctx context.Context, p GossipPeer) ([]KeyView, error) {
-			var m KeyringMember
+		list := a.fanOut(req.Context(), a.localKeys, func(ctx context.Context, p api.GossipPeer) ([]api.KeyView, error) {
+			var m api.KeyringMember
 			err := a.peerJSON(ctx, p, http.MethodGet, "/v1/keyring/local", nil, &m)
 			return m.Keys, err
 		})
@@ -241,21 +212,21 @@ func (a *Agent) postKeyring(w http.ResponseWriter, req *http.Request) {
 			}
 		}
 		if in.Op == "use" && len(lacking) > 0 {
-			writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("key %s is not installed on every node (missing or unreachable: %v): install it everywhere first, or nodes without it would be cut off", id, lacking)})
+			api.WriteJSON(w, http.StatusConflict, api.ErrorBody{Error: fmt.Sprintf("key %s is not installed on every node (missing or unreachable: %v): install it everywhere first, or nodes without it would be cut off", id, lacking)})
 			return
 		}
 		if in.Op == "remove" && (len(using) > 0 || len(lacking) > 0) {
-			writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("key %s is still the primary key on %v (unreachable: %v): use another key everywhere first", id, using, lacking)})
+			api.WriteJSON(w, http.StatusConflict, api.ErrorBody{Error: fmt.Sprintf("key %s is still the primary key on %v (unreachable: %v): use another key everywhere first", id, using, lacking)})
 			return
 		}
 	}
-	res := a.fanOut(req.Context(), func() ([]KeyView, error) { return a.applyKeyring(in.Op, key) },
-		func(ctx context.Context, p GossipPeer) ([]KeyView, error) {
-			var m KeyringMember
-			err := a.peerJSON(ctx, p, http.MethodPost, "/v1/keyring/local", KeyringRequest{Op: in.Op, Key: in.Key}, &m)
+	res := a.fanOut(req.Context(), func() ([]api.KeyView, error) { return a.applyKeyring(in.Op, key) },
+		func(ctx context.Context, p api.GossipPeer) ([]api.KeyView, error) {
+			var m api.KeyringMember
+			err := a.peerJSON(ctx, p, http.MethodPost, "/v1/keyring/local", api.KeyringRequest{Op: in.Op, Key: in.Key}, &m)
 			return m.Keys, err
 		})
 	res.Op, res.KeyID, res.Key = in.Op, id, made
 	a.log.Info("gossip keyring operation", "op", in.Op, "key", id, "failed", res.Failed)
-	writeJSON(w, http.StatusOK, res)
+	api.WriteJSON(w, http.StatusOK, res)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
@@ -152,7 +153,7 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *host.Report, n
 	gauge(descHeld, len(rep.Held), fsm.KindFile)
 	gauge(descChanged, changedFiles, fsm.KindFile)
 	var cr host.ContainerReport
-	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && decodeInto(raw, &cr) {
+	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && api.DecodeInto(raw, &cr) {
 		held, changed := 0, 0
 		for _, c := range cr.Containers {
 			if c.State == "held" {
@@ -166,7 +167,7 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *host.Report, n
 		gauge(descChanged, changed, fsm.KindContainer)
 	}
 	var od host.OpeningDetail
-	if raw, ok := rep.Kinds[fsm.KindOpening]; ok && decodeInto(raw, &od) {
+	if raw, ok := rep.Kinds[fsm.KindOpening]; ok && api.DecodeInto(raw, &od) {
 		states := map[string]int{host.OpeningInForce: 0, host.OpeningRestored: 0, host.OpeningFailed: 0}
 		for _, o := range od.Openings {
 			states[o.State]++
@@ -176,7 +177,7 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *host.Report, n
 		}
 	}
 	var td host.TunnelDetail
-	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && decodeInto(raw, &td) && td.State != "" {
+	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && api.DecodeInto(raw, &td) && td.State != "" {
 		carried, enrolled := 0, 0
 		for _, p := range td.Peers {
 			if p.Carried {

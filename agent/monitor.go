@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"meshd/api"
 	"net"
 	"net/http"
 	"net/url"
@@ -148,7 +149,7 @@ func monitorLevel(req *http.Request) (slog.Level, error) {
 func (a *Agent) getMonitor(w http.ResponseWriter, req *http.Request) {
 	level, err := monitorLevel(req)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: err.Error()})
 		return
 	}
 	node := req.URL.Query().Get("node")
@@ -157,7 +158,7 @@ func (a *Agent) getMonitor(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if !a.node.Server {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s is a client: it streams only its own log; run `meshd monitor %s` on a server", a.node.Name, node)})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s is a client: it streams only its own log; run `meshd monitor %s` on a server", a.node.Name, node)})
 		return
 	}
 	a.streamPeerLog(w, req, node, level)
@@ -167,7 +168,7 @@ func (a *Agent) getMonitor(w http.ResponseWriter, req *http.Request) {
 func (a *Agent) getPeerMonitor(w http.ResponseWriter, req *http.Request, _ string) {
 	level, err := monitorLevel(req)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: err.Error()})
 		return
 	}
 	// The bus bounds a whole answer's writing; a monitor lasts as long as its caller stays.
@@ -206,7 +207,7 @@ func (a *Agent) streamLog(w http.ResponseWriter, req *http.Request, level slog.L
 
 // streamPeerLog copies node's log lines from its bus to the operator.
 func (a *Agent) streamPeerLog(w http.ResponseWriter, req *http.Request, node string, level slog.Level) {
-	p, ok := a.role.gossipView().peer(node)
+	p, ok := a.role.gossipView().Peer(node)
 	if !ok {
 		writeErr(w, notFound(fmt.Sprintf("node %s: no such node in the record", node)))
 		return
@@ -231,7 +232,7 @@ func (a *Agent) streamPeerLog(w http.ResponseWriter, req *http.Request, node str
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		writeErr(w, fmt.Errorf("node %s (bus %s): %s", node, addr, newAnswerError(resp, resp.Body).text("")))
+		writeErr(w, fmt.Errorf("node %s (bus %s): %s", node, addr, api.NewAnswerError(resp, resp.Body).Text("")))
 		return
 	}
 	rc := http.NewResponseController(w)

@@ -12,52 +12,24 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/api"
 	"meshd/fsm"
 )
-
-// DefaultQuarantine is how long a removed node's private-network address is held back from new
-// enrolments when the operator does not say (`meshd node remove --quarantine`): long enough that
-// whatever still knows the old node by its address (a peer's config, a firewall rule, a cache)
-// is gone before another machine answers there.
-const DefaultQuarantine = 24 * time.Hour
-
-// NodeRemoveRequest is `meshd node remove`'s body.
-type NodeRemoveRequest struct {
-	// Quarantine is how long the node's address stays unassigned, as time.ParseDuration reads
-	// it; empty means DefaultQuarantine.
-	Quarantine string `json:"quarantine,omitempty"`
-}
-
-// NodeRemoveView is what `meshd node remove` did.
-type NodeRemoveView struct {
-	Node    string `json:"node"`
-	ID      string `json:"id"`
-	Server  bool   `json:"server"`
-	Address string `json:"address,omitempty"`
-	// QuarantineUntil is when Address may be given to a new enrolment again.
-	QuarantineUntil time.Time `json:"quarantine_until"`
-	// RevokedKey is the node's identity key: no certificate for it is let in from now on.
-	RevokedKey string `json:"revoked_key"`
-	Index      uint64 `json:"index"`
-	// Voters are the Raft voters left when the node was a server.
-	Voters  []string `json:"voters,omitempty"`
-	Warning string   `json:"warning,omitempty"`
-}
 
 // removeNode takes a node out of the record (committed first: its key revoked, its address
 // quarantined), then, for a server, out of Raft's configuration.
 func (s *serverRole) removeNode(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
-	var body NodeRemoveRequest
+	var body api.NodeRemoveRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&body); err != nil && err != io.EOF {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "node remove: bad request: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "node remove: bad request: " + err.Error()})
 		return
 	}
-	q := DefaultQuarantine
+	q := api.DefaultQuarantine
 	if body.Quarantine != "" {
 		d, err := time.ParseDuration(body.Quarantine)
 		if err != nil || d < 0 {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: quarantine %q is not a duration of zero or more, such as 24h", name, body.Quarantine)})
+			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: quarantine %q is not a duration of zero or more, such as 24h", name, body.Quarantine)})
 			return
 		}
 		q = d
@@ -70,7 +42,7 @@ func (s *serverRole) removeNode(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	n := v.(*fsm.Node)
-	out := NodeRemoveView{Node: n.Name, ID: n.ID, Server: n.Server, Address: n.Address, QuarantineUntil: until, RevokedKey: n.PublicKey, Index: index}
+	out := api.NodeRemoveView{Node: n.Name, ID: n.ID, Server: n.Server, Address: n.Address, QuarantineUntil: until, RevokedKey: n.PublicKey, Index: index}
 	if n.Server {
 		if err := s.raft.raft.RemoveServer(raft.ServerID(n.ID), 0, applyTimeout).Error(); err != nil {
 			writeErr(w, fmt.Errorf("node %s is out of the record (index %d), but raft has not taken it out of the group yet (%w); its certificate is refused all the same", name, index, err))
@@ -80,5 +52,5 @@ func (s *serverRole) removeNode(w http.ResponseWriter, req *http.Request) {
 		out.Warning = evenWarning(len(out.Voters))
 	}
 	s.log.Info("node removed by the operator", "removed", n.Name, "server", n.Server, "address", n.Address, "quarantine_until", until)
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }

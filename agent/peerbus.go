@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"meshd/api"
 	"meshd/pki"
 )
 
@@ -33,7 +34,7 @@ type peerBus struct {
 // peerHTTP is the mTLS client this node calls node p's bus with: the answer must come with p's
 // certificate for the key the mesh knows p by, so no other node (a client in the path) answers
 // for it.
-func (a *Agent) peerHTTP(p GossipPeer) (*http.Client, error) {
+func (a *Agent) peerHTTP(p api.GossipPeer) (*http.Client, error) {
 	pub, err := pki.ParsePublicKey(p.PublicKey)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", p.Name, err)
@@ -54,21 +55,21 @@ func (a *Agent) peerHTTP(p GossipPeer) (*http.Client, error) {
 }
 
 // peerJSON calls one node's bus; errors name the node, its bus address and port.
-func (a *Agent) peerJSON(ctx context.Context, p GossipPeer, method, path string, in, out any) error {
+func (a *Agent) peerJSON(ctx context.Context, p api.GossipPeer, method, path string, in, out any) error {
 	addr := net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Bus)))
 	client, err := a.peerHTTP(p)
 	if err != nil {
 		return err
 	}
-	bus := jsonHTTP{client: client, base: "https://" + addr, limit: 4 << 20}
-	resp, err := bus.send(ctx, method, path, in)
+	bus := api.Endpoint{Client: client, Base: "https://" + addr, Limit: 4 << 20}
+	resp, err := bus.Send(ctx, method, path, in)
 	if err != nil {
 		return fmt.Errorf("node %s (bus %s, tcp port %d): %w", p.Name, addr, p.Bus, err)
 	}
-	err = bus.read(resp, out)
-	var ae *answerError
+	err = bus.Read(resp, out)
+	var ae *api.AnswerError
 	if errors.As(err, &ae) {
-		return fmt.Errorf("node %s (bus %s): %s", p.Name, addr, ae.text(""))
+		return fmt.Errorf("node %s (bus %s): %s", p.Name, addr, ae.Text(""))
 	}
 	return err
 }
@@ -83,13 +84,13 @@ func (a *Agent) withPeer(serverOnly bool, h func(http.ResponseWriter, *http.Requ
 			return
 		}
 		view := a.role.gossipView()
-		p, ok := view.peer(name)
+		p, ok := view.Peer(name)
 		if !ok || p.PublicKey != pub {
-			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: node %s does not know a node of that name with this certificate's key", a.node.Name, name)})
+			api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("node %s: node %s does not know a node of that name with this certificate's key", a.node.Name, name)})
 			return
 		}
 		if serverOnly && !p.Server {
-			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s: %s %s is a server's to ask, and node %s is a client", a.node.Name, req.Method, req.URL.Path, name)})
+			api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("node %s: %s %s is a server's to ask, and node %s is a client", a.node.Name, req.Method, req.URL.Path, name)})
 			return
 		}
 		h(w, req, name)

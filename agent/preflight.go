@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/container"
 	"meshd/fsm"
@@ -20,24 +21,9 @@ import (
 	"meshd/netfilter"
 )
 
-// Finding is one result of genesis's preflight. Check is a stable name scripts can match on.
-type Finding struct {
-	Check   string `json:"check"`
-	Level   string `json:"level"` // "error" refuses genesis; "warning" does not
-	Message string `json:"message"`
-	// Holder names what holds a port: a process and pid, or a container.
-	Holder string `json:"holder,omitempty"`
-}
-
-// The levels of a finding.
-const (
-	LevelError   = "error"
-	LevelWarning = "warning"
-)
-
 // PreflightError is a refused genesis or join: every error found, not only the first.
 type PreflightError struct {
-	Findings []Finding
+	Findings []api.Finding
 	// Act is the act refused, ActGenesis or ActJoin; empty is genesis.
 	Act string
 }
@@ -46,7 +32,7 @@ func (e *PreflightError) Error() string {
 	var b strings.Builder
 	n := 0
 	for _, f := range e.Findings {
-		if f.Level == LevelError {
+		if f.Level == api.LevelError {
 			n++
 		}
 	}
@@ -56,30 +42,21 @@ func (e *PreflightError) Error() string {
 		fmt.Fprintf(&b, "genesis refused, nothing was changed: %d problem(s) found", n)
 	}
 	for _, f := range e.Findings {
-		if f.Level == LevelError {
+		if f.Level == api.LevelError {
 			fmt.Fprintf(&b, "\n  %s: %s", f.Check, f.Message)
 		}
 	}
 	return b.String()
 }
 
-// portBind is one port genesis's node will bind: by the agent itself or a foundation container.
-type portBind struct {
-	Key   string // the setting, "registry.port"
-	Proto string
-	Addr  netip.Addr
-	Port  uint16
-	By    string // what binds it: "meshd (bus)", "container meshd-registry"
-}
-
 // bindPlan lists every port the foundation binds on this node, with the address it binds.
-func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise string) ([]portBind, error) {
+func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise string) ([]api.PortBind, error) {
 	any4 := netip.IPv4Unspecified()
 	adv, err := netip.ParseAddr(advertise)
 	if err != nil {
 		return nil, fmt.Errorf("advertise address %q is not an IP address", advertise)
 	}
-	var plan []portBind
+	var plan []api.PortBind
 	for _, name := range cat.Names() {
 		m := cat[name]
 		if !m.Foundation {
@@ -111,7 +88,7 @@ func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise str
 				if key == catalogue.MeshModule+".raft" {
 					addr = adv
 				}
-				plan = append(plan, portBind{Key: key, Proto: o.Proto, Addr: addr, Port: o.Port, By: "meshd (" + strings.TrimPrefix(key, "mesh.") + ")"})
+				plan = append(plan, api.PortBind{Key: key, Proto: o.Proto, Addr: addr, Port: o.Port, By: "meshd (" + strings.TrimPrefix(key, "mesh.") + ")"})
 			}
 			continue
 		}
@@ -125,7 +102,7 @@ func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise str
 				if pm.HostIP != "" {
 					addr = netip.MustParseAddr(pm.HostIP)
 				}
-				plan = append(plan, portBind{Key: keyOf(pm.HostPort), Proto: pm.Proto, Addr: addr, Port: pm.HostPort, By: "container " + c.Name})
+				plan = append(plan, api.PortBind{Key: keyOf(pm.HostPort), Proto: pm.Proto, Addr: addr, Port: pm.HostPort, By: "container " + c.Name})
 			}
 		}
 	}
@@ -166,7 +143,7 @@ func wordsFor(act string) actWords {
 // clientBindPlan lists the ports a joining node binds: the mesh module's (its bus, gossip and
 // tunnel; its Raft port only when it joins as a server), on every address, with the node's mesh
 // settings over the catalogue's defaults. settings are keyed MODULE.SETTING.
-func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server bool) ([]portBind, error) {
+func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server bool) ([]api.PortBind, error) {
 	m := cat[catalogue.MeshModule]
 	if m == nil {
 		return nil, fmt.Errorf("the catalogue has no %s module", catalogue.MeshModule)
@@ -181,7 +158,7 @@ func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server 
 	if err != nil {
 		return nil, err
 	}
-	var plan []portBind
+	var plan []api.PortBind
 	seen := map[string]bool{}
 	for _, o := range res.Openings {
 		for _, s := range m.PortSettings() {
@@ -190,7 +167,7 @@ func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server 
 			}
 			seen[s+"/"+o.Proto] = true
 			key := catalogue.MeshModule + "." + s
-			plan = append(plan, portBind{Key: key, Proto: o.Proto, Addr: netip.IPv4Unspecified(), Port: o.Port, By: "meshd (" + s + ")"})
+			plan = append(plan, api.PortBind{Key: key, Proto: o.Proto, Addr: netip.IPv4Unspecified(), Port: o.Port, By: "meshd (" + s + ")"})
 			break
 		}
 	}
@@ -220,19 +197,19 @@ type preflightInput struct {
 // It is a flat list of independent checks, each a few lines over what it read once at the top
 // (listening sockets, published ports, the bind plan); it stays one body so the findings come out
 // in the order the operator reads them.
-func preflight(ctx context.Context, in preflightInput) []Finding {
+func preflight(ctx context.Context, in preflightInput) []api.Finding {
 	w := wordsFor(in.Act)
-	out := []Finding{}
+	out := []api.Finding{}
 	add := func(check, level, holder, format string, args ...any) {
-		out = append(out, Finding{Check: check, Level: level, Holder: holder, Message: fmt.Sprintf(format, args...)})
+		out = append(out, api.Finding{Check: check, Level: level, Holder: holder, Message: fmt.Sprintf(format, args...)})
 	}
 	listeners, err := host.Listeners()
 	if err != nil {
-		add("machine.listeners", LevelWarning, "", "cannot read the machine's listening sockets: %v", err)
+		add("machine.listeners", api.LevelWarning, "", "cannot read the machine's listening sockets: %v", err)
 	}
 	var published []container.Published
 	if eng, err := container.New(in.DockerHost); err != nil {
-		add("docker.engine", LevelWarning, "", "Docker engine at %s: %v", orDefault(in.DockerHost), err)
+		add("docker.engine", api.LevelWarning, "", "Docker engine at %s: %v", orDefault(in.DockerHost), err)
 	} else {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		published, err = eng.Published(pctx)
@@ -240,9 +217,9 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 		eng.Close()
 		if err != nil {
 			if in.Act == ActJoin {
-				add("docker.engine", LevelWarning, "", "the Docker engine is not reachable (%v): published ports cannot be checked, and modules with containers cannot run here until it is", err)
+				add("docker.engine", api.LevelWarning, "", "the Docker engine is not reachable (%v): published ports cannot be checked, and modules with containers cannot run here until it is", err)
 			} else {
-				add("docker.engine", LevelWarning, "", "the Docker engine is not reachable (%v): published ports cannot be checked and the foundation's containers cannot be raised until it is", err)
+				add("docker.engine", api.LevelWarning, "", "the Docker engine is not reachable (%v): published ports cannot be checked and the foundation's containers cannot be raised until it is", err)
 			}
 		}
 	}
@@ -254,7 +231,7 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 		plan, err = clientBindPlan(in.Catalogue, in.Settings, in.Server)
 	}
 	if err != nil {
-		add("settings", LevelError, "", "%v", err)
+		add("settings", api.LevelError, "", "%v", err)
 	}
 	for _, b := range plan {
 		if in.TakeTunnel != "" && b.Key == catalogue.MeshModule+".tunnel" {
@@ -263,7 +240,7 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 		check := "port." + b.Key
 		what := fmt.Sprintf("port %d/%s (%s, for %s)", b.Port, b.Proto, b.Key, b.By)
 		if holder := publishedHolder(published, b); holder != "" {
-			add(check, LevelError, holder, "%s is held by %s; give %s another: --port %s=N", what, holder, w.name, portFlag(b.Key))
+			add(check, api.LevelError, holder, "%s is held by %s; give %s another: --port %s=N", what, holder, w.name, portFlag(b.Key))
 			continue
 		}
 		if l, ok := listenerHolder(listeners, b); ok {
@@ -271,19 +248,19 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 			if l.Process != "" {
 				holder = fmt.Sprintf("%s (pid %d)", l.Process, l.PID)
 			}
-			add(check, LevelError, holder, "%s is in use by %s on %s; give %s another: --port %s=N%s", what, holder, netip.AddrPortFrom(l.Addr, l.Port), w.name, portFlag(b.Key), w.tunnelHint(b.Key))
+			add(check, api.LevelError, holder, "%s is in use by %s on %s; give %s another: --port %s=N%s", what, holder, netip.AddrPortFrom(l.Addr, l.Port), w.name, portFlag(b.Key), w.tunnelHint(b.Key))
 			continue
 		}
 		if err := tryBind(b); err != nil {
 			switch {
 			case errors.Is(err, syscall.EACCES):
-				add(check, LevelError, "", "%s: permission denied binding %s (not in use: run %s as root)", what, netip.AddrPortFrom(b.Addr, b.Port), w.name)
+				add(check, api.LevelError, "", "%s: permission denied binding %s (not in use: run %s as root)", what, netip.AddrPortFrom(b.Addr, b.Port), w.name)
 			case errors.Is(err, syscall.EADDRINUSE):
-				add(check, LevelError, "", "%s is in use on %s by something this machine does not name; give %s another: --port %s=N%s", what, netip.AddrPortFrom(b.Addr, b.Port), w.name, portFlag(b.Key), w.tunnelHint(b.Key))
+				add(check, api.LevelError, "", "%s is in use on %s by something this machine does not name; give %s another: --port %s=N%s", what, netip.AddrPortFrom(b.Addr, b.Port), w.name, portFlag(b.Key), w.tunnelHint(b.Key))
 			case errors.Is(err, syscall.EADDRNOTAVAIL):
-				add(check, LevelError, "", "%s: %s is not an address of this machine (check --advertise)", what, b.Addr)
+				add(check, api.LevelError, "", "%s: %s is not an address of this machine (check --advertise)", what, b.Addr)
 			default:
-				add(check, LevelError, "", "%s: cannot bind %s: %v", what, netip.AddrPortFrom(b.Addr, b.Port), err)
+				add(check, api.LevelError, "", "%s: cannot bind %s: %v", what, netip.AddrPortFrom(b.Addr, b.Port), err)
 			}
 		}
 	}
@@ -308,9 +285,9 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 				if in.Act == ActJoin {
 					// The range is the mesh's, not this machine's to choose; and a machine of a
 					// tunnel the hub took in place (ADR 0105) overlaps it by design.
-					add("tunnel.range", LevelWarning, ifc.Name, "the private network's range %s overlaps %s on interface %s: unless the mesh carries that tunnel (its hub took it in place), this node's private address will clash with it", in.Range, p, ifc.Name)
+					add("tunnel.range", api.LevelWarning, ifc.Name, "the private network's range %s overlaps %s on interface %s: unless the mesh carries that tunnel (its hub took it in place), this node's private address will clash with it", in.Range, p, ifc.Name)
 				} else {
-					add("tunnel.range", LevelError, ifc.Name, "the private network's range %s overlaps %s on interface %s (a tunnel still running beside the mesh); give another range: --set mesh.range=CIDR", in.Range, p, ifc.Name)
+					add("tunnel.range", api.LevelError, ifc.Name, "the private network's range %s overlaps %s on interface %s (a tunnel still running beside the mesh); give another range: --set mesh.range=CIDR", in.Range, p, ifc.Name)
 				}
 			}
 		}
@@ -322,27 +299,27 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 	cancel()
 	switch {
 	case ferr != nil && os.Geteuid() != 0:
-		add("firewall.kind", LevelError, "", "reading the machine's firewall needs root: run %s as root (%v)", w.name, ferr)
+		add("firewall.kind", api.LevelError, "", "reading the machine's firewall needs root: run %s as root (%v)", w.name, ferr)
 	case ferr != nil && errors.Is(ferr, netfilter.ErrUnsupported):
-		add("firewall.kind", LevelError, "", "%v: meshd will not adopt a machine whose firewall it cannot speak, since nothing would protect the mesh's ports", ferr)
+		add("firewall.kind", api.LevelError, "", "%v: meshd will not adopt a machine whose firewall it cannot speak, since nothing would protect the mesh's ports", ferr)
 	case ferr != nil:
-		add("firewall.kind", LevelError, "", "cannot read the machine's firewall: %v", ferr)
+		add("firewall.kind", api.LevelError, "", "cannot read the machine's firewall: %v", ferr)
 	}
 
 	// A converged node loads a drop-by-default ruleset: genesis and join refuse a machine in use.
 	if in.Mode == fsm.Converged {
 		if ferr == nil && found.Active && found.Kind != netfilter.KindNone {
-			add("machine.firewall", LevelError, string(found.Kind), "the machine has an active firewall (%s); a converged %s would replace it and close what it allows. This machine is in use: %s", found, w.name, w.inUse)
+			add("machine.firewall", api.LevelError, string(found.Kind), "the machine has an active firewall (%s); a converged %s would replace it and close what it allows. This machine is in use: %s", found, w.name, w.inUse)
 		}
 		for _, l := range listeners {
 			if l.Addr.IsLoopback() {
 				continue
 			}
-			add("machine.listeners", LevelError, l.String(), "something already listens: %s; a converged %s would close it. This machine is in use: %s", describeListener(l, published), w.name, w.inUse)
+			add("machine.listeners", api.LevelError, l.String(), "something already listens: %s; a converged %s would close it. This machine is in use: %s", describeListener(l, published), w.name, w.inUse)
 		}
 		for _, p := range published {
 			if !hasListener(listeners, p) {
-				add("machine.listeners", LevelError, p.Container, "container %s publishes %s:%d/%s; a converged %s would close it. This machine is in use: %s", p.Container, orAny(p.HostIP), p.HostPort, p.Proto, w.name, w.inUse)
+				add("machine.listeners", api.LevelError, p.Container, "container %s publishes %s:%d/%s; a converged %s would close it. This machine is in use: %s", p.Container, orAny(p.HostIP), p.HostPort, p.Proto, w.name, w.inUse)
 			}
 		}
 	}
@@ -360,7 +337,7 @@ func portFlag(key string) string {
 	return key
 }
 
-func publishedHolder(published []container.Published, b portBind) string {
+func publishedHolder(published []container.Published, b api.PortBind) string {
 	for _, p := range published {
 		addr := netip.IPv4Unspecified()
 		if a, err := netip.ParseAddr(p.HostIP); err == nil {
@@ -374,7 +351,7 @@ func publishedHolder(published []container.Published, b portBind) string {
 	return ""
 }
 
-func listenerHolder(ls []host.Listener, b portBind) (host.Listener, bool) {
+func listenerHolder(ls []host.Listener, b api.PortBind) (host.Listener, bool) {
 	for _, l := range ls {
 		if l.Covers(b.Proto, b.Addr, b.Port) {
 			return l, true
@@ -401,7 +378,7 @@ func describeListener(l host.Listener, published []container.Published) string {
 	return l.String()
 }
 
-func tryBind(b portBind) error {
+func tryBind(b api.PortBind) error {
 	addr := netip.AddrPortFrom(b.Addr, b.Port).String()
 	if b.Proto == "udp" {
 		c, err := net.ListenPacket("udp", addr)

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/internal/testenv"
 )
 
-func findingsSay(fs []Finding, check, level, says string) bool {
+func findingsSay(fs []api.Finding, check, level, says string) bool {
 	for _, f := range fs {
 		if f.Check == check && f.Level == level && strings.Contains(f.Message, says) {
 			return true
@@ -41,13 +43,13 @@ func TestPreflightWordsFitTheAct(t *testing.T) {
 
 	join := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Converged, Catalogue: cat,
 		Settings: map[string]string{"mesh.gossip": port}, DockerHost: noEngine})
-	if !findingsSay(join, "port.mesh.gossip", LevelError, "give join another: --port gossip=N") {
+	if !findingsSay(join, "port.mesh.gossip", api.LevelError, "give join another: --port gossip=N") {
 		t.Errorf("the held gossip port is not refused in join's words: %+v", join)
 	}
-	if !findingsSay(join, "machine.listeners", LevelError, "a converged join would close it. This machine is in use: join it with a token made by `meshd token create --adopted`") {
+	if !findingsSay(join, "machine.listeners", api.LevelError, "a converged join would close it. This machine is in use: join it with a token made by `meshd token create --adopted`") {
 		t.Errorf("the listener is not refused in join's words: %+v", join)
 	}
-	if !findingsSay(join, "docker.engine", LevelWarning, "modules with containers cannot run here") {
+	if !findingsSay(join, "docker.engine", api.LevelWarning, "modules with containers cannot run here") {
 		t.Errorf("an unreachable engine is not a join's warning: %+v", join)
 	}
 	for _, f := range join {
@@ -66,15 +68,15 @@ func TestPreflightWordsFitTheAct(t *testing.T) {
 	// Adopted, the machine in use is no finding; its held port still is.
 	adopted := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
 		Settings: map[string]string{"mesh.gossip": port}, DockerHost: noEngine})
-	if findingsSay(adopted, "machine.listeners", LevelError, "") || !findingsSay(adopted, "port.mesh.gossip", LevelError, "--port gossip=N") {
+	if findingsSay(adopted, "machine.listeners", api.LevelError, "") || !findingsSay(adopted, "port.mesh.gossip", api.LevelError, "--port gossip=N") {
 		t.Errorf("an adopted join: %+v", adopted)
 	}
 
 	// Genesis keeps its words.
 	gen := preflight(context.Background(), preflightInput{Mode: fsm.Converged, Catalogue: cat,
 		Settings: map[string]string{"mesh.gossip": port}, Advertise: "127.0.0.1", DockerHost: noEngine})
-	if !findingsSay(gen, "port.mesh.gossip", LevelError, "give genesis another: --port gossip=N") ||
-		!findingsSay(gen, "machine.listeners", LevelError, "a converged genesis would close it. This machine is in use: raise it with --adopted") {
+	if !findingsSay(gen, "port.mesh.gossip", api.LevelError, "give genesis another: --port gossip=N") ||
+		!findingsSay(gen, "machine.listeners", api.LevelError, "a converged genesis would close it. This machine is in use: raise it with --adopted") {
 		t.Errorf("genesis's words changed: %+v", gen)
 	}
 	if s := (&PreflightError{Findings: gen}).Error(); !strings.HasPrefix(s, "genesis refused, nothing was changed") {
@@ -99,12 +101,12 @@ func TestPreflightHeldTunnelPortNamesTheTunnelFlag(t *testing.T) {
 
 	join := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
 		Settings: map[string]string{"mesh.tunnel": port}, DockerHost: noEngine})
-	if !findingsSay(join, "port.mesh.tunnel", LevelError, "give join another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), present it: --tunnel wg0") {
+	if !findingsSay(join, "port.mesh.tunnel", api.LevelError, "give join another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), present it: --tunnel wg0") {
 		t.Errorf("a held tunnel port does not name join's --tunnel: %+v", join)
 	}
 	gen := preflight(context.Background(), preflightInput{Mode: fsm.Adopted, Catalogue: cat,
 		Settings: map[string]string{"mesh.tunnel": port}, Advertise: "127.0.0.1", DockerHost: noEngine})
-	if !findingsSay(gen, "port.mesh.tunnel", LevelError, "give genesis another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), take it over: --adopted --take-tunnel wg0") {
+	if !findingsSay(gen, "port.mesh.tunnel", api.LevelError, "give genesis another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), take it over: --adopted --take-tunnel wg0") {
 		t.Errorf("a held tunnel port does not name genesis's --take-tunnel: %+v", gen)
 	}
 	for _, f := range append(join, gen...) {
@@ -171,6 +173,7 @@ func TestJoinSettings(t *testing.T) {
 // A preflight with nothing to say says so with an empty list: `--dry-run --json` prints
 // "findings": [], never null.
 func TestPreflightNothingFoundIsAnEmptyList(t *testing.T) {
+	testenv.RequireRoot(t, "reading the machine's firewall (the nftables ruleset)")
 	cat, err := catalogue.Default()
 	if err != nil {
 		t.Fatal(err)

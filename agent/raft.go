@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"meshd/api"
 	"meshd/fsm"
 )
 
@@ -152,7 +153,7 @@ func (rn *raftNode) caughtUpOnly(next http.Handler) http.Handler {
 		err := rn.waitCaughtUp(ctx)
 		cancel()
 		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, apiError{Error: err.Error()})
+			api.WriteJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: err.Error()})
 			return
 		}
 		next.ServeHTTP(w, req)

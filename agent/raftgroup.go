@@ -21,30 +21,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/pki"
-)
-
-// The headers the record's answers carry.
-const (
-	// hdrIndex is the record's index an answer was made at; on a write, the index of the command
-	// committed and applied.
-	hdrIndex = "X-Meshd-Index"
-	// hdrServedBy names the server that answered, and whether it leads.
-	hdrServedBy = "X-Meshd-Served-By"
-	// hdrStale says how far behind a follower's own record (asked with ?stale=1) may be.
-	hdrStale = "X-Meshd-Stale"
-	// hdrNotProposed marks a not-leader answer given before anything was proposed: the forwarder
-	// may send it again to the new leader without a command being applied twice.
-	hdrNotProposed = "X-Meshd-Not-Proposed"
-	// hdrForwardedBy names the server that forwarded a request to the leader; such a request is
-	// not forwarded again.
-	hdrForwardedBy = "X-Meshd-Forwarded-By"
-	// hdrRemoteAddr is the address an enrolment came from, as the forwarding server saw it.
-	hdrRemoteAddr = "X-Meshd-Remote-Addr"
-	// hdrAskedBy names the node whose certificate an operator request came in with on a bus
-	// (/v1/op): set by the bus itself, kept only when a server forwards it.
-	hdrAskedBy = "X-Meshd-Asked-By"
 )
 
 // The autopilot's rule: a server is current when its record is within trailingEntries of the
@@ -68,26 +47,9 @@ func evenWarning(servers int) string {
 		servers, servers/2+1, servers-1)
 }
 
-// RaftStateView is one server's Raft as it sees it: `meshd operator raft list-peers` and the
-// autopilot ask it of each server.
-type RaftStateView struct {
-	Node  string `json:"node"`
-	ID    string `json:"id"`
-	State string `json:"state"`
-	Term  uint64 `json:"term"`
-	// LastIndex is the last entry in its log; CommitIndex the last it knows committed; Applied
-	// the last its record applied.
-	LastIndex   uint64 `json:"last_index"`
-	CommitIndex uint64 `json:"commit_index"`
-	Applied     uint64 `json:"applied"`
-	// LastContact is how long ago it last heard from the leader ("" on the leader).
-	LastContact string `json:"last_contact,omitempty"`
-	Leader      string `json:"leader,omitempty"`
-}
-
-func (s *serverRole) raftState() RaftStateView {
+func (s *serverRole) raftState() api.RaftStateView {
 	r := s.raft.raft
-	st := RaftStateView{Node: s.node.Name, ID: s.node.ID, State: r.State().String(), LastIndex: r.LastIndex(),
+	st := api.RaftStateView{Node: s.node.Name, ID: s.node.ID, State: r.State().String(), LastIndex: r.LastIndex(),
 		CommitIndex: r.CommitIndex(), Applied: s.raft.applied(), Leader: s.leader().Node}
 	st.Term, _ = strconv.ParseUint(r.Stats()["term"], 10, 64)
 	if r.State() != raft.Leader {
@@ -101,13 +63,13 @@ func (s *serverRole) raftState() RaftStateView {
 }
 
 func (s *serverRole) getRaftState(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.raftState())
+	api.WriteJSON(w, http.StatusOK, s.raftState())
 }
 
 // groupServer is a server as the record names it, with its Raft and bus addresses.
 type groupServer struct {
 	name, id, raftAddr string
-	peer               GossipPeer
+	peer               api.GossipPeer
 }
 
 // recordServers lists the record's servers and names the control-node.
@@ -128,7 +90,7 @@ func (s *serverRole) recordServers() (servers []groupServer, removed map[string]
 			if err != nil || n.Advertise == "" {
 				continue
 			}
-			p, _ := view.peer(name)
+			p, _ := view.Peer(name)
 			servers = append(servers, groupServer{name: name, id: n.ID, raftAddr: net.JoinHostPort(n.Advertise, strconv.Itoa(int(port))), peer: p})
 		}
 	})
@@ -227,7 +189,7 @@ func (s *serverRole) isCurrent(ctx context.Context, g groupServer, commit uint64
 		delete(s.ap.current, id)
 		return false
 	}
-	var st RaftStateView
+	var st api.RaftStateView
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	err := s.peerJSON(qctx, g.peer, http.MethodGet, "/v1/raft/state", nil, &st)
 	cancel()
@@ -308,18 +270,18 @@ func (s *serverRole) leadWhy() string {
 func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if s.raft.raft.State() == raft.Leader {
-			w.Header().Set(hdrServedBy, s.node.Name+" (leader)")
+			w.Header().Set(api.HeaderServedBy, s.node.Name+" (leader)")
 			h.ServeHTTP(w, req)
 			return
 		}
 		if req.Method == http.MethodGet && isTrue(req.URL.Query().Get("stale")) {
 			st := s.raftState()
-			w.Header().Set(hdrServedBy, fmt.Sprintf("%s (%s, its own record)", s.node.Name, strings.ToLower(st.State)))
-			w.Header().Set(hdrStale, staleText(st))
+			w.Header().Set(api.HeaderServedBy, fmt.Sprintf("%s (%s, its own record)", s.node.Name, strings.ToLower(st.State)))
+			w.Header().Set(api.HeaderStale, staleText(st))
 			h.ServeHTTP(w, req)
 			return
 		}
-		if by := req.Header.Get(hdrForwardedBy); by != "" {
+		if by := req.Header.Get(api.HeaderForwardedBy); by != "" {
 			// Forwarded once already, to a server that no longer leads: the forwarder looks again.
 			nl := s.raft.notLeader(raft.ErrNotLeader)
 			writeErr(w, nl)
@@ -327,7 +289,7 @@ func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
 		}
 		if s.forward(w, req, prefix) {
 			// This server became the leader while it looked for one: it answers.
-			w.Header().Set(hdrServedBy, s.node.Name+" (leader)")
+			w.Header().Set(api.HeaderServedBy, s.node.Name+" (leader)")
 			h.ServeHTTP(w, req)
 		}
 	})
@@ -336,7 +298,7 @@ func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
 func isTrue(v string) bool { return v == "1" || v == "true" || v == "yes" }
 
 // staleText says how far a follower's record may be behind.
-func staleText(st RaftStateView) string {
+func staleText(st api.RaftStateView) string {
 	behind := uint64(0)
 	if st.CommitIndex > st.Applied {
 		behind = st.CommitIndex - st.Applied
@@ -385,7 +347,7 @@ func (s *serverRole) leaderBus() (name, addr string, err error) {
 func (s *serverRole) forward(w http.ResponseWriter, req *http.Request, prefix string) (lead bool) {
 	body, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "request body: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "request body: " + err.Error()})
 		return false
 	}
 	deadline := time.Now().Add(forwardPatience)
@@ -399,7 +361,7 @@ func (s *serverRole) forward(w http.ResponseWriter, req *http.Request, prefix st
 		if err == nil {
 			resp, err := s.sendToLeader(req, addr, prefix, body)
 			if err == nil {
-				if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(hdrNotProposed) != "" && time.Now().Before(deadline) {
+				if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(api.HeaderNotProposed) != "" && time.Now().Before(deadline) {
 					// The leader stepped down before proposing: look for the next one.
 					resp.Body.Close()
 					sleepCtx(req.Context(), 100*time.Millisecond)
@@ -409,7 +371,7 @@ func (s *serverRole) forward(w http.ResponseWriter, req *http.Request, prefix st
 				return false
 			}
 			if !nothingSent(err) {
-				writeJSON(w, http.StatusBadGateway, apiError{Error: fmt.Sprintf("forwarded to leader %s (bus %s), which did not answer: %v; a write's outcome is unknown: check with `meshd status` before sending it again", name, addr, err)})
+				api.WriteJSON(w, http.StatusBadGateway, api.ErrorBody{Error: fmt.Sprintf("forwarded to leader %s (bus %s), which did not answer: %v; a write's outcome is unknown: check with `meshd status` before sending it again", name, addr, err)})
 				return false
 			}
 			last = fmt.Errorf("leader %s (bus %s): %w", name, addr, err)
@@ -432,12 +394,12 @@ func (s *serverRole) sendToLeader(req *http.Request, addr, prefix string, body [
 	if ct := req.Header.Get("Content-Type"); ct != "" {
 		fwd.Header.Set("Content-Type", ct)
 	}
-	fwd.Header.Set(hdrForwardedBy, s.node.Name)
-	if by := req.Header.Get(hdrAskedBy); by != "" {
-		fwd.Header.Set(hdrAskedBy, by)
+	fwd.Header.Set(api.HeaderForwardedBy, s.node.Name)
+	if by := req.Header.Get(api.HeaderAskedBy); by != "" {
+		fwd.Header.Set(api.HeaderAskedBy, by)
 	}
 	if host, _, err := net.SplitHostPort(req.RemoteAddr); err == nil {
-		fwd.Header.Set(hdrRemoteAddr, host)
+		fwd.Header.Set(api.HeaderRemoteAddr, host)
 	}
 	return s.forwardClient().Do(fwd)
 }
@@ -533,7 +495,7 @@ func (s *serverRole) quorumError(cause error) error {
 // committedAt marks an answer with the index its command was committed and applied at.
 func committedAt(w http.ResponseWriter, index uint64) {
 	if index > 0 {
-		w.Header().Set(hdrIndex, strconv.FormatUint(index, 10))
+		w.Header().Set(api.HeaderIndex, strconv.FormatUint(index, 10))
 	}
 }
 
@@ -541,8 +503,8 @@ func committedAt(w http.ResponseWriter, index uint64) {
 // with the node that asked: peer itself, or, when a server forwards it, the node that asked that
 // server (the mark is the bus's, never the caller's own unless it is a server).
 func (s *serverRole) serveOp(w http.ResponseWriter, req *http.Request, peer string) {
-	if req.Header.Get(hdrAskedBy) == "" || !s.isServer(peer) {
-		req.Header.Set(hdrAskedBy, peer)
+	if req.Header.Get(api.HeaderAskedBy) == "" || !s.isServer(peer) {
+		req.Header.Set(api.HeaderAskedBy, peer)
 	}
 	http.StripPrefix("/v1/op", s.operatorAPI()).ServeHTTP(w, req)
 }
@@ -561,10 +523,10 @@ func (s *serverRole) isServer(node string) bool {
 // keys (a server token brings the CA key) or replaces the whole record is a server's to ask. The
 // operator's socket on a server, and a server forwarding its own socket's request, pass.
 func (s *serverRole) serversOnly(w http.ResponseWriter, req *http.Request, what string) bool {
-	by := req.Header.Get(hdrAskedBy)
+	by := req.Header.Get(api.HeaderAskedBy)
 	if by == "" || s.isServer(by) {
 		return true
 	}
-	writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("%s is asked on a server, and node %s is a client: run it on a server", what, by)})
+	api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("%s is asked on a server, and node %s is a client: run it on a server", what, by)})
 	return false
 }

@@ -12,19 +12,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/api"
 	"meshd/fsm"
 )
-
-// RemovePeerView is what remove-peer did.
-type RemovePeerView struct {
-	Node  string `json:"node"`
-	ID    string `json:"id"`
-	Index uint64 `json:"index"`
-	// Voters are the voters left.
-	Voters []string `json:"voters"`
-	// Warning is said when the voters left are an even count.
-	Warning string `json:"warning,omitempty"`
-}
 
 // removePeer takes a server out of the group: first the record (committed: the node stays, no
 // longer a server, so no autopilot adds it back), then Raft's configuration.
@@ -41,10 +31,10 @@ func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, fmt.Errorf("node %s is no longer a server in the record (index %d), but raft has not taken it out of the group yet (%w); the leader keeps trying", name, index, err))
 		return
 	}
-	out := RemovePeerView{Node: name, ID: n.ID, Index: index, Voters: s.voterNames()}
+	out := api.RemovePeerView{Node: name, ID: n.ID, Index: index, Voters: s.voterNames()}
 	out.Warning = evenWarning(len(out.Voters))
 	s.log.Info("raft: server removed by the operator", "server", name, "voters", out.Voters)
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // voterNames lists the voters of the configuration by node name.
@@ -80,24 +70,11 @@ func orID(name, id string) string {
 	return name
 }
 
-// TransferRequest names the server to hand leadership to; empty is the control-node.
-type TransferRequest struct {
-	Node string `json:"node,omitempty"`
-}
-
-// TransferView is what transfer-leader did.
-type TransferView struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-	// Note says what happens next (the control-node takes leadership back once current).
-	Note string `json:"note,omitempty"`
-}
-
 // transferLeader hands leadership to a voter: the one named, else the control-node.
 func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
-	var in TransferRequest
+	var in api.TransferRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil && !errors.Is(err, io.EOF) {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "transfer request: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "transfer request: " + err.Error()})
 		return
 	}
 	servers, _, control := s.recordServers()
@@ -106,7 +83,7 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		to = control
 	}
 	if to == s.node.Name {
-		writeJSON(w, http.StatusOK, TransferView{From: s.node.Name, To: to, Note: "it already leads"})
+		api.WriteJSON(w, http.StatusOK, api.TransferView{From: s.node.Name, To: to, Note: "it already leads"})
 		return
 	}
 	var target *groupServer
@@ -126,12 +103,12 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, fmt.Errorf("leadership transfer from %s to %s: %w", s.node.Name, to, err))
 		return
 	}
-	out := TransferView{From: s.node.Name, To: to}
+	out := api.TransferView{From: s.node.Name, To: to}
 	if to != control {
 		out.Note = fmt.Sprintf("the control-node %s takes leadership back once it is current; to keep it elsewhere, stop the control-node's agent", control)
 	}
 	s.log.Info("raft: leadership transferred by the operator", "to", to)
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 func serverNames(servers []groupServer) string {

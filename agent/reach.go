@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"meshd/api"
 	"meshd/gossip"
 )
 
@@ -19,53 +20,25 @@ import (
 // tested: tcp by connecting; gossip's udp by gossip.Ping, a memberlist ping encrypted with the
 // gossip key, which NODE's member answers to the port it came from.
 
-// ReachCheck is one port probed in one direction.
-type ReachCheck struct {
-	From    string `json:"from"`
-	To      string `json:"to"`
-	Port    string `json:"port"` // bus or gossip
-	Proto   string `json:"proto"`
-	Number  uint16 `json:"number"`
-	Address string `json:"address"`
-	OK      bool   `json:"ok"`
-	Error   string `json:"error,omitempty"`
-}
-
-// ReachView is `meshd check reach`.
-type ReachView struct {
-	From   string       `json:"from"`
-	To     string       `json:"to"`
-	Checks []ReachCheck `json:"checks"`
-	// Reverse is why NODE → this node could not be checked (NODE's bus was not reached), if so.
-	Reverse string `json:"reverse_error,omitempty"`
-	// Blocked lists every check that failed, in words.
-	Blocked []string `json:"blocked"`
-}
-
-// ReachRequest asks a node to probe the asker's ports.
-type ReachRequest struct {
-	Target GossipPeer `json:"target"`
-}
-
 const reachTimeout = 2 * time.Second
 
 // probePeer probes p's bus (tcp) and gossip (tcp and udp) ports from this node.
-func (a *Agent) probePeer(ctx context.Context, p GossipPeer) []ReachCheck {
+func (a *Agent) probePeer(ctx context.Context, p api.GossipPeer) []api.ReachCheck {
 	var key []byte
 	if g := a.member(); g != nil {
 		if keys := g.KeyringList(); len(keys) > 0 {
 			key = keys[0].Key
 		}
 	}
-	mk := func(port, proto string, n uint16, err error) ReachCheck {
-		c := ReachCheck{From: a.node.Name, To: p.Name, Port: port, Proto: proto, Number: n,
+	mk := func(port, proto string, n uint16, err error) api.ReachCheck {
+		c := api.ReachCheck{From: a.node.Name, To: p.Name, Port: port, Proto: proto, Number: n,
 			Address: net.JoinHostPort(p.Advertise, strconv.Itoa(int(n))), OK: err == nil}
 		if err != nil {
 			c.Error = err.Error()
 		}
 		return c
 	}
-	out := []ReachCheck{
+	out := []api.ReachCheck{
 		mk("bus", "tcp", p.Bus, dialTCP(ctx, p.Advertise, p.Bus)),
 		mk("gossip", "tcp", p.Gossip, dialTCP(ctx, p.Advertise, p.Gossip)),
 	}
@@ -89,18 +62,18 @@ func dialTCP(ctx context.Context, host string, port uint16) error {
 
 // postReach is the bus's reach check: probe the asker's ports from here.
 func (a *Agent) postReach(w http.ResponseWriter, req *http.Request, peer string) {
-	var in ReachRequest
+	var in api.ReachRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&in); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "reach request: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "reach request: " + err.Error()})
 		return
 	}
 	// Probe only the asker, at the address this node knows for it.
-	p, ok := a.role.gossipView().peer(peer)
+	p, ok := a.role.gossipView().Peer(peer)
 	if !ok {
-		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("node %s does not know node %s", a.node.Name, peer)})
+		api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("node %s does not know node %s", a.node.Name, peer)})
 		return
 	}
-	writeJSON(w, http.StatusOK, a.probePeer(req.Context(), p))
+	api.WriteJSON(w, http.StatusOK, a.probePeer(req.Context(), p))
 }
 
 // getReach is `meshd check reach NODE`.
@@ -110,7 +83,7 @@ func (a *Agent) getReach(w http.ResponseWriter, req *http.Request) {
 		a.log.Warn("reach: the gossip view from a server", "err", err)
 	}
 	view := a.role.gossipView()
-	p, ok := view.peer(name)
+	p, ok := view.Peer(name)
 	if !ok {
 		var names []string
 		for _, n := range view.Nodes {
@@ -120,13 +93,13 @@ func (a *Agent) getReach(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if name == a.node.Name {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s is this node: check reach another node", name)})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s is this node: check reach another node", name)})
 		return
 	}
-	v := ReachView{From: a.node.Name, To: name, Checks: a.probePeer(req.Context(), p), Blocked: []string{}}
-	var back []ReachCheck
+	v := api.ReachView{From: a.node.Name, To: name, Checks: a.probePeer(req.Context(), p), Blocked: []string{}}
+	var back []api.ReachCheck
 	ctx, cancel := context.WithTimeout(req.Context(), 20*time.Second)
-	err := a.peerJSON(ctx, p, http.MethodPost, "/v1/reach", ReachRequest{Target: GossipPeer{Name: a.node.Name}}, &back)
+	err := a.peerJSON(ctx, p, http.MethodPost, "/v1/reach", api.ReachRequest{Target: api.GossipPeer{Name: a.node.Name}}, &back)
 	cancel()
 	if err != nil {
 		v.Reverse = fmt.Sprintf("could not ask node %s to probe back (%v): %s → %s unknown", name, err, name, a.node.Name)
@@ -137,5 +110,5 @@ func (a *Agent) getReach(w http.ResponseWriter, req *http.Request) {
 			v.Blocked = append(v.Blocked, fmt.Sprintf("%s %s port %d (%s): blocked %s → %s", c.Port, c.Proto, c.Number, c.Address, c.From, c.To))
 		}
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"meshd/api"
 	"meshd/host"
 )
 
@@ -15,7 +16,7 @@ import (
 // gossip, the peer bus, the lifecycle) holds one role, chosen once at Start from the node file,
 // and calls it. serverRole (server.go) holds Raft and the record, serves the whole bus (enrolment,
 // the declaration watch, the reports clients post) and verifies reports with the record's keys;
-// clientRole (clientnode.go) holds no record: it watches its declaration on a server's bus over
+// clientRole (clientrole.go) holds no record: it watches its declaration on a server's bus over
 // mTLS, forwards the operator's reads to a server and refuses writes.
 type role interface {
 	// open starts what the role owns, once the host is open: Raft on a server.
@@ -31,7 +32,7 @@ type role interface {
 	runLoops(ctx context.Context)
 
 	// gossipView is the mesh's gossip as this node knows it: every node's endpoints and key.
-	gossipView() GossipView
+	gossipView() api.GossipView
 	// refreshView brings gossipView up to date before it is used.
 	refreshView(ctx context.Context) error
 	// enrolledKey is the public key node enrolled with, as the record writes it; "" if unknown.
@@ -40,7 +41,7 @@ type role interface {
 	// a member announcing it and drops what it signed.
 	revokedKey(pub string) bool
 	// joinsGossip says whether this node joins p's gossip member.
-	joinsGossip(p GossipPeer) bool
+	joinsGossip(p api.GossipPeer) bool
 	// servePeerBus serves the node's bus on port, for the other nodes' calls, once gossip knows
 	// the node's own ports.
 	servePeerBus(ctx context.Context, port uint16)

@@ -14,13 +14,14 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
 )
 
 // serverRole is a server node's role: it runs Raft with the record (fsm), answers the operator's
-// whole API (api.go) and serves the bus (bus.go): enrolment, each node's declaration watch, the
+// whole API (handlers.go) and serves the bus (bus.go): enrolment, each node's declaration watch, the
 // reports clients post. Its gossip view and the keys it verifies reports with are the record's.
 type serverRole struct {
 	*Agent
@@ -117,8 +118,8 @@ func (s *serverRole) runLoops(ctx context.Context) {
 }
 
 // gossipView is the record's: it is always current, so refreshView has nothing to do.
-func (s *serverRole) gossipView() GossipView {
-	var v GossipView
+func (s *serverRole) gossipView() api.GossipView {
+	var v api.GossipView
 	s.fsm.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, s.node.Name) })
 	return v
 }
@@ -142,7 +143,7 @@ func (s *serverRole) revokedKey(pub string) bool {
 }
 
 // joinsGossip is true for every node: servers join every node the record holds.
-func (s *serverRole) joinsGossip(GossipPeer) bool { return true }
+func (s *serverRole) joinsGossip(api.GossipPeer) bool { return true }
 
 // servePeerBus does nothing: a server's bus (runBus) serves the peer routes too, on the port the
 // record says.

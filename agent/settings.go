@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/container"
 	"meshd/fsm"
@@ -31,50 +32,17 @@ import (
 // the host re-publishes containers and moves openings and the guard, the agent rebinds the bus
 // and gossip, and a server's Raft port is the record's from its next start.
 
-// SettingsRequest is `meshd node set`: values by "module.setting"; an empty value returns the
-// setting to its default.
-type SettingsRequest struct {
-	Values map[string]string `json:"values"`
-}
-
-// SettingsView is what `meshd node set` answers: the node as the record now holds it and the
-// ports that were checked on the node before the change was committed.
-type SettingsView struct {
-	Node    *fsm.Node   `json:"node"`
-	Checked []PortCheck `json:"checked"`
-}
-
-// PortCheck is one port a settings change moves, as it was checked on the node.
-type PortCheck struct {
-	Setting string `json:"setting"`
-	Proto   string `json:"proto"`
-	Address string `json:"address"`
-	Port    uint16 `json:"port"`
-	By      string `json:"by"`
-}
-
-// portCheckRequest asks a node's agent, over the peer bus, to check ports on its machine.
-type portCheckRequest struct {
-	Binds []portBind `json:"binds"`
-}
-
-// portCheckAnswer is the node's findings; an error-level finding refuses the change.
-type portCheckAnswer struct {
-	Node     string    `json:"node"`
-	Findings []Finding `json:"findings"`
-}
-
 // SettingsRefusal is a settings change the node's check refused: nothing was committed.
 type SettingsRefusal struct {
 	Node     string
-	Findings []Finding
+	Findings []api.Finding
 }
 
 func (e *SettingsRefusal) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "node %s: settings refused, nothing was changed:", e.Node)
 	for _, f := range e.Findings {
-		if f.Level == LevelError {
+		if f.Level == api.LevelError {
 			fmt.Fprintf(&b, "\n  %s: %s", f.Check, f.Message)
 		}
 	}
@@ -85,16 +53,16 @@ func (e *SettingsRefusal) Error() string {
 // are checked on the node, and only then is the command proposed.
 func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 	node := req.PathValue("node")
-	var body SettingsRequest
+	var body api.SettingsRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad request: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "bad request: " + err.Error()})
 		return
 	}
 	if len(body.Values) == 0 {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: no setting given; give KEY=VALUE, such as store.port=6380", node)})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: no setting given; give KEY=VALUE, such as store.port=6380", node)})
 		return
 	}
-	var binds []portBind
+	var binds []api.PortBind
 	var err error
 	s.fsm.Read(func(r *fsm.Record, _ uint64) { binds, err = settingsBinds(r, node, body.Values) })
 	if err != nil {
@@ -109,7 +77,7 @@ func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if refusing(findings) {
-		writeJSON(w, http.StatusConflict, apiError{Error: (&SettingsRefusal{Node: node, Findings: findings}).Error()})
+		api.WriteJSON(w, http.StatusConflict, api.ErrorBody{Error: (&SettingsRefusal{Node: node, Findings: findings}).Error()})
 		return
 	}
 	v, index, err := s.raft.applyAt(fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values}, applyTimeout)
@@ -118,17 +86,17 @@ func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out := SettingsView{Node: v.(*fsm.Node), Checked: []PortCheck{}}
+	out := api.SettingsView{Node: v.(*fsm.Node), Checked: []api.PortCheck{}}
 	for _, b := range binds {
-		out.Checked = append(out.Checked, PortCheck{Setting: b.Key, Proto: b.Proto, Address: b.Addr.String(), Port: b.Port, By: b.By})
+		out.Checked = append(out.Checked, api.PortCheck{Setting: b.Key, Proto: b.Proto, Address: b.Addr.String(), Port: b.Port, By: b.By})
 	}
 	s.log.Info("settings changed", "about", node, "values", body.Values, "ports_checked", len(binds))
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
-func refusing(fs []Finding) bool {
+func refusing(fs []api.Finding) bool {
 	for _, f := range fs {
-		if f.Level == LevelError {
+		if f.Level == api.LevelError {
 			return true
 		}
 	}
@@ -139,7 +107,7 @@ func refusing(fs []Finding) bool {
 // modules (and meshd's own) that is not bound today at the same address for the same setting.
 // A port the node already binds for the same setting is not asked about, so moving a setting back
 // and forth works. The change is refused here as the record would refuse it.
-func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]portBind, error) {
+func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]api.PortBind, error) {
 	n := r.Nodes[node]
 	if n == nil {
 		return nil, notFound(fmt.Sprintf("node %s: no such node (the record has: %s)", node, strings.Join(r.NodeNames(), ", ")))
@@ -157,11 +125,11 @@ func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]port
 	if err != nil {
 		return nil, fmt.Errorf("node %s: its ports with the change: %w", node, err)
 	}
-	bound := map[portBind]bool{}
+	bound := map[api.PortBind]bool{}
 	for _, b := range before {
 		bound[b] = true
 	}
-	var out []portBind
+	var out []api.PortBind
 	for _, b := range after {
 		if bound[b] || (!n.Server && b.Key == catalogue.MeshModule+".raft") {
 			continue // bound today for the same setting, or a client's raft port (it runs no Raft)
@@ -187,19 +155,19 @@ func assignedCatalogue(cat catalogue.Catalogue, assigned []string) catalogue.Cat
 
 // checkOnNode runs the port check on the node: here when it is this node, else by asking the
 // node's agent over the peer bus.
-func (s *serverRole) checkOnNode(ctx context.Context, node string, binds []portBind) ([]Finding, error) {
+func (s *serverRole) checkOnNode(ctx context.Context, node string, binds []api.PortBind) ([]api.Finding, error) {
 	if len(binds) == 0 {
 		return nil, nil
 	}
 	if node == s.node.Name {
 		return checkBinds(ctx, s.node.Name, s.cfg.DockerHost, binds), nil
 	}
-	p, ok := s.gossipView().peer(node)
+	p, ok := s.gossipView().Peer(node)
 	if !ok || p.Advertise == "" || p.Bus == 0 {
 		return nil, fmt.Errorf("node %s has no bus address in the record", node)
 	}
-	var ans portCheckAnswer
-	if err := s.peerJSON(ctx, p, http.MethodPost, "/v1/ports/check", portCheckRequest{Binds: binds}, &ans); err != nil {
+	var ans api.PortCheckAnswer
+	if err := s.peerJSON(ctx, p, http.MethodPost, "/v1/ports/check", api.PortCheckRequest{Binds: binds}, &ans); err != nil {
 		return nil, err
 	}
 	return ans.Findings, nil
@@ -208,23 +176,23 @@ func (s *serverRole) checkOnNode(ctx context.Context, node string, binds []portB
 // postPortCheck is the peer bus's port check: a server asks it before it commits a settings
 // change for this node.
 func (a *Agent) postPortCheck(w http.ResponseWriter, req *http.Request, _ string) {
-	var in portCheckRequest
+	var in api.PortCheckRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "port check: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "port check: " + err.Error()})
 		return
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), 20*time.Second)
 	defer cancel()
-	writeJSON(w, http.StatusOK, portCheckAnswer{Node: a.node.Name, Findings: checkBinds(ctx, a.node.Name, a.cfg.DockerHost, in.Binds)})
+	api.WriteJSON(w, http.StatusOK, api.PortCheckAnswer{Node: a.node.Name, Findings: checkBinds(ctx, a.node.Name, a.cfg.DockerHost, in.Binds)})
 }
 
 // checkBinds is genesis's port check (preflight.go) for a running node: what it reads of the
 // machine (listening sockets, the engine's published ports), then judgeBinds.
-func checkBinds(ctx context.Context, node, dockerHost string, binds []portBind) []Finding {
-	var out []Finding
+func checkBinds(ctx context.Context, node, dockerHost string, binds []api.PortBind) []api.Finding {
+	var out []api.Finding
 	listeners, err := host.Listeners()
 	if err != nil {
-		out = append(out, Finding{Check: "machine.listeners", Level: LevelWarning, Message: fmt.Sprintf("node %s: cannot read its listening sockets: %v", node, err)})
+		out = append(out, api.Finding{Check: "machine.listeners", Level: api.LevelWarning, Message: fmt.Sprintf("node %s: cannot read its listening sockets: %v", node, err)})
 	}
 	var published []container.Published
 	if eng, err := container.New(dockerHost); err == nil {
@@ -233,7 +201,7 @@ func checkBinds(ctx context.Context, node, dockerHost string, binds []portBind) 
 		cancel()
 		eng.Close()
 		if err != nil {
-			out = append(out, Finding{Check: "docker.engine", Level: LevelWarning, Message: fmt.Sprintf("node %s: the Docker engine at %s is not reachable (%v): published ports are checked by bind only", node, orDefault(dockerHost), err)})
+			out = append(out, api.Finding{Check: "docker.engine", Level: api.LevelWarning, Message: fmt.Sprintf("node %s: the Docker engine at %s is not reachable (%v): published ports are checked by bind only", node, orDefault(dockerHost), err)})
 		}
 	}
 	return append(out, judgeBinds(node, binds, listeners, published, os.Getpid())...)
@@ -242,13 +210,13 @@ func checkBinds(ctx context.Context, node, dockerHost string, binds []portBind) 
 // judgeBinds refuses each port a container publishes, a process listens on, or that cannot be
 // bound, except by what binds it for the same setting today: the module's own container, or meshd
 // itself (pid self) for one of its own ports.
-func judgeBinds(node string, binds []portBind, listeners []host.Listener, published []container.Published, self int) []Finding {
-	var out []Finding
-	add := func(b portBind, holder, format string, args ...any) {
+func judgeBinds(node string, binds []api.PortBind, listeners []host.Listener, published []container.Published, self int) []api.Finding {
+	var out []api.Finding
+	add := func(b api.PortBind, holder, format string, args ...any) {
 		msg := fmt.Sprintf("node %s: setting %s: port %d/%s ", node, b.Key, b.Port, b.Proto) + fmt.Sprintf(format, args...)
-		out = append(out, Finding{Check: "port." + b.Key, Level: LevelError, Holder: holder, Message: msg})
+		out = append(out, api.Finding{Check: "port." + b.Key, Level: api.LevelError, Holder: holder, Message: msg})
 	}
-	binds = append([]portBind{}, binds...)
+	binds = append([]api.PortBind{}, binds...)
 	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Key < binds[j].Key })
 	for _, b := range binds {
 		if holder := publishedHolder(published, b); holder != "" {

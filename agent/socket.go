@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"meshd/api"
 	"net"
 	"net/http"
 	"os"
@@ -139,7 +140,7 @@ func onlyOperators(gid int, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		pc, _ := req.Context().Value(peerCredKey{}).(peerCred)
 		if err := operatorAllowed(pc, gid, groupsOf); err != nil {
-			writeJSON(w, http.StatusForbidden, apiError{Error: err.Error()})
+			api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: err.Error()})
 			return
 		}
 		next.ServeHTTP(w, req)

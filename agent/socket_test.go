@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"meshd/api"
 	"meshd/internal/testenv"
 )
 
@@ -154,7 +155,7 @@ func TestOperatorSocketChecksPeerCredentials(t *testing.T) {
 		}
 		os.Chmod(sock, 0o666) // opened behind the agent's back
 		srv := &http.Server{ConnContext: withPeerCred, Handler: onlyOperators(gid, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]string{"ok": "yes"})
+			api.WriteJSON(w, http.StatusOK, map[string]string{"ok": "yes"})
 		}))}
 		go srv.Serve(ln)
 		out, err := exec.Command("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",

@@ -31,6 +31,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
@@ -67,7 +68,7 @@ type PageOverview struct {
 	Index    uint64
 	At       time.Time
 	Nodes    []PageNode
-	Tunnel   *TunnelView
+	Tunnel   *api.TunnelView
 }
 
 // PageNode is one node as the page shows it.
@@ -181,14 +182,14 @@ func (s *serverRole) pageView() PageOverview {
 		if rep != nil {
 			pn.Held = rep.Held
 			var cr host.ContainerReport
-			if decodeInto(rep.Kinds[fsm.KindContainer], &cr) {
+			if api.DecodeInto(rep.Kinds[fsm.KindContainer], &cr) {
 				pn.Containers, pn.EngineError = cr.Containers, cr.EngineError
 			}
 			var od host.OpeningDetail
-			if decodeInto(rep.Kinds[fsm.KindOpening], &od) {
+			if api.DecodeInto(rep.Kinds[fsm.KindOpening], &od) {
 				pn.Firewall, pn.Openings = od.Firewall, od.Openings
 			}
-			decodeInto(rep.Kinds[fsm.KindTunnel], &pn.Tunnel)
+			api.DecodeInto(rep.Kinds[fsm.KindTunnel], &pn.Tunnel)
 		}
 		switch {
 		case rn.decl == nil:
@@ -409,7 +410,7 @@ func (s *serverRole) pageOriginal(w http.ResponseWriter, req *http.Request) {
 
 // peerOriginal asks node's bus for the original of path.
 func (s *serverRole) peerOriginal(ctx context.Context, node, path string) ([]byte, error) {
-	p, ok := s.gossipView().peer(node)
+	p, ok := s.gossipView().Peer(node)
 	if !ok {
 		return nil, fmt.Errorf("no such node in the record")
 	}
@@ -428,7 +429,7 @@ func (s *serverRole) peerOriginal(ctx context.Context, node, path string) ([]byt
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bus %s: %s", addr, newAnswerError(resp, resp.Body).text(""))
+		return nil, fmt.Errorf("bus %s: %s", addr, api.NewAnswerError(resp, resp.Body).Text(""))
 	}
 	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 }

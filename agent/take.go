@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
@@ -58,11 +59,11 @@ func (s *serverRole) takePreview(w http.ResponseWriter, req *http.Request) {
 			}
 			continue
 		case behind != nil:
-			writeJSON(w, http.StatusConflict, apiError{Error: err.Error()})
+			api.WriteJSON(w, http.StatusConflict, api.ErrorBody{Error: err.Error()})
 		case err != nil:
 			writeErr(w, notFound(err.Error()))
 		default:
-			writeJSON(w, http.StatusOK, pv)
+			api.WriteJSON(w, http.StatusOK, pv)
 		}
 		return
 	}
@@ -104,13 +105,13 @@ func (a *Agent) getFoundRecord(w http.ResponseWriter, req *http.Request) bool {
 			return true
 		}
 	default:
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("show=%s: give show=record or show=latest", show)})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("show=%s: give show=record or show=latest", show)})
 		return true
 	}
 	if err != nil {
 		writeErr(w, notFound(fmt.Sprintf("node %s: %v", name, err)))
 		return true
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 	return true
 }

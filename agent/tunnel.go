@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"net/netip"
 	"sort"
-	"time"
 
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
@@ -46,20 +46,13 @@ func ReadFoundTunnel(node, iface string) (*fsm.TunnelTake, error) {
 	return take, nil
 }
 
-// TunnelTakeRequest is `meshd tunnel take NODE IFACE`, with the placement the operator asks for.
-type TunnelTakeRequest struct {
-	Node      string        `json:"node"`
-	Interface string        `json:"interface"`
-	Requested fsm.Placement `json:"requested"`
-}
-
 // postTunnelTake records a take. The hub's found tunnel is read where it runs, so for the hub
 // NODE must be the node this agent is; a spoke's was presented when it enrolled (join --tunnel),
 // so it is taken from any server, and the spoke's host checks it before stopping anything.
 func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
-	var in TunnelTakeRequest
+	var in api.TunnelTakeRequest
 	if err := json.NewDecoder(req.Body).Decode(&in); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "malformed tunnel take: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "malformed tunnel take: " + err.Error()})
 		return
 	}
 	// A spoke presented its found tunnel at enrolment: the record already holds its key and
@@ -74,15 +67,15 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case spoke:
 	case !known && in.Node != s.node.Name:
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: not in the record (meshd status lists the nodes); a machine enrols with meshd join first (--tunnel %s to present its found tunnel), then its tunnel is taken over", in.Node, in.Interface)})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: not in the record (meshd status lists the nodes); a machine enrols with meshd join first (--tunnel %s to present its found tunnel), then its tunnel is taken over", in.Node, in.Interface)})
 		return
 	case in.Node != s.node.Name:
-		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: its found tunnel is read on its own machine; run `meshd tunnel take %s %s` there (this is %s)", in.Node, in.Node, in.Interface, s.node.Name)})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: its found tunnel is read on its own machine; run `meshd tunnel take %s %s` there (this is %s)", in.Node, in.Node, in.Interface, s.node.Name)})
 		return
 	default:
 		var err error
 		if take, err = ReadFoundTunnel(in.Node, in.Interface); err != nil {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: %v", in.Node, err)})
+			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: %v", in.Node, err)})
 			return
 		}
 	}
@@ -96,7 +89,7 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 // announceTake signs the take's move of the node's overlay key with the node's identity id: from
@@ -111,51 +104,13 @@ func announceTake(r *fsm.Record, take *fsm.TunnelTake, id ed25519.PrivateKey) {
 	take.Announcement = pki.AnnounceKey(id, take.Node, previous, take.PublicKey)
 }
 
-// TunnelView is `meshd tunnel show` (and the tunnel part of `meshd status`): the record's private
-// network and the hub's tunnel as the hub's host last reported it. Any server composes it from
-// the hub's signed report that gossip carried to it, so it says the same on every server.
-type TunnelView struct {
-	Range      string `json:"range"`
-	Hub        string `json:"hub"`
-	HubAddress string `json:"hub_address"`
-	Port       uint16 `json:"port,omitempty"`
-	// Taken is the found interface the hub took over ("" when none).
-	Taken string `json:"taken,omitempty"`
-	// State is the hub's tunnel state from its last report (host.TunnelFoundUp, TunnelMeshUp,
-	// TunnelDark), "" when it has not reported one.
-	State string `json:"state,omitempty"`
-	Says  string `json:"says,omitempty"`
-	// Reason is why, when the hub's report has a tunnel error.
-	Reason string `json:"reason,omitempty"`
-	// ReportAt is when the hub made the report the peers' liveness comes from; ReportFrom how it
-	// reached the answering server (local, gossip, bus), "" when there is none.
-	ReportAt   time.Time    `json:"report_at,omitzero"`
-	ReportFrom string       `json:"report_from,omitempty"`
-	Peers      []TunnelPeer `json:"peers"`
-}
-
-// TunnelPeer is one peer of the tunnel: carried (not a node yet) or enrolled (a node now), with
-// when the hub last heard from it and the bytes moved, as the hub's device counts them.
-type TunnelPeer struct {
-	PublicKey     string    `json:"public_key"`
-	Address       string    `json:"address"`
-	Enrolled      bool      `json:"enrolled"`
-	Node          string    `json:"node,omitempty"`
-	Endpoint      string    `json:"endpoint,omitempty"`
-	LastHandshake time.Time `json:"last_handshake,omitzero"`
-	// LastHeard is the later of its last handshake and the hub's last pass that saw it send.
-	LastHeard     time.Time `json:"last_heard,omitzero"`
-	ReceiveBytes  int64     `json:"rx_bytes"`
-	TransmitBytes int64     `json:"tx_bytes"`
-}
-
 func (s *serverRole) getTunnel(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.tunnelView())
+	api.WriteJSON(w, http.StatusOK, s.tunnelView())
 }
 
 // tunnelView composes the tunnel view from the record and the hub's report as this server has it.
-func (s *serverRole) tunnelView() TunnelView {
-	var v TunnelView
+func (s *serverRole) tunnelView() api.TunnelView {
+	var v api.TunnelView
 	var hub string
 	s.fsm.Read(func(r *fsm.Record, _ uint64) { hub = r.Tunnel.Hub })
 	rep, from := s.reportFrom(hub)
@@ -166,23 +121,23 @@ func (s *serverRole) tunnelView() TunnelView {
 // tunnelViewOf is the tunnel view of record r with the hub's report rep (nil: none yet), which
 // reached the answering server by from. Every peer the record knows is listed, carried or
 // enrolled; the report adds what the hub's device says of it.
-func tunnelViewOf(r *fsm.Record, rep *host.Report, from string) TunnelView {
+func tunnelViewOf(r *fsm.Record, rep *host.Report, from string) api.TunnelView {
 	t := r.Tunnel
-	v := TunnelView{Range: t.Range, Hub: t.Hub, HubAddress: t.HubAddress, Taken: t.Taken, Peers: []TunnelPeer{}}
+	v := api.TunnelView{Range: t.Range, Hub: t.Hub, HubAddress: t.HubAddress, Taken: t.Taken, Peers: []api.TunnelPeer{}}
 	if hub := r.Nodes[t.Hub]; hub != nil {
 		v.Port, _ = fsm.MeshPort(r, hub, "tunnel")
 	}
 	for _, c := range t.Carried {
-		v.Peers = append(v.Peers, TunnelPeer{PublicKey: c.PublicKey, Address: c.Address, Endpoint: c.Endpoint})
+		v.Peers = append(v.Peers, api.TunnelPeer{PublicKey: c.PublicKey, Address: c.Address, Endpoint: c.Endpoint})
 	}
 	for _, name := range r.NodeNames() {
 		n := r.Nodes[name]
 		if n.WireGuardKey != "" && name != t.Hub {
-			v.Peers = append(v.Peers, TunnelPeer{PublicKey: n.WireGuardKey, Address: n.Address, Enrolled: true, Node: name})
+			v.Peers = append(v.Peers, api.TunnelPeer{PublicKey: n.WireGuardKey, Address: n.Address, Enrolled: true, Node: name})
 		}
 	}
 	var det host.TunnelDetail
-	if rep != nil && decodeInto(rep.Kinds[fsm.KindTunnel], &det) {
+	if rep != nil && api.DecodeInto(rep.Kinds[fsm.KindTunnel], &det) {
 		v.State, v.Says, v.Reason = det.State, det.Says, det.Reason
 		v.ReportAt, v.ReportFrom = rep.When, from
 		seen := map[string]host.TunnelPeer{}
@@ -227,17 +182,10 @@ func tunnelState(rep *host.Report) string {
 		return ""
 	}
 	var det host.TunnelDetail
-	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && decodeInto(raw, &det) {
+	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && api.DecodeInto(raw, &det) {
 		return det.State
 	}
 	return ""
-}
-
-// decodeInto decodes a driver's part of a report (a typed value locally, generic JSON when it
-// came by gossip or the bus) into its type.
-func decodeInto(raw any, into any) bool {
-	b, err := json.Marshal(raw)
-	return err == nil && raw != nil && json.Unmarshal(b, into) == nil
 }
 
 // genesisTake reads the found tunnel genesis takes over, with the operator's own tunnel port and

@@ -15,7 +15,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/host"
 	"meshd/lab"
 )
@@ -266,7 +266,7 @@ func (ms *Mesh) Genesis(ctx context.Context, binary string) error {
 // WaitHubTunnel waits until the hub's tunnel is the mesh's (the found interface down, the mesh's
 // up with its key, port and address).
 func (ms *Mesh) WaitHubTunnel(ctx context.Context) error {
-	var last agent.TunnelView
+	var last api.TunnelView
 	err := poll(ctx, 90*time.Second, func() error {
 		out, err := ms.must(ctx, "hub", "tunnel", "show", "--json")
 		if err != nil {
@@ -305,7 +305,7 @@ func (ms *Mesh) Join(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		var tv agent.TokenView
+		var tv api.TokenView
 		if err := json.Unmarshal([]byte(out), &tv); err != nil || tv.Token == "" {
 			return fmt.Errorf("token for %s: %v: %s", j.name, err, out)
 		}
@@ -366,8 +366,8 @@ func (ms *Mesh) waitAnswer(ctx context.Context, n string) error {
 }
 
 // Status is `meshd status --json` on machine.
-func (ms *Mesh) Status(ctx context.Context, machine string) (agent.StatusView, error) {
-	var st agent.StatusView
+func (ms *Mesh) Status(ctx context.Context, machine string) (api.StatusView, error) {
+	var st api.StatusView
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	out, err := ms.must(ctx, machine, "status", "--json")
@@ -378,8 +378,8 @@ func (ms *Mesh) Status(ctx context.Context, machine string) (agent.StatusView, e
 }
 
 // NodeView is `meshd node show NODE --json` asked on machine.
-func (ms *Mesh) NodeView(ctx context.Context, machine, node string) (agent.NodeView, error) {
-	var v agent.NodeView
+func (ms *Mesh) NodeView(ctx context.Context, machine, node string) (api.NodeView, error) {
+	var v api.NodeView
 	out, err := ms.must(ctx, machine, "node", "show", node, "--json")
 	if err != nil {
 		return v, err
@@ -394,7 +394,7 @@ func (ms *Mesh) NodeView(ctx context.Context, machine, node string) (agent.NodeV
 }
 
 // StateOf is a node view in the model's terms.
-func StateOf(v agent.NodeView) NodeState {
+func StateOf(v api.NodeView) NodeState {
 	// A spoke says it took its found tunnel over (TookTunnel); the hub's takeover moves its
 	// address to the tunnel's.
 	tunnel := v.Node.TookTunnel || (v.ControlNode && v.Node.Address == lab.HubTunnelAddr)

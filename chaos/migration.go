@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/api"
 	"meshd/host"
 	"meshd/lab"
 )
@@ -278,7 +279,7 @@ func (mg *Migration) enrol(ctx context.Context, rng *rand.Rand) (bool, string) {
 		}
 		o := Op{Client: migrationClient(w), Via: via(rng), Node: Peer, Kind: KindToken}
 		p, out := w.send(ctx, o, []string{"token", "create", "--adopted", "--json"})
-		var tv agent.TokenView
+		var tv api.TokenView
 		if p.Answer != Acked || json.Unmarshal([]byte(out), &tv) != nil || tv.Token == "" {
 			last = fmt.Sprintf("token #%d: %s %s", p.ID, p.Answer, p.Output)
 			mg.pause(ctx)

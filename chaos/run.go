@@ -15,7 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/lab"
 	"meshd/netfilter"
 )
@@ -301,7 +301,7 @@ func NextFault(rng *rand.Rand) (wait time.Duration, f Fault, hold time.Duration)
 // the record has converged, the guard on the hub while it is adopted. It must be within one
 // reconcile, plus the agent's own start (up to agentStart).
 func (r *Run) openingsBack(ctx context.Context, ms *Mesh, f *Fault) {
-	var v agent.NodeView
+	var v api.NodeView
 	asked := 0
 	if err := poll(ctx, 30*time.Second, func() error {
 		// Asked of a server that is not the one just booted (its agent is only starting).

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/lab"
 )
 
@@ -146,7 +146,7 @@ func (w *Workload) send(ctx context.Context, o Op, args []string) (*Op, string) 
 	a := classify(code, stdout, stderr)
 	var read *NodeState
 	if o.Kind == KindRead && a == Acked {
-		var v agent.NodeView
+		var v api.NodeView
 		if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.Node == nil {
 			a = Unknown
 			stderr += fmt.Sprintf("\n(chaos: the answer is not a node view: %v)", err)

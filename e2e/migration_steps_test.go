@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/api"
 	"meshd/host"
 	"meshd/internal/testenv"
 	"meshd/lab"
@@ -74,16 +75,16 @@ func convergeNode(ctx context.Context, t *testing.T, hub *lab.Machine, node stri
 }
 
 // statusNodes reads `meshd status --json` on m: each node's summary by name.
-func statusNodes(ctx context.Context, m *lab.Machine) (map[string]agent.NodeSummary, error) {
+func statusNodes(ctx context.Context, m *lab.Machine) (map[string]api.NodeSummary, error) {
 	out, err := meshd(ctx, m, "status", "--json")
 	if err != nil {
 		return nil, fmt.Errorf("status: %v %s", err, out)
 	}
-	var st agent.StatusView
+	var st api.StatusView
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, fmt.Errorf("status --json: %v: %s", err, out)
 	}
-	nodes := map[string]agent.NodeSummary{}
+	nodes := map[string]api.NodeSummary{}
 	for _, n := range st.Nodes {
 		nodes[n.Name] = n
 	}

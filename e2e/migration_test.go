@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/api"
 	"meshd/host"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
@@ -256,7 +257,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		enrolPeer(ctx, t, l, hub, peer1, bin, "10.44.0.2")
 	})
 	t.Run("tunnel show on the enrolled peer1, a client asking a server, says what the hub says", func(t *testing.T) {
-		var v agent.TunnelView
+		var v api.TunnelView
 		if err := testenv.Poll(t, 60*time.Second, func() error {
 			var err error
 			if v, err = tunnelShow(ctx, peer1); err != nil {

@@ -14,6 +14,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"meshd/agent"
+	"meshd/api"
 	"meshd/host"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
@@ -139,7 +140,7 @@ func TestTunnelOnAnNftablesHub(t *testing.T) {
 		if now, err := peer1.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf"); err != nil || string(now) != string(p1Conf) {
 			t.Errorf("peer1's wg-quick file changed: %v", err)
 		}
-		var nv agent.NodeView
+		var nv api.NodeView
 		out, err := meshd(ctx, hub, "node", "show", "peer1", "--json")
 		if err != nil || json.Unmarshal([]byte(out), &nv) != nil || nv.Node == nil || !nv.Node.TookTunnel {
 			t.Errorf("node show peer1 after converge: want took_tunnel: %v\n%s", err, out)
@@ -193,7 +194,7 @@ func forgedAnnouncements(ctx context.Context, t *testing.T, l *lab.Lab, hub, att
 	t.Helper()
 	keysOf := func() map[string]string {
 		t.Helper()
-		var s agent.TunnelView
+		var s api.TunnelView
 		s, err := tunnelShow(ctx, hub)
 		if err != nil {
 			t.Fatal(err)
@@ -203,7 +204,7 @@ func forgedAnnouncements(ctx context.Context, t *testing.T, l *lab.Lab, hub, att
 			keys[p.Address] = p.PublicKey
 		}
 		for _, n := range []string{"hub", attacker.Name} {
-			var nv agent.NodeView
+			var nv api.NodeView
 			out, err := meshd(ctx, hub, "node", "show", n, "--json")
 			if err != nil || json.Unmarshal([]byte(out), &nv) != nil || nv.Node == nil {
 				t.Fatalf("node show %s: %v\n%s", n, err, out)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/internal/labtest"
@@ -18,8 +18,8 @@ import (
 
 // tunnelShow reads `meshd tunnel show --json` on m; the error is the command's (non-zero in the
 // found-down-mesh-not-up state).
-func tunnelShow(ctx context.Context, m *lab.Machine) (agent.TunnelView, error) {
-	var v agent.TunnelView
+func tunnelShow(ctx context.Context, m *lab.Machine) (api.TunnelView, error) {
+	var v api.TunnelView
 	out, err := meshd(ctx, m, "tunnel", "show", "--json")
 	if jerr := json.Unmarshal([]byte(out), &v); jerr != nil && err == nil {
 		err = fmt.Errorf("tunnel show --json: %v: %s", jerr, out)
@@ -82,7 +82,7 @@ func probesSince(t *testing.T, l *lab.Lab, since time.Time, what string, bound t
 // was not.
 func heardCarried(ctx context.Context, t *testing.T, m *lab.Machine, within time.Duration) {
 	t.Helper()
-	var v agent.TunnelView
+	var v api.TunnelView
 	if err := testenv.Poll(t, 45*time.Second, func() error {
 		var err error
 		if v, err = tunnelShow(ctx, m); err != nil {
@@ -165,16 +165,16 @@ func TestTunnelTakeOnARunningMesh(t *testing.T) {
 		t.Fatalf("adopted genesis without --take-tunnel: %v\n%s", err, out)
 	}
 	installAgent(ctx, t, hub, bin)
-	node := func() agent.NodeView {
+	node := func() api.NodeView {
 		t.Helper()
-		var v agent.NodeView
+		var v api.NodeView
 		out, err := meshd(ctx, hub, "node", "show", "hub", "--json")
 		if err != nil || json.Unmarshal([]byte(out), &v) != nil || v.Node == nil {
 			t.Fatalf("node show hub: %v\n%s", err, out)
 		}
 		return v
 	}
-	var before agent.NodeView
+	var before api.NodeView
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		out, err := meshd(ctx, hub, "node", "show", "hub", "--json")
 		if err == nil {

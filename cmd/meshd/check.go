@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"meshd/api"
 	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"meshd/agent"
 )
 
 func checkCmd(g *globals) *cobra.Command {
@@ -25,7 +24,7 @@ exits 1 when any is blocked.`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var v agent.ReachView
+			var v api.ReachView
 			if err := g.client().Get(ctx, "/v1/reach/"+url.PathEscape(args[0]), &v); err != nil {
 				return err
 			}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
@@ -96,8 +96,8 @@ func convergePreview(g *globals, node string) error {
 func converge(g *globals, node, plan string, wf waitFlags) error {
 	ctx, cancel := g.ctx()
 	defer cancel()
-	var fv agent.FlipView
-	if err := g.client().Post(ctx, fmt.Sprintf("/v1/nodes/%s/converge", url.PathEscape(node)), agent.ConvergeRequest{Plan: plan}, &fv); err != nil {
+	var fv api.FlipView
+	if err := g.client().Post(ctx, fmt.Sprintf("/v1/nodes/%s/converge", url.PathEscape(node)), api.ConvergeRequest{Plan: plan}, &fv); err != nil {
 		return err
 	}
 	if wf.noWait {
@@ -130,7 +130,7 @@ node is already adopted) or when the wait ends first.`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var fv agent.FlipView
+			var fv api.FlipView
 			if err := g.client().Post(ctx, fmt.Sprintf("/v1/nodes/%s/adopt", url.PathEscape(args[0])), nil, &fv); err != nil {
 				return err
 			}
@@ -150,7 +150,7 @@ node is already adopted) or when the wait ends first.`,
 }
 
 // flipStep says what a flip or a return waits for, as the node's last report says it.
-func flipStep(nv agent.NodeView, mode fsm.Mode) string {
+func flipStep(nv api.NodeView, mode fsm.Mode) string {
 	name := nv.Node.Name
 	switch {
 	case nv.Report == nil:
@@ -166,13 +166,13 @@ func flipStep(nv agent.NodeView, mode fsm.Mode) string {
 // waitFlip follows the node until the record holds it in mode with no flip pending, then prints
 // the node's firewall as its report says.
 func waitFlip(g *globals, node string, mode fsm.Mode, wait time.Duration) error {
-	check := func(nv agent.NodeView) (bool, string, error) {
+	check := func(nv api.NodeView) (bool, string, error) {
 		if nv.Node != nil && nv.Node.Mode == mode && nv.Node.Flip == nil {
 			return true, fmt.Sprintf("node %s is %s", node, mode), nil
 		}
 		return false, flipStep(nv, mode), nil
 	}
-	late := func(last agent.NodeView) error {
+	late := func(last api.NodeView) error {
 		why := "no report from the node yet"
 		if f := host.ReportFlip(last.Report); f != nil && f.Waiting != "" {
 			why = f.Waiting
@@ -188,7 +188,7 @@ func waitFlip(g *globals, node string, mode fsm.Mode, wait time.Duration) error 
 	return g.emit(nv.Node, func(w io.Writer) { writeFlipped(w, nv) })
 }
 
-func writeFlipped(w io.Writer, nv agent.NodeView) {
+func writeFlipped(w io.Writer, nv api.NodeView) {
 	fmt.Fprintf(w, "%s is %s (since %s)\n", nv.Node.Name, nv.Node.Mode, nv.Node.ModeSince.Format(time.RFC3339))
 	if nv.Report == nil {
 		return

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host"
@@ -221,7 +221,7 @@ func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
 	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted")
 	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
 		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
@@ -307,7 +307,7 @@ func TestProcessDriftContainersSeenAtOnceFromAClient(t *testing.T) {
 	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
 	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted")
 	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
 		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
@@ -454,7 +454,7 @@ func TestProcessSpokeFoundTunnelDownSeenAtOnce(t *testing.T) {
 	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
 	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted")
 	// The predecessor's tunnel on the spoke: a wireguard-go device (its own daemon), keyed and up,
 	// then the join that presents it, in the same mount namespace (its UAPI socket is there).
@@ -510,12 +510,12 @@ func TestProcessTunnelPeerRemovedByHandPutBack(t *testing.T) {
 	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
 	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted")
 	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir, "--advertise", "192.0.2.2"); code != 0 {
 		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
 	}
-	var nv agent.NodeView
+	var nv api.NodeView
 	hub.jsonOf(&nv, "node", "show", "edge")
 	key := nv.Node.WireGuardKey
 	poll(t, 30*time.Second, "edge's key a peer of the hub's meshd0", func() string {

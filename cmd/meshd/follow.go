@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/host"
 )
 
@@ -30,12 +30,12 @@ func (w *waitFlags) add(cmd *cobra.Command, what string) {
 // step as progress, until check says the act is done (the node's view is returned; a step given
 // with done says what was carried out, ticked last) or failed (check's error). After wait it
 // returns late's error, told the last view it read.
-func (g *globals) follow(pr *progress, node string, wait time.Duration, check func(agent.NodeView) (done bool, step string, err error), late func(last agent.NodeView) error) (agent.NodeView, error) {
+func (g *globals) follow(pr *progress, node string, wait time.Duration, check func(api.NodeView) (done bool, step string, err error), late func(last api.NodeView) error) (api.NodeView, error) {
 	deadline := time.Now().Add(wait)
-	var last agent.NodeView
+	var last api.NodeView
 	for {
 		ctx, cancel := g.ctx()
-		var nv agent.NodeView
+		var nv api.NodeView
 		err := g.client().Get(ctx, "/v1/nodes/"+url.PathEscape(node), &nv)
 		cancel()
 		if err == nil {
@@ -66,8 +66,8 @@ func (g *globals) follow(pr *progress, node string, wait time.Duration, check fu
 
 // checkCarried is follow's check for an act read from the node's report by carried (a take, a
 // tunnel takeover): act names it in the steps and the errors ("the take of module web").
-func checkCarried(node, act string, carried func(*host.Report) host.Carried) func(agent.NodeView) (bool, string, error) {
-	return func(nv agent.NodeView) (bool, string, error) {
+func checkCarried(node, act string, carried func(*host.Report) host.Carried) func(api.NodeView) (bool, string, error) {
+	return func(nv api.NodeView) (bool, string, error) {
 		if nv.Report == nil {
 			return false, fmt.Sprintf("waiting for node %s's first report", node), nil
 		}
@@ -90,8 +90,8 @@ func checkCarried(node, act string, carried func(*host.Report) host.Carried) fun
 }
 
 // lateCarried is follow's error when the wait ends before the node reported the act carried out.
-func lateCarried(node, act string, wait time.Duration, carried func(*host.Report) host.Carried) func(agent.NodeView) error {
-	return func(last agent.NodeView) error {
+func lateCarried(node, act string, wait time.Duration, carried func(*host.Report) host.Carried) func(api.NodeView) error {
+	return func(last api.NodeView) error {
 		why := "no report from the node yet"
 		if last.Report != nil {
 			c := carried(last.Report)

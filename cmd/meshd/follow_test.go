@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/internal/testenv"
@@ -38,7 +38,7 @@ func TestProcessTakeProgressOnATerminal(t *testing.T) {
 		if reads.Add(1) <= 3 {
 			rep.Written, rep.Held = nil, []host.HeldFile{{Path: "/etc/web.conf", Module: "web"}}
 		}
-		answer(w, agent.NodeView{Node: node, Report: &rep})
+		answer(w, api.NodeView{Node: node, Report: &rep})
 	})
 	sock := fakeAgentServing(t, mux)
 

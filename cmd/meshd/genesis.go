@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 )
 
@@ -135,7 +136,7 @@ flushing it and raises the mesh's interface in its place; see ` + "`meshd tunnel
 	return cmd
 }
 
-func printFindings(w io.Writer, fs []agent.Finding) {
+func printFindings(w io.Writer, fs []api.Finding) {
 	for _, f := range fs {
 		fmt.Fprintf(w, "%s: %s: %s\n", f.Level, f.Check, f.Message)
 	}

@@ -2,14 +2,13 @@ package main
 
 import (
 	"fmt"
+	"meshd/api"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"meshd/agent"
 )
 
 // poll runs check until it returns "" or the deadline passes, then fails with its last word.
@@ -48,9 +47,9 @@ func TestProcessHeldFileThroughCLI(t *testing.T) {
 	n.ok("module", "add", manifest)
 	n.ok("module", "assign", "hub", "legacy")
 
-	held := func(want func(agent.NodeView) string) func() string {
+	held := func(want func(api.NodeView) string) func() string {
 		return func() string {
-			var v agent.NodeView
+			var v api.NodeView
 			n.jsonOf(&v, "node", "show", "hub")
 			if v.Report == nil {
 				return "no host report yet"
@@ -58,7 +57,7 @@ func TestProcessHeldFileThroughCLI(t *testing.T) {
 			return want(v)
 		}
 	}
-	poll(t, 10*time.Second, "assigned file reported held", held(func(v agent.NodeView) string {
+	poll(t, 10*time.Second, "assigned file reported held", held(func(v api.NodeView) string {
 		for _, h := range v.Report.Held {
 			if h.Path == conf && h.Module == "legacy" && !h.Changed {
 				return ""
@@ -78,7 +77,7 @@ func TestProcessHeldFileThroughCLI(t *testing.T) {
 	if err := os.WriteFile(conf, edited, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "edited held file reported changed", held(func(v agent.NodeView) string {
+	poll(t, 10*time.Second, "edited held file reported changed", held(func(v api.NodeView) string {
 		for _, h := range v.Report.Held {
 			if h.Path == conf && h.Changed && h.Reason == "changed by something else" && h.RecordedHash != h.CurrentHash {
 				return ""
@@ -146,7 +145,7 @@ func TestProcessSurvivesSIGKILLAtEveryStep(t *testing.T) {
 			n.startAgent("--reconcile-interval", "100ms")
 			n.ok("module", "add", manifest)
 			heldBoth := func() string {
-				var v agent.NodeView
+				var v api.NodeView
 				n.jsonOf(&v, "node", "show", "hub")
 				if v.Report == nil || len(v.Report.Held) != 2 {
 					return "not yet"

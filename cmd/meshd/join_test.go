@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/internal/testenv"
@@ -97,7 +97,7 @@ func busGet(t *testing.T, netns, addr, path string, cert *tls.Certificate) (int,
 // statusNodes is the record's nodes as `meshd status --json` shows them.
 func statusNodes(n *node) string {
 	n.t.Helper()
-	var st agent.StatusView
+	var st api.StatusView
 	n.jsonOf(&st, "status")
 	b, _ := json.Marshal(st.Nodes)
 	return string(b)
@@ -147,7 +147,7 @@ func TestProcessEnrolment(t *testing.T) {
 		}
 	}
 
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted")
 	if tv.Mode != fsm.Adopted || len(tv.Bus) != 1 || tv.Bus[0] != bus {
 		t.Fatalf("token: mode %s bus %v, want adopted on %s", tv.Mode, tv.Bus, bus)
@@ -169,9 +169,9 @@ func TestProcessEnrolment(t *testing.T) {
 	}
 	edgeCode := m[1]
 	t.Logf("join:\n%s", out)
-	var st agent.StatusView
+	var st api.StatusView
 	hub.jsonOf(&st, "status")
-	var enrolled *agent.NodeSummary
+	var enrolled *api.NodeSummary
 	for i := range st.Nodes {
 		if st.Nodes[i].Name == "edge" {
 			enrolled = &st.Nodes[i]
@@ -212,7 +212,7 @@ func TestProcessEnrolment(t *testing.T) {
 		t.Fatal("a used token changed something")
 	}
 	// An expired token: short ttl, joined after it passed.
-	var short agent.TokenView
+	var short api.TokenView
 	hub.jsonOf(&short, "token", "create", "--adopted", "--ttl", "1s")
 	poll(t, 5*time.Second, "token expiry", func() string {
 		if time.Now().After(short.Expires) {
@@ -263,7 +263,7 @@ func TestProcessEnrolment(t *testing.T) {
 	hub.ok("module", "add", manifest)
 	hub.ok("module", "assign", "edge", "edgeapp")
 	poll(t, 15*time.Second, "the client's held file in node show on the server", func() string {
-		var v agent.NodeView
+		var v api.NodeView
 		hub.jsonOf(&v, "node", "show", "edge")
 		if v.Report == nil {
 			return "no report from edge yet"
@@ -354,7 +354,7 @@ func TestProcessJoinPreflight(t *testing.T) {
 	} else {
 		t.Logf("token create without a mode: %s", strings.TrimSpace(errs))
 	}
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--converged")
 	if tv.Mode != fsm.Converged {
 		t.Fatalf("token create --converged made a %s token", tv.Mode)
@@ -417,7 +417,7 @@ func TestProcessJoinPreflight(t *testing.T) {
 	}
 
 	// A firewall meshd does not speak refuses an adopted join too, in genesis's words.
-	var adopted agent.TokenView
+	var adopted api.TokenView
 	hub.jsonOf(&adopted, "token", "create", "--adopted")
 	fwd := exec.Command("ip", "netns", "exec", edge.netns, "nft", "add", "table", "inet", "firewalld")
 	if out, err := fwd.CombinedOutput(); err != nil {
@@ -451,7 +451,7 @@ func TestProcessJoinPreflight(t *testing.T) {
 		t.Fatalf("the same token on the idle machine: exit %d\n%s%s", code, out, errs)
 	}
 	t.Logf("join on the idle machine, with the token refused before:\n%s", out)
-	var v agent.NodeView
+	var v api.NodeView
 	hub.jsonOf(&v, "node", "show", "edge")
 	if v.Node.Mode != fsm.Converged || v.Node.Settings["mesh.gossip"] != "17946" || v.Node.Settings["mesh.bus"] != "17170" {
 		t.Fatalf("edge in the record: mode %s settings %v", v.Node.Mode, v.Node.Settings)

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/internal/testenv"
 	"meshd/pki"
 )
@@ -139,7 +139,7 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 	const bus = "192.0.2.1:17070"
 	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted")
 
 	stop := answerLosingProxy(t, edge.netns, bus)
@@ -149,7 +149,7 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 		t.Fatalf("join whose answer was lost: exit %d\n%s%s", code, out, errs)
 	}
 	t.Logf("join whose answer was lost: %s", strings.TrimSpace(errs))
-	var first agent.NodeView
+	var first api.NodeView
 	hub.jsonOf(&first, "node", "show", "edge")
 	if _, err := os.Stat(filepath.Join(edge.dir, "join.pending")); err != nil {
 		t.Fatalf("the lost join kept no keys: %v", err)
@@ -162,7 +162,7 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 	if m := recoveryRe.FindStringSubmatch(out); m == nil {
 		t.Fatalf("the join that made the seal key printed no recovery code when it finished:\n%s", out)
 	}
-	var again agent.NodeView
+	var again api.NodeView
 	hub.jsonOf(&again, "node", "show", "edge")
 	if again.Node.Address != first.Node.Address || again.Node.PublicKey != first.Node.PublicKey || !strings.Contains(out, first.Node.Address) {
 		t.Fatalf("after the join again the record has edge at %s key %s, it had %s key %s; join printed:\n%s",

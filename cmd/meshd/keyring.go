@@ -4,11 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"meshd/api"
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"meshd/agent"
 )
 
 func keyringCmd(g *globals) *cobra.Command {
@@ -31,7 +30,7 @@ Keys are listed by fingerprint, never shown.`,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var res agent.KeyringResult
+			var res api.KeyringResult
 			if err := g.client().Get(ctx, "/v1/keyring", &res); err != nil {
 				return err
 			}
@@ -56,11 +55,11 @@ Keys are listed by fingerprint, never shown.`,
 			RunE: func(_ *cobra.Command, a []string) error {
 				ctx, cancel := g.ctx()
 				defer cancel()
-				req := agent.KeyringRequest{Op: op.name}
+				req := api.KeyringRequest{Op: op.name}
 				if len(a) > 0 {
 					req.Key = a[0]
 				}
-				var res agent.KeyringResult
+				var res api.KeyringResult
 				if err := g.client().Post(ctx, "/v1/keyring", req, &res); err != nil {
 					return err
 				}
@@ -71,7 +70,7 @@ Keys are listed by fingerprint, never shown.`,
 	return cmd
 }
 
-func keyringOut(g *globals, res agent.KeyringResult) error {
+func keyringOut(g *globals, res api.KeyringResult) error {
 	err := g.emit(res, func(w io.Writer) {
 		if res.Key != "" {
 			fmt.Fprintf(w, "NEW GOSSIP KEY\t%s\t(shown this once; `meshd keyring use` it once every node has it)\n\n", res.Key)

@@ -10,14 +10,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"meshd/api"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"meshd/agent"
 )
 
 type globals struct {
@@ -26,7 +25,7 @@ type globals struct {
 	stale  bool
 	out    io.Writer
 	// last is the last client made, to say after the command who answered it.
-	last *agent.Client
+	last *api.Client
 }
 
 func main() {
@@ -79,7 +78,7 @@ Tunnel take, take and converge follow the node until its report says the act is 
 Look at any time: meshd status, meshd node show NODE, meshd monitor NODE, and a server's status page
 (meshd agent --metrics 127.0.0.1:9470, then http://127.0.0.1:9470/).
 
-The operator's commands talk to the local agent over its socket (` + agent.DefaultSocket + `;
+The operator's commands talk to the local agent over its socket (` + api.DefaultSocket + `;
 --socket or MESHD_SOCKET to change it).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -98,7 +97,7 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	}
 	def := os.Getenv("MESHD_SOCKET")
 	if def == "" {
-		def = agent.DefaultSocket
+		def = api.DefaultSocket
 	}
 	root.PersistentFlags().StringVar(&g.socket, "socket", def, "the agent's operator socket (env MESHD_SOCKET)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text")
@@ -123,8 +122,8 @@ The operator's commands talk to the local agent over its socket (` + agent.Defau
 	return root
 }
 
-func (g *globals) client() *agent.Client {
-	g.last = agent.NewClient(g.socket)
+func (g *globals) client() *api.Client {
+	g.last = api.NewClient(g.socket)
 	g.last.Stale = g.stale
 	return g.last
 }

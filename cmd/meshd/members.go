@@ -3,14 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
+	"meshd/api"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"meshd/agent"
 )
 
 func membersCmd(g *globals) *cobra.Command {
@@ -28,7 +27,7 @@ that is not the node's, or a revoked one) are counted.`,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var v agent.MembersView
+			var v api.MembersView
 			if err := g.client().Get(ctx, "/v1/members", &v); err != nil {
 				return err
 			}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
@@ -35,7 +35,7 @@ has moved: from then on its resources converge. On a converged node, assigning i
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var mods []agent.ModuleView
+			var mods []api.ModuleView
 			if err := g.client().Get(ctx, "/v1/modules", &mods); err != nil {
 				return err
 			}
@@ -58,7 +58,7 @@ has moved: from then on its resources converge. On a converged node, assigning i
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var m agent.ModuleView
+			var m api.ModuleView
 			if err := g.client().Get(ctx, "/v1/modules/"+url.PathEscape(args[0]), &m); err != nil {
 				return err
 			}
@@ -106,7 +106,7 @@ resolve it with its settings.`,
 			ctx, cancel := g.ctx()
 			defer cancel()
 			var m catalogue.Module
-			if err := g.client().Post(ctx, "/v1/modules", agent.ModuleAddRequest{Source: src}, &m); err != nil {
+			if err := g.client().Post(ctx, "/v1/modules", api.ModuleAddRequest{Source: src}, &m); err != nil {
 				return err
 			}
 			return g.emit(m, func(w io.Writer) { fmt.Fprintf(w, "module %s recorded in the catalogue\n", m.Name) })

@@ -3,12 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"meshd/api"
 	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"meshd/agent"
 )
 
 func nodeRemoveCmd(g *globals) *cobra.Command {
@@ -38,8 +37,8 @@ and the last server. It runs on any node; a follower or a client forwards it to 
 			}
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var v agent.NodeRemoveView
-			if err := g.client().Post(ctx, "/v1/nodes/"+url.PathEscape(args[0])+"/remove", agent.NodeRemoveRequest{Quarantine: quarantine.String()}, &v); err != nil {
+			var v api.NodeRemoveView
+			if err := g.client().Post(ctx, "/v1/nodes/"+url.PathEscape(args[0])+"/remove", api.NodeRemoveRequest{Quarantine: quarantine.String()}, &v); err != nil {
 				return err
 			}
 			return g.emit(v, func(w io.Writer) {
@@ -57,6 +56,6 @@ and the last server. It runs on any node; a follower or a client forwards it to 
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&quarantine, "quarantine", agent.DefaultQuarantine, "how long the node's private-network address is given to no new enrolment")
+	cmd.Flags().DurationVar(&quarantine, "quarantine", api.DefaultQuarantine, "how long the node's private-network address is given to no new enrolment")
 	return cmd
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/pki"
 )
 
@@ -23,15 +23,15 @@ func TestProcessNodeRemove(t *testing.T) {
 	const bus = "192.0.2.1:17070"
 	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
-	join := func(name string) agent.NodeView {
+	join := func(name string) api.NodeView {
 		t.Helper()
-		var tv agent.TokenView
+		var tv api.TokenView
 		hub.jsonOf(&tv, "token", "create", "--adopted")
 		edge.dir = t.TempDir() + "/data"
 		if out, errs, code := edge.runIn("join", tv.Token, "--name", name, "--data-dir", edge.dir); code != 0 {
 			t.Fatalf("join %s: exit %d\n%s%s", name, code, out, errs)
 		}
-		var v agent.NodeView
+		var v api.NodeView
 		hub.jsonOf(&v, "node", "show", name)
 		return v
 	}
@@ -50,7 +50,7 @@ func TestProcessNodeRemove(t *testing.T) {
 
 	edge.startAgent("--reconcile-interval", "200ms")
 	memberState := func(name string) string {
-		var mv agent.MembersView
+		var mv api.MembersView
 		hub.jsonOf(&mv, "members")
 		for _, m := range mv.Members {
 			if m.Name == name {
@@ -71,7 +71,7 @@ func TestProcessNodeRemove(t *testing.T) {
 		t.Fatalf("node remove hub: exit %d, %s", code, errs)
 	}
 
-	var rv agent.NodeRemoveView
+	var rv api.NodeRemoveView
 	hub.jsonOf(&rv, "node", "remove", "edge", "--quarantine", "1h")
 	if rv.Node != "edge" || rv.Address != before.Node.Address || rv.RevokedKey != before.Node.PublicKey || rv.Index == 0 {
 		t.Fatalf("node remove --json: %+v; the node was %+v", rv, before.Node)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/agent"
+	"meshd/api"
 )
 
 func removePeerCmd(g *globals) *cobra.Command {
@@ -27,7 +28,7 @@ It runs on any node; a follower or a client forwards it to the leader.`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var v agent.RemovePeerView
+			var v api.RemovePeerView
 			if err := g.client().Post(ctx, "/v1/raft/peers/"+args[0]+"/remove", nil, &v); err != nil {
 				return err
 			}
@@ -56,11 +57,11 @@ it elsewhere, for maintenance).`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var in agent.TransferRequest
+			var in api.TransferRequest
 			if len(args) == 1 {
 				in.Node = args[0]
 			}
-			var v agent.TransferView
+			var v api.TransferView
 			if err := g.client().Post(ctx, "/v1/raft/transfer-leader", in, &v); err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"meshd/api"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"meshd/agent"
 )
 
 // Five servers, the shape the docs give for a fleet that must lose two at once: each joins with
@@ -44,7 +43,7 @@ func TestProcessRaftFiveServers(t *testing.T) {
 	hub.startAgent(agentArgs...)
 
 	for i, name := range names[1:] {
-		var tv agent.TokenView
+		var tv api.TokenView
 		// Each token is made on the server that joined last: tokens work on every server.
 		all[i].jsonOf(&tv, "token", "create", "--adopted", "--server")
 		if even := (i+2)%2 == 0; even != strings.Contains(tv.Warning, "even") {
@@ -81,10 +80,10 @@ func TestProcessRaftFiveServers(t *testing.T) {
 	acked = append(acked, "before")
 	inRecord := func(on *node) {
 		t.Helper()
-		var mods []agent.ModuleView
+		var mods []api.ModuleView
 		on.jsonOf(&mods, "module", "list")
 		for _, want := range acked {
-			if !slices.ContainsFunc(mods, func(m agent.ModuleView) bool { return m.Name == want }) {
+			if !slices.ContainsFunc(mods, func(m api.ModuleView) bool { return m.Name == want }) {
 				t.Fatalf("module %s, acknowledged, is not in the record read on %s", want, on.dir)
 			}
 		}

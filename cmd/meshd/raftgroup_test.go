@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/api"
 	"meshd/internal/testenv"
 )
 
@@ -36,12 +37,12 @@ func underlay(t *testing.T, nodes []*node, addrs []string) {
 }
 
 // status is `meshd status --json` on n (stale: answered from n's own record).
-func statusOf(n *node, stale bool) (agent.StatusView, error) {
+func statusOf(n *node, stale bool) (api.StatusView, error) {
 	args := []string{"status", "--json"}
 	if stale {
 		args = append(args, "--stale")
 	}
-	var st agent.StatusView
+	var st api.StatusView
 	out, errs, code := n.run(args...)
 	if code != 0 {
 		return st, fmt.Errorf("exit %d: %s", code, errs)
@@ -101,7 +102,7 @@ func TestProcessRaftGroup(t *testing.T) {
 	hub.startAgent(agentArgs...)
 
 	// Two servers join with server tokens; the second token warns of an even count.
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted", "--server")
 	if !tv.Server || !strings.Contains(tv.Warning, "even") {
 		t.Fatalf("the first server token: server %v warning %q, want an even-count warning", tv.Server, tv.Warning)
@@ -111,7 +112,7 @@ func TestProcessRaftGroup(t *testing.T) {
 	}
 	s2.startAgent(agentArgs...)
 	// The second server token is made on the follower s2: tokens work on every server.
-	tv = agent.TokenView{}
+	tv = api.TokenView{}
 	s2.jsonOf(&tv, "token", "create", "--adopted", "--server")
 	if tv.Warning != "" {
 		t.Fatalf("a token for the third server warns: %q", tv.Warning)
@@ -130,7 +131,7 @@ func TestProcessRaftGroup(t *testing.T) {
 	t.Logf("s3 a voter %s after its agent started", time.Since(start).Round(time.Millisecond))
 
 	// A client, enrolled with a token made on the follower s3, at the follower s3's bus only.
-	tv = agent.TokenView{}
+	tv = api.TokenView{}
 	s3.jsonOf(&tv, "token", "create", "--adopted")
 	if out, errs, code := cl.runIn("join", tv.Token, "--name", "cl", "--data-dir", cl.dir, "--advertise", "192.0.2.4"); code != 0 {
 		t.Fatalf("join cl: exit %d\n%s%s", code, out, errs)
@@ -202,10 +203,10 @@ func TestProcessRaftGroup(t *testing.T) {
 		t.Errorf("a new leader took %s, more than 10 election timeouts", elected)
 	}
 	for _, n := range []*node{s2, s3, cl} {
-		var mods []agent.ModuleView
+		var mods []api.ModuleView
 		n.jsonOf(&mods, "module", "list")
 		for _, want := range acked {
-			if !slices.ContainsFunc(mods, func(m agent.ModuleView) bool { return m.Name == want }) {
+			if !slices.ContainsFunc(mods, func(m api.ModuleView) bool { return m.Name == want }) {
 				t.Fatalf("module %s, acknowledged before the kill, is not in the record on %s", want, n.dir)
 			}
 		}
@@ -275,10 +276,10 @@ func TestProcessRaftGroup(t *testing.T) {
 	if idx, _ := write(t, hub, "token", "create", "--adopted"); atoi(idx) <= atoi(last) {
 		t.Fatalf("the first write after recover is at index %s, not after the last acknowledged %s", idx, last)
 	}
-	var mods []agent.ModuleView
+	var mods []api.ModuleView
 	hub.jsonOf(&mods, "module", "list")
 	for _, want := range acked {
-		if !slices.ContainsFunc(mods, func(m agent.ModuleView) bool { return m.Name == want }) {
+		if !slices.ContainsFunc(mods, func(m api.ModuleView) bool { return m.Name == want }) {
 			t.Fatalf("module %s, acknowledged, is not in the recovered record", want)
 		}
 	}

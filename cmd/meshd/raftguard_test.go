@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/internal/testenv"
@@ -76,7 +76,7 @@ func TestProcessRaftPortAdmitsOnlyServers(t *testing.T) {
 		t.Fatalf("outside cannot reach the hub's bus: %v", err)
 	}
 
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted", "--server")
 	if out, errs, code := s2.runIn("join", tv.Token, "--name", "s2", "--data-dir", s2.dir, "--advertise", "192.0.2.2"); code != 0 {
 		t.Fatalf("join s2 as a server: exit %d\n%s%s", code, out, errs)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
@@ -41,7 +41,7 @@ filter) is named FOUND FIREWALL ACTIVE AGAIN.`,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var st agent.StatusView
+			var st api.StatusView
 			if err := g.client().Get(ctx, "/v1/status", &st); err != nil {
 				return err
 			}
@@ -52,7 +52,7 @@ filter) is named FOUND FIREWALL ACTIVE AGAIN.`,
 
 // writeStatus is status's text: the leader and voters, the nodes, rejected reports, the tunnel's
 // peers, then what needs the operator (a tunnel down, a found firewall active again, adopted nodes).
-func writeStatus(w io.Writer, st agent.StatusView) {
+func writeStatus(w io.Writer, st api.StatusView) {
 	leader := st.Leader.Node
 	if leader == "" {
 		leader = "(none)"
@@ -133,7 +133,7 @@ an assign or a take it can still be the one from before; "host report at" says w
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var v agent.NodeView
+			var v api.NodeView
 			if err := g.client().Get(ctx, "/v1/nodes/"+url.PathEscape(args[0]), &v); err != nil {
 				return err
 			}
@@ -219,18 +219,9 @@ func printReport(w io.Writer, rep *host.Report) {
 	}
 }
 
-// kind decodes a driver's part of the report (it arrives as generic JSON) into its type.
-func kind(raw any, into any) bool {
-	if raw == nil {
-		return false
-	}
-	b, err := json.Marshal(raw)
-	return err == nil && json.Unmarshal(b, into) == nil
-}
-
 func printTunnel(w io.Writer, raw any) {
 	var td host.TunnelDetail
-	if !kind(raw, &td) || td.State == "" {
+	if !api.DecodeInto(raw, &td) || td.State == "" {
 		return
 	}
 	fmt.Fprintf(w, "\ntunnel\t%s %s port %d: %s (%s)\n", td.Interface, td.Address, td.Port, td.State, td.Says)
@@ -241,7 +232,7 @@ func printTunnel(w io.Writer, raw any) {
 
 func printContainers(w io.Writer, raw any) {
 	var cr host.ContainerReport
-	if !kind(raw, &cr) {
+	if !api.DecodeInto(raw, &cr) {
 		return
 	}
 	engine := cr.Engine
@@ -279,7 +270,7 @@ func printContainers(w io.Writer, raw any) {
 
 func printOpenings(w io.Writer, raw any) {
 	var od host.OpeningDetail
-	if !kind(raw, &od) {
+	if !api.DecodeInto(raw, &od) {
 		return
 	}
 	fw := od.Firewall.Description + " (its counts are the found rules, without meshd's)"
@@ -510,7 +501,7 @@ marked taken converges; one not taken is only prepared (what is found is held).
 			if index > 0 {
 				path += fmt.Sprintf("?index=%d&wait=50s", index)
 			}
-			var v agent.DeclarationView
+			var v api.DeclarationView
 			if err := g.client().Get(ctx, path, &v); err != nil {
 				return err
 			}
@@ -575,11 +566,11 @@ func operatorCmd(g *globals) *cobra.Command {
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var peers []agent.PeerView
+			var peers []api.PeerView
 			if err := g.client().Get(ctx, "/v1/raft/peers", &peers); err != nil {
 				return err
 			}
-			var here agent.RaftStateView
+			var here api.RaftStateView
 			if err := g.client().Get(ctx, "/v1/raft/state", &here); err != nil {
 				return err
 			}

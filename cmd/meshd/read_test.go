@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
@@ -92,7 +92,7 @@ func TestPlural(t *testing.T) {
 // firewall reads active again.
 func TestStatusNamesFirewallActiveAgain(t *testing.T) {
 	var b bytes.Buffer
-	writeStatus(&b, agent.StatusView{Leader: agent.LeaderView{Node: "hub"}, Nodes: []agent.NodeSummary{
+	writeStatus(&b, api.StatusView{Leader: api.LeaderView{Node: "hub"}, Nodes: []api.NodeSummary{
 		{Name: "hub", Mode: fsm.Converged, FirewallActiveAgain: "ufw"}, {Name: "web", Mode: fsm.Converged}}})
 	out := b.String()
 	if !strings.Contains(out, "node hub: FOUND FIREWALL ACTIVE AGAIN: ufw, retired at the flip, was enabled again by something else") ||

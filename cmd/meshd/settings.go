@@ -3,12 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"meshd/api"
 	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"meshd/agent"
 )
 
 // nodeSetCmd is `meshd node set NODE KEY=VALUE...`: settings outlive genesis (ADR 0100).
@@ -38,8 +37,8 @@ the bus and gossip rebind at once; a server's Raft port moves at its agent's nex
 			}
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var v agent.SettingsView
-			if err := g.client().Post(ctx, "/v1/nodes/"+url.PathEscape(args[0])+"/settings", agent.SettingsRequest{Values: values}, &v); err != nil {
+			var v api.SettingsView
+			if err := g.client().Post(ctx, "/v1/nodes/"+url.PathEscape(args[0])+"/settings", api.SettingsRequest{Values: values}, &v); err != nil {
 				return err
 			}
 			return g.emit(v, func(w io.Writer) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/api"
 )
 
 func TestParseSettings(t *testing.T) {
@@ -37,7 +38,7 @@ func (n *node) listening(proto string, port int) bool {
 }
 
 func (n *node) settings() map[string]string {
-	var v agent.NodeView
+	var v api.NodeView
 	n.jsonOf(&v, "node", "show", "hub")
 	return v.Node.Settings
 }
@@ -78,7 +79,7 @@ func TestProcessNodeSet(t *testing.T) {
 		if got, ok := n.settings()["store.port"]; ok {
 			t.Fatalf("store.port = %q after returning it to its default", got)
 		}
-		var v agent.SettingsView
+		var v api.SettingsView
 		n.jsonOf(&v, "node", "set", "hub", "store.port=6391")
 		if len(v.Checked) != 1 || v.Checked[0].Port != 6391 || v.Checked[0].Setting != "store.port" {
 			t.Fatalf("node set --json: checked %+v", v.Checked)
@@ -99,7 +100,7 @@ func TestProcessNodeSet(t *testing.T) {
 			}
 			return ""
 		})
-		var m agent.MembersView
+		var m api.MembersView
 		n.jsonOf(&m, "members")
 		if !m.Running || len(m.Members) != 1 || !strings.HasSuffix(m.Members[0].Address, ":7950") {
 			t.Fatalf("the gossip member after the move: %+v", m)
@@ -127,7 +128,7 @@ func TestProcessNodeSet(t *testing.T) {
 			return ""
 		})
 		poll(t, 30*time.Second, "raft's configuration at the new address", func() string {
-			var peers []agent.PeerView
+			var peers []api.PeerView
 			n.jsonOf(&peers, "operator", "raft", "list-peers")
 			if len(peers) != 1 || !strings.HasSuffix(peers[0].Address, fmt.Sprintf(":%d", port)) {
 				return fmt.Sprintf("peers %+v", peers)

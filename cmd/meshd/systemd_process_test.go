@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"meshd/api"
 	"net"
 	"os"
 	"os/exec"
@@ -10,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"meshd/agent"
 )
 
 // fakeSystemd listens where $NOTIFY_SOCKET will point and hands over each datagram.
@@ -169,14 +168,14 @@ func TestProcessServerSIGTERMDoesNotLeaveGossip(t *testing.T) {
 	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
 	args := []string{"--docker-host", noDocker, "--reconcile-interval", "10m"}
 	hub.startAgent(args...)
-	var tv agent.TokenView
+	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted", "--server")
 	if out, errs, code := s2.runIn("join", tv.Token, "--name", "s2", "--data-dir", s2.dir, "--advertise", "192.0.2.2"); code != 0 {
 		t.Fatalf("join s2 as a server: exit %d\n%s%s", code, out, errs)
 	}
 	s2.startAgent(args...)
-	state := func() (string, agent.MembersView) {
-		var m agent.MembersView
+	state := func() (string, api.MembersView) {
+		var m api.MembersView
 		hub.jsonOf(&m, "members")
 		for _, x := range m.Members {
 			if x.Name == "s2" {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/pki"
 )
@@ -60,8 +61,8 @@ Run it on any node (a follower or a client forwards it to the leader); give the 
 					"(what is found is held until each module is taken), or --converged for an idle one " +
 					"(meshd's filter replaces its firewall; join refuses it on a machine in use)")
 			}
-			var v agent.TokenView
-			if err := g.client().Post(ctx, "/v1/tokens", agent.TokenRequest{Mode: mode, TTL: ttl.String(), Server: server}, &v); err != nil {
+			var v api.TokenView
+			if err := g.client().Post(ctx, "/v1/tokens", api.TokenRequest{Mode: mode, TTL: ttl.String(), Server: server}, &v); err != nil {
 				return err
 			}
 			if g.json {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/wg"
@@ -61,8 +61,8 @@ until --wait ends (exit 1; the take stays in the record). --no-wait returns once
 			var v fsm.TunnelTaken
 			pr := g.progress()
 			pr.Step(fmt.Sprintf("reading %s on %s and recording its takeover (committed through Raft before the answer)", args[1], args[0]))
-			err := g.client().Post(ctx, "/v1/tunnel/take", agent.TunnelTakeRequest{Node: args[0], Interface: args[1], Requested: req}, &v)
-			var nv agent.NodeView
+			err := g.client().Post(ctx, "/v1/tunnel/take", api.TunnelTakeRequest{Node: args[0], Interface: args[1], Requested: req}, &v)
+			var nv api.NodeView
 			if err == nil && !wf.noWait {
 				act := "the takeover of tunnel " + args[1]
 				carried := func(r *host.Report) host.Carried { return host.ReportTunnelTake(r, args[1]) }
@@ -105,7 +105,7 @@ found-down-mesh-not-up (the output is printed first, --json too), or when no ser
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var v agent.TunnelView
+			var v api.TunnelView
 			if err := g.client().Get(ctx, "/v1/tunnel", &v); err != nil {
 				return err
 			}
@@ -152,7 +152,7 @@ func writeTunnelTaken(w io.Writer, v fsm.TunnelTaken, rep *host.Report) {
 
 // printTunnelView is `meshd tunnel show` in text: the record's network, the hub's state from
 // its report, and every peer with when the hub last heard it.
-func printTunnelView(w io.Writer, v agent.TunnelView, now time.Time) {
+func printTunnelView(w io.Writer, v api.TunnelView, now time.Time) {
 	fmt.Fprintf(w, "range\t%s\n", v.Range)
 	fmt.Fprintf(w, "hub\t%s %s port %d\n", v.Hub, v.HubAddress, v.Port)
 	if v.Taken != "" {
@@ -176,7 +176,7 @@ func printTunnelView(w io.Writer, v agent.TunnelView, now time.Time) {
 }
 
 // printTunnelPeers is the table of the tunnel's peers, in tunnel show and status.
-func printTunnelPeers(w io.Writer, peers []agent.TunnelPeer, now time.Time) {
+func printTunnelPeers(w io.Writer, peers []api.TunnelPeer, now time.Time) {
 	fmt.Fprintf(w, "PEER\tADDRESS\tENROLLED\tENDPOINT\tLAST HEARD\tRX\tTX\n")
 	if len(peers) == 0 {
 		fmt.Fprintln(w, "-")

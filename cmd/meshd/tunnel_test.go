@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
@@ -22,9 +22,9 @@ import (
 // heard it and the bytes moved; a peer never heard says never.
 func TestTunnelShowText(t *testing.T) {
 	now := time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
-	v := agent.TunnelView{Range: "10.44.0.0/24", Hub: "hub", HubAddress: "10.44.0.1", Port: 51820, Taken: "wg0",
+	v := api.TunnelView{Range: "10.44.0.0/24", Hub: "hub", HubAddress: "10.44.0.1", Port: 51820, Taken: "wg0",
 		State: host.TunnelMeshUp, Says: "the mesh's interface is up in the found one's place", ReportAt: now.Add(-3 * time.Second), ReportFrom: "gossip",
-		Peers: []agent.TunnelPeer{
+		Peers: []api.TunnelPeer{
 			{PublicKey: "P1=", Address: "10.44.0.2", Endpoint: "198.51.100.11:51820", LastHeard: now.Add(-7 * time.Second), ReceiveBytes: 4096, TransmitBytes: 300},
 			{PublicKey: "P2=", Address: "10.44.0.3", Enrolled: true, Node: "peer2", LastHeard: now.Add(-2 * time.Minute), ReceiveBytes: 3 << 20, TransmitBytes: 5 << 30},
 			{PublicKey: "P3=", Address: "10.44.0.4"},
@@ -47,7 +47,7 @@ func TestTunnelShowText(t *testing.T) {
 }
 
 // fakeAgent answers GET /v1/tunnel on a unix socket with v, as an agent would.
-func fakeAgent(t *testing.T, v agent.TunnelView) string {
+func fakeAgent(t *testing.T, v api.TunnelView) string {
 	return fakeAgentAnswering(t, map[string]any{"GET /v1/tunnel": v})
 }
 
@@ -90,7 +90,7 @@ func TestProcessTunnelShowExitStatus(t *testing.T) {
 		state string
 		code  int
 	}{{host.TunnelFoundUp, 0}, {host.TunnelMeshUp, 0}, {"", 0}, {host.TunnelDark, 1}} {
-		v := agent.TunnelView{Range: "10.44.0.0/24", Hub: "hub", State: c.state, Peers: []agent.TunnelPeer{{PublicKey: "P1=", Address: "10.44.0.2"}}}
+		v := api.TunnelView{Range: "10.44.0.0/24", Hub: "hub", State: c.state, Peers: []api.TunnelPeer{{PublicKey: "P1=", Address: "10.44.0.2"}}}
 		sock := fakeAgent(t, v)
 		for _, asJSON := range []bool{false, true} {
 			args := []string{"--socket", sock, "tunnel", "show"}
@@ -102,7 +102,7 @@ func TestProcessTunnelShowExitStatus(t *testing.T) {
 				t.Errorf("state %q (json %v): exit %d, want %d\n%s%s", c.state, asJSON, code, c.code, stdout, stderr)
 			}
 			if asJSON {
-				var got agent.TunnelView
+				var got api.TunnelView
 				if err := json.Unmarshal([]byte(stdout), &got); err != nil || got.State != c.state {
 					t.Errorf("state %q: --json printed %q (%v)", c.state, stdout, err)
 				}
@@ -139,18 +139,18 @@ func run(t *testing.T, args ...string) (string, string, int) {
 func TestProcessTunnelDownInStatusAndNodeShow(t *testing.T) {
 	now := time.Now()
 	reason := "the found interface wg0 is down and the mesh's meshd0 is not up: binding port 51820: address in use"
-	tv := agent.TunnelView{Range: "10.44.0.0/24", Hub: "hub", State: host.TunnelDark, Peers: []agent.TunnelPeer{
+	tv := api.TunnelView{Range: "10.44.0.0/24", Hub: "hub", State: host.TunnelDark, Peers: []api.TunnelPeer{
 		{PublicKey: "P1=", Address: "10.44.0.2", LastHeard: now.Add(-40 * time.Second), ReceiveBytes: 2048},
 		{PublicKey: "P2=", Address: "10.44.0.3", Enrolled: true, Node: "peer2"},
 	}}
-	st := agent.StatusView{Leader: agent.LeaderView{Node: "hub"}, Tunnel: &tv, Nodes: []agent.NodeSummary{
+	st := api.StatusView{Leader: api.LeaderView{Node: "hub"}, Tunnel: &tv, Nodes: []api.NodeSummary{
 		{Name: "hub", Mode: "adopted", Server: true, ControlNode: true, Address: "10.44.0.1", Liveness: "alive", ReportFrom: "local", Tunnel: host.TunnelDark},
 		{Name: "peer2", Mode: "adopted", Address: "10.44.0.3", Liveness: "alive"},
 	}}
 	rep := host.Report{When: now, Kinds: map[string]any{"tunnel": host.TunnelDetail{State: host.TunnelDark, Says: "found down, mesh not up",
 		Interface: "meshd0", Found: "wg0", Address: "10.44.0.1/24", Port: 51820, Reason: reason}},
 		Errors: []host.ResourceError{{Resource: "tunnel:meshd0", Module: "mesh", Reason: reason}}}
-	nv := agent.NodeView{Node: &fsm.Node{Name: "hub", Mode: "adopted", Address: "10.44.0.1"}, Report: &rep}
+	nv := api.NodeView{Node: &fsm.Node{Name: "hub", Mode: "adopted", Address: "10.44.0.1"}, Report: &rep}
 	sock := fakeAgentAnswering(t, map[string]any{"GET /v1/status": st, "GET /v1/nodes/{node}": nv})
 
 	out, errOut, code := run(t, "--socket", sock, "status")
@@ -176,14 +176,14 @@ func TestProcessTunnelTakeFollowsTheNode(t *testing.T) {
 	now := time.Now().UTC()
 	taken := fsm.TunnelTaken{Node: &fsm.Node{Name: "hub", Settings: map[string]string{"mesh.tunnel": "51820"}},
 		Tunnel: fsm.Tunnel{Range: "10.44.0.0/24", Hub: "hub", HubAddress: "10.44.0.1", Taken: "wg0"}}
-	nodeWith := func(det host.TunnelDetail, errs ...host.ResourceError) agent.NodeView {
-		return agent.NodeView{Node: &fsm.Node{Name: "hub", Mode: fsm.Adopted},
+	nodeWith := func(det host.TunnelDetail, errs ...host.ResourceError) api.NodeView {
+		return api.NodeView{Node: &fsm.Node{Name: "hub", Mode: fsm.Adopted},
 			Report: &host.Report{Node: "hub", When: now, Errors: errs, Kinds: map[string]any{fsm.KindTunnel: det}}}
 	}
 	reason := "not taking wg0 over: its key is A=, the record took B="
 	for _, c := range []struct {
 		name  string
-		nv    agent.NodeView
+		nv    api.NodeView
 		args  []string
 		code  int
 		out   []string

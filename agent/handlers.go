@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
@@ -21,122 +22,7 @@ import (
 
 // The API's views: what the operator's commands print.
 
-// StatusView is `meshd status`.
-type StatusView struct {
-	Leader LeaderView    `json:"leader"`
-	Index  uint64        `json:"index"`
-	Nodes  []NodeSummary `json:"nodes"`
-	// Gossip is the answering server's gossip: whether it runs, and the reports it rejected.
-	Gossip GossipSummary `json:"gossip"`
-	// Tunnel is the private network as `meshd tunnel show` says it: each peer carried or enrolled,
-	// and when the hub last heard it. Nil before genesis.
-	Tunnel *TunnelView `json:"tunnel,omitempty"`
-	// ServedBy is the server that answered; Stale, set when a follower answered from its own
-	// record (--stale), says how far behind it may be.
-	ServedBy string `json:"served_by"`
-	Stale    string `json:"stale,omitempty"`
-	// Voters are the Raft group's voters; Warning is said when they are an even count.
-	Voters  []string `json:"voters"`
-	Warning string   `json:"warning,omitempty"`
-}
-
-// GossipSummary is the answering server's gossip at a glance.
-type GossipSummary struct {
-	Node     string            `json:"node"`
-	Running  bool              `json:"running"`
-	Rejected map[string]uint64 `json:"rejected"`
-}
-
-// LeaderView names the Raft leader.
-type LeaderView struct {
-	Node    string `json:"node,omitempty"`
-	ID      string `json:"id,omitempty"`
-	Address string `json:"address,omitempty"`
-	// Why says why this server leads: the control-node leads, or why it does not right now.
-	Why string `json:"why,omitempty"`
-}
-
-// NodeSummary is one node's line in the status.
-type NodeSummary struct {
-	Name        string    `json:"name"`
-	Mode        fsm.Mode  `json:"mode"`
-	ModeSince   time.Time `json:"mode_since"`
-	ControlNode bool      `json:"control_node,omitempty"`
-	Server      bool      `json:"server,omitempty"`
-	Address     string    `json:"address,omitempty"`
-	Assigned    int       `json:"assigned"`
-	Taken       int       `json:"taken"`
-	// Liveness is the node's state in the answering server's gossip view: alive, failed, left,
-	// or unknown (never seen). Since when is in `meshd members` (the status stays the same while
-	// nothing changes, also across a restart of the answering agent).
-	Liveness string `json:"liveness"`
-	// HeldFiles and HeldContainers count what the node's last report holds as found.
-	HeldFiles      int `json:"held_files"`
-	HeldContainers int `json:"held_containers"`
-	// ReportFrom says how the node's last report came: local (the answering node's own), gossip
-	// (signed and verified), bus (posted over mTLS while the node's gossip could not reach a
-	// server), or "" (none yet). When it was made is in `meshd node show` (the status stays the
-	// same while nothing changes).
-	ReportFrom string `json:"report_from,omitempty"`
-	// Tunnel is the node's tunnel state from its last report (host.TunnelMeshUp, TunnelFoundUp,
-	// TunnelDark), "" when it raises none.
-	Tunnel string `json:"tunnel,omitempty"`
-	// FirewallActiveAgain is the kind of the found firewall meshd retired at the flip when the
-	// node's last report reads it active again (enabled by hand: it filters beside meshd's
-	// filter), "" otherwise.
-	FirewallActiveAgain string `json:"firewall_active_again,omitempty"`
-}
-
-// NodeView is `meshd node show`: the record's node and, when known, its host report.
-type NodeView struct {
-	Node        *fsm.Node `json:"node"`
-	ControlNode bool      `json:"control_node,omitempty"`
-	Taken       []string  `json:"taken_effective"`
-	// Report is the node's last host report; nil until its host has reconciled once.
-	Report *host.Report `json:"report"`
-}
-
-// ModuleView is a catalogue module and the nodes it is assigned to.
-type ModuleView struct {
-	*catalogue.Module
-	AssignedTo []string `json:"assigned_to"`
-	TakenOn    []string `json:"taken_on"`
-}
-
-// DeclarationView is a declaration with the record index it was composed at.
-type DeclarationView struct {
-	Index       uint64           `json:"index"`
-	Declaration *fsm.Declaration `json:"declaration"`
-}
-
-// PeerView is one Raft server.
-type PeerView struct {
-	Node     string `json:"node,omitempty"`
-	ID       string `json:"id"`
-	Address  string `json:"address"`
-	Suffrage string `json:"suffrage"`
-	Leader   bool   `json:"leader"`
-}
-
-// ModuleAddRequest carries a manifest to the record.
-type ModuleAddRequest struct {
-	Source catalogue.Source `json:"source"`
-}
-
-// apiError is how every error travels: a message that names the thing.
-type apiError struct {
-	Error string `json:"error"`
-}
-
 const applyTimeout = 15 * time.Second
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
 
 func writeErr(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
@@ -149,22 +35,22 @@ func writeErr(w http.ResponseWriter, err error) {
 	case errors.As(err, &nl):
 		code = http.StatusServiceUnavailable
 		// Raft refused before proposing: sending it again to the leader applies it once.
-		w.Header().Set(hdrNotProposed, "1")
+		w.Header().Set(api.HeaderNotProposed, "1")
 	case errors.As(err, new(*NoQuorumError)):
 		code = http.StatusServiceUnavailable
 	case errors.As(err, &nf):
 		code = http.StatusNotFound
 	}
-	writeJSON(w, code, apiError{Error: err.Error()})
+	api.WriteJSON(w, code, api.ErrorBody{Error: err.Error()})
 }
 
 type notFound string
 
 func (e notFound) Error() string { return string(e) }
 
-func (s *serverRole) leader() LeaderView {
+func (s *serverRole) leader() api.LeaderView {
 	addr, id := s.raft.raft.LeaderWithID()
-	lv := LeaderView{ID: string(id), Address: string(addr)}
+	lv := api.LeaderView{ID: string(id), Address: string(addr)}
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		for _, n := range r.Nodes {
 			if n.ID == lv.ID {
@@ -176,7 +62,7 @@ func (s *serverRole) leader() LeaderView {
 }
 
 func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
-	st := StatusView{Leader: s.leader(), Nodes: []NodeSummary{}, Gossip: GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}},
+	st := api.StatusView{Leader: s.leader(), Nodes: []api.NodeSummary{}, Gossip: api.GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}},
 		ServedBy: s.node.Name, Voters: s.voterNames()}
 	st.Warning = evenWarning(len(st.Voters))
 	if s.raft.raft.State() == raft.Leader {
@@ -188,7 +74,7 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 		st.Index = index
 		for _, name := range r.NodeNames() {
 			n := r.Nodes[name]
-			st.Nodes = append(st.Nodes, NodeSummary{Name: n.Name, Mode: n.Mode, ModeSince: n.ModeSince,
+			st.Nodes = append(st.Nodes, api.NodeSummary{Name: n.Name, Mode: n.Mode, ModeSince: n.ModeSince,
 				ControlNode: r.Genesis != nil && r.Genesis.ControlNode == n.Name, Server: n.Server,
 				Address: n.Address, Assigned: len(n.Assigned), Taken: len(n.EffectiveTaken())})
 		}
@@ -214,12 +100,12 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 			st.Gossip.Rejected[string(r)] = c
 		}
 	}
-	writeJSON(w, http.StatusOK, st)
+	api.WriteJSON(w, http.StatusOK, st)
 }
 
 func (s *serverRole) getNode(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
-	var v *NodeView
+	var v *api.NodeView
 	var err error
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		n := r.Nodes[name]
@@ -228,7 +114,7 @@ func (s *serverRole) getNode(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		cp := *n
-		v = &NodeView{Node: &cp, ControlNode: r.Genesis != nil && r.Genesis.ControlNode == n.Name, Taken: n.EffectiveTaken()}
+		v = &api.NodeView{Node: &cp, ControlNode: r.Genesis != nil && r.Genesis.ControlNode == n.Name, Taken: n.EffectiveTaken()}
 	})
 	if err != nil {
 		writeErr(w, err)
@@ -237,7 +123,7 @@ func (s *serverRole) getNode(w http.ResponseWriter, req *http.Request) {
 	if rep := s.report(name); rep != nil {
 		v.Report = rep
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 // report returns a node's last host report, if this agent has it.
@@ -277,7 +163,7 @@ func (a *Agent) getOriginal(w http.ResponseWriter, req *http.Request) {
 	}
 	name, path := req.PathValue("node"), req.URL.Query().Get("path")
 	if path == "" {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "which file? give ?path=/absolute/path"})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "which file? give ?path=/absolute/path"})
 		return
 	}
 	if name != a.node.Name {
@@ -293,8 +179,8 @@ func (a *Agent) getOriginal(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(b)
 }
 
-func moduleView(r *fsm.Record, m *catalogue.Module) ModuleView {
-	v := ModuleView{Module: m, AssignedTo: []string{}, TakenOn: []string{}}
+func moduleView(r *fsm.Record, m *catalogue.Module) api.ModuleView {
+	v := api.ModuleView{Module: m, AssignedTo: []string{}, TakenOn: []string{}}
 	for _, name := range r.NodeNames() {
 		n := r.Nodes[name]
 		for _, a := range n.Assigned {
@@ -310,18 +196,18 @@ func moduleView(r *fsm.Record, m *catalogue.Module) ModuleView {
 }
 
 func (s *serverRole) listModules(w http.ResponseWriter, _ *http.Request) {
-	out := []ModuleView{}
+	out := []api.ModuleView{}
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		for _, name := range r.Catalogue.Names() {
 			out = append(out, moduleView(r, r.Catalogue[name]))
 		}
 	})
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *serverRole) getModule(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("module")
-	var v *ModuleView
+	var v *api.ModuleView
 	var err error
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		m := r.Catalogue[name]
@@ -340,18 +226,18 @@ func (s *serverRole) getModule(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 func (s *serverRole) addModule(w http.ResponseWriter, req *http.Request) {
-	var body ModuleAddRequest
+	var body api.ModuleAddRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 4<<20)).Decode(&body); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad request: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "bad request: " + err.Error()})
 		return
 	}
 	// Refuse a bad manifest before it reaches the log; Apply checks again.
 	if _, err := catalogue.Parse(body.Source.File, []byte(body.Source.Data)); err != nil {
-		writeJSON(w, http.StatusUnprocessableEntity, apiError{Error: err.Error()})
+		api.WriteJSON(w, http.StatusUnprocessableEntity, api.ErrorBody{Error: err.Error()})
 		return
 	}
 	v, index, err := s.raft.applyAt(fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source}, applyTimeout)
@@ -360,14 +246,14 @@ func (s *serverRole) addModule(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 func (s *serverRole) moduleAction(w http.ResponseWriter, req *http.Request) {
 	ops := map[string]fsm.Op{"assign": fsm.OpModuleAssign, "unassign": fsm.OpModuleUnassign, "take": fsm.OpModuleTake}
 	op, ok := ops[req.PathValue("action")]
 	if !ok {
-		writeJSON(w, http.StatusNotFound, apiError{Error: "unknown action " + req.PathValue("action")})
+		api.WriteJSON(w, http.StatusNotFound, api.ErrorBody{Error: "unknown action " + req.PathValue("action")})
 		return
 	}
 	v, index, err := s.raft.applyAt(op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}, applyTimeout)
@@ -376,7 +262,7 @@ func (s *serverRole) moduleAction(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 // getDeclaration serves a node's declaration. With ?index=N it blocks until the record has moved
@@ -386,13 +272,13 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 	if q := req.URL.Query().Get("index"); q != "" {
 		index, err := strconv.ParseUint(q, 10, 64)
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: "index: " + err.Error()})
+			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "index: " + err.Error()})
 			return
 		}
 		wait := 5 * time.Minute
 		if q := req.URL.Query().Get("wait"); q != "" {
 			if wait, err = time.ParseDuration(q); err != nil {
-				writeJSON(w, http.StatusBadRequest, apiError{Error: "wait: " + err.Error()})
+				api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "wait: " + err.Error()})
 				return
 			}
 		}
@@ -400,7 +286,7 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 		s.fsm.Wait(ctx, index)
 		cancel()
 	}
-	var v DeclarationView
+	var v api.DeclarationView
 	var err error
 	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		v.Index = index
@@ -415,8 +301,8 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	w.Header().Set("X-Meshd-Index", strconv.FormatUint(v.Index, 10))
-	writeJSON(w, http.StatusOK, v)
+	w.Header().Set(api.HeaderIndex, strconv.FormatUint(v.Index, 10))
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
@@ -426,18 +312,18 @@ func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	leader := s.leader()
-	out := []PeerView{}
+	out := []api.PeerView{}
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		names := map[string]string{}
 		for _, n := range r.Nodes {
 			names[n.ID] = n.Name
 		}
 		for _, s := range fut.Configuration().Servers {
-			out = append(out, PeerView{Node: names[string(s.ID)], ID: string(s.ID), Address: string(s.Address),
+			out = append(out, api.PeerView{Node: names[string(s.ID)], ID: string(s.ID), Address: string(s.Address),
 				Suffrage: s.Suffrage.String(), Leader: string(s.ID) == leader.ID})
 		}
 	})
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // snapshotSave writes the record as committed: a barrier first, so every acknowledged command is in.
@@ -474,7 +360,7 @@ func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if _, _, err := fsm.DecodeSnapshot(bytes.NewReader(data)); err != nil {
-		writeJSON(w, http.StatusUnprocessableEntity, apiError{Error: err.Error()})
+		api.WriteJSON(w, http.StatusUnprocessableEntity, api.ErrorBody{Error: err.Error()})
 		return
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(data))}
@@ -485,9 +371,9 @@ func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, fmt.Errorf("restore: %w", err))
 		return
 	}
-	out := map[string]any{"restored": true}
-	s.fsm.Read(func(r *fsm.Record, index uint64) { out["index"], out["nodes"] = index, len(r.Nodes) })
-	writeJSON(w, http.StatusOK, out)
+	out := api.RestoreView{Restored: true}
+	s.fsm.Read(func(r *fsm.Record, index uint64) { out.Index, out.Nodes = index, len(r.Nodes) })
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 type memSink struct{ bytes.Buffer }

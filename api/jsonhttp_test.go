@@ -1,4 +1,4 @@
-package agent
+package api
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func TestClientAnswersOverTheSocket(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/refused", func(w http.ResponseWriter, _ *http.Request) {
-		writeErr(w, notFound("module web: not in the catalogue"))
+		WriteJSON(w, http.StatusNotFound, ErrorBody{Error: "module web: not in the catalogue"})
 	})
 	mux.HandleFunc("GET /v1/bare", func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "plain words", http.StatusTeapot)
@@ -28,7 +28,7 @@ func TestClientAnswersOverTheSocket(t *testing.T) {
 	mux.HandleFunc("POST /v1/echo", func(w http.ResponseWriter, req *http.Request) {
 		var in ModuleAddRequest
 		_ = json.NewDecoder(req.Body).Decode(&in)
-		writeJSON(w, http.StatusOK, in)
+		WriteJSON(w, http.StatusOK, in)
 	})
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
@@ -36,10 +36,12 @@ func TestClientAnswersOverTheSocket(t *testing.T) {
 
 	c := NewClient(sock)
 	ctx := context.Background()
-	if err := c.Get(ctx, "/v1/refused", nil); err == nil || err.Error() != "module web: not in the catalogue" {
+	err = c.Get(ctx, "/v1/refused", nil)
+	if err == nil || err.Error() != "module web: not in the catalogue" {
 		t.Fatalf("error answer: got %v, want the agent's message as it is", err)
 	}
-	if err := c.Get(ctx, "/v1/bare", nil); err == nil || err.Error() != "agent answered 418 I'm a teapot: plain words" {
+	err = c.Get(ctx, "/v1/bare", nil)
+	if err == nil || err.Error() != "agent answered 418 I'm a teapot: plain words" {
 		t.Fatalf("answer without a message: got %v", err)
 	}
 	var out ModuleAddRequest
@@ -50,22 +52,23 @@ func TestClientAnswersOverTheSocket(t *testing.T) {
 	}
 	srv.Close()
 	gone := NewClient(filepath.Join(t.TempDir(), "none.sock"))
-	if err := gone.Get(ctx, "/v1/status", nil); err == nil || !strings.Contains(err.Error(), "no agent is listening on") {
+	err = gone.Get(ctx, "/v1/status", nil)
+	if err == nil || !strings.Contains(err.Error(), "no agent is listening on") {
 		t.Fatalf("no agent: got %v", err)
 	}
 }
 
 // A bus answer without a message names who answered; with one, the message is all.
 func TestAnswerErrorText(t *testing.T) {
-	bare := &answerError{Status: "502 Bad Gateway", Body: []byte("upstream")}
-	if got := bare.text(""); got != "answered 502 Bad Gateway: upstream" {
+	bare := &AnswerError{Status: "502 Bad Gateway", Body: []byte("upstream")}
+	if got := bare.Text(""); got != "answered 502 Bad Gateway: upstream" {
 		t.Fatalf("got %q", got)
 	}
-	if got := bare.text("the bus"); got != "the bus answered 502 Bad Gateway: upstream" {
+	if got := bare.Text("the bus"); got != "the bus answered 502 Bad Gateway: upstream" {
 		t.Fatalf("got %q", got)
 	}
-	said := &answerError{Status: "403 Forbidden", Message: "node x may read only its own declaration"}
-	if got := said.text("the bus"); got != said.Message {
+	said := &AnswerError{Status: "403 Forbidden", Message: "node x may read only its own declaration"}
+	if got := said.Text("the bus"); got != said.Message {
 		t.Fatalf("got %q", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"meshd/api"
 	"meshd/gossip"
 	"meshd/host"
 	"meshd/pki"
@@ -35,7 +36,7 @@ type clientRole struct {
 
 	// view is the latest gossip view a server gave.
 	viewMu sync.Mutex
-	view   GossipView
+	view   api.GossipView
 }
 
 // newClientRole checks that the node knows a server to ask.
@@ -64,7 +65,7 @@ func (c *clientRole) runLoops(ctx context.Context) {
 	go c.postReports(ctx)
 }
 
-func (c *clientRole) gossipView() GossipView {
+func (c *clientRole) gossipView() api.GossipView {
 	c.viewMu.Lock()
 	defer c.viewMu.Unlock()
 	return c.view
@@ -72,7 +73,7 @@ func (c *clientRole) gossipView() GossipView {
 
 // refreshView is GET /v1/gossip from a server.
 func (c *clientRole) refreshView(ctx context.Context) error {
-	var v GossipView
+	var v api.GossipView
 	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := c.busJSON(rctx, http.MethodGet, "/v1/gossip", nil, &v); err != nil {
@@ -87,7 +88,7 @@ func (c *clientRole) refreshView(ctx context.Context) error {
 
 // followServers keeps the servers' bus addresses as the record has them (a server's mesh.bus may
 // move), in memory and in the node file the next start reads.
-func (c *clientRole) followServers(v GossipView) {
+func (c *clientRole) followServers(v api.GossipView) {
 	var addrs []string
 	for _, p := range v.Nodes {
 		if p.Server && p.Advertise != "" && p.Bus != 0 {
@@ -128,7 +129,7 @@ func sameSet(a, b []string) bool {
 }
 
 func (c *clientRole) enrolledKey(node string) string {
-	p, _ := c.gossipView().peer(node)
+	p, _ := c.gossipView().Peer(node)
 	return p.PublicKey
 }
 
@@ -142,7 +143,7 @@ func (c *clientRole) revokedKey(pub string) bool {
 }
 
 // joinsGossip is true for servers only: a client joins the servers.
-func (c *clientRole) joinsGossip(p GossipPeer) bool { return p.Server }
+func (c *clientRole) joinsGossip(p api.GossipPeer) bool { return p.Server }
 
 // servePeerBus serves the client's own bus (keyring and reach checks) on port, once.
 func (c *clientRole) servePeerBus(ctx context.Context, port uint16) { c.startClientBus(ctx, port) }
@@ -165,12 +166,12 @@ func (c *clientRole) busDo(ctx context.Context, method, path string, in any) (*h
 	servers := append([]string{}, c.servers...)
 	c.serversMu.Unlock()
 	for _, addr := range servers {
-		resp, err := c.busAt(addr).send(ctx, method, path, in)
+		resp, err := c.busAt(addr).Send(ctx, method, path, in)
 		if err == nil && resp.StatusCode < 500 {
 			return resp, nil
 		}
 		if err == nil {
-			ae := newAnswerError(resp, resp.Body)
+			ae := api.NewAnswerError(resp, resp.Body)
 			resp.Body.Close()
 			err = fmt.Errorf("server %s answered %s: %s", addr, ae.Status, ae.Body)
 		} else {
@@ -194,8 +195,8 @@ func (c *clientRole) busDo(ctx context.Context, method, path string, in any) (*h
 }
 
 // busAt is the bus of the server at addr, called with this node's certificate.
-func (c *clientRole) busAt(addr string) jsonHTTP {
-	return jsonHTTP{client: c.busClient, base: "https://" + addr}
+func (c *clientRole) busAt(addr string) api.Endpoint {
+	return api.Endpoint{Client: c.busClient, Base: "https://" + addr}
 }
 
 // busJSON is busDo with a JSON answer decoded into out; a 4xx comes back as a busErr.
@@ -204,10 +205,10 @@ func (c *clientRole) busJSON(ctx context.Context, method, path string, in, out a
 	if err != nil {
 		return err
 	}
-	err = jsonHTTP{}.read(resp, out) // whichever server answered, its answer reads the same
-	var ae *answerError
+	err = api.Endpoint{}.Read(resp, out) // whichever server answered, its answer reads the same
+	var ae *api.AnswerError
 	if errors.As(err, &ae) {
-		return &busErr{code: ae.Code, msg: ae.text("the bus")}
+		return &busErr{code: ae.Code, msg: ae.Text("the bus")}
 	}
 	return err
 }
@@ -222,7 +223,7 @@ func (c *clientRole) watchBus(ctx context.Context) {
 	)
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
-		var v DeclarationView
+		var v api.DeclarationView
 		path := fmt.Sprintf("/v1/declaration/%s?index=%d&wait=30s", url.PathEscape(c.node.Name), index)
 		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		err := c.busJSON(rctx, http.MethodGet, path, nil, &v)
@@ -289,7 +290,7 @@ func (c *clientRole) serverAlive() bool {
 	}
 	view := c.gossipView()
 	for _, m := range g.Members() {
-		if p, ok := view.peer(m.Name); ok && p.Server && m.State == gossip.StateAlive && m.Name != c.node.Name {
+		if p, ok := view.Peer(m.Name); ok && p.Server && m.State == gossip.StateAlive && m.Name != c.node.Name {
 			return true
 		}
 	}
@@ -315,7 +316,7 @@ func (c *clientRole) operatorAPI() http.Handler {
 func (c *clientRole) toServer(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "request body: " + err.Error()})
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "request body: " + err.Error()})
 		return
 	}
 	read := req.Method == http.MethodGet
@@ -326,7 +327,7 @@ func (c *clientRole) toServer(w http.ResponseWriter, req *http.Request) {
 	for _, addr := range servers {
 		fwd, err := http.NewRequestWithContext(req.Context(), req.Method, "https://"+addr+"/v1/op"+req.URL.RequestURI(), bytes.NewReader(body))
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: err.Error()})
 			return
 		}
 		if ct := req.Header.Get("Content-Type"); ct != "" {
@@ -334,22 +335,22 @@ func (c *clientRole) toServer(w http.ResponseWriter, req *http.Request) {
 		}
 		resp, err := c.busClient.Do(fwd)
 		switch {
-		case err == nil && (resp.StatusCode < 500 || (!read && resp.Header.Get(hdrNotProposed) == "")):
+		case err == nil && (resp.StatusCode < 500 || (!read && resp.Header.Get(api.HeaderNotProposed) == "")):
 			copyAnswer(w, resp)
 			return
 		case err == nil:
-			ae := newAnswerError(resp, resp.Body)
+			ae := api.NewAnswerError(resp, resp.Body)
 			resp.Body.Close()
 			tried = append(tried, fmt.Sprintf("server %s answered %s: %s", addr, ae.Status, strings.TrimSpace(string(ae.Body))))
 		case read || nothingSent(err):
 			tried = append(tried, fmt.Sprintf("server %s: %v", addr, err))
 		default:
-			writeJSON(w, http.StatusBadGateway, apiError{Error: fmt.Sprintf("node %s sent %s %s to server %s, which did not answer: %v; the write's outcome is unknown: check with `meshd status` before sending it again", c.node.Name, req.Method, req.URL.Path, addr, err)})
+			api.WriteJSON(w, http.StatusBadGateway, api.ErrorBody{Error: fmt.Sprintf("node %s sent %s %s to server %s, which did not answer: %v; the write's outcome is unknown: check with `meshd status` before sending it again", c.node.Name, req.Method, req.URL.Path, addr, err)})
 			return
 		}
 		if req.Context().Err() != nil {
 			break
 		}
 	}
-	writeJSON(w, http.StatusBadGateway, apiError{Error: fmt.Sprintf("node %s is a client and asks a server, but none answered: %s", c.node.Name, strings.Join(tried, "; "))})
+	api.WriteJSON(w, http.StatusBadGateway, api.ErrorBody{Error: fmt.Sprintf("node %s is a client and asks a server, but none answered: %s", c.node.Name, strings.Join(tried, "; "))})
 }

@@ -1,4 +1,4 @@
-package agent
+package api
 
 import (
 	"context"
@@ -12,12 +12,15 @@ import (
 	"time"
 )
 
+// DefaultSocket is where the operator's API listens unless --socket or MESHD_SOCKET says otherwise.
+const DefaultSocket = "/run/meshd/meshd.sock"
+
 // Client talks to an agent's operator API over its unix socket.
 type Client struct {
 	Socket string
 	// Stale asks a follower server to answer reads from its own record instead of the leader's.
 	Stale bool
-	api   jsonHTTP
+	ep    Endpoint
 	// last is what the last successful answer said about itself.
 	last Answered
 }
@@ -41,7 +44,8 @@ func NewClient(socket string) *Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}}
-	return &Client{Socket: socket, api: jsonHTTP{client: &http.Client{Transport: tr}, base: "http://meshd"}}
+	ep := Endpoint{Client: &http.Client{Transport: tr}, Base: "http://meshd"}
+	return &Client{Socket: socket, ep: ep}
 }
 
 // Do sends a request and decodes a JSON answer into out (unless out is nil; an io.Writer gets the
@@ -55,15 +59,16 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 			path += "?stale=1"
 		}
 	}
-	resp, err := c.api.send(ctx, method, path, in)
+	resp, err := c.ep.Send(ctx, method, path, in)
 	if err != nil {
 		return c.dialError(err)
 	}
-	c.last = Answered{Write: method != http.MethodGet, ServedBy: resp.Header.Get(hdrServedBy), Stale: resp.Header.Get(hdrStale), Index: resp.Header.Get(hdrIndex)}
-	err = c.api.read(resp, out)
-	var ae *answerError
+	c.last = Answered{Write: method != http.MethodGet, ServedBy: resp.Header.Get(HeaderServedBy),
+		Stale: resp.Header.Get(HeaderStale), Index: resp.Header.Get(HeaderIndex)}
+	err = c.ep.Read(resp, out)
+	var ae *AnswerError
 	if errors.As(err, &ae) {
-		return errors.New(ae.text("agent"))
+		return errors.New(ae.Text("agent"))
 	}
 	return err
 }
@@ -81,9 +86,11 @@ func (c *Client) Post(ctx context.Context, path string, in, out any) error {
 func (c *Client) dialError(err error) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("no agent is listening on %s: is `meshd agent` running? (--socket or MESHD_SOCKET name another socket)", c.Socket)
+		return fmt.Errorf("no agent is listening on %s: is `meshd agent` running? "+
+			"(--socket or MESHD_SOCKET name another socket)", c.Socket)
 	case errors.Is(err, os.ErrPermission):
-		return fmt.Errorf("permission denied on %s: the operator socket is root's; run meshd as root", c.Socket)
+		return fmt.Errorf("permission denied on %s: the operator socket is root's; run meshd as root",
+			c.Socket)
 	}
 	return fmt.Errorf("agent on %s: %w", c.Socket, err)
 }

@@ -1,0 +1,52 @@
+package api
+
+import (
+	"time"
+
+	"meshd/fsm"
+)
+
+// TunnelTakeRequest is `meshd tunnel take NODE IFACE`, with the placement the operator asks for.
+type TunnelTakeRequest struct {
+	Node      string        `json:"node"`
+	Interface string        `json:"interface"`
+	Requested fsm.Placement `json:"requested"`
+}
+
+// TunnelView is `meshd tunnel show` (and the tunnel part of `meshd status`): the record's private
+// network and the hub's tunnel as the hub's host last reported it. Any server composes it from
+// the hub's signed report that gossip carried to it, so it says the same on every server.
+type TunnelView struct {
+	Range      string `json:"range"`
+	Hub        string `json:"hub"`
+	HubAddress string `json:"hub_address"`
+	Port       uint16 `json:"port,omitempty"`
+	// Taken is the found interface the hub took over ("" when none).
+	Taken string `json:"taken,omitempty"`
+	// State is the hub's tunnel state from its last report (host.TunnelFoundUp, TunnelMeshUp,
+	// TunnelDark), "" when it has not reported one.
+	State string `json:"state,omitempty"`
+	Says  string `json:"says,omitempty"`
+	// Reason is why, when the hub's report has a tunnel error.
+	Reason string `json:"reason,omitempty"`
+	// ReportAt is when the hub made the report the peers' liveness comes from; ReportFrom how it
+	// reached the answering server (local, gossip, bus), "" when there is none.
+	ReportAt   time.Time    `json:"report_at,omitzero"`
+	ReportFrom string       `json:"report_from,omitempty"`
+	Peers      []TunnelPeer `json:"peers"`
+}
+
+// TunnelPeer is one peer of the tunnel: carried (not a node yet) or enrolled (a node now), with
+// when the hub last heard from it and the bytes moved, as the hub's device counts them.
+type TunnelPeer struct {
+	PublicKey     string    `json:"public_key"`
+	Address       string    `json:"address"`
+	Enrolled      bool      `json:"enrolled"`
+	Node          string    `json:"node,omitempty"`
+	Endpoint      string    `json:"endpoint,omitempty"`
+	LastHandshake time.Time `json:"last_handshake,omitzero"`
+	// LastHeard is the later of its last handshake and the hub's last pass that saw it send.
+	LastHeard     time.Time `json:"last_heard,omitzero"`
+	ReceiveBytes  int64     `json:"rx_bytes"`
+	TransmitBytes int64     `json:"tx_bytes"`
+}
