@@ -17,6 +17,7 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/internal/ratelog"
 	"meshd/pki"
 )
 
@@ -248,12 +249,12 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			code = http.StatusRequestEntityTooLarge
 		}
-		writeJSON(w, code, apiError{Error: "enrolment request: " + clip(err.Error(), 200)})
+		writeJSON(w, code, apiError{Error: "enrolment request: " + ratelog.Clip(err.Error(), 200)})
 		return
 	}
 	refuse := func(code int, err error) {
-		s.busRefusals.Warn("enrolment refused", "node", clip(in.Node, 64), "from", req.RemoteAddr, "err", clip(err.Error(), 300))
-		writeJSON(w, code, apiError{Error: fmt.Sprintf("enrolment of node %s refused: %s", clip(in.Node, 64), clip(err.Error(), 1000))})
+		s.busRefusals.Warn("enrolment refused", "node", ratelog.Clip(in.Node, 64), "from", req.RemoteAddr, "err", ratelog.Clip(err.Error(), 300))
+		writeJSON(w, code, apiError{Error: fmt.Sprintf("enrolment of node %s refused: %s", ratelog.Clip(in.Node, 64), ratelog.Clip(err.Error(), 1000))})
 	}
 	if _, err := pki.VerifyToken(in.Token, s.caCert, time.Now()); err != nil {
 		refuse(http.StatusForbidden, err)

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -14,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/hashicorp/raft"
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"meshd/internal/ratelog"
 	"net"
 	"sync"
 	"time"
@@ -29,7 +30,7 @@ type tlsStreamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
 	cfg       *tls.Config
-	refused   *rateLog
+	refused   *ratelog.Log
 
 	conns   chan net.Conn
 	pending chan struct{}
@@ -43,7 +44,7 @@ func listenRaftTLS(bind string, advertise net.Addr, cfg *tls.Config, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	l := &tlsStreamLayer{ln: ln, advertise: advertise, cfg: cfg, refused: newRateLog(log, 10, time.Minute),
+	l := &tlsStreamLayer{ln: ln, advertise: advertise, cfg: cfg, refused: ratelog.New(log, 10, time.Minute),
 		conns: make(chan net.Conn), pending: make(chan struct{}, raftMaxPending), done: make(chan struct{})}
 	go l.acceptLoop()
 	return l, nil
@@ -84,7 +85,7 @@ func (l *tlsStreamLayer) handshake(c net.Conn) {
 	cancel()
 	if err != nil {
 		tc.Close()
-		l.refused.Warn("raft connection refused: not a server of this mesh", "from", c.RemoteAddr().String(), "err", clip(err.Error(), 300))
+		l.refused.Warn("raft connection refused: not a server of this mesh", "from", c.RemoteAddr().String(), "err", ratelog.Clip(err.Error(), 300))
 		return
 	}
 	select {

@@ -16,6 +16,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/internal/ratelog"
 	"meshd/pki"
 )
 
@@ -33,7 +34,7 @@ type serverRole struct {
 
 	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
 	// over the limit), a few lines a minute.
-	busRefusals *rateLog
+	busRefusals *ratelog.Log
 	// plans are the converge previews this server handed out, by plan token.
 	plans plans
 	// ap is the leader's care of the group (raftgroup.go); fwd the client requests are forwarded
@@ -53,7 +54,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
 	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]host.Report{},
-		busRefusals: newRateLog(a.log.With("part", "bus"), 10, time.Minute), ap: autopilot{current: map[raft.ServerID]time.Time{}}}, nil
+		busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute), ap: autopilot{current: map[raft.ServerID]time.Time{}}}, nil
 }
 
 func (s *serverRole) open() error {
