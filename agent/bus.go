@@ -156,7 +156,7 @@ func (s *serverRole) busRoutes() http.Handler {
 	mux.HandleFunc("GET /v1/gossip", s.withNode(s.getGossipView))
 	mux.HandleFunc("GET /v1/tunnel", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getTunnel(w, r) }))
 	s.peerRoutes(mux)
-	return s.raft.caughtUpOnly(mux)
+	return caughtUpOnly(s.raft, mux)
 }
 
 // withNode lets a request through only with a client certificate from the mesh CA (the TLS layer
@@ -292,7 +292,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
-	v, index, err := s.raft.applyAt(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
+	v, index, err := s.raft.ApplyAt(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
 		PublicKey: in.PublicKey, Advertise: in.Advertise, Settings: in.Settings, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel,
 		Server: in.Server}, applyTimeout)
 	committedAt(w, index)
@@ -390,7 +390,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	hash := pki.TokenHash(tok)
-	_, index, err := s.raft.applyAt(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC(), Server: in.Server}, applyTimeout)
+	_, index, err := s.raft.ApplyAt(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC(), Server: in.Server}, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)

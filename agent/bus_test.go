@@ -55,7 +55,7 @@ func (ts *testServer) goodEnrolment(t *testing.T, node string) (*EnrolResponse, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	key, _ := pki.NewNodeKey()

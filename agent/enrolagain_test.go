@@ -23,7 +23,7 @@ func TestEnrolAgainWithTheSameKeyGetsTheSameAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	enrol := func(key ed25519.PrivateKey) (*EnrolResponse, error) {

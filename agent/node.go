@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"meshd/agent/raftnode"
 	"meshd/pki"
 )
 
@@ -26,6 +27,11 @@ type NodeFile struct {
 	RaftPort uint16 `json:"raft_port,omitempty"`
 	// Servers are the servers' bus addresses (host:port) a client node reaches the mesh at.
 	Servers []string `json:"servers,omitempty"`
+}
+
+// RaftSelf is the node as its Raft server knows it.
+func (n *NodeFile) RaftSelf() raftnode.Self {
+	return raftnode.Self{Name: n.Name, ID: n.ID, Server: n.Server, Advertise: n.Advertise, Port: n.RaftPort}
 }
 
 const nodeFileName = "node.json"

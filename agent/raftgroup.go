@@ -86,11 +86,11 @@ type RaftStateView struct {
 }
 
 func (s *serverRole) raftState() RaftStateView {
-	r := s.raft.raft
+	r := s.raft
 	st := RaftStateView{Node: s.node.Name, ID: s.node.ID, State: r.State().String(), LastIndex: r.LastIndex(),
-		CommitIndex: r.CommitIndex(), Applied: s.raft.applied(), Leader: s.leader().Node}
-	st.Term, _ = strconv.ParseUint(r.Stats()["term"], 10, 64)
-	if r.State() != raft.Leader {
+		CommitIndex: r.CommitIndex(), Applied: s.raft.Applied(), Leader: s.leader().Node}
+	st.Term = r.Term()
+	if !r.IsLeader() {
 		if lc := r.LastContact(); !lc.IsZero() {
 			st.LastContact = time.Since(lc).Round(time.Millisecond).String()
 		} else {
@@ -155,7 +155,7 @@ func (s *serverRole) runAutopilot(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if s.raft.raft.State() != raft.Leader {
+		if !s.raft.IsLeader() {
 			s.ap.current = map[raft.ServerID]time.Time{}
 			continue
 		}
@@ -167,34 +167,33 @@ func (s *serverRole) runAutopilot(ctx context.Context) {
 // current for stabilization, takes out servers the record removed, and hands leadership back to
 // the control-node once it is current.
 func (s *serverRole) autopilotPass(ctx context.Context) {
-	fut := s.raft.raft.GetConfiguration()
-	if fut.Error() != nil {
+	cfg, err := s.raft.Configuration()
+	if err != nil {
 		return
 	}
-	cfg := fut.Configuration()
 	in := map[raft.ServerID]raft.Server{}
 	voters := 0
-	for _, sv := range cfg.Servers {
+	for _, sv := range cfg {
 		in[sv.ID] = sv
 		if sv.Suffrage == raft.Voter {
 			voters++
 		}
 	}
 	servers, removed, control := s.recordServers()
-	commit := s.raft.raft.CommitIndex()
+	commit := s.raft.CommitIndex()
 	for _, g := range servers {
 		id := raft.ServerID(g.id)
 		sv, ok := in[id]
 		switch {
 		case !ok:
 			s.log.Info("raft: adding a server as a non-voter; it votes once its log is current", "server", g.name, "raft", g.raftAddr)
-			if err := s.raft.raft.AddNonvoter(id, raft.ServerAddress(g.raftAddr), 0, 5*time.Second).Error(); err != nil {
+			if err := s.raft.AddNonvoter(g.id, g.raftAddr, 5*time.Second); err != nil {
 				s.log.Warn("raft: add non-voter", "server", g.name, "err", err)
 			}
 		case sv.Suffrage == raft.Nonvoter:
 			if s.isCurrent(ctx, g, commit) {
 				s.log.Info("raft: promoting a current server to voter", "server", g.name)
-				if err := s.raft.raft.AddVoter(id, sv.Address, 0, 5*time.Second).Error(); err != nil {
+				if err := s.raft.AddVoter(g.id, string(sv.Address), 5*time.Second); err != nil {
 					s.log.Warn("raft: promote", "server", g.name, "err", err)
 				}
 			}
@@ -203,7 +202,7 @@ func (s *serverRole) autopilotPass(ctx context.Context) {
 	for id := range in {
 		if removed[string(id)] && id != raft.ServerID(s.node.ID) {
 			s.log.Info("raft: the record removed a server; taking it out of the group", "id", id)
-			if err := s.raft.raft.RemoveServer(id, 0, 5*time.Second).Error(); err != nil {
+			if err := s.raft.RemoveServer(string(id), 5*time.Second); err != nil {
 				s.log.Warn("raft: remove server", "id", id, "err", err)
 			}
 		}
@@ -276,7 +275,7 @@ func (s *serverRole) leadBack(ctx context.Context, control string, servers []gro
 	}
 	why = fmt.Sprintf("handing leadership back to control-node %s (it is current)", control)
 	s.log.Info("raft: transferring leadership back to the control-node", "to", control)
-	if err := s.raft.raft.LeadershipTransferToServer(raft.ServerID(g.id), raft.ServerAddress(g.raftAddr)).Error(); err != nil {
+	if err := s.raft.TransferLeadership(g.id, g.raftAddr); err != nil {
 		s.log.Warn("raft: leadership transfer", "to", control, "err", err)
 	}
 }
@@ -307,7 +306,7 @@ func (s *serverRole) leadWhy() string {
 // follower's own record, saying how far behind it may be.
 func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if s.raft.raft.State() == raft.Leader {
+		if s.raft.IsLeader() {
 			w.Header().Set(hdrServedBy, s.node.Name+" (leader)")
 			h.ServeHTTP(w, req)
 			return
@@ -321,7 +320,7 @@ func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
 		}
 		if by := req.Header.Get(hdrForwardedBy); by != "" {
 			// Forwarded once already, to a server that no longer leads: the forwarder looks again.
-			nl := s.raft.notLeader(raft.ErrNotLeader)
+			nl := s.raft.NotLeader(raft.ErrNotLeader)
 			writeErr(w, nl)
 			return
 		}
@@ -357,7 +356,7 @@ func (s *serverRole) forwardClient() *http.Client {
 
 // leaderBus is the leader's name and bus address, as this server knows them.
 func (s *serverRole) leaderBus() (name, addr string, err error) {
-	_, id := s.raft.raft.LeaderWithID()
+	_, id := s.raft.Leader()
 	if id == "" {
 		return "", "", errors.New("no raft leader right now")
 	}
@@ -391,7 +390,7 @@ func (s *serverRole) forward(w http.ResponseWriter, req *http.Request, prefix st
 	deadline := time.Now().Add(forwardPatience)
 	var last error
 	for {
-		if s.raft.raft.State() == raft.Leader {
+		if s.raft.IsLeader() {
 			req.Body = io.NopCloser(bytes.NewReader(body))
 			return true
 		}
@@ -497,8 +496,8 @@ func (e *NoQuorumError) Error() string {
 // cannot reach on their Raft port.
 func (s *serverRole) quorumError(cause error) error {
 	e := &NoQuorumError{Server: s.node.Name, Cause: cause}
-	fut := s.raft.raft.GetConfiguration()
-	if fut.Error() != nil {
+	cfg, err := s.raft.Configuration()
+	if err != nil {
 		return e
 	}
 	names := map[string]string{}
@@ -507,7 +506,7 @@ func (s *serverRole) quorumError(cause error) error {
 			names[n.ID] = n.Name
 		}
 	})
-	for _, sv := range fut.Configuration().Servers {
+	for _, sv := range cfg {
 		if sv.Suffrage != raft.Voter {
 			continue
 		}

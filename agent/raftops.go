@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/raftnode"
 	"meshd/fsm"
 )
 
@@ -30,14 +31,14 @@ type RemovePeerView struct {
 // longer a server, so no autopilot adds it back), then Raft's configuration.
 func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
-	v, index, err := s.raft.applyAt(fsm.OpServerRemove, fsm.ServerRemove{Node: name}, applyTimeout)
+	v, index, err := s.raft.ApplyAt(fsm.OpServerRemove, fsm.ServerRemove{Node: name}, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	n := v.(*fsm.Node)
-	if err := s.raft.raft.RemoveServer(raft.ServerID(n.ID), 0, applyTimeout).Error(); err != nil {
+	if err := s.raft.RemoveServer(n.ID, applyTimeout); err != nil {
 		writeErr(w, fmt.Errorf("node %s is no longer a server in the record (index %d), but raft has not taken it out of the group yet (%w); the leader keeps trying", name, index, err))
 		return
 	}
@@ -49,15 +50,15 @@ func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
 
 // voterNames lists the voters of the configuration by node name.
 func (s *serverRole) voterNames() []string {
-	fut := s.raft.raft.GetConfiguration()
-	if fut.Error() != nil {
+	servers, err := s.raft.Configuration()
+	if err != nil {
 		return nil
 	}
 	names := s.namesByID()
 	var out []string
-	for _, sv := range fut.Configuration().Servers {
+	for _, sv := range servers {
 		if sv.Suffrage == raft.Voter {
-			out = append(out, orID(names[string(sv.ID)], string(sv.ID)))
+			out = append(out, raftnode.OrID(names[string(sv.ID)], string(sv.ID)))
 		}
 	}
 	return out
@@ -71,13 +72,6 @@ func (s *serverRole) namesByID() map[string]string {
 		}
 	})
 	return names
-}
-
-func orID(name, id string) string {
-	if name == "" {
-		return id
-	}
-	return name
 }
 
 // TransferRequest names the server to hand leadership to; empty is the control-node.
@@ -119,8 +113,8 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, notFound(fmt.Sprintf("node %s is not a server of the record; the servers are %s", to, serverNames(servers))))
 		return
 	}
-	if err := s.raft.raft.LeadershipTransferToServer(raft.ServerID(target.id), raft.ServerAddress(target.raftAddr)).Error(); err != nil {
-		if nl := s.raft.notLeader(err); nl != nil {
+	if err := s.raft.TransferLeadership(target.id, target.raftAddr); err != nil {
+		if nl := s.raft.NotLeader(err); nl != nil {
 			err = nl
 		}
 		writeErr(w, fmt.Errorf("leadership transfer from %s to %s: %w", s.node.Name, to, err))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/raftnode"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/internal/ratelog"
@@ -26,7 +27,7 @@ import (
 type serverRole struct {
 	*Agent
 	fsm  *fsm.FSM
-	raft *raftNode
+	raft *raftnode.Node
 
 	// reports are the clients' last host reports, as they posted them to this server's bus.
 	reportsMu sync.Mutex
@@ -70,9 +71,9 @@ func (s *serverRole) open() error {
 		}
 		return s.notRevoked(cs.PeerCertificates[0])
 	}
-	s.raft, err = openRaft(s.cfg.DataDir, s.node, s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
+	s.raft, err = raftnode.Open(s.cfg.DataDir, s.node.RaftSelf(), s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
 	if err == nil && s.mx != nil {
-		s.raft.committed = func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) }
+		s.raft.Committed = func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) }
 	}
 	return err
 }
@@ -98,7 +99,7 @@ func (s *serverRole) notRevoked(cert *x509.Certificate) error {
 
 func (s *serverRole) close() {
 	if s.raft != nil {
-		s.raft.shutdown(s.log)
+		s.raft.Shutdown(s.log)
 	}
 }
 
@@ -175,7 +176,7 @@ func (s *serverRole) operatorAPI() http.Handler {
 		local.HandleFunc("GET /v1/raft/peers", s.raftPeers)
 		local.HandleFunc("GET /v1/raft/state", s.getRaftState)
 		local.Handle("/", s.leaderAnswers("/v1/op", s.recordAPI()))
-		s.api = s.raft.caughtUpOnly(local)
+		s.api = caughtUpOnly(s.raft, local)
 	})
 	return s.api
 }
@@ -209,7 +210,7 @@ func (s *serverRole) recordAPI() http.Handler {
 // watchOwnDeclaration composes the node's declaration each time the record changes and passes it
 // on when it differs from the last one.
 func (s *serverRole) watchOwnDeclaration(ctx context.Context) {
-	if err := s.raft.waitCaughtUp(ctx); err != nil {
+	if err := s.raft.WaitCaughtUp(ctx); err != nil {
 		return
 	}
 	var last []byte

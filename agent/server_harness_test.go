@@ -100,14 +100,13 @@ func startTestServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.close() })
-	boot := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(nf.ID), Address: s.raft.transport.LocalAddr()}}}
-	if err := s.raft.raft.BootstrapCluster(boot).Error(); err != nil {
+	if err := s.raft.Bootstrap([]raft.Server{{ID: raft.ServerID(nf.ID), Address: s.raft.LocalAddr()}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.raft.waitLeader(15 * time.Second); err != nil {
+	if err := s.raft.WaitLeader(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.raft.apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
+	if _, err := s.raft.Apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
 		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Catalogue: catalogue.DefaultSources(),
 		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(raftPort)), "mesh.bus": strconv.Itoa(int(busPort))}}, 10*time.Second); err != nil {
 		t.Fatal(err)

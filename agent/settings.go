@@ -112,7 +112,7 @@ func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusConflict, apiError{Error: (&SettingsRefusal{Node: node, Findings: findings}).Error()})
 		return
 	}
-	v, index, err := s.raft.applyAt(fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values}, applyTimeout)
+	v, index, err := s.raft.ApplyAt(fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values}, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
@@ -288,7 +288,7 @@ func judgeBinds(node string, binds []portBind, listeners []host.Listener, publis
 // the port the record says), and the leader moves each server's address in Raft's configuration to
 // the record's, so the group reaches a server that restarted on its new port.
 func (s *serverRole) followRaftPort(ctx context.Context) {
-	if err := s.raft.waitCaughtUp(ctx); err != nil {
+	if err := s.raft.WaitCaughtUp(ctx); err != nil {
 		return
 	}
 	kept := s.node.RaftPort
@@ -323,7 +323,7 @@ func (s *serverRole) followRaftPort(ctx context.Context) {
 					"bound", s.node.RaftPort, "record", own)
 			}
 		}
-		if s.raft.raft.State() == raft.Leader {
+		if s.raft.IsLeader() {
 			s.moveRaftAddresses(want)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -335,22 +335,22 @@ func (s *serverRole) followRaftPort(ctx context.Context) {
 // moveRaftAddresses changes the address of every server in Raft's configuration whose address
 // differs from the record's; the leader alone may.
 func (s *serverRole) moveRaftAddresses(want map[string]string) {
-	fut := s.raft.raft.GetConfiguration()
-	if err := fut.Error(); err != nil {
+	servers, err := s.raft.Configuration()
+	if err != nil {
 		return
 	}
-	for _, srv := range fut.Configuration().Servers {
+	for _, srv := range servers {
 		addr, ok := want[string(srv.ID)]
 		if !ok || string(srv.Address) == addr {
 			continue
 		}
-		var f raft.IndexFuture
+		var err error
 		if srv.Suffrage == raft.Voter {
-			f = s.raft.raft.AddVoter(srv.ID, raft.ServerAddress(addr), 0, 5*time.Second)
+			err = s.raft.AddVoter(string(srv.ID), addr, 5*time.Second)
 		} else {
-			f = s.raft.raft.AddNonvoter(srv.ID, raft.ServerAddress(addr), 0, 5*time.Second)
+			err = s.raft.AddNonvoter(string(srv.ID), addr, 5*time.Second)
 		}
-		if err := f.Error(); err != nil {
+		if err != nil {
 			s.log.Warn("raft address not moved to the record's", "server", srv.ID, "from", srv.Address, "to", addr, "err", err)
 			continue
 		}

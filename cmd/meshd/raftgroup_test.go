@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"meshd/agent"
+	"meshd/agent/raftnode"
 	"meshd/internal/testenv"
 )
 
@@ -197,8 +198,8 @@ func TestProcessRaftGroup(t *testing.T) {
 		return "no new leader"
 	})
 	elected := time.Since(killed)
-	t.Logf("new leader %s %s after kill -9 of hub (election timeout %s)", newLeader, elected.Round(time.Millisecond), agent.ElectionTimeout)
-	if elected > 10*agent.ElectionTimeout {
+	t.Logf("new leader %s %s after kill -9 of hub (election timeout %s)", newLeader, elected.Round(time.Millisecond), raftnode.ElectionTimeout)
+	if elected > 10*raftnode.ElectionTimeout {
 		t.Errorf("a new leader took %s, more than 10 election timeouts", elected)
 	}
 	for _, n := range []*node{s2, s3, cl} {
