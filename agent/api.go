@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/autopilot"
 	"meshd/agent/raftnode"
 	"meshd/catalogue"
 	"meshd/fsm"
@@ -179,9 +180,9 @@ func (s *serverRole) leader() LeaderView {
 func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 	st := StatusView{Leader: s.leader(), Nodes: []NodeSummary{}, Gossip: GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}},
 		ServedBy: s.node.Name, Voters: s.voterNames()}
-	st.Warning = evenWarning(len(st.Voters))
+	st.Warning = autopilot.EvenWarning(len(st.Voters))
 	if s.raft.IsLeader() {
-		st.Leader.Why = s.leadWhy()
+		st.Leader.Why = s.ap.Why()
 	} else {
 		st.Stale = staleText(s.raftState())
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"meshd/agent/autopilot"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
@@ -406,7 +407,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 				}
 			}
 		})
-		tv.Warning = evenWarning(servers + 1)
+		tv.Warning = autopilot.EvenWarning(servers + 1)
 	}
 	writeJSON(w, http.StatusOK, tv)
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"meshd/agent/autopilot"
 	"meshd/fsm"
 )
 
@@ -75,7 +76,7 @@ func (s *serverRole) removeNode(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		out.Voters = s.voterNames()
-		out.Warning = evenWarning(len(out.Voters))
+		out.Warning = autopilot.EvenWarning(len(out.Voters))
 	}
 	s.log.Info("node removed by the operator", "removed", n.Name, "server", n.Server, "address", n.Address, "quarantine_until", until)
 	writeJSON(w, http.StatusOK, out)

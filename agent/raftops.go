@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/autopilot"
 	"meshd/agent/raftnode"
 	"meshd/fsm"
 )
@@ -43,7 +44,7 @@ func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	out := RemovePeerView{Node: name, ID: n.ID, Index: index, Voters: s.voterNames()}
-	out.Warning = evenWarning(len(out.Voters))
+	out.Warning = autopilot.EvenWarning(len(out.Voters))
 	s.log.Info("raft: server removed by the operator", "server", name, "voters", out.Voters)
 	writeJSON(w, http.StatusOK, out)
 }
@@ -94,7 +95,9 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "transfer request: " + err.Error()})
 		return
 	}
-	servers, _, control := s.recordServers()
+	var servers []autopilot.Server
+	var control string
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { servers, _, _, control = recordServers(r, s.node.Name) })
 	to := in.Node
 	if to == "" {
 		to = control
@@ -103,9 +106,9 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusOK, TransferView{From: s.node.Name, To: to, Note: "it already leads"})
 		return
 	}
-	var target *groupServer
+	var target *autopilot.Server
 	for i := range servers {
-		if servers[i].name == to {
+		if servers[i].Name == to {
 			target = &servers[i]
 		}
 	}
@@ -113,7 +116,7 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, notFound(fmt.Sprintf("node %s is not a server of the record; the servers are %s", to, serverNames(servers))))
 		return
 	}
-	if err := s.raft.TransferLeadership(target.id, target.raftAddr); err != nil {
+	if err := s.raft.TransferLeadership(target.ID, target.RaftAddr); err != nil {
 		if nl := s.raft.NotLeader(err); nl != nil {
 			err = nl
 		}
@@ -128,13 +131,13 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func serverNames(servers []groupServer) string {
+func serverNames(servers []autopilot.Server) string {
 	out := ""
 	for i, g := range servers {
 		if i > 0 {
 			out += ", "
 		}
-		out += g.name
+		out += g.Name
 	}
 	return out
 }

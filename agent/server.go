@@ -12,8 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"meshd/agent/autopilot"
 	"meshd/agent/raftnode"
 	"meshd/fsm"
 	"meshd/host"
@@ -38,9 +37,9 @@ type serverRole struct {
 	busRefusals *ratelog.Log
 	// plans are the converge previews this server handed out, by plan token.
 	plans plans
-	// ap is the leader's care of the group (raftgroup.go); fwd the client requests are forwarded
-	// to the leader with.
-	ap      autopilot
+	// ap is the leader's care of the group (package autopilot, made at open); fwd the client
+	// requests are forwarded to the leader with (forward.go).
+	ap      *autopilot.Autopilot
 	fwdOnce sync.Once
 	fwd     *http.Client
 	// api is the operator's API, built once: the socket serves it, and the bus serves it under
@@ -55,7 +54,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
 	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]host.Report{},
-		busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute), ap: autopilot{current: map[raft.ServerID]time.Time{}}}, nil
+		busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute)}, nil
 }
 
 func (s *serverRole) open() error {
@@ -72,10 +71,15 @@ func (s *serverRole) open() error {
 		return s.notRevoked(cs.PeerCertificates[0])
 	}
 	s.raft, err = raftnode.Open(s.cfg.DataDir, s.node.RaftSelf(), s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
-	if err == nil && s.mx != nil {
+	if err != nil {
+		return err
+	}
+	if s.mx != nil {
 		s.raft.Committed = func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) }
 	}
-	return err
+	ar := &apRecord{s: s}
+	s.ap = autopilot.New(autopilot.Config{Name: s.node.Name, ID: s.node.ID, Raft: s.raft, Record: ar, Asker: ar, Log: s.log})
+	return nil
 }
 
 // notRevoked refuses a certificate whose key the record revoked (a removed node's).
@@ -114,7 +118,7 @@ func (s *serverRole) runLoops(ctx context.Context) {
 	go s.runBus(ctx)
 	go s.followRaftPort(ctx)
 	go s.finishFlips(ctx)
-	go s.runAutopilot(ctx)
+	go s.ap.Run(ctx)
 	go s.followReports(ctx)
 }
 
