@@ -18,6 +18,7 @@ import (
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // DefaultSocket is where the operator's API listens unless --socket or MESHD_SOCKET says otherwise.
@@ -56,7 +57,7 @@ type Config struct {
 // what a server or a client does differently (role.go).
 type Agent struct {
 	cfg  Config
-	node *NodeFile
+	node *setup.NodeFile
 	log  *slog.Logger
 	role role
 	http *http.Server
@@ -101,7 +102,7 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.LogOutput == nil {
 		cfg.LogOutput = os.Stderr
 	}
-	n, err := ReadNodeFile(cfg.DataDir)
+	n, err := setup.ReadNodeFile(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"meshd/fsm"
 	"meshd/internal/testenv"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // BenchmarkOperatorCommit is issue 18's Raft figure: an operator command (`meshd token create`,
@@ -109,7 +110,7 @@ func startCommitGroup(b *testing.B, n int) string {
 	for i := range n {
 		name := "s" + strconv.Itoa(i)
 		id, certPEM, key := nodeIdentity(b, ca, name, pki.ServerCert)
-		nf := &NodeFile{Name: name, ID: name + "-id", Server: true, Advertise: "127.0.0.1", RaftPort: freeLoopbackPort(b)}
+		nf := &setup.NodeFile{Name: name, ID: name + "-id", Server: true, Advertise: "127.0.0.1", RaftPort: freeLoopbackPort(b)}
 		a := &Agent{cfg: Config{DataDir: b.TempDir(), LogOutput: io.Discard}, node: nf, log: quiet, identity: id,
 			caCert: ca.Cert, declarations: make(chan *fsm.Declaration, 1),
 			secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}}

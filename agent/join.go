@@ -25,6 +25,7 @@ import (
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
+	"meshd/setup"
 	"meshd/wg"
 )
 
@@ -62,8 +63,8 @@ type JoinResult struct {
 	// Mode is the token's: the joining node's mode.
 	Mode fsm.Mode `json:"mode"`
 	// Findings are the preflight's (warnings only, when the join went ahead).
-	Findings []Finding `json:"findings"`
-	DryRun   bool      `json:"dry_run,omitempty"`
+	Findings []setup.Finding `json:"findings"`
+	DryRun   bool            `json:"dry_run,omitempty"`
 	// Resumed says this join sent again the keys of an earlier one whose answer was lost, and
 	// got that enrolment's answer.
 	Resumed bool `json:"resumed,omitempty"`
@@ -90,8 +91,8 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if opts.Name == "" {
 		return nil, errors.New("join needs the node's name (--name)")
 	}
-	if _, err := os.Stat(filepath.Join(opts.DataDir, nodeFileName)); err == nil {
-		n, _ := ReadNodeFile(opts.DataDir)
+	if _, err := os.Stat(filepath.Join(opts.DataDir, setup.NodeFileName)); err == nil {
+		n, _ := setup.ReadNodeFile(opts.DataDir)
 		if n != nil {
 			return nil, fmt.Errorf("%s already holds node %s (id %s); a machine joins once", opts.DataDir, n.Name, n.ID)
 		}
@@ -112,11 +113,11 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return &JoinResult{DataDir: opts.DataDir, Servers: p.Bus, Mode: fsm.Mode(p.Mode), Findings: findings, DryRun: true}, nil
 	}
 	sealPath := pki.SealKeyPath(opts.SealKey)
-	seal, newSeal, err := sealKeyFor(sealPath)
+	seal, newSeal, err := setup.SealKeyFor(sealPath)
 	if err != nil {
 		return nil, err
 	}
-	done, err := writeNewSealKey(seal, newSeal)
+	done, err := setup.WriteNewSealKey(seal, newSeal)
 	if err != nil {
 		return nil, err
 	}
@@ -237,8 +238,8 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if newSeal || pend.SealNew {
 		res.RecoveryCode = seal.RecoveryCode()
 	}
-	nf := &NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: resp.Node.Server, Advertise: resp.Node.Advertise, Servers: servers, RaftPort: raftPort}
-	if err := writeNodeFile(opts.DataDir, nf); err != nil {
+	nf := &setup.NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: resp.Node.Server, Advertise: resp.Node.Advertise, Servers: servers, RaftPort: raftPort}
+	if err := setup.WriteNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but its node file: %w", opts.Name, err)
 	}
 	os.Remove(joinPendingPath(opts.DataDir))
@@ -273,7 +274,7 @@ func newJoinPending(opts JoinOptions, sealNew bool) (*joinPending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the node's WireGuard key: %w", err)
 	}
-	return &joinPending{TokenHash: pki.TokenHash(opts.Token), Name: opts.Name, ID: newID(), NodeKey: key, Overlay: wk.String(), SealNew: sealNew}, nil
+	return &joinPending{TokenHash: pki.TokenHash(opts.Token), Name: opts.Name, ID: setup.NewID(), NodeKey: key, Overlay: wk.String(), SealNew: sealNew}, nil
 }
 
 // readJoinPending reads an earlier join's pending state in dataDir, nil when there is none.
@@ -310,7 +311,7 @@ func writeJoinPending(dataDir string, seal *pki.SealKey, p *joinPending) (create
 
 // joinPreflight resolves join's --port values and runs the preflight on this machine for the
 // ports a client binds and the token's mode; a finding at error level refuses the join.
-func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (map[string]string, []Finding, error) {
+func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (map[string]string, []setup.Finding, error) {
 	cat, err := catalogue.Default()
 	if err != nil {
 		return nil, nil, fmt.Errorf("the shipped catalogue: %w", err)
@@ -319,15 +320,15 @@ func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (
 	if err != nil {
 		return nil, nil, err
 	}
-	in := preflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost,
+	in := setup.PreflightInput{Act: setup.ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost,
 		TakeTunnel: opts.Tunnel, Server: p.Server}
 	if r, err := netip.ParsePrefix(p.Range); err == nil {
 		in.Range = r.Masked()
 	}
-	findings := preflight(ctx, in)
+	findings := setup.Preflight(ctx, in)
 	for _, f := range findings {
-		if f.Level == LevelError {
-			return nil, nil, &PreflightError{Findings: findings, Act: ActJoin}
+		if f.Level == setup.LevelError {
+			return nil, nil, &setup.PreflightError{Findings: findings, Act: setup.ActJoin}
 		}
 	}
 	return settings, findings, nil
@@ -358,7 +359,7 @@ func JoinSettings(cat catalogue.Catalogue, ports map[string]string, server bool)
 		if err != nil {
 			return nil, fmt.Errorf("--port %s=%s: %w", k, v, err)
 		}
-		s, ok := cutModule(key, catalogue.MeshModule)
+		s, ok := setup.CutModule(key, catalogue.MeshModule)
 		if !ok || !slices.Contains(allowed, s) {
 			return nil, fmt.Errorf("--port %s=%s: a joining node sets only the ports it binds itself: %s", k, v, strings.Join(allowed, ", "))
 		}

@@ -16,6 +16,7 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // syncBuffer is a log destination tests read while the server writes to it.
@@ -87,7 +88,7 @@ func startTestServer(t *testing.T) *testServer {
 	raftPort, busPort := freeLoopbackPort(t), freeLoopbackPort(t)
 	ts.raftAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(raftPort)))
 	ts.busAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(busPort)))
-	nf := &NodeFile{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1", RaftPort: raftPort}
+	nf := &setup.NodeFile{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1", RaftPort: raftPort}
 	a := &Agent{cfg: Config{DataDir: t.TempDir(), LogOutput: ts.log}, node: nf, log: log.With("node", "hub"), identity: id,
 		caCert: ca.Cert, declarations: make(chan *fsm.Declaration, 1),
 		secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}}

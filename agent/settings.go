@@ -22,6 +22,7 @@ import (
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/setup"
 )
 
 // Settings outlive genesis (ADR 0100): `meshd node set` changes a node's settings in the record.
@@ -55,26 +56,26 @@ type PortCheck struct {
 
 // portCheckRequest asks a node's agent, over the peer bus, to check ports on its machine.
 type portCheckRequest struct {
-	Binds []portBind `json:"binds"`
+	Binds []setup.PortBind `json:"binds"`
 }
 
 // portCheckAnswer is the node's findings; an error-level finding refuses the change.
 type portCheckAnswer struct {
-	Node     string    `json:"node"`
-	Findings []Finding `json:"findings"`
+	Node     string          `json:"node"`
+	Findings []setup.Finding `json:"findings"`
 }
 
 // SettingsRefusal is a settings change the node's check refused: nothing was committed.
 type SettingsRefusal struct {
 	Node     string
-	Findings []Finding
+	Findings []setup.Finding
 }
 
 func (e *SettingsRefusal) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "node %s: settings refused, nothing was changed:", e.Node)
 	for _, f := range e.Findings {
-		if f.Level == LevelError {
+		if f.Level == setup.LevelError {
 			fmt.Fprintf(&b, "\n  %s: %s", f.Check, f.Message)
 		}
 	}
@@ -94,7 +95,7 @@ func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: fmt.Sprintf("node %s: no setting given; give KEY=VALUE, such as store.port=6380", node)})
 		return
 	}
-	var binds []portBind
+	var binds []setup.PortBind
 	var err error
 	s.fsm.Read(func(r *fsm.Record, _ uint64) { binds, err = settingsBinds(r, node, body.Values) })
 	if err != nil {
@@ -126,9 +127,9 @@ func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func refusing(fs []Finding) bool {
+func refusing(fs []setup.Finding) bool {
 	for _, f := range fs {
-		if f.Level == LevelError {
+		if f.Level == setup.LevelError {
 			return true
 		}
 	}
@@ -139,7 +140,7 @@ func refusing(fs []Finding) bool {
 // modules (and meshd's own) that is not bound today at the same address for the same setting.
 // A port the node already binds for the same setting is not asked about, so moving a setting back
 // and forth works. The change is refused here as the record would refuse it.
-func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]portBind, error) {
+func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]setup.PortBind, error) {
 	n := r.Nodes[node]
 	if n == nil {
 		return nil, notFound(fmt.Sprintf("node %s: no such node (the record has: %s)", node, strings.Join(r.NodeNames(), ", ")))
@@ -149,19 +150,19 @@ func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]port
 		return nil, err
 	}
 	cat := assignedCatalogue(r.Catalogue, n.Assigned)
-	before, err := bindPlan(cat, n.Settings, n.Advertise)
+	before, err := setup.BindPlan(cat, n.Settings, n.Advertise)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: its ports today: %w", node, err)
 	}
-	after, err := bindPlan(cat, trial.Settings, n.Advertise)
+	after, err := setup.BindPlan(cat, trial.Settings, n.Advertise)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: its ports with the change: %w", node, err)
 	}
-	bound := map[portBind]bool{}
+	bound := map[setup.PortBind]bool{}
 	for _, b := range before {
 		bound[b] = true
 	}
-	var out []portBind
+	var out []setup.PortBind
 	for _, b := range after {
 		if bound[b] || (!n.Server && b.Key == catalogue.MeshModule+".raft") {
 			continue // bound today for the same setting, or a client's raft port (it runs no Raft)
@@ -171,7 +172,7 @@ func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]port
 	return out, nil
 }
 
-// assignedCatalogue is the catalogue's modules assigned to a node, each marked as bindPlan reads
+// assignedCatalogue is the catalogue's modules assigned to a node, each marked as BindPlan reads
 // a foundation module, so genesis's bind plan lists every port the node binds.
 func assignedCatalogue(cat catalogue.Catalogue, assigned []string) catalogue.Catalogue {
 	out := catalogue.Catalogue{}
@@ -187,7 +188,7 @@ func assignedCatalogue(cat catalogue.Catalogue, assigned []string) catalogue.Cat
 
 // checkOnNode runs the port check on the node: here when it is this node, else by asking the
 // node's agent over the peer bus.
-func (s *serverRole) checkOnNode(ctx context.Context, node string, binds []portBind) ([]Finding, error) {
+func (s *serverRole) checkOnNode(ctx context.Context, node string, binds []setup.PortBind) ([]setup.Finding, error) {
 	if len(binds) == 0 {
 		return nil, nil
 	}
@@ -220,11 +221,11 @@ func (a *Agent) postPortCheck(w http.ResponseWriter, req *http.Request, _ string
 
 // checkBinds is genesis's port check (preflight.go) for a running node: what it reads of the
 // machine (listening sockets, the engine's published ports), then judgeBinds.
-func checkBinds(ctx context.Context, node, dockerHost string, binds []portBind) []Finding {
-	var out []Finding
+func checkBinds(ctx context.Context, node, dockerHost string, binds []setup.PortBind) []setup.Finding {
+	var out []setup.Finding
 	listeners, err := host.Listeners()
 	if err != nil {
-		out = append(out, Finding{Check: "machine.listeners", Level: LevelWarning, Message: fmt.Sprintf("node %s: cannot read its listening sockets: %v", node, err)})
+		out = append(out, setup.Finding{Check: "machine.listeners", Level: setup.LevelWarning, Message: fmt.Sprintf("node %s: cannot read its listening sockets: %v", node, err)})
 	}
 	var published []container.Published
 	if eng, err := container.New(dockerHost); err == nil {
@@ -233,7 +234,7 @@ func checkBinds(ctx context.Context, node, dockerHost string, binds []portBind) 
 		cancel()
 		eng.Close()
 		if err != nil {
-			out = append(out, Finding{Check: "docker.engine", Level: LevelWarning, Message: fmt.Sprintf("node %s: the Docker engine at %s is not reachable (%v): published ports are checked by bind only", node, orDefault(dockerHost), err)})
+			out = append(out, setup.Finding{Check: "docker.engine", Level: setup.LevelWarning, Message: fmt.Sprintf("node %s: the Docker engine at %s is not reachable (%v): published ports are checked by bind only", node, setup.OrDefault(dockerHost), err)})
 		}
 	}
 	return append(out, judgeBinds(node, binds, listeners, published, os.Getpid())...)
@@ -242,23 +243,23 @@ func checkBinds(ctx context.Context, node, dockerHost string, binds []portBind) 
 // judgeBinds refuses each port a container publishes, a process listens on, or that cannot be
 // bound, except by what binds it for the same setting today: the module's own container, or meshd
 // itself (pid self) for one of its own ports.
-func judgeBinds(node string, binds []portBind, listeners []host.Listener, published []container.Published, self int) []Finding {
-	var out []Finding
-	add := func(b portBind, holder, format string, args ...any) {
+func judgeBinds(node string, binds []setup.PortBind, listeners []host.Listener, published []container.Published, self int) []setup.Finding {
+	var out []setup.Finding
+	add := func(b setup.PortBind, holder, format string, args ...any) {
 		msg := fmt.Sprintf("node %s: setting %s: port %d/%s ", node, b.Key, b.Port, b.Proto) + fmt.Sprintf(format, args...)
-		out = append(out, Finding{Check: "port." + b.Key, Level: LevelError, Holder: holder, Message: msg})
+		out = append(out, setup.Finding{Check: "port." + b.Key, Level: setup.LevelError, Holder: holder, Message: msg})
 	}
-	binds = append([]portBind{}, binds...)
+	binds = append([]setup.PortBind{}, binds...)
 	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Key < binds[j].Key })
 	for _, b := range binds {
-		if holder := publishedHolder(published, b); holder != "" {
+		if holder := setup.PublishedHolder(published, b); holder != "" {
 			if strings.HasPrefix(holder, b.By+" (") {
 				continue // the module's own container publishes it for this very setting
 			}
 			add(b, holder, "is held by %s; nothing was changed", holder)
 			continue
 		}
-		if l, ok := listenerHolder(listeners, b); ok {
+		if l, ok := setup.ListenerHolder(listeners, b); ok {
 			if l.PID == self && strings.HasPrefix(b.By, "meshd (") {
 				continue // meshd itself binds it (a setting moved back before the old bind was let go)
 			}
@@ -269,7 +270,7 @@ func judgeBinds(node string, binds []portBind, listeners []host.Listener, publis
 			add(b, holder, "is in use by %s on %s; nothing was changed", holder, netip.AddrPortFrom(l.Addr, l.Port))
 			continue
 		}
-		if err := tryBind(b); err != nil {
+		if err := setup.TryBind(b); err != nil {
 			switch {
 			case errors.Is(err, syscall.EADDRINUSE):
 				add(b, "", "is in use on %s by something the node does not name; nothing was changed", netip.AddrPortFrom(b.Addr, b.Port))
@@ -315,7 +316,7 @@ func (s *serverRole) followRaftPort(ctx context.Context) {
 		if own != 0 && own != kept {
 			nf := *s.node
 			nf.RaftPort = own
-			if err := writeNodeFile(s.cfg.DataDir, &nf); err != nil {
+			if err := setup.WriteNodeFile(s.cfg.DataDir, &nf); err != nil {
 				s.log.Error("node file not updated with the record's raft port", "port", own, "err", err)
 			} else {
 				kept = own

@@ -16,6 +16,7 @@ import (
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/setup"
 )
 
 // settingsRecord is a record after an adopted genesis of node hub with the default catalogue and
@@ -46,7 +47,7 @@ func settingsRecord(t *testing.T, settings map[string]string) *fsm.Record {
 	return r
 }
 
-func bindKeys(bs []portBind) string {
+func bindKeys(bs []setup.PortBind) string {
 	var out []string
 	for _, b := range bs {
 		out = append(out, fmt.Sprintf("%s=%d/%s", b.Key, b.Port, b.Proto))
@@ -111,7 +112,7 @@ func TestJudgeBindsNamesHolders(t *testing.T) {
 		return uint16(l.Addr().(*net.TCPAddr).Port)
 	}
 	held, freeP, own, meshP := free(), free(), free(), free()
-	binds := []portBind{
+	binds := []setup.PortBind{
 		{Key: "store.port", Proto: "tcp", Addr: any4, Port: held, By: "container meshd-store"},
 		{Key: "broker.port", Proto: "tcp", Addr: any4, Port: own, By: "container meshd-broker"},
 		{Key: "mesh.bus", Proto: "tcp", Addr: any4, Port: meshP, By: "meshd (bus)"},
@@ -128,7 +129,7 @@ func TestJudgeBindsNamesHolders(t *testing.T) {
 	if len(fs) != 2 {
 		t.Fatalf("want the store's and the notes' port refused, got %+v", fs)
 	}
-	byCheck := map[string]Finding{}
+	byCheck := map[string]setup.Finding{}
 	for _, f := range fs {
 		byCheck[f.Check] = f
 	}
@@ -138,7 +139,7 @@ func TestJudgeBindsNamesHolders(t *testing.T) {
 			t.Errorf("the store's refusal does not name %q: %s", want, store.Message)
 		}
 	}
-	if store.Level != LevelError || !strings.Contains(store.Holder, "pred-redis") {
+	if store.Level != setup.LevelError || !strings.Contains(store.Holder, "pred-redis") {
 		t.Errorf("the store's finding: %+v", store)
 	}
 	if notes := byCheck["port.notes.port"]; !strings.Contains(notes.Message, "meshd (pid 4242)") {
@@ -155,14 +156,14 @@ func TestCheckBindsNamesAListeningProcess(t *testing.T) {
 	}
 	defer l.Close()
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	b := portBind{Key: "store.port", Proto: "tcp", Addr: netip.IPv4Unspecified(), Port: port, By: "container meshd-store"}
-	fs := checkBinds(t.Context(), "hub", "unix:///nonexistent/docker.sock", []portBind{b})
+	b := setup.PortBind{Key: "store.port", Proto: "tcp", Addr: netip.IPv4Unspecified(), Port: port, By: "container meshd-store"}
+	fs := checkBinds(t.Context(), "hub", "unix:///nonexistent/docker.sock", []setup.PortBind{b})
 	if !refusing(fs) {
 		t.Fatalf("a held port was not refused: %+v", fs)
 	}
 	var msg string
 	for _, f := range fs {
-		if f.Level == LevelError {
+		if f.Level == setup.LevelError {
 			msg = f.Message
 		}
 	}

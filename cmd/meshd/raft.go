@@ -10,6 +10,7 @@ import (
 
 	"meshd/agent"
 	"meshd/agent/raftnode"
+	"meshd/setup"
 )
 
 func removePeerCmd(g *globals) *cobra.Command {
@@ -99,7 +100,7 @@ again as non-voters by the leader; remove-peer takes out the ones gone for good.
   meshd operator raft recover --keep s1,s2   # on s1 and on s2, both stopped`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			n, err := agent.ReadNodeFile(dataDir)
+			n, err := setup.ReadNodeFile(dataDir)
 			if err != nil {
 				return err
 			}

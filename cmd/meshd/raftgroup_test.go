@@ -16,6 +16,7 @@ import (
 	"meshd/agent"
 	"meshd/agent/raftnode"
 	"meshd/internal/testenv"
+	"meshd/setup"
 )
 
 // underlay joins the nodes' namespaces on one bridge, in a namespace of its own, each node at its
@@ -327,7 +328,7 @@ func waitDeclared(t *testing.T, cl *node, index string) {
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
-func agentReadNode(dir string) (*agent.NodeFile, error) { return agent.ReadNodeFile(dir) }
+func agentReadNode(dir string) (*setup.NodeFile, error) { return setup.ReadNodeFile(dir) }
 
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)

@@ -1,4 +1,4 @@
-package agent
+package setup
 
 import (
 	"context"
@@ -63,8 +63,8 @@ func (e *PreflightError) Error() string {
 	return b.String()
 }
 
-// portBind is one port genesis's node will bind: by the agent itself or a foundation container.
-type portBind struct {
+// PortBind is one port genesis's node will bind: by the agent itself or a foundation container.
+type PortBind struct {
 	Key   string // the setting, "registry.port"
 	Proto string
 	Addr  netip.Addr
@@ -72,14 +72,14 @@ type portBind struct {
 	By    string // what binds it: "meshd (bus)", "container meshd-registry"
 }
 
-// bindPlan lists every port the foundation binds on this node, with the address it binds.
-func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise string) ([]portBind, error) {
+// BindPlan lists every port the foundation binds on this node, with the address it binds.
+func BindPlan(cat catalogue.Catalogue, settings map[string]string, advertise string) ([]PortBind, error) {
 	any4 := netip.IPv4Unspecified()
 	adv, err := netip.ParseAddr(advertise)
 	if err != nil {
 		return nil, fmt.Errorf("advertise address %q is not an IP address", advertise)
 	}
-	var plan []portBind
+	var plan []PortBind
 	for _, name := range cat.Names() {
 		m := cat[name]
 		if !m.Foundation {
@@ -87,7 +87,7 @@ func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise str
 		}
 		vals := map[string]string{}
 		for k, v := range settings {
-			if s, ok := cutModule(k, name); ok {
+			if s, ok := CutModule(k, name); ok {
 				vals[s] = v
 			}
 		}
@@ -111,7 +111,7 @@ func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise str
 				if key == catalogue.MeshModule+".raft" {
 					addr = adv
 				}
-				plan = append(plan, portBind{Key: key, Proto: o.Proto, Addr: addr, Port: o.Port, By: "meshd (" + strings.TrimPrefix(key, "mesh.") + ")"})
+				plan = append(plan, PortBind{Key: key, Proto: o.Proto, Addr: addr, Port: o.Port, By: "meshd (" + strings.TrimPrefix(key, "mesh.") + ")"})
 			}
 			continue
 		}
@@ -125,7 +125,7 @@ func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise str
 				if pm.HostIP != "" {
 					addr = netip.MustParseAddr(pm.HostIP)
 				}
-				plan = append(plan, portBind{Key: keyOf(pm.HostPort), Proto: pm.Proto, Addr: addr, Port: pm.HostPort, By: "container " + c.Name})
+				plan = append(plan, PortBind{Key: keyOf(pm.HostPort), Proto: pm.Proto, Addr: addr, Port: pm.HostPort, By: "container " + c.Name})
 			}
 		}
 	}
@@ -134,7 +134,7 @@ func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise str
 }
 
 // The acts a preflight checks a machine for. Genesis binds every foundation port; a join binds the
-// ports a client node binds (clientBindPlan). The findings' words name the act and its remedy.
+// ports a client node binds (ClientBindPlan). The findings' words name the act and its remedy.
 const (
 	ActGenesis = "genesis"
 	ActJoin    = "join"
@@ -163,17 +163,17 @@ func wordsFor(act string) actWords {
 	return actWords{name: "genesis", inUse: "raise it with --adopted"}
 }
 
-// clientBindPlan lists the ports a joining node binds: the mesh module's (its bus, gossip and
+// ClientBindPlan lists the ports a joining node binds: the mesh module's (its bus, gossip and
 // tunnel; its Raft port only when it joins as a server), on every address, with the node's mesh
 // settings over the catalogue's defaults. settings are keyed MODULE.SETTING.
-func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server bool) ([]portBind, error) {
+func ClientBindPlan(cat catalogue.Catalogue, settings map[string]string, server bool) ([]PortBind, error) {
 	m := cat[catalogue.MeshModule]
 	if m == nil {
 		return nil, fmt.Errorf("the catalogue has no %s module", catalogue.MeshModule)
 	}
 	vals := map[string]string{}
 	for k, v := range settings {
-		if s, ok := cutModule(k, catalogue.MeshModule); ok {
+		if s, ok := CutModule(k, catalogue.MeshModule); ok {
 			vals[s] = v
 		}
 	}
@@ -181,7 +181,7 @@ func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server 
 	if err != nil {
 		return nil, err
 	}
-	var plan []portBind
+	var plan []PortBind
 	seen := map[string]bool{}
 	for _, o := range res.Openings {
 		for _, s := range m.PortSettings() {
@@ -190,7 +190,7 @@ func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server 
 			}
 			seen[s+"/"+o.Proto] = true
 			key := catalogue.MeshModule + "." + s
-			plan = append(plan, portBind{Key: key, Proto: o.Proto, Addr: netip.IPv4Unspecified(), Port: o.Port, By: "meshd (" + s + ")"})
+			plan = append(plan, PortBind{Key: key, Proto: o.Proto, Addr: netip.IPv4Unspecified(), Port: o.Port, By: "meshd (" + s + ")"})
 			break
 		}
 	}
@@ -198,8 +198,8 @@ func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server 
 	return plan, nil
 }
 
-// preflightInput is what genesis or join checks.
-type preflightInput struct {
+// PreflightInput is what genesis or join checks.
+type PreflightInput struct {
 	// Act is ActGenesis (or empty) or ActJoin.
 	Act        string
 	Mode       fsm.Mode
@@ -220,7 +220,7 @@ type preflightInput struct {
 // It is a flat list of independent checks, each a few lines over what it read once at the top
 // (listening sockets, published ports, the bind plan); it stays one body so the findings come out
 // in the order the operator reads them.
-func preflight(ctx context.Context, in preflightInput) []Finding {
+func Preflight(ctx context.Context, in PreflightInput) []Finding {
 	w := wordsFor(in.Act)
 	out := []Finding{}
 	add := func(check, level, holder, format string, args ...any) {
@@ -232,7 +232,7 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 	}
 	var published []container.Published
 	if eng, err := container.New(in.DockerHost); err != nil {
-		add("docker.engine", LevelWarning, "", "Docker engine at %s: %v", orDefault(in.DockerHost), err)
+		add("docker.engine", LevelWarning, "", "Docker engine at %s: %v", OrDefault(in.DockerHost), err)
 	} else {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		published, err = eng.Published(pctx)
@@ -249,9 +249,9 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 
 	// Every port the node will bind (genesis: the foundation's; join: a client's), free on the
 	// address it will bind.
-	plan, err := bindPlan(in.Catalogue, in.Settings, in.Advertise)
+	plan, err := BindPlan(in.Catalogue, in.Settings, in.Advertise)
 	if in.Act == ActJoin {
-		plan, err = clientBindPlan(in.Catalogue, in.Settings, in.Server)
+		plan, err = ClientBindPlan(in.Catalogue, in.Settings, in.Server)
 	}
 	if err != nil {
 		add("settings", LevelError, "", "%v", err)
@@ -262,11 +262,11 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 		}
 		check := "port." + b.Key
 		what := fmt.Sprintf("port %d/%s (%s, for %s)", b.Port, b.Proto, b.Key, b.By)
-		if holder := publishedHolder(published, b); holder != "" {
+		if holder := PublishedHolder(published, b); holder != "" {
 			add(check, LevelError, holder, "%s is held by %s; give %s another: --port %s=N", what, holder, w.name, portFlag(b.Key))
 			continue
 		}
-		if l, ok := listenerHolder(listeners, b); ok {
+		if l, ok := ListenerHolder(listeners, b); ok {
 			holder := "a process"
 			if l.Process != "" {
 				holder = fmt.Sprintf("%s (pid %d)", l.Process, l.PID)
@@ -274,7 +274,7 @@ func preflight(ctx context.Context, in preflightInput) []Finding {
 			add(check, LevelError, holder, "%s is in use by %s on %s; give %s another: --port %s=N%s", what, holder, netip.AddrPortFrom(l.Addr, l.Port), w.name, portFlag(b.Key), w.tunnelHint(b.Key))
 			continue
 		}
-		if err := tryBind(b); err != nil {
+		if err := TryBind(b); err != nil {
 			switch {
 			case errors.Is(err, syscall.EACCES):
 				add(check, LevelError, "", "%s: permission denied binding %s (not in use: run %s as root)", what, netip.AddrPortFrom(b.Addr, b.Port), w.name)
@@ -360,7 +360,7 @@ func portFlag(key string) string {
 	return key
 }
 
-func publishedHolder(published []container.Published, b portBind) string {
+func PublishedHolder(published []container.Published, b PortBind) string {
 	for _, p := range published {
 		addr := netip.IPv4Unspecified()
 		if a, err := netip.ParseAddr(p.HostIP); err == nil {
@@ -374,7 +374,7 @@ func publishedHolder(published []container.Published, b portBind) string {
 	return ""
 }
 
-func listenerHolder(ls []host.Listener, b portBind) (host.Listener, bool) {
+func ListenerHolder(ls []host.Listener, b PortBind) (host.Listener, bool) {
 	for _, l := range ls {
 		if l.Covers(b.Proto, b.Addr, b.Port) {
 			return l, true
@@ -401,7 +401,7 @@ func describeListener(l host.Listener, published []container.Published) string {
 	return l.String()
 }
 
-func tryBind(b portBind) error {
+func TryBind(b PortBind) error {
 	addr := netip.AddrPortFrom(b.Addr, b.Port).String()
 	if b.Proto == "udp" {
 		c, err := net.ListenPacket("udp", addr)
@@ -424,7 +424,7 @@ func orAny(ip string) string {
 	return ip
 }
 
-func orDefault(h string) string {
+func OrDefault(h string) string {
 	if h == "" {
 		return container.DefaultHost
 	}

@@ -1,4 +1,4 @@
-package agent
+package setup
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func TestPreflightWordsFitTheAct(t *testing.T) {
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	noEngine := "unix://" + t.TempDir() + "/none.sock"
 
-	join := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Converged, Catalogue: cat,
+	join := Preflight(context.Background(), PreflightInput{Act: ActJoin, Mode: fsm.Converged, Catalogue: cat,
 		Settings: map[string]string{"mesh.gossip": port}, DockerHost: noEngine})
 	if !findingsSay(join, "port.mesh.gossip", LevelError, "give join another: --port gossip=N") {
 		t.Errorf("the held gossip port is not refused in join's words: %+v", join)
@@ -64,14 +64,14 @@ func TestPreflightWordsFitTheAct(t *testing.T) {
 	}
 
 	// Adopted, the machine in use is no finding; its held port still is.
-	adopted := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
+	adopted := Preflight(context.Background(), PreflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
 		Settings: map[string]string{"mesh.gossip": port}, DockerHost: noEngine})
 	if findingsSay(adopted, "machine.listeners", LevelError, "") || !findingsSay(adopted, "port.mesh.gossip", LevelError, "--port gossip=N") {
 		t.Errorf("an adopted join: %+v", adopted)
 	}
 
 	// Genesis keeps its words.
-	gen := preflight(context.Background(), preflightInput{Mode: fsm.Converged, Catalogue: cat,
+	gen := Preflight(context.Background(), PreflightInput{Mode: fsm.Converged, Catalogue: cat,
 		Settings: map[string]string{"mesh.gossip": port}, Advertise: "127.0.0.1", DockerHost: noEngine})
 	if !findingsSay(gen, "port.mesh.gossip", LevelError, "give genesis another: --port gossip=N") ||
 		!findingsSay(gen, "machine.listeners", LevelError, "a converged genesis would close it. This machine is in use: raise it with --adopted") {
@@ -97,12 +97,12 @@ func TestPreflightHeldTunnelPortNamesTheTunnelFlag(t *testing.T) {
 	port := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
 	noEngine := "unix://" + t.TempDir() + "/none.sock"
 
-	join := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
+	join := Preflight(context.Background(), PreflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
 		Settings: map[string]string{"mesh.tunnel": port}, DockerHost: noEngine})
 	if !findingsSay(join, "port.mesh.tunnel", LevelError, "give join another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), present it: --tunnel wg0") {
 		t.Errorf("a held tunnel port does not name join's --tunnel: %+v", join)
 	}
-	gen := preflight(context.Background(), preflightInput{Mode: fsm.Adopted, Catalogue: cat,
+	gen := Preflight(context.Background(), PreflightInput{Mode: fsm.Adopted, Catalogue: cat,
 		Settings: map[string]string{"mesh.tunnel": port}, Advertise: "127.0.0.1", DockerHost: noEngine})
 	if !findingsSay(gen, "port.mesh.tunnel", LevelError, "give genesis another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), take it over: --adopted --take-tunnel wg0") {
 		t.Errorf("a held tunnel port does not name genesis's --take-tunnel: %+v", gen)
@@ -121,7 +121,7 @@ func TestClientBindPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := clientBindPlan(cat, map[string]string{"mesh.tunnel": "51821"}, false)
+	plan, err := ClientBindPlan(cat, map[string]string{"mesh.tunnel": "51821"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,39 +132,6 @@ func TestClientBindPlan(t *testing.T) {
 	want := []string{"mesh.bus 7070/tcp 0.0.0.0", "mesh.gossip 7946/tcp 0.0.0.0", "mesh.gossip 7946/udp 0.0.0.0", "mesh.tunnel 51821/udp 0.0.0.0"}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Fatalf("client bind plan:\n got %v\nwant %v", got, want)
-	}
-}
-
-// join --port takes genesis's syntax for the ports a client binds, and refuses the others.
-func TestJoinSettings(t *testing.T) {
-	cat, err := catalogue.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := JoinSettings(cat, map[string]string{"gossip": "17946", "mesh.tunnel": "51821", "bus": "17170"}, false)
-	if err != nil || len(got) != 3 || got["mesh.gossip"] != "17946" || got["mesh.tunnel"] != "51821" || got["mesh.bus"] != "17170" {
-		t.Fatalf("JoinSettings: %v %v", got, err)
-	}
-	for _, c := range []struct{ key, val, says string }{
-		{"raft", "17071", "ports it binds itself: bus, gossip, tunnel"},
-		{"registry", "5001", "ports it binds itself"},
-		{"mesh.range", "10.1.0.0/24", "ports it binds itself"},
-		{"gossip", "99999", "--port gossip=99999"},
-		{"nosuch", "1", "not known"},
-	} {
-		if _, err := JoinSettings(cat, map[string]string{c.key: c.val}, false); err == nil || !strings.Contains(err.Error(), c.says) {
-			t.Errorf("--port %s=%s: %v, want it refused saying %q", c.key, c.val, err, c.says)
-		}
-	}
-	if got, err := JoinSettings(cat, nil, false); err != nil || got != nil {
-		t.Fatalf("no --port: %v %v", got, err)
-	}
-	// A server binds its Raft port, so a server's join may set it; a client's may not.
-	if _, err := JoinSettings(cat, map[string]string{"raft": "17300"}, false); err == nil {
-		t.Fatal("a client join set its raft port")
-	}
-	if got, err := JoinSettings(cat, map[string]string{"raft": "17300"}, true); err != nil || got["mesh.raft"] != "17300" {
-		t.Fatalf("a server join's raft port: %v %v", got, err)
 	}
 }
 
@@ -212,12 +179,12 @@ func TestPreflightNothingFoundIsAnEmptyList(t *testing.T) {
 		return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	}
 	settings := map[string]string{"mesh.bus": free("tcp"), "mesh.gossip": free("tcp"), "mesh.tunnel": free("udp")}
-	got := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
+	got := Preflight(context.Background(), PreflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
 		Settings: settings, DockerHost: "unix://" + sock})
 	if len(got) != 0 {
 		t.Fatalf("findings on a free machine: %+v", got)
 	}
-	b, err := json.Marshal(JoinResult{Findings: got, DryRun: true})
+	b, err := json.Marshal(GenesisResult{Findings: got, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
