@@ -16,6 +16,7 @@ import (
 
 	"meshd/agent/autopilot"
 	"meshd/agent/raftnode"
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
@@ -105,12 +106,6 @@ type ModuleView struct {
 	TakenOn    []string `json:"taken_on"`
 }
 
-// DeclarationView is a declaration with the record index it was composed at.
-type DeclarationView struct {
-	Index       uint64           `json:"index"`
-	Declaration *fsm.Declaration `json:"declaration"`
-}
-
 // PeerView is one Raft server.
 type PeerView struct {
 	Node     string `json:"node,omitempty"`
@@ -125,10 +120,8 @@ type ModuleAddRequest struct {
 	Source catalogue.Source `json:"source"`
 }
 
-// apiError is how every error travels: a message that names the thing.
-type apiError struct {
-	Error string `json:"error"`
-}
+// apiError is how every error travels (api.ErrorBody).
+type apiError = api.ErrorBody
 
 const applyTimeout = 15 * time.Second
 
@@ -402,7 +395,7 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 		s.fsm.Wait(ctx, index)
 		cancel()
 	}
-	var v DeclarationView
+	var v api.DeclarationView
 	var err error
 	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		v.Index = index

@@ -15,51 +15,18 @@ import (
 	"time"
 
 	"meshd/agent/autopilot"
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/internal/ratelog"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // The bus is a server's TLS API for the other agents, on the node's mesh.bus setting. Enrolment
 // comes without a client certificate (the token is the credential); every other route needs the
 // node's certificate from the mesh CA, and a node reads only its own declaration.
-
-// EnrolRequest is what a joining node sends.
-type EnrolRequest struct {
-	Token string `json:"token"`
-	Node  string `json:"node"`
-	ID    string `json:"id"`
-	// PublicKey is the node's ed25519 identity key, base64 (std).
-	PublicKey string `json:"public_key"`
-	// Advertise is the node's underlay address; empty means the address the request came from.
-	Advertise string `json:"advertise,omitempty"`
-	// Settings are the node's settings from `join --port`, keyed MODULE.SETTING: only the ports a
-	// client binds (JoinSettings).
-	Settings map[string]string `json:"settings,omitempty"`
-	// WireGuardKey is the WireGuard public key of the machine's found tunnel (FoundTunnel): a
-	// carried peer with this key keeps its address (ADR 0105).
-	WireGuardKey string `json:"wireguard_key,omitempty"`
-	FoundTunnel  string `json:"found_tunnel,omitempty"`
-	// Server asks to join as a server; the token must be a server's.
-	Server bool `json:"server,omitempty"`
-}
-
-// EnrolResponse is what an enrolled node gets back, once its enrolment is committed.
-type EnrolResponse struct {
-	Node        *fsm.Node       `json:"node"`
-	CertPEM     string          `json:"cert"`
-	CACertPEM   string          `json:"ca"`
-	Keyring     [][]byte        `json:"gossip_keyring"`
-	Servers     []string        `json:"servers"`
-	Declaration DeclarationView `json:"declaration"`
-	// CAKey is the mesh CA's private key, for a server only: every server enrols nodes and signs
-	// tokens. It travels once, inside the TLS session pinned to the CA, and is sealed on arrival.
-	CAKey []byte `json:"ca_key,omitempty"`
-	// RaftPort is a server's Raft port as the record settled it (its mesh.raft setting).
-	RaftPort uint16 `json:"raft_port,omitempty"`
-}
 
 // BusPort is node n's bus port: its mesh.bus setting, else the catalogue's default.
 func BusPort(r *fsm.Record, n *fsm.Node) (uint16, error) { return meshPort(r, n, "bus") }
@@ -244,7 +211,7 @@ func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer s
 // Anyone may call it, so what it logs is bounded: refusals go to busRefusals (a few a minute),
 // with the caller's node name and the reason cut short.
 func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
-	var in EnrolRequest
+	var in api.EnrolRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, enrolMaxBody)).Decode(&in); err != nil {
 		code := http.StatusBadRequest
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -275,7 +242,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 	}
 	var cat catalogue.Catalogue
 	s.fsm.Read(func(r *fsm.Record, _ uint64) { cat = r.Catalogue })
-	if _, err := JoinSettings(cat, in.Settings, in.Server); err != nil {
+	if _, err := setup.JoinSettings(cat, in.Settings, in.Server); err != nil {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
@@ -312,7 +279,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, fmt.Errorf("node %s is enrolled (index %d), but its certificate: %w; join again with the same token and key", node.Name, index, err))
 		return
 	}
-	out := EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring()}
+	out := api.EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring()}
 	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		out.Servers = busAddresses(r)
 		out.Declaration.Index = index

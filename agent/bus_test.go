@@ -17,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/internal/testenv"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // startBus serves ts's bus until the test ends and waits until it answers.
@@ -49,7 +51,7 @@ func fromAddr(src string) *http.Client {
 
 // goodEnrolment makes a token the way `meshd token create` does and enrols node with it through
 // join's own client (enrolAt).
-func (ts *testServer) goodEnrolment(t *testing.T, node string) (*EnrolResponse, error) {
+func (ts *testServer) goodEnrolment(t *testing.T, node string) (*api.EnrolResponse, error) {
 	t.Helper()
 	tok, err := pki.SignToken(ts.ca, pki.TokenPayload{ID: pki.NewTokenID(), Mode: string(fsm.Adopted), Exp: time.Now().Add(time.Hour).Unix(), Bus: []string{ts.busAddr}})
 	if err != nil {
@@ -59,11 +61,11 @@ func (ts *testServer) goodEnrolment(t *testing.T, node string) (*EnrolResponse, 
 		t.Fatal(err)
 	}
 	key, _ := pki.NewNodeKey()
-	body, _ := json.Marshal(EnrolRequest{Token: tok, Node: node, ID: node + "-id", Advertise: "127.0.0.3",
+	body, _ := json.Marshal(api.EnrolRequest{Token: tok, Node: node, ID: node + "-id", Advertise: "127.0.0.3",
 		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey))})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return enrolOnce(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)
+	return setup.EnrolOnce(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)
 }
 
 // Issue 14: /v1/enrol is open to anyone and each refusal logged the caller's node field (up to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"meshd/api"
 	"net"
 	"net/http"
 	"os"
@@ -17,7 +18,7 @@ type Client struct {
 	Socket string
 	// Stale asks a follower server to answer reads from its own record instead of the leader's.
 	Stale bool
-	api   jsonHTTP
+	api   api.Endpoint
 	// last is what the last successful answer said about itself.
 	last Answered
 }
@@ -41,7 +42,7 @@ func NewClient(socket string) *Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}}
-	return &Client{Socket: socket, api: jsonHTTP{client: &http.Client{Transport: tr}, base: "http://meshd"}}
+	return &Client{Socket: socket, api: api.Endpoint{Client: &http.Client{Transport: tr}, Base: "http://meshd"}}
 }
 
 // Do sends a request and decodes a JSON answer into out (unless out is nil; an io.Writer gets the
@@ -55,15 +56,15 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 			path += "?stale=1"
 		}
 	}
-	resp, err := c.api.send(ctx, method, path, in)
+	resp, err := c.api.Send(ctx, method, path, in)
 	if err != nil {
 		return c.dialError(err)
 	}
 	c.last = Answered{Write: method != http.MethodGet, ServedBy: resp.Header.Get(hdrServedBy), Stale: resp.Header.Get(hdrStale), Index: resp.Header.Get(hdrIndex)}
-	err = c.api.read(resp, out)
-	var ae *answerError
+	err = c.api.Read(resp, out)
+	var ae *api.AnswerError
 	if errors.As(err, &ae) {
-		return errors.New(ae.text("agent"))
+		return errors.New(ae.Text("agent"))
 	}
 	return err
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"meshd/api"
 	"meshd/gossip"
 	"meshd/host"
 	"meshd/pki"
@@ -166,12 +167,12 @@ func (c *clientRole) busDo(ctx context.Context, method, path string, in any) (*h
 	servers := append([]string{}, c.servers...)
 	c.serversMu.Unlock()
 	for _, addr := range servers {
-		resp, err := c.busAt(addr).send(ctx, method, path, in)
+		resp, err := c.busAt(addr).Send(ctx, method, path, in)
 		if err == nil && resp.StatusCode < 500 {
 			return resp, nil
 		}
 		if err == nil {
-			ae := newAnswerError(resp, resp.Body)
+			ae := api.NewAnswerError(resp, resp.Body)
 			resp.Body.Close()
 			err = fmt.Errorf("server %s answered %s: %s", addr, ae.Status, ae.Body)
 		} else {
@@ -195,8 +196,8 @@ func (c *clientRole) busDo(ctx context.Context, method, path string, in any) (*h
 }
 
 // busAt is the bus of the server at addr, called with this node's certificate.
-func (c *clientRole) busAt(addr string) jsonHTTP {
-	return jsonHTTP{client: c.busClient, base: "https://" + addr}
+func (c *clientRole) busAt(addr string) api.Endpoint {
+	return api.Endpoint{Client: c.busClient, Base: "https://" + addr}
 }
 
 // busJSON is busDo with a JSON answer decoded into out; a 4xx comes back as a busErr.
@@ -205,10 +206,10 @@ func (c *clientRole) busJSON(ctx context.Context, method, path string, in, out a
 	if err != nil {
 		return err
 	}
-	err = jsonHTTP{}.read(resp, out) // whichever server answered, its answer reads the same
-	var ae *answerError
+	err = api.Endpoint{}.Read(resp, out) // whichever server answered, its answer reads the same
+	var ae *api.AnswerError
 	if errors.As(err, &ae) {
-		return &busErr{code: ae.Code, msg: ae.text("the bus")}
+		return &busErr{code: ae.Code, msg: ae.Text("the bus")}
 	}
 	return err
 }
@@ -223,7 +224,7 @@ func (c *clientRole) watchBus(ctx context.Context) {
 	)
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
-		var v DeclarationView
+		var v api.DeclarationView
 		path := fmt.Sprintf("/v1/declaration/%s?index=%d&wait=30s", url.PathEscape(c.node.Name), index)
 		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		err := c.busJSON(rctx, http.MethodGet, path, nil, &v)
@@ -339,7 +340,7 @@ func (c *clientRole) toServer(w http.ResponseWriter, req *http.Request) {
 			copyAnswer(w, resp)
 			return
 		case err == nil:
-			ae := newAnswerError(resp, resp.Body)
+			ae := api.NewAnswerError(resp, resp.Body)
 			resp.Body.Close()
 			tried = append(tried, fmt.Sprintf("server %s answered %s: %s", addr, ae.Status, strings.TrimSpace(string(ae.Body))))
 		case read || nothingSent(err):

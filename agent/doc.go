@@ -1,8 +1,8 @@
 // Package agent is the daemon's wiring: the node's identity on disk, the operator's API on a
 // local unix socket, the host reconciler fed with the node's own declaration, the node's gossip
-// member, the bus between agents, and the lifecycle around them (join, start, graceful stop on
-// SIGTERM, restart with nothing lost). What runs once before it (genesis, the preflight, the node
-// file, the boot unit) is package setup's.
+// member, the bus between agents, and the lifecycle around them (start, graceful stop on
+// SIGTERM, restart with nothing lost). What runs once before it (genesis, join, the preflight,
+// the node file, the boot unit) is package setup's.
 //
 // The agent is a core and a role. The core (agent.go) is what every node runs: its identity and
 // sealed secrets, the host reconciler loop, the operator socket, gossip (gossip.go), the peer bus
@@ -12,7 +12,7 @@
 // record, serves the operator's whole API and the bus (enrolment, each node's declaration watch,
 // reports clients post); clientRole (clientnode.go) holds no record, watches its declaration on a
 // server's bus over mTLS, forwards the operator's reads to a server and refuses writes. Every JSON
-// call over HTTP, to the socket, a bus or a joining machine's server, goes through jsonHTTP. The
+// call over HTTP, to the socket, a bus or a joining machine's server, goes through api.Endpoint. The
 // leader's care of the group is package autopilot's; forwarding to the leader (forward.go), the
 // quorum error (quorum.go) and who may ask what on the bus (busauth.go) stay here.
 //

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"meshd/api"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -57,15 +58,15 @@ func TestClientAnswersOverTheSocket(t *testing.T) {
 
 // A bus answer without a message names who answered; with one, the message is all.
 func TestAnswerErrorText(t *testing.T) {
-	bare := &answerError{Status: "502 Bad Gateway", Body: []byte("upstream")}
-	if got := bare.text(""); got != "answered 502 Bad Gateway: upstream" {
+	bare := &api.AnswerError{Status: "502 Bad Gateway", Body: []byte("upstream")}
+	if got := bare.Text(""); got != "answered 502 Bad Gateway: upstream" {
 		t.Fatalf("got %q", got)
 	}
-	if got := bare.text("the bus"); got != "the bus answered 502 Bad Gateway: upstream" {
+	if got := bare.Text("the bus"); got != "the bus answered 502 Bad Gateway: upstream" {
 		t.Fatalf("got %q", got)
 	}
-	said := &answerError{Status: "403 Forbidden", Message: "node x may read only its own declaration"}
-	if got := said.text("the bus"); got != said.Message {
+	said := &api.AnswerError{Status: "403 Forbidden", Message: "node x may read only its own declaration"}
+	if got := said.Text("the bus"); got != said.Message {
 		t.Fatalf("got %q", got)
 	}
 }

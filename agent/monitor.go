@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"meshd/api"
 	"net"
 	"net/http"
 	"net/url"
@@ -231,7 +232,7 @@ func (a *Agent) streamPeerLog(w http.ResponseWriter, req *http.Request, node str
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		writeErr(w, fmt.Errorf("node %s (bus %s): %s", node, addr, newAnswerError(resp, resp.Body).text("")))
+		writeErr(w, fmt.Errorf("node %s (bus %s): %s", node, addr, api.NewAnswerError(resp, resp.Body).Text("")))
 		return
 	}
 	rc := http.NewResponseController(w)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"meshd/api"
 	"meshd/internal/ratelog"
 	"meshd/pki"
 )
@@ -61,15 +62,15 @@ func (a *Agent) peerJSON(ctx context.Context, p GossipPeer, method, path string,
 	if err != nil {
 		return err
 	}
-	bus := jsonHTTP{client: client, base: "https://" + addr, limit: 4 << 20}
-	resp, err := bus.send(ctx, method, path, in)
+	bus := api.Endpoint{Client: client, Base: "https://" + addr, Limit: 4 << 20}
+	resp, err := bus.Send(ctx, method, path, in)
 	if err != nil {
 		return fmt.Errorf("node %s (bus %s, tcp port %d): %w", p.Name, addr, p.Bus, err)
 	}
-	err = bus.read(resp, out)
-	var ae *answerError
+	err = bus.Read(resp, out)
+	var ae *api.AnswerError
 	if errors.As(err, &ae) {
-		return fmt.Errorf("node %s (bus %s): %s", p.Name, addr, ae.text(""))
+		return fmt.Errorf("node %s (bus %s): %s", p.Name, addr, ae.Text(""))
 	}
 	return err
 }

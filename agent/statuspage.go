@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
@@ -426,7 +427,7 @@ func (s *serverRole) peerOriginal(ctx context.Context, node, path string) ([]byt
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bus %s: %s", addr, newAnswerError(resp, resp.Body).text(""))
+		return nil, fmt.Errorf("bus %s: %s", addr, api.NewAnswerError(resp, resp.Body).Text(""))
 	}
 	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 }

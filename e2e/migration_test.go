@@ -32,6 +32,7 @@ import (
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/setup"
 )
 
 func TestMigrationUFW(t *testing.T)      { testMigration(t, lab.FirewallUFW) }
@@ -120,7 +121,7 @@ func enrolPeer(ctx context.Context, t *testing.T, l *lab.Lab, hub, p *lab.Machin
 	installMeshd(ctx, t, bin, p)
 	out, err := meshd(ctx, p, "join", adoptedToken(ctx, t, hub), "--name", p.Name, "--data-dir", "/var/lib/meshd",
 		"--tunnel", lab.TunnelIface, "--json")
-	var jr agent.JoinResult
+	var jr setup.JoinResult
 	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
 		t.Fatalf("%s join --tunnel wg0: %v\n%s", p.Name, err, out)
 	}
@@ -436,7 +437,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 			t.Fatalf("token create --converged: %v\n%s", err, out)
 		}
 		out, err = meshd(ctx, nn, "join", tv.Token, "--name", "newnode", "--data-dir", "/var/lib/meshd", "--advertise", lab.NewnodeAddr, "--json")
-		var jr agent.JoinResult
+		var jr setup.JoinResult
 		if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
 			t.Fatalf("newnode join --converged: %v\n%s", err, out)
 		}

@@ -184,7 +184,7 @@ func TestPreflightNothingFoundIsAnEmptyList(t *testing.T) {
 	if len(got) != 0 {
 		t.Fatalf("findings on a free machine: %+v", got)
 	}
-	b, err := json.Marshal(GenesisResult{Findings: got, DryRun: true})
+	b, err := json.Marshal(JoinResult{Findings: got, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/agent"
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
 )
@@ -510,7 +511,7 @@ marked taken converges; one not taken is only prepared (what is found is held).
 			if index > 0 {
 				path += fmt.Sprintf("?index=%d&wait=50s", index)
 			}
-			var v agent.DeclarationView
+			var v api.DeclarationView
 			if err := g.client().Get(ctx, path, &v); err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package agent
+package setup
 
 import (
 	"bytes"
@@ -21,11 +21,11 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
-	"meshd/setup"
 	"meshd/wg"
 )
 
@@ -63,8 +63,8 @@ type JoinResult struct {
 	// Mode is the token's: the joining node's mode.
 	Mode fsm.Mode `json:"mode"`
 	// Findings are the preflight's (warnings only, when the join went ahead).
-	Findings []setup.Finding `json:"findings"`
-	DryRun   bool            `json:"dry_run,omitempty"`
+	Findings []Finding `json:"findings"`
+	DryRun   bool      `json:"dry_run,omitempty"`
 	// Resumed says this join sent again the keys of an earlier one whose answer was lost, and
 	// got that enrolment's answer.
 	Resumed bool `json:"resumed,omitempty"`
@@ -91,8 +91,8 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if opts.Name == "" {
 		return nil, errors.New("join needs the node's name (--name)")
 	}
-	if _, err := os.Stat(filepath.Join(opts.DataDir, setup.NodeFileName)); err == nil {
-		n, _ := setup.ReadNodeFile(opts.DataDir)
+	if _, err := os.Stat(filepath.Join(opts.DataDir, NodeFileName)); err == nil {
+		n, _ := ReadNodeFile(opts.DataDir)
 		if n != nil {
 			return nil, fmt.Errorf("%s already holds node %s (id %s); a machine joins once", opts.DataDir, n.Name, n.ID)
 		}
@@ -113,11 +113,11 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return &JoinResult{DataDir: opts.DataDir, Servers: p.Bus, Mode: fsm.Mode(p.Mode), Findings: findings, DryRun: true}, nil
 	}
 	sealPath := pki.SealKeyPath(opts.SealKey)
-	seal, newSeal, err := setup.SealKeyFor(sealPath)
+	seal, newSeal, err := SealKeyFor(sealPath)
 	if err != nil {
 		return nil, err
 	}
-	done, err := setup.WriteNewSealKey(seal, newSeal)
+	done, err := WriteNewSealKey(seal, newSeal)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	}
 	key := ed25519.PrivateKey(pend.NodeKey)
 	pub := key.Public().(ed25519.PublicKey)
-	enrol := EnrolRequest{Token: opts.Token, Node: opts.Name, ID: pend.ID, PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings,
+	enrol := api.EnrolRequest{Token: opts.Token, Node: opts.Name, ID: pend.ID, PublicKey: pki.PublicKeyString(pub), Advertise: opts.Advertise, Settings: settings,
 		Server: p.Server}
 	// The node's overlay key: the found tunnel's when it presents one (sealed when its tunnel is
 	// taken over), else one made here, whose private half never leaves this machine.
@@ -175,7 +175,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		}
 	}
 
-	var resp *EnrolResponse
+	var resp *api.EnrolResponse
 	var tried []string
 	sent := false
 	for _, addr := range p.Bus {
@@ -238,8 +238,8 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if newSeal || pend.SealNew {
 		res.RecoveryCode = seal.RecoveryCode()
 	}
-	nf := &setup.NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: resp.Node.Server, Advertise: resp.Node.Advertise, Servers: servers, RaftPort: raftPort}
-	if err := setup.WriteNodeFile(opts.DataDir, nf); err != nil {
+	nf := &NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: resp.Node.Server, Advertise: resp.Node.Advertise, Servers: servers, RaftPort: raftPort}
+	if err := WriteNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but its node file: %w", opts.Name, err)
 	}
 	os.Remove(joinPendingPath(opts.DataDir))
@@ -274,7 +274,7 @@ func newJoinPending(opts JoinOptions, sealNew bool) (*joinPending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the node's WireGuard key: %w", err)
 	}
-	return &joinPending{TokenHash: pki.TokenHash(opts.Token), Name: opts.Name, ID: setup.NewID(), NodeKey: key, Overlay: wk.String(), SealNew: sealNew}, nil
+	return &joinPending{TokenHash: pki.TokenHash(opts.Token), Name: opts.Name, ID: NewID(), NodeKey: key, Overlay: wk.String(), SealNew: sealNew}, nil
 }
 
 // readJoinPending reads an earlier join's pending state in dataDir, nil when there is none.
@@ -311,7 +311,7 @@ func writeJoinPending(dataDir string, seal *pki.SealKey, p *joinPending) (create
 
 // joinPreflight resolves join's --port values and runs the preflight on this machine for the
 // ports a client binds and the token's mode; a finding at error level refuses the join.
-func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (map[string]string, []setup.Finding, error) {
+func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (map[string]string, []Finding, error) {
 	cat, err := catalogue.Default()
 	if err != nil {
 		return nil, nil, fmt.Errorf("the shipped catalogue: %w", err)
@@ -320,15 +320,15 @@ func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (
 	if err != nil {
 		return nil, nil, err
 	}
-	in := setup.PreflightInput{Act: setup.ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost,
+	in := PreflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost,
 		TakeTunnel: opts.Tunnel, Server: p.Server}
 	if r, err := netip.ParsePrefix(p.Range); err == nil {
 		in.Range = r.Masked()
 	}
-	findings := setup.Preflight(ctx, in)
+	findings := Preflight(ctx, in)
 	for _, f := range findings {
-		if f.Level == setup.LevelError {
-			return nil, nil, &setup.PreflightError{Findings: findings, Act: setup.ActJoin}
+		if f.Level == LevelError {
+			return nil, nil, &PreflightError{Findings: findings, Act: ActJoin}
 		}
 	}
 	return settings, findings, nil
@@ -359,7 +359,7 @@ func JoinSettings(cat catalogue.Catalogue, ports map[string]string, server bool)
 		if err != nil {
 			return nil, fmt.Errorf("--port %s=%s: %w", k, v, err)
 		}
-		s, ok := setup.CutModule(key, catalogue.MeshModule)
+		s, ok := CutModule(key, catalogue.MeshModule)
 		if !ok || !slices.Contains(allowed, s) {
 			return nil, fmt.Errorf("--port %s=%s: a joining node sets only the ports it binds itself: %s", k, v, strings.Join(allowed, ", "))
 		}
@@ -376,18 +376,20 @@ func JoinSettings(cat catalogue.Catalogue, ports map[string]string, server bool)
 //
 // sent says the request was written out whole: from then on the server may have committed the
 // enrolment even when no answer comes back.
-func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) (resp *EnrolResponse, sent bool, err error) {
+func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) (resp *api.EnrolResponse, sent bool, err error) {
 	var wrote atomic.Bool // set on the transport's goroutine
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 		if i.Err == nil {
 			wrote.Store(true)
 		}
 	}})
-	resp, err = enrolOnce(ctx, addr, token, fingerprint, body)
+	resp, err = EnrolOnce(ctx, addr, token, fingerprint, body)
 	return resp, wrote.Load(), err
 }
 
-func enrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte) (*EnrolResponse, error) {
+// EnrolOnce sends one enrolment body to the bus at addr, pinned to the CA of fingerprint, and
+// reads the answer (the agent's bus tests enrol through it too).
+func EnrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte) (*api.EnrolResponse, error) {
 	var ca *x509.Certificate
 	var tokenErr error
 	tlsCfg := pki.PinnedTLS(fingerprint, &ca)
@@ -404,22 +406,22 @@ func enrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte
 	}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
 	defer client.CloseIdleConnections()
-	bus := jsonHTTP{client: client, base: "https://" + addr, limit: 16 << 20}
-	resp, err := bus.send(ctx, http.MethodPost, "/v1/enrol", bytes.NewReader(body))
+	bus := api.Endpoint{Client: client, Base: "https://" + addr, Limit: 16 << 20}
+	resp, err := bus.Send(ctx, http.MethodPost, "/v1/enrol", bytes.NewReader(body))
 	if tokenErr != nil {
 		return nil, &JoinError{tokenErr}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus %s: %w", addr, err)
 	}
-	var out EnrolResponse
-	err = bus.read(resp, &out)
-	var ae *answerError
+	var out api.EnrolResponse
+	err = bus.Read(resp, &out)
+	var ae *api.AnswerError
 	if errors.As(err, &ae) {
 		if ae.Code < 500 {
-			return nil, &JoinError{errors.New(ae.text("bus " + addr))}
+			return nil, &JoinError{errors.New(ae.Text("bus " + addr))}
 		}
-		return nil, errors.New(ae.text("bus " + addr))
+		return nil, errors.New(ae.Text("bus " + addr))
 	}
 	if err != nil || out.Node == nil {
 		return nil, fmt.Errorf("bus %s: not an enrolment answer: %v", addr, err)
@@ -429,7 +431,7 @@ func enrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte
 
 // joinedServer reads what a server's enrolment brings beyond a client's: the mesh CA with its key
 // (a server enrols nodes and signs tokens) and the node's Raft port as the record settled it.
-func joinedServer(resp *EnrolResponse) (*pki.CA, uint16, error) {
+func joinedServer(resp *api.EnrolResponse) (*pki.CA, uint16, error) {
 	if len(resp.CAKey) != ed25519.PrivateKeySize {
 		return nil, 0, errors.New("the server sent no mesh CA key")
 	}
