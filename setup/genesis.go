@@ -114,7 +114,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	mesh := cat[catalogue.MeshModule]
 	vals := map[string]string{}
 	for k, v := range settings {
-		if s, ok := CutModule(k, catalogue.MeshModule); ok {
+		if s, ok := cutModule(k, catalogue.MeshModule); ok {
 			vals[s] = v
 		}
 	}
@@ -142,7 +142,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		}
 	}
 	say("preflight: the ports, the firewall, the tunnel, the Docker engine")
-	findings := Preflight(context.Background(), PreflightInput{Mode: opts.Mode, Catalogue: cat, Settings: settings,
+	findings := preflight(context.Background(), preflightInput{Mode: opts.Mode, Catalogue: cat, Settings: settings,
 		Advertise: opts.Advertise, DockerHost: opts.DockerHost, Range: rng.Masked(), TakeTunnel: opts.TakeTunnel})
 	for _, f := range findings {
 		if f.Level == LevelError {
@@ -154,11 +154,11 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	}
 	say("sealing the mesh's secrets: the CA, the node's identity, the gossip keyring")
 	sealPath := pki.SealKeyPath(opts.SealKey)
-	seal, newSeal, err := SealKeyFor(sealPath)
+	seal, newSeal, err := sealKeyFor(sealPath)
 	if err != nil {
 		return nil, err
 	}
-	done, err := WriteNewSealKey(seal, newSeal)
+	done, err := writeNewSealKey(seal, newSeal)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", opts.DataDir, err)
 	}
-	nf := &NodeFile{Name: opts.Name, ID: NewID(), Server: true, Advertise: opts.Advertise, RaftPort: raftPort}
+	nf := &NodeFile{Name: opts.Name, ID: newID(), Server: true, Advertise: opts.Advertise, RaftPort: raftPort}
 	// The mesh's secrets, sealed before anything else is written: the CA, the control-node's
 	// identity and certificate, the gossip keyring.
 	ca, err := pki.NewCA(opts.Name, time.Now())
@@ -294,11 +294,11 @@ func genesisSettings(cat catalogue.Catalogue, opts GenesisOptions) (map[string]s
 	return settings, nil
 }
 
-// WriteNewSealKey writes a seal key just made, before anything is sealed with it: a secret sealed
+// writeNewSealKey writes a seal key just made, before anything is sealed with it: a secret sealed
 // under a key that never reached its file could not be opened again. done(false), deferred,
 // removes it when what it was made for did not finish, so the next attempt makes a new one and
 // shows its recovery code; done(true) keeps it. A key that was already there is never touched.
-func WriteNewSealKey(seal *pki.SealKey, isNew bool) (done func(ok bool), err error) {
+func writeNewSealKey(seal *pki.SealKey, isNew bool) (done func(ok bool), err error) {
 	if !isNew {
 		return func(bool) {}, nil
 	}
@@ -317,8 +317,8 @@ func WriteNewSealKey(seal *pki.SealKey, isNew bool) (done func(ok bool), err err
 	}, nil
 }
 
-// SealKeyFor reads the seal key at path, or makes a new one (not yet written) when there is none.
-func SealKeyFor(path string) (*pki.SealKey, bool, error) {
+// sealKeyFor reads the seal key at path, or makes a new one (not yet written) when there is none.
+func sealKeyFor(path string) (*pki.SealKey, bool, error) {
 	if _, err := os.Stat(path); err == nil {
 		k, err := pki.ReadSealKey(path)
 		if err != nil {
@@ -329,7 +329,7 @@ func SealKeyFor(path string) (*pki.SealKey, bool, error) {
 	return pki.NewSealKey(path), true, nil
 }
 
-func CutModule(key, module string) (string, bool) {
+func cutModule(key, module string) (string, bool) {
 	if len(key) > len(module)+1 && key[:len(module)+1] == module+"." {
 		return key[len(module)+1:], true
 	}

@@ -113,11 +113,11 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return &JoinResult{DataDir: opts.DataDir, Servers: p.Bus, Mode: fsm.Mode(p.Mode), Findings: findings, DryRun: true}, nil
 	}
 	sealPath := pki.SealKeyPath(opts.SealKey)
-	seal, newSeal, err := SealKeyFor(sealPath)
+	seal, newSeal, err := sealKeyFor(sealPath)
 	if err != nil {
 		return nil, err
 	}
-	done, err := WriteNewSealKey(seal, newSeal)
+	done, err := writeNewSealKey(seal, newSeal)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func newJoinPending(opts JoinOptions, sealNew bool) (*joinPending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the node's WireGuard key: %w", err)
 	}
-	return &joinPending{TokenHash: pki.TokenHash(opts.Token), Name: opts.Name, ID: NewID(), NodeKey: key, Overlay: wk.String(), SealNew: sealNew}, nil
+	return &joinPending{TokenHash: pki.TokenHash(opts.Token), Name: opts.Name, ID: newID(), NodeKey: key, Overlay: wk.String(), SealNew: sealNew}, nil
 }
 
 // readJoinPending reads an earlier join's pending state in dataDir, nil when there is none.
@@ -320,12 +320,12 @@ func joinPreflight(ctx context.Context, opts JoinOptions, p *pki.TokenPayload) (
 	if err != nil {
 		return nil, nil, err
 	}
-	in := PreflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost,
+	in := preflightInput{Act: ActJoin, Mode: fsm.Mode(p.Mode), Catalogue: cat, Settings: settings, DockerHost: opts.DockerHost,
 		TakeTunnel: opts.Tunnel, Server: p.Server}
 	if r, err := netip.ParsePrefix(p.Range); err == nil {
 		in.Range = r.Masked()
 	}
-	findings := Preflight(ctx, in)
+	findings := preflight(ctx, in)
 	for _, f := range findings {
 		if f.Level == LevelError {
 			return nil, nil, &PreflightError{Findings: findings, Act: ActJoin}
@@ -359,7 +359,7 @@ func JoinSettings(cat catalogue.Catalogue, ports map[string]string, server bool)
 		if err != nil {
 			return nil, fmt.Errorf("--port %s=%s: %w", k, v, err)
 		}
-		s, ok := CutModule(key, catalogue.MeshModule)
+		s, ok := cutModule(key, catalogue.MeshModule)
 		if !ok || !slices.Contains(allowed, s) {
 			return nil, fmt.Errorf("--port %s=%s: a joining node sets only the ports it binds itself: %s", k, v, strings.Join(allowed, ", "))
 		}

@@ -64,7 +64,7 @@ func WriteNodeFile(dataDir string, n *NodeFile) error {
 	return pki.WriteFileAtomic(filepath.Join(dataDir, NodeFileName), append(b, '\n'), 0o600)
 }
 
-func NewID() string {
+func newID() string {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
 		panic(err)

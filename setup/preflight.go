@@ -87,7 +87,7 @@ func BindPlan(cat catalogue.Catalogue, settings map[string]string, advertise str
 		}
 		vals := map[string]string{}
 		for k, v := range settings {
-			if s, ok := CutModule(k, name); ok {
+			if s, ok := cutModule(k, name); ok {
 				vals[s] = v
 			}
 		}
@@ -134,7 +134,7 @@ func BindPlan(cat catalogue.Catalogue, settings map[string]string, advertise str
 }
 
 // The acts a preflight checks a machine for. Genesis binds every foundation port; a join binds the
-// ports a client node binds (ClientBindPlan). The findings' words name the act and its remedy.
+// ports a client node binds (clientBindPlan). The findings' words name the act and its remedy.
 const (
 	ActGenesis = "genesis"
 	ActJoin    = "join"
@@ -163,17 +163,17 @@ func wordsFor(act string) actWords {
 	return actWords{name: "genesis", inUse: "raise it with --adopted"}
 }
 
-// ClientBindPlan lists the ports a joining node binds: the mesh module's (its bus, gossip and
+// clientBindPlan lists the ports a joining node binds: the mesh module's (its bus, gossip and
 // tunnel; its Raft port only when it joins as a server), on every address, with the node's mesh
 // settings over the catalogue's defaults. settings are keyed MODULE.SETTING.
-func ClientBindPlan(cat catalogue.Catalogue, settings map[string]string, server bool) ([]PortBind, error) {
+func clientBindPlan(cat catalogue.Catalogue, settings map[string]string, server bool) ([]PortBind, error) {
 	m := cat[catalogue.MeshModule]
 	if m == nil {
 		return nil, fmt.Errorf("the catalogue has no %s module", catalogue.MeshModule)
 	}
 	vals := map[string]string{}
 	for k, v := range settings {
-		if s, ok := CutModule(k, catalogue.MeshModule); ok {
+		if s, ok := cutModule(k, catalogue.MeshModule); ok {
 			vals[s] = v
 		}
 	}
@@ -198,8 +198,8 @@ func ClientBindPlan(cat catalogue.Catalogue, settings map[string]string, server 
 	return plan, nil
 }
 
-// PreflightInput is what genesis or join checks.
-type PreflightInput struct {
+// preflightInput is what genesis or join checks.
+type preflightInput struct {
 	// Act is ActGenesis (or empty) or ActJoin.
 	Act        string
 	Mode       fsm.Mode
@@ -220,7 +220,7 @@ type PreflightInput struct {
 // It is a flat list of independent checks, each a few lines over what it read once at the top
 // (listening sockets, published ports, the bind plan); it stays one body so the findings come out
 // in the order the operator reads them.
-func Preflight(ctx context.Context, in PreflightInput) []Finding {
+func preflight(ctx context.Context, in preflightInput) []Finding {
 	w := wordsFor(in.Act)
 	out := []Finding{}
 	add := func(check, level, holder, format string, args ...any) {
@@ -251,7 +251,7 @@ func Preflight(ctx context.Context, in PreflightInput) []Finding {
 	// address it will bind.
 	plan, err := BindPlan(in.Catalogue, in.Settings, in.Advertise)
 	if in.Act == ActJoin {
-		plan, err = ClientBindPlan(in.Catalogue, in.Settings, in.Server)
+		plan, err = clientBindPlan(in.Catalogue, in.Settings, in.Server)
 	}
 	if err != nil {
 		add("settings", LevelError, "", "%v", err)

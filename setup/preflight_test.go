@@ -39,7 +39,7 @@ func TestPreflightWordsFitTheAct(t *testing.T) {
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	noEngine := "unix://" + t.TempDir() + "/none.sock"
 
-	join := Preflight(context.Background(), PreflightInput{Act: ActJoin, Mode: fsm.Converged, Catalogue: cat,
+	join := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Converged, Catalogue: cat,
 		Settings: map[string]string{"mesh.gossip": port}, DockerHost: noEngine})
 	if !findingsSay(join, "port.mesh.gossip", LevelError, "give join another: --port gossip=N") {
 		t.Errorf("the held gossip port is not refused in join's words: %+v", join)
@@ -64,14 +64,14 @@ func TestPreflightWordsFitTheAct(t *testing.T) {
 	}
 
 	// Adopted, the machine in use is no finding; its held port still is.
-	adopted := Preflight(context.Background(), PreflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
+	adopted := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
 		Settings: map[string]string{"mesh.gossip": port}, DockerHost: noEngine})
 	if findingsSay(adopted, "machine.listeners", LevelError, "") || !findingsSay(adopted, "port.mesh.gossip", LevelError, "--port gossip=N") {
 		t.Errorf("an adopted join: %+v", adopted)
 	}
 
 	// Genesis keeps its words.
-	gen := Preflight(context.Background(), PreflightInput{Mode: fsm.Converged, Catalogue: cat,
+	gen := preflight(context.Background(), preflightInput{Mode: fsm.Converged, Catalogue: cat,
 		Settings: map[string]string{"mesh.gossip": port}, Advertise: "127.0.0.1", DockerHost: noEngine})
 	if !findingsSay(gen, "port.mesh.gossip", LevelError, "give genesis another: --port gossip=N") ||
 		!findingsSay(gen, "machine.listeners", LevelError, "a converged genesis would close it. This machine is in use: raise it with --adopted") {
@@ -97,12 +97,12 @@ func TestPreflightHeldTunnelPortNamesTheTunnelFlag(t *testing.T) {
 	port := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
 	noEngine := "unix://" + t.TempDir() + "/none.sock"
 
-	join := Preflight(context.Background(), PreflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
+	join := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
 		Settings: map[string]string{"mesh.tunnel": port}, DockerHost: noEngine})
 	if !findingsSay(join, "port.mesh.tunnel", LevelError, "give join another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), present it: --tunnel wg0") {
 		t.Errorf("a held tunnel port does not name join's --tunnel: %+v", join)
 	}
-	gen := Preflight(context.Background(), PreflightInput{Mode: fsm.Adopted, Catalogue: cat,
+	gen := preflight(context.Background(), preflightInput{Mode: fsm.Adopted, Catalogue: cat,
 		Settings: map[string]string{"mesh.tunnel": port}, Advertise: "127.0.0.1", DockerHost: noEngine})
 	if !findingsSay(gen, "port.mesh.tunnel", LevelError, "give genesis another: --port tunnel=N, or, if it is the predecessor's WireGuard tunnel (say wg0), take it over: --adopted --take-tunnel wg0") {
 		t.Errorf("a held tunnel port does not name genesis's --take-tunnel: %+v", gen)
@@ -121,7 +121,7 @@ func TestClientBindPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := ClientBindPlan(cat, map[string]string{"mesh.tunnel": "51821"}, false)
+	plan, err := clientBindPlan(cat, map[string]string{"mesh.tunnel": "51821"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestPreflightNothingFoundIsAnEmptyList(t *testing.T) {
 		return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	}
 	settings := map[string]string{"mesh.bus": free("tcp"), "mesh.gossip": free("tcp"), "mesh.tunnel": free("udp")}
-	got := Preflight(context.Background(), PreflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
+	got := preflight(context.Background(), preflightInput{Act: ActJoin, Mode: fsm.Adopted, Catalogue: cat,
 		Settings: settings, DockerHost: "unix://" + sock})
 	if len(got) != 0 {
 		t.Fatalf("findings on a free machine: %+v", got)
