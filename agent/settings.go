@@ -27,7 +27,7 @@ import (
 
 // Settings outlive genesis (ADR 0100): `meshd node set` changes a node's settings in the record.
 // Before the command is proposed, every port the change moves is checked on the node itself by
-// genesis's own port checks (preflight.go: a published port, a listener, a bind), so a port held
+// genesis's own port checks (setup/preflight.go: a published port, a listener, a bind), so a port held
 // there is refused naming its holder and nothing is committed. Every reader follows the record:
 // the host re-publishes containers and moves openings and the guard, the agent rebinds the bus
 // and gossip, and a server's Raft port is the record's from its next start.
@@ -219,7 +219,7 @@ func (a *Agent) postPortCheck(w http.ResponseWriter, req *http.Request, _ string
 	writeJSON(w, http.StatusOK, portCheckAnswer{Node: a.node.Name, Findings: checkBinds(ctx, a.node.Name, a.cfg.DockerHost, in.Binds)})
 }
 
-// checkBinds is genesis's port check (preflight.go) for a running node: what it reads of the
+// checkBinds is genesis's port check (setup/preflight.go) for a running node: what it reads of the
 // machine (listening sockets, the engine's published ports), then judgeBinds.
 func checkBinds(ctx context.Context, node, dockerHost string, binds []setup.PortBind) []setup.Finding {
 	var out []setup.Finding

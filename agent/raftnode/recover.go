@@ -40,10 +40,11 @@ type RecoverResult struct {
 }
 
 // Recover rewrites the Raft configuration server n holds in dataDir so that the servers named
-// in keep (node names; empty means this server alone) are the group's voters. The agent must be stopped:
-// the Raft log is locked while it runs. Run it with the same keep on every surviving server, then
-// start their agents: they elect a leader among themselves. One body: each step (lock the log,
-// read what it holds, write the new configuration, say what was kept) needs the one before.
+// in keep (node names; empty means this server alone) are the group's voters. The agent must be
+// stopped: the Raft log is locked while it runs. Run it with the same keep on every surviving
+// server, then start their agents: they elect a leader among themselves. One body: each step
+// (lock the log, read what it holds, write the new configuration, say what was kept) needs the
+// one before.
 func Recover(dataDir string, n Self, keep []string, logOut io.Writer) (*RecoverResult, error) {
 	if logOut == nil {
 		logOut = io.Discard
