@@ -27,8 +27,8 @@ import (
 
 // Settings outlive genesis (ADR 0100): `meshd node set` changes a node's settings in the record.
 // Before the command is proposed, every port the change moves is checked on the node itself by
-// genesis's own port checks (setup/preflight.go: a published port, a listener, a bind), so a port held
-// there is refused naming its holder and nothing is committed. Every reader follows the record:
+// genesis's own port checks (setup/preflight.go: a published port, a listener, a bind), so a
+// port held there is refused naming its holder and nothing is committed. Every reader follows the record:
 // the host re-publishes containers and moves openings and the guard, the agent rebinds the bus
 // and gossip, and a server's Raft port is the record's from its next start.
 
