@@ -19,6 +19,7 @@ import (
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // DefaultDataDir is where a node keeps its identity, its Raft log and its record store.
@@ -54,7 +55,7 @@ type Config struct {
 // what a server or a client does differently (role.go).
 type Agent struct {
 	cfg  Config
-	node *NodeFile
+	node *setup.NodeFile
 	log  *slog.Logger
 	role role
 	http *http.Server
@@ -99,7 +100,7 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.LogOutput == nil {
 		cfg.LogOutput = os.Stderr
 	}
-	n, err := ReadNodeFile(cfg.DataDir)
+	n, err := setup.ReadNodeFile(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}

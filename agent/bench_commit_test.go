@@ -25,6 +25,7 @@ import (
 	"meshd/fsm"
 	"meshd/internal/testenv"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // BenchmarkOperatorCommit is issue 18's Raft figure: an operator command (`meshd token create`,
@@ -109,7 +110,7 @@ func startCommitGroup(b *testing.B, n int) string {
 	for i := range n {
 		name := "s" + strconv.Itoa(i)
 		id, certPEM, key := nodeIdentity(b, ca, name, pki.ServerCert)
-		nf := &NodeFile{Name: name, ID: name + "-id", Server: true, Advertise: "127.0.0.1", RaftPort: freeLoopbackPort(b)}
+		nf := &setup.NodeFile{Name: name, ID: name + "-id", Server: true, Advertise: "127.0.0.1", RaftPort: freeLoopbackPort(b)}
 		a := &Agent{cfg: Config{DataDir: b.TempDir(), LogOutput: io.Discard}, node: nf, log: quiet, identity: id,
 			caCert: ca.Cert, declarations: make(chan *fsm.Declaration, 1),
 			secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}}
@@ -123,17 +124,17 @@ func startCommitGroup(b *testing.B, n int) string {
 		}
 		b.Cleanup(func() { s.close() })
 		roles = append(roles, s)
-		boot.Servers = append(boot.Servers, raft.Server{ID: raft.ServerID(nf.ID), Address: s.raft.transport.LocalAddr()})
+		boot.Servers = append(boot.Servers, raft.Server{ID: raft.ServerID(nf.ID), Address: s.raft.LocalAddr()})
 	}
 	for _, s := range roles {
-		if err := s.raft.raft.BootstrapCluster(boot).Error(); err != nil {
+		if err := s.raft.Bootstrap(boot.Servers); err != nil {
 			b.Fatal(err)
 		}
 	}
 	var leader *serverRole
 	if err := testenv.Poll(b, 20*time.Second, func() error {
 		for _, s := range roles {
-			if s.raft.raft.State() == raft.Leader {
+			if s.raft.IsLeader() {
 				leader = s
 				return nil
 			}
@@ -144,7 +145,7 @@ func startCommitGroup(b *testing.B, n int) string {
 	}
 	nf := leader.node
 	key := leader.secrets.NodeKey
-	if _, err := leader.raft.apply(fsm.OpGenesis, fsm.Genesis{Node: nf.Name, ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
+	if _, err := leader.raft.Apply(fsm.OpGenesis, fsm.Genesis{Node: nf.Name, ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
 		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Catalogue: catalogue.DefaultSources(),
 		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(nf.RaftPort)), "mesh.bus": strconv.Itoa(int(freeLoopbackPort(b)))}}, 10*time.Second); err != nil {
 		b.Fatal(err)

@@ -14,11 +14,14 @@ import (
 	"strconv"
 	"time"
 
+	"meshd/agent/autopilot"
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/internal/ratelog"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // The bus is a server's TLS API for the other agents, on the node's mesh.bus setting. Enrolment
@@ -121,7 +124,7 @@ func (s *serverRole) busRoutes() http.Handler {
 	mux.HandleFunc("GET /v1/gossip", s.withNode(s.getGossipView))
 	mux.HandleFunc("GET /v1/tunnel", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getTunnel(w, r) }))
 	s.peerRoutes(mux)
-	return s.raft.caughtUpOnly(mux)
+	return caughtUpOnly(s.raft, mux)
 }
 
 // withNode lets a request through only with a client certificate from the mesh CA (the TLS layer
@@ -214,12 +217,12 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			code = http.StatusRequestEntityTooLarge
 		}
-		api.WriteJSON(w, code, api.ErrorBody{Error: "enrolment request: " + clip(err.Error(), 200)})
+		api.WriteJSON(w, code, api.ErrorBody{Error: "enrolment request: " + ratelog.Clip(err.Error(), 200)})
 		return
 	}
 	refuse := func(code int, err error) {
-		s.busRefusals.Warn("enrolment refused", "node", clip(in.Node, 64), "from", req.RemoteAddr, "err", clip(err.Error(), 300))
-		api.WriteJSON(w, code, api.ErrorBody{Error: fmt.Sprintf("enrolment of node %s refused: %s", clip(in.Node, 64), clip(err.Error(), 1000))})
+		s.busRefusals.Warn("enrolment refused", "node", ratelog.Clip(in.Node, 64), "from", req.RemoteAddr, "err", ratelog.Clip(err.Error(), 300))
+		api.WriteJSON(w, code, api.ErrorBody{Error: fmt.Sprintf("enrolment of node %s refused: %s", ratelog.Clip(in.Node, 64), ratelog.Clip(err.Error(), 1000))})
 	}
 	if _, err := pki.VerifyToken(in.Token, s.caCert, time.Now()); err != nil {
 		refuse(http.StatusForbidden, err)
@@ -239,7 +242,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 	}
 	var cat catalogue.Catalogue
 	s.fsm.Read(func(r *fsm.Record, _ uint64) { cat = r.Catalogue })
-	if _, err := JoinSettings(cat, in.Settings, in.Server); err != nil {
+	if _, err := setup.JoinSettings(cat, in.Settings, in.Server); err != nil {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
@@ -257,7 +260,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
-	v, index, err := s.raft.applyAt(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
+	v, index, err := s.raft.ApplyAt(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
 		PublicKey: in.PublicKey, Advertise: in.Advertise, Settings: in.Settings, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel,
 		Server: in.Server}, applyTimeout)
 	committedAt(w, index)
@@ -331,7 +334,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	hash := pki.TokenHash(tok)
-	_, index, err := s.raft.applyAt(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC(), Server: in.Server}, applyTimeout)
+	_, index, err := s.raft.ApplyAt(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC(), Server: in.Server}, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
@@ -347,7 +350,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 				}
 			}
 		})
-		tv.Warning = evenWarning(servers + 1)
+		tv.Warning = autopilot.EvenWarning(servers + 1)
 	}
 	api.WriteJSON(w, http.StatusOK, tv)
 }

@@ -21,6 +21,7 @@ import (
 	"meshd/fsm"
 	"meshd/internal/testenv"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // startBus serves ts's bus until the test ends and waits until it answers.
@@ -56,7 +57,7 @@ func (ts *testServer) goodEnrolment(t *testing.T, node string) (*api.EnrolRespon
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	key, _ := pki.NewNodeKey()
@@ -64,7 +65,7 @@ func (ts *testServer) goodEnrolment(t *testing.T, node string) (*api.EnrolRespon
 		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey))})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return enrolOnce(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)
+	return setup.EnrolOnce(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)
 }
 
 // Issue 14: /v1/enrol is open to anyone and each refusal logged the caller's node field (up to

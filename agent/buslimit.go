@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"meshd/internal/ratelog"
 	"net"
 	"sync"
 	"time"
@@ -41,14 +42,14 @@ const (
 type limitListener struct {
 	net.Listener
 	max, perIP int
-	refused    *rateLog
+	refused    *ratelog.Log
 
 	mu    sync.Mutex
 	total int
 	byIP  map[string]int
 }
 
-func newLimitListener(ln net.Listener, max, perIP int, refused *rateLog) *limitListener {
+func newLimitListener(ln net.Listener, max, perIP int, refused *ratelog.Log) *limitListener {
 	return &limitListener{Listener: ln, max: max, perIP: perIP, refused: refused, byIP: map[string]int{}}
 }
 

@@ -20,6 +20,7 @@ import (
 	"meshd/gossip"
 	"meshd/host"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // clientRole is a client node's role. A client runs no Raft: it watches its own declaration on the
@@ -42,7 +43,7 @@ type clientRole struct {
 // newClientRole checks that the node knows a server to ask.
 func newClientRole(a *Agent) (*clientRole, error) {
 	if len(a.node.Servers) == 0 {
-		return nil, fmt.Errorf("client node %s knows no server (%s has no servers): join it again", a.node.Name, filepath.Join(a.cfg.DataDir, nodeFileName))
+		return nil, fmt.Errorf("client node %s knows no server (%s has no servers): join it again", a.node.Name, filepath.Join(a.cfg.DataDir, setup.NodeFileName))
 	}
 	return &clientRole{Agent: a, servers: a.node.Servers,
 		busClient: &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&a.identity, a.caCert),
@@ -104,7 +105,7 @@ func (c *clientRole) followServers(v api.GossipView) {
 	c.servers = addrs
 	nf := *c.node
 	nf.Servers = append([]string{}, addrs...)
-	if err := writeNodeFile(c.cfg.DataDir, &nf); err != nil {
+	if err := setup.WriteNodeFile(c.cfg.DataDir, &nf); err != nil {
 		c.log.Warn("node file not updated with the servers' bus addresses", "err", err)
 	}
 }

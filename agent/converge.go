@@ -17,8 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
@@ -135,7 +133,7 @@ func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	v, err := s.raft.apply(fsm.OpFlip, fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token}, applyTimeout)
+	v, err := s.raft.Apply(fsm.OpFlip, fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token}, applyTimeout)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -146,7 +144,7 @@ func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 
 // postAdopt serves `meshd adopt NODE`: the return recorded as an intent.
 func (s *serverRole) postAdopt(w http.ResponseWriter, req *http.Request) {
-	v, err := s.raft.apply(fsm.OpFlip, fsm.Flip{Node: req.PathValue("node"), To: fsm.Adopted}, applyTimeout)
+	v, err := s.raft.Apply(fsm.OpFlip, fsm.Flip{Node: req.PathValue("node"), To: fsm.Adopted}, applyTimeout)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -162,7 +160,7 @@ const flipCheck = 250 * time.Millisecond
 // pending flip (the one recorded at that time, to that mode), the node is recorded in that mode.
 // A leader that changes mid-way leaves the intent in the record; the next leader finishes it.
 func (s *serverRole) finishFlips(ctx context.Context) {
-	if err := s.raft.waitCaughtUp(ctx); err != nil {
+	if err := s.raft.WaitCaughtUp(ctx); err != nil {
 		return
 	}
 	t := time.NewTicker(flipCheck)
@@ -173,7 +171,7 @@ func (s *serverRole) finishFlips(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if s.raft.raft.State() != raft.Leader {
+		if !s.raft.IsLeader() {
 			continue
 		}
 		var pending []fsm.FlipDone
@@ -189,7 +187,7 @@ func (s *serverRole) finishFlips(ctx context.Context) {
 			if fv == nil || !fv.Done || fv.To != p.To || !fv.Since.Equal(p.Since) {
 				continue
 			}
-			if _, err := s.raft.apply(fsm.OpFlipDone, p, applyTimeout); err != nil {
+			if _, err := s.raft.Apply(fsm.OpFlipDone, p, applyTimeout); err != nil {
 				s.log.Warn("record a finished flip", "node", p.Node, "to", p.To, "err", err)
 				continue
 			}

@@ -12,6 +12,7 @@ import (
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // Issue 14: a lost enrolment answer burned the name. The same enrolment sent again (same token,
@@ -24,7 +25,7 @@ func TestEnrolAgainWithTheSameKeyGetsTheSameAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	enrol := func(key ed25519.PrivateKey) (*api.EnrolResponse, error) {
@@ -32,7 +33,7 @@ func TestEnrolAgainWithTheSameKeyGetsTheSameAnswer(t *testing.T) {
 			PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey))})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return enrolOnce(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)
+		return setup.EnrolOnce(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)
 	}
 	key, _ := pki.NewNodeKey()
 	first, err := enrol(key)
@@ -63,7 +64,7 @@ func TestEnrolAgainWithTheSameKeyGetsTheSameAnswer(t *testing.T) {
 	}
 	other, _ := pki.NewNodeKey()
 	_, err = enrol(other)
-	var je *JoinError
+	var je *setup.JoinError
 	if !errors.As(err, &je) || !strings.Contains(err.Error(), "already enrolled") {
 		t.Fatalf("the spent token with another key: %v", err)
 	}

@@ -343,34 +343,6 @@ func (a *Agent) membersByName() map[string]gossip.Member {
 	return out
 }
 
-// activeAgain is the kind of the retired found firewall rep reads active again, "" when none.
-func activeAgain(rep *host.Report) string {
-	var od host.OpeningDetail
-	if rep != nil && api.DecodeInto(rep.Kinds[fsm.KindOpening], &od) && od.Firewall.ActiveAgain {
-		return od.Firewall.Kind
-	}
-	return ""
-}
-
-// heldCounts counts what a report holds: found files and found containers kept as they are.
-func heldCounts(rep *host.Report) (files, containers int) {
-	if rep == nil {
-		return 0, 0
-	}
-	files = len(rep.Held)
-	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && raw != nil {
-		var cr host.ContainerReport
-		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &cr) == nil {
-			for _, c := range cr.Containers {
-				if c.State == "held" {
-					containers++
-				}
-			}
-		}
-	}
-	return files, containers
-}
-
 func (a *Agent) getMembers(w http.ResponseWriter, _ *http.Request) {
 	v := api.MembersView{Node: a.node.Name, Members: []api.MemberView{}, Rejected: map[string]uint64{}}
 	if g := a.member(); g != nil {

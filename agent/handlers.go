@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/autopilot"
+	"meshd/agent/raftnode"
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
@@ -27,7 +29,7 @@ const applyTimeout = 15 * time.Second
 func writeErr(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	var ref *fsm.Refusal
-	var nl *NotLeaderError
+	var nl *raftnode.NotLeaderError
 	var nf notFound
 	switch {
 	case errors.As(err, &ref):
@@ -49,7 +51,7 @@ type notFound string
 func (e notFound) Error() string { return string(e) }
 
 func (s *serverRole) leader() api.LeaderView {
-	addr, id := s.raft.raft.LeaderWithID()
+	addr, id := s.raft.Leader()
 	lv := api.LeaderView{ID: string(id), Address: string(addr)}
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		for _, n := range r.Nodes {
@@ -64,9 +66,9 @@ func (s *serverRole) leader() api.LeaderView {
 func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 	st := api.StatusView{Leader: s.leader(), Nodes: []api.NodeSummary{}, Gossip: api.GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}},
 		ServedBy: s.node.Name, Voters: s.voterNames()}
-	st.Warning = evenWarning(len(st.Voters))
-	if s.raft.raft.State() == raft.Leader {
-		st.Leader.Why = s.leadWhy()
+	st.Warning = autopilot.EvenWarning(len(st.Voters))
+	if s.raft.IsLeader() {
+		st.Leader.Why = s.ap.Why()
 	} else {
 		st.Stale = staleText(s.raftState())
 	}
@@ -240,7 +242,7 @@ func (s *serverRole) addModule(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusUnprocessableEntity, api.ErrorBody{Error: err.Error()})
 		return
 	}
-	v, index, err := s.raft.applyAt(fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source}, applyTimeout)
+	v, index, err := s.raft.ApplyAt(fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source}, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
@@ -256,7 +258,7 @@ func (s *serverRole) moduleAction(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusNotFound, api.ErrorBody{Error: "unknown action " + req.PathValue("action")})
 		return
 	}
-	v, index, err := s.raft.applyAt(op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}, applyTimeout)
+	v, index, err := s.raft.ApplyAt(op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
@@ -306,8 +308,8 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 }
 
 func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
-	fut := s.raft.raft.GetConfiguration()
-	if err := fut.Error(); err != nil {
+	servers, err := s.raft.Configuration()
+	if err != nil {
 		writeErr(w, fmt.Errorf("raft configuration: %w", err))
 		return
 	}
@@ -318,7 +320,7 @@ func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
 		for _, n := range r.Nodes {
 			names[n.ID] = n.Name
 		}
-		for _, s := range fut.Configuration().Servers {
+		for _, s := range servers {
 			out = append(out, api.PeerView{Node: names[string(s.ID)], ID: string(s.ID), Address: string(s.Address),
 				Suffrage: s.Suffrage.String(), Leader: string(s.ID) == leader.ID})
 		}
@@ -328,8 +330,8 @@ func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
 
 // snapshotSave writes the record as committed: a barrier first, so every acknowledged command is in.
 func (s *serverRole) snapshotSave(w http.ResponseWriter, _ *http.Request) {
-	if err := s.raft.raft.Barrier(applyTimeout).Error(); err != nil {
-		if nl := s.raft.notLeader(err); nl != nil {
+	if err := s.raft.Barrier(applyTimeout); err != nil {
+		if nl := s.raft.NotLeader(err); nl != nil {
 			err = nl
 		}
 		writeErr(w, err)
@@ -364,8 +366,8 @@ func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(data))}
-	if err := s.raft.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
-		if nl := s.raft.notLeader(err); nl != nil {
+	if err := s.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
+		if nl := s.raft.NotLeader(err); nl != nil {
 			err = nl
 		}
 		writeErr(w, fmt.Errorf("restore: %w", err))

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -126,9 +125,9 @@ func (s *serverRole) collectRole(ch chan<- prometheus.Metric) {
 	if s.raft == nil {
 		return
 	}
-	r, now := s.raft.raft, time.Now()
+	r, now := s.raft, time.Now()
 	leader, contact := 0.0, 0.0
-	if r.State() == raft.Leader {
+	if r.IsLeader() {
 		leader = 1
 	} else if lc := r.LastContact(); !lc.IsZero() {
 		contact = now.Sub(lc).Seconds()

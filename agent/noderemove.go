@@ -10,8 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"meshd/agent/autopilot"
 	"meshd/api"
 	"meshd/fsm"
 )
@@ -35,7 +34,7 @@ func (s *serverRole) removeNode(w http.ResponseWriter, req *http.Request) {
 		q = d
 	}
 	until := time.Now().Add(q).UTC().Truncate(time.Second)
-	v, index, err := s.raft.applyAt(fsm.OpNodeRemove, fsm.NodeRemove{Node: name, Until: until, Leader: s.node.Name}, applyTimeout)
+	v, index, err := s.raft.ApplyAt(fsm.OpNodeRemove, fsm.NodeRemove{Node: name, Until: until, Leader: s.node.Name}, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
@@ -44,12 +43,12 @@ func (s *serverRole) removeNode(w http.ResponseWriter, req *http.Request) {
 	n := v.(*fsm.Node)
 	out := api.NodeRemoveView{Node: n.Name, ID: n.ID, Server: n.Server, Address: n.Address, QuarantineUntil: until, RevokedKey: n.PublicKey, Index: index}
 	if n.Server {
-		if err := s.raft.raft.RemoveServer(raft.ServerID(n.ID), 0, applyTimeout).Error(); err != nil {
+		if err := s.raft.RemoveServer(n.ID, applyTimeout); err != nil {
 			writeErr(w, fmt.Errorf("node %s is out of the record (index %d), but raft has not taken it out of the group yet (%w); its certificate is refused all the same", name, index, err))
 			return
 		}
 		out.Voters = s.voterNames()
-		out.Warning = evenWarning(len(out.Voters))
+		out.Warning = autopilot.EvenWarning(len(out.Voters))
 	}
 	s.log.Info("node removed by the operator", "removed", n.Name, "server", n.Server, "address", n.Address, "quarantine_until", until)
 	api.WriteJSON(w, http.StatusOK, out)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/raftnode"
 	"meshd/fsm"
 	"meshd/internal/testenv"
 	"meshd/pki"
@@ -23,7 +23,7 @@ import (
 // from a "leader" of a newer term carrying a token.create for hash, committed at once, the way a
 // forged leader would mint itself an enrolment token.
 func appendToken(ts *testServer, trans raft.Transport, hash string) error {
-	st := ts.s.raft.raft.Stats()
+	st := ts.s.raft.Stats()
 	term, _ := strconv.ParseUint(st["term"], 10, 64)
 	last, _ := strconv.ParseUint(st["last_log_index"], 10, 64)
 	lastTerm, _ := strconv.ParseUint(st["last_log_term"], 10, 64)
@@ -60,12 +60,10 @@ func tlsTransport(t *testing.T, ca *pki.CA, id tls.Certificate) raft.Transport {
 	}
 	cfg = cfg.Clone()
 	cfg.Certificates = []tls.Certificate{id}
-	adv := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
-	stream, err := listenRaftTLS("127.0.0.1:0", adv, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stream, err := raftnode.ListenTLS("127.0.0.1:0", nil, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream.advertise = stream.ln.Addr()
 	trans := raft.NewNetworkTransport(stream, 1, 5*time.Second, io.Discard)
 	t.Cleanup(func() { trans.Close() })
 	return trans
@@ -107,7 +105,7 @@ func TestRaftRefusesAnyoneButAServer(t *testing.T) {
 		// A command through the real leader after the attempt: once it is applied, anything the
 		// attempt had got in would be too.
 		legit := fmt.Sprintf("sha256:legit-%d", i)
-		if _, err := ts.s.raft.apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: legit, Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+		if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: legit, Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
 			t.Fatalf("after %s: the leader cannot commit: %v", a.name, err)
 		}
 		if !ts.hasToken(legit) || ts.hasToken(hash) {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/autopilot"
+	"meshd/agent/raftnode"
 	"meshd/api"
 	"meshd/fsm"
 )
@@ -20,34 +22,34 @@ import (
 // longer a server, so no autopilot adds it back), then Raft's configuration.
 func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
-	v, index, err := s.raft.applyAt(fsm.OpServerRemove, fsm.ServerRemove{Node: name}, applyTimeout)
+	v, index, err := s.raft.ApplyAt(fsm.OpServerRemove, fsm.ServerRemove{Node: name}, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	n := v.(*fsm.Node)
-	if err := s.raft.raft.RemoveServer(raft.ServerID(n.ID), 0, applyTimeout).Error(); err != nil {
+	if err := s.raft.RemoveServer(n.ID, applyTimeout); err != nil {
 		writeErr(w, fmt.Errorf("node %s is no longer a server in the record (index %d), but raft has not taken it out of the group yet (%w); the leader keeps trying", name, index, err))
 		return
 	}
 	out := api.RemovePeerView{Node: name, ID: n.ID, Index: index, Voters: s.voterNames()}
-	out.Warning = evenWarning(len(out.Voters))
+	out.Warning = autopilot.EvenWarning(len(out.Voters))
 	s.log.Info("raft: server removed by the operator", "server", name, "voters", out.Voters)
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // voterNames lists the voters of the configuration by node name.
 func (s *serverRole) voterNames() []string {
-	fut := s.raft.raft.GetConfiguration()
-	if fut.Error() != nil {
+	servers, err := s.raft.Configuration()
+	if err != nil {
 		return nil
 	}
 	names := s.namesByID()
 	var out []string
-	for _, sv := range fut.Configuration().Servers {
+	for _, sv := range servers {
 		if sv.Suffrage == raft.Voter {
-			out = append(out, orID(names[string(sv.ID)], string(sv.ID)))
+			out = append(out, raftnode.OrID(names[string(sv.ID)], string(sv.ID)))
 		}
 	}
 	return out
@@ -63,13 +65,6 @@ func (s *serverRole) namesByID() map[string]string {
 	return names
 }
 
-func orID(name, id string) string {
-	if name == "" {
-		return id
-	}
-	return name
-}
-
 // transferLeader hands leadership to a voter: the one named, else the control-node.
 func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 	var in api.TransferRequest
@@ -77,7 +72,9 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "transfer request: " + err.Error()})
 		return
 	}
-	servers, _, control := s.recordServers()
+	var servers []autopilot.Server
+	var control string
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { servers, _, _, control = recordServers(r, s.node.Name) })
 	to := in.Node
 	if to == "" {
 		to = control
@@ -86,9 +83,9 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusOK, api.TransferView{From: s.node.Name, To: to, Note: "it already leads"})
 		return
 	}
-	var target *groupServer
+	var target *autopilot.Server
 	for i := range servers {
-		if servers[i].name == to {
+		if servers[i].Name == to {
 			target = &servers[i]
 		}
 	}
@@ -96,8 +93,8 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, notFound(fmt.Sprintf("node %s is not a server of the record; the servers are %s", to, serverNames(servers))))
 		return
 	}
-	if err := s.raft.raft.LeadershipTransferToServer(raft.ServerID(target.id), raft.ServerAddress(target.raftAddr)).Error(); err != nil {
-		if nl := s.raft.notLeader(err); nl != nil {
+	if err := s.raft.TransferLeadership(target.ID, target.RaftAddr); err != nil {
+		if nl := s.raft.NotLeader(err); nl != nil {
 			err = nl
 		}
 		writeErr(w, fmt.Errorf("leadership transfer from %s to %s: %w", s.node.Name, to, err))
@@ -111,13 +108,13 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
-func serverNames(servers []groupServer) string {
+func serverNames(servers []autopilot.Server) string {
 	out := ""
 	for i, g := range servers {
 		if i > 0 {
 			out += ", "
 		}
-		out += g.name
+		out += g.Name
 	}
 	return out
 }

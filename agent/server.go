@@ -12,11 +12,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"meshd/agent/autopilot"
+	"meshd/agent/raftnode"
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/internal/ratelog"
 	"meshd/pki"
 )
 
@@ -26,7 +27,7 @@ import (
 type serverRole struct {
 	*Agent
 	fsm  *fsm.FSM
-	raft *raftNode
+	raft *raftnode.Node
 
 	// reports are the clients' last host reports, as they posted them to this server's bus.
 	reportsMu sync.Mutex
@@ -34,12 +35,12 @@ type serverRole struct {
 
 	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
 	// over the limit), a few lines a minute.
-	busRefusals *rateLog
+	busRefusals *ratelog.Log
 	// plans are the converge previews this server handed out, by plan token.
 	plans plans
-	// ap is the leader's care of the group (raftgroup.go); fwd the client requests are forwarded
-	// to the leader with.
-	ap      autopilot
+	// ap is the leader's care of the group (package autopilot, made at open); fwd the client
+	// requests are forwarded to the leader with (forward.go).
+	ap      *autopilot.Autopilot
 	fwdOnce sync.Once
 	fwd     *http.Client
 	// api is the operator's API, built once: the socket serves it, and the bus serves it under
@@ -54,7 +55,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
 	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]host.Report{},
-		busRefusals: newRateLog(a.log.With("part", "bus"), 10, time.Minute), ap: autopilot{current: map[raft.ServerID]time.Time{}}}, nil
+		busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute)}, nil
 }
 
 func (s *serverRole) open() error {
@@ -70,11 +71,16 @@ func (s *serverRole) open() error {
 		}
 		return s.notRevoked(cs.PeerCertificates[0])
 	}
-	s.raft, err = openRaft(s.cfg.DataDir, s.node, s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
-	if err == nil && s.mx != nil {
-		s.raft.committed = func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) }
+	s.raft, err = raftnode.Open(s.cfg.DataDir, s.node.RaftSelf(), s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
+	if err != nil {
+		return err
 	}
-	return err
+	if s.mx != nil {
+		s.raft.Committed = func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) }
+	}
+	ar := &apRecord{s: s}
+	s.ap = autopilot.New(autopilot.Config{Name: s.node.Name, ID: s.node.ID, Raft: s.raft, Record: ar, Asker: ar, Log: s.log})
+	return nil
 }
 
 // notRevoked refuses a certificate whose key the record revoked (a removed node's).
@@ -98,7 +104,7 @@ func (s *serverRole) notRevoked(cert *x509.Certificate) error {
 
 func (s *serverRole) close() {
 	if s.raft != nil {
-		s.raft.shutdown(s.log)
+		s.raft.Shutdown(s.log)
 	}
 }
 
@@ -113,7 +119,7 @@ func (s *serverRole) runLoops(ctx context.Context) {
 	go s.runBus(ctx)
 	go s.followRaftPort(ctx)
 	go s.finishFlips(ctx)
-	go s.runAutopilot(ctx)
+	go s.ap.Run(ctx)
 	go s.followReports(ctx)
 }
 
@@ -175,7 +181,7 @@ func (s *serverRole) operatorAPI() http.Handler {
 		local.HandleFunc("GET /v1/raft/peers", s.raftPeers)
 		local.HandleFunc("GET /v1/raft/state", s.getRaftState)
 		local.Handle("/", s.leaderAnswers("/v1/op", s.recordAPI()))
-		s.api = s.raft.caughtUpOnly(local)
+		s.api = caughtUpOnly(s.raft, local)
 	})
 	return s.api
 }
@@ -209,7 +215,7 @@ func (s *serverRole) recordAPI() http.Handler {
 // watchOwnDeclaration composes the node's declaration each time the record changes and passes it
 // on when it differs from the last one.
 func (s *serverRole) watchOwnDeclaration(ctx context.Context) {
-	if err := s.raft.waitCaughtUp(ctx); err != nil {
+	if err := s.raft.WaitCaughtUp(ctx); err != nil {
 		return
 	}
 	var last []byte

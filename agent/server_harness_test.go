@@ -16,6 +16,7 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // syncBuffer is a log destination tests read while the server writes to it.
@@ -87,7 +88,7 @@ func startTestServer(t *testing.T) *testServer {
 	raftPort, busPort := freeLoopbackPort(t), freeLoopbackPort(t)
 	ts.raftAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(raftPort)))
 	ts.busAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(busPort)))
-	nf := &NodeFile{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1", RaftPort: raftPort}
+	nf := &setup.NodeFile{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1", RaftPort: raftPort}
 	a := &Agent{cfg: Config{DataDir: t.TempDir(), LogOutput: ts.log}, node: nf, log: log.With("node", "hub"), identity: id,
 		caCert: ca.Cert, declarations: make(chan *fsm.Declaration, 1),
 		secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}}
@@ -100,14 +101,13 @@ func startTestServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.close() })
-	boot := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(nf.ID), Address: s.raft.transport.LocalAddr()}}}
-	if err := s.raft.raft.BootstrapCluster(boot).Error(); err != nil {
+	if err := s.raft.Bootstrap([]raft.Server{{ID: raft.ServerID(nf.ID), Address: s.raft.LocalAddr()}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.raft.waitLeader(15 * time.Second); err != nil {
+	if err := s.raft.WaitLeader(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.raft.apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
+	if _, err := s.raft.Apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
 		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Catalogue: catalogue.DefaultSources(),
 		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(raftPort)), "mesh.bus": strconv.Itoa(int(busPort))}}, 10*time.Second); err != nil {
 		t.Fatal(err)

@@ -23,12 +23,13 @@ import (
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/setup"
 )
 
 // Settings outlive genesis (ADR 0100): `meshd node set` changes a node's settings in the record.
 // Before the command is proposed, every port the change moves is checked on the node itself by
-// genesis's own port checks (preflight.go: a published port, a listener, a bind), so a port held
-// there is refused naming its holder and nothing is committed. Every reader follows the record:
+// genesis's own port checks (setup/preflight.go: a published port, a listener, a bind), so a
+// port held there is refused naming its holder and nothing is committed. Every reader follows the record:
 // the host re-publishes containers and moves openings and the guard, the agent rebinds the bus
 // and gossip, and a server's Raft port is the record's from its next start.
 
@@ -80,7 +81,7 @@ func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusConflict, api.ErrorBody{Error: (&SettingsRefusal{Node: node, Findings: findings}).Error()})
 		return
 	}
-	v, index, err := s.raft.applyAt(fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values}, applyTimeout)
+	v, index, err := s.raft.ApplyAt(fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values}, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
@@ -117,11 +118,11 @@ func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]api.
 		return nil, err
 	}
 	cat := assignedCatalogue(r.Catalogue, n.Assigned)
-	before, err := bindPlan(cat, n.Settings, n.Advertise)
+	before, err := setup.BindPlan(cat, n.Settings, n.Advertise)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: its ports today: %w", node, err)
 	}
-	after, err := bindPlan(cat, trial.Settings, n.Advertise)
+	after, err := setup.BindPlan(cat, trial.Settings, n.Advertise)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: its ports with the change: %w", node, err)
 	}
@@ -139,7 +140,7 @@ func settingsBinds(r *fsm.Record, node string, values map[string]string) ([]api.
 	return out, nil
 }
 
-// assignedCatalogue is the catalogue's modules assigned to a node, each marked as bindPlan reads
+// assignedCatalogue is the catalogue's modules assigned to a node, each marked as BindPlan reads
 // a foundation module, so genesis's bind plan lists every port the node binds.
 func assignedCatalogue(cat catalogue.Catalogue, assigned []string) catalogue.Catalogue {
 	out := catalogue.Catalogue{}
@@ -186,7 +187,7 @@ func (a *Agent) postPortCheck(w http.ResponseWriter, req *http.Request, _ string
 	api.WriteJSON(w, http.StatusOK, api.PortCheckAnswer{Node: a.node.Name, Findings: checkBinds(ctx, a.node.Name, a.cfg.DockerHost, in.Binds)})
 }
 
-// checkBinds is genesis's port check (preflight.go) for a running node: what it reads of the
+// checkBinds is genesis's port check (setup/preflight.go) for a running node: what it reads of the
 // machine (listening sockets, the engine's published ports), then judgeBinds.
 func checkBinds(ctx context.Context, node, dockerHost string, binds []api.PortBind) []api.Finding {
 	var out []api.Finding
@@ -201,7 +202,7 @@ func checkBinds(ctx context.Context, node, dockerHost string, binds []api.PortBi
 		cancel()
 		eng.Close()
 		if err != nil {
-			out = append(out, api.Finding{Check: "docker.engine", Level: api.LevelWarning, Message: fmt.Sprintf("node %s: the Docker engine at %s is not reachable (%v): published ports are checked by bind only", node, orDefault(dockerHost), err)})
+			out = append(out, api.Finding{Check: "docker.engine", Level: api.LevelWarning, Message: fmt.Sprintf("node %s: the Docker engine at %s is not reachable (%v): published ports are checked by bind only", node, setup.OrDefault(dockerHost), err)})
 		}
 	}
 	return append(out, judgeBinds(node, binds, listeners, published, os.Getpid())...)
@@ -219,14 +220,14 @@ func judgeBinds(node string, binds []api.PortBind, listeners []host.Listener, pu
 	binds = append([]api.PortBind{}, binds...)
 	sort.SliceStable(binds, func(i, j int) bool { return binds[i].Key < binds[j].Key })
 	for _, b := range binds {
-		if holder := publishedHolder(published, b); holder != "" {
+		if holder := setup.PublishedHolder(published, b); holder != "" {
 			if strings.HasPrefix(holder, b.By+" (") {
 				continue // the module's own container publishes it for this very setting
 			}
 			add(b, holder, "is held by %s; nothing was changed", holder)
 			continue
 		}
-		if l, ok := listenerHolder(listeners, b); ok {
+		if l, ok := setup.ListenerHolder(listeners, b); ok {
 			if l.PID == self && strings.HasPrefix(b.By, "meshd (") {
 				continue // meshd itself binds it (a setting moved back before the old bind was let go)
 			}
@@ -237,7 +238,7 @@ func judgeBinds(node string, binds []api.PortBind, listeners []host.Listener, pu
 			add(b, holder, "is in use by %s on %s; nothing was changed", holder, netip.AddrPortFrom(l.Addr, l.Port))
 			continue
 		}
-		if err := tryBind(b); err != nil {
+		if err := setup.TryBind(b); err != nil {
 			switch {
 			case errors.Is(err, syscall.EADDRINUSE):
 				add(b, "", "is in use on %s by something the node does not name; nothing was changed", netip.AddrPortFrom(b.Addr, b.Port))
@@ -256,7 +257,7 @@ func judgeBinds(node string, binds []api.PortBind, listeners []host.Listener, pu
 // the port the record says), and the leader moves each server's address in Raft's configuration to
 // the record's, so the group reaches a server that restarted on its new port.
 func (s *serverRole) followRaftPort(ctx context.Context) {
-	if err := s.raft.waitCaughtUp(ctx); err != nil {
+	if err := s.raft.WaitCaughtUp(ctx); err != nil {
 		return
 	}
 	kept := s.node.RaftPort
@@ -283,7 +284,7 @@ func (s *serverRole) followRaftPort(ctx context.Context) {
 		if own != 0 && own != kept {
 			nf := *s.node
 			nf.RaftPort = own
-			if err := writeNodeFile(s.cfg.DataDir, &nf); err != nil {
+			if err := setup.WriteNodeFile(s.cfg.DataDir, &nf); err != nil {
 				s.log.Error("node file not updated with the record's raft port", "port", own, "err", err)
 			} else {
 				kept = own
@@ -291,7 +292,7 @@ func (s *serverRole) followRaftPort(ctx context.Context) {
 					"bound", s.node.RaftPort, "record", own)
 			}
 		}
-		if s.raft.raft.State() == raft.Leader {
+		if s.raft.IsLeader() {
 			s.moveRaftAddresses(want)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -303,22 +304,22 @@ func (s *serverRole) followRaftPort(ctx context.Context) {
 // moveRaftAddresses changes the address of every server in Raft's configuration whose address
 // differs from the record's; the leader alone may.
 func (s *serverRole) moveRaftAddresses(want map[string]string) {
-	fut := s.raft.raft.GetConfiguration()
-	if err := fut.Error(); err != nil {
+	servers, err := s.raft.Configuration()
+	if err != nil {
 		return
 	}
-	for _, srv := range fut.Configuration().Servers {
+	for _, srv := range servers {
 		addr, ok := want[string(srv.ID)]
 		if !ok || string(srv.Address) == addr {
 			continue
 		}
-		var f raft.IndexFuture
+		var err error
 		if srv.Suffrage == raft.Voter {
-			f = s.raft.raft.AddVoter(srv.ID, raft.ServerAddress(addr), 0, 5*time.Second)
+			err = s.raft.AddVoter(string(srv.ID), addr, 5*time.Second)
 		} else {
-			f = s.raft.raft.AddNonvoter(srv.ID, raft.ServerAddress(addr), 0, 5*time.Second)
+			err = s.raft.AddNonvoter(string(srv.ID), addr, 5*time.Second)
 		}
-		if err := f.Error(); err != nil {
+		if err != nil {
 			s.log.Warn("raft address not moved to the record's", "server", srv.ID, "from", srv.Address, "to", addr, "err", err)
 			continue
 		}

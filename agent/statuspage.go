@@ -29,8 +29,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
@@ -151,7 +149,7 @@ type PageNodeDetail struct {
 
 // pageView builds the overview from this server's record and the reports it has.
 func (s *serverRole) pageView() PageOverview {
-	v := PageOverview{ServedBy: s.node.Name, At: time.Now(), Leads: s.raft.raft.State() == raft.Leader}
+	v := PageOverview{ServedBy: s.node.Name, At: time.Now(), Leads: s.raft.IsLeader()}
 	v.Leader = s.leader().Node
 	type recNode struct {
 		n       fsm.Node

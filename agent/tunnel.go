@@ -1,7 +1,7 @@
 package agent
 
-// The private network's operator side (ADR 0105): reading a found tunnel into a take, `meshd
-// tunnel take` on a running mesh, and `meshd tunnel show`. The record's part is fsm/tunnel.go;
+// The private network's operator side (ADR 0105): `meshd tunnel take` on a running mesh, and
+// `meshd tunnel show`; reading a found tunnel into a take is setup's (setup.ReadFoundTunnel). The record's part is fsm/tunnel.go;
 // the machine's part is host's tunnel driver over wg/.
 
 import (
@@ -13,38 +13,11 @@ import (
 	"sort"
 
 	"meshd/api"
-	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/pki"
-	"meshd/wg"
+	"meshd/setup"
 )
-
-// ReadFoundTunnel reads the found WireGuard interface iface on this machine into the take the
-// record applies: its public key (the private key never leaves the machine through the record),
-// its address with its range, its port and every peer.
-func ReadFoundTunnel(node, iface string) (*fsm.TunnelTake, error) {
-	f, err := wg.Discover(iface, "")
-	if err != nil {
-		return nil, fmt.Errorf("reading the tunnel to take over: %w", err)
-	}
-	take := &fsm.TunnelTake{Node: node, Interface: iface, PublicKey: f.PrivateKey.PublicKey().String(),
-		Address: f.Address().String(), Port: uint16(f.ListenPort)}
-	if !f.Address().IsValid() {
-		take.Address = ""
-	}
-	for _, p := range f.Peers {
-		fp := fsm.FoundPeer{PublicKey: p.PublicKey.String()}
-		for _, a := range p.AllowedIPs {
-			fp.AllowedIPs = append(fp.AllowedIPs, a.String())
-		}
-		if p.Endpoint.IsValid() {
-			fp.Endpoint = p.Endpoint.String()
-		}
-		take.Peers = append(take.Peers, fp)
-	}
-	return take, nil
-}
 
 // postTunnelTake records a take. The hub's found tunnel is read where it runs, so for the hub
 // NODE must be the node this agent is; a spoke's was presented when it enrolled (join --tunnel),
@@ -74,7 +47,7 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		return
 	default:
 		var err error
-		if take, err = ReadFoundTunnel(in.Node, in.Interface); err != nil {
+		if take, err = setup.ReadFoundTunnel(in.Node, in.Interface); err != nil {
 			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: %v", in.Node, err)})
 			return
 		}
@@ -83,7 +56,7 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 	if !spoke { // the hub's own key moves: it announces the move, signed with its identity
 		s.fsm.Read(func(r *fsm.Record, _ uint64) { announceTake(r, take, s.secrets.NodeKey) })
 	}
-	v, index, err := s.raft.applyAt(fsm.OpTunnelTake, take, applyTimeout)
+	v, index, err := s.raft.ApplyAt(fsm.OpTunnelTake, take, applyTimeout)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
@@ -186,24 +159,4 @@ func tunnelState(rep *host.Report) string {
 		return det.State
 	}
 	return ""
-}
-
-// genesisTake reads the found tunnel genesis takes over, with the operator's own tunnel port and
-// range (when given) as the placement asked for, and refuses a disagreement before anything is
-// written.
-func genesisTake(opts GenesisOptions, settings map[string]string) (*fsm.TunnelTake, error) {
-	take, err := ReadFoundTunnel(opts.Name, opts.TakeTunnel)
-	if err != nil {
-		return nil, fmt.Errorf("--take-tunnel %s: %w", opts.TakeTunnel, err)
-	}
-	if v := settings[catalogue.MeshModule+".tunnel"]; v != "" {
-		if take.Requested.Port, err = catalogue.ParsePort(v); err != nil {
-			return nil, fmt.Errorf("setting mesh.tunnel: %w", err)
-		}
-	}
-	take.Requested.Range = settings[catalogue.MeshModule+".range"]
-	if err := fsm.CheckTake(take); err != nil {
-		return nil, fmt.Errorf("--take-tunnel %s: %w", opts.TakeTunnel, err)
-	}
-	return take, nil
 }

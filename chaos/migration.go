@@ -22,10 +22,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"meshd/agent"
 	"meshd/api"
 	"meshd/host"
 	"meshd/lab"
+	"meshd/setup"
 )
 
 // Step is one step of the workload said to the lab, on the history's clock.
@@ -303,7 +303,7 @@ func (mg *Migration) enrol(ctx context.Context, rng *rand.Rand) (bool, string) {
 			mg.pause(ctx)
 			continue
 		}
-		var jr agent.JoinResult
+		var jr setup.JoinResult
 		if p.Answer == Acked && (json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil || jr.Node.Address != P1TunnelAddr) {
 			return false, fmt.Sprintf("join #%d: p1 did not keep the address its tunnel had (%s): %s", p.ID, P1TunnelAddr, out)
 		}

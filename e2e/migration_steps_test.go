@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
 	"meshd/api"
 	"meshd/host"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/setup"
 )
 
 // previewNode runs `meshd converge NODE --preview --json` on the hub: the preview and the exit
@@ -102,7 +102,7 @@ func enrolPeer(ctx context.Context, t *testing.T, l *lab.Lab, hub, p *lab.Machin
 	installMeshd(ctx, t, bin, p)
 	out, err := meshd(ctx, p, "join", adoptedToken(ctx, t, hub), "--name", p.Name, "--data-dir", "/var/lib/meshd",
 		"--tunnel", lab.TunnelIface, "--json")
-	var jr agent.JoinResult
+	var jr setup.JoinResult
 	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
 		t.Fatalf("%s join --tunnel wg0: %v\n%s", p.Name, err, out)
 	}

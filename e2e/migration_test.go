@@ -24,12 +24,12 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
 	"meshd/api"
 	"meshd/host"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/setup"
 )
 
 func TestMigrationUFW(t *testing.T)      { testMigration(t, lab.FirewallUFW) }
@@ -297,7 +297,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 			t.Fatalf("token create --converged: %v\n%s", err, out)
 		}
 		out, err = meshd(ctx, nn, "join", tv.Token, "--name", "newnode", "--data-dir", "/var/lib/meshd", "--advertise", lab.NewnodeAddr, "--json")
-		var jr agent.JoinResult
+		var jr setup.JoinResult
 		if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
 			t.Fatalf("newnode join --converged: %v\n%s", err, out)
 		}

@@ -13,13 +13,13 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"meshd/agent"
 	"meshd/api"
 	"meshd/host"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // routedMark is the mark of the hub's one forwarding rule (netfilter.RoutedOpening("mesh")).
@@ -162,7 +162,7 @@ func enrolOnFoundTunnel(ctx context.Context, t *testing.T, hub, m *lab.Machine, 
 	installMeshd(ctx, t, bin, m)
 	out, err := meshd(ctx, m, "join", adoptedToken(ctx, t, hub), "--name", m.Name, "--data-dir", "/var/lib/meshd",
 		"--tunnel", lab.TunnelIface, "--advertise", m.Addr.String(), "--json")
-	var jr agent.JoinResult
+	var jr setup.JoinResult
 	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
 		t.Fatalf("%s join --tunnel %s: %v\n%s", m.Name, lab.TunnelIface, err, out)
 	}
@@ -310,7 +310,7 @@ func joinNewMachine(ctx context.Context, t *testing.T, hub, nn *lab.Machine, bin
 	installMeshd(ctx, t, bin, nn)
 	out, err := meshd(ctx, nn, "join", adoptedToken(ctx, t, hub), "--name", "newnode", "--data-dir", "/var/lib/meshd",
 		"--advertise", lab.NewnodeAddr, "--json")
-	var jr agent.JoinResult
+	var jr setup.JoinResult
 	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
 		t.Fatalf("newnode join: %v\n%s", err, out)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/agent"
+	"meshd/setup"
 )
 
 // agentCmd is `meshd agent`: one cobra declaration, kept whole so its flags, the config file
@@ -132,12 +133,12 @@ func installBootUnit(dataDir string, log *slog.Logger) {
 	}
 	var wrote bool
 	if err == nil {
-		wrote, err = agent.InstallBootUnit("/", exe, dataDir)
+		wrote, err = setup.InstallBootUnit("/", exe, dataDir)
 	}
 	switch {
 	case err != nil:
-		log.Warn("the boot unit that loads meshd's table before the container engine is not installed", "unit", agent.BootUnitName, "err", err)
+		log.Warn("the boot unit that loads meshd's table before the container engine is not installed", "unit", setup.BootUnitName, "err", err)
 	case wrote:
-		log.Info("installed and enabled the boot unit that loads meshd's table before the container engine", "unit", agent.BootUnitName)
+		log.Info("installed and enabled the boot unit that loads meshd's table before the container engine", "unit", setup.BootUnitName)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"meshd/agent"
 	"meshd/netfilter"
+	"meshd/setup"
 )
 
 // bootCmd is `meshd boot`: what the meshd-boot unit runs early at boot.
@@ -26,7 +27,7 @@ publishes every port of a container with a restart policy on every address, befo
 has made its first pass. On an adopted node the guard is what keeps the store and the broker from
 anyone off the private network; on a converged node the derived filter is its whole firewall. So the
 agent keeps the table it last loaded in DATA/netfilter/` + netfilter.BootFile + `, and ` + "`meshd boot`" + ` loads it
-again, exactly as it was, from the meshd-boot unit (` + agent.BootUnitName + `): after the found firewall
+again, exactly as it was, from the meshd-boot unit (` + setup.BootUnitName + `): after the found firewall
 (so a flush in /etc/nftables.conf cannot drop it), before the container engine and the agent.
 
 An agent run by systemd writes and enables that unit itself; --install-unit writes it by hand (for
@@ -42,14 +43,14 @@ and succeeds (a boot is never failed for it). The agent, once it runs, takes ove
 				if exe, err = filepath.EvalSymlinks(exe); err != nil {
 					return err
 				}
-				wrote, err := agent.InstallBootUnit("/", exe, dataDir)
+				wrote, err := setup.InstallBootUnit("/", exe, dataDir)
 				if err != nil {
 					return err
 				}
 				if wrote {
-					fmt.Fprintf(g.out, "wrote and enabled /etc/systemd/system/%s (runs %s boot --data-dir %s)\n", agent.BootUnitName, exe, dataDir)
+					fmt.Fprintf(g.out, "wrote and enabled /etc/systemd/system/%s (runs %s boot --data-dir %s)\n", setup.BootUnitName, exe, dataDir)
 				} else {
-					fmt.Fprintf(g.out, "/etc/systemd/system/%s is already written and enabled\n", agent.BootUnitName)
+					fmt.Fprintf(g.out, "/etc/systemd/system/%s is already written and enabled\n", setup.BootUnitName)
 				}
 				return nil
 			}
@@ -68,6 +69,6 @@ and succeeds (a boot is never failed for it). The agent, once it runs, takes ove
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", agent.DefaultDataDir, "the node's data dir (its netfilter/"+netfilter.BootFile+" is read)")
-	cmd.Flags().BoolVar(&install, "install-unit", false, "write and enable the "+agent.BootUnitName+" unit instead of loading")
+	cmd.Flags().BoolVar(&install, "install-unit", false, "write and enable the "+setup.BootUnitName+" unit instead of loading")
 	return cmd
 }

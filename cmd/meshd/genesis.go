@@ -13,13 +13,14 @@ import (
 	"meshd/agent"
 	"meshd/api"
 	"meshd/fsm"
+	"meshd/setup"
 )
 
-// genesisCmd declares the genesis command: its help text, flags and the call into agent.Genesis.
+// genesisCmd declares the genesis command: its help text, flags and the call into setup.Genesis.
 // It is long because it is declarations (a help text that teaches, one line per flag), not logic.
 func genesisCmd(g *globals) *cobra.Command {
 	var (
-		opts    agent.GenesisOptions
+		opts    setup.GenesisOptions
 		adopted bool
 		ports   []string
 		images  []string
@@ -82,9 +83,9 @@ flushing it and raises the mesh's interface in its place; see ` + "`meshd tunnel
 			opts.LogOutput = raftLog
 			pr := g.progress()
 			opts.Progress = pr.Step
-			res, err := agent.Genesis(opts, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			res, err := setup.Genesis(opts, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 			pr.Done(err == nil)
-			var pe *agent.PreflightError
+			var pe *setup.PreflightError
 			if errors.As(err, &pe) && g.json {
 				_ = g.emit(map[string]any{"ok": false, "findings": pe.Findings}, nil)
 				return errors.New("genesis refused by its preflight")

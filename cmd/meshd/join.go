@@ -12,12 +12,13 @@ import (
 
 	"meshd/agent"
 	"meshd/fsm"
+	"meshd/setup"
 )
 
 // joinCmd declares the join command; long only for its help text and flags, not for logic.
 func joinCmd(g *globals) *cobra.Command {
 	var (
-		opts      agent.JoinOptions
+		opts      setup.JoinOptions
 		ports     []string
 		tokenFile string
 	)
@@ -77,8 +78,8 @@ A token on the command line can be read by every user of the machine while join 
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			res, err := agent.Join(ctx, opts)
-			var pe *agent.PreflightError
+			res, err := setup.Join(ctx, opts)
+			var pe *setup.PreflightError
 			if errors.As(err, &pe) && g.json {
 				_ = g.emit(map[string]any{"ok": false, "findings": pe.Findings}, nil)
 				return errors.New("join refused by its preflight; nothing was sent")

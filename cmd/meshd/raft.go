@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/agent"
+	"meshd/agent/raftnode"
 	"meshd/api"
+	"meshd/setup"
 )
 
 func removePeerCmd(g *globals) *cobra.Command {
@@ -99,7 +101,11 @@ again as non-voters by the leader; remove-peer takes out the ones gone for good.
   meshd operator raft recover --keep s1,s2   # on s1 and on s2, both stopped`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			res, err := agent.RecoverRaft(dataDir, keep, os.Stderr)
+			n, err := setup.ReadNodeFile(dataDir)
+			if err != nil {
+				return err
+			}
+			res, err := raftnode.Recover(dataDir, n.RaftSelf(), keep, os.Stderr)
 			if err != nil {
 				return err
 			}

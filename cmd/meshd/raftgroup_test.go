@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
+	"meshd/agent/raftnode"
 	"meshd/api"
 	"meshd/internal/testenv"
+	"meshd/setup"
 )
 
 // underlay joins the nodes' namespaces on one bridge, in a namespace of its own, each node at its
@@ -198,8 +199,8 @@ func TestProcessRaftGroup(t *testing.T) {
 		return "no new leader"
 	})
 	elected := time.Since(killed)
-	t.Logf("new leader %s %s after kill -9 of hub (election timeout %s)", newLeader, elected.Round(time.Millisecond), agent.ElectionTimeout)
-	if elected > 10*agent.ElectionTimeout {
+	t.Logf("new leader %s %s after kill -9 of hub (election timeout %s)", newLeader, elected.Round(time.Millisecond), raftnode.ElectionTimeout)
+	if elected > 10*raftnode.ElectionTimeout {
 		t.Errorf("a new leader took %s, more than 10 election timeouts", elected)
 	}
 	for _, n := range []*node{s2, s3, cl} {
@@ -327,7 +328,7 @@ func waitDeclared(t *testing.T, cl *node, index string) {
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
-func agentReadNode(dir string) (*agent.NodeFile, error) { return agent.ReadNodeFile(dir) }
+func agentReadNode(dir string) (*setup.NodeFile, error) { return setup.ReadNodeFile(dir) }
 
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)

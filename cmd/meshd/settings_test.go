@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"meshd/agent"
 	"meshd/api"
+	"meshd/setup"
 )
 
 func TestParseSettings(t *testing.T) {
@@ -121,7 +121,7 @@ func TestProcessNodeSet(t *testing.T) {
 			if err != nil {
 				return err.Error()
 			}
-			var nf agent.NodeFile
+			var nf setup.NodeFile
 			if err := json.Unmarshal(b, &nf); err != nil || int(nf.RaftPort) != port {
 				return fmt.Sprintf("node.json raft_port %d, want %d", nf.RaftPort, port)
 			}

@@ -1,4 +1,4 @@
-package agent
+package setup
 
 import (
 	"crypto/rand"
@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"meshd/agent/raftnode"
 	"meshd/pki"
 )
 
@@ -28,14 +29,19 @@ type NodeFile struct {
 	Servers []string `json:"servers,omitempty"`
 }
 
-const nodeFileName = "node.json"
+// RaftSelf is the node as its Raft server knows it.
+func (n *NodeFile) RaftSelf() raftnode.Self {
+	return raftnode.Self{Name: n.Name, ID: n.ID, Server: n.Server, Advertise: n.Advertise, Port: n.RaftPort}
+}
+
+const NodeFileName = "node.json"
 
 // ReadNodeFile reads the node's identity from dataDir.
 func ReadNodeFile(dataDir string) (*NodeFile, error) {
-	path := filepath.Join(dataDir, nodeFileName)
+	path := filepath.Join(dataDir, NodeFileName)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s holds no node (no %s): run `meshd genesis` on the control-node or `meshd join` on another machine first", dataDir, nodeFileName)
+		return nil, fmt.Errorf("%s holds no node (no %s): run `meshd genesis` on the control-node or `meshd join` on another machine first", dataDir, NodeFileName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -50,12 +56,12 @@ func ReadNodeFile(dataDir string) (*NodeFile, error) {
 	return &n, nil
 }
 
-func writeNodeFile(dataDir string, n *NodeFile) error {
+func WriteNodeFile(dataDir string, n *NodeFile) error {
 	b, err := json.MarshalIndent(n, "", "  ")
 	if err != nil {
 		return err
 	}
-	return pki.WriteFileAtomic(filepath.Join(dataDir, nodeFileName), append(b, '\n'), 0o600)
+	return pki.WriteFileAtomic(filepath.Join(dataDir, NodeFileName), append(b, '\n'), 0o600)
 }
 
 func newID() string {

@@ -1,4 +1,4 @@
-package agent
+package ratelog
 
 import (
 	"log/slog"
@@ -7,12 +7,10 @@ import (
 	"time"
 )
 
-// rateLog bounds how often each kind of line (its message) reaches the log: at most burst lines
-// per window; the rest are counted, and the next line of that kind let through says how many were
-// left out. It is for lines
-// anyone on the network can cause (a refused enrolment, a refused Raft handshake), so that a flood
-// of them cannot fill the disk.
-type rateLog struct {
+// Log bounds how often each kind of line (its message) reaches the log: at most burst lines
+// per window; the rest are counted, and the next line of that kind let through says how many
+// were left out.
+type Log struct {
 	log    *slog.Logger
 	window time.Duration
 	burst  int
@@ -28,12 +26,13 @@ type rateWindow struct {
 	suppressed int       // lines left out since the last one let through
 }
 
-func newRateLog(log *slog.Logger, burst int, window time.Duration) *rateLog {
-	return &rateLog{log: log, burst: burst, window: window, now: time.Now, kinds: map[string]*rateWindow{}}
+// New is a Log over log letting burst lines of each kind through per window.
+func New(log *slog.Logger, burst int, window time.Duration) *Log {
+	return &Log{log: log, burst: burst, window: window, now: time.Now, kinds: map[string]*rateWindow{}}
 }
 
 // Warn logs msg at warn level unless this window's lines are spent.
-func (l *rateLog) Warn(msg string, args ...any) {
+func (l *Log) Warn(msg string, args ...any) {
 	l.mu.Lock()
 	w := l.kinds[msg]
 	if w == nil {
@@ -59,8 +58,8 @@ func (l *rateLog) Warn(msg string, args ...any) {
 	l.log.Warn(msg, args...)
 }
 
-// clip is s cut to at most n bytes, marked when cut: a caller's text in a log line.
-func clip(s string, n int) string {
+// Clip is s cut to at most n bytes, marked when cut: a caller's text in a log line.
+func Clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -1,4 +1,4 @@
-package agent
+package setup
 
 import (
 	"bytes"
@@ -91,7 +91,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if opts.Name == "" {
 		return nil, errors.New("join needs the node's name (--name)")
 	}
-	if _, err := os.Stat(filepath.Join(opts.DataDir, nodeFileName)); err == nil {
+	if _, err := os.Stat(filepath.Join(opts.DataDir, NodeFileName)); err == nil {
 		n, _ := ReadNodeFile(opts.DataDir)
 		if n != nil {
 			return nil, fmt.Errorf("%s already holds node %s (id %s); a machine joins once", opts.DataDir, n.Name, n.ID)
@@ -239,7 +239,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		res.RecoveryCode = seal.RecoveryCode()
 	}
 	nf := &NodeFile{Name: resp.Node.Name, ID: resp.Node.ID, Server: resp.Node.Server, Advertise: resp.Node.Advertise, Servers: servers, RaftPort: raftPort}
-	if err := writeNodeFile(opts.DataDir, nf); err != nil {
+	if err := WriteNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("node %s enrolled, but its node file: %w", opts.Name, err)
 	}
 	os.Remove(joinPendingPath(opts.DataDir))
@@ -383,11 +383,13 @@ func enrolAt(ctx context.Context, addr, token, fingerprint string, body []byte) 
 			wrote.Store(true)
 		}
 	}})
-	resp, err = enrolOnce(ctx, addr, token, fingerprint, body)
+	resp, err = EnrolOnce(ctx, addr, token, fingerprint, body)
 	return resp, wrote.Load(), err
 }
 
-func enrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte) (*api.EnrolResponse, error) {
+// EnrolOnce sends one enrolment body to the bus at addr, pinned to the CA of fingerprint, and
+// reads the answer (the agent's bus tests enrol through it too).
+func EnrolOnce(ctx context.Context, addr, token, fingerprint string, body []byte) (*api.EnrolResponse, error) {
 	var ca *x509.Certificate
 	var tokenErr error
 	tlsCfg := pki.PinnedTLS(fingerprint, &ca)

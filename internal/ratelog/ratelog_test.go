@@ -1,4 +1,4 @@
-package agent
+package ratelog
 
 import (
 	"bytes"
@@ -10,9 +10,9 @@ import (
 
 // A kind of line past its burst is left out for the rest of the window; the next one let through
 // says how many were; another kind has its own budget.
-func TestRateLogBoundsEachKind(t *testing.T) {
+func TestLogBoundsEachKind(t *testing.T) {
 	var buf bytes.Buffer
-	l := newRateLog(slog.New(slog.NewTextHandler(&buf, nil)), 3, time.Minute)
+	l := New(slog.New(slog.NewTextHandler(&buf, nil)), 3, time.Minute)
 	now := time.Unix(1_700_000_000, 0)
 	l.now = func() time.Time { return now }
 	for range 100 {

@@ -6,16 +6,6 @@ import (
 	"testing"
 )
 
-// An even count of servers is warned about, with the quorum it needs; an odd count is not.
-func TestEvenWarning(t *testing.T) {
-	for n, want := range map[int]string{1: "", 2: "a quorum needs 2", 3: "", 4: "a quorum needs 3", 5: ""} {
-		got := evenWarning(n)
-		if (want == "") != (got == "") || !strings.Contains(got, want) {
-			t.Errorf("%d servers: %q, want %q", n, got, want)
-		}
-	}
-}
-
 // A write without a leader names the quorum, the voters and the ones missing, and says what to run
 // when they are lost for good; with enough voters reached it says an election may be under way.
 func TestNoQuorumErrorNamesTheMissing(t *testing.T) {

@@ -1,4 +1,4 @@
-package agent
+package raftnode
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,12 +18,12 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
-	"meshd/api"
 	"meshd/fsm"
 )
 
-// raftNode is a running Raft server with the stores it owns.
-type raftNode struct {
+// Node is a running Raft server with the stores it owns. Nothing outside this package holds its
+// *raft.Raft: callers ask through its methods.
+type Node struct {
 	raft *raft.Raft
 	// startIndex is the index of the last command in the log when this server started: until the
 	// record has applied it, the record is older than what this node already acknowledged.
@@ -35,18 +34,29 @@ type raftNode struct {
 	catchUp   sync.Once
 	store     *raftboltdb.BoltStore
 	transport *raft.NetworkTransport
-	// committed, when set, is told how long each command this server proposed took to commit and
+	// Committed, when set, is told how long each command this server proposed took to commit and
 	// apply (the agent's metrics).
-	committed func(time.Duration)
+	Committed func(time.Duration)
 }
 
-func raftDir(dataDir string) string { return filepath.Join(dataDir, "raft") }
+// Self is this server as Raft knows it: its node name, ID (its Raft server ID), whether the node
+// file says it is a server, and the address and port other servers reach its Raft at.
+type Self struct {
+	Name      string
+	ID        string
+	Server    bool
+	Advertise string
+	Port      uint16
+}
 
-// openRaft starts Raft for node n on its data dir. The log and stable store are one bolt file;
+// Dir is where Raft keeps its log and snapshots under dataDir.
+func Dir(dataDir string) string { return filepath.Join(dataDir, "raft") }
+
+// Open starts Raft for server n on its data dir. The log and stable store are one bolt file;
 // snapshots are files beside it. Its transport is mutual TLS with tlsCfg (pki.RaftTLS): only a
 // server of the mesh reaches the log; refused peers are logged to log, a few a minute.
-func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, tlsCfg *tls.Config, log *slog.Logger, logOut io.Writer) (*raftNode, error) {
-	dir := raftDir(dataDir)
+func Open(dataDir string, n Self, f *fsm.FSM, tlsCfg *tls.Config, log *slog.Logger, logOut io.Writer) (*Node, error) {
+	dir := Dir(dataDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -59,13 +69,13 @@ func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, tlsCfg *tls.Config, log *
 		store.Close()
 		return nil, fmt.Errorf("open raft snapshots in %s: %w", dir, err)
 	}
-	addr := net.JoinHostPort(n.Advertise, strconv.Itoa(int(n.RaftPort)))
+	addr := net.JoinHostPort(n.Advertise, strconv.Itoa(int(n.Port)))
 	adv, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("raft address %s: %w", addr, err)
 	}
-	stream, err := listenRaftTLS(addr, adv, tlsCfg, log)
+	stream, err := ListenTLS(addr, adv, tlsCfg, log)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("raft port %s: %w", addr, err)
@@ -78,7 +88,7 @@ func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, tlsCfg *tls.Config, log *
 		store.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	return &raftNode{raft: r, store: store, transport: transport, startIndex: lastCommand(store, snaps), caughtUp: make(chan struct{}),
+	return &Node{raft: r, store: store, transport: transport, startIndex: lastCommand(store, snaps), caughtUp: make(chan struct{}),
 		applied: f.Applied}, nil
 }
 
@@ -87,7 +97,7 @@ func openRaft(dataDir string, n *NodeFile, f *fsm.FSM, tlsCfg *tls.Config, log *
 const ElectionTimeout = 500 * time.Millisecond
 
 // raftConfig is Raft's configuration for node n, the same at every start and for recovery.
-func raftConfig(n *NodeFile, logOut io.Writer) *raft.Config {
+func raftConfig(n Self, logOut io.Writer) *raft.Config {
 	cfg := raft.DefaultConfig()
 	cfg.LocalID = raft.ServerID(n.ID)
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Output: logOut, Level: hclog.Warn})
@@ -123,11 +133,11 @@ func lastCommand(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) uint64 {
 	return 0
 }
 
-// waitCaughtUp blocks until the record has applied every command the log held when this server
+// WaitCaughtUp blocks until the record has applied every command the log held when this server
 // started (a restarted server's record begins at its last snapshot and replays the rest once the
 // group has a leader), or ctx ends. Nothing reads the record for a decision before that: a host
 // acting on a record older than what it already acted on would undo acknowledged work.
-func (rn *raftNode) waitCaughtUp(ctx context.Context) error {
+func (rn *Node) WaitCaughtUp(ctx context.Context) error {
 	for {
 		select {
 		case <-rn.caughtUp:
@@ -146,22 +156,8 @@ func (rn *raftNode) waitCaughtUp(ctx context.Context) error {
 	}
 }
 
-// caughtUpOnly holds every request until the record has caught up with the log.
-func (rn *raftNode) caughtUpOnly(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		ctx, cancel := context.WithTimeout(req.Context(), 30*time.Second)
-		err := rn.waitCaughtUp(ctx)
-		cancel()
-		if err != nil {
-			api.WriteJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: err.Error()})
-			return
-		}
-		next.ServeHTTP(w, req)
-	})
-}
-
-// waitLeader waits until some server leads, up to d.
-func (rn *raftNode) waitLeader(d time.Duration) error {
+// WaitLeader waits until some server leads, up to d.
+func (rn *Node) WaitLeader(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		if addr, _ := rn.raft.LeaderWithID(); addr != "" {
@@ -172,7 +168,8 @@ func (rn *raftNode) waitLeader(d time.Duration) error {
 	return fmt.Errorf("no raft leader after %s", d)
 }
 
-func (rn *raftNode) shutdown(log *slog.Logger) {
+// Shutdown stops Raft and closes its transport and log.
+func (rn *Node) Shutdown(log *slog.Logger) {
 	if err := rn.raft.Shutdown().Error(); err != nil {
 		log.Warn("raft shutdown", "err", err)
 	}
@@ -182,19 +179,19 @@ func (rn *raftNode) shutdown(log *slog.Logger) {
 	}
 }
 
-// apply proposes a command and waits until it is committed and applied, returning what the record
+// Apply proposes a command and waits until it is committed and applied, returning what the record
 // said.
-func (rn *raftNode) apply(op fsm.Op, body any, timeout time.Duration) (any, error) {
-	v, _, err := rn.applyAt(op, body, timeout)
+func (rn *Node) Apply(op fsm.Op, body any, timeout time.Duration) (any, error) {
+	v, _, err := rn.ApplyAt(op, body, timeout)
 	return v, err
 }
 
-// applyAt is apply that also says the command's index in the log: the record's index once it is
-// applied, which the answer carries (hdrIndex).
-func (rn *raftNode) applyAt(op fsm.Op, body any, timeout time.Duration) (any, uint64, error) {
+// ApplyAt is Apply that also says the command's index in the log: the record's index once it is
+// applied, which the answer carries.
+func (rn *Node) ApplyAt(op fsm.Op, body any, timeout time.Duration) (any, uint64, error) {
 	// Right after a start the group may still be electing: give it a moment rather than fail.
 	if addr, _ := rn.raft.LeaderWithID(); addr == "" {
-		_ = rn.waitLeader(5 * time.Second)
+		_ = rn.WaitLeader(5 * time.Second)
 	}
 	b, err := fsm.Encode(op, time.Now(), body)
 	if err != nil {
@@ -203,11 +200,11 @@ func (rn *raftNode) applyAt(op fsm.Op, body any, timeout time.Duration) (any, ui
 	started := time.Now()
 	fut := rn.raft.Apply(b, timeout)
 	err = fut.Error()
-	if err == nil && rn.committed != nil {
-		rn.committed(time.Since(started))
+	if err == nil && rn.Committed != nil {
+		rn.Committed(time.Since(started))
 	}
 	if err != nil {
-		if nl := rn.notLeader(err); nl != nil {
+		if nl := rn.NotLeader(err); nl != nil {
 			return nil, 0, nl
 		}
 		return nil, 0, fmt.Errorf("raft did not commit %s: %w", op, err)
@@ -219,9 +216,9 @@ func (rn *raftNode) applyAt(op fsm.Op, body any, timeout time.Duration) (any, ui
 	return res.Value, fut.Index(), res.Err
 }
 
-// notLeader is the one place Raft's not-leader error becomes the API's: a NotLeaderError naming
+// NotLeader is the one place Raft's not-leader error becomes the API's: a NotLeaderError naming
 // the leader as this server knows it (the API answers it with 503). It is nil for any other error.
-func (rn *raftNode) notLeader(err error) *NotLeaderError {
+func (rn *Node) NotLeader(err error) *NotLeaderError {
 	if !errors.Is(err, raft.ErrNotLeader) {
 		return nil
 	}

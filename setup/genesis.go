@@ -1,4 +1,4 @@
-package agent
+package setup
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/raftnode"
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
@@ -85,15 +86,15 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	if opts.Mode == "" {
 		opts.Mode = fsm.Converged
 	}
-	if _, err := os.Stat(filepath.Join(opts.DataDir, nodeFileName)); err == nil {
+	if _, err := os.Stat(filepath.Join(opts.DataDir, NodeFileName)); err == nil {
 		n, _ := ReadNodeFile(opts.DataDir)
 		if n != nil {
 			return nil, fmt.Errorf("%s already holds node %s (id %s); genesis runs once. Start it with `meshd agent --data-dir %s`", opts.DataDir, n.Name, n.ID, opts.DataDir)
 		}
 		return nil, fmt.Errorf("%s already holds a node", opts.DataDir)
 	}
-	if _, err := os.Stat(raftDir(opts.DataDir)); err == nil {
-		return nil, fmt.Errorf("%s holds a Raft log but no node identity: an earlier genesis stopped part way. Remove %s and run genesis again", opts.DataDir, raftDir(opts.DataDir))
+	if _, err := os.Stat(raftnode.Dir(opts.DataDir)); err == nil {
+		return nil, fmt.Errorf("%s holds a Raft log but no node identity: an earlier genesis stopped part way. Remove %s and run genesis again", opts.DataDir, raftnode.Dir(opts.DataDir))
 	}
 	cat, err := catalogue.Default()
 	if err != nil {
@@ -201,25 +202,24 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		os.RemoveAll(filepath.Join(opts.DataDir, pki.Subdir))
 		return nil, err
 	}
-	say("starting Raft in " + raftDir(opts.DataDir))
+	say("starting Raft in " + raftnode.Dir(opts.DataDir))
 	f := fsm.NewFSM()
-	rn, err := openRaft(opts.DataDir, nf, f, raftTLS, log, logOut)
+	rn, err := raftnode.Open(opts.DataDir, nf.RaftSelf(), f, raftTLS, log, logOut)
 	if err != nil {
-		os.RemoveAll(raftDir(opts.DataDir))
+		os.RemoveAll(raftnode.Dir(opts.DataDir))
 		return nil, err
 	}
 	fail := func(err error) (*GenesisResult, error) {
-		rn.shutdown(log)
-		os.RemoveAll(raftDir(opts.DataDir))
+		rn.Shutdown(log)
+		os.RemoveAll(raftnode.Dir(opts.DataDir))
 		os.RemoveAll(filepath.Join(opts.DataDir, pki.Subdir))
 		return nil, err
 	}
-	boot := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(nf.ID), Address: rn.transport.LocalAddr()}}}
-	if err := rn.raft.BootstrapCluster(boot).Error(); err != nil {
+	if err := rn.Bootstrap([]raft.Server{{ID: raft.ServerID(nf.ID), Address: rn.LocalAddr()}}); err != nil {
 		return fail(fmt.Errorf("bootstrap raft: %w", err))
 	}
 	say("waiting for Raft to elect this node")
-	if err := rn.waitLeader(15 * time.Second); err != nil {
+	if err := rn.WaitLeader(15 * time.Second); err != nil {
 		return fail(err)
 	}
 	// The control-node's public key is recorded as an enrolled node's is: servers verify its
@@ -238,23 +238,23 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		overlay = k.PublicKey().String()
 	}
 	say("recording the node, its settings and the catalogue")
-	v, err := rn.apply(fsm.OpGenesis, fsm.Genesis{Node: opts.Name, ID: nf.ID, Mode: opts.Mode, Advertise: opts.Advertise,
+	v, err := rn.Apply(fsm.OpGenesis, fsm.Genesis{Node: opts.Name, ID: nf.ID, Mode: opts.Mode, Advertise: opts.Advertise,
 		PublicKey: pki.PublicKeyString(nodePub), Settings: settings, Catalogue: catalogue.DefaultSources(), Assign: foundation, Tunnel: take,
 		WireGuardKey: overlay}, 10*time.Second)
 	if err != nil {
 		return fail(err)
 	}
 	say("writing the record's first snapshot")
-	if err := rn.raft.Snapshot().Error(); err != nil {
+	if err := rn.Snapshot(); err != nil {
 		log.Warn("genesis snapshot", "err", err)
 	}
-	rn.shutdown(log)
+	rn.Shutdown(log)
 	res := &GenesisResult{Node: v.(*fsm.Node), DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings,
 		SealKey: sealPath, CAFingerprint: pki.Fingerprint(ca.Cert)}
 	if newSeal {
 		res.RecoveryCode = seal.RecoveryCode()
 	}
-	if err := writeNodeFile(opts.DataDir, nf); err != nil {
+	if err := WriteNodeFile(opts.DataDir, nf); err != nil {
 		return nil, fmt.Errorf("write node identity: %w", err)
 	}
 	done(true)

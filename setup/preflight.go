@@ -1,4 +1,4 @@
-package agent
+package setup
 
 import (
 	"context"
@@ -49,8 +49,8 @@ func (e *PreflightError) Error() string {
 	return b.String()
 }
 
-// bindPlan lists every port the foundation binds on this node, with the address it binds.
-func bindPlan(cat catalogue.Catalogue, settings map[string]string, advertise string) ([]api.PortBind, error) {
+// BindPlan lists every port the foundation binds on this node, with the address it binds.
+func BindPlan(cat catalogue.Catalogue, settings map[string]string, advertise string) ([]api.PortBind, error) {
 	any4 := netip.IPv4Unspecified()
 	adv, err := netip.ParseAddr(advertise)
 	if err != nil {
@@ -209,7 +209,7 @@ func preflight(ctx context.Context, in preflightInput) []api.Finding {
 	}
 	var published []container.Published
 	if eng, err := container.New(in.DockerHost); err != nil {
-		add("docker.engine", api.LevelWarning, "", "Docker engine at %s: %v", orDefault(in.DockerHost), err)
+		add("docker.engine", api.LevelWarning, "", "Docker engine at %s: %v", OrDefault(in.DockerHost), err)
 	} else {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		published, err = eng.Published(pctx)
@@ -226,7 +226,7 @@ func preflight(ctx context.Context, in preflightInput) []api.Finding {
 
 	// Every port the node will bind (genesis: the foundation's; join: a client's), free on the
 	// address it will bind.
-	plan, err := bindPlan(in.Catalogue, in.Settings, in.Advertise)
+	plan, err := BindPlan(in.Catalogue, in.Settings, in.Advertise)
 	if in.Act == ActJoin {
 		plan, err = clientBindPlan(in.Catalogue, in.Settings, in.Server)
 	}
@@ -239,11 +239,11 @@ func preflight(ctx context.Context, in preflightInput) []api.Finding {
 		}
 		check := "port." + b.Key
 		what := fmt.Sprintf("port %d/%s (%s, for %s)", b.Port, b.Proto, b.Key, b.By)
-		if holder := publishedHolder(published, b); holder != "" {
+		if holder := PublishedHolder(published, b); holder != "" {
 			add(check, api.LevelError, holder, "%s is held by %s; give %s another: --port %s=N", what, holder, w.name, portFlag(b.Key))
 			continue
 		}
-		if l, ok := listenerHolder(listeners, b); ok {
+		if l, ok := ListenerHolder(listeners, b); ok {
 			holder := "a process"
 			if l.Process != "" {
 				holder = fmt.Sprintf("%s (pid %d)", l.Process, l.PID)
@@ -251,7 +251,7 @@ func preflight(ctx context.Context, in preflightInput) []api.Finding {
 			add(check, api.LevelError, holder, "%s is in use by %s on %s; give %s another: --port %s=N%s", what, holder, netip.AddrPortFrom(l.Addr, l.Port), w.name, portFlag(b.Key), w.tunnelHint(b.Key))
 			continue
 		}
-		if err := tryBind(b); err != nil {
+		if err := TryBind(b); err != nil {
 			switch {
 			case errors.Is(err, syscall.EACCES):
 				add(check, api.LevelError, "", "%s: permission denied binding %s (not in use: run %s as root)", what, netip.AddrPortFrom(b.Addr, b.Port), w.name)
@@ -337,7 +337,7 @@ func portFlag(key string) string {
 	return key
 }
 
-func publishedHolder(published []container.Published, b api.PortBind) string {
+func PublishedHolder(published []container.Published, b api.PortBind) string {
 	for _, p := range published {
 		addr := netip.IPv4Unspecified()
 		if a, err := netip.ParseAddr(p.HostIP); err == nil {
@@ -351,7 +351,7 @@ func publishedHolder(published []container.Published, b api.PortBind) string {
 	return ""
 }
 
-func listenerHolder(ls []host.Listener, b api.PortBind) (host.Listener, bool) {
+func ListenerHolder(ls []host.Listener, b api.PortBind) (host.Listener, bool) {
 	for _, l := range ls {
 		if l.Covers(b.Proto, b.Addr, b.Port) {
 			return l, true
@@ -378,7 +378,7 @@ func describeListener(l host.Listener, published []container.Published) string {
 	return l.String()
 }
 
-func tryBind(b api.PortBind) error {
+func TryBind(b api.PortBind) error {
 	addr := netip.AddrPortFrom(b.Addr, b.Port).String()
 	if b.Proto == "udp" {
 		c, err := net.ListenPacket("udp", addr)
@@ -401,7 +401,7 @@ func orAny(ip string) string {
 	return ip
 }
 
-func orDefault(h string) string {
+func OrDefault(h string) string {
 	if h == "" {
 		return container.DefaultHost
 	}

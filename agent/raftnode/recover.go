@@ -1,4 +1,4 @@
-package agent
+package raftnode
 
 // Recovery of a group that lost its quorum: run on each surviving server, with its agent stopped,
 // it rewrites the Raft configuration those servers hold through hashicorp/raft's RecoverCluster,
@@ -39,18 +39,15 @@ type RecoverResult struct {
 	Nodes       int    `json:"nodes"`
 }
 
-// RecoverRaft rewrites the Raft configuration held in dataDir so that the servers named in keep
-// (node names; empty means this server alone) are the group's voters. The agent must be stopped:
-// the Raft log is locked while it runs. Run it with the same keep on every surviving server, then
-// start their agents: they elect a leader among themselves. One body: each step (lock the log,
-// read what it holds, write the new configuration, say what was kept) needs the one before.
-func RecoverRaft(dataDir string, keep []string, logOut io.Writer) (*RecoverResult, error) {
+// Recover rewrites the Raft configuration server n holds in dataDir so that the servers named
+// in keep (node names; empty means this server alone) are the group's voters. The agent must be
+// stopped: the Raft log is locked while it runs. Run it with the same keep on every surviving
+// server, then start their agents: they elect a leader among themselves. One body: each step
+// (lock the log, read what it holds, write the new configuration, say what was kept) needs the
+// one before.
+func Recover(dataDir string, n Self, keep []string, logOut io.Writer) (*RecoverResult, error) {
 	if logOut == nil {
 		logOut = io.Discard
-	}
-	n, err := ReadNodeFile(dataDir)
-	if err != nil {
-		return nil, err
 	}
 	if !n.Server {
 		return nil, fmt.Errorf("node %s is a client: it holds no Raft log to recover from; run recover on the surviving servers", n.Name)
@@ -61,7 +58,7 @@ func RecoverRaft(dataDir string, keep []string, logOut io.Writer) (*RecoverResul
 	if !slices.Contains(keep, n.Name) {
 		return nil, fmt.Errorf("--keep %s leaves out this server (%s): run recover only on the servers it keeps", strings.Join(keep, ","), n.Name)
 	}
-	dir := raftDir(dataDir)
+	dir := Dir(dataDir)
 	path := filepath.Join(dir, "raft.db")
 	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{Timeout: time.Second}})
 	if errors.Is(err, bolterrors.ErrTimeout) {
@@ -91,7 +88,7 @@ func RecoverRaft(dataDir string, keep []string, logOut io.Writer) (*RecoverResul
 				missing = append(missing, name)
 				continue
 			}
-			port, err := meshPort(r, rn, "raft")
+			port, err := fsm.MeshPort(r, rn, "raft")
 			if err != nil || rn.Advertise == "" {
 				missing = append(missing, name)
 				continue
@@ -116,7 +113,7 @@ func RecoverRaft(dataDir string, keep []string, logOut io.Writer) (*RecoverResul
 		}
 	})
 	for _, sv := range old.Servers {
-		if name := orID(names[string(sv.ID)], string(sv.ID)); !slices.Contains(res.Voters, name) {
+		if name := OrID(names[string(sv.ID)], string(sv.ID)); !slices.Contains(res.Voters, name) {
 			res.Dropped = append(res.Dropped, name)
 		}
 	}
@@ -160,4 +157,12 @@ func replay(f *fsm.FSM, store *raftboltdb.BoltStore, snaps raft.SnapshotStore) e
 		}
 	}
 	return nil
+}
+
+// OrID is a server's node name, or its Raft ID when the record names no node for it.
+func OrID(name, id string) string {
+	if name == "" {
+		return id
+	}
+	return name
 }

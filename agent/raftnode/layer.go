@@ -1,4 +1,4 @@
-package agent
+package raftnode
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"meshd/internal/ratelog"
 	"net"
 	"sync"
 	"time"
@@ -21,15 +22,15 @@ const raftHandshakeTimeout = 10 * time.Second
 // at once (an authenticated server retries).
 const raftMaxPending = 64
 
-// tlsStreamLayer is Raft's transport beneath raft.NetworkTransport: TCP with mutual TLS (pki.RaftTLS),
-// each end a server of the mesh. The handshake is done before a connection reaches Raft, in its
-// own goroutine with a deadline, so a peer that cannot authenticate never has a byte read as
-// Raft, and a slow one holds nothing of Raft's.
-type tlsStreamLayer struct {
+// StreamLayer is Raft's transport beneath raft.NetworkTransport: TCP with mutual TLS
+// (pki.RaftTLS), each end a server of the mesh. The handshake is done before a connection
+// reaches Raft, in its own goroutine with a deadline, so a peer that cannot authenticate never
+// has a byte read as Raft, and a slow one holds nothing of Raft's.
+type StreamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
 	cfg       *tls.Config
-	refused   *rateLog
+	refused   *ratelog.Log
 
 	conns   chan net.Conn
 	pending chan struct{}
@@ -37,19 +38,23 @@ type tlsStreamLayer struct {
 	once    sync.Once
 }
 
-// listenRaftTLS listens on bind for Raft with cfg, saying advertise as its address.
-func listenRaftTLS(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Logger) (*tlsStreamLayer, error) {
+// ListenTLS listens on bind for Raft with cfg, saying advertise as its address (nil: the address
+// it bound, for a test's transport on port 0).
+func ListenTLS(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Logger) (*StreamLayer, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
 	}
-	l := &tlsStreamLayer{ln: ln, advertise: advertise, cfg: cfg, refused: newRateLog(log, 10, time.Minute),
+	if advertise == nil {
+		advertise = ln.Addr()
+	}
+	l := &StreamLayer{ln: ln, advertise: advertise, cfg: cfg, refused: ratelog.New(log, 10, time.Minute),
 		conns: make(chan net.Conn), pending: make(chan struct{}, raftMaxPending), done: make(chan struct{})}
 	go l.acceptLoop()
 	return l, nil
 }
 
-func (l *tlsStreamLayer) acceptLoop() {
+func (l *StreamLayer) acceptLoop() {
 	for {
 		c, err := l.ln.Accept()
 		if err != nil {
@@ -76,7 +81,7 @@ func (l *tlsStreamLayer) acceptLoop() {
 	}
 }
 
-func (l *tlsStreamLayer) handshake(c net.Conn) {
+func (l *StreamLayer) handshake(c net.Conn) {
 	defer func() { <-l.pending }()
 	tc := tls.Server(c, l.cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), raftHandshakeTimeout)
@@ -84,7 +89,7 @@ func (l *tlsStreamLayer) handshake(c net.Conn) {
 	cancel()
 	if err != nil {
 		tc.Close()
-		l.refused.Warn("raft connection refused: not a server of this mesh", "from", c.RemoteAddr().String(), "err", clip(err.Error(), 300))
+		l.refused.Warn("raft connection refused: not a server of this mesh", "from", c.RemoteAddr().String(), "err", ratelog.Clip(err.Error(), 300))
 		return
 	}
 	select {
@@ -95,7 +100,7 @@ func (l *tlsStreamLayer) handshake(c net.Conn) {
 }
 
 // Accept returns the next connection whose peer proved to be a server of the mesh.
-func (l *tlsStreamLayer) Accept() (net.Conn, error) {
+func (l *StreamLayer) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:
 		return c, nil
@@ -104,7 +109,7 @@ func (l *tlsStreamLayer) Accept() (net.Conn, error) {
 	}
 }
 
-func (l *tlsStreamLayer) Close() error {
+func (l *StreamLayer) Close() error {
 	var err error
 	l.once.Do(func() {
 		close(l.done)
@@ -114,11 +119,11 @@ func (l *tlsStreamLayer) Close() error {
 }
 
 // Addr is the advertised address: what Raft records as this server's.
-func (l *tlsStreamLayer) Addr() net.Addr { return l.advertise }
+func (l *StreamLayer) Addr() net.Addr { return l.advertise }
 
 // Dial connects to another server's Raft port; the handshake refuses anything but a server
 // certificate of the mesh.
-func (l *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+func (l *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", string(address))

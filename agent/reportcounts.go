@@ -1,0 +1,39 @@
+package agent
+
+// What a node's host report holds, as the node view (api.go) counts it for the operator.
+
+import (
+	"encoding/json"
+
+	"meshd/api"
+	"meshd/fsm"
+	"meshd/host"
+)
+
+// activeAgain is the kind of the retired found firewall rep reads active again, "" when none.
+func activeAgain(rep *host.Report) string {
+	var od host.OpeningDetail
+	if rep != nil && api.DecodeInto(rep.Kinds[fsm.KindOpening], &od) && od.Firewall.ActiveAgain {
+		return od.Firewall.Kind
+	}
+	return ""
+}
+
+// heldCounts counts what a report holds: found files and found containers kept as they are.
+func heldCounts(rep *host.Report) (files, containers int) {
+	if rep == nil {
+		return 0, 0
+	}
+	files = len(rep.Held)
+	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && raw != nil {
+		var cr host.ContainerReport
+		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &cr) == nil {
+			for _, c := range cr.Containers {
+				if c.State == "held" {
+					containers++
+				}
+			}
+		}
+	}
+	return files, containers
+}
