@@ -340,7 +340,7 @@ func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
 		s.fsm.Read(func(_ *fsm.Record, i uint64) { index = i })
 		body, at, err := render()
 		if err != nil {
-			fmt.Fprintf(w, "event: gone\ndata: %s\n\n", err)
+			_ = writeEvent(w, "gone", index, []byte(err.Error()))
 			_ = rc.Flush()
 			return
 		}
@@ -369,13 +369,17 @@ func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
-// writeEvent writes one server-sent event: each line of data on a data: line of its own.
+// writeEvent writes one server-sent event: each line of data on a data: line of its own. A
+// line ends at CR, LF or CRLF, as the browser reads the stream, so a carriage return inside a
+// report's text (or a node name in the query) starts a new data: line and never a field of its own.
 func writeEvent(w io.Writer, event string, id uint64, data []byte) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "event: %s\nid: %d\n", event, id)
+	data = bytes.ReplaceAll(data, []byte("\r\n"), []byte("\n"))
+	data = bytes.ReplaceAll(data, []byte("\r"), []byte("\n"))
 	for _, line := range bytes.Split(data, []byte("\n")) {
 		b.WriteString("data: ")
-		b.Write(bytes.TrimSuffix(line, []byte("\r")))
+		b.Write(line)
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
