@@ -134,7 +134,7 @@ func (c *clientRole) startClientBus(ctx context.Context, port uint16) {
 		IdleTimeout: busIdleTimeout, MaxHeaderBytes: busMaxHeader,
 		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)}
 	c.pb.srv = srv
-	limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, newRateLog(c.log.With("part", "bus"), 10, time.Minute))
+	limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, newRateLog(c.log.With("part", "bus"), 10, time.Minute), nil)
 	go func() {
 		if err := srv.Serve(tls.NewListener(limited, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.log.Error("bus stopped", "port", port, "err", err)
