@@ -103,7 +103,6 @@ func (a *Agent) peerRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/reach", a.withPeer(false, a.postReach))
 	mux.HandleFunc("POST /v1/ports/check", a.withPeer(true, a.postPortCheck))
 	mux.HandleFunc("GET /v1/monitor", a.withPeer(true, a.getPeerMonitor))
-	mux.HandleFunc("GET /v1/original", a.withPeer(true, a.getPeerOriginal))
 }
 
 // startClientBus serves a client node's bus on its mesh.bus port, and moves it when the record

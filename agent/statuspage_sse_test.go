@@ -2,9 +2,18 @@ package agent
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"meshd/host"
+	"meshd/internal/testenv"
 )
 
 // sseFields reads a server-sent event stream as a browser does (a line ends at CR, LF or CRLF) and
@@ -48,5 +57,64 @@ func TestUnitEventTextCannotInjectFields(t *testing.T) {
 		if got := strings.Join(data, "\n"); got != want {
 			t.Fatalf("body %q came back as %q", body, got)
 		}
+	}
+}
+
+// Issue 26, finding 4: live pages were streamed without a bound to whoever reached the
+// listener (no credential asked). The server streams pageMaxStreams at once; one more is told so,
+// and a place freed is taken again.
+func TestPageEventStreamsAreCapped(t *testing.T) {
+	ts := startTestServer(t)
+	h, err := host.Open(host.Config{DataDir: t.TempDir(), Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	ts.s.host = h
+	srv := httptest.NewServer(ts.s.statusPage())
+	defer srv.Close()
+	open := func() (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/events", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		return resp, cancel
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := range pageMaxStreams {
+		resp, cancel := open()
+		cancels = append(cancels, cancel)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("live page %d of %d: %s", i+1, pageMaxStreams, resp.Status)
+		}
+	}
+	resp, cancel := open()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		cancel()
+		t.Fatalf("live page %d: %s, want 503", pageMaxStreams+1, resp.Status)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	cancel()
+	if !strings.Contains(string(body), "live pages already") {
+		t.Fatalf("live page %d refused with %q, which does not say why", pageMaxStreams+1, body)
+	}
+	cancels[0]()
+	if err := testenv.Poll(t, 5*time.Second, func() error {
+		resp, cancel := open()
+		defer cancel()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("after one live page closed: %s", resp.Status)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
