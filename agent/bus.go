@@ -85,7 +85,7 @@ func (s *serverRole) runBus(ctx context.Context) {
 				srv = &http.Server{Handler: http.MaxBytesHandler(s.busRoutes(), busMaxBody), TLSConfig: tlsCfg, ErrorLog: errLog,
 					ReadHeaderTimeout: busReadHeaderTimeout, ReadTimeout: busReadTimeout, WriteTimeout: busWriteTimeout,
 					IdleTimeout: busIdleTimeout, MaxHeaderBytes: busMaxHeader}
-				limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, s.busRefusals)
+				limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, s.busRefusals, s.recordAddr)
 				go func(hs *http.Server) {
 					if err := hs.Serve(tls.NewListener(limited, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						s.log.Error("bus stopped", "port", port, "err", err)

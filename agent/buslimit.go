@@ -4,18 +4,25 @@ import (
 	"errors"
 	"meshd/internal/ratelog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
+
+	"meshd/fsm"
 )
 
 // The bus faces anyone who can reach its port (enrolment needs no certificate), so it bounds what
-// one caller can hold: connections in all and from one address, how long a request may take to
-// arrive, and how large it may be.
+// one caller can hold: connections in all and from one source, how long a request may take to
+// arrive, and how large it may be. A source is an IPv4 address or an IPv6 /64 (one machine is
+// handed a whole /64, so counting its addresses one by one would give it 2^64 shares). The
+// record's nodes (their underlay and private addresses) have places of their own, so a flood
+// from elsewhere cannot take the bus from the declaration watches and reports of the mesh.
 const (
-	// busMaxConns is how many connections the bus holds at once; beyond it a new one is closed.
+	// busMaxConns is how many connections from outside the record the bus holds at once; beyond
+	// it a new one is closed. The record's nodes have as many again.
 	busMaxConns = 512
-	// busMaxConnsPerIP is how many of them may come from one address: a node holds one or two
-	// (its declaration watch, a report), so one address cannot take the bus from the others.
+	// busMaxConnsPerIP is how many of them may come from one source: a node holds one or two
+	// (its declaration watch, a report), so one source cannot take the bus from the others.
 	busMaxConnsPerIP = 32
 	// busMaxBody is the largest request body the bus reads (a host report); enrolment's is
 	// enrolMaxBody.
@@ -24,8 +31,9 @@ const (
 	enrolMaxBody = 64 << 10
 	// busMaxHeader is the largest request header the bus reads.
 	busMaxHeader = 16 << 10
-	// busReadHeaderTimeout bounds the TLS handshake and the request's header.
-	busReadHeaderTimeout = 10 * time.Second
+	// busReadHeaderTimeout bounds the TLS handshake and the request's header: a few round trips
+	// of a far machine, so a connection that never speaks gives its place back soon.
+	busReadHeaderTimeout = 5 * time.Second
 	// busReadTimeout bounds a whole request, body included: it is above the longest a server may
 	// hold a request before it answers (caughtUpOnly's 30 s, then a Raft commit), because the
 	// HTTP server ends a request whose read deadline passes while it is handled. Long polls
@@ -37,20 +45,34 @@ const (
 	busIdleTimeout = 2 * time.Minute
 )
 
-// limitListener closes a new connection beyond max in all or perIP from one address, saying so
-// to refused (a rate-limited log).
+// limitListener closes a new connection beyond max in all or perIP from one source, saying so
+// to refused (a rate-limited log). Connections from an address known says is the record's are
+// counted apart, with the same bounds, so the ones from outside never crowd them out.
 type limitListener struct {
 	net.Listener
 	max, perIP int
 	refused    *ratelog.Log
+	known      func(netip.Addr) bool
 
 	mu    sync.Mutex
-	total int
-	byIP  map[string]int
+	pools [2]connPool // [0] from outside the record, [1] from the record's nodes
 }
 
-func newLimitListener(ln net.Listener, max, perIP int, refused *ratelog.Log) *limitListener {
-	return &limitListener{Listener: ln, max: max, perIP: perIP, refused: refused, byIP: map[string]int{}}
+// connPool counts the connections held, in all and by source.
+type connPool struct {
+	total    int
+	bySource map[netip.Prefix]int
+}
+
+func newLimitListener(ln net.Listener, max, perIP int, refused *ratelog.Log, known func(netip.Addr) bool) *limitListener {
+	if known == nil {
+		known = func(netip.Addr) bool { return false }
+	}
+	l := &limitListener{Listener: ln, max: max, perIP: perIP, refused: refused, known: known}
+	for i := range l.pools {
+		l.pools[i].bySource = map[netip.Prefix]int{}
+	}
+	return l
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -59,42 +81,67 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip := remoteIP(c)
+		addr := remoteAddr(c)
+		src := sourceOf(addr)
+		pool := 0
+		if addr.IsValid() && l.known(addr) {
+			pool = 1
+		}
 		l.mu.Lock()
-		full := l.total >= l.max
-		mine := l.byIP[ip] >= l.perIP
+		p := &l.pools[pool]
+		full := p.total >= l.max
+		mine := p.bySource[src] >= l.perIP
 		if !full && !mine {
-			l.total++
-			l.byIP[ip]++
+			p.total++
+			p.bySource[src]++
 		}
 		l.mu.Unlock()
 		if full || mine {
 			c.Close()
 			if full {
-				l.refused.Warn("bus connection closed: the bus holds its limit of connections", "from", ip, "limit", l.max)
+				l.refused.Warn("bus connection closed: the bus holds its limit of connections", "from", addr, "limit", l.max, "record_node", pool == 1)
 			} else {
-				l.refused.Warn("bus connection closed: this address holds its limit of connections", "from", ip, "limit", l.perIP)
+				l.refused.Warn("bus connection closed: this source holds its limit of connections", "from", addr, "source", src, "limit", l.perIP)
 			}
 			continue
 		}
-		return &limitedConn{Conn: c, release: func() { l.release(ip) }}, nil
+		return &limitedConn{Conn: c, release: func() { l.release(pool, src) }}, nil
 	}
 }
 
-func (l *limitListener) release(ip string) {
+func (l *limitListener) release(pool int, src netip.Prefix) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.total--
-	if l.byIP[ip]--; l.byIP[ip] <= 0 {
-		delete(l.byIP, ip)
+	p := &l.pools[pool]
+	p.total--
+	if p.bySource[src]--; p.bySource[src] <= 0 {
+		delete(p.bySource, src)
 	}
 }
 
-func remoteIP(c net.Conn) string {
+// remoteAddr is the address a connection comes from (an IPv4-mapped one as IPv4), or the zero
+// address where it has none.
+func remoteAddr(c net.Conn) netip.Addr {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP.String()
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			return ip.Unmap()
+		}
 	}
-	return c.RemoteAddr().String()
+	return netip.Addr{}
+}
+
+// sourceOf is the source a connection from addr counts against: the address itself for IPv4, its
+// /64 for IPv6.
+func sourceOf(addr netip.Addr) netip.Prefix {
+	if !addr.IsValid() {
+		return netip.Prefix{}
+	}
+	bits := 32
+	if addr.Is6() {
+		bits = 64
+	}
+	p, _ := addr.Prefix(bits)
+	return p
 }
 
 // limitedConn gives its place back once, when closed.
@@ -111,4 +158,24 @@ func (c *limitedConn) Close() error {
 		return nil
 	}
 	return err
+}
+
+// recordAddr says addr is one of the record's nodes', on the underlay or the private network.
+func (s *serverRole) recordAddr(addr netip.Addr) bool {
+	known := false
+	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		for _, n := range r.Nodes {
+			for _, a := range []string{n.Advertise, n.Address} {
+				if p, err := netip.ParsePrefix(a); err == nil && p.Addr().Unmap() == addr {
+					known = true
+					return
+				}
+				if p, err := netip.ParseAddr(a); err == nil && p.Unmap() == addr {
+					known = true
+					return
+				}
+			}
+		}
+	})
+	return known
 }

@@ -105,7 +105,6 @@ func (a *Agent) peerRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/reach", a.withPeer(false, a.postReach))
 	mux.HandleFunc("POST /v1/ports/check", a.withPeer(true, a.postPortCheck))
 	mux.HandleFunc("GET /v1/monitor", a.withPeer(true, a.getPeerMonitor))
-	mux.HandleFunc("GET /v1/original", a.withPeer(true, a.getPeerOriginal))
 }
 
 // startClientBus serves a client node's bus on its mesh.bus port, and moves it when the record
@@ -136,7 +135,7 @@ func (c *clientRole) startClientBus(ctx context.Context, port uint16) {
 		IdleTimeout: busIdleTimeout, MaxHeaderBytes: busMaxHeader,
 		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)}
 	c.pb.srv = srv
-	limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, ratelog.New(c.log.With("part", "bus"), 10, time.Minute))
+	limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, ratelog.New(c.log.With("part", "bus"), 10, time.Minute), nil)
 	go func() {
 		if err := srv.Serve(tls.NewListener(limited, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.log.Error("bus stopped", "port", port, "err", err)

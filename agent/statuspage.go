@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -264,7 +263,6 @@ func (s *serverRole) statusPage() http.Handler {
 		}
 		s.renderPage(w, "node", d, "/events?node="+url.QueryEscape(d.Node.Name))
 	})
-	mux.HandleFunc("GET /node/{node}/original", s.pageOriginal)
 	mux.HandleFunc("GET /events", s.pageEvents)
 	mux.HandleFunc("GET /page.css", func(w http.ResponseWriter, _ *http.Request) {
 		b, _ := pageFiles.ReadFile("statuspage/page.css")
@@ -308,8 +306,19 @@ func (s *serverRole) renderPage(w http.ResponseWriter, live string, data any, ev
 	_, _ = out.WriteTo(w)
 }
 
+// pageMaxStreams is how many live pages one server streams at once: each holds a goroutine and
+// renders the page on every change, and the listener asks no credential, so a caller opening
+// streams without end would cost the server without end.
+const pageMaxStreams = 32
+
 // pageEvents streams the live part of the overview (or of ?node=NAME's page) each time it changes.
 func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
+	if s.pageStreams.Add(1) > pageMaxStreams {
+		s.pageStreams.Add(-1)
+		http.Error(w, fmt.Sprintf("this server streams %d live pages already: close one, or reload later", pageMaxStreams), http.StatusServiceUnavailable)
+		return
+	}
+	defer s.pageStreams.Add(-1)
 	node := req.URL.Query().Get("node")
 	render := func() ([]byte, uint64, error) {
 		var b bytes.Buffer
@@ -339,7 +348,7 @@ func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
 		s.fsm.Read(func(_ *fsm.Record, i uint64) { index = i })
 		body, at, err := render()
 		if err != nil {
-			fmt.Fprintf(w, "event: gone\ndata: %s\n\n", err)
+			_ = writeEvent(w, "gone", index, []byte(err.Error()))
 			_ = rc.Flush()
 			return
 		}
@@ -368,79 +377,22 @@ func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
-// writeEvent writes one server-sent event: each line of data on a data: line of its own.
+// writeEvent writes one server-sent event: each line of data on a data: line of its own. A
+// line ends at CR, LF or CRLF, as the browser reads the stream, so a carriage return inside a
+// report's text (or a node name in the query) starts a new data: line and never a field of its own.
 func writeEvent(w io.Writer, event string, id uint64, data []byte) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "event: %s\nid: %d\n", event, id)
+	data = bytes.ReplaceAll(data, []byte("\r\n"), []byte("\n"))
+	data = bytes.ReplaceAll(data, []byte("\r"), []byte("\n"))
 	for _, line := range bytes.Split(data, []byte("\n")) {
 		b.WriteString("data: ")
-		b.Write(bytes.TrimSuffix(line, []byte("\r")))
+		b.Write(line)
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
 	_, err := w.Write(b.Bytes())
 	return err
-}
-
-// pageOriginal shows the recorded original of a file a node held: this node's from its own record
-// store, another's from that node's bus (a server's to ask).
-func (s *serverRole) pageOriginal(w http.ResponseWriter, req *http.Request) {
-	node, path := req.PathValue("node"), req.URL.Query().Get("path")
-	if path == "" {
-		http.Error(w, "which file? give ?path=/absolute/path", http.StatusBadRequest)
-		return
-	}
-	var b []byte
-	var err error
-	if node == s.node.Name {
-		b, err = s.host.Original(path)
-	} else {
-		b, err = s.peerOriginal(req.Context(), node, path)
-	}
-	if err != nil {
-		http.Error(w, fmt.Sprintf("node %s: %v", node, err), http.StatusNotFound)
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	_, _ = w.Write(b)
-}
-
-// peerOriginal asks node's bus for the original of path.
-func (s *serverRole) peerOriginal(ctx context.Context, node, path string) ([]byte, error) {
-	p, ok := s.gossipView().Peer(node)
-	if !ok {
-		return nil, fmt.Errorf("no such node in the record")
-	}
-	client, err := s.peerHTTP(p)
-	if err != nil {
-		return nil, err
-	}
-	addr := net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Bus)))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/v1/original?path="+url.QueryEscape(path), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("bus %s (tcp port %d): %w", addr, p.Bus, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bus %s: %s", addr, api.NewAnswerError(resp, resp.Body).Text(""))
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-}
-
-// getPeerOriginal is a node's bus route GET /v1/original?path=, a server's to ask (its status page).
-func (a *Agent) getPeerOriginal(w http.ResponseWriter, req *http.Request, _ string) {
-	b, err := a.host.Original(req.URL.Query().Get("path"))
-	if err != nil {
-		writeErr(w, notFound(fmt.Sprintf("node %s: %v", a.node.Name, err)))
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	_, _ = w.Write(b)
 }
 
 // pageAgo says how long before now t was, to the second ("never" for the zero time).

@@ -22,6 +22,10 @@ type Module struct {
 	Description string `json:"description,omitempty"`
 	// Foundation marks the modules genesis raises on the control-node.
 	Foundation bool `json:"foundation,omitempty"`
+	// Privileged says the module means to be root on the machines it is assigned to: a file
+	// where root reads or runs it, a setuid or setgid mode, a mount of the engine's socket or
+	// the system's trees (privileged.go lists them). Without it such a declaration is refused.
+	Privileged bool `json:"privileged,omitempty"`
 	// Settings maps a setting's name to its default value.
 	Settings   map[string]string `json:"settings,omitempty"`
 	Files      []File            `json:"files,omitempty"`
@@ -138,7 +142,7 @@ func (es Errors) Error() string {
 
 // schema lists the keys each mapping may hold; a key outside it is an unknown field.
 var schema = map[string][]string{
-	"":             {"name", "description", "foundation", "settings", "files", "containers", "openings"},
+	"":             {"name", "description", "foundation", "privileged", "settings", "files", "containers", "openings"},
 	"files[]":      {"path", "content", "mode", "owner", "create_once"},
 	"containers[]": {"name", "image", "command", "env", "ports", "volumes", "restart", "labels"},
 	"openings[]":   {"port", "proto", "from", "path", "guarded", "admit"},
@@ -226,6 +230,7 @@ type raw struct {
 	Name        string               `yaml:"name"`
 	Description string               `yaml:"description"`
 	Foundation  bool                 `yaml:"foundation"`
+	Privileged  bool                 `yaml:"privileged"`
 	Settings    map[string]yaml.Node `yaml:"settings"`
 	Files       []File               `yaml:"files"`
 	Containers  []Container          `yaml:"containers"`
@@ -267,7 +272,7 @@ func Parse(file string, data []byte) (*Module, error) {
 		}
 		return nil, Errors{{File: file, Msg: err.Error()}}
 	}
-	m := &Module{Name: r.Name, Description: r.Description, Foundation: r.Foundation,
+	m := &Module{Name: r.Name, Description: r.Description, Foundation: r.Foundation, Privileged: r.Privileged,
 		Files: r.Files, Containers: r.Containers, Openings: r.Openings, Source: file, Lines: resolvedLines(p.lines)}
 	if len(r.Settings) > 0 {
 		m.Settings = map[string]string{}

@@ -11,7 +11,10 @@ import (
 // Resolved is a module filled in for one node: every ${setting} replaced by the node's value or
 // the default, every port a number.
 type Resolved struct {
-	Module     string            `json:"module"`
+	Module string `json:"module"`
+	// Privileged is the module's own word that it is root on the machine (RootEquivalent says
+	// what makes it so).
+	Privileged bool              `json:"privileged,omitempty"`
 	Settings   map[string]string `json:"settings,omitempty"`
 	Files      []File            `json:"files,omitempty"`
 	Containers []Container       `json:"containers,omitempty"`
@@ -122,18 +125,8 @@ func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{File: m.Source, Line: m.line(field), Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
-	via := func(raw string) string {
-		refs := refRe.FindAllStringSubmatch(raw, -1)
-		if len(refs) == 0 {
-			return ""
-		}
-		names := make([]string, len(refs))
-		for i, r := range refs {
-			names[i] = m.Name + "." + r[1]
-		}
-		return " (from setting " + strings.Join(names, ", ") + ")"
-	}
-	r := &Resolved{Module: m.Name, Settings: vals}
+	via := m.via
+	r := &Resolved{Module: m.Name, Privileged: m.Privileged, Settings: vals}
 	for i, f := range m.Files {
 		f.Path = expand(f.Path, vals)
 		f.Content = expand(f.Content, vals)
@@ -219,6 +212,19 @@ func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 		return nil, errs
 	}
 	return r, nil
+}
+
+// via says which settings made a value from raw, for a refusal: " (from setting m.a, m.b)".
+func (m *Module) via(raw string) string {
+	refs := refRe.FindAllStringSubmatch(raw, -1)
+	if len(refs) == 0 {
+		return ""
+	}
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = m.Name + "." + r[1]
+	}
+	return " (from setting " + strings.Join(names, ", ") + ")"
 }
 
 // PortSettings lists the settings a module uses as ports: those in an opening's port or a

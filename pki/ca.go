@@ -326,6 +326,7 @@ func RaftTLS(id tls.Certificate, ca *x509.Certificate) (*tls.Config, error) {
 }
 
 // verifyServer checks cert is a server certificate of the mesh CA and returns the node it names.
+// Every end that takes an answer for a server's (a bus client, Raft, a joining node) asks this.
 func verifyServer(cert *x509.Certificate, ca *x509.Certificate) (string, error) {
 	name, err := VerifyNode(cert, ca, x509.ExtKeyUsageClientAuth, time.Now())
 	if err != nil {
@@ -354,8 +355,9 @@ func ownServerCert(id tls.Certificate) error {
 }
 
 // PinnedTLS is a joining node's TLS: it has no CA yet, only the token's fingerprint of it. The
-// server must present a chain holding a CA with that fingerprint that issued its certificate;
-// found is set to that CA.
+// server must present a chain holding a CA with that fingerprint that issued its certificate, a
+// server's certificate as every other end checks one (a client's, or one issued before the
+// server role marker, is refused); found is set to that CA.
 func PinnedTLS(fingerprint string, found **x509.Certificate) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
@@ -364,7 +366,7 @@ func PinnedTLS(fingerprint string, found **x509.Certificate) *tls.Config {
 			}
 			for _, c := range cs.PeerCertificates[1:] {
 				if Fingerprint(c) == fingerprint {
-					if _, err := VerifyNode(cs.PeerCertificates[0], c, x509.ExtKeyUsageServerAuth, time.Now()); err != nil {
+					if _, err := verifyServer(cs.PeerCertificates[0], c); err != nil {
 						return err
 					}
 					*found = c

@@ -66,3 +66,29 @@ func TestOldStyleCertificateIsNoServer(t *testing.T) {
 		t.Fatal("RaftTLS took an old-style certificate for a server's")
 	}
 }
+
+// Issue 26, finding 11: a joining node pins the mesh CA by the token's fingerprint and must take
+// only a server's certificate for the server's answer. An old-style certificate (server auth, no
+// role marker), held by a client enrolled before servers and clients differed, is refused at the
+// handshake; a server's own is taken and yields the CA.
+func TestPinnedTLSRefusesACertificateWithoutTheServerMarker(t *testing.T) {
+	ca := newCA(t)
+	fp := Fingerprint(ca.Cert)
+	old := oldStyle(t, ca, "edge")
+	var found *x509.Certificate
+	evil := &tls.Config{Certificates: []tls.Certificate{old}, MinVersion: tls.VersionTLS13}
+	if _, cerr := handshake(evil, PinnedTLS(fp, &found)); cerr == nil || !strings.Contains(cerr.Error(), "no server role marker") {
+		t.Fatalf("a joining node took an old-style certificate for the server's: %v", cerr)
+	}
+	if found != nil {
+		t.Fatal("the refused handshake still handed over a CA")
+	}
+	srv := identity(t, ca, "hub", ServerCert)
+	good := &tls.Config{Certificates: []tls.Certificate{srv}, MinVersion: tls.VersionTLS13}
+	if _, cerr := handshake(good, PinnedTLS(fp, &found)); cerr != nil {
+		t.Fatalf("a joining node refused the server's own certificate: %v", cerr)
+	}
+	if found == nil || !found.Equal(ca.Cert) {
+		t.Fatal("the server's handshake did not yield the pinned CA")
+	}
+}
