@@ -101,7 +101,7 @@ func pageShows(t *testing.T, ctx context.Context, within time.Duration, what str
 }
 
 // screenshot writes the page as a PNG into $MESHD_SCREENSHOTS when it is set (a relative path is
-// the repository's: MESHD_SCREENSHOTS=docs/img refreshes the screenshots docs/architecture.md shows).
+// the repository's), to look at this test's bed; docs/img's come from `make screenshots`.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	dir := os.Getenv("MESHD_SCREENSHOTS")
