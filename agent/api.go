@@ -16,7 +16,7 @@ import (
 
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // The API's views: what the operator's commands print.
@@ -78,7 +78,7 @@ type NodeSummary struct {
 	// server), or "" (none yet). When it was made is in `meshd node show` (the status stays the
 	// same while nothing changes).
 	ReportFrom string `json:"report_from,omitempty"`
-	// Tunnel is the node's tunnel state from its last report (host.TunnelMeshUp, TunnelFoundUp,
+	// Tunnel is the node's tunnel state from its last report (report.TunnelMeshUp, TunnelFoundUp,
 	// TunnelDark), "" when it raises none.
 	Tunnel string `json:"tunnel,omitempty"`
 	// FirewallActiveAgain is the kind of the found firewall meshd retired at the flip when the
@@ -93,7 +93,7 @@ type NodeView struct {
 	ControlNode bool      `json:"control_node,omitempty"`
 	Taken       []string  `json:"taken_effective"`
 	// Report is the node's last host report; nil until its host has reconciled once.
-	Report *host.Report `json:"report"`
+	Report *report.Report `json:"report"`
 }
 
 // ModuleView is a catalogue module and the nodes it is assigned to.
@@ -241,7 +241,7 @@ func (s *serverRole) getNode(w http.ResponseWriter, req *http.Request) {
 }
 
 // report returns a node's last host report, if this agent has it.
-func (s *serverRole) report(node string) *host.Report {
+func (s *serverRole) report(node string) *report.Report {
 	rep, _ := s.reportFrom(node)
 	return rep
 }
@@ -249,7 +249,7 @@ func (s *serverRole) report(node string) *host.Report {
 // reportFrom returns a node's last host report and how it came: its own ("local"), one gossip
 // carried and this node verified with the node's enrolled key ("gossip"), else one the node
 // posted to this server's bus over mTLS while its gossip reached no server ("bus").
-func (s *serverRole) reportFrom(node string) (*host.Report, string) {
+func (s *serverRole) reportFrom(node string) (*report.Report, string) {
 	if node == s.node.Name {
 		rep := s.host.Report()
 		if rep.When.IsZero() {

@@ -2,7 +2,7 @@ package agent
 
 // Converging a node and returning it to adopted (ADR 0100's last step), on a server. The preview
 // composes the node's declaration from the record and reads it against the node's latest host
-// report (host.PreviewConverge), changing nothing; it remembers what each plan token it handed
+// report (preview.Converge), changing nothing; it remembers what each plan token it handed
 // out was made from, so a flip with a stale token is refused naming what changed. The flip and
 // the return are recorded as an intent (fsm.OpFlip) that the node's host carries out; the leader
 // records the node in its new mode (fsm.OpFlipDone) once the node's report says it is done.
@@ -20,7 +20,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/preview"
+	"meshd/host/report"
 )
 
 // ConvergeRequest is the body of POST /v1/nodes/{node}/converge.
@@ -33,25 +34,25 @@ type ConvergeRequest struct {
 // FlipView answers a flip or a return: the node as the record holds it (its pending flip in
 // Node.Flip) and, for a flip, the preview it was checked against.
 type FlipView struct {
-	Node    *fsm.Node             `json:"node"`
-	Preview *host.ConvergePreview `json:"preview,omitempty"`
+	Node    *fsm.Node               `json:"node"`
+	Preview *report.ConvergePreview `json:"preview,omitempty"`
 }
 
 // plans remembers the previews a server handed out, by plan token, so that a stale token can be
 // named: what changed since. It keeps the latest few.
 type plans struct {
 	mu    sync.Mutex
-	byTok map[string]host.ConvergePreview
+	byTok map[string]report.ConvergePreview
 	order []string
 }
 
 const plansKept = 64
 
-func (p *plans) keep(pv host.ConvergePreview) {
+func (p *plans) keep(pv report.ConvergePreview) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byTok == nil {
-		p.byTok = map[string]host.ConvergePreview{}
+		p.byTok = map[string]report.ConvergePreview{}
 	}
 	if _, ok := p.byTok[pv.Token]; !ok {
 		p.order = append(p.order, pv.Token)
@@ -63,7 +64,7 @@ func (p *plans) keep(pv host.ConvergePreview) {
 	}
 }
 
-func (p *plans) get(token string) (host.ConvergePreview, bool) {
+func (p *plans) get(token string) (report.ConvergePreview, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pv, ok := p.byTok[token]
@@ -71,16 +72,16 @@ func (p *plans) get(token string) (host.ConvergePreview, bool) {
 }
 
 // previewOf composes node's converge preview from the record and its latest report.
-func (s *serverRole) previewOf(node string) (host.ConvergePreview, error) {
+func (s *serverRole) previewOf(node string) (report.ConvergePreview, error) {
 	var d *fsm.Declaration
 	var err error
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		d, err = fsm.Compose(r, node)
 	})
 	if err != nil {
-		return host.ConvergePreview{}, err
+		return report.ConvergePreview{}, err
 	}
-	pv, err := host.PreviewConverge(s.report(node), d)
+	pv, err := preview.Converge(s.report(node), d)
 	if err != nil {
 		return pv, notFound(err.Error())
 	}
@@ -101,10 +102,10 @@ func (s *serverRole) convergePreview(w http.ResponseWriter, req *http.Request) {
 // StaleRefusal is a flip refused because the node changed since the preview its plan token came
 // from, or because something will close and no plan token was given.
 type StaleRefusal struct {
-	Node    string                `json:"node"`
-	Reason  string                `json:"reason"`
-	Changes []string              `json:"changes,omitempty"`
-	Preview *host.ConvergePreview `json:"preview,omitempty"`
+	Node    string                  `json:"node"`
+	Reason  string                  `json:"reason"`
+	Changes []string                `json:"changes,omitempty"`
+	Preview *report.ConvergePreview `json:"preview,omitempty"`
 }
 
 func (e *StaleRefusal) Error() string {
@@ -117,7 +118,7 @@ func (e *StaleRefusal) Error() string {
 
 // checkPlan refuses a flip whose plan token does not match the node as it is now, naming what
 // changed; without a token, it refuses when anything will close.
-func checkPlan(node, plan string, now host.ConvergePreview, was func(string) (host.ConvergePreview, bool)) *StaleRefusal {
+func checkPlan(node, plan string, now report.ConvergePreview, was func(string) (report.ConvergePreview, bool)) *StaleRefusal {
 	switch {
 	case plan == "" && now.WillClose > 0:
 		return &StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
@@ -128,7 +129,7 @@ func checkPlan(node, plan string, now host.ConvergePreview, was func(string) (ho
 	ref := &StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
 		"the node changed since the preview of plan %s (now plan %s); preview again and read it", plan, now.Token)}
 	if old, ok := was(plan); ok {
-		ref.Changes = host.PlanChanges(old, now)
+		ref.Changes = report.PlanChanges(old, now)
 	} else {
 		ref.Reason = fmt.Sprintf("plan %s is not the node as it is now (plan %s), and this server did not make that preview, so it cannot say what changed; preview again and read it", plan, now.Token)
 	}
@@ -218,7 +219,7 @@ func (s *serverRole) finishFlips(ctx context.Context) {
 			}
 		})
 		for _, p := range pending {
-			fv := host.ReportFlip(s.report(p.Node))
+			fv := report.ReportFlip(s.report(p.Node))
 			if fv == nil || !fv.Done || fv.To != p.To || !fv.Since.Equal(p.Since) {
 				continue
 			}

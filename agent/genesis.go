@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -16,10 +15,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/tunnel"
 	"meshd/pki"
 )
 
@@ -230,7 +230,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		if err != nil {
 			return fail(fmt.Errorf("making the node's WireGuard key: %w", err))
 		}
-		if err := (host.SealedTunnelKey{Path: host.TunnelKeyPath(opts.DataDir), Seal: seal}).Save(k); err != nil {
+		if err := (tunnel.SealedKey{Path: tunnel.KeyPath(opts.DataDir), Seal: seal}).Save(k); err != nil {
 			return fail(fmt.Errorf("the node's WireGuard key: %w", err))
 		}
 		overlay = k.PublicKey().String()

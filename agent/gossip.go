@@ -15,7 +15,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/gossip"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/pki"
 )
 
@@ -267,7 +267,7 @@ func (a *Agent) stopGossip() {
 }
 
 // reportKey is a report without its time: two passes that saw the same thing publish once.
-func reportKey(rep host.Report) []byte {
+func reportKey(rep report.Report) []byte {
 	rep.When = time.Time{}
 	b, _ := json.Marshal(rep)
 	return b
@@ -335,7 +335,7 @@ func (a *Agent) publishOnce(last *[]byte, at *time.Time) bool {
 }
 
 // gossipReport is node's latest verified report carried by gossip, if any.
-func (a *Agent) gossipReport(node string) (*host.Report, bool) {
+func (a *Agent) gossipReport(node string) (*report.Report, bool) {
 	g := a.member()
 	if g == nil {
 		return nil, false
@@ -344,7 +344,7 @@ func (a *Agent) gossipReport(node string) (*host.Report, bool) {
 	if !ok {
 		return nil, false
 	}
-	var rep host.Report
+	var rep report.Report
 	if err := json.Unmarshal(r.Payload, &rep); err != nil {
 		a.log.Warn("a verified report does not decode", "about", node, "err", err)
 		return nil, false
@@ -372,8 +372,8 @@ func (a *Agent) membersByName() map[string]gossip.Member {
 }
 
 // activeAgain is the kind of the retired found firewall rep reads active again, "" when none.
-func activeAgain(rep *host.Report) string {
-	var od host.OpeningDetail
+func activeAgain(rep *report.Report) string {
+	var od report.OpeningDetail
 	if rep != nil && decodeInto(rep.Kinds[fsm.KindOpening], &od) && od.Firewall.ActiveAgain {
 		return od.Firewall.Kind
 	}
@@ -381,13 +381,13 @@ func activeAgain(rep *host.Report) string {
 }
 
 // heldCounts counts what a report holds: found files and found containers kept as they are.
-func heldCounts(rep *host.Report) (files, containers int) {
+func heldCounts(rep *report.Report) (files, containers int) {
 	if rep == nil {
 		return 0, 0
 	}
 	files = len(rep.Held)
 	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && raw != nil {
-		var cr host.ContainerReport
+		var cr report.ContainerReport
 		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &cr) == nil {
 			for _, c := range cr.Containers {
 				if c.State == "held" {

@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/pki"
 )
 
@@ -29,7 +29,7 @@ type serverRole struct {
 
 	// reports are the clients' last host reports, as they posted them to this server's bus.
 	reportsMu sync.Mutex
-	reports   map[string]host.Report
+	reports   map[string]report.Report
 
 	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
 	// over the limit), a few lines a minute.
@@ -52,7 +52,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 	if a.secrets.CA == nil {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
-	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]host.Report{},
+	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]report.Report{},
 		busRefusals: newRateLog(a.log.With("part", "bus"), 10, time.Minute), ap: autopilot{current: map[raft.ServerID]time.Time{}}}, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/host/report"
 )
 
 // Settings outlive genesis (ADR 0100): `meshd node set` changes a node's settings in the record.
@@ -242,7 +243,7 @@ func checkBinds(ctx context.Context, node, dockerHost string, binds []portBind) 
 // judgeBinds refuses each port a container publishes, a process listens on, or that cannot be
 // bound, except by what binds it for the same setting today: the module's own container, or meshd
 // itself (pid self) for one of its own ports.
-func judgeBinds(node string, binds []portBind, listeners []host.Listener, published []container.Published, self int) []Finding {
+func judgeBinds(node string, binds []portBind, listeners []report.Listener, published []container.Published, self int) []Finding {
 	var out []Finding
 	add := func(b portBind, holder, format string, args ...any) {
 		msg := fmt.Sprintf("node %s: setting %s: port %d/%s ", node, b.Key, b.Port, b.Proto) + fmt.Sprintf(format, args...)

@@ -15,7 +15,7 @@ import (
 
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/pki"
 	"meshd/wg"
 )
@@ -121,7 +121,7 @@ type TunnelView struct {
 	Port       uint16 `json:"port,omitempty"`
 	// Taken is the found interface the hub took over ("" when none).
 	Taken string `json:"taken,omitempty"`
-	// State is the hub's tunnel state from its last report (host.TunnelFoundUp, TunnelMeshUp,
+	// State is the hub's tunnel state from its last report (report.TunnelFoundUp, TunnelMeshUp,
 	// TunnelDark), "" when it has not reported one.
 	State string `json:"state,omitempty"`
 	Says  string `json:"says,omitempty"`
@@ -166,7 +166,7 @@ func (s *serverRole) tunnelView() TunnelView {
 // tunnelViewOf is the tunnel view of record r with the hub's report rep (nil: none yet), which
 // reached the answering server by from. Every peer the record knows is listed, carried or
 // enrolled; the report adds what the hub's device says of it.
-func tunnelViewOf(r *fsm.Record, rep *host.Report, from string) TunnelView {
+func tunnelViewOf(r *fsm.Record, rep *report.Report, from string) TunnelView {
 	t := r.Tunnel
 	v := TunnelView{Range: t.Range, Hub: t.Hub, HubAddress: t.HubAddress, Taken: t.Taken, Peers: []TunnelPeer{}}
 	if hub := r.Nodes[t.Hub]; hub != nil {
@@ -181,11 +181,11 @@ func tunnelViewOf(r *fsm.Record, rep *host.Report, from string) TunnelView {
 			v.Peers = append(v.Peers, TunnelPeer{PublicKey: n.WireGuardKey, Address: n.Address, Enrolled: true, Node: name})
 		}
 	}
-	var det host.TunnelDetail
+	var det report.TunnelDetail
 	if rep != nil && decodeInto(rep.Kinds[fsm.KindTunnel], &det) {
 		v.State, v.Says, v.Reason = det.State, det.Says, det.Reason
 		v.ReportAt, v.ReportFrom = rep.When, from
-		seen := map[string]host.TunnelPeer{}
+		seen := map[string]report.TunnelPeer{}
 		for _, p := range det.Peers {
 			seen[p.PublicKey] = p
 		}
@@ -222,11 +222,11 @@ func addrLess(a, b string) bool {
 }
 
 // tunnelState is a node's tunnel state from its report ("" when it reports none).
-func tunnelState(rep *host.Report) string {
+func tunnelState(rep *report.Report) string {
 	if rep == nil {
 		return ""
 	}
-	var det host.TunnelDetail
+	var det report.TunnelDetail
 	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && decodeInto(raw, &det) {
 		return det.State
 	}

@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"meshd/agent"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
@@ -40,7 +40,7 @@ func TestMigrationIptables(t *testing.T) { testMigration(t, lab.FirewallIptables
 
 // previewNode runs `meshd converge NODE --preview --json` on the hub: the preview and the exit
 // code (0: nothing will close, 2: something will).
-func previewNode(ctx context.Context, hub *lab.Machine, node string) (host.ConvergePreview, int, error) {
+func previewNode(ctx context.Context, hub *lab.Machine, node string) (report.ConvergePreview, int, error) {
 	cmd := hub.Command(ctx, "/usr/local/bin/meshd", "converge", node, "--preview", "--json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -50,9 +50,9 @@ func previewNode(ctx context.Context, hub *lab.Machine, node string) (host.Conve
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
-		return host.ConvergePreview{}, -1, err
+		return report.ConvergePreview{}, -1, err
 	}
-	var pv host.ConvergePreview
+	var pv report.ConvergePreview
 	if code != 0 && code != 2 {
 		return pv, code, fmt.Errorf("converge %s --preview: exit %d: %s", node, code, stderr.String())
 	}
@@ -67,9 +67,9 @@ func previewNode(ctx context.Context, hub *lab.Machine, node string) (host.Conve
 
 // convergeNode previews node until the preview has a plan token (check, when given, must accept
 // it), then converges it with that token and waits until the record says converged.
-func convergeNode(ctx context.Context, t *testing.T, hub *lab.Machine, node string, check func(host.ConvergePreview, int) error) host.ConvergePreview {
+func convergeNode(ctx context.Context, t *testing.T, hub *lab.Machine, node string, check func(report.ConvergePreview, int) error) report.ConvergePreview {
 	t.Helper()
-	var pv host.ConvergePreview
+	var pv report.ConvergePreview
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		var code int
 		var err error
@@ -410,7 +410,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 					return fmt.Errorf("peer1 (enrolled) as peer1 is told: %+v", p)
 				}
 			}
-			if len(v.Peers) != 2 || v.State != host.TunnelMeshUp || v.ReportAt.IsZero() {
+			if len(v.Peers) != 2 || v.State != report.TunnelMeshUp || v.ReportAt.IsZero() {
 				return fmt.Errorf("tunnel show on peer1: state %q, report at %v, peers %+v", v.State, v.ReportAt, v.Peers)
 			}
 			return nil
@@ -605,9 +605,9 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 
 	step("preview and converge hub")
 	t.Run("converging the hub previews, then changes", func(t *testing.T) {
-		convergeNode(ctx, t, hub, "hub", func(pv host.ConvergePreview, code int) error {
+		convergeNode(ctx, t, hub, "hub", func(pv report.ConvergePreview, code int) error {
 			if code != 2 || !strings.HasPrefix(verdictOn(pv, "tcp", lab.WebappPort), "declared by webapp") ||
-				verdictOn(pv, "tcp", lab.DeniedPort) != host.MarkWillClose {
+				verdictOn(pv, "tcp", lab.DeniedPort) != report.MarkWillClose {
 				return fmt.Errorf("exit %d, 8080 %q, 9090 %q", code, verdictOn(pv, "tcp", lab.WebappPort), verdictOn(pv, "tcp", lab.DeniedPort))
 			}
 			return nil
@@ -703,7 +703,7 @@ func restartKeepsTunnel(ctx context.Context, t *testing.T, l *lab.Lab, hub *lab.
 	}
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		v, err := tunnelShow(ctx, hub)
-		if err == nil && v.State != host.TunnelMeshUp {
+		if err == nil && v.State != report.TunnelMeshUp {
 			err = fmt.Errorf("state %q", v.State)
 		}
 		return err

@@ -1,8 +1,6 @@
 package host
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +12,6 @@ import (
 	"strings"
 	"syscall"
 )
-
-// hashOf names content the way the report and the record store do.
-func hashOf(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
 
 // located is what is at a declared path: the file the path leads to (through symlinks that stay in
 // the declared directory) and, when it exists, its content.
