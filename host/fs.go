@@ -34,10 +34,10 @@ func within(base, p string) bool {
 	return p == base || strings.HasPrefix(p, base+"/")
 }
 
-// locate finds what is at the declared path p under root (with its symlinks resolved), refusing what the host must not touch:
-// a directory, a symlink leading out of the declared directory (never followed), anything that is
-// not a regular file, and a file that cannot be read. One walk: each component's check needs
-// the one before it, so it stays one body.
+// locate finds what is at the declared path p under root (with its symlinks resolved), refusing
+// what the host must not touch: a directory, a symlink leading out of the declared directory (never
+// followed), anything that is not a regular file, and a file that cannot be read. One walk: each
+// component's check needs the one before it, so it stays one body.
 func locate(root, p string) (located, error) {
 	full := filepath.Join(root, p)
 	dir := filepath.Dir(full)

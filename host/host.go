@@ -207,7 +207,7 @@ func (h *Host) Run(ctx context.Context, decls <-chan *fsm.Declaration) error {
 }
 
 // Reconcile runs one pass: it brings the machine to d where d says so, keeps what is held, and
-// returns (and keeps, for report.Report) what it saw.
+// returns (and keeps, for Report) what it saw.
 func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) report.Report {
 	return h.reconcile(ctx, d, nil)
 }
@@ -327,9 +327,9 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 	return rep
 }
 
-// Passed returns a channel that receives after each pass (the report is then report.Report's); a pass
-// never waits for its reader, and wake-ups the reader has not taken yet are one. Each call gives
-// a channel of its own, so the agent's report publishers each learn of every pass at once
+// Passed returns a channel that receives after each pass (the report is then Report's); a
+// pass never waits for its reader, and wake-ups the reader has not taken yet are one. Each call
+// gives a channel of its own, so the agent's report publishers each learn of every pass at once
 // rather than polling.
 func (h *Host) Passed() <-chan struct{} {
 	ch := make(chan struct{}, 1)

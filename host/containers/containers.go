@@ -10,15 +10,15 @@ package containers
 // reported "changed by something else". A declared container that is not there is created
 // (assigning prepares), with meshd's labels.
 //
-// Taking a module (and every module on a converged node) converges its containers. A found or
-// held container whose configuration already is the declaration is adopted in place — recorded
-// as meshd's and never recreated (ADR 0078's adoption of the foundation as modules, keyed on the
-// running container); meshd's labels, which cannot be added to a running container, are not
-// asked of it. Any other found or held container is replaced, staged (ctrtake.go): the new one
-// prepared first, the found one stopped and kept aside under NAME.meshd-replaced-<short id>, its
-// configuration kept in the records; a cutover that fails puts it back. From then on a container is meshd's: it is compared with the declaration on every
-// pass and recreated only on a real difference; removed by hand it is created again; stopped it
-// is started.
+// Taking a module (and every module on a converged node) converges its containers. A found or held
+// container whose configuration already is the declaration is adopted in place — recorded as
+// meshd's and never recreated (ADR 0078's adoption of the foundation as modules, keyed on the
+// running container); meshd's labels, which cannot be added to a running container, are not asked
+// of it. Any other found or held container is replaced, staged (ctrtake.go): the new one prepared
+// first, the found one stopped and kept aside under NAME.meshd-replaced-<short id>, its
+// configuration kept in the records; a cutover that fails puts it back. From then on a container is
+// meshd's: it is compared with the declaration on every pass and recreated only on a real
+// difference; removed by hand it is created again; stopped it is started.
 //
 // A container the host created for a module no longer assigned is removed; a held one stays,
 // never removed; one adopted or that replaced a found one stays, as files that replaced a found

@@ -79,8 +79,8 @@ func Import(t *testing.T, eng *container.Engine, what, bin string, changes ...st
 	return ref
 }
 
-// ContainerName returns a unique container name on the engine at host, and removes whatever carries it
-// (or was moved aside by a replace) when the test ends.
+// ContainerName returns a unique container name on the engine at host, and removes whatever carries
+// it (or was moved aside by a replace) when the test ends.
 func ContainerName(t *testing.T, host, what string) string {
 	t.Helper()
 	name := fmt.Sprintf("hc-%s-%s", Rand(3), what)

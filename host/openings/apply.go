@@ -125,10 +125,10 @@ func (d *Driver) atRest(w *desiredOpenings, mark uint64, live bool, stamp string
 
 func (d *Driver) retiredNow() bool { return d.flip.retired != nil && d.flip.retired.Retired != nil }
 
-// apply brings the packet filter to d.force.want and records each opening's state; it returns what it
-// changed. Called with d.mu held, by a pass (tick zero, fromWatch false) or by the watch. A pass
-// or the watch's timer over a machine at rest (atRest) reads the monitor's mark and the stamp
-// and nothing else: the openings, guard and filter stay as the last application recorded them.
+// apply brings the packet filter to d.force.want and records each opening's state; it returns what
+// it changed. Called with d.mu held, by a pass (tick zero, fromWatch false) or by the watch. A pass
+// or the watch's timer over a machine at rest (atRest) reads the monitor's mark and the stamp and
+// nothing else: the openings, guard and filter stay as the last application recorded them.
 func (d *Driver) apply(ctx context.Context, fromWatch bool, tick netfilter.Tick) int {
 	w := d.force.want
 	now := time.Now().UTC()

@@ -57,14 +57,14 @@ type Config struct {
 // Driver converges the declared openings (fsm.KindOpening). It is a host.Driver.
 //
 // On an adopted node the firewall found on the machine stays in force (ADR 0100): every opening
-// goes through it in its own terms (netfilter.Detect, again whenever netfilter.Stamp moved, and netfilter.NewDriver's
-// Converge: meshd-marked rules, only those ever removed), and meshd loads only the refuse-only
-// guard (netfilter.Guard), with the ports of every guarded opening, dropping traffic to them from
-// anywhere but loopback and the private network's interface ahead of Docker's DNAT. meshd loads no
-// table that accepts, or drops by default, on an adopted node. A found firewall of a kind meshd
-// does not speak (firewalld, a ruleset it cannot read) fails every opening, naming it; refusing
-// the adoption itself is genesis's and join's part. The guard is loaded all the same: it only
-// refuses.
+// goes through it in its own terms (netfilter.Detect, again whenever netfilter.Stamp moved, and
+// netfilter.NewDriver's Converge: meshd-marked rules, only those ever removed), and meshd loads
+// only the refuse-only guard (netfilter.Guard), with the ports of every guarded opening, dropping
+// traffic to them from anywhere but loopback and the private network's interface ahead of Docker's
+// DNAT. meshd loads no table that accepts, or drops by default, on an adopted node. A found
+// firewall of a kind meshd does not speak (firewalld, a ruleset it cannot read) fails every
+// opening, naming it; refusing the adoption itself is genesis's and join's part. The guard is
+// loaded all the same: it only refuses.
 //
 // On a converged node meshd's derived filter (netfilter.LoadFilter) carries every opening plus
 // the mesh's own ports (bus, raft, gossip) from the private network; the guard is removed once the

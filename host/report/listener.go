@@ -15,7 +15,8 @@ type Listener struct {
 	Process string     `json:"process,omitempty"`
 }
 
-// String names the listener the way an operator reads it: "tcp 0.0.0.0:5000 (docker-proxy, pid 812)".
+// String names the listener the way an operator reads it: "tcp 0.0.0.0:5000 (docker-proxy, pid
+// 812)".
 func (l Listener) String() string {
 	s := fmt.Sprintf("%s %s", l.Proto, netip.AddrPortFrom(l.Addr, l.Port))
 	if l.Process != "" {

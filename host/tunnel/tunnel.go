@@ -29,7 +29,8 @@ import (
 // machine is what the tunnel driver needs of the machine's WireGuard, in the driver's
 // terms: wgMachine is the real one (wg/ on the machine); the unit tests put a fake in its place.
 type machine interface {
-	// Discover reads a found interface; one that is not there satisfies errors.Is(err, fs.ErrNotExist).
+	// Discover reads a found interface; one that is not there satisfies errors.Is(err,
+	// fs.ErrNotExist).
 	Discover(iface string) (*wg.Found, error)
 	// LinkUp says whether a link of that name is there and up.
 	LinkUp(name string) bool
@@ -152,9 +153,9 @@ type Config struct {
 //
 // Every later pass (and every start of the agent) raises or attaches to the mesh's interface with
 // the sealed key and applies the declared peers as a difference; a declared port or address that
-// moved (a setting changed) attaches again, which brings the device to them. It reports one of three states
-// (report.TunnelDetail.State); the third — the found interface down and the mesh's not up, where the
-// peers reach nothing — is also a resource error.
+// moved (a setting changed) attaches again, which brings the device to them. It reports one of
+// three states (report.TunnelDetail.State); the third — the found interface down and the mesh's not
+// up, where the peers reach nothing — is also a resource error.
 type Driver struct {
 	m    machine
 	keys keyStore
@@ -555,10 +556,10 @@ func (m wgMachine) WatchLinks(ctx context.Context, changed func(names ...string)
 	return wg.WatchLinks(ctx, changed, m.log)
 }
 
-// WatchDrift follows the links of the machine (host.driftSource): the mesh's interface removed, taken
-// down or readdressed by hand, or a found tunnel going down, wakes a pass for the tunnel at once.
-// A peer removed by hand (`wg set IFACE peer KEY remove`) is a link message too on meshd's own
-// device, which sets its link's alias after every UAPI set (wg.SetAlias); on any other device
+// WatchDrift follows the links of the machine (host.driftSource): the mesh's interface removed,
+// taken down or readdressed by hand, or a found tunnel going down, wakes a pass for the tunnel at
+// once. A peer removed by hand (`wg set IFACE peer KEY remove`) is a link message too on meshd's
+// own device, which sets its link's alias after every UAPI set (wg.SetAlias); on any other device
 // the timer's pass finds it.
 func (d *Driver) WatchDrift(ctx context.Context, touched func(names ...string)) {
 	if ev, ok := d.m.(linkEvents); ok {
