@@ -25,6 +25,7 @@ import (
 // The container tests run against this machine's Docker engine (and one private engine of their
 // own, in its own network namespace). Everything they make is named hc-<random>-… and removed.
 
+// Rand is n random bytes in hex, for names no other test run uses.
 func Rand(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -91,6 +92,7 @@ func ContainerName(t *testing.T, host, what string) string {
 	return name
 }
 
+// FreePort is a TCP port on 127.0.0.1 free just now.
 func FreePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -125,6 +127,7 @@ func Serves(t *testing.T, port int, want string) {
 	t.Fatalf("GET %s never answered %q; last: %s", url, want, last)
 }
 
+// DockerCtx is a context for engine calls, ended after two minutes or with the test.
 func DockerCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -143,6 +146,7 @@ func Predecessor(t *testing.T, eng *container.Engine, name, image string, port i
 	return id
 }
 
+// Inspect reads the container name on eng, and whether it is there.
 func Inspect(t *testing.T, eng *container.Engine, name string) (container.Observed, bool) {
 	t.Helper()
 	o, found, err := eng.Inspect(DockerCtx(t), name)
@@ -163,6 +167,7 @@ func Webapp(module, name, image string, port int, greeting string, taken bool) f
 	}}
 }
 
+// ContainersOf is the container driver's part of rep; the test fails without one.
 func ContainersOf(t *testing.T, rep report.Report) *report.ContainerReport {
 	t.Helper()
 	cr, ok := rep.Kinds[fsm.KindContainer].(*report.ContainerReport)
@@ -172,6 +177,7 @@ func ContainersOf(t *testing.T, rep report.Report) *report.ContainerReport {
 	return cr
 }
 
+// ContainerOf is the container name in rep; the test fails without it.
 func ContainerOf(t *testing.T, rep report.Report, name string) report.ContainerView {
 	t.Helper()
 	for _, v := range ContainersOf(t, rep).Containers {

@@ -32,6 +32,7 @@ type Bed struct {
 	Data string
 }
 
+// NewBed makes a bed under a new temporary directory, removed when the test ends.
 func NewBed(t testing.TB) *Bed {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "hs-")
@@ -48,6 +49,7 @@ func NewBed(t testing.TB) *Bed {
 	return b
 }
 
+// Log is a logger that discards everything.
 func Log() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // At is the machine's path of a declared path.
@@ -69,6 +71,7 @@ func (b *Bed) Place(p, content string) {
 	}
 }
 
+// Read is the content at the declared path p.
 func (b *Bed) Read(p string) string {
 	b.T.Helper()
 	c, err := os.ReadFile(b.At(p))
@@ -78,6 +81,7 @@ func (b *Bed) Read(p string) string {
 	return string(c)
 }
 
+// Stat describes what is at the declared path p, without following a symlink.
 func (b *Bed) Stat(p string) os.FileInfo {
 	b.T.Helper()
 	fi, err := os.Lstat(b.At(p))
@@ -87,17 +91,19 @@ func (b *Bed) Stat(p string) os.FileInfo {
 	return fi
 }
 
+// Missing says nothing is at the declared path p.
 func (b *Bed) Missing(p string) bool {
 	_, err := os.Lstat(b.At(p))
 	return os.IsNotExist(err)
 }
 
-// File is a declared File resource.
+// File is a declared file resource (owned by root: the default owner).
 func File(module, p, content string, taken bool) fsm.Resource {
 	return fsm.Resource{Module: module, Kind: fsm.KindFile, Taken: taken,
 		File: &catalogue.File{Path: p, Content: content, Mode: "0644"}}
 }
 
+// With is r with its file changed by f.
 func With(r fsm.Resource, f func(*catalogue.File)) fsm.Resource {
 	c := *r.File
 	f(&c)
@@ -132,6 +138,7 @@ func (b *Bed) Pass(h Reconciler, d *fsm.Declaration) report.Report {
 	return h.Reconcile(context.Background(), d)
 }
 
+// NoErrors fails the test (and goes on) for each resource rep says failed.
 func NoErrors(t testing.TB, rep report.Report) {
 	t.Helper()
 	for _, e := range rep.Errors {
@@ -139,6 +146,7 @@ func NoErrors(t testing.TB, rep report.Report) {
 	}
 }
 
+// HeldOf is the held file p in rep, nil if it is not held.
 func HeldOf(rep report.Report, p string) *report.HeldFile {
 	for i := range rep.Held {
 		if rep.Held[i].Path == p {
@@ -148,6 +156,7 @@ func HeldOf(rep report.Report, p string) *report.HeldFile {
 	return nil
 }
 
+// WrittenOf is the written file p in rep, nil if it is not written.
 func WrittenOf(rep report.Report, p string) *report.WrittenFile {
 	for i := range rep.Written {
 		if rep.Written[i].Path == p {
@@ -157,6 +166,7 @@ func WrittenOf(rep report.Report, p string) *report.WrittenFile {
 	return nil
 }
 
+// ErrorOf is the failure of the file p in rep, nil if it did not fail.
 func ErrorOf(rep report.Report, p string) *report.ResourceError {
 	for i := range rep.Errors {
 		if rep.Errors[i].Resource == fsm.KindFile+":"+p {
@@ -166,6 +176,7 @@ func ErrorOf(rep report.Report, p string) *report.ResourceError {
 	return nil
 }
 
+// WantOriginal fails the test unless h recorded want as the original of p.
 func WantOriginal(t testing.TB, h interface{ Original(string) ([]byte, error) }, p, want string) {
 	t.Helper()
 	got, err := h.Original(p)
@@ -190,12 +201,15 @@ func ROBind(t *testing.T, dir string) {
 	}
 }
 
+// Ctx is a context ended with the test.
 func Ctx(t *testing.T) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	return ctx
 }
 
+// DeclUntaken is a declaration for node "n1" with the given resources: their modules
+// assigned, none taken unless a resource says so.
 func DeclUntaken(mode fsm.Mode, rs ...fsm.Resource) *fsm.Declaration {
 	d := &fsm.Declaration{Node: "n1", Mode: mode, Settings: map[string]string{}, Resources: rs}
 	for _, r := range rs {
@@ -206,6 +220,7 @@ func DeclUntaken(mode fsm.Mode, rs ...fsm.Resource) *fsm.Declaration {
 	return d
 }
 
+// NoErrorsFatal is NoErrors, then stops the test if anything failed.
 func NoErrorsFatal(t *testing.T, rep report.Report) {
 	t.Helper()
 	for _, e := range rep.Errors {
@@ -222,6 +237,7 @@ func OwnFile(module, p, content string, taken bool) fsm.Resource {
 		Path: p, Content: content, Mode: "0644", Owner: fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())}}
 }
 
+// ReadAt is the content of root+p, "(missing)" when there is none.
 func ReadAt(t *testing.T, root, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(root + p)
@@ -231,6 +247,7 @@ func ReadAt(t *testing.T, root, p string) string {
 	return string(b)
 }
 
+// PlaceAt writes content at root+p, making its directories.
 func PlaceAt(t *testing.T, root, p, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(root+p), 0o755); err != nil {
@@ -241,6 +258,7 @@ func PlaceAt(t *testing.T, root, p, content string) {
 	}
 }
 
+// ReasonNames says rep has resource failed with a reason that names what.
 func ReasonNames(rep report.Report, resource, what string) bool {
 	for _, e := range rep.Errors {
 		if e.Resource == resource && strings.Contains(e.Reason, what) {
@@ -253,6 +271,7 @@ func ReasonNames(rep report.Report, resource, what string) bool {
 // Crashed is what a unit test's crash point panics with.
 type Crashed struct{ Point string }
 
+// A held file and its two contents: the predecessor's, and the one meshd writes at a take.
 const (
 	AppConf            = "/etc/webapp/app.conf"
 	PredecessorContent = "listen 8080\n# written by the predecessor\n"

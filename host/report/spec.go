@@ -57,6 +57,7 @@ func SpecDiff(have, want container.Spec) []string {
 	return out
 }
 
+// RestartOf is a restart policy as the engine reads it: "no" when none is given.
 func RestartOf(r string) string {
 	if r == "" {
 		return "no"
@@ -83,6 +84,7 @@ func SpecOf(r fsm.Resource) container.Spec {
 	return s
 }
 
+// Short is a container id as docker shows it: 12 hex digits, no "sha256:".
 func Short(id string) string {
 	id = strings.TrimPrefix(id, "sha256:")
 	if len(id) > 12 {
