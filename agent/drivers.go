@@ -16,9 +16,9 @@ import (
 )
 
 // drivers builds the host reconciler's drivers for the resource kinds other than files, from the
-// agent's configuration. The drivers live in host/ (containers.Driver, openings.Driver), each
-// over the package that speaks its engine (container/, netfilter/); this is only where the agent
-// hands them their configuration.
+// agent's configuration. The drivers live in host/containers, host/openings and host/tunnel, each
+// over the package that speaks its engine (container/, netfilter/, wg/); this is only where the
+// agent hands them their configuration.
 func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 	var out []host.Driver
 	// Openings first, then containers: a pass runs its drivers in this order, and the guard (an
