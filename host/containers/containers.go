@@ -237,15 +237,15 @@ func (p *driverPass) failAll(rs []fsm.Resource, err error) {
 	}
 }
 
-// containerEvents is what the container driver's drift watch needs of an engine:
+// engineEvents is what the container driver's drift watch needs of an engine:
 // *container.Engine has it; the unit tests' fake does not, and is then watched by the timer only.
-type containerEvents interface {
+type engineEvents interface {
 	WatchContainers(ctx context.Context, changed func(names ...string)) error
 }
 
 // WatchDrift follows the engine's container events (host.driftSource).
 func (d *Driver) WatchDrift(ctx context.Context, touched func(names ...string)) {
-	if ev, ok := d.eng.(containerEvents); ok {
+	if ev, ok := d.eng.(engineEvents); ok {
 		_ = ev.WatchContainers(ctx, touched)
 	}
 }

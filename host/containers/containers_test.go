@@ -19,7 +19,7 @@ import (
 	"meshd/internal/testenv"
 )
 
-func ctTaken(r fsm.Resource) fsm.Resource { r.Taken = true; return r }
+func asTaken(r fsm.Resource) fsm.Resource { r.Taken = true; return r }
 
 // On an adopted node, assigning holds a found container (same id, still serving) and creates
 // what is not there; taking replaces the found one (its configuration kept) and the new one
@@ -144,7 +144,7 @@ func TestContainerHeldChangedUnassignedImageMissing(t *testing.T) {
 
 	// Taking it with an image not on the machine fails, naming the image; it keeps serving.
 	missing := "hc-test/absent:" + hosttest.Rand(4)
-	rep = h.Reconcile(ctx, hosttest.Decl(fsm.Adopted, ctTaken(hosttest.Webapp("notes", held, missing, port, "new", false)), hosttest.Webapp("notes", fresh, img, freshPort, "new", false)))
+	rep = h.Reconcile(ctx, hosttest.Decl(fsm.Adopted, asTaken(hosttest.Webapp("notes", held, missing, port, "new", false)), hosttest.Webapp("notes", fresh, img, freshPort, "new", false)))
 	var failed *report.ResourceError
 	for i := range rep.Errors {
 		if rep.Errors[i].Resource == fsm.KindContainer+":"+held {
@@ -484,7 +484,7 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 	hosttest.NoErrorsFatal(t, h.Reconcile(ctx, hosttest.Decl(fsm.Adopted, web, conf)))
 
 	// The take: the new container cannot start; what was found is put back.
-	rep := h.Reconcile(ctx, hosttest.Decl(fsm.Adopted, ctTaken(web), ctTaken(conf)))
+	rep := h.Reconcile(ctx, hosttest.Decl(fsm.Adopted, asTaken(web), asTaken(conf)))
 	var why string
 	for _, e := range rep.Errors {
 		if e.Resource == fsm.KindContainer+":"+found {
@@ -514,7 +514,7 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Driver(fsm.KindContainer).(*Driver).now = func() time.Time { return time.Now().Add(time.Minute) }
-	rep = h.Reconcile(ctx, hosttest.Decl(fsm.Adopted, ctTaken(web), ctTaken(conf)))
+	rep = h.Reconcile(ctx, hosttest.Decl(fsm.Adopted, asTaken(web), asTaken(conf)))
 	hosttest.NoErrorsFatal(t, rep)
 	hosttest.Serves(t, port, "new from "+found)
 	aside := report.AsideName(found, predID)
@@ -533,7 +533,7 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 		t.Fatalf("file after the take: %q", got)
 	}
 	// Passes after the take leave the aside container alone.
-	hosttest.NoErrorsFatal(t, h.Reconcile(ctx, hosttest.Decl(fsm.Adopted, ctTaken(web), ctTaken(conf))))
+	hosttest.NoErrorsFatal(t, h.Reconcile(ctx, hosttest.Decl(fsm.Adopted, asTaken(web), asTaken(conf))))
 	if _, ok := hosttest.Inspect(t, eng, aside); !ok {
 		t.Fatal("the aside container was removed by a later pass")
 	}

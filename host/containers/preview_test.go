@@ -32,8 +32,8 @@ func TestUnitTakePreview(t *testing.T) {
 	if err := json.Unmarshal(b, &remote); err != nil {
 		t.Fatal(err)
 	}
-	notCreated := unitCtr("other", "notyet", "web:2", "x", true)
-	pv, err := report.PreviewTake(&remote, takeDecl(true, ctTakenUnit(fresh), ctTakenUnit(guard), notCreated, ctTakenUnit(unitCtr("webapp", "db", "web:2", "x", false))), "webapp")
+	notCreated := declContainer("other", "notyet", "web:2", "x", true)
+	pv, err := report.PreviewTake(&remote, takeDecl(true, asTaken(fresh), asTaken(guard), notCreated, asTaken(declContainer("webapp", "db", "web:2", "x", false))), "webapp")
 	if err != nil {
 		t.Fatal(err)
 	}

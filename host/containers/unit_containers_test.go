@@ -20,8 +20,8 @@ import (
 	"meshd/host/report"
 )
 
-// unitCtr declares container name of module: image, one env value, one published port.
-func unitCtr(module, name, image, greeting string, taken bool) fsm.Resource {
+// declContainer declares container name of module: image, one env value, one published port.
+func declContainer(module, name, image, greeting string, taken bool) fsm.Resource {
 	return fsm.Resource{Module: module, Kind: fsm.KindContainer, Taken: taken, Container: &catalogue.Container{
 		Name: name, Image: image, Env: map[string]string{"GREETING": greeting}, Ports: []string{"8080:80"}}}
 }
@@ -57,7 +57,7 @@ func unitOpsAnyOrder(t *testing.T, f *fakeEngine, want ...string) {
 
 // Each row of the container decision, as a pure function.
 func TestUnitDecideContainer(t *testing.T) {
-	spec := report.SpecOf(unitCtr("webapp", "web", "web:2", "new", false))
+	spec := report.SpecOf(declContainer("webapp", "web", "web:2", "new", false))
 	same := container.Observed{ID: "c1", ImageRef: "web:2", Running: true,
 		Spec: container.Spec{Ports: []string{"8080:80"}}, Env: map[string]string{"GREETING": "new"}}
 	differs := same
@@ -164,7 +164,7 @@ func TestUnitContainerAdoptedHeldThenTakenReplaced(t *testing.T) {
 	ctx := hosttest.Ctx(t)
 	foundID := f.run(unitFound("web", "web:1", "old"))
 
-	rep := h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", false)))
+	rep := h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", false)))
 	hosttest.NoErrorsFatal(t, rep)
 	unitOps(t, f)
 	v := hosttest.ContainerOf(t, rep, "web")
@@ -178,7 +178,7 @@ func TestUnitContainerAdoptedHeldThenTakenReplaced(t *testing.T) {
 	// Something else changes it while held: reported, never reverted.
 	f.gone("web")
 	other := f.run(unitFound("web", "web:1", "edited"))
-	rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", false)))
+	rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", false)))
 	unitOps(t, f)
 	if v = hosttest.ContainerOf(t, rep, "web"); v.State != report.ContainerHeld || !v.Changed || !strings.HasPrefix(v.Reason, report.ChangedBySomethingElse) {
 		t.Fatalf("held container changed by hand: %+v", v)
@@ -188,7 +188,7 @@ func TestUnitContainerAdoptedHeldThenTakenReplaced(t *testing.T) {
 	}
 
 	// Taken: replaced, what was found kept.
-	rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true)))
+	rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", true)))
 	hosttest.NoErrorsFatal(t, rep)
 	unitOps(t, f, unitTakeOps("web", other)...)
 	if v = hosttest.ContainerOf(t, rep, "web"); v.State != report.ContainerReplaced || v.Action != "replaced" || !v.OriginalKept {
@@ -203,7 +203,7 @@ func TestUnitContainerAdoptedHeldThenTakenReplaced(t *testing.T) {
 	}
 
 	// Converged now: a pass with nothing to do does nothing.
-	rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true)))
+	rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", true)))
 	hosttest.NoErrorsFatal(t, rep)
 	unitOps(t, f)
 	if rep.Changes != 0 {
@@ -220,8 +220,8 @@ func TestUnitContainerConvergedRecordsThenReplacesMissingCreated(t *testing.T) {
 			h, _ := drivertest.Open(t, newDriver(f, hosttest.Log()))
 			ctx := hosttest.Ctx(t)
 			foundID := f.run(unitFound("web", "web:1", "old"))
-			rep := h.Reconcile(ctx, hosttest.DeclUntaken(mode, unitCtr("webapp", "web", "web:2", "new", false),
-				unitCtr("notes", "notes", "web:2", "hi", false)))
+			rep := h.Reconcile(ctx, hosttest.DeclUntaken(mode, declContainer("webapp", "web", "web:2", "new", false),
+				declContainer("notes", "notes", "web:2", "hi", false)))
 			hosttest.NoErrorsFatal(t, rep)
 			if v := hosttest.ContainerOf(t, rep, "notes"); v.State != report.ContainerCreated || v.Action != "created" || !v.Running {
 				t.Fatalf("missing container on a %s node: %+v", mode, v)
@@ -260,7 +260,7 @@ func TestUnitContainerAdoptedInPlace(t *testing.T) {
 	id := f.run(unitFound("web", "web:2", "new"))
 	stoppedID := f.run(unitFound("api", "web:2", "api"))
 	f.stop("api")
-	d := hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true), unitCtr("apis", "api", "web:2", "api", true))
+	d := hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", true), declContainer("apis", "api", "web:2", "api", true))
 
 	rep := h.Reconcile(ctx, d)
 	hosttest.NoErrorsFatal(t, rep)
@@ -287,7 +287,7 @@ func TestUnitContainerTakenConvergesBack(t *testing.T) {
 	f := newFakeEngine("web:2")
 	h, _ := drivertest.Open(t, newDriver(f, hosttest.Log()))
 	ctx := hosttest.Ctx(t)
-	d := hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true))
+	d := hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", true))
 	hosttest.NoErrorsFatal(t, h.Reconcile(ctx, d))
 	unitOps(t, f, "create web")
 
@@ -335,9 +335,9 @@ func TestUnitContainerUnassigned(t *testing.T) {
 	heldID := f.run(unitFound("held", "web:1", "old"))
 	f.run(unitFound("took", "web:1", "old"))
 	hosttest.NoErrorsFatal(t, h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted,
-		unitCtr("made", "made", "web:2", "x", false),
-		unitCtr("kept", "held", "web:2", "x", false),
-		unitCtr("taken", "took", "web:2", "x", true))))
+		declContainer("made", "made", "web:2", "x", false),
+		declContainer("kept", "held", "web:2", "x", false),
+		declContainer("taken", "took", "web:2", "x", true))))
 	f.takeOps()
 	tookID := func() string { c, _ := f.get("took"); return c.id }()
 
@@ -373,8 +373,8 @@ func TestUnitContainerEngineDown(t *testing.T) {
 	f.down = true
 	h, root := drivertest.Open(t, newDriver(f, hosttest.Log()))
 	ctx := hosttest.Ctx(t)
-	d := hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", false),
-		unitCtr("notes", "notes", "web:2", "hi", true), hosttest.OwnFile("notes", "/etc/notes.conf", "x", true))
+	d := hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", false),
+		declContainer("notes", "notes", "web:2", "hi", true), hosttest.OwnFile("notes", "/etc/notes.conf", "x", true))
 
 	rep := h.Reconcile(ctx, d)
 	if len(rep.Errors) != 2 {
@@ -407,8 +407,8 @@ func TestUnitContainerMissingImage(t *testing.T) {
 	ctx := hosttest.Ctx(t)
 	foundID := f.run(unitFound("web", "web:1", "old"))
 
-	rep := h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:9", "new", true),
-		unitCtr("notes", "notes", "web:2", "hi", true)))
+	rep := h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:9", "new", true),
+		declContainer("notes", "notes", "web:2", "hi", true)))
 	if len(rep.Errors) != 1 || rep.Errors[0].Resource != "container:web" || !strings.Contains(rep.Errors[0].Reason, "web:9") {
 		t.Fatalf("errors %+v, want container:web's naming image web:9", rep.Errors)
 	}

@@ -47,7 +47,7 @@ func takeBed(t *testing.T) (*host.Host, *fakeEngine, string, string) {
 }
 
 func takeDecl(taken bool, more ...fsm.Resource) *fsm.Declaration {
-	return hosttest.DeclUntaken(fsm.Adopted, append([]fsm.Resource{unitCtr("webapp", "web", "web:2", "new", taken),
+	return hosttest.DeclUntaken(fsm.Adopted, append([]fsm.Resource{declContainer("webapp", "web", "web:2", "new", taken),
 		hosttest.OwnFile("webapp", takeConf, "meshd's conf\n", taken)}, more...)...)
 }
 
@@ -145,17 +145,17 @@ func TestUnitTakeAsideDoesNotRestart(t *testing.T) {
 	found := unitFound("web", "web:1", "old")
 	found.Restart = container.RestartAlways
 	foundID := f.run(found)
-	hosttest.NoErrorsFatal(t, h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", false))))
+	hosttest.NoErrorsFatal(t, h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", false))))
 	f.takeOps()
 
 	f.failStart["web:2"] = errors.New("port is already allocated")
-	h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true)))
+	h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", true)))
 	if c, _ := f.get("web"); c.id != foundID || !c.running || c.spec.Restart != container.RestartAlways {
 		t.Fatalf("after a failed cutover: %+v", c)
 	}
 	delete(f.failStart, "web:2")
 	h.Driver(fsm.KindContainer).(*Driver).now = func() time.Time { return time.Now().Add(time.Minute) }
-	hosttest.NoErrorsFatal(t, h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted, unitCtr("webapp", "web", "web:2", "new", true))))
+	hosttest.NoErrorsFatal(t, h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", true))))
 	aside, _ := f.get(report.AsideName("web", foundID))
 	if aside.id != foundID || aside.running || aside.spec.Restart != container.RestartNo {
 		t.Fatalf("kept aside: %+v", aside)
@@ -317,8 +317,6 @@ func TestUnitTakeCrashSafety(t *testing.T) {
 		})
 	}
 }
-
-func ctTakenUnit(r fsm.Resource) fsm.Resource { r.Taken = true; return r }
 
 // A failed cutover's wait doubles with each failure in a row, up to 30 minutes, and holds only
 // for the same declaration and found container.

@@ -237,8 +237,8 @@ func hoHost(t *testing.T, l *hoLab) (*host.Host, *Driver) {
 	return h, drv
 }
 
-// openingErrors are the report's failures of opening resources (containers have no driver here).
-func openingErrors(rep report.Report) []report.ResourceError {
+// errorsOf are the report's failures of opening resources (containers have no driver here).
+func errorsOf(rep report.Report) []report.ResourceError {
 	var out []report.ResourceError
 	for _, e := range rep.Errors {
 		if strings.HasPrefix(e.Resource, fsm.KindOpening+":") {
@@ -248,7 +248,7 @@ func openingErrors(rep report.Report) []report.ResourceError {
 	return out
 }
 
-func openingDetail(t *testing.T, rep report.Report) report.OpeningDetail {
+func detailOf(t *testing.T, rep report.Report) report.OpeningDetail {
 	t.Helper()
 	d, ok := rep.Kinds[fsm.KindOpening].(report.OpeningDetail)
 	if !ok {
@@ -322,10 +322,10 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 	ctx := context.Background()
 
 	rep := h.Reconcile(ctx, mesh.decl())
-	if errs := openingErrors(rep); len(errs) > 0 {
+	if errs := errorsOf(rep); len(errs) > 0 {
 		t.Fatalf("genesis declaration: %v", errs)
 	}
-	det := openingDetail(t, rep)
+	det := detailOf(t, rep)
 	if det.Firewall.Kind != "nftables" || !strings.Contains(det.Firewall.Description, "nftables, active") {
 		t.Fatalf("found firewall reported as %+v", det.Firewall)
 	}
@@ -348,13 +348,13 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 	mesh.apply(fsm.OpModuleAssign, fsm.ModuleOnNode{Node: "hub", Module: "howeb"})
 	assigned := mesh.decl()
 	rep = h.Reconcile(ctx, assigned)
-	if errs := openingErrors(rep); len(errs) > 0 {
+	if errs := errorsOf(rep); len(errs) > 0 {
 		t.Fatalf("assigned: %v", errs)
 	}
 	if rep.Changes == 0 {
 		t.Fatal("assigning an opening reported no change")
 	}
-	v := viewOf(openingDetail(t, rep), "howeb", 7000)
+	v := viewOf(detailOf(t, rep), "howeb", 7000)
 	if v == nil || v.State != report.OpeningInForce || v.Taken || v.Through != "found nftables" || v.Since.IsZero() {
 		t.Fatalf("howeb's opening reported as %+v", v)
 	}
@@ -417,8 +417,8 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 			t.Fatalf("after the reload howeb's opening reads %+v and the guard %+v", v, st.Guard)
 		}
 	}
-	if rep := h.Reconcile(ctx, assigned); rep.Changes != 0 || len(openingErrors(rep)) > 0 {
-		t.Fatalf("pass after the watch repaired: %d changes, %v", rep.Changes, openingErrors(rep))
+	if rep := h.Reconcile(ctx, assigned); rep.Changes != 0 || len(errorsOf(rep)) > 0 {
+		t.Fatalf("pass after the watch repaired: %d changes, %v", rep.Changes, errorsOf(rep))
 	} else if b, err := json.Marshal(rep.Kinds[fsm.KindOpening]); err != nil {
 		t.Fatal(err)
 	} else {
@@ -429,10 +429,10 @@ func TestOpeningsAdoptedFoundNftables(t *testing.T) {
 	before := dump()
 	mesh.apply(fsm.OpModuleUnassign, fsm.ModuleOnNode{Node: "hub", Module: "howeb"})
 	rep = h.Reconcile(ctx, mesh.decl())
-	if errs := openingErrors(rep); len(errs) > 0 {
+	if errs := errorsOf(rep); len(errs) > 0 {
 		t.Fatalf("unassigned: %v", errs)
 	}
-	if viewOf(openingDetail(t, rep), "howeb", 7000) != nil {
+	if viewOf(detailOf(t, rep), "howeb", 7000) != nil {
 		t.Fatal("an unassigned module's opening is still reported")
 	}
 	l.wantReach(l.cli, l.outside(7000), false)
@@ -471,10 +471,10 @@ func TestOpeningsConvergedDerivedFilter(t *testing.T) {
 	h, _ := hoHost(t, l)
 	ctx := context.Background()
 	rep := h.Reconcile(ctx, d)
-	if errs := openingErrors(rep); len(errs) > 0 {
+	if errs := errorsOf(rep); len(errs) > 0 {
 		t.Fatalf("converged: %v", errs)
 	}
-	det := openingDetail(t, rep)
+	det := detailOf(t, rep)
 	if det.Filter == nil || det.Filter.State != "loaded" || det.Guard != nil || det.Firewall.Kind != "none" {
 		t.Fatalf("converged detail: filter %+v guard %+v firewall %+v", det.Filter, det.Guard, det.Firewall)
 	}
@@ -497,10 +497,10 @@ func TestOpeningsConvergedDerivedFilter(t *testing.T) {
 	// guard comes.
 	mesh.apply(fsm.OpModeSet, fsm.SetMode{Node: "hub", Mode: fsm.Adopted})
 	rep = h.Reconcile(ctx, mesh.decl())
-	if errs := openingErrors(rep); len(errs) > 0 {
+	if errs := errorsOf(rep); len(errs) > 0 {
 		t.Fatalf("returned to adopted: %v", errs)
 	}
-	if det := openingDetail(t, rep); det.Guard == nil || det.Guard.State != "loaded" || det.Filter != nil {
+	if det := detailOf(t, rep); det.Guard == nil || det.Guard.State != "loaded" || det.Filter != nil {
 		t.Fatalf("returned to adopted: guard %+v filter %+v", det.Guard, det.Filter)
 	}
 	l.wantReach(l.cli, l.outside(7002), true)
@@ -519,7 +519,7 @@ func TestOpeningsFirewalldFails(t *testing.T) {
 	d := mesh.decl()
 	h, _ := hoHost(t, l)
 	rep := h.Reconcile(context.Background(), d)
-	errs := openingErrors(rep)
+	errs := errorsOf(rep)
 	if len(errs) != countOpenings(d) || len(errs) == 0 {
 		t.Fatalf("%d openings failed, want every one of %d: %v", len(errs), countOpenings(d), errs)
 	}
@@ -529,7 +529,7 @@ func TestOpeningsFirewalldFails(t *testing.T) {
 		}
 	}
 	t.Logf("for example: %s", errs[0])
-	det := openingDetail(t, rep)
+	det := detailOf(t, rep)
 	if !strings.Contains(det.Firewall.Refused, "firewalld") {
 		t.Fatalf("firewall reported as %+v", det.Firewall)
 	}

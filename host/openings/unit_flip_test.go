@@ -40,14 +40,14 @@ func TestUnitFlipConvergeAndReturn(t *testing.T) {
 	rep := h.Reconcile(ctx, flipDecl(fsm.Adopted, false))
 	hosttest.NoErrorsFatal(t, rep)
 	marked := pf.markedSorted()
-	if od := unitOpeningDetail(t, rep); od.Flip != nil || od.Retired != nil || len(marked) != 2 {
+	if od := detailOf(t, rep); od.Flip != nil || od.Retired != nil || len(marked) != 2 {
 		t.Fatalf("adopted: flip %+v, retired %+v, marked %v", od.Flip, od.Retired, marked)
 	}
 
 	pf.ops = nil
 	rep = h.Reconcile(ctx, flipDecl(fsm.Converged, true))
 	hosttest.NoErrorsFatal(t, rep)
-	od := unitOpeningDetail(t, rep)
+	od := detailOf(t, rep)
 	if !slices.Equal(pf.ops, []string{"load filter", "remove guard", "retire ufw"}) {
 		t.Fatalf("the flip did %q, want the filter loaded before the found firewall is retired", pf.ops)
 	}
@@ -65,7 +65,7 @@ func TestUnitFlipConvergeAndReturn(t *testing.T) {
 	}
 	// Recorded converged: no flip pending, the found firewall stays retired.
 	rep = h.Reconcile(ctx, flipDecl(fsm.Converged, false))
-	if od := unitOpeningDetail(t, rep); od.Flip != nil || od.Retired == nil || rep.Changes != 0 {
+	if od := detailOf(t, rep); od.Flip != nil || od.Retired == nil || rep.Changes != 0 {
 		t.Fatalf("converged: flip %+v, retired %+v, changes %d", od.Flip, od.Retired, rep.Changes)
 	}
 
@@ -73,7 +73,7 @@ func TestUnitFlipConvergeAndReturn(t *testing.T) {
 	pf.ops = nil
 	rep = h.Reconcile(ctx, flipDecl(fsm.Adopted, true))
 	hosttest.NoErrorsFatal(t, rep)
-	od = unitOpeningDetail(t, rep)
+	od = detailOf(t, rep)
 	if !slices.Equal(pf.ops, []string{"restore ufw", "load guard", "remove filter"}) {
 		t.Fatalf("the return did %q, want the found firewall restored before the guard and the filter change", pf.ops)
 	}
@@ -95,13 +95,13 @@ func TestUnitFlipRetireFails(t *testing.T) {
 	pf.retireErr = errFake("nft: permission denied")
 	h, _ := drivertest.Open(t, newDriver(Config{Logger: hosttest.Log()}, pf))
 	rep := h.Reconcile(hosttest.Ctx(t), flipDecl(fsm.Converged, true))
-	od := unitOpeningDetail(t, rep)
+	od := detailOf(t, rep)
 	if od.Flip == nil || od.Flip.Done || !hosttest.ReasonNames(rep, "firewall:found", "permission denied") || pf.filter == nil {
 		t.Fatalf("flip %+v, errors %+v", od.Flip, rep.Errors)
 	}
 	pf.retireErr = nil
 	rep = h.Reconcile(hosttest.Ctx(t), flipDecl(fsm.Converged, true))
-	if od := unitOpeningDetail(t, rep); !od.Flip.Done || pf.found.Active {
+	if od := detailOf(t, rep); !od.Flip.Done || pf.found.Active {
 		t.Fatalf("after the retry: flip %+v, found %+v", od.Flip, pf.found)
 	}
 }
@@ -155,7 +155,7 @@ func TestUnitFlipCrashSafety(t *testing.T) {
 			defer h.Close()
 			rep := h.Reconcile(hosttest.Ctx(t), flipDecl(c.to, true))
 			hosttest.NoErrorsFatal(t, rep)
-			od := unitOpeningDetail(t, rep)
+			od := detailOf(t, rep)
 			if od.Flip == nil || !od.Flip.Done {
 				t.Fatalf("after restart the flip is not done: %+v", od.Flip)
 			}
@@ -188,7 +188,7 @@ func TestUnitFlipLeftoverIsNotRetiredAgain(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		rep := h.Reconcile(ctx, flipDecl(fsm.Converged, true))
 		hosttest.NoErrorsFatal(t, rep)
-		if od := unitOpeningDetail(t, rep); od.Flip == nil || !od.Flip.Done || od.Retired == nil || od.Retired.Kind != "ufw" {
+		if od := detailOf(t, rep); od.Flip == nil || !od.Flip.Done || od.Retired == nil || od.Retired.Kind != "ufw" {
 			t.Fatalf("pass %d: flip %+v, retired %+v", i, od.Flip, od.Retired)
 		}
 	}
@@ -202,7 +202,7 @@ func TestUnitFlipLeftoverIsNotRetiredAgain(t *testing.T) {
 	}
 	rep := h.Reconcile(ctx, flipDecl(fsm.Adopted, true))
 	hosttest.NoErrorsFatal(t, rep)
-	if pf.found.Kind != netfilter.KindUFW || !pf.found.Active || !unitOpeningDetail(t, rep).Flip.Done {
+	if pf.found.Kind != netfilter.KindUFW || !pf.found.Active || !detailOf(t, rep).Flip.Done {
 		t.Fatalf("after the return: found %+v", pf.found)
 	}
 }
@@ -261,12 +261,12 @@ func TestUnitFlipReportsFoundFirewallRetired(t *testing.T) {
 			ctx := hosttest.Ctx(t)
 			rep := h.Reconcile(ctx, flipDecl(fsm.Adopted, false))
 			hosttest.NoErrorsFatal(t, rep)
-			if fw := unitOpeningDetail(t, rep).Firewall; fw.Kind != c.name || fw.Retired || fw.Description != c.found.String() || fw.Detected != "" {
+			if fw := detailOf(t, rep).Firewall; fw.Kind != c.name || fw.Retired || fw.Description != c.found.String() || fw.Detected != "" {
 				t.Fatalf("adopted: firewall %+v", fw)
 			}
 			wantRetired := func(stage string, rep report.Report) {
 				t.Helper()
-				fw := unitOpeningDetail(t, rep).Firewall
+				fw := detailOf(t, rep).Firewall
 				if fw.Kind != c.name || !fw.Retired || fw.Description != c.desc || !strings.HasPrefix(fw.Detected, c.now) ||
 					fw.Config != c.found.Config || !slices.Equal(fw.Tables, c.found.Tables) {
 					t.Fatalf("%s: firewall %+v, want kind %s retired %q, detected %q", stage, fw, c.name, c.desc, c.now)
@@ -279,12 +279,12 @@ func TestUnitFlipReportsFoundFirewallRetired(t *testing.T) {
 			rep = h.Reconcile(ctx, flipDecl(fsm.Converged, false))
 			wantRetired("converged", rep)
 			// The reconciler still works from the detection: meshd's filter carries the openings.
-			for _, o := range unitOpeningDetail(t, rep).Openings {
+			for _, o := range detailOf(t, rep).Openings {
 				if o.State != report.OpeningInForce || o.Through != "meshd filter" {
 					t.Fatalf("converged: opening %+v, want in force through meshd filter", o)
 				}
 			}
-			b, err := json.Marshal(unitOpeningDetail(t, rep).Firewall)
+			b, err := json.Marshal(detailOf(t, rep).Firewall)
 			if err != nil || !strings.Contains(string(b), `"kind":"`+c.name+`"`) || !strings.Contains(string(b), `"retired":true`) ||
 				strings.Contains(string(b), "active_again") {
 				t.Fatalf("the firewall in JSON: %s (%v)", b, err)
@@ -296,7 +296,7 @@ func TestUnitFlipReportsFoundFirewallRetired(t *testing.T) {
 			pf.found = c.found
 			pf.mu.Unlock()
 			rep = h.Reconcile(ctx, flipDecl(fsm.Converged, false))
-			if fw := unitOpeningDetail(t, rep).Firewall; !fw.Retired || !fw.ActiveAgain || !strings.HasPrefix(fw.Description, c.desc+"; ACTIVE AGAIN: enabled by something else") ||
+			if fw := detailOf(t, rep).Firewall; !fw.Retired || !fw.ActiveAgain || !strings.HasPrefix(fw.Description, c.desc+"; ACTIVE AGAIN: enabled by something else") ||
 				fw.Detected != c.found.String() {
 				t.Fatalf("enabled again by hand: firewall %+v", fw)
 			}
@@ -304,13 +304,13 @@ func TestUnitFlipReportsFoundFirewallRetired(t *testing.T) {
 			pf.found = retired
 			pf.mu.Unlock()
 			rep = h.Reconcile(ctx, flipDecl(fsm.Converged, false))
-			if fw := unitOpeningDetail(t, rep).Firewall; !fw.Retired || fw.ActiveAgain || fw.Description != c.desc {
+			if fw := detailOf(t, rep).Firewall; !fw.Retired || fw.ActiveAgain || fw.Description != c.desc {
 				t.Fatalf("retired again by hand: firewall %+v", fw)
 			}
 
 			rep = h.Reconcile(ctx, flipDecl(fsm.Adopted, true))
 			hosttest.NoErrorsFatal(t, rep)
-			if fw := unitOpeningDetail(t, rep).Firewall; fw.Kind != c.name || fw.Retired || fw.Detected != "" || !strings.Contains(fw.Description, ", active") {
+			if fw := detailOf(t, rep).Firewall; fw.Kind != c.name || fw.Retired || fw.Detected != "" || !strings.Contains(fw.Description, ", active") {
 				t.Fatalf("after the return: firewall %+v, want %s active", fw, c.name)
 			}
 		})

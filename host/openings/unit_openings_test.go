@@ -44,15 +44,6 @@ func unitMarks(rs ...fsm.Resource) []string {
 	return out
 }
 
-func unitOpeningDetail(t *testing.T, rep report.Report) report.OpeningDetail {
-	t.Helper()
-	od, ok := rep.Kinds[fsm.KindOpening].(report.OpeningDetail)
-	if !ok {
-		t.Fatalf("no opening detail in %+v", rep.Kinds)
-	}
-	return od
-}
-
 func TestUnitDecideOpenings(t *testing.T) {
 	active := netfilter.Found{Kind: netfilter.KindUFW, Active: true}
 	retired := netfilter.Found{Kind: netfilter.KindUFW}
@@ -104,7 +95,7 @@ func TestUnitOpeningsAdoptedThroughFoundFirewall(t *testing.T) {
 	if pf.filter != nil {
 		t.Fatal("the derived filter is loaded on an adopted node")
 	}
-	od := unitOpeningDetail(t, rep)
+	od := detailOf(t, rep)
 	for _, v := range od.Openings {
 		if v.State != report.OpeningInForce || v.Through != "found ufw" {
 			t.Errorf("opening %+v, want in force through the found ufw", v)
@@ -152,7 +143,7 @@ func TestUnitOpeningsUnsupportedFirewallFailsEveryOpening(t *testing.T) {
 	if pf.guard == nil || fmt.Sprint(pf.guard.Ports) != "[tcp/7001]" {
 		t.Errorf("guard %+v, want loaded with tcp/7001", pf.guard)
 	}
-	if od := unitOpeningDetail(t, rep); od.Firewall.Kind != "refused" || !strings.Contains(od.Firewall.Refused, "firewalld") {
+	if od := detailOf(t, rep); od.Firewall.Kind != "refused" || !strings.Contains(od.Firewall.Refused, "firewalld") {
 		t.Errorf("firewall view %+v", od.Firewall)
 	}
 }
@@ -184,7 +175,7 @@ func TestUnitOpeningsConvergedDerivedFilter(t *testing.T) {
 	if got, want := pf.markedSorted(), unitMarks(rs...); !slices.Equal(got, want) {
 		t.Errorf("the active found firewall's marked rules %q, want %q", got, want)
 	}
-	od := unitOpeningDetail(t, rep)
+	od := detailOf(t, rep)
 	if od.Filter == nil || od.Filter.State != "loaded" || od.Guard != nil {
 		t.Errorf("tables: filter %+v, guard %+v", od.Filter, od.Guard)
 	}
@@ -205,7 +196,7 @@ func TestUnitOpeningsConvergedDerivedFilter(t *testing.T) {
 	if len(pf.filter.Openings) != 1 {
 		t.Errorf("the filter's openings %v, want the one declared", pf.filter.Openings)
 	}
-	if v := unitOpeningDetail(t, rep).Openings[0]; v.Through != "meshd filter" {
+	if v := detailOf(t, rep).Openings[0]; v.Through != "meshd filter" {
 		t.Errorf("opening through %q, want the filter alone", v.Through)
 	}
 }
@@ -248,10 +239,10 @@ func TestUnitOpeningsDetectOnlyWhenTheStampMoves(t *testing.T) {
 	pf.mu.Unlock()
 	rep := h.Reconcile(ctx, decl)
 	hosttest.NoErrorsFatal(t, rep)
-	if od := unitOpeningDetail(t, rep); od.Firewall.Kind != string(netfilter.KindNftables) {
+	if od := detailOf(t, rep); od.Firewall.Kind != string(netfilter.KindNftables) {
 		t.Fatalf("after the stamp moved the report says the found firewall is %q, want nftables", od.Firewall.Kind)
 	}
-	for _, v := range unitOpeningDetail(t, rep).Openings {
+	for _, v := range detailOf(t, rep).Openings {
 		if v.Through != "found nftables" {
 			t.Errorf("opening %+v, want through the found nftables", v)
 		}
@@ -427,7 +418,7 @@ func TestUnitOpeningsEventRedetectsTheFoundFirewall(t *testing.T) {
 	if woken != 1 {
 		t.Fatalf("an event that changed the found firewall woke %d passes, want 1", woken)
 	}
-	if fw := unitOpeningDetail(t, h.Reconcile(ctx, decl)).Firewall; !strings.Contains(fw.Description, "inactive") {
+	if fw := detailOf(t, h.Reconcile(ctx, decl)).Firewall; !strings.Contains(fw.Description, "inactive") {
 		t.Fatalf("the pass it woke reports the found firewall %q, want inactive", fw.Description)
 	}
 	drv.recheckNow(ctx, event) // nothing moved since

@@ -28,9 +28,9 @@ import (
 	"meshd/wg"
 )
 
-// tunnelBed is a predecessor hub's tunnel: wg0 on 51820 at 10.44.0.1/24 with two peers, its
+// testBed is a predecessor hub's tunnel: wg0 on 51820 at 10.44.0.1/24 with two peers, its
 // wg-quick file and enabled unit under the root, and the declaration the record composes for it.
-type tunnelBed struct {
+type testBed struct {
 	t        *testing.T
 	wg       *fakeWG
 	found    map[string]*fakeLink
@@ -45,8 +45,8 @@ type tunnelBed struct {
 	clock    func() time.Time // the driver's clock; nil: the real one
 }
 
-func newTunnelBed(t *testing.T) *tunnelBed {
-	b := &tunnelBed{t: t, wg: newFakeWG(), root: t.TempDir(), data: t.TempDir()}
+func newTestBed(t *testing.T) *testBed {
+	b := &testBed{t: t, wg: newFakeWG(), root: t.TempDir(), data: t.TempDir()}
 	mk := func() wgtypes.Key {
 		k, err := wgtypes.GeneratePrivateKey()
 		if err != nil {
@@ -90,7 +90,7 @@ func newTunnelBed(t *testing.T) *tunnelBed {
 }
 
 // host opens a host (a fresh agent) with a tunnel driver over the bed's machine.
-func (b *tunnelBed) host() *host.Host {
+func (b *testBed) host() *host.Host {
 	b.t.Helper()
 	drv := newDriver(Config{Root: b.root, Logger: hosttest.Log()}, b.wg,
 		SealedKey{Path: KeyPath(b.data), Seal: b.seal})
@@ -105,7 +105,7 @@ func (b *tunnelBed) host() *host.Host {
 	return h
 }
 
-func tunnelDetail(t *testing.T, rep report.Report) report.TunnelDetail {
+func detailOf(t *testing.T, rep report.Report) report.TunnelDetail {
 	t.Helper()
 	d, ok := rep.Kinds[fsm.KindTunnel].(report.TunnelDetail)
 	if !ok {
@@ -118,11 +118,11 @@ func tunnelDetail(t *testing.T, rep report.Report) report.TunnelDetail {
 // found one without flushing it: its file stays byte for byte, its unit is disabled, and its key
 // is sealed like the mesh's own secrets.
 func TestUnitTunnelTakeoverInPlace(t *testing.T) {
-	b := newTunnelBed(t)
+	b := newTestBed(t)
 	h := b.host()
 	rep := h.Reconcile(hosttest.Ctx(t), b.decl)
 	hosttest.NoErrors(t, rep)
-	if det := tunnelDetail(t, rep); det.State != report.TunnelMeshUp || det.Found != "wg0" || len(det.Peers) != 2 {
+	if det := detailOf(t, rep); det.State != report.TunnelMeshUp || det.Found != "wg0" || len(det.Peers) != 2 {
 		t.Fatalf("detail %+v: want mesh-up in wg0's place with its two peers", det)
 	}
 	if want := []string{"prepare meshd0", "stop wg0", "up meshd0"}; !slices.Equal(b.wg.ops, want) {
@@ -183,7 +183,7 @@ func TestUnitTunnelTakeoverInPlace(t *testing.T) {
 // A restarted agent attaches to the mesh's interface that outlived it; a rebooted hub raises the
 // mesh's interface from the sealed key and the found one stays down.
 func TestUnitTunnelAfterRestartAndReboot(t *testing.T) {
-	b := newTunnelBed(t)
+	b := newTestBed(t)
 	h := b.host()
 	hosttest.NoErrors(t, h.Reconcile(hosttest.Ctx(t), b.decl))
 	h.Close()
@@ -192,8 +192,8 @@ func TestUnitTunnelAfterRestartAndReboot(t *testing.T) {
 	h = b.host()
 	rep := h.Reconcile(hosttest.Ctx(t), b.decl)
 	hosttest.NoErrors(t, rep)
-	if want := []string{"attach meshd0"}; !slices.Equal(b.wg.ops, want) || tunnelDetail(t, rep).State != report.TunnelMeshUp {
-		t.Fatalf("restart: ops %v state %s, want only an attach", b.wg.ops, tunnelDetail(t, rep).State)
+	if want := []string{"attach meshd0"}; !slices.Equal(b.wg.ops, want) || detailOf(t, rep).State != report.TunnelMeshUp {
+		t.Fatalf("restart: ops %v state %s, want only an attach", b.wg.ops, detailOf(t, rep).State)
 	}
 	h.Close()
 
@@ -204,8 +204,8 @@ func TestUnitTunnelAfterRestartAndReboot(t *testing.T) {
 	h = b.host()
 	rep = h.Reconcile(hosttest.Ctx(t), b.decl)
 	hosttest.NoErrors(t, rep)
-	if m := b.wg.links[fsm.MeshInterface]; m == nil || !m.up || m.key != b.key || tunnelDetail(t, rep).State != report.TunnelMeshUp {
-		t.Fatalf("after the reboot: mesh %+v, state %s", m, tunnelDetail(t, rep).State)
+	if m := b.wg.links[fsm.MeshInterface]; m == nil || !m.up || m.key != b.key || detailOf(t, rep).State != report.TunnelMeshUp {
+		t.Fatalf("after the reboot: mesh %+v, state %s", m, detailOf(t, rep).State)
 	}
 }
 
@@ -213,40 +213,40 @@ func TestUnitTunnelAfterRestartAndReboot(t *testing.T) {
 // refusal names both values; a takeover that cannot prepare stops nothing (found up); one whose
 // mesh's interface cannot come up is the third state, an error.
 func TestUnitTunnelThreeStates(t *testing.T) {
-	b := newTunnelBed(t)
+	b := newTestBed(t)
 	b.wg.links["wg0"].port = 51999
 	rep := b.host().Reconcile(hosttest.Ctx(t), b.decl)
-	if e := tunnelError(rep); e == nil || !strings.Contains(e.Reason, "51999") || !strings.Contains(e.Reason, "51820") {
+	if e := errorOf(rep); e == nil || !strings.Contains(e.Reason, "51999") || !strings.Contains(e.Reason, "51820") {
 		t.Fatalf("errors %+v: want a refusal naming 51999 and 51820", rep.Errors)
 	}
-	if len(b.wg.ops) != 0 || tunnelDetail(t, rep).State != report.TunnelFoundUp {
-		t.Fatalf("a refused takeover did %v, state %s", b.wg.ops, tunnelDetail(t, rep).State)
+	if len(b.wg.ops) != 0 || detailOf(t, rep).State != report.TunnelFoundUp {
+		t.Fatalf("a refused takeover did %v, state %s", b.wg.ops, detailOf(t, rep).State)
 	}
 	if _, err := os.Stat(KeyPath(b.data)); err == nil {
 		t.Error("a refused takeover sealed the key")
 	}
 
-	b = newTunnelBed(t)
+	b = newTestBed(t)
 	b.wg.failStart = true
 	rep = b.host().Reconcile(hosttest.Ctx(t), b.decl)
-	if len(rep.Errors) == 0 || tunnelDetail(t, rep).State != report.TunnelFoundUp || b.wg.links["wg0"] == nil {
-		t.Fatalf("a takeover that cannot prepare: %+v, state %s", rep.Errors, tunnelDetail(t, rep).State)
+	if len(rep.Errors) == 0 || detailOf(t, rep).State != report.TunnelFoundUp || b.wg.links["wg0"] == nil {
+		t.Fatalf("a takeover that cannot prepare: %+v, state %s", rep.Errors, detailOf(t, rep).State)
 	}
 	if _, err := os.Lstat(filepath.Join(b.root, "etc/systemd/system/multi-user.target.wants/wg-quick@wg0.service")); err != nil {
 		t.Errorf("a takeover that stopped nothing disabled the unit: %v", err)
 	}
 
-	b = newTunnelBed(t)
+	b = newTestBed(t)
 	b.wg.failUp = true
 	rep = b.host().Reconcile(hosttest.Ctx(t), b.decl)
-	det := tunnelDetail(t, rep)
+	det := detailOf(t, rep)
 	if det.State != report.TunnelDark || len(rep.Errors) == 0 || !strings.Contains(det.Says, "not up") {
 		t.Fatalf("found down and mesh not up: state %s says %q, errors %+v", det.State, det.Says, rep.Errors)
 	}
 }
 
-// tunnelError is the report's error for the tunnel resource.
-func tunnelError(rep report.Report) *report.ResourceError {
+// errorOf is the report's error for the tunnel resource.
+func errorOf(rep report.Report) *report.ResourceError {
 	for i := range rep.Errors {
 		if rep.Errors[i].Resource == fsm.KindTunnel+":"+fsm.MeshInterface {
 			return &rep.Errors[i]
@@ -260,7 +260,7 @@ func tunnelError(rep report.Report) *report.ResourceError {
 // the mesh's once it took over. A peer whose received bytes grow counts as heard at that pass
 // even without a new handshake (WireGuard renews one only every two minutes).
 func TestUnitTunnelReportsPeersLiveness(t *testing.T) {
-	b := newTunnelBed(t)
+	b := newTestBed(t)
 	now := time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
 	b.clock = func() time.Time { return now }
 	hs := now.Add(-3 * time.Minute)
@@ -269,7 +269,7 @@ func TestUnitTunnelReportsPeersLiveness(t *testing.T) {
 	// Found up (the mesh's cannot be prepared): the found interface's peers are reported.
 	b.wg.failStart = true
 	h := b.host()
-	det := tunnelDetail(t, h.Reconcile(hosttest.Ctx(t), b.decl))
+	det := detailOf(t, h.Reconcile(hosttest.Ctx(t), b.decl))
 	if det.State != report.TunnelFoundUp || len(det.Peers) != 2 {
 		t.Fatalf("found up: state %s, peers %+v", det.State, det.Peers)
 	}
@@ -284,7 +284,7 @@ func TestUnitTunnelReportsPeersLiveness(t *testing.T) {
 	// The mesh's interface takes over; peer1 sends more without a new handshake.
 	b.wg.failStart = false
 	now = now.Add(10 * time.Second)
-	det = tunnelDetail(t, h.Reconcile(hosttest.Ctx(t), b.decl))
+	det = detailOf(t, h.Reconcile(hosttest.Ctx(t), b.decl))
 	if det.State != report.TunnelMeshUp || len(det.Peers) != 2 {
 		t.Fatalf("mesh up: state %s, peers %+v", det.State, det.Peers)
 	}
@@ -293,7 +293,7 @@ func TestUnitTunnelReportsPeersLiveness(t *testing.T) {
 	}
 	b.wg.seen[b.p1.PublicKey()] = fakeSeen{handshake: hs, rx: 1500, tx: 2600}
 	now = now.Add(10 * time.Second)
-	det = tunnelDetail(t, h.Reconcile(hosttest.Ctx(t), b.decl))
+	det = detailOf(t, h.Reconcile(hosttest.Ctx(t), b.decl))
 	p1 = peerIn(t, det, b.p1)
 	if !p1.LastHeard.Equal(now) || !p1.LastHandshake.Equal(hs) || p1.ReceiveBytes != 1500 || p1.TransmitBytes != 2600 {
 		t.Errorf("peer1 after receiving: %+v, want last heard %s", p1, now)
@@ -319,15 +319,15 @@ func peerIn(t *testing.T, det report.TunnelDetail, k wgtypes.Key) report.TunnelP
 // removes that interface and raises it again under the same name with the found key, port,
 // address and peers, the found one stopped only after everything else is prepared.
 func TestUnitTunnelTakeoverOnAHubThatEnrolledBefore(t *testing.T) {
-	b := newTunnelBed(t)
+	b := newTestBed(t)
 	own, err := wgtypes.GeneratePrivateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.wg.links[fsm.MeshInterface] = &fakeLink{up: true, key: own, port: 51821, addr: netip.MustParsePrefix("10.99.0.1/24")}
 	rep := b.host().Reconcile(hosttest.Ctx(t), b.decl)
-	if len(rep.Errors) != 0 || tunnelDetail(t, rep).State != report.TunnelMeshUp {
-		t.Fatalf("errors %+v, state %s", rep.Errors, tunnelDetail(t, rep).State)
+	if len(rep.Errors) != 0 || detailOf(t, rep).State != report.TunnelMeshUp {
+		t.Fatalf("errors %+v, state %s", rep.Errors, detailOf(t, rep).State)
 	}
 	want := []string{"remove meshd0", "prepare meshd0", "stop wg0", "up meshd0"}
 	if !slices.Equal(b.wg.ops, want) {
@@ -342,8 +342,8 @@ func TestUnitTunnelTakeoverOnAHubThatEnrolledBefore(t *testing.T) {
 // ownKeyBed is a node that joined without a found tunnel: `meshd join` sealed the key it made in
 // the data dir, and the record composes its interface with that key's public half, an address
 // of the range, and its peers (the hub routing the range, another node directly).
-func ownKeyBed(t *testing.T) (*tunnelBed, wgtypes.Key) {
-	b := &tunnelBed{t: t, wg: newFakeWG(), root: t.TempDir(), data: t.TempDir()}
+func ownKeyBed(t *testing.T) (*testBed, wgtypes.Key) {
+	b := &testBed{t: t, wg: newFakeWG(), root: t.TempDir(), data: t.TempDir()}
 	b.seal = pki.NewSealKey(filepath.Join(b.data, "seal.key"))
 	own, err := wgtypes.GeneratePrivateKey()
 	if err != nil {
@@ -384,7 +384,7 @@ func TestUnitTunnelOwnKey(t *testing.T) {
 			t.Errorf("peer %+v: want its endpoint and a keepalive", p)
 		}
 	}
-	if det := tunnelDetail(t, rep); det.State != report.TunnelMeshUp || det.Found != "" {
+	if det := detailOf(t, rep); det.State != report.TunnelMeshUp || det.Found != "" {
 		t.Fatalf("detail %+v: want mesh-up, nothing taken over", det)
 	}
 	h.Close()
@@ -415,7 +415,7 @@ func TestUnitTunnelOwnKeyMissingOrWrong(t *testing.T) {
 	h := b.host()
 	rep := h.Reconcile(hosttest.Ctx(t), b.decl)
 	h.Close()
-	if e := tunnelError(rep); e == nil || !strings.Contains(e.Reason, own.PublicKey().String()) || len(b.wg.ops) != 0 {
+	if e := errorOf(rep); e == nil || !strings.Contains(e.Reason, own.PublicKey().String()) || len(b.wg.ops) != 0 {
 		t.Fatalf("no sealed key: errors %+v ops %v, want a refusal naming %s", rep.Errors, b.wg.ops, own.PublicKey())
 	}
 	other, _ := wgtypes.GeneratePrivateKey()
@@ -423,7 +423,7 @@ func TestUnitTunnelOwnKeyMissingOrWrong(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep = b.host().Reconcile(hosttest.Ctx(t), b.decl)
-	if e := tunnelError(rep); e == nil || !strings.Contains(e.Reason, other.PublicKey().String()) || len(b.wg.ops) != 0 {
+	if e := errorOf(rep); e == nil || !strings.Contains(e.Reason, other.PublicKey().String()) || len(b.wg.ops) != 0 {
 		t.Fatalf("a sealed key that is not the recorded one: errors %+v ops %v", rep.Errors, b.wg.ops)
 	}
 }
@@ -445,7 +445,7 @@ func TestUnitTunnelDownOrRemovedByHandRaisedAgain(t *testing.T) {
 	if want := []string{"attach meshd0"}; !slices.Equal(b.wg.ops, want) || !b.wg.links[fsm.MeshInterface].up {
 		t.Fatalf("after meshd0 was taken down: ops %v, up %v; want %v and up", b.wg.ops, b.wg.links[fsm.MeshInterface].up, want)
 	}
-	if det := tunnelDetail(t, rep); det.State != report.TunnelMeshUp {
+	if det := detailOf(t, rep); det.State != report.TunnelMeshUp {
 		t.Fatalf("after meshd0 was brought up again: state %s", det.State)
 	}
 
@@ -462,12 +462,12 @@ func TestUnitTunnelDownOrRemovedByHandRaisedAgain(t *testing.T) {
 // A spoke whose traffic still goes through its found tunnel raises nothing: its report says
 // whether that tunnel is up, and down is the node's tunnel error; meshd never touches it.
 func TestUnitTunnelSpokeOnItsFoundTunnel(t *testing.T) {
-	b := newTunnelBed(t)
+	b := newTestBed(t)
 	b.decl.Tunnel.Interface, b.decl.Tunnel.Takeover, b.decl.Tunnel.Rides = "", "", "wg0"
 	h := b.host()
 	rep := h.Reconcile(hosttest.Ctx(t), b.decl)
 	hosttest.NoErrors(t, rep)
-	if det := tunnelDetail(t, rep); det.State != report.TunnelFoundUp || det.Found != "wg0" || len(det.Peers) != 2 {
+	if det := detailOf(t, rep); det.State != report.TunnelFoundUp || det.Found != "wg0" || len(det.Peers) != 2 {
 		t.Fatalf("a spoke on its found tunnel: %+v, want found-up with its two peers", det)
 	}
 
@@ -475,7 +475,7 @@ func TestUnitTunnelSpokeOnItsFoundTunnel(t *testing.T) {
 	b.wg.links["wg0"].up = false // wg-quick down wg0, or the predecessor's tunnel failing
 	b.wg.mu.Unlock()
 	rep = h.Reconcile(hosttest.Ctx(t), b.decl)
-	det := tunnelDetail(t, rep)
+	det := detailOf(t, rep)
 	if det.State != report.TunnelDark || !strings.Contains(det.Says, "wg0") {
 		t.Fatalf("the spoke's found tunnel down: %+v, want dark, naming wg0", det)
 	}
@@ -539,7 +539,7 @@ func TestUnitTunnelLinkEventRunsAPass(t *testing.T) {
 func TestUnitTunnelTakeoverCrashSafety(t *testing.T) {
 	for _, point := range []string{"tunnel.after-seal-key", "tunnel.after-record-takeover", "tunnel.after-stop-found", "tunnel.after-takeover"} {
 		t.Run(point, func(t *testing.T) {
-			b := newTunnelBed(t)
+			b := newTestBed(t)
 			drv := newDriver(Config{Root: b.root, Logger: hosttest.Log()}, b.wg,
 				SealedKey{Path: KeyPath(b.data), Seal: b.seal})
 			drv.crasher = hosttest.Armed(point)
@@ -560,7 +560,7 @@ func TestUnitTunnelTakeoverCrashSafety(t *testing.T) {
 			h = b.host()
 			rep := h.Reconcile(hosttest.Ctx(t), b.decl)
 			hosttest.NoErrors(t, rep)
-			if det := tunnelDetail(t, rep); det.State != report.TunnelMeshUp {
+			if det := detailOf(t, rep); det.State != report.TunnelMeshUp {
 				t.Fatalf("after the restart: state %s (%s)", det.State, det.Reason)
 			}
 			if m := b.wg.links[fsm.MeshInterface]; m == nil || !m.up || m.key != b.key || m.port != 51820 || len(m.peers) != 2 {
