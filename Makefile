@@ -33,7 +33,7 @@ vet:
 # duration Go 1.26's coordinator can report its own deadline as the target failing ("context
 # deadline exceeded", no input written: golang/go#75804, fixed in Go 1.27); a count has no deadline
 # to race.
-RACE_PKGS ?= ./fsm ./gossip ./agent ./host
+RACE_PKGS ?= ./fsm ./gossip ./agent ./host/...
 FUZZ_PARSE ?= 100000x
 FUZZ_SNAPSHOT ?= 60000x
 

@@ -18,7 +18,7 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/ratelog"
 	"meshd/pki"
 	"meshd/setup"
@@ -186,7 +186,7 @@ func (s *serverRole) ownDeclaration(w http.ResponseWriter, req *http.Request, pe
 
 // postReport keeps a client's host report in memory, for `meshd node show`.
 func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer string) {
-	var rep host.Report
+	var rep report.Report
 	if err := json.NewDecoder(io.LimitReader(req.Body, 16<<20)).Decode(&rep); err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "host report from node " + peer + ": " + err.Error()})
 		return

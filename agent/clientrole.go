@@ -18,7 +18,7 @@ import (
 
 	"meshd/api"
 	"meshd/gossip"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/pki"
 	"meshd/setup"
 )
@@ -275,7 +275,7 @@ func (c *clientRole) watchBus(ctx context.Context) {
 // gossip sees no server alive: gossip is how reports travel, the bus is the fallback. A failed
 // post is retried with backoff (reportpost.go).
 func (c *clientRole) postReports(ctx context.Context) {
-	p := newReportPoster(c.log, c.host.Report, c.serverAlive, func(ctx context.Context, rep host.Report) error {
+	p := newReportPoster(c.log, c.host.Report, c.serverAlive, func(ctx context.Context, rep report.Report) error {
 		return c.busJSON(ctx, http.MethodPost, "/v1/report", rep, nil)
 	})
 	p.wake = c.host.Passed()

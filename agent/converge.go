@@ -2,7 +2,7 @@ package agent
 
 // Converging a node and returning it to adopted (ADR 0100's last step), on a server. The preview
 // composes the node's declaration from the record and reads it against the node's latest host
-// report (host.PreviewConverge), changing nothing; it remembers what each plan token it handed
+// report (preview.Converge), changing nothing; it remembers what each plan token it handed
 // out was made from, so a flip with a stale token is refused naming what changed. The flip and
 // the return are recorded as an intent (fsm.OpFlip) that the node's host carries out; the leader
 // records the node in its new mode (fsm.OpFlipDone) once the node's report says it is done.
@@ -19,24 +19,25 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/preview"
+	"meshd/host/report"
 )
 
 // plans remembers the previews a server handed out, by plan token, so that a stale token can be
 // named: what changed since. It keeps the latest few.
 type plans struct {
 	mu    sync.Mutex
-	byTok map[string]host.ConvergePreview
+	byTok map[string]report.ConvergePreview
 	order []string
 }
 
 const plansKept = 64
 
-func (p *plans) keep(pv host.ConvergePreview) {
+func (p *plans) keep(pv report.ConvergePreview) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byTok == nil {
-		p.byTok = map[string]host.ConvergePreview{}
+		p.byTok = map[string]report.ConvergePreview{}
 	}
 	if _, ok := p.byTok[pv.Token]; !ok {
 		p.order = append(p.order, pv.Token)
@@ -48,7 +49,7 @@ func (p *plans) keep(pv host.ConvergePreview) {
 	}
 }
 
-func (p *plans) get(token string) (host.ConvergePreview, bool) {
+func (p *plans) get(token string) (report.ConvergePreview, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pv, ok := p.byTok[token]
@@ -56,16 +57,16 @@ func (p *plans) get(token string) (host.ConvergePreview, bool) {
 }
 
 // previewOf composes node's converge preview from the record and its latest report.
-func (s *serverRole) previewOf(node string) (host.ConvergePreview, error) {
+func (s *serverRole) previewOf(node string) (report.ConvergePreview, error) {
 	var d *fsm.Declaration
 	var err error
 	s.fsm.Read(func(r *fsm.Record, _ uint64) {
 		d, err = fsm.Compose(r, node)
 	})
 	if err != nil {
-		return host.ConvergePreview{}, err
+		return report.ConvergePreview{}, err
 	}
-	pv, err := host.PreviewConverge(s.report(node), d)
+	pv, err := preview.Converge(s.report(node), d)
 	if err != nil {
 		return pv, notFound(err.Error())
 	}
@@ -85,7 +86,7 @@ func (s *serverRole) convergePreview(w http.ResponseWriter, req *http.Request) {
 
 // checkPlan refuses a flip whose plan token does not match the node as it is now, naming what
 // changed; without a token, it refuses when anything will close.
-func checkPlan(node, plan string, now host.ConvergePreview, was func(string) (host.ConvergePreview, bool)) *api.StaleRefusal {
+func checkPlan(node, plan string, now report.ConvergePreview, was func(string) (report.ConvergePreview, bool)) *api.StaleRefusal {
 	switch {
 	case plan == "" && now.WillClose > 0:
 		return &api.StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
@@ -96,7 +97,7 @@ func checkPlan(node, plan string, now host.ConvergePreview, was func(string) (ho
 	ref := &api.StaleRefusal{Node: node, Preview: &now, Reason: fmt.Sprintf(
 		"the node changed since the preview of plan %s (now plan %s); preview again and read it", plan, now.Token)}
 	if old, ok := was(plan); ok {
-		ref.Changes = host.PlanChanges(old, now)
+		ref.Changes = report.PlanChanges(old, now)
 	} else {
 		ref.Reason = fmt.Sprintf("plan %s is not the node as it is now (plan %s), and this server did not make that preview, so it cannot say what changed; preview again and read it", plan, now.Token)
 	}
@@ -183,7 +184,7 @@ func (s *serverRole) finishFlips(ctx context.Context) {
 			}
 		})
 		for _, p := range pending {
-			fv := host.ReportFlip(s.report(p.Node))
+			fv := report.ReportFlip(s.report(p.Node))
 			if fv == nil || !fv.Done || fv.To != p.To || !fv.Since.Equal(p.Since) {
 				continue
 			}

@@ -4,20 +4,20 @@ import (
 	"strings"
 	"testing"
 
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // The plan check a flip passes through: the token of the preview read, with the node unchanged,
 // goes; a stale one is refused naming each change; a token this server never made is refused
 // saying it cannot name them; no token goes only when nothing will close.
 func TestUnitCheckPlan(t *testing.T) {
-	was := host.ConvergePreview{Node: "hub", Mode: "adopted", Take: []string{"web"}, Token: "aaaa"}
+	was := report.ConvergePreview{Node: "hub", Mode: "adopted", Take: []string{"web"}, Token: "aaaa"}
 	now := was
 	now.Take = []string{"cache", "web"}
 	now.WillClose = 1
-	now.Published = []host.PreviewPublished{{Container: "metrics", HostIP: "0.0.0.0", HostPort: 9090, Proto: "tcp", Verdict: host.Verdict{Mark: host.MarkWillClose}}}
+	now.Published = []report.PreviewPublished{{Container: "metrics", HostIP: "0.0.0.0", HostPort: 9090, Proto: "tcp", Verdict: report.Verdict{Mark: report.MarkWillClose}}}
 	now.Token = "bbbb"
-	known := func(tok string) (host.ConvergePreview, bool) { return was, tok == was.Token }
+	known := func(tok string) (report.ConvergePreview, bool) { return was, tok == was.Token }
 
 	if ref := checkPlan("hub", "bbbb", now, known); ref != nil {
 		t.Fatalf("the current token was refused: %v", ref)

@@ -7,15 +7,18 @@ import (
 
 	"meshd/container"
 	"meshd/host"
+	"meshd/host/containers"
+	"meshd/host/openings"
+	"meshd/host/tunnel"
 	"meshd/netfilter"
 	"meshd/pki"
 	"meshd/wg"
 )
 
 // drivers builds the host reconciler's drivers for the resource kinds other than files, from the
-// agent's configuration. The drivers live in host/ (host.ContainerDriver, host.OpeningDriver), each
-// over the package that speaks its engine (container/, netfilter/); this is only where the agent
-// hands them their configuration.
+// agent's configuration. The drivers live in host/containers, host/openings and host/tunnel, each
+// over the package that speaks its engine (container/, netfilter/, wg/); this is only where the
+// agent hands them their configuration.
 func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 	var out []host.Driver
 	// Openings first, then containers: a pass runs its drivers in this order, and the guard (an
@@ -25,7 +28,7 @@ func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 	// Openings, through the firewall found on this machine (the zero netfilter.Env) on an adopted
 	// node, meshd's derived filter on a converged one; what a retire keeps lives in the data dir.
 	nlog := log.With("part", "netfilter")
-	out = append(out, host.NewOpeningDriver(host.OpeningConfig{
+	out = append(out, openings.New(openings.Config{
 		Env:    netfilter.Env{StateDir: filepath.Join(cfg.DataDir, "netfilter"), Log: nlog},
 		Logger: nlog,
 	}))
@@ -36,19 +39,19 @@ func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	tcfg := host.TunnelConfig{Keys: host.SealedTunnelKey{Path: host.TunnelKeyPath(cfg.DataDir), Seal: seal},
+	tcfg := tunnel.Config{Keys: tunnel.SealedKey{Path: tunnel.KeyPath(cfg.DataDir), Seal: seal},
 		Logger: log.With("part", "tunnel")}
 	if exe, err := os.Executable(); err == nil {
 		tcfg.Device = wg.DeviceCommand{Path: exe, Args: []string{"tunnel-device"},
 			LogFile: filepath.Join(cfg.DataDir, "tunnel-device.log")}.Spawn
 	}
-	out = append(out, host.NewTunnelDriver(tcfg))
+	out = append(out, tunnel.New(tcfg))
 	// Containers, through the Docker engine at cfg.DockerHost. Nothing is dialled here: an engine
 	// that is down is reported on every pass and used again once it answers.
 	eng, err := container.New(cfg.DockerHost, container.WithLogger(log.With("part", "container")))
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, host.NewContainerDriver(eng, log.With("part", "container")))
+	out = append(out, containers.New(eng, log.With("part", "container")))
 	return out, nil
 }

@@ -16,7 +16,7 @@ import (
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/gossip"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/pki"
 )
 
@@ -239,7 +239,7 @@ func (a *Agent) stopGossip() {
 }
 
 // reportKey is a report without its time: two passes that saw the same thing publish once.
-func reportKey(rep host.Report) []byte {
+func reportKey(rep report.Report) []byte {
 	rep.When = time.Time{}
 	b, _ := json.Marshal(rep)
 	return b
@@ -307,7 +307,7 @@ func (a *Agent) publishOnce(last *[]byte, at *time.Time) bool {
 }
 
 // gossipReport is node's latest verified report carried by gossip, if any.
-func (a *Agent) gossipReport(node string) (*host.Report, bool) {
+func (a *Agent) gossipReport(node string) (*report.Report, bool) {
 	g := a.member()
 	if g == nil {
 		return nil, false
@@ -316,7 +316,7 @@ func (a *Agent) gossipReport(node string) (*host.Report, bool) {
 	if !ok {
 		return nil, false
 	}
-	var rep host.Report
+	var rep report.Report
 	if err := json.Unmarshal(r.Payload, &rep); err != nil {
 		a.log.Warn("a verified report does not decode", "about", node, "err", err)
 		return nil, false

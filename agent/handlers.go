@@ -19,7 +19,7 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // The API's views: what the operator's commands print.
@@ -129,7 +129,7 @@ func (s *serverRole) getNode(w http.ResponseWriter, req *http.Request) {
 }
 
 // report returns a node's last host report, if this agent has it.
-func (s *serverRole) report(node string) *host.Report {
+func (s *serverRole) report(node string) *report.Report {
 	rep, _ := s.reportFrom(node)
 	return rep
 }
@@ -137,7 +137,7 @@ func (s *serverRole) report(node string) *host.Report {
 // reportFrom returns a node's last host report and how it came: its own ("local"), one gossip
 // carried and this node verified with the node's enrolled key ("gossip"), else one the node
 // posted to this server's bus over mTLS while its gossip reached no server ("bus").
-func (s *serverRole) reportFrom(node string) (*host.Report, string) {
+func (s *serverRole) reportFrom(node string) (*report.Report, string) {
 	if node == s.node.Name {
 		rep := s.host.Report()
 		if rep.When.IsZero() {

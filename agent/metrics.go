@@ -15,7 +15,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // Every agent serves Prometheus metrics at /metrics on its operator socket, and on the TCP
@@ -138,7 +138,7 @@ func (s *serverRole) collectRole(ch chan<- prometheus.Metric) {
 }
 
 // collectReport turns one node's host report into its gauges.
-func collectReport(ch chan<- prometheus.Metric, node string, rep *host.Report, now time.Time) {
+func collectReport(ch chan<- prometheus.Metric, node string, rep *report.Report, now time.Time) {
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), append([]string{node}, labels...)...)
 	}
@@ -151,7 +151,7 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *host.Report, n
 	}
 	gauge(descHeld, len(rep.Held), fsm.KindFile)
 	gauge(descChanged, changedFiles, fsm.KindFile)
-	var cr host.ContainerReport
+	var cr report.ContainerReport
 	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && api.DecodeInto(raw, &cr) {
 		held, changed := 0, 0
 		for _, c := range cr.Containers {
@@ -165,9 +165,9 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *host.Report, n
 		gauge(descHeld, held, fsm.KindContainer)
 		gauge(descChanged, changed, fsm.KindContainer)
 	}
-	var od host.OpeningDetail
+	var od report.OpeningDetail
 	if raw, ok := rep.Kinds[fsm.KindOpening]; ok && api.DecodeInto(raw, &od) {
-		states := map[string]int{host.OpeningInForce: 0, host.OpeningRestored: 0, host.OpeningFailed: 0}
+		states := map[string]int{report.OpeningInForce: 0, report.OpeningRestored: 0, report.OpeningFailed: 0}
 		for _, o := range od.Openings {
 			states[o.State]++
 		}
@@ -175,7 +175,7 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *host.Report, n
 			gauge(descOpenings, n, strings.ReplaceAll(state, " ", "_"))
 		}
 	}
-	var td host.TunnelDetail
+	var td report.TunnelDetail
 	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && api.DecodeInto(raw, &td) && td.State != "" {
 		carried, enrolled := 0, 0
 		for _, p := range td.Peers {
@@ -198,8 +198,8 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *host.Report, n
 }
 
 // metricReports: a server shows every node of the record whose report it has.
-func (s *serverRole) metricReports() map[string]*host.Report {
-	out := map[string]*host.Report{}
+func (s *serverRole) metricReports() map[string]*report.Report {
+	out := map[string]*report.Report{}
 	var names []string
 	s.fsm.Read(func(r *fsm.Record, _ uint64) { names = r.NodeNames() })
 	for _, n := range names {
@@ -217,12 +217,12 @@ func (c *clientRole) collectRole(chan<- prometheus.Metric) {}
 func (c *clientRole) statusPage() http.Handler { return nil }
 
 // metricReports: a client shows its own report only.
-func (c *clientRole) metricReports() map[string]*host.Report {
+func (c *clientRole) metricReports() map[string]*report.Report {
 	rep := c.host.Report()
 	if rep.When.IsZero() {
 		return nil
 	}
-	return map[string]*host.Report{c.node.Name: &rep}
+	return map[string]*report.Report{c.node.Name: &rep}
 }
 
 // checkMetricsAddr refuses a TCP address for /metrics that is neither loopback nor in the private

@@ -7,12 +7,12 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // activeAgain is the kind of the retired found firewall rep reads active again, "" when none.
-func activeAgain(rep *host.Report) string {
-	var od host.OpeningDetail
+func activeAgain(rep *report.Report) string {
+	var od report.OpeningDetail
 	if rep != nil && api.DecodeInto(rep.Kinds[fsm.KindOpening], &od) && od.Firewall.ActiveAgain {
 		return od.Firewall.Kind
 	}
@@ -20,13 +20,13 @@ func activeAgain(rep *host.Report) string {
 }
 
 // heldCounts counts what a report holds: found files and found containers kept as they are.
-func heldCounts(rep *host.Report) (files, containers int) {
+func heldCounts(rep *report.Report) (files, containers int) {
 	if rep == nil {
 		return 0, 0
 	}
 	files = len(rep.Held)
 	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && raw != nil {
-		var cr host.ContainerReport
+		var cr report.ContainerReport
 		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &cr) == nil {
 			for _, c := range cr.Containers {
 				if c.State == "held" {

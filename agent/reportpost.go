@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // How a client posts its host report over the bus while its gossip reaches no server.
@@ -31,9 +31,9 @@ type reportPoster struct {
 	log *slog.Logger
 	// report is the host's latest report; alive says whether gossip reaches a server (then it
 	// carries the reports and the bus is not needed); post sends one report to a server's bus.
-	report func() host.Report
+	report func() report.Report
 	alive  func() bool
-	post   func(context.Context, host.Report) error
+	post   func(context.Context, report.Report) error
 	// wake, when set, receives after each pass of the host (host.Passed), so a new report is
 	// posted at once rather than on the next tick; it is not heeded while backing off.
 	wake <-chan struct{}
@@ -43,7 +43,7 @@ type reportPoster struct {
 	jitter func(time.Duration) time.Duration
 }
 
-func newReportPoster(log *slog.Logger, report func() host.Report, alive func() bool, post func(context.Context, host.Report) error) *reportPoster {
+func newReportPoster(log *slog.Logger, report func() report.Report, alive func() bool, post func(context.Context, report.Report) error) *reportPoster {
 	return &reportPoster{log: log, report: report, alive: alive, post: post, now: time.Now, after: time.After,
 		jitter: func(d time.Duration) time.Duration { return rand.N(d) }}
 }

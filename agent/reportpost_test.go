@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // A two-minute outage of the servers' bus, on a fake clock: the client used to post every 250 ms
@@ -23,9 +23,9 @@ func TestReportPostBacksOffAndWarnsOncePerOutage(t *testing.T) {
 	var waits []time.Duration
 	posts, delivered := 0, 0
 	p := newReportPoster(slog.New(slog.NewTextHandler(&logs, nil)),
-		func() host.Report { return host.Report{When: outageEnd.Add(-time.Hour)} },
+		func() report.Report { return report.Report{When: outageEnd.Add(-time.Hour)} },
 		func() bool { return false },
-		func(context.Context, host.Report) error {
+		func(context.Context, report.Report) error {
 			posts++
 			if now.Before(outageEnd) {
 				return errors.New("server 192.0.2.1:7070: connection refused")

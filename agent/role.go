@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"meshd/api"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // role is what a node does by its kind, and the one place the agent's server/client split lives.
@@ -47,7 +47,7 @@ type role interface {
 	servePeerBus(ctx context.Context, port uint16)
 	// metricReports are the host reports the node's metrics show, by node: every node's on a
 	// server, its own on a client.
-	metricReports() map[string]*host.Report
+	metricReports() map[string]*report.Report
 	// collectRole adds what only the role knows to a scrape: Raft's state on a server.
 	collectRole(ch chan<- prometheus.Metric)
 	// waitReady returns once the node serves what it is for (a server: its record replayed the

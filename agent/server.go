@@ -16,7 +16,7 @@ import (
 	"meshd/agent/raftnode"
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/ratelog"
 	"meshd/pki"
 )
@@ -31,7 +31,7 @@ type serverRole struct {
 
 	// reports are the clients' last host reports, as they posted them to this server's bus.
 	reportsMu sync.Mutex
-	reports   map[string]host.Report
+	reports   map[string]report.Report
 
 	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
 	// over the limit), a few lines a minute.
@@ -54,7 +54,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 	if a.secrets.CA == nil {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
-	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]host.Report{},
+	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]report.Report{},
 		busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute)}, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/host/report"
 	"meshd/setup"
 )
 
@@ -211,7 +212,7 @@ func checkBinds(ctx context.Context, node, dockerHost string, binds []api.PortBi
 // judgeBinds refuses each port a container publishes, a process listens on, or that cannot be
 // bound, except by what binds it for the same setting today: the module's own container, or meshd
 // itself (pid self) for one of its own ports.
-func judgeBinds(node string, binds []api.PortBind, listeners []host.Listener, published []container.Published, self int) []api.Finding {
+func judgeBinds(node string, binds []api.PortBind, listeners []report.Listener, published []container.Published, self int) []api.Finding {
 	var out []api.Finding
 	add := func(b api.PortBind, holder, format string, args ...any) {
 		msg := fmt.Sprintf("node %s: setting %s: port %d/%s ", node, b.Key, b.Port, b.Proto) + fmt.Sprintf(format, args...)

@@ -16,7 +16,7 @@ import (
 	"meshd/catalogue"
 	"meshd/container"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // settingsRecord is a record after an adopted genesis of node hub with the default catalogue and
@@ -124,7 +124,7 @@ func TestJudgeBindsNamesHolders(t *testing.T) {
 		{Container: "pred-redis", HostIP: "0.0.0.0", HostPort: held, ContainerPort: 6379, Proto: "tcp"},
 		{Container: "meshd-broker", HostIP: "0.0.0.0", HostPort: own, ContainerPort: 5672, Proto: "tcp"},
 	}
-	listeners := []host.Listener{{Proto: "tcp", Addr: any4, Port: meshP, PID: 4242, Process: "meshd"}}
+	listeners := []report.Listener{{Proto: "tcp", Addr: any4, Port: meshP, PID: 4242, Process: "meshd"}}
 	fs := judgeBinds("hub", binds, listeners, published, 4242)
 	if len(fs) != 2 {
 		t.Fatalf("want the store's and the notes' port refused, got %+v", fs)

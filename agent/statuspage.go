@@ -30,7 +30,8 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/preview"
+	"meshd/host/report"
 )
 
 //go:embed statuspage
@@ -80,16 +81,16 @@ type PageNode struct {
 	Assigned    []string
 	Taken       []string
 	// From its last host report (Report nil: none yet).
-	Report      *host.Report
+	Report      *report.Report
 	ReportFrom  string
-	Held        []host.HeldFile
-	Containers  []host.ContainerView
+	Held        []report.HeldFile
+	Containers  []report.ContainerView
 	EngineError string
-	Firewall    host.FirewallView
-	Openings    []host.OpeningView
-	Tunnel      host.TunnelDetail
+	Firewall    report.FirewallView
+	Openings    []report.OpeningView
+	Tunnel      report.TunnelDetail
 	// Preview is what a converge would do now (nil with PreviewError when it cannot be made).
-	Preview      *host.ConvergePreview
+	Preview      *report.ConvergePreview
 	PreviewError string
 }
 
@@ -113,7 +114,7 @@ func (n PageNode) Changed() int {
 func (n PageNode) HeldContainers() int {
 	c := 0
 	for _, x := range n.Containers {
-		if x.State == host.ContainerHeld {
+		if x.State == report.ContainerHeld {
 			c++
 		}
 	}
@@ -127,12 +128,12 @@ func (n PageNode) WillClose() []string {
 	}
 	var out []string
 	for _, l := range n.Preview.Listeners {
-		if l.Verdict.Mark == host.MarkWillClose {
+		if l.Verdict.Mark == report.MarkWillClose {
 			out = append(out, l.Listener.String())
 		}
 	}
 	for _, p := range n.Preview.Published {
-		if p.Verdict.Mark == host.MarkWillClose {
+		if p.Verdict.Mark == report.MarkWillClose {
 			out = append(out, fmt.Sprintf("%s %s:%d (container %s)", p.Proto, p.HostIP, p.HostPort, p.Container))
 		}
 	}
@@ -178,11 +179,11 @@ func (s *serverRole) pageView() PageOverview {
 		pn.Report, pn.ReportFrom = rep, from
 		if rep != nil {
 			pn.Held = rep.Held
-			var cr host.ContainerReport
+			var cr report.ContainerReport
 			if api.DecodeInto(rep.Kinds[fsm.KindContainer], &cr) {
 				pn.Containers, pn.EngineError = cr.Containers, cr.EngineError
 			}
-			var od host.OpeningDetail
+			var od report.OpeningDetail
 			if api.DecodeInto(rep.Kinds[fsm.KindOpening], &od) {
 				pn.Firewall, pn.Openings = od.Firewall, od.Openings
 			}
@@ -192,7 +193,7 @@ func (s *serverRole) pageView() PageOverview {
 		case rn.decl == nil:
 			pn.PreviewError = "no declaration for this node"
 		default:
-			pv, err := host.PreviewConverge(rep, rn.decl)
+			pv, err := preview.Converge(rep, rn.decl)
 			if err != nil {
 				pn.PreviewError = err.Error()
 			} else {

@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // The status page names a converged node's found firewall retired, by the kind it was found as,
 // and says meshd's filter carries its openings; not what a detection reads there now.
 func TestPageRetiredFirewall(t *testing.T) {
-	n := PageNode{Name: "hub", Mode: fsm.Converged, Report: &host.Report{}, ReportFrom: "hub", Firewall: host.FirewallView{Kind: "ufw", Retired: true,
+	n := PageNode{Name: "hub", Mode: fsm.Converged, Report: &report.Report{}, ReportFrom: "hub", Firewall: report.FirewallView{Kind: "ufw", Retired: true,
 		Description: "ufw, retired (disabled, its files on disk)", Detected: "iptables over iptables-nft, active, 6 incoming and 8 forwarded rules"}}
 	row, card := renderNode(t, n)
 	if !strings.Contains(row, "<td>ufw, retired</td>") {
@@ -27,7 +27,7 @@ func TestPageRetiredFirewall(t *testing.T) {
 
 // A retired firewall enabled again by hand is flagged on the node's row and its card.
 func TestPageRetiredFirewallActiveAgain(t *testing.T) {
-	n := PageNode{Name: "hub", Mode: fsm.Converged, Report: &host.Report{}, ReportFrom: "hub", Firewall: host.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true,
+	n := PageNode{Name: "hub", Mode: fsm.Converged, Report: &report.Report{}, ReportFrom: "hub", Firewall: report.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true,
 		Description: "ufw, retired (disabled, its files on disk); ACTIVE AGAIN: enabled by something else", Detected: "ufw over iptables-nft, active, 3 incoming and 0 forwarded rules"}}
 	row, card := renderNode(t, n)
 	if !strings.Contains(row, `<td>ufw, retired <b class="warn">active again</b></td>`) {

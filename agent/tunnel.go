@@ -14,7 +14,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/pki"
 	"meshd/setup"
 )
@@ -94,7 +94,7 @@ func (s *serverRole) tunnelView() api.TunnelView {
 // tunnelViewOf is the tunnel view of record r with the hub's report rep (nil: none yet), which
 // reached the answering server by from. Every peer the record knows is listed, carried or
 // enrolled; the report adds what the hub's device says of it.
-func tunnelViewOf(r *fsm.Record, rep *host.Report, from string) api.TunnelView {
+func tunnelViewOf(r *fsm.Record, rep *report.Report, from string) api.TunnelView {
 	t := r.Tunnel
 	v := api.TunnelView{Range: t.Range, Hub: t.Hub, HubAddress: t.HubAddress, Taken: t.Taken, Peers: []api.TunnelPeer{}}
 	if hub := r.Nodes[t.Hub]; hub != nil {
@@ -109,11 +109,11 @@ func tunnelViewOf(r *fsm.Record, rep *host.Report, from string) api.TunnelView {
 			v.Peers = append(v.Peers, api.TunnelPeer{PublicKey: n.WireGuardKey, Address: n.Address, Enrolled: true, Node: name})
 		}
 	}
-	var det host.TunnelDetail
+	var det report.TunnelDetail
 	if rep != nil && api.DecodeInto(rep.Kinds[fsm.KindTunnel], &det) {
 		v.State, v.Says, v.Reason = det.State, det.Says, det.Reason
 		v.ReportAt, v.ReportFrom = rep.When, from
-		seen := map[string]host.TunnelPeer{}
+		seen := map[string]report.TunnelPeer{}
 		for _, p := range det.Peers {
 			seen[p.PublicKey] = p
 		}
@@ -150,11 +150,11 @@ func addrLess(a, b string) bool {
 }
 
 // tunnelState is a node's tunnel state from its report ("" when it reports none).
-func tunnelState(rep *host.Report) string {
+func tunnelState(rep *report.Report) string {
 	if rep == nil {
 		return ""
 	}
-	var det host.TunnelDetail
+	var det report.TunnelDetail
 	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && api.DecodeInto(raw, &det) {
 		return det.State
 	}

@@ -11,7 +11,7 @@ import (
 
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/pki"
 )
 
@@ -57,18 +57,18 @@ func TestUnitTunnelViewFromTheHubsReport(t *testing.T) {
 	}
 
 	heard, hs := at.Add(-5*time.Second), at.Add(-90*time.Second)
-	det := host.TunnelDetail{State: host.TunnelMeshUp, Says: "mesh up", Peers: []host.TunnelPeer{
+	det := report.TunnelDetail{State: report.TunnelMeshUp, Says: "mesh up", Peers: []report.TunnelPeer{
 		{PublicKey: p1, Carried: true, LastHandshake: hs, LastHeard: heard, ReceiveBytes: 4096, TransmitBytes: 8192, Endpoint: "198.51.100.11:51820"},
 		{PublicKey: p2, Name: "peer2", LastHandshake: hs, ReceiveBytes: 10, TransmitBytes: 20},
 	}}
-	rep := &host.Report{When: at, Kinds: map[string]any{fsm.KindTunnel: det}}
+	rep := &report.Report{When: at, Kinds: map[string]any{fsm.KindTunnel: det}}
 	b, _ := json.Marshal(rep)
-	var gossiped host.Report // as gossip hands it over: the detail is generic JSON
+	var gossiped report.Report // as gossip hands it over: the detail is generic JSON
 	if err := json.Unmarshal(b, &gossiped); err != nil {
 		t.Fatal(err)
 	}
 	v := tunnelViewOf(r, &gossiped, "gossip")
-	if v.State != host.TunnelMeshUp || v.ReportFrom != "gossip" || !v.ReportAt.Equal(at) || v.Port != 51820 || v.Taken != "wg0" {
+	if v.State != report.TunnelMeshUp || v.ReportFrom != "gossip" || !v.ReportAt.Equal(at) || v.Port != 51820 || v.Taken != "wg0" {
 		t.Fatalf("view: %+v", v)
 	}
 	want := []struct {

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // ConvergeRequest is the body of POST /v1/nodes/{node}/converge.
@@ -18,17 +18,17 @@ type ConvergeRequest struct {
 // FlipView answers a flip or a return: the node as the record holds it (its pending flip in
 // Node.Flip) and, for a flip, the preview it was checked against.
 type FlipView struct {
-	Node    *fsm.Node             `json:"node"`
-	Preview *host.ConvergePreview `json:"preview,omitempty"`
+	Node    *fsm.Node               `json:"node"`
+	Preview *report.ConvergePreview `json:"preview,omitempty"`
 }
 
 // StaleRefusal is a flip refused because the node changed since the preview its plan token came
 // from, or because something will close and no plan token was given.
 type StaleRefusal struct {
-	Node    string                `json:"node"`
-	Reason  string                `json:"reason"`
-	Changes []string              `json:"changes,omitempty"`
-	Preview *host.ConvergePreview `json:"preview,omitempty"`
+	Node    string                  `json:"node"`
+	Reason  string                  `json:"reason"`
+	Changes []string                `json:"changes,omitempty"`
+	Preview *report.ConvergePreview `json:"preview,omitempty"`
 }
 
 func (e *StaleRefusal) Error() string {

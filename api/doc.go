@@ -10,7 +10,7 @@
 // into /v1/; a field added is not such a change, since a reader skips the fields it does not know.
 //
 // The record's types (fsm.Node, fsm.Declaration, catalogue.Module) and the host's report
-// (host.Report, which a client posts to a server's bus at POST /v1/report and NodeView carries)
+// (report.Report, which a client posts to a server's bus at POST /v1/report and NodeView carries)
 // travel as their own packages define them: a change to them is a change to this contract too.
 //
 // The files go by topic: status.go (meshd status), nodes.go (a node, its settings, its removal),

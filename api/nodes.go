@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // NodeView is `meshd node show`: the record's node and, when known, its host report.
@@ -13,7 +13,7 @@ type NodeView struct {
 	ControlNode bool      `json:"control_node,omitempty"`
 	Taken       []string  `json:"taken_effective"`
 	// Report is the node's last host report; nil until its host has reconciled once.
-	Report *host.Report `json:"report"`
+	Report *report.Report `json:"report"`
 }
 
 // DefaultQuarantine is how long a removed node's private-network address is held back from new

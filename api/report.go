@@ -2,7 +2,7 @@ package api
 
 import "encoding/json"
 
-// A host report (host.Report) travels as it is: a client posts it to a server's bus (POST
+// A host report (report.Report) travels as it is: a client posts it to a server's bus (POST
 // /v1/report) while its gossip reaches no server, and NodeView carries it. Its Kinds hold each
 // driver's part, a typed value in the agent that made the report and generic JSON once it came
 // by gossip or the bus.

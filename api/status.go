@@ -63,7 +63,7 @@ type NodeSummary struct {
 	// server), or "" (none yet). When it was made is in `meshd node show` (the status stays the
 	// same while nothing changes).
 	ReportFrom string `json:"report_from,omitempty"`
-	// Tunnel is the node's tunnel state from its last report (host.TunnelMeshUp, TunnelFoundUp,
+	// Tunnel is the node's tunnel state from its last report (report.TunnelMeshUp, TunnelFoundUp,
 	// TunnelDark), "" when it raises none.
 	Tunnel string `json:"tunnel,omitempty"`
 	// FirewallActiveAgain is the kind of the found firewall meshd retired at the flip when the

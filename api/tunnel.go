@@ -23,7 +23,7 @@ type TunnelView struct {
 	Port       uint16 `json:"port,omitempty"`
 	// Taken is the found interface the hub took over ("" when none).
 	Taken string `json:"taken,omitempty"`
-	// State is the hub's tunnel state from its last report (host.TunnelFoundUp, TunnelMeshUp,
+	// State is the hub's tunnel state from its last report (report.TunnelFoundUp, TunnelMeshUp,
 	// TunnelDark), "" when it has not reported one.
 	State string `json:"state,omitempty"`
 	Says  string `json:"says,omitempty"`

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"meshd/host"
+	"meshd/host/pass"
 	"meshd/lab"
 )
 
@@ -35,7 +35,7 @@ const (
 	// nftables table of its own, in the server's network namespace), then the table goes.
 	FaultPartition FaultKind = "partition"
 	// FaultCrash: restart the agent armed to SIGKILL itself at a named crash point
-	// (host.CrashEnv); once it died there, or the hold ended, start it again unarmed.
+	// (pass.CrashEnv); once it died there, or the hold ended, start it again unarmed.
 	FaultCrash FaultKind = "crash"
 )
 
@@ -168,7 +168,7 @@ func (in *Injector) StartAgent(ctx context.Context, machine, point string) error
 	}
 	var env []string
 	if point != "" {
-		env = append(env, host.CrashEnv+"="+point)
+		env = append(env, pass.CrashEnv+"="+point)
 	}
 	if err := m.SetAgentUnit(ctx, env, in.AgentArgs(machine)...); err != nil {
 		return err

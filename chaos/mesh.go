@@ -16,7 +16,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"meshd/api"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/lab"
 )
 
@@ -275,7 +275,7 @@ func (ms *Mesh) WaitHubTunnel(ctx context.Context) error {
 		if err := json.Unmarshal([]byte(out), &last); err != nil {
 			return err
 		}
-		if last.State != host.TunnelMeshUp {
+		if last.State != report.TunnelMeshUp {
 			return fmt.Errorf("the hub's tunnel is %q (%s), not the mesh's", last.State, last.Reason)
 		}
 		return nil

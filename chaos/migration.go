@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"meshd/api"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/lab"
 	"meshd/setup"
 )
@@ -345,7 +345,7 @@ func (mg *Migration) converge(ctx context.Context, rng *rand.Rand, node string) 
 	for i := 0; i < mg.attempts && !mg.stopped(ctx); i++ {
 		pr := Op{Client: migrationClient(w), Via: via(rng), Node: node, Kind: KindPreview}
 		p, out := w.send(ctx, pr, []string{"converge", node, "--preview", "--json"})
-		var pv host.ConvergePreview
+		var pv report.ConvergePreview
 		if err := json.Unmarshal([]byte(out), &pv); err != nil || pv.Token == "" {
 			last = fmt.Sprintf("preview #%d: %s %s", p.ID, p.Answer, p.Output)
 			mg.pause(ctx)

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
@@ -119,7 +119,7 @@ func tunnelTakeoverGap(b *testing.B, bin string) (time.Duration, string) {
 	installAgent(ctx, b, hub, bin)
 	if err := testenv.Poll(b, time.Minute, func() error {
 		v, err := tunnelShow(ctx, hub)
-		if err == nil && v.State != host.TunnelMeshUp {
+		if err == nil && v.State != report.TunnelMeshUp {
 			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
 		}
 		return err

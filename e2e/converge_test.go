@@ -24,7 +24,8 @@ import (
 	"testing"
 	"time"
 
-	"meshd/host"
+	"meshd/host/pass"
+	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
@@ -34,7 +35,7 @@ func TestConvergeFlipUFW(t *testing.T)      { testConvergeFlip(t, lab.FirewallUF
 func TestConvergeFlipNftables(t *testing.T) { testConvergeFlip(t, lab.FirewallNftables) }
 
 // previewOf runs `meshd converge hub --preview --json` on hub: the preview and the exit code.
-func previewOf(ctx context.Context, hub *lab.Machine) (host.ConvergePreview, int, error) {
+func previewOf(ctx context.Context, hub *lab.Machine) (report.ConvergePreview, int, error) {
 	cmd := hub.Command(ctx, "/usr/local/bin/meshd", "converge", "hub", "--preview", "--json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -44,9 +45,9 @@ func previewOf(ctx context.Context, hub *lab.Machine) (host.ConvergePreview, int
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
-		return host.ConvergePreview{}, -1, err
+		return report.ConvergePreview{}, -1, err
 	}
-	var pv host.ConvergePreview
+	var pv report.ConvergePreview
 	if code == 1 {
 		return pv, code, fmt.Errorf("preview: %s", stderr.String())
 	}
@@ -58,7 +59,7 @@ func previewOf(ctx context.Context, hub *lab.Machine) (host.ConvergePreview, int
 
 // verdictOn is how the preview marks port/proto (listening or published), "" when it does not
 // name it.
-func verdictOn(pv host.ConvergePreview, proto string, port uint16) string {
+func verdictOn(pv report.ConvergePreview, proto string, port uint16) string {
 	for _, p := range pv.Published {
 		if p.HostPort == port && p.Proto == proto {
 			return p.Verdict.String()
@@ -172,23 +173,23 @@ func recordMode(ctx context.Context, hub *lab.Machine) (string, string, error) {
 }
 
 // reportedFirewall is the found firewall as the hub's last report in node show --json says it.
-func reportedFirewall(ctx context.Context, hub *lab.Machine) (host.FirewallView, error) {
+func reportedFirewall(ctx context.Context, hub *lab.Machine) (report.FirewallView, error) {
 	out, err := meshd(ctx, hub, "node", "show", "hub", "--json")
 	if err != nil {
-		return host.FirewallView{}, err
+		return report.FirewallView{}, err
 	}
 	var v struct {
 		Report *struct {
 			Kinds struct {
-				Opening *host.OpeningDetail `json:"opening"`
+				Opening *report.OpeningDetail `json:"opening"`
 			} `json:"kinds"`
 		} `json:"report"`
 	}
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		return host.FirewallView{}, fmt.Errorf("node show --json: %v", err)
+		return report.FirewallView{}, fmt.Errorf("node show --json: %v", err)
 	}
 	if v.Report == nil || v.Report.Kinds.Opening == nil {
-		return host.FirewallView{}, errors.New("node show --json: no report of the openings yet")
+		return report.FirewallView{}, errors.New("node show --json: no report of the openings yet")
 	}
 	return v.Report.Kinds.Opening.Firewall, nil
 }
@@ -251,7 +252,7 @@ func restartAgent(ctx context.Context, t *testing.T, hub *lab.Machine, point str
 	_ = hub.StopService(ctx, "meshd")
 	var env []string
 	if point != "" {
-		env = append(env, host.CrashEnv+"="+point)
+		env = append(env, pass.CrashEnv+"="+point)
 	}
 	if err := hub.SetAgentUnit(ctx, env, agentArgs()...); err != nil {
 		t.Fatal(err)
@@ -288,7 +289,7 @@ func testConvergeFlip(t *testing.T, fw lab.FirewallKind) {
 
 	// The preview names the service's port (declared by webapp) and the published metrics port no
 	// firewall rule mentions (will close), and exits 2.
-	var pv host.ConvergePreview
+	var pv report.ConvergePreview
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		var code int
 		var err error
@@ -297,7 +298,7 @@ func testConvergeFlip(t *testing.T, fw lab.FirewallKind) {
 			return err
 		}
 		if code != 2 || !strings.HasPrefix(verdictOn(pv, "tcp", lab.WebappPort), "declared by webapp") ||
-			verdictOn(pv, "tcp", lab.DeniedPort) != host.MarkWillClose || verdictOn(pv, "tcp", lab.RegistryPort) != host.MarkWillClose {
+			verdictOn(pv, "tcp", lab.DeniedPort) != report.MarkWillClose || verdictOn(pv, "tcp", lab.RegistryPort) != report.MarkWillClose {
 			return fmt.Errorf("exit %d, 8080 %q, 9090 %q, 5000 %q", code, verdictOn(pv, "tcp", lab.WebappPort), verdictOn(pv, "tcp", lab.DeniedPort), verdictOn(pv, "tcp", lab.RegistryPort))
 		}
 		return nil
@@ -318,18 +319,18 @@ func testConvergeFlip(t *testing.T, fw lab.FirewallKind) {
 		}
 	}
 	for _, p := range pv.Published {
-		if p.Verdict.Mark == host.MarkWillClose {
+		if p.Verdict.Mark == report.MarkWillClose {
 			add(p.Proto, p.HostPort, "forwarded")
 		}
 	}
 	for _, li := range pv.Listeners {
-		if li.Verdict.Mark == host.MarkWillClose {
+		if li.Verdict.Mark == report.MarkWillClose {
 			add(li.Proto, li.Port, "incoming")
 		}
 	}
 	moduleWith(ctx, t, hub, "kept", kept)
 	moduleWith(ctx, t, hub, "legacy-registry", []string{fmt.Sprintf("tcp/%d/forwarded", lab.RegistryPort)})
-	var clean host.ConvergePreview
+	var clean report.ConvergePreview
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		var code int
 		var err error
@@ -349,12 +350,12 @@ func testConvergeFlip(t *testing.T, fw lab.FirewallKind) {
 	if out, err := meshd(ctx, hub, "module", "unassign", "hub", "legacy-registry"); err != nil {
 		t.Fatalf("unassign: %v\n%s", err, out)
 	}
-	var plan host.ConvergePreview
+	var plan report.ConvergePreview
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		var code int
 		var err error
 		plan, code, err = previewOf(ctx, hub)
-		if err == nil && (code != 2 || verdictOn(plan, "tcp", lab.RegistryPort) != host.MarkWillClose) {
+		if err == nil && (code != 2 || verdictOn(plan, "tcp", lab.RegistryPort) != report.MarkWillClose) {
 			err = fmt.Errorf("exit %d, 5000 %q", code, verdictOn(plan, "tcp", lab.RegistryPort))
 		}
 		return err
@@ -542,7 +543,7 @@ func testConvergeFlip(t *testing.T, fw lab.FirewallKind) {
 			restartAgent(ctx, t, hub, point)
 			to, args := "adopted", []string{"adopt", "hub", "--wait", "5s"}
 			if strings.HasPrefix(point, "flip.") {
-				var pv host.ConvergePreview
+				var pv report.ConvergePreview
 				if err := testenv.Poll(t, 30*time.Second, func() error {
 					var err error
 					pv, _, err = previewOf(ctx, hub)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"meshd/api"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/testenv"
 	"meshd/lab"
 	"meshd/setup"
@@ -22,7 +22,7 @@ import (
 
 // previewNode runs `meshd converge NODE --preview --json` on the hub: the preview and the exit
 // code (0: nothing will close, 2: something will).
-func previewNode(ctx context.Context, hub *lab.Machine, node string) (host.ConvergePreview, int, error) {
+func previewNode(ctx context.Context, hub *lab.Machine, node string) (report.ConvergePreview, int, error) {
 	cmd := hub.Command(ctx, "/usr/local/bin/meshd", "converge", node, "--preview", "--json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -32,9 +32,9 @@ func previewNode(ctx context.Context, hub *lab.Machine, node string) (host.Conve
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
-		return host.ConvergePreview{}, -1, err
+		return report.ConvergePreview{}, -1, err
 	}
-	var pv host.ConvergePreview
+	var pv report.ConvergePreview
 	if code != 0 && code != 2 {
 		return pv, code, fmt.Errorf("converge %s --preview: exit %d: %s", node, code, stderr.String())
 	}
@@ -49,9 +49,9 @@ func previewNode(ctx context.Context, hub *lab.Machine, node string) (host.Conve
 
 // convergeNode previews node until the preview has a plan token (check, when given, must accept
 // it), then converges it with that token and waits until the record says converged.
-func convergeNode(ctx context.Context, t *testing.T, hub *lab.Machine, node string, check func(host.ConvergePreview, int) error) host.ConvergePreview {
+func convergeNode(ctx context.Context, t *testing.T, hub *lab.Machine, node string, check func(report.ConvergePreview, int) error) report.ConvergePreview {
 	t.Helper()
-	var pv host.ConvergePreview
+	var pv report.ConvergePreview
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		var code int
 		var err error
@@ -178,7 +178,7 @@ func restartKeepsTunnel(ctx context.Context, t *testing.T, l *lab.Lab, hub *lab.
 	}
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		v, err := tunnelShow(ctx, hub)
-		if err == nil && v.State != host.TunnelMeshUp {
+		if err == nil && v.State != report.TunnelMeshUp {
 			err = fmt.Errorf("state %q", v.State)
 		}
 		return err

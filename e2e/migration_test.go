@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"meshd/api"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
@@ -271,7 +271,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 					return fmt.Errorf("peer1 (enrolled) as peer1 is told: %+v", p)
 				}
 			}
-			if len(v.Peers) != 2 || v.State != host.TunnelMeshUp || v.ReportAt.IsZero() {
+			if len(v.Peers) != 2 || v.State != report.TunnelMeshUp || v.ReportAt.IsZero() {
 				return fmt.Errorf("tunnel show on peer1: state %q, report at %v, peers %+v", v.State, v.ReportAt, v.Peers)
 			}
 			return nil
@@ -466,9 +466,9 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 
 	step("preview and converge hub")
 	t.Run("converging the hub previews, then changes", func(t *testing.T) {
-		convergeNode(ctx, t, hub, "hub", func(pv host.ConvergePreview, code int) error {
+		convergeNode(ctx, t, hub, "hub", func(pv report.ConvergePreview, code int) error {
 			if code != 2 || !strings.HasPrefix(verdictOn(pv, "tcp", lab.WebappPort), "declared by webapp") ||
-				verdictOn(pv, "tcp", lab.DeniedPort) != host.MarkWillClose {
+				verdictOn(pv, "tcp", lab.DeniedPort) != report.MarkWillClose {
 				return fmt.Errorf("exit %d, 8080 %q, 9090 %q", code, verdictOn(pv, "tcp", lab.WebappPort), verdictOn(pv, "tcp", lab.DeniedPort))
 			}
 			return nil

@@ -14,7 +14,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"meshd/api"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
@@ -174,8 +174,8 @@ func enrolOnFoundTunnel(ctx context.Context, t *testing.T, hub, m *lab.Machine, 
 }
 
 // convergePreviewOf reads `meshd converge NODE --preview --json` on m.
-func convergePreviewOf(ctx context.Context, m *lab.Machine, node string) (host.ConvergePreview, string, error) {
-	var pv host.ConvergePreview
+func convergePreviewOf(ctx context.Context, m *lab.Machine, node string) (report.ConvergePreview, string, error) {
+	var pv report.ConvergePreview
 	out, err := meshd(ctx, m, "converge", node, "--preview", "--json")
 	if jerr := json.Unmarshal([]byte(out), &pv); jerr != nil {
 		return pv, out, fmt.Errorf("converge %s --preview --json: %v %v: %s", node, err, jerr, out)
@@ -278,7 +278,7 @@ func forgedAnnouncements(ctx context.Context, t *testing.T, l *lab.Lab, hub, att
 		{"an unsigned announcement moving the attacker's own key", "/v1/op/v1/tunnel/take",
 			take{Node: attacker.Name, Interface: "meshd0", PublicKey: forged, Announcement: unsigned}},
 		{"a host report in the hub's name", "/v1/report",
-			map[string]any{"node": "hub", "kinds": map[string]any{"tunnel": map[string]any{"state": host.TunnelMeshUp, "public_key": forged}}}},
+			map[string]any{"node": "hub", "kinds": map[string]any{"tunnel": map[string]any{"state": report.TunnelMeshUp, "public_key": forged}}}},
 	} {
 		code, out := post(c.path, c.body)
 		t.Logf("%s: HTTP %d %s", c.what, code, strings.TrimSpace(tail(out, 300)))

@@ -10,7 +10,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
@@ -199,7 +199,7 @@ func TestTunnelTakeOnARunningMesh(t *testing.T) {
 	}
 	// The take returns once the hub's report says the mesh's interface is up in wg0's place: at
 	// once, with no wait, the machine and the report say so.
-	if v, err := tunnelShow(ctx, hub); err != nil || v.State != host.TunnelMeshUp {
+	if v, err := tunnelShow(ctx, hub); err != nil || v.State != report.TunnelMeshUp {
 		t.Fatalf("tunnel take returned before the hub reported %s up in %s's place: %+v %v", fsm.MeshInterface, lab.TunnelIface, v, err)
 	}
 	if key, err := hub.Exec(ctx, "wg", "show", fsm.MeshInterface, "public-key"); err != nil || strings.TrimSpace(key) != foundKey {
@@ -298,7 +298,7 @@ func waitMeshUp(ctx context.Context, t *testing.T, m *lab.Machine, within time.D
 	t.Helper()
 	if err := testenv.Poll(t, within, func() error {
 		v, err := tunnelShow(ctx, m)
-		if err == nil && v.State != host.TunnelMeshUp {
+		if err == nil && v.State != report.TunnelMeshUp {
 			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
 		}
 		return err

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"meshd/fsm"
+	"meshd/host/hosttest"
+	"meshd/host/pass"
+	"meshd/host/report"
 )
 
 // BenchmarkDriftDetection is issue 20's figure: a held file rewritten by something else, until
@@ -23,9 +26,9 @@ import (
 func BenchmarkDriftDetection(b *testing.B) {
 	for _, way := range []string{"watch", "timer"} {
 		b.Run(way, func(b *testing.B) {
-			bd := newBed(b)
-			bd.place(appConf, predecessorContent)
-			h, err := Open(Config{DataDir: bd.data, Root: bd.root, Logger: quietLogger(), Interval: DefaultInterval})
+			bd := hosttest.NewBed(b)
+			bd.Place(hosttest.AppConf, hosttest.PredecessorContent)
+			h, err := Open(Config{DataDir: bd.Data, Root: bd.Root, Logger: hosttest.Log(), Interval: DefaultInterval})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -35,8 +38,8 @@ func BenchmarkDriftDetection(b *testing.B) {
 			decls := make(chan *fsm.Declaration, 1)
 			go func() { defer close(done); _ = h.Run(ctx, decls) }()
 			defer func() { cancel(); <-done; h.Close() }()
-			decls <- decl(fsm.Adopted, file("webapp", appConf, meshContent, false))
-			if !waitReport(h, time.Minute, func(rep Report) bool { return heldOf(rep, appConf) != nil }) {
+			decls <- hosttest.Decl(fsm.Adopted, hosttest.File("webapp", hosttest.AppConf, hosttest.MeshContent, false))
+			if !waitReport(h, time.Minute, func(rep report.Report) bool { return hosttest.HeldOf(rep, hosttest.AppConf) != nil }) {
 				b.Fatal("the found file was never reported held")
 			}
 			// The timer's phase is random against the rewrite: wait up to an interval (watch:
@@ -53,12 +56,12 @@ func BenchmarkDriftDetection(b *testing.B) {
 				b.StartTimer()
 				content := fmt.Appendf(nil, "rewritten by the predecessor, %d\n", i)
 				at := time.Now()
-				if err := os.WriteFile(bd.at(appConf), content, 0o644); err != nil {
+				if err := os.WriteFile(bd.At(hosttest.AppConf), content, 0o644); err != nil {
 					b.Fatal(err)
 				}
-				if !waitReport(h, 2*h.interval, func(rep Report) bool {
-					hf := heldOf(rep, appConf)
-					return hf != nil && hf.CurrentHash == hashOf(content)
+				if !waitReport(h, 2*h.interval, func(rep report.Report) bool {
+					hf := hosttest.HeldOf(rep, hosttest.AppConf)
+					return hf != nil && hf.CurrentHash == pass.HashOf(content)
 				}) {
 					b.Fatalf("rewrite %d not in the report within %v", i, 2*h.interval)
 				}
@@ -72,7 +75,7 @@ func BenchmarkDriftDetection(b *testing.B) {
 }
 
 // waitReport polls the report every millisecond until ok or within has passed.
-func waitReport(h *Host, within time.Duration, ok func(Report) bool) bool {
+func waitReport(h *Host, within time.Duration, ok func(report.Report) bool) bool {
 	deadline := time.Now().Add(within)
 	for !ok(h.Report()) {
 		if time.Now().After(deadline) {

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"meshd/fsm"
+	"meshd/host/hosttest"
+	"meshd/host/pass"
 )
 
 // childEnv selects the child mode of the test binary: it names a JSON file with a childSpec.
@@ -43,7 +45,7 @@ func childMain(specFile string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	h, err := Open(Config{DataDir: s.DataDir, Root: s.Root, Logger: quietLogger()})
+	h, err := Open(Config{DataDir: s.DataDir, Root: s.Root, Logger: hosttest.Log()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -59,15 +61,15 @@ func childMain(specFile string) int {
 
 // runChild runs one pass of d in a child process with crash point armed; it reports whether the
 // child was killed by SIGKILL (the point was reached).
-func runChild(t *testing.T, b *bed, d *fsm.Declaration, point string) bool {
+func runChild(t *testing.T, b *hosttest.Bed, d *fsm.Declaration, point string) bool {
 	t.Helper()
-	spec, _ := json.Marshal(childSpec{DataDir: b.data, Root: b.root, Decl: d})
-	specFile := filepath.Join(filepath.Dir(b.data), "child.json")
+	spec, _ := json.Marshal(childSpec{DataDir: b.Data, Root: b.Root, Decl: d})
+	specFile := filepath.Join(filepath.Dir(b.Data), "child.json")
 	if err := os.WriteFile(specFile, spec, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+specFile, CrashEnv+"="+point)
+	cmd.Env = append(os.Environ(), childEnv+"="+specFile, pass.CrashEnv+"="+point)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -92,6 +94,7 @@ type crashFile struct {
 // removing); restarted without the crash point, no original is missing and every file holds its
 // old or its new content, never a mix or nothing.
 func TestCrashSafety(t *testing.T) {
+	hosttest.RequireChown(t)
 	twoFiles := []crashFile{
 		{"/etc/webapp/app.conf", "predecessor app\n", "mesh app\n"},
 		{"/etc/webapp/db.conf", "predecessor db\n", "mesh db\n"},
@@ -111,7 +114,7 @@ func TestCrashSafety(t *testing.T) {
 	scenarios := []struct {
 		name string
 		// setup prepares the node in-process before the crashing pass (held files, created files).
-		setup func(t *testing.T, b *bed)
+		setup func(t *testing.T, b *hosttest.Bed)
 		// crashing is the declaration of the pass that is killed.
 		crashing *fsm.Declaration
 		files    []crashFile
@@ -119,12 +122,12 @@ func TestCrashSafety(t *testing.T) {
 	}{
 		{
 			name: "take of held files",
-			setup: func(t *testing.T, b *bed) {
+			setup: func(t *testing.T, b *hosttest.Bed) {
 				for _, f := range twoFiles {
-					b.place(f.path, f.old)
+					b.Place(f.path, f.old)
 				}
-				h := b.open()
-				rep := b.pass(h, crashDecl(fsm.Adopted, twoFiles, false))
+				h := openBed(b)
+				rep := b.Pass(h, crashDecl(fsm.Adopted, twoFiles, false))
 				if len(rep.Held) != 2 {
 					t.Fatalf("setup: not held: %+v", rep)
 				}
@@ -136,9 +139,9 @@ func TestCrashSafety(t *testing.T) {
 		},
 		{
 			name: "found files replaced on a converged node",
-			setup: func(t *testing.T, b *bed) {
+			setup: func(t *testing.T, b *hosttest.Bed) {
 				for _, f := range twoFiles {
-					b.place(f.path, f.old)
+					b.Place(f.path, f.old)
 				}
 			},
 			crashing: crashDecl(fsm.Converged, twoFiles, true),
@@ -147,9 +150,9 @@ func TestCrashSafety(t *testing.T) {
 		},
 		{
 			name: "found files held on an adopted node",
-			setup: func(t *testing.T, b *bed) {
+			setup: func(t *testing.T, b *hosttest.Bed) {
 				for _, f := range twoFiles {
-					b.place(f.path, f.old)
+					b.Place(f.path, f.old)
 				}
 			},
 			crashing: crashDecl(fsm.Adopted, twoFiles, false),
@@ -161,7 +164,7 @@ func TestCrashSafety(t *testing.T) {
 		},
 		{
 			name:     "missing files created on assign",
-			setup:    func(t *testing.T, b *bed) {},
+			setup:    func(t *testing.T, b *hosttest.Bed) {},
 			crashing: crashDecl(fsm.Adopted, []crashFile{{"/etc/webapp/new.conf", "", "created\n"}}, false),
 			files:    []crashFile{{"/etc/webapp/new.conf", "", "created\n"}},
 			points:   writePoints,
@@ -170,15 +173,15 @@ func TestCrashSafety(t *testing.T) {
 	for _, sc := range scenarios {
 		for _, point := range sc.points {
 			t.Run(sc.name+"/"+point, func(t *testing.T) {
-				b := newBed(t)
+				b := hosttest.NewBed(t)
 				sc.setup(t, b)
 				if !runChild(t, b, sc.crashing, point) {
 					t.Fatalf("crash point %s was not reached", point)
 				}
 				// After the crash, before the restart: old or new, and if not old, the original kept.
-				h := b.open()
+				h := openBed(b)
 				for _, f := range sc.files {
-					got, err := os.ReadFile(b.at(f.path))
+					got, err := os.ReadFile(b.At(f.path))
 					switch {
 					case err != nil && f.old == "" && os.IsNotExist(err):
 					case err != nil:
@@ -186,14 +189,14 @@ func TestCrashSafety(t *testing.T) {
 					case string(got) != f.old && string(got) != f.new:
 						t.Fatalf("%s after a crash at %s holds %q: neither old %q nor new %q", f.path, point, got, f.old, f.new)
 					case f.old != "" && string(got) != f.old:
-						wantOriginal(t, h, f.path, f.old)
+						hosttest.WantOriginal(t, h, f.path, f.old)
 					}
 				}
 				// Restart without the crash point: the pass completes.
-				rep := b.pass(h, sc.crashing)
-				noErrors(t, rep)
+				rep := b.Pass(h, sc.crashing)
+				hosttest.NoErrors(t, rep)
 				for _, f := range sc.files {
-					if got := b.read(f.path); got != f.new {
+					if got := b.Read(f.path); got != f.new {
 						t.Errorf("%s after restart: %q, want %q", f.path, got, f.new)
 					}
 					if f.old != "" && f.old != f.new {
@@ -202,24 +205,24 @@ func TestCrashSafety(t *testing.T) {
 						}
 					}
 					if f.old != "" {
-						wantOriginal(t, h, f.path, f.old)
+						hosttest.WantOriginal(t, h, f.path, f.old)
 					} else if _, err := h.Original(f.path); err == nil {
 						t.Errorf("%s: a file the host created has an original", f.path)
 					}
 					if f.old != f.new {
-						if writtenOf(rep, f.path) == nil {
+						if hosttest.WrittenOf(rep, f.path) == nil {
 							t.Errorf("%s not reported written after restart: %+v", f.path, rep)
 						}
-					} else if hf := heldOf(rep, f.path); hf == nil || hf.Changed {
+					} else if hf := hosttest.HeldOf(rep, f.path); hf == nil || hf.Changed {
 						t.Errorf("%s not reported held, unchanged, after restart: %+v", f.path, hf)
 					}
-					leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(b.at(f.path)), ".*meshd-tmp-*"))
+					leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(b.At(f.path)), ".*meshd-tmp-*"))
 					if len(leftovers) > 0 {
 						t.Errorf("temporary files left after restart: %v", leftovers)
 					}
 				}
 				// And the next pass has nothing to do.
-				if rep := b.pass(h, sc.crashing); rep.Changes != 0 {
+				if rep := b.Pass(h, sc.crashing); rep.Changes != 0 {
 					t.Errorf("the pass after recovery changed %d things", rep.Changes)
 				}
 			})
@@ -229,28 +232,29 @@ func TestCrashSafety(t *testing.T) {
 
 // A crash between removing a created file and dropping its record loses nothing and finishes.
 func TestCrashSafetyUnassign(t *testing.T) {
-	b := newBed(t)
-	b.place(appConf, predecessorContent)
-	files := []crashFile{{"/etc/webapp/new.conf", "", "created\n"}, {appConf, predecessorContent, predecessorContent}}
-	h := b.open()
-	noErrors(t, b.pass(h, crashDecl(fsm.Adopted, files, false)))
+	hosttest.RequireChown(t)
+	b := hosttest.NewBed(t)
+	b.Place(hosttest.AppConf, hosttest.PredecessorContent)
+	files := []crashFile{{"/etc/webapp/new.conf", "", "created\n"}, {hosttest.AppConf, hosttest.PredecessorContent, hosttest.PredecessorContent}}
+	h := openBed(b)
+	hosttest.NoErrors(t, b.Pass(h, crashDecl(fsm.Adopted, files, false)))
 	h.Close()
 	if !runChild(t, b, crashDecl(fsm.Adopted, nil, false), "unassign.after-remove") {
 		t.Fatal("crash point not reached")
 	}
-	h = b.open()
-	rep := b.pass(h, crashDecl(fsm.Adopted, nil, false))
-	noErrors(t, rep)
-	if !b.missing("/etc/webapp/new.conf") || b.read(appConf) != predecessorContent {
+	h = openBed(b)
+	rep := b.Pass(h, crashDecl(fsm.Adopted, nil, false))
+	hosttest.NoErrors(t, rep)
+	if !b.Missing("/etc/webapp/new.conf") || b.Read(hosttest.AppConf) != hosttest.PredecessorContent {
 		t.Fatal("after the crash: created file back or held file touched")
 	}
-	if hf := heldOf(rep, appConf); hf == nil || !hf.Unassigned {
+	if hf := hosttest.HeldOf(rep, hosttest.AppConf); hf == nil || !hf.Unassigned {
 		t.Fatalf("held file not reported: %+v", rep.Held)
 	}
 	if len(rep.Written) != 0 || rep.Changes != 1 { // only the record dropped
 		t.Fatalf("after recovery: written %+v, changes %d", rep.Written, rep.Changes)
 	}
-	wantOriginal(t, h, appConf, predecessorContent)
+	hosttest.WantOriginal(t, h, hosttest.AppConf, hosttest.PredecessorContent)
 	if !strings.Contains(fmt.Sprint(h.Original("/etc/webapp/new.conf")), "/etc/webapp/new.conf") {
 		t.Fatal("Original of a created file does not name it")
 	}
@@ -259,7 +263,7 @@ func TestCrashSafetyUnassign(t *testing.T) {
 func crashDecl(mode fsm.Mode, files []crashFile, taken bool) *fsm.Declaration {
 	var rs []fsm.Resource
 	for _, f := range files {
-		rs = append(rs, file("webapp", f.path, f.new, taken))
+		rs = append(rs, hosttest.File("webapp", f.path, f.new, taken))
 	}
-	return decl(mode, rs...)
+	return hosttest.Decl(mode, rs...)
 }

@@ -1,23 +1,25 @@
-// Package host is the host reconciler: it turns a node's declaration (fsm.Declaration) into the
-// machine's state, remembers in its record store what it wrote and what it found, and reports what
-// it saw. It owns the words found, held and taken on the machine (ADR 0100); it knows no firewall
-// or container syntax. Files are its own first kind; containers and openings are Drivers of this
-// package (ContainerDriver, OpeningDriver), called with the declared resources of their kind on
-// every pass, which speak to the machine through container/ and netfilter/. The private network's
-// interface is a Driver too (TunnelDriver, kind "tunnel", over wg/): it reads the declaration's
-// Tunnel section rather than resources, and takes a found tunnel over in place (ADR 0105).
+// Package host is the host reconciler's core: it turns a node's declaration (fsm.Declaration)
+// into the machine's state, remembers in its record store what it wrote and what it found, and
+// reports what it saw (report.Report). It owns the loop, the record store, the files (its own
+// first kind), the drift watches (inotify for files, and each driver's own) and the order of a
+// pass. It owns the words found, held and taken on the machine (ADR 0100); it knows no firewall
+// or container syntax.
+//
+// The other kinds are Drivers, handed to Open by the agent: host/containers, host/openings and
+// host/tunnel, each over the package that speaks its engine (container/, netfilter/, wg/). They
+// share with the core only the vocabulary of host/pass (a pass, its outcome, the records, the
+// crash seam) and the report types of host/report, so the arrows run one way: agent, core,
+// drivers, pass and report.
 //
 // # Decide, then act
 //
 // Every kind looks first (the record store, the path, the engine, the found firewall), then asks a
-// pure function what to do — decideFile, decideContainer and decideUndeclared, decideOpenings:
-// functions of the records, what was observed, the declaration, taken and the node's mode that
-// return a small action value — and only then acts on it. The drivers reach the machine through
-// interfaces this package owns, holding only what it uses: engine (what ContainerDriver needs of
-// container.Engine) and packetFilter (what OpeningDriver needs of netfilter/, kernelFilter being
-// the real one). The unit tests put in-memory fakes behind them (fakes_test.go) and cover every
-// row of the adopted/converged rules without root in milliseconds; the root tests run the same
-// rules against the real engine and kernel.
+// pure function what to do (decideFile here; decideContainer, decideUndeclared and decideOpenings
+// in the drivers): functions of the records, what was observed, the declaration, taken and the
+// node's mode that return a small action value; only then it acts on it. The drivers reach the
+// machine through interfaces they own, holding only what they use; the unit tests put in-memory
+// fakes behind them and cover every row of the adopted/converged rules without root in
+// milliseconds; the root tests run the same rules against the real engine and kernel.
 //
 // Every value the host needs comes in the declaration, the mesh's own ports included
 // (fsm.Declaration.Mesh); the host reads no catalogue.
@@ -50,44 +52,24 @@
 // cutover, the latest bytes, mode and owner of every held file it replaces (Host.Latest,
 // Host.FileOriginal) beside the original: both are kept, the original and the last seen.
 //
-// # A take is staged
-//
-// Taking a module prepares everything before it changes anything that serves, then cuts over;
-// within one pass, for each module:
-//
-//  1. prepare: each found container to replace gets its new container created, not started,
-//     under NAME.meshd-new (the image must be there); each file that replaces a found one is
-//     rendered and the found file's latest bytes, mode and owner recorded. A container that
-//     cannot be prepared stops the module's take with nothing touched.
-//  2. cut over: the container's take is recorded (containerRecord.Cutover); while the found
-//     container still serves it is given restart policy "no" (a reboot must not start it beside
-//     its replacement; its own is recorded) and moved aside to NAME.meshd-replaced-<short id>,
-//     and the new one moved to NAME; only then is the found one stopped and the new one started,
-//     so the outage is the swap (stop + start) and nothing more; then, after every container of
-//     the module, its files are written.
-//  3. put back on failure: a container that cannot be cut over has the new one removed and the
-//     found one renamed back, given its restart policy back and started; the module's files are
-//     then not written. A file that cannot be written has the module's files already written
-//     restored from their recorded latest bytes (held again) and its containers stepped back
-//     (ContainerDriver.StepBack). The report names the resource and why. A failed cutover stops the found container, so it is
-//     tried again only after a wait (takeWaits: 30 s, doubling to 30 minutes) unless the
-//     declaration or the found container changes.
-//
-// The replaced container is kept stopped under its moved-aside name until the operator removes
-// it, so stepping back is a restart (`docker rename`, `docker start`), not a recovery; `meshd node
-// original NODE container NAME` shows its configuration and that name. A process killed during
-// a take ends, on restart, in the taken state: a recorded cutover is finished (the found
-// container already aside is left there, a half-made new one is made again), never a name
-// serving nothing.
-//
 // When a module is unassigned, a held file stays where it is (still reported held, Unassigned)
 // and is never removed; a file the host created is removed and its record dropped; a file that
 // replaced a found one stays, its original kept.
 //
 // A declared path that is a directory, a symlink leading out of the declared path's directory
 // (never followed), something other than a regular file, unreadable, or on a read-only file
-// system fails on its own, named with its reason in Report.Errors; every other resource still
-// converges and nothing recorded is lost.
+// system fails on its own, named with its reason in Report.Errors; every other resource
+// still converges and nothing recorded is lost.
+//
+// # A take is staged
+//
+// Taking a module prepares everything before it changes anything that serves, then cuts over;
+// within one pass, for each module: each file that replaces a found one is rendered and the found
+// file's latest bytes, mode and owner recorded; the drivers prepare and cut over their resources
+// (host/containers says how); then, after every container of the module, its files are written.
+// A container that cannot be cut over blocks the module's files. A file that cannot be written
+// has the module's files already written restored from their recorded latest bytes (held again)
+// and its containers stepped back (the drivers' StepBack). The report names the resource and why.
 //
 // # The loop
 //
@@ -97,7 +79,7 @@
 //
 // # Crash points
 //
-// For crash-safety tests, setting the environment variable MESHD_TEST_CRASH_AT (CrashEnv) to a
+// For crash-safety tests, setting the environment variable MESHD_TEST_CRASH_AT (pass.CrashEnv) to a
 // point's name makes the process SIGKILL itself when it reaches that point ("name#n": the n-th
 // time). The points, in the order a write passes them:
 //
@@ -123,35 +105,6 @@
 //	take.container.after-stop            the found container stopped aside, the new one not yet started
 //	take.before-write-files              the module's containers cut over, its staged files not written
 //
-// then the write points of each staged file. The container driver reads CrashEnv too.
-//
-// The opening driver reads it as well, for the flip (flip.go) and the return:
-//
-//	flip.after-filter      the derived filter loaded, the found firewall still active
-//	flip.before-retire     the retirement recorded in the record store, the found firewall untouched
-//	flip.after-retire      the found firewall retired and recorded, the flip not yet reported done
-//	return.after-restore   the found firewall enabled again, its record kept, the filter still loaded
-//	return.after-guard     the guard loaded again, the derived filter still loaded
-//
-// And the tunnel driver (tunnel.go), inside a takeover of a found WireGuard interface (a hub's at
-// genesis or `meshd tunnel take`, a spoke's at `meshd tunnel take SPOKE IFACE`):
-//
-//	tunnel.after-seal-key          the found private key sealed, the takeover not yet recorded; nothing stopped
-//	tunnel.after-record-takeover   the takeover recorded in the record store, the found interface still up
-//	tunnel.after-stop-found        the found link deleted, the mesh's not up: the peers reach nothing
-//	tunnel.after-takeover          the mesh's interface up in its place, the found unit not yet disabled
-//
-// A new agent finishes each: a takeover not recorded, or recorded while the found interface is
-// still up, is made again; after the found link went, the mesh's interface is raised (or attached)
-// with the sealed key and the found unit disabled.
-//
-// # The flip
-//
-// A declaration with a pending flip (fsm.Declaration.Flip) asks for the mode it flips to. To
-// converged, the opening driver loads the derived filter, then retires the found firewall
-// (netfilter.Retire: disabled, never flushed), recording the retirement before it starts and
-// what Restore needs once it is done. To adopted, it restores the retired firewall first, then
-// loads the guard and unloads the filter. The report's opening part says whether the flip is done
-// (OpeningDetail.Flip) and which firewall is retired (OpeningDetail.Retired); a server records the
-// node's new mode once it reads the flip done.
+// then the write points of each staged file. The drivers have points of their own (see their
+// package docs); pass.Crasher is the seam.
 package host

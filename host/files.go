@@ -16,13 +16,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"meshd/fsm"
+	"meshd/host/pass"
+	"meshd/host/report"
 )
 
 // fileCtx is one file pass: the records read at its start and the report it fills.
 type fileCtx struct {
 	written map[string]writtenRecord
 	found   map[string]foundRecord
-	rep     *Report
+	rep     *report.Report
 	// staged are the writes that replace a found file, by module: rendered and their latest
 	// bytes recorded, written at the module's cutover (cutoverFiles), after its containers.
 	staged map[string][]stagedWrite
@@ -30,12 +32,12 @@ type fileCtx struct {
 
 // files reconciles the declared files, then what the records know of files no longer declared.
 // The writes that replace found files are only staged; the caller cuts them over (cutoverFiles).
-func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource, rep *Report) *fileCtx {
+func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource, rep *report.Report) *fileCtx {
 	fc := &fileCtx{rep: rep, staged: map[string][]stagedWrite{}}
 	written, found, err := h.st.records()
 	if err != nil {
 		for _, r := range rs {
-			rep.Errors = append(rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module, Reason: err.Error()})
+			rep.Errors = append(rep.Errors, report.ResourceError{Resource: r.ID(), Module: r.Module, Reason: err.Error()})
 		}
 		return fc
 	}
@@ -46,7 +48,7 @@ func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource,
 			return fc
 		}
 		if r.File == nil {
-			rep.Errors = append(rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module, Reason: "a file resource without a file"})
+			rep.Errors = append(rep.Errors, report.ResourceError{Resource: r.ID(), Module: r.Module, Reason: "a file resource without a file"})
 			continue
 		}
 		p := r.File.Path
@@ -80,7 +82,7 @@ func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource,
 			continue // it replaced a found file: left as it is, its original kept
 		}
 		if err := h.removeCreated(fc, p, written[p]); err != nil {
-			rep.Errors = append(rep.Errors, ResourceError{Resource: fsm.KindFile + ":" + p, Module: written[p].Module,
+			rep.Errors = append(rep.Errors, report.ResourceError{Resource: fsm.KindFile + ":" + p, Module: written[p].Module,
 				Reason: fmt.Sprintf("file %s, created for a module no longer assigned, cannot be removed: %v", p, err)})
 		}
 	}
@@ -95,10 +97,10 @@ func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource,
 	sort.Strings(held)
 	for _, p := range held {
 		fr := found[p]
-		hf := HeldFile{Path: p, Module: fr.Module, RecordedHash: fr.Hash, Since: fr.At, Unassigned: true}
+		hf := report.HeldFile{Path: p, Module: fr.Module, RecordedHash: fr.Hash, Since: fr.At, Unassigned: true}
 		loc, err := locate(h.root, p)
 		if err != nil {
-			hf.Changed, hf.Reason = true, fmt.Sprintf("%s: %v", ChangedBySomethingElse, err)
+			hf.Changed, hf.Reason = true, fmt.Sprintf("%s: %v", report.ChangedBySomethingElse, err)
 		} else {
 			h.observeHeld(&hf, loc)
 		}
@@ -109,18 +111,18 @@ func (h *Host) files(ctx context.Context, d *fsm.Declaration, rs []fsm.Resource,
 
 func (h *Host) fail(fc *fileCtx, r fsm.Resource, err error) {
 	reason := fmt.Sprintf("file %s %v", r.File.Path, err)
-	fc.rep.Errors = append(fc.rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module, Reason: reason})
+	fc.rep.Errors = append(fc.rep.Errors, report.ResourceError{Resource: r.ID(), Module: r.Module, Reason: reason})
 	h.log.Warn("file failed", "path", r.File.Path, "module", r.Module, "reason", err)
 }
 
-func (h *Host) observeHeld(hf *HeldFile, loc located) {
+func (h *Host) observeHeld(hf *report.HeldFile, loc located) {
 	if !loc.exists {
-		hf.Changed, hf.Reason = true, RemovedBySomethingElse
+		hf.Changed, hf.Reason = true, report.RemovedBySomethingElse
 		return
 	}
-	hf.CurrentHash = hashOf(loc.content)
+	hf.CurrentHash = pass.HashOf(loc.content)
 	if hf.CurrentHash != hf.RecordedHash {
-		hf.Changed, hf.Reason = true, ChangedBySomethingElse
+		hf.Changed, hf.Reason = true, report.ChangedBySomethingElse
 	}
 }
 
@@ -146,29 +148,38 @@ type fileAction struct {
 	stage bool
 }
 
-// decideFile is the file kind's decision (see the package doc): a pure function of the records
-// (ours: the host wrote it; wasFound: its original is recorded), what is at the path (exists, and
-// whether its content already is the declaration), whether the module is taken (every module is
-// on a converged node) and whether the file is create_once.
-func decideFile(ours, wasFound, exists, sameContent, taken, createOnce bool) fileAction {
-	if !ours && !taken {
+// fileFacts is what decideFile decides from: the records, what is at the path, the declaration.
+type fileFacts struct {
+	// ours: the host wrote it (a written record); wasFound: its original is recorded.
+	ours, wasFound bool
+	// exists: something is at the path; sameContent: its content already is the declaration.
+	exists, sameContent bool
+	// taken: the module is taken (every module is on a converged node).
+	taken bool
+	// createOnce: the file is create_once.
+	createOnce bool
+}
+
+// decideFile is the file kind's decision (see the package doc): a pure function of the facts.
+func decideFile(f fileFacts) fileAction {
+	if !f.ours && !f.taken {
 		switch {
-		case wasFound:
+		case f.wasFound:
 			return fileAction{step: fileObserveHeld}
-		case exists:
+		case f.exists:
 			return fileAction{step: fileHold}
 		}
 		// Not found: assigning prepares, so it is created.
 	}
-	a := fileAction{recordFound: !ours && !wasFound && exists}
+	a := fileAction{recordFound: !f.ours && !f.wasFound && f.exists}
 	switch {
-	case createOnce && exists:
+	case f.createOnce && f.exists:
 		a.step = fileKeepOnce
-	case ours && exists && sameContent:
+	case f.ours && f.exists && f.sameContent:
 		a.step = fileFixMeta
 	default:
 		a.step = fileWrite
-		a.stage = !ours && exists
+		a.stage = !f.ours && f.exists
 	}
 	return a
 }
@@ -185,11 +196,12 @@ func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 	w, ours := fc.written[p]
 	fr, wasFound := fc.found[p]
 	want := []byte(f.Content)
-	a := decideFile(ours, wasFound, loc.exists, loc.exists && bytes.Equal(loc.content, want), taken, f.CreateOnce)
+	a := decideFile(fileFacts{ours: ours, wasFound: wasFound, exists: loc.exists,
+		sameContent: loc.exists && bytes.Equal(loc.content, want), taken: taken, createOnce: f.CreateOnce})
 
 	switch a.step {
 	case fileObserveHeld:
-		hf := HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, Since: fr.At}
+		hf := report.HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, Since: fr.At}
 		h.observeHeld(&hf, loc)
 		if hf.Changed {
 			h.log.Warn("held file "+hf.Reason, "path", p, "module", r.Module, "recorded", fr.Hash, "current", hf.CurrentHash)
@@ -204,7 +216,7 @@ func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 		}
 		h.crash("hold.after-record-original")
 		h.log.Info("found file held", "path", p, "module", r.Module, "hash", fr.Hash)
-		fc.rep.Held = append(fc.rep.Held, HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, CurrentHash: fr.Hash, Since: fr.At})
+		fc.rep.Held = append(fc.rep.Held, report.HeldFile{Path: p, Module: r.Module, RecordedHash: fr.Hash, CurrentHash: fr.Hash, Since: fr.At})
 		return nil
 	}
 	if a.recordFound { // found on a take or on a converged node: recorded first, then replaced
@@ -215,8 +227,8 @@ func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 		h.crash("take.after-record-original")
 	}
 	if a.step == fileKeepOnce {
-		hash := hashOf(loc.content)
-		fc.rep.Written = append(fc.rep.Written, WrittenFile{Path: p, Module: r.Module, Hash: hash, At: w.At, Kept: !ours || w.Hash != hash})
+		hash := pass.HashOf(loc.content)
+		fc.rep.Written = append(fc.rep.Written, report.WrittenFile{Path: p, Module: r.Module, Hash: hash, At: w.At, Kept: !ours || w.Hash != hash})
 		return nil // written when missing, never rewritten
 	}
 	mode, err := fileMode(f.Mode)
@@ -250,7 +262,7 @@ func (h *Host) keepFile(fc *fileCtx, r fsm.Resource, loc located, w writtenRecor
 		}
 		fc.rep.Changes++
 	}
-	fc.rep.Written = append(fc.rep.Written, WrittenFile{Path: p, Module: r.Module, Hash: w.Hash, At: w.At})
+	fc.rep.Written = append(fc.rep.Written, report.WrittenFile{Path: p, Module: r.Module, Hash: w.Hash, At: w.At})
 	return nil
 }
 
@@ -258,7 +270,7 @@ func (h *Host) keepFile(fc *fileCtx, r fsm.Resource, loc located, w writtenRecor
 // the host's after a crash), then the content, atomically.
 func (h *Host) writeFile(fc *fileCtx, r fsm.Resource, loc located, want []byte, mode fs.FileMode, owner ids, replacesHeld bool) error {
 	p := r.File.Path
-	wantHash := hashOf(want)
+	wantHash := pass.HashOf(want)
 	w := writtenRecord{Module: r.Module, Hash: wantHash, At: time.Now().UTC()}
 	if err := h.st.putWritten(p, w); err != nil {
 		return err
@@ -275,13 +287,13 @@ func (h *Host) writeFile(fc *fileCtx, r fsm.Resource, loc located, want []byte, 
 		what = "held file replaced; its original is kept"
 	}
 	h.log.Info(what, "path", p, "module", r.Module, "hash", wantHash)
-	fc.rep.Written = append(fc.rep.Written, WrittenFile{Path: p, Module: r.Module, Hash: wantHash, At: w.At})
+	fc.rep.Written = append(fc.rep.Written, report.WrittenFile{Path: p, Module: r.Module, Hash: wantHash, At: w.At})
 	return nil
 }
 
 // recordFound durably records a found file's original before anything else happens to it.
 func (h *Host) recordFound(fc *fileCtx, r fsm.Resource, loc located) (foundRecord, error) {
-	fr := foundRecord{Module: r.Module, Hash: hashOf(loc.content), Size: len(loc.content), At: time.Now().UTC()}
+	fr := foundRecord{Module: r.Module, Hash: pass.HashOf(loc.content), Size: len(loc.content), At: time.Now().UTC()}
 	if m, ok := metaOf(loc.info); ok {
 		fr.Meta = &m
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"meshd/fsm"
+	"meshd/host/pass"
+	"meshd/host/report"
 )
 
 // stagedWrite is one rendered write waiting for its module's cutover.
@@ -30,7 +32,7 @@ type stagedWrite struct {
 // stepBacker is a driver that can put back what its cutover of a module replaced this pass
 // (ContainerDriver).
 type stepBacker interface {
-	StepBack(ctx context.Context, pass Pass, module string) error
+	StepBack(ctx context.Context, pass pass.Pass, module string) error
 }
 
 // metaOf is a file's mode and owner as the record store keeps them.
@@ -50,7 +52,7 @@ func (h *Host) stageWrite(fc *fileCtx, r fsm.Resource, loc located, want []byte,
 	p := r.File.Path
 	fr := fc.found[p]
 	meta, _ := metaOf(loc.info)
-	fr.Latest = &latestRecord{Hash: hashOf(loc.content), Size: len(loc.content), Meta: meta, At: time.Now().UTC()}
+	fr.Latest = &latestRecord{Hash: pass.HashOf(loc.content), Size: len(loc.content), Meta: meta, At: time.Now().UTC()}
 	h.crash("take.before-record-latest")
 	if err := h.st.putLatest(p, fr, loc.content); err != nil {
 		return err
@@ -105,7 +107,7 @@ func (h *Host) putBackFiles(fc *fileCtx, ws []stagedWrite) error {
 		}
 		m := fr.Latest.Meta
 		// A write that failed before its rename left the file as it was: only its record goes.
-		if loc, err := locate(h.root, p); err != nil || !loc.exists || hashOf(loc.content) != fr.Latest.Hash {
+		if loc, err := locate(h.root, p); err != nil || !loc.exists || pass.HashOf(loc.content) != fr.Latest.Hash {
 			if err := h.writeAtomic(w.loc.target, b, fs.FileMode(m.Mode), ids{m.UID, m.GID}); err != nil {
 				errs = append(errs, fmt.Errorf("file %s: putting back its latest bytes: %w", p, err))
 				continue
@@ -120,7 +122,7 @@ func (h *Host) putBackFiles(fc *fileCtx, ws []stagedWrite) error {
 		}
 		delete(fc.written, p)
 		fc.rep.Changes++
-		fc.rep.Written = slices.DeleteFunc(fc.rep.Written, func(x WrittenFile) bool { return x.Path == p })
+		fc.rep.Written = slices.DeleteFunc(fc.rep.Written, func(x report.WrittenFile) bool { return x.Path == p })
 		h.reportHeldStill(fc, w)
 		h.log.Warn("take stepped back: file put back as it was", "path", p, "module", w.r.Module)
 	}
@@ -131,7 +133,7 @@ func (h *Host) putBackFiles(fc *fileCtx, ws []stagedWrite) error {
 func (h *Host) reportHeldStill(fc *fileCtx, w stagedWrite) {
 	p := w.r.File.Path
 	fr := fc.found[p]
-	hf := HeldFile{Path: p, Module: w.r.Module, RecordedHash: fr.Hash, Since: fr.At}
+	hf := report.HeldFile{Path: p, Module: w.r.Module, RecordedHash: fr.Hash, Since: fr.At}
 	if loc, err := locate(h.root, p); err == nil {
 		h.observeHeld(&hf, loc)
 	}
@@ -143,7 +145,7 @@ func (h *Host) stepBackDrivers(ctx context.Context, module string, byKind map[st
 	var errs []error
 	for _, drv := range h.drivers {
 		if sb, ok := drv.(stepBacker); ok {
-			pass := Pass{Resources: byKind[drv.Kind()], Records: &Records{s: h.st, kind: []byte(drv.Kind())}}
+			pass := pass.Pass{Resources: byKind[drv.Kind()], Records: h.records(drv.Kind())}
 			errs = append(errs, sb.StepBack(context.WithoutCancel(ctx), pass, module))
 		}
 	}

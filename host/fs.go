@@ -1,8 +1,6 @@
 package host
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +12,6 @@ import (
 	"strings"
 	"syscall"
 )
-
-// hashOf names content the way the report and the record store do.
-func hashOf(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
 
 // located is what is at a declared path: the file the path leads to (through symlinks that stay in
 // the declared directory) and, when it exists, its content.
@@ -42,10 +34,10 @@ func within(base, p string) bool {
 	return p == base || strings.HasPrefix(p, base+"/")
 }
 
-// locate finds what is at the declared path p under root (with its symlinks resolved), refusing what the host must not touch:
-// a directory, a symlink leading out of the declared directory (never followed), anything that is
-// not a regular file, and a file that cannot be read. One walk: each component's check needs
-// the one before it, so it stays one body.
+// locate finds what is at the declared path p under root (with its symlinks resolved), refusing
+// what the host must not touch: a directory, a symlink leading out of the declared directory (never
+// followed), anything that is not a regular file, and a file that cannot be read. One walk: each
+// component's check needs the one before it, so it stays one body.
 func locate(root, p string) (located, error) {
 	full := filepath.Join(root, p)
 	dir := filepath.Dir(full)

@@ -8,13 +8,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"meshd/fsm"
+	"meshd/host/pass"
+	"meshd/host/report"
 )
 
 // DefaultInterval is how often the loop reconciles when no new declaration arrives.
@@ -37,6 +36,9 @@ type Config struct {
 	// Observe, when set, is told after each pass how long each resource kind took and how many of
 	// its resources failed (the agent's metrics); it must not block.
 	Observe func(kind string, took time.Duration, failed int)
+	// Crasher is the crash seam of the host's own points (see the package doc); nil reads
+	// pass.CrashEnv. A unit test gives one it armed (pass.Crasher.Arm).
+	Crasher *pass.Crasher
 }
 
 // Driver converges the resources of one kind. The reconciler calls Reconcile on every pass with
@@ -46,101 +48,7 @@ type Config struct {
 type Driver interface {
 	// Kind is the resource kind it converges: fsm.KindContainer or fsm.KindOpening.
 	Kind() string
-	Reconcile(ctx context.Context, pass Pass) Outcome
-}
-
-// Pass is what one driver gets in one pass.
-type Pass struct {
-	Declaration *fsm.Declaration
-	// Resources are the declared resources of the driver's kind, in declaration order.
-	Resources []fsm.Resource
-	// Records is the driver's own durable memory in the record store.
-	Records *Records
-}
-
-// Outcome is what a driver reports of one pass.
-type Outcome struct {
-	// Errors name each resource that failed and why; the others still converged.
-	Errors []ResourceError
-	// Changes counts what the pass changed on the machine or in the record store.
-	Changes int
-	// Detail is the driver's part of the report (held containers, openings in force, …), put in
-	// Report.Kinds under the driver's kind. It must encode as JSON.
-	Detail any
-}
-
-// Report is what the host saw and did in one pass: what the agent serves for `meshd node show`.
-type Report struct {
-	Node string    `json:"node"`
-	Mode fsm.Mode  `json:"mode"`
-	When time.Time `json:"when"`
-	// Taken are the modules the pass's declaration had taken (on a converged node every assigned
-	// one): what tells a reader following a take that this report is of a pass that knew it.
-	Taken []string `json:"taken"`
-	// Assigned are the modules the pass's declaration had assigned: a take preview reads a
-	// report only once it knows of the module's assignment. Nil in a report from an agent that
-	// did not say (an older meshd).
-	Assigned []string `json:"assigned"`
-	// Held are found files kept as they are until their module is taken, including those whose
-	// module has been unassigned since (they stay, never removed).
-	Held []HeldFile `json:"held"`
-	// Written are the declared files the host wrote (or, create_once, keeps as they are).
-	Written []WrittenFile `json:"written"`
-	// Errors are the resources that failed this pass, each with why.
-	Errors []ResourceError `json:"errors"`
-	// Changes counts the files written or removed and records stored this pass; 0 is a pass that
-	// wrote nothing.
-	Changes int `json:"changes"`
-	// Kinds holds the other drivers' parts of the report, by resource kind.
-	Kinds map[string]any `json:"kinds,omitempty"`
-	// Listeners are the machine's listening sockets this pass (Listeners: a read of
-	// /proc/net), what a converge preview marks; nil in a report from an agent that did not
-	// read them, ListenersError why a read failed.
-	Listeners      []Listener `json:"listeners"`
-	ListenersError string     `json:"listeners_error,omitempty"`
-}
-
-// ChangedBySomethingElse is a held file's reason when its content is not what was recorded.
-const ChangedBySomethingElse = "changed by something else"
-
-// RemovedBySomethingElse is a held file's reason when it is gone.
-const RemovedBySomethingElse = "removed by something else"
-
-// HeldFile is a found file kept as it is.
-type HeldFile struct {
-	Path   string `json:"path"`
-	Module string `json:"module"`
-	// RecordedHash is the hash of the original recorded when it was found; CurrentHash is the
-	// hash now ("" when the file is gone).
-	RecordedHash string `json:"recorded_hash"`
-	CurrentHash  string `json:"current_hash"`
-	Changed      bool   `json:"changed"`
-	// Reason says why Changed: ChangedBySomethingElse or RemovedBySomethingElse.
-	Reason string    `json:"reason,omitempty"`
-	Since  time.Time `json:"since"`
-	// Unassigned is true once no assigned module declares the file: it stays where it is.
-	Unassigned bool `json:"unassigned,omitempty"`
-}
-
-// WrittenFile is a declared file the host converges.
-type WrittenFile struct {
-	Path   string    `json:"path"`
-	Module string    `json:"module"`
-	Hash   string    `json:"hash"`
-	At     time.Time `json:"at,omitzero"`
-	// Kept is true for a create_once file that was there already: it is never rewritten.
-	Kept bool `json:"kept,omitempty"`
-}
-
-// ResourceError is one resource that failed, and why.
-type ResourceError struct {
-	Resource string `json:"resource"`
-	Module   string `json:"module"`
-	Reason   string `json:"reason"`
-}
-
-func (e ResourceError) Error() string {
-	return fmt.Sprintf("%s (module %s): %s", e.Resource, e.Module, e.Reason)
+	Reconcile(ctx context.Context, pass pass.Pass) pass.Outcome
 }
 
 // Host is the host reconciler of one node.
@@ -154,7 +62,7 @@ type Host struct {
 	pass sync.Mutex // one pass at a time
 
 	mu   sync.Mutex
-	last Report
+	last report.Report
 	// drift is the running loop's drift watch (watch.go), nil outside Run; guarded by mu.
 	drift *driftWatch
 	// passed are the channels Passed handed out; guarded by mu.
@@ -166,10 +74,10 @@ type Host struct {
 	owners map[string]ids // resolved owners, guarded by pass
 	// outs are each driver's outcome of its last pass, by kind, which a drift pass that leaves
 	// the driver out reports again; guarded by pass.
-	outs      map[string]Outcome
+	outs      map[string]pass.Outcome
 	listeners ListenerReader // the machine's listening sockets, read each pass; guarded by pass
 
-	crasher *crasher // CrashEnv's point; reaches nothing in production
+	crasher *pass.Crasher // pass.CrashEnv's point; reaches nothing in production
 	// seam, nil in production, is called at named points between a check and the act on it, so
 	// a unit test can change the machine there (a symlink swapped in) and see the act refused.
 	seam    func(point, path string)
@@ -196,7 +104,7 @@ func Open(cfg Config) (*Host, error) {
 	if root, err = filepath.EvalSymlinks(root); err != nil {
 		return nil, fmt.Errorf("host: root %s: %w", cfg.Root, err)
 	}
-	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}, outs: map[string]Outcome{}, observe: cfg.Observe}
+	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}, outs: map[string]pass.Outcome{}, observe: cfg.Observe}
 	if h.interval <= 0 {
 		h.interval = DefaultInterval
 	}
@@ -211,7 +119,10 @@ func Open(cfg Config) (*Host, error) {
 		kinds[d.Kind()] = true
 		h.drivers = append(h.drivers, d)
 	}
-	h.crasher = newCrasher(h.log)
+	h.crasher = cfg.Crasher
+	if h.crasher == nil {
+		h.crasher = pass.NewCrasher(h.log)
+	}
 	if err := ensureDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
@@ -237,8 +148,8 @@ func (h *Host) Close() error {
 	return h.st.close()
 }
 
-// Report returns the report of the last pass (the zero Report before the first).
-func (h *Host) Report() Report {
+// Report returns the report of the last pass (the zero report.Report before the first).
+func (h *Host) Report() report.Report {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.last
@@ -297,7 +208,7 @@ func (h *Host) Run(ctx context.Context, decls <-chan *fsm.Declaration) error {
 
 // Reconcile runs one pass: it brings the machine to d where d says so, keeps what is held, and
 // returns (and keeps, for Report) what it saw.
-func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
+func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) report.Report {
 	return h.reconcile(ctx, d, nil)
 }
 
@@ -306,12 +217,12 @@ func (h *Host) Reconcile(ctx context.Context, d *fsm.Declaration) Report {
 // stages a take's files runs every driver, since the take is staged across kinds. It is the pass's
 // one ordered sequence (read the records, files, each driver, listeners, the report), each step a
 // call; kept in one place so the order a pass runs in reads at once.
-func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[string]bool) Report {
+func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[string]bool) report.Report {
 	h.pass.Lock()
 	defer h.pass.Unlock()
-	rep := Report{When: time.Now().UTC(), Held: []HeldFile{}, Written: []WrittenFile{}, Errors: []ResourceError{}}
+	rep := report.Report{When: time.Now().UTC(), Held: []report.HeldFile{}, Written: []report.WrittenFile{}, Errors: []report.ResourceError{}}
 	if d == nil {
-		rep.Errors = append(rep.Errors, ResourceError{Resource: "declaration", Reason: "no declaration to reconcile"})
+		rep.Errors = append(rep.Errors, report.ResourceError{Resource: "declaration", Reason: "no declaration to reconcile"})
 		return rep
 	}
 	rep.Node, rep.Mode, rep.Taken, rep.Assigned = d.Node, d.Mode, append([]string{}, d.Taken...), append([]string{}, d.Assigned...)
@@ -334,11 +245,11 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 		if ctx.Err() != nil {
 			break
 		}
-		var out Outcome
+		var out pass.Outcome
 		if scope == nil || scope[drv.Kind()] {
 			started := time.Now()
-			out = drv.Reconcile(ctx, Pass{Declaration: d, Resources: byKind[drv.Kind()],
-				Records: &Records{s: h.st, kind: []byte(drv.Kind())}})
+			out = drv.Reconcile(ctx, pass.Pass{Declaration: d, Resources: byKind[drv.Kind()],
+				Records: h.records(drv.Kind())})
 			h.observed(drv.Kind(), started, len(out.Errors))
 			h.outs[drv.Kind()] = out
 			ranDriver = true
@@ -368,12 +279,12 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 			continue
 		}
 		for _, r := range rs {
-			rep.Errors = append(rep.Errors, ResourceError{Resource: r.ID(), Module: r.Module,
+			rep.Errors = append(rep.Errors, report.ResourceError{Resource: r.ID(), Module: r.Module,
 				Reason: fmt.Sprintf("no driver for resource kind %q on this host", kind)})
 		}
 	}
 	if ctx.Err() != nil {
-		rep.Errors = append(rep.Errors, ResourceError{Resource: "pass", Reason: "interrupted: " + ctx.Err().Error()})
+		rep.Errors = append(rep.Errors, report.ResourceError{Resource: "pass", Reason: "interrupted: " + ctx.Err().Error()})
 	}
 	if scope != nil && !ranDriver {
 		// A pass over files only: the sockets are the last pass's (files open none).
@@ -383,7 +294,7 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 	} else if ls, err := h.listeners.Read(); err != nil {
 		rep.ListenersError = fmt.Sprintf("read listening sockets: %v", err)
 	} else {
-		rep.Listeners = append([]Listener{}, ls...)
+		rep.Listeners = append([]report.Listener{}, ls...)
 	}
 	// Each failure is logged when it starts or its reason changes, not on every pass.
 	h.mu.Lock()
@@ -416,9 +327,9 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 	return rep
 }
 
-// Passed returns a channel that receives after each pass (the report is then Report's); a pass
-// never waits for its reader, and wake-ups the reader has not taken yet are one. Each call gives
-// a channel of its own, so the agent's report publishers each learn of every pass at once
+// Passed returns a channel that receives after each pass (the report is then Report's); a
+// pass never waits for its reader, and wake-ups the reader has not taken yet are one. Each call
+// gives a channel of its own, so the agent's report publishers each learn of every pass at once
 // rather than polling.
 func (h *Host) Passed() <-chan struct{} {
 	ch := make(chan struct{}, 1)
@@ -435,67 +346,20 @@ func (h *Host) observed(kind string, started time.Time, failed int) {
 	}
 }
 
-func (h *Host) hasDriver(kind string) bool {
+func (h *Host) hasDriver(kind string) bool { return h.Driver(kind) != nil }
+
+// Driver returns the driver the host was handed for kind, nil if none.
+func (h *Host) Driver(kind string) Driver {
 	for _, d := range h.drivers {
 		if d.Kind() == kind {
-			return true
+			return d
 		}
 	}
-	return false
-}
-
-// CrashEnv names the environment variable that arms a crash point (see the package doc): its value
-// is a point's name, or "name#n" to crash at the n-th time the point is reached.
-const CrashEnv = "MESHD_TEST_CRASH_AT"
-
-func parseCrash(v string) (string, int) {
-	if v == "" {
-		return "", 0
-	}
-	name, nth, ok := strings.Cut(v, "#")
-	n := 1
-	if ok {
-		if x, err := strconv.Atoi(nth); err == nil && x > 0 {
-			n = x
-		}
-	}
-	return name, n
-}
-
-// crasher is the armed crash point of one process part (the host, a driver).
-type crasher struct {
-	at        string // CrashEnv's point, "" in production
-	nth, hits int
-	log       *slog.Logger
-	// kill ends the process (SIGKILL); the unit tests put a panic in its place.
-	kill func()
-}
-
-func newCrasher(log *slog.Logger) *crasher {
-	c := &crasher{log: log}
-	c.at, c.nth = parseCrash(os.Getenv(CrashEnv))
-	return c
-}
-
-// reach SIGKILLs the process when point is the armed crash point.
-func (c *crasher) reach(point string) {
-	if c.at != point {
-		return
-	}
-	c.hits++
-	if c.hits < c.nth {
-		return
-	}
-	c.log.Warn("crash point reached: killing the process", "point", point)
-	if c.kill != nil {
-		c.kill()
-	}
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // the signal arrives; nothing after this point runs
+	return nil
 }
 
 // crash SIGKILLs the process when point is the armed crash point.
-func (h *Host) crash(point string) { h.crasher.reach(point) }
+func (h *Host) crash(point string) { h.crasher.Reach(point) }
 
 // seamReach calls the test seam, if any, at point with the path about to be acted on.
 func (h *Host) seamReach(point, path string) {

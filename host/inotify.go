@@ -115,7 +115,8 @@ func (fw *fileWatch) apply(want map[string]map[string]bool) {
 			var err error
 			wd, err = unix.InotifyAddWatch(fw.fd, dir, dirEvents)
 			if err != nil {
-				// Gone between the look and the watch, or not a directory: the next pass follows again.
+				// Gone between the look and the watch, or not a directory: the next pass follows
+				// again.
 				fw.log.Debug("file watch: directory not watched", "dir", dir, "err", err)
 				continue
 			}

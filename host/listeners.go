@@ -10,42 +10,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"meshd/host/report"
 )
-
-// Listener is a socket listening on the machine: a TCP socket in LISTEN, or a bound UDP socket
-// with no peer. It is what genesis checks its ports against and what a converge preview lists.
-type Listener struct {
-	Proto   string     `json:"proto"`
-	Addr    netip.Addr `json:"addr"`
-	Port    uint16     `json:"port"`
-	PID     int        `json:"pid,omitempty"`
-	Process string     `json:"process,omitempty"`
-}
-
-// String names the listener the way an operator reads it: "tcp 0.0.0.0:5000 (docker-proxy, pid 812)".
-func (l Listener) String() string {
-	s := fmt.Sprintf("%s %s", l.Proto, netip.AddrPortFrom(l.Addr, l.Port))
-	if l.Process != "" {
-		s += fmt.Sprintf(" (%s, pid %d)", l.Process, l.PID)
-	}
-	return s
-}
-
-// Covers says whether a bind of addr:port would collide with this listener: the same port, and
-// one of the two on the unspecified address or both on the same one.
-func (l Listener) Covers(proto string, addr netip.Addr, port uint16) bool {
-	if l.Proto != proto || l.Port != port {
-		return false
-	}
-	if l.Addr.Is4() != addr.Is4() && !l.Addr.IsUnspecified() && !addr.IsUnspecified() {
-		return false
-	}
-	return l.Addr.IsUnspecified() || addr.IsUnspecified() || l.Addr == addr
-}
 
 // Listeners reads every listening socket of the network namespace this process is in, with the
 // process holding it where /proc says so.
-func Listeners() ([]Listener, error) { return new(ListenerReader).Read() }
+func Listeners() ([]report.Listener, error) { return new(ListenerReader).Read() }
 
 // ListenerReader reads the listening sockets pass after pass, remembering which process holds each
 // socket: finding a holder means reading every process's file descriptors, so it is done only when
@@ -56,7 +27,7 @@ type ListenerReader struct {
 
 // Read returns every listening socket now, sorted by port, protocol and address: over the
 // kernel's socket diagnostics (diagListeners), or from /proc/net where those cannot be read.
-func (r *ListenerReader) Read() ([]Listener, error) {
+func (r *ListenerReader) Read() ([]report.Listener, error) {
 	out, inodes, err := diagListeners()
 	if err != nil {
 		out, inodes, err = procListeners()
@@ -75,8 +46,8 @@ func (r *ListenerReader) Read() ([]Listener, error) {
 
 // procListeners reads every listening socket from /proc/net's four tables, with beside each its
 // inode.
-func procListeners() ([]Listener, []string, error) {
-	var out []Listener
+func procListeners() ([]report.Listener, []string, error) {
+	var out []report.Listener
 	var inodes []string
 	for _, src := range []struct{ file, proto string }{
 		{"/proc/net/tcp", "tcp"}, {"/proc/net/tcp6", "tcp"}, {"/proc/net/udp", "udp"}, {"/proc/net/udp6", "udp"},
@@ -94,7 +65,7 @@ func procListeners() ([]Listener, []string, error) {
 }
 
 // sortListeners sorts by port, protocol and address.
-func sortListeners(out []Listener) {
+func sortListeners(out []report.Listener) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Port != out[j].Port {
 			return out[i].Port < out[j].Port
@@ -152,13 +123,13 @@ func socketOwners() map[string]owner {
 }
 
 // readProcNet reads the listening sockets of one /proc/net table, and beside each its inode.
-func readProcNet(file, proto string) ([]Listener, []string, error) {
+func readProcNet(file, proto string) ([]report.Listener, []string, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	var out []Listener
+	var out []report.Listener
 	var inodes []string
 	sc := bufio.NewScanner(f)
 	sc.Scan() // header
@@ -178,7 +149,7 @@ func readProcNet(file, proto string) ([]Listener, []string, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", file, err)
 		}
-		out = append(out, Listener{Proto: proto, Addr: addr, Port: port})
+		out = append(out, report.Listener{Proto: proto, Addr: addr, Port: port})
 		inodes = append(inodes, inode)
 	}
 	return out, inodes, sc.Err()

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"meshd/host/report"
 )
 
 func TestParseHexAddr(t *testing.T) {
@@ -53,9 +55,9 @@ func TestListenersFindsOwnSocket(t *testing.T) {
 	if !gotTCP || !gotUDP {
 		t.Fatalf("own sockets not found with their holder (tcp %v, udp %v) in %v", gotTCP, gotUDP, ls)
 	}
-	l := Listener{Proto: "tcp", Addr: netip.MustParseAddr("0.0.0.0"), Port: 5000}
+	l := report.Listener{Proto: "tcp", Addr: netip.MustParseAddr("0.0.0.0"), Port: 5000}
 	if !l.Covers("tcp", netip.MustParseAddr("198.51.100.10"), 5000) || l.Covers("udp", netip.MustParseAddr("0.0.0.0"), 5000) ||
-		!(Listener{Proto: "tcp", Addr: netip.MustParseAddr("127.0.0.1"), Port: 5}).Covers("tcp", netip.MustParseAddr("0.0.0.0"), 5) {
+		!(report.Listener{Proto: "tcp", Addr: netip.MustParseAddr("127.0.0.1"), Port: 5}).Covers("tcp", netip.MustParseAddr("0.0.0.0"), 5) {
 		t.Fatal("Covers is wrong")
 	}
 }
@@ -81,13 +83,13 @@ func TestListenerReaderFollowsNewSockets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	has := func(port int) (Listener, bool) {
+	has := func(port int) (report.Listener, bool) {
 		for _, l := range ls {
 			if l.Proto == "tcp" && int(l.Port) == port {
 				return l, true
 			}
 		}
-		return Listener{}, false
+		return report.Listener{}, false
 	}
 	if l, ok := has(second.Addr().(*net.TCPAddr).Port); !ok || l.PID != os.Getpid() || l.Process == "" {
 		t.Fatalf("the socket opened after the first read is not named with its holder: %+v (found %v)", l, ok)
@@ -141,7 +143,7 @@ func TestListenersDiagnosticsMatchProcNet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := func(ls []Listener, inodes []string) []string {
+	key := func(ls []report.Listener, inodes []string) []string {
 		var out []string
 		for i, l := range ls {
 			out = append(out, l.String()+" inode "+inodes[i])

@@ -6,58 +6,32 @@ package host
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
-	"time"
 
 	"meshd/fsm"
+	"meshd/host/pass"
+	"meshd/host/report"
 )
 
-// FileOriginal describes the recorded original of a file the host found at Path.
-type FileOriginal struct {
-	Path   string `json:"path"`
-	Module string `json:"module"`
-	// Hash, Size, Mode (octal, "" when not recorded), UID and GID are the original's, recorded
-	// when the file was found, before anything happened to it.
-	Hash    string    `json:"hash"`
-	Size    int       `json:"size"`
-	Mode    string    `json:"mode,omitempty"`
-	UID     *int      `json:"uid,omitempty"`
-	GID     *int      `json:"gid,omitempty"`
-	FoundAt time.Time `json:"found_at"`
-	// Latest is the file as it was just before a take replaced it (nil before a take).
-	Latest *FileLatest `json:"latest,omitempty"`
-}
-
-// FileLatest is a found file as a take saw it just before the cutover.
-type FileLatest struct {
-	Hash string    `json:"hash"`
-	Size int       `json:"size"`
-	Mode string    `json:"mode"`
-	UID  int       `json:"uid"`
-	GID  int       `json:"gid"`
-	At   time.Time `json:"at"`
-	// ChangedSinceFound: something else changed the file while it was held.
-	ChangedSinceFound bool `json:"changed_since_found"`
-}
-
 // FileOriginal returns what the host recorded of the file it found at the declared path p.
-func (h *Host) FileOriginal(p string) (FileOriginal, error) {
+func (h *Host) FileOriginal(p string) (report.FileOriginal, error) {
 	p = path.Clean(p)
 	fr, ok, err := h.st.found(p)
 	if err != nil {
-		return FileOriginal{}, err
+		return report.FileOriginal{}, err
 	}
 	if !ok {
-		return FileOriginal{}, fmt.Errorf("no original recorded for %s: the host found no file there", p)
+		return report.FileOriginal{}, fmt.Errorf("no original recorded for %s: the host found no file there", p)
 	}
-	v := FileOriginal{Path: p, Module: fr.Module, Hash: fr.Hash, Size: fr.Size, FoundAt: fr.At}
+	v := report.FileOriginal{Path: p, Module: fr.Module, Hash: fr.Hash, Size: fr.Size, FoundAt: fr.At}
 	if m := fr.Meta; m != nil {
 		v.Mode, v.UID, v.GID = fmt.Sprintf("%04o", m.Mode&0o7777|setBits(m.Mode)), &m.UID, &m.GID
 	}
 	if l := fr.Latest; l != nil {
-		v.Latest = &FileLatest{Hash: l.Hash, Size: l.Size, Mode: fmt.Sprintf("%04o", l.Meta.Mode&0o7777|setBits(l.Meta.Mode)),
+		v.Latest = &report.FileLatest{Hash: l.Hash, Size: l.Size, Mode: fmt.Sprintf("%04o", l.Meta.Mode&0o7777|setBits(l.Meta.Mode)),
 			UID: l.Meta.UID, GID: l.Meta.GID, At: l.At, ChangedSinceFound: l.Hash != fr.Hash}
 	}
 	return v, nil
@@ -87,47 +61,37 @@ func (h *Host) Latest(p string) ([]byte, error) {
 	return b, nil
 }
 
-// ContainerFound describes what the host kept of a container it found at Name.
-type ContainerFound struct {
-	Name   string `json:"name"`
-	Module string `json:"module"`
-	State  string `json:"state"`
-	// FoundID, FoundImage, FoundAt and Original (the engine's inspect JSON) are the container as
-	// found, before anything happened to it.
-	FoundID    string          `json:"found_id"`
-	FoundImage string          `json:"found_image"`
-	FoundAt    time.Time       `json:"found_at"`
-	Original   json.RawMessage `json:"original"`
-	// Once a take replaced it: the replaced container's id, its configuration just before it
-	// was stopped, and the name it is kept under, stopped, until the operator removes it.
-	ReplacedID string          `json:"replaced_id,omitempty"`
-	ReplacedAt time.Time       `json:"replaced_at,omitzero"`
-	Replaced   json.RawMessage `json:"replaced,omitempty"`
-	Aside      string          `json:"aside,omitempty"`
-	// AsideRestart is the restart policy the replaced container had: it is kept aside with "no",
-	// so that a reboot does not start it; stepping back gives it this one again.
-	AsideRestart string `json:"aside_restart,omitempty"`
-	// TakeUnderWay is set while a take's cutover is unfinished (a crash cut it short).
-	TakeUnderWay bool `json:"take_under_way,omitempty"`
+// foundKeeper is a driver that keeps what it found of a container (the container driver): the
+// host reads its records through it, since only the driver knows their shape.
+type foundKeeper interface {
+	Found(recs *pass.Records, name string) (report.ContainerFound, error)
+	Original(recs *pass.Records, name string) (original, replaced json.RawMessage, err error)
+}
+
+func (h *Host) foundKeeper() (foundKeeper, error) {
+	for _, d := range h.drivers {
+		if k, ok := d.(foundKeeper); ok && d.Kind() == fsm.KindContainer {
+			return k, nil
+		}
+	}
+	return nil, errors.New("no container driver on this host")
 }
 
 // ContainerFound returns what the container driver recorded of the container it found at name.
-func (h *Host) ContainerFound(name string) (ContainerFound, error) {
-	b, ok, err := (&Records{s: h.st, kind: []byte(fsm.KindContainer)}).Get(name)
+func (h *Host) ContainerFound(name string) (report.ContainerFound, error) {
+	k, err := h.foundKeeper()
 	if err != nil {
-		return ContainerFound{}, err
+		return report.ContainerFound{}, err
 	}
-	if !ok {
-		return ContainerFound{}, fmt.Errorf("no record of a container %s on this node", name)
+	return k.Found(h.records(fsm.KindContainer), name)
+}
+
+// ContainerOriginal returns what the container driver recorded of a container it found at name:
+// its configuration when found and, once a take replaced it, the configuration replaced.
+func (h *Host) ContainerOriginal(name string) (original, replaced json.RawMessage, err error) {
+	k, err := h.foundKeeper()
+	if err != nil {
+		return nil, nil, err
 	}
-	var rec containerRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return ContainerFound{}, fmt.Errorf("container record %s: %w", name, err)
-	}
-	if len(rec.Original) == 0 && len(rec.Replaced) == 0 {
-		return ContainerFound{}, fmt.Errorf("container %s was created by the host; nothing was found there", name)
-	}
-	return ContainerFound{Name: name, Module: rec.Module, State: rec.State, FoundID: rec.FoundID, FoundImage: rec.FoundImage,
-		FoundAt: rec.FoundAt, Original: rec.Original, ReplacedID: rec.ReplacedID, ReplacedAt: rec.ReplacedAt,
-		Replaced: rec.Replaced, Aside: rec.Aside, AsideRestart: rec.AsideRestart, TakeUnderWay: rec.Cutover != nil}, nil
+	return k.Original(h.records(fsm.KindContainer), name)
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"meshd/host/report"
 )
 
 // The listening sockets over the kernel's socket diagnostics (NETLINK_SOCK_DIAG, what ss uses),
@@ -26,13 +28,13 @@ const (
 
 // diagListeners reads every listening socket (TCP in LISTEN, UDP bound with no peer) of this
 // process's network namespace, with beside each its inode, as readProcNet does for each table.
-func diagListeners() ([]Listener, []string, error) {
+func diagListeners() ([]report.Listener, []string, error) {
 	c, err := netlink.Dial(unix.NETLINK_INET_DIAG, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("socket diagnostics: %w", err)
 	}
 	defer c.Close()
-	var out []Listener
+	var out []report.Listener
 	var inodes []string
 	for _, q := range []struct {
 		family, proto uint8
@@ -66,7 +68,7 @@ func diagListeners() ([]Listener, []string, error) {
 			} else {
 				addr = netip.AddrFrom16([16]byte(d[8:24])).Unmap()
 			}
-			out = append(out, Listener{Proto: q.name, Addr: addr, Port: binary.BigEndian.Uint16(d[4:6])})
+			out = append(out, report.Listener{Proto: q.name, Addr: addr, Port: binary.BigEndian.Uint16(d[4:6])})
 			inodes = append(inodes, fmt.Sprint(binary.NativeEndian.Uint32(d[68:72])))
 		}
 	}

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"meshd/host/pass"
 )
 
 // Buckets of the record store. Written and found are keyed by the declared path (never the root
@@ -247,80 +248,6 @@ func (s *store) original(path string) ([]byte, bool, error) {
 	return out, ok, err
 }
 
-// Records is a driver's own durable memory in the record store: keys and values of its choosing,
-// kept in a bucket named after its kind. A driver uses it to tell what it created from what it
-// found, the way the file driver does with its written and found records.
-type Records struct {
-	s    *store
-	kind []byte
-}
-
-// Get returns the value under key, and whether there is one.
-func (r *Records) Get(key string) ([]byte, bool, error) {
-	var out []byte
-	ok := false
-	err := r.s.db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketDrivers).Bucket(r.kind); b != nil {
-			if v := b.Get([]byte(key)); v != nil {
-				out, ok = append([]byte{}, v...), true
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("record store %s: %s record %s: %w", r.s.path, r.kind, key, err)
-	}
-	return out, ok, nil
-}
-
-// Keys lists every key, sorted.
-func (r *Records) Keys() ([]string, error) {
-	var keys []string
-	err := r.s.db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketDrivers).Bucket(r.kind); b != nil {
-			return b.ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("record store %s: %s records: %w", r.s.path, r.kind, err)
-	}
-	sort.Strings(keys)
-	return keys, nil
-}
-
-// Put stores value under key, durably (committed and fsync'd) before it returns.
-func (r *Records) Put(key string, value []byte) error {
-	err := r.s.update(func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(bucketDrivers).CreateBucketIfNotExists(r.kind)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(key), value)
-	})
-	if err != nil {
-		return fmt.Errorf("record store %s: %s record %s: %w", r.s.path, r.kind, key, err)
-	}
-	return nil
-}
-
-// Delete drops key; dropping a key that is not there writes nothing.
-func (r *Records) Delete(key string) error {
-	if _, ok, err := r.Get(key); err != nil || !ok {
-		return err
-	}
-	err := r.s.update(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketDrivers).Bucket(r.kind); b != nil {
-			return b.Delete([]byte(key))
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("record store %s: %s record %s: %w", r.s.path, r.kind, key, err)
-	}
-	return nil
-}
-
 // storePath is where the record store lives in a data dir.
 func storePath(dataDir string) string { return filepath.Join(dataDir, "host.db") }
 
@@ -330,3 +257,17 @@ func ensureDir(dir string) error {
 	}
 	return nil
 }
+
+// DB, Path and Update are what pass.Records reads and writes through.
+func (s *store) DB() *bolt.DB                            { return s.db }
+func (s *store) Path() string                            { return s.path }
+func (s *store) Update(fn func(tx *bolt.Tx) error) error { return s.update(fn) }
+
+// records is the record store as the driver of kind sees it.
+func (h *Host) records(kind string) *pass.Records {
+	return pass.NewRecords(h.st, bucketDrivers, kind)
+}
+
+// RecordWrites counts the record store's committed write transactions since Open, so a test
+// can prove a pass with nothing to do wrote none.
+func (h *Host) RecordWrites() uint64 { return h.st.updates.Load() }

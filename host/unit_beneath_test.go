@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"meshd/fsm"
+	"meshd/host/hosttest"
 )
 
 // unitOutside is a secret file beside the root (outside it), mode 0600.
@@ -29,12 +30,12 @@ func unitOutside(t *testing.T, root string) string {
 // The host's own file, its content as declared and its mode wrong, is swapped for a symlink to
 // a file outside the root after the path was checked: the mode is not changed through it.
 func TestUnitModeNotChangedThroughSwappedSymlink(t *testing.T) {
-	h, root := unitHost(t)
-	ctx := unitCtx(t)
+	h, root := openTemp(t)
+	ctx := hosttest.Ctx(t)
 	secret := unitOutside(t, root)
 	const p = "/etc/app/app.conf"
-	d := unitDecl(fsm.Converged, unitFile("app", p, "declared\n", true))
-	unitNoErrors(t, h.Reconcile(ctx, d))
+	d := hosttest.DeclUntaken(fsm.Converged, hosttest.OwnFile("app", p, "declared\n", true))
+	hosttest.NoErrorsFatal(t, h.Reconcile(ctx, d))
 	if err := os.Chmod(root+p, 0o600); err != nil { // mode wrong: the next pass fixes it
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestUnitModeNotChangedThroughSwappedSymlink(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("a file outside the root went from 0600 to %#o through a swapped symlink", fi.Mode().Perm())
 	}
-	e := errorOf(rep, p)
+	e := hosttest.ErrorOf(rep, p)
 	if e == nil || !strings.Contains(e.Reason, p) || !strings.Contains(e.Reason, "symlink") {
 		t.Fatalf("the swap is not reported on %s: %+v", p, rep.Errors)
 	}
@@ -71,8 +72,8 @@ func TestUnitModeNotChangedThroughSwappedSymlink(t *testing.T) {
 // A declared file whose directory does not exist yet, under a directory that is a symlink out of
 // the root: nothing is created outside, and the failure names the path.
 func TestUnitSymlinkedParentOfMissingDirectoryRefused(t *testing.T) {
-	h, root := unitHost(t)
-	ctx := unitCtx(t)
+	h, root := openTemp(t)
+	ctx := hosttest.Ctx(t)
 	outside := filepath.Join(filepath.Dir(root), "outside")
 	if err := os.MkdirAll(outside, 0o755); err != nil {
 		t.Fatal(err)
@@ -81,11 +82,11 @@ func TestUnitSymlinkedParentOfMissingDirectoryRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	const p = "/etc/newapp/conf.d/app.conf"
-	rep := h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("app", p, "declared\n", true)))
+	rep := h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Converged, hosttest.OwnFile("app", p, "declared\n", true)))
 	if _, err := os.Lstat(filepath.Join(outside, "newapp")); err == nil {
 		t.Fatal("a directory was created outside the root through a symlinked parent")
 	}
-	e := errorOf(rep, p)
+	e := hosttest.ErrorOf(rep, p)
 	if e == nil || !strings.Contains(e.Reason, p) || !strings.Contains(e.Reason, "outside") {
 		t.Fatalf("the refusal does not name the path: %+v", rep.Errors)
 	}
@@ -97,8 +98,8 @@ func TestUnitSymlinkedParentOfMissingDirectoryRefused(t *testing.T) {
 // A declared file's directory, checked when the pass looked, is swapped for a symlink out of the
 // root before the write: the write is refused, nothing is written outside.
 func TestUnitDirectorySwappedBeforeWriteRefused(t *testing.T) {
-	h, root := unitHost(t)
-	ctx := unitCtx(t)
+	h, root := openTemp(t)
+	ctx := hosttest.Ctx(t)
 	outside := filepath.Join(filepath.Dir(root), "outside")
 	if err := os.MkdirAll(outside, 0o755); err != nil {
 		t.Fatal(err)
@@ -118,11 +119,11 @@ func TestUnitDirectorySwappedBeforeWriteRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep := h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("app", p, "declared\n", true)))
+	rep := h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Converged, hosttest.OwnFile("app", p, "declared\n", true)))
 	if names, _ := os.ReadDir(outside); len(names) != 0 {
 		t.Fatalf("written outside the root through a swapped directory: %v", names)
 	}
-	e := errorOf(rep, p)
+	e := hosttest.ErrorOf(rep, p)
 	if e == nil || !strings.Contains(e.Reason, "/etc/app") || !strings.Contains(e.Reason, "symlink") {
 		t.Fatalf("the refusal does not name the directory: %+v", rep.Errors)
 	}
@@ -131,8 +132,8 @@ func TestUnitDirectorySwappedBeforeWriteRefused(t *testing.T) {
 // A missing directory under a symlink that stays inside the root is created where it leads, as
 // before: only a way out is refused.
 func TestUnitSymlinkInsideRootStillFollowedForMissingDirectory(t *testing.T) {
-	h, root := unitHost(t)
-	ctx := unitCtx(t)
+	h, root := openTemp(t)
+	ctx := hosttest.Ctx(t)
 	if err := os.MkdirAll(root+"/run", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +144,8 @@ func TestUnitSymlinkInsideRootStillFollowedForMissingDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	const p = "/var/run/app/app.pid"
-	unitNoErrors(t, h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("app", p, "1\n", true))))
-	if got := unitRead(t, root, "/run/app/app.pid"); got != "1\n" {
+	hosttest.NoErrorsFatal(t, h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Converged, hosttest.OwnFile("app", p, "1\n", true))))
+	if got := hosttest.ReadAt(t, root, "/run/app/app.pid"); got != "1\n" {
 		t.Fatalf("file under an inside symlink: %q", got)
 	}
 }
@@ -166,8 +167,8 @@ func TestUnitOwnerMinusOneRefused(t *testing.T) {
 // A file the host created, its module unassigned, whose directory is swapped for a symlink out
 // of the root after the look: the file of the same name outside is not removed.
 func TestUnitRemoveThroughSwappedDirectoryRefused(t *testing.T) {
-	h, root := unitHost(t)
-	ctx := unitCtx(t)
+	h, root := openTemp(t)
+	ctx := hosttest.Ctx(t)
 	outside := filepath.Join(filepath.Dir(root), "outside")
 	if err := os.MkdirAll(outside, 0o755); err != nil {
 		t.Fatal(err)
@@ -176,7 +177,7 @@ func TestUnitRemoveThroughSwappedDirectoryRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	const p = "/etc/app/app.conf"
-	unitNoErrors(t, h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("app", p, "declared\n", true))))
+	hosttest.NoErrorsFatal(t, h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Converged, hosttest.OwnFile("app", p, "declared\n", true))))
 	h.seam = func(point, dir string) {
 		if point != "remove.before-dir" {
 			return
@@ -188,7 +189,7 @@ func TestUnitRemoveThroughSwappedDirectoryRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep := h.Reconcile(ctx, unitDecl(fsm.Converged))
+	rep := h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Converged))
 	if _, err := os.Stat(filepath.Join(outside, "app.conf")); err != nil {
 		t.Fatalf("a file outside the root was removed through a swapped directory: %v", err)
 	}

@@ -5,20 +5,12 @@ package host
 // without root, in milliseconds. The crash points are checked by crash_test.go.
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/host/hosttest"
+	"meshd/host/report"
 )
-
-// unitFile declares a file owned by the user running the test, so no chown needs root.
-func unitFile(module, p, content string, taken bool) fsm.Resource {
-	return fsm.Resource{Module: module, Kind: fsm.KindFile, Taken: taken, File: &catalogue.File{
-		Path: p, Content: content, Mode: "0644", Owner: fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())}}
-}
 
 func TestUnitDecideFile(t *testing.T) {
 	for _, c := range []struct {
@@ -42,28 +34,10 @@ func TestUnitDecideFile(t *testing.T) {
 		{"create_once, found on a take: recorded, kept", false, false, true, false, true, true, fileAction{step: fileKeepOnce, recordFound: true}},
 		{"create_once, missing: written", false, false, false, false, true, true, fileAction{step: fileWrite}},
 	} {
-		if got := decideFile(c.ours, c.wasFound, c.exists, c.same, c.taken, c.createOnce); got != c.want {
+		if got := decideFile(fileFacts{ours: c.ours, wasFound: c.wasFound, exists: c.exists,
+			sameContent: c.same, taken: c.taken, createOnce: c.createOnce}); got != c.want {
 			t.Errorf("%s: decideFile = %+v, want %+v", c.name, got, c.want)
 		}
-	}
-}
-
-func unitRead(t *testing.T, root, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(root + p)
-	if err != nil {
-		return "(missing)"
-	}
-	return string(b)
-}
-
-func unitPlace(t *testing.T, root, p, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(root+p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(root+p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -71,39 +45,39 @@ func unitPlace(t *testing.T, root, p, content string) {
 // reverted), missing created, taking replaces; converged node: found recorded then replaced;
 // unassigned: created removed, held stays, replaced left.
 func TestUnitFilesAdoptedAndConverged(t *testing.T) {
-	h, root := unitHost(t)
-	ctx := unitCtx(t)
-	unitPlace(t, root, "/etc/app/held.conf", "predecessor")
-	unitPlace(t, root, "/etc/app/taken.conf", "predecessor's other")
+	h, root := openTemp(t)
+	ctx := hosttest.Ctx(t)
+	hosttest.PlaceAt(t, root, "/etc/app/held.conf", "predecessor")
+	hosttest.PlaceAt(t, root, "/etc/app/taken.conf", "predecessor's other")
 	d := func(taken bool, rs ...fsm.Resource) *fsm.Declaration {
-		return unitDecl(fsm.Adopted, append([]fsm.Resource{
-			unitFile("app", "/etc/app/held.conf", "declared", false),
-			unitFile("app2", "/etc/app/taken.conf", "declared 2", taken),
+		return hosttest.DeclUntaken(fsm.Adopted, append([]fsm.Resource{
+			hosttest.OwnFile("app", "/etc/app/held.conf", "declared", false),
+			hosttest.OwnFile("app2", "/etc/app/taken.conf", "declared 2", taken),
 		}, rs...)...)
 	}
 
-	rep := h.Reconcile(ctx, d(false, unitFile("app", "/etc/app/new.conf", "fresh", false)))
-	unitNoErrors(t, rep)
-	if len(rep.Held) != 2 || unitRead(t, root, "/etc/app/held.conf") != "predecessor" {
-		t.Fatalf("found files on an adopted node: held %+v, content %q", rep.Held, unitRead(t, root, "/etc/app/held.conf"))
+	rep := h.Reconcile(ctx, d(false, hosttest.OwnFile("app", "/etc/app/new.conf", "fresh", false)))
+	hosttest.NoErrorsFatal(t, rep)
+	if len(rep.Held) != 2 || hosttest.ReadAt(t, root, "/etc/app/held.conf") != "predecessor" {
+		t.Fatalf("found files on an adopted node: held %+v, content %q", rep.Held, hosttest.ReadAt(t, root, "/etc/app/held.conf"))
 	}
 	if b, err := h.Original("/etc/app/held.conf"); err != nil || string(b) != "predecessor" {
 		t.Fatalf("original of a held file: %q, %v", b, err)
 	}
-	if unitRead(t, root, "/etc/app/new.conf") != "fresh" {
+	if hosttest.ReadAt(t, root, "/etc/app/new.conf") != "fresh" {
 		t.Fatal("a missing declared file was not created on an adopted node")
 	}
 
-	unitPlace(t, root, "/etc/app/held.conf", "edited by hand")
-	rep = h.Reconcile(ctx, d(true, unitFile("app", "/etc/app/new.conf", "fresh", false)))
-	unitNoErrors(t, rep)
-	if hf := heldIn(rep, "/etc/app/held.conf"); hf == nil || !hf.Changed || hf.Reason != ChangedBySomethingElse {
+	hosttest.PlaceAt(t, root, "/etc/app/held.conf", "edited by hand")
+	rep = h.Reconcile(ctx, d(true, hosttest.OwnFile("app", "/etc/app/new.conf", "fresh", false)))
+	hosttest.NoErrorsFatal(t, rep)
+	if hf := hosttest.HeldOf(rep, "/etc/app/held.conf"); hf == nil || !hf.Changed || hf.Reason != report.ChangedBySomethingElse {
 		t.Fatalf("held file changed by hand: %+v", hf)
 	}
-	if unitRead(t, root, "/etc/app/held.conf") != "edited by hand" {
+	if hosttest.ReadAt(t, root, "/etc/app/held.conf") != "edited by hand" {
 		t.Fatal("a held file was reverted")
 	}
-	if unitRead(t, root, "/etc/app/taken.conf") != "declared 2" {
+	if hosttest.ReadAt(t, root, "/etc/app/taken.conf") != "declared 2" {
 		t.Fatal("taking a module did not replace its held file")
 	}
 	if b, _ := h.Original("/etc/app/taken.conf"); string(b) != "predecessor's other" {
@@ -111,38 +85,29 @@ func TestUnitFilesAdoptedAndConverged(t *testing.T) {
 	}
 
 	// Unassigned: the created file goes, the held one stays, the replaced one is left.
-	rep = h.Reconcile(ctx, unitDecl(fsm.Adopted))
-	unitNoErrors(t, rep)
-	if unitRead(t, root, "/etc/app/new.conf") != "(missing)" {
+	rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Adopted))
+	hosttest.NoErrorsFatal(t, rep)
+	if hosttest.ReadAt(t, root, "/etc/app/new.conf") != "(missing)" {
 		t.Error("a created file is still there after its module was unassigned")
 	}
-	if hf := heldIn(rep, "/etc/app/held.conf"); hf == nil || !hf.Unassigned || unitRead(t, root, "/etc/app/held.conf") != "edited by hand" {
+	if hf := hosttest.HeldOf(rep, "/etc/app/held.conf"); hf == nil || !hf.Unassigned || hosttest.ReadAt(t, root, "/etc/app/held.conf") != "edited by hand" {
 		t.Errorf("held file, unassigned: %+v", hf)
 	}
-	if unitRead(t, root, "/etc/app/taken.conf") != "declared 2" {
+	if hosttest.ReadAt(t, root, "/etc/app/taken.conf") != "declared 2" {
 		t.Error("a file that replaced a found one was not left as it is")
 	}
 
 	// Converged node: found is recorded, then replaced, in one pass.
-	unitPlace(t, root, "/etc/other.conf", "found")
-	rep = h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("other", "/etc/other.conf", "converged", false)))
-	unitNoErrors(t, rep)
-	if unitRead(t, root, "/etc/other.conf") != "converged" {
+	hosttest.PlaceAt(t, root, "/etc/other.conf", "found")
+	rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Converged, hosttest.OwnFile("other", "/etc/other.conf", "converged", false)))
+	hosttest.NoErrorsFatal(t, rep)
+	if hosttest.ReadAt(t, root, "/etc/other.conf") != "converged" {
 		t.Error("a found file on a converged node was not replaced")
 	}
 	if b, _ := h.Original("/etc/other.conf"); string(b) != "found" {
 		t.Errorf("original on a converged node: %q", b)
 	}
-	if rep = h.Reconcile(ctx, unitDecl(fsm.Converged, unitFile("other", "/etc/other.conf", "converged", false))); rep.Changes != 0 {
+	if rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Converged, hosttest.OwnFile("other", "/etc/other.conf", "converged", false))); rep.Changes != 0 {
 		t.Errorf("a pass with nothing to do changed %d", rep.Changes)
 	}
-}
-
-func heldIn(rep Report, p string) *HeldFile {
-	for i := range rep.Held {
-		if rep.Held[i].Path == p {
-			return &rep.Held[i]
-		}
-	}
-	return nil
 }

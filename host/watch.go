@@ -3,8 +3,8 @@ package host
 // Drift between passes. The loop reconciles on every declaration and on every tick of its
 // interval; between those, three watches tell it at once that something changed under it:
 // inotify on the directories of the declared files (inotify.go), the container engine's
-// event stream (ContainerDriver.watchDrift) and rtnetlink's link and address messages for the
-// tunnel's interfaces (TunnelDriver.watchDrift). A touch is coalesced with whatever else arrives
+// event stream (containers.Driver.WatchDrift) and rtnetlink's link and address messages for the
+// tunnel's interfaces (tunnel.Driver.WatchDrift). A touch is coalesced with whatever else arrives
 // within driftSettle, and the loop then runs a drift pass: the files (always: they are cheap,
 // and a take's staged files follow its containers) and the drivers of the kinds touched, the
 // other drivers' parts of the report kept from their last pass. The timer stays the safety net
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"meshd/fsm"
+	"meshd/host/report"
 )
 
 const (
@@ -116,7 +117,7 @@ func (h *Host) watchDrift(ctx context.Context) *driftWatch {
 			w.done.Add(1)
 			go func() {
 				defer w.done.Done()
-				src.watchDrift(ctx, func(names ...string) { w.dr.touched(kind, names...) })
+				src.WatchDrift(ctx, func(names ...string) { w.dr.touched(kind, names...) })
 			}()
 		}
 	}
@@ -129,13 +130,13 @@ func (h *Host) watchDrift(ctx context.Context) *driftWatch {
 // driftSource is a driver that can watch its kind on the machine between passes: it calls
 // touched with the names an event concerns (none when events may have been lost) until ctx ends.
 type driftSource interface {
-	watchDrift(ctx context.Context, touched func(names ...string))
+	WatchDrift(ctx context.Context, touched func(names ...string))
 }
 
 // follow points the watches at what a pass declared and saw: the directories of the declared
 // files and of every file the report names (held ones whose module was unassigned too), the
 // containers declared or known to the records, and the tunnel's interfaces.
-func (w *driftWatch) follow(d *fsm.Declaration, rep Report) {
+func (w *driftWatch) follow(d *fsm.Declaration, rep report.Report) {
 	if d == nil {
 		return
 	}
@@ -161,7 +162,7 @@ func (w *driftWatch) follow(d *fsm.Declaration, rep Report) {
 	for _, wf := range rep.Written {
 		paths = append(paths, wf.Path)
 	}
-	if cr, ok := rep.Kinds[fsm.KindContainer].(*ContainerReport); ok {
+	if cr, ok := rep.Kinds[fsm.KindContainer].(*report.ContainerReport); ok {
 		for _, v := range cr.Containers {
 			names[v.Name] = true
 		}
@@ -184,18 +185,5 @@ func (w *driftWatch) close() {
 	w.done.Wait()
 	if w.files != nil {
 		w.files.close()
-	}
-}
-
-// containerEvents is what the container driver's drift watch needs of an engine:
-// *container.Engine has it; the unit tests' fake does not, and is then watched by the timer only.
-type containerEvents interface {
-	WatchContainers(ctx context.Context, changed func(names ...string)) error
-}
-
-// watchDrift follows the engine's container events (driftSource).
-func (d *ContainerDriver) watchDrift(ctx context.Context, touched func(names ...string)) {
-	if ev, ok := d.eng.(containerEvents); ok {
-		_ = ev.WatchContainers(ctx, touched)
 	}
 }

@@ -12,6 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"meshd/fsm"
+	"meshd/host/hosttest"
+	"meshd/host/pass"
+	"meshd/host/report"
 )
 
 // driftBound is what issue 20 promises: drift on the machine is in the report (held) or put back
@@ -32,9 +35,9 @@ type running struct {
 	decls chan *fsm.Declaration
 }
 
-func runHost(t *testing.T, b *bed, drivers ...Driver) *running {
+func runHost(t *testing.T, b *hosttest.Bed, drivers ...Driver) *running {
 	t.Helper()
-	h, err := Open(Config{DataDir: b.data, Root: b.root, Logger: quietLogger(), Interval: time.Hour, Drivers: drivers})
+	h, err := Open(Config{DataDir: b.Data, Root: b.Root, Logger: hosttest.Log(), Interval: time.Hour, Drivers: drivers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +50,12 @@ func runHost(t *testing.T, b *bed, drivers ...Driver) *running {
 }
 
 // declare hands the loop d and waits for the pass that reconciled it.
-func (r *running) declare(d *fsm.Declaration) Report {
+func (r *running) declare(d *fsm.Declaration) report.Report {
 	r.t.Helper()
 	before := r.h.Report().When
 	r.decls <- d
-	var rep Report
-	if _, ok := r.until(30*time.Second, func(x Report) bool { rep = x; return x.When.After(before) }); !ok {
+	var rep report.Report
+	if _, ok := r.until(30*time.Second, func(x report.Report) bool { rep = x; return x.When.After(before) }); !ok {
 		r.t.Fatalf("no pass for a new declaration within 30s")
 	}
 	return rep
@@ -60,7 +63,7 @@ func (r *running) declare(d *fsm.Declaration) Report {
 
 // until polls the report every 5ms until ok says so or within has passed, and returns the last
 // report, and whether ok said so.
-func (r *running) until(within time.Duration, ok func(Report) bool) (Report, bool) {
+func (r *running) until(within time.Duration, ok func(report.Report) bool) (report.Report, bool) {
 	deadline := time.Now().Add(within)
 	for {
 		rep := r.h.Report()
@@ -76,18 +79,18 @@ func (r *running) until(within time.Duration, ok func(Report) bool) (Report, boo
 
 // seenWithin asserts that ok holds of the report within driftBound of changed (the moment the
 // change was made); it waits longer only to say how late it came.
-func (r *running) seenWithin(changed time.Time, what string, ok func(Report) bool) Report {
+func (r *running) seenWithin(changed time.Time, what string, ok func(report.Report) bool) report.Report {
 	r.t.Helper()
 	return r.seenWithinBound(changed, driftBound, what, ok)
 }
 
 // convergedWithin is seenWithin for drift converged back through the container engine.
-func (r *running) convergedWithin(changed time.Time, what string, ok func(Report) bool) Report {
+func (r *running) convergedWithin(changed time.Time, what string, ok func(report.Report) bool) report.Report {
 	r.t.Helper()
 	return r.seenWithinBound(changed, driftBound+engineStartAllowance, what, ok)
 }
 
-func (r *running) seenWithinBound(changed time.Time, bound time.Duration, what string, ok func(Report) bool) Report {
+func (r *running) seenWithinBound(changed time.Time, bound time.Duration, what string, ok func(report.Report) bool) report.Report {
 	r.t.Helper()
 	rep, seen := r.until(10*time.Second, ok)
 	took := time.Since(changed)
@@ -106,50 +109,50 @@ func (r *running) seenWithinBound(changed time.Time, bound time.Duration, what s
 // directory made again and the file written, reported with its new content: the watch survives
 // its directory going.
 func TestDriftHeldFileReportedAtOnce(t *testing.T) {
-	b := newBed(t)
-	b.place(appConf, predecessorContent)
+	b := hosttest.NewBed(t)
+	b.Place(hosttest.AppConf, hosttest.PredecessorContent)
 	r := runHost(t, b)
-	rep := r.declare(decl(fsm.Adopted, file("webapp", appConf, meshContent, false)))
-	noErrors(t, rep)
-	if hf := heldOf(rep, appConf); hf == nil || hf.Changed {
+	rep := r.declare(hosttest.Decl(fsm.Adopted, hosttest.File("webapp", hosttest.AppConf, hosttest.MeshContent, false)))
+	hosttest.NoErrors(t, rep)
+	if hf := hosttest.HeldOf(rep, hosttest.AppConf); hf == nil || hf.Changed {
 		t.Fatalf("found file not held as it is: %+v", hf)
 	}
 
 	const stillWriting = "listen 8080\n# the predecessor is still writing\n"
 	at := time.Now()
-	if err := os.WriteFile(b.at(appConf), []byte(stillWriting), 0o644); err != nil {
+	if err := os.WriteFile(b.At(hosttest.AppConf), []byte(stillWriting), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.seenWithin(at, "held file rewritten", func(rep Report) bool {
-		hf := heldOf(rep, appConf)
-		return hf != nil && hf.Changed && hf.Reason == ChangedBySomethingElse && hf.CurrentHash == hashOf([]byte(stillWriting))
+	r.seenWithin(at, "held file rewritten", func(rep report.Report) bool {
+		hf := hosttest.HeldOf(rep, hosttest.AppConf)
+		return hf != nil && hf.Changed && hf.Reason == report.ChangedBySomethingElse && hf.CurrentHash == pass.HashOf([]byte(stillWriting))
 	})
-	if got := b.read(appConf); got != stillWriting {
+	if got := b.Read(hosttest.AppConf); got != stillWriting {
 		t.Fatalf("a held file that changed was reverted: %q", got)
 	}
 
 	at = time.Now()
-	if err := os.RemoveAll(filepath.Dir(b.at(appConf))); err != nil {
+	if err := os.RemoveAll(filepath.Dir(b.At(hosttest.AppConf))); err != nil {
 		t.Fatal(err)
 	}
-	r.seenWithin(at, "held file's directory removed", func(rep Report) bool {
-		hf := heldOf(rep, appConf)
-		return hf != nil && hf.Changed && hf.Reason == RemovedBySomethingElse
+	r.seenWithin(at, "held file's directory removed", func(rep report.Report) bool {
+		hf := hosttest.HeldOf(rep, hosttest.AppConf)
+		return hf != nil && hf.Changed && hf.Reason == report.RemovedBySomethingElse
 	})
 
 	const again = "listen 8080\n# back after its directory was removed\n"
 	at = time.Now()
-	if err := os.MkdirAll(filepath.Dir(b.at(appConf)), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(b.At(hosttest.AppConf)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(b.at(appConf), []byte(again), 0o644); err != nil {
+	if err := os.WriteFile(b.At(hosttest.AppConf), []byte(again), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.seenWithin(at, "held file written again in its directory made again", func(rep Report) bool {
-		hf := heldOf(rep, appConf)
-		return hf != nil && hf.Changed && hf.CurrentHash == hashOf([]byte(again))
+	r.seenWithin(at, "held file written again in its directory made again", func(rep report.Report) bool {
+		hf := hosttest.HeldOf(rep, hosttest.AppConf)
+		return hf != nil && hf.Changed && hf.CurrentHash == pass.HashOf([]byte(again))
 	})
-	if got := b.read(appConf); got != again {
+	if got := b.Read(hosttest.AppConf); got != again {
 		t.Fatalf("a held file was touched: %q", got)
 	}
 }
@@ -158,30 +161,31 @@ func TestDriftHeldFileReportedAtOnce(t *testing.T) {
 // directory. The pass that follows meshd's own write writes nothing, and a drift pass with
 // nothing to do writes nothing.
 func TestDriftTakenFileConvergedAtOnce(t *testing.T) {
-	b := newBed(t)
+	hosttest.RequireChown(t)
+	b := hosttest.NewBed(t)
 	r := runHost(t, b)
-	rep := r.declare(decl(fsm.Adopted, file("webapp", appConf, meshContent, true)))
-	noErrors(t, rep)
-	if got := b.read(appConf); got != meshContent {
+	rep := r.declare(hosttest.Decl(fsm.Adopted, hosttest.File("webapp", hosttest.AppConf, hosttest.MeshContent, true)))
+	hosttest.NoErrors(t, rep)
+	if got := b.Read(hosttest.AppConf); got != hosttest.MeshContent {
 		t.Fatalf("taken file not written: %q", got)
 	}
 
 	at := time.Now()
-	if err := os.WriteFile(b.at(appConf), []byte("edited by hand\n"), 0o644); err != nil {
+	if err := os.WriteFile(b.At(hosttest.AppConf), []byte("edited by hand\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.seenWithin(at, "taken file edited by hand", func(Report) bool {
-		c, err := os.ReadFile(b.at(appConf))
-		return err == nil && string(c) == meshContent
+	r.seenWithin(at, "taken file edited by hand", func(report.Report) bool {
+		c, err := os.ReadFile(b.At(hosttest.AppConf))
+		return err == nil && string(c) == hosttest.MeshContent
 	})
 
 	at = time.Now()
-	if err := os.RemoveAll(filepath.Dir(b.at(appConf))); err != nil {
+	if err := os.RemoveAll(filepath.Dir(b.At(hosttest.AppConf))); err != nil {
 		t.Fatal(err)
 	}
-	r.seenWithin(at, "taken file's directory removed", func(Report) bool {
-		c, err := os.ReadFile(b.at(appConf))
-		return err == nil && string(c) == meshContent
+	r.seenWithin(at, "taken file's directory removed", func(report.Report) bool {
+		c, err := os.ReadFile(b.At(hosttest.AppConf))
+		return err == nil && string(c) == hosttest.MeshContent
 	})
 
 	// Settled: no pass for five gaps, so meshd's own write does not keep waking passes. Whether
@@ -189,7 +193,7 @@ func TestDriftTakenFileConvergedAtOnce(t *testing.T) {
 	// before the rename (the pass that made the directory adds it); if it did, that pass found
 	// nothing to do.
 	converged := r.h.Report()
-	settled, ok := r.until(10*time.Second, func(rep Report) bool { return time.Since(rep.When) > 5*driftMinGap })
+	settled, ok := r.until(10*time.Second, func(rep report.Report) bool { return time.Since(rep.When) > 5*driftMinGap })
 	if !ok {
 		t.Fatalf("the host did not settle after converging back: last report %+v", settled)
 	}
@@ -198,14 +202,14 @@ func TestDriftTakenFileConvergedAtOnce(t *testing.T) {
 	}
 	// A change that is no drift (the mode set again to what it is) wakes a pass, which writes
 	// nothing.
-	writes := r.h.st.updates.Load()
+	writes := r.h.RecordWrites()
 	at = time.Now()
-	if err := os.Chmod(b.at(appConf), 0o644); err != nil {
+	if err := os.Chmod(b.At(hosttest.AppConf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep = r.seenWithin(at, "a pass after an attribute event", func(rep Report) bool { return rep.When.After(settled.When) })
-	if rep.Changes != 0 || r.h.st.updates.Load() != writes {
-		t.Fatalf("a drift pass with nothing to do changed %d and wrote %d records", rep.Changes, r.h.st.updates.Load()-writes)
+	rep = r.seenWithin(at, "a pass after an attribute event", func(rep report.Report) bool { return rep.When.After(settled.When) })
+	if rep.Changes != 0 || r.h.RecordWrites() != writes {
+		t.Fatalf("a drift pass with nothing to do changed %d and wrote %d records", rep.Changes, r.h.RecordWrites()-writes)
 	}
 }
 
@@ -213,29 +217,30 @@ func TestDriftTakenFileConvergedAtOnce(t *testing.T) {
 // directory missing until the host creates it), one unassigned has the files the host created
 // removed and no longer watched, while a held file stays watched (it is still reported).
 func TestDriftWatchesFollowTheDeclaration(t *testing.T) {
-	b := newBed(t)
-	b.place(appConf, predecessorContent)
+	hosttest.RequireChown(t)
+	b := hosttest.NewBed(t)
+	b.Place(hosttest.AppConf, hosttest.PredecessorContent)
 	r := runHost(t, b)
-	webapp := file("webapp", appConf, meshContent, false)
-	r.declare(decl(fsm.Adopted, webapp))
+	webapp := hosttest.File("webapp", hosttest.AppConf, hosttest.MeshContent, false)
+	r.declare(hosttest.Decl(fsm.Adopted, webapp))
 
 	const notes = "/srv/notes/conf.d/notes.conf"
-	rep := r.declare(decl(fsm.Adopted, webapp, file("notes", notes, "notes\n", true)))
-	noErrors(t, rep)
+	rep := r.declare(hosttest.Decl(fsm.Adopted, webapp, hosttest.File("notes", notes, "notes\n", true)))
+	hosttest.NoErrors(t, rep)
 	at := time.Now()
-	if err := os.WriteFile(b.at(notes), []byte("by hand\n"), 0o644); err != nil {
+	if err := os.WriteFile(b.At(notes), []byte("by hand\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.seenWithin(at, "file of a module assigned later, edited by hand", func(Report) bool {
-		c, err := os.ReadFile(b.at(notes))
+	r.seenWithin(at, "file of a module assigned later, edited by hand", func(report.Report) bool {
+		c, err := os.ReadFile(b.At(notes))
 		return err == nil && string(c) == "notes\n"
 	})
 
 	// webapp unassigned (its file held, so kept and still reported), notes unassigned (its file
 	// removed).
-	rep = r.declare(decl(fsm.Adopted))
-	noErrors(t, rep)
-	if !b.missing(notes) {
+	rep = r.declare(hosttest.Decl(fsm.Adopted))
+	hosttest.NoErrors(t, rep)
+	if !b.Missing(notes) {
 		t.Fatal("a created file of an unassigned module was not removed")
 	}
 	// The loop re-follows the declared paths right after the pass has published its report, so
@@ -244,23 +249,23 @@ func TestDriftWatchesFollowTheDeclaration(t *testing.T) {
 	var notesWatched, heldWatched bool
 	for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
 		fw.mu.Lock()
-		_, notesWatched = fw.byDir[filepath.Dir(b.at(notes))]
-		_, heldWatched = fw.byDir[filepath.Dir(b.at(appConf))]
+		_, notesWatched = fw.byDir[filepath.Dir(b.At(notes))]
+		_, heldWatched = fw.byDir[filepath.Dir(b.At(hosttest.AppConf))]
 		fw.mu.Unlock()
 		if (!notesWatched && heldWatched) || time.Now().After(deadline) {
 			break
 		}
 	}
 	if notesWatched || !heldWatched {
-		t.Fatalf("after unassigning: %s watched %v (want not), %s watched %v (want watched)", filepath.Dir(notes), notesWatched, filepath.Dir(appConf), heldWatched)
+		t.Fatalf("after unassigning: %s watched %v (want not), %s watched %v (want watched)", filepath.Dir(notes), notesWatched, filepath.Dir(hosttest.AppConf), heldWatched)
 	}
 	at = time.Now()
-	if err := os.WriteFile(b.at(appConf), []byte("still writing\n"), 0o644); err != nil {
+	if err := os.WriteFile(b.At(hosttest.AppConf), []byte("still writing\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.seenWithin(at, "held file of an unassigned module rewritten", func(rep Report) bool {
-		hf := heldOf(rep, appConf)
-		return hf != nil && hf.Unassigned && hf.Changed && hf.CurrentHash == hashOf([]byte("still writing\n"))
+	r.seenWithin(at, "held file of an unassigned module rewritten", func(rep report.Report) bool {
+		hf := hosttest.HeldOf(rep, hosttest.AppConf)
+		return hf != nil && hf.Unassigned && hf.Changed && hf.CurrentHash == pass.HashOf([]byte("still writing\n"))
 	})
 }
 
@@ -281,7 +286,7 @@ func (r *running) watch(t *testing.T) *fileWatch {
 func TestFileWatchNamesAndMissingDirectories(t *testing.T) {
 	root := t.TempDir()
 	var touches atomic.Int64
-	fw, err := newFileWatch(root, func() { touches.Add(1) }, quietLogger())
+	fw, err := newFileWatch(root, func() { touches.Add(1) }, hosttest.Log())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,29 +376,29 @@ type callCounter struct {
 }
 
 func (c *callCounter) Kind() string { return c.kind }
-func (c *callCounter) Reconcile(context.Context, Pass) Outcome {
+func (c *callCounter) Reconcile(context.Context, pass.Pass) pass.Outcome {
 	n := c.calls.Add(1)
-	return Outcome{Detail: map[string]int64{"pass": n}}
+	return pass.Outcome{Detail: map[string]int64{"pass": n}}
 }
 
 // A drift pass runs the files and the drivers of the kinds touched only: a held file rewritten
 // does not cost the firewall's or the engine's pass, and their parts of the report are kept
 // from their last pass; a touch of a driver's kind runs that driver.
 func TestDriftPassRunsOnlyTheKindsTouched(t *testing.T) {
-	b := newBed(t)
-	b.place(appConf, predecessorContent)
+	b := hosttest.NewBed(t)
+	b.Place(hosttest.AppConf, hosttest.PredecessorContent)
 	other := &callCounter{kind: fsm.KindOpening}
 	r := runHost(t, b, other)
-	rep := r.declare(decl(fsm.Adopted, file("webapp", appConf, meshContent, false)))
+	rep := r.declare(hosttest.Decl(fsm.Adopted, hosttest.File("webapp", hosttest.AppConf, hosttest.MeshContent, false)))
 	if other.calls.Load() != 1 {
 		t.Fatalf("the declaration's pass ran the driver %d times", other.calls.Load())
 	}
 	at := time.Now()
-	if err := os.WriteFile(b.at(appConf), []byte("rewritten\n"), 0o644); err != nil {
+	if err := os.WriteFile(b.At(hosttest.AppConf), []byte("rewritten\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep = r.seenWithin(at, "held file rewritten", func(rep Report) bool {
-		hf := heldOf(rep, appConf)
+	rep = r.seenWithin(at, "held file rewritten", func(rep report.Report) bool {
+		hf := hosttest.HeldOf(rep, hosttest.AppConf)
 		return hf != nil && hf.Changed
 	})
 	if n := other.calls.Load(); n != 1 {
@@ -405,11 +410,11 @@ func TestDriftPassRunsOnlyTheKindsTouched(t *testing.T) {
 	r.h.mu.Lock()
 	r.h.drift.dr.touch(fsm.KindOpening)
 	r.h.mu.Unlock()
-	rep = r.seenWithin(time.Now(), "a pass for the kind touched", func(rep Report) bool {
+	rep = r.seenWithin(time.Now(), "a pass for the kind touched", func(rep report.Report) bool {
 		d, ok := rep.Kinds[fsm.KindOpening].(map[string]int64)
 		return ok && d["pass"] == 2
 	})
-	if hf := heldOf(rep, appConf); hf == nil || !hf.Changed {
+	if hf := hosttest.HeldOf(rep, hosttest.AppConf); hf == nil || !hf.Changed {
 		t.Fatalf("a driver's drift pass lost the files' part of the report: %+v", rep.Held)
 	}
 }

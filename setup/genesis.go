@@ -14,15 +14,14 @@ import (
 	"strconv"
 	"time"
 
-	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
-
 	"github.com/hashicorp/raft"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"meshd/agent/raftnode"
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/tunnel"
 	"meshd/pki"
 )
 
@@ -232,7 +231,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		if err != nil {
 			return fail(fmt.Errorf("making the node's WireGuard key: %w", err))
 		}
-		if err := (host.SealedTunnelKey{Path: host.TunnelKeyPath(opts.DataDir), Seal: seal}).Save(k); err != nil {
+		if err := (tunnel.SealedKey{Path: tunnel.KeyPath(opts.DataDir), Seal: seal}).Save(k); err != nil {
 			return fail(fmt.Errorf("the node's WireGuard key: %w", err))
 		}
 		overlay = k.PublicKey().String()

@@ -24,7 +24,7 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/tunnel"
 	"meshd/pki"
 	"meshd/wg"
 )
@@ -228,7 +228,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		return nil, fmt.Errorf("node %s enrolled, but: %w", opts.Name, err)
 	}
 	if overlay != nil {
-		keys := host.SealedTunnelKey{Path: host.TunnelKeyPath(opts.DataDir), Seal: seal}
+		keys := tunnel.SealedKey{Path: tunnel.KeyPath(opts.DataDir), Seal: seal}
 		if err := keys.Save(*overlay); err != nil {
 			return nil, fmt.Errorf("node %s enrolled, but its WireGuard key: %w", opts.Name, err)
 		}

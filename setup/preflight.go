@@ -18,6 +18,7 @@ import (
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host"
+	"meshd/host/report"
 	"meshd/netfilter"
 )
 
@@ -343,7 +344,7 @@ func PublishedHolder(published []container.Published, b api.PortBind) string {
 		if a, err := netip.ParseAddr(p.HostIP); err == nil {
 			addr = a
 		}
-		l := host.Listener{Proto: p.Proto, Addr: addr, Port: p.HostPort}
+		l := report.Listener{Proto: p.Proto, Addr: addr, Port: p.HostPort}
 		if l.Covers(b.Proto, b.Addr, b.Port) {
 			return fmt.Sprintf("container %s (its published port %s:%d/%s)", p.Container, orAny(p.HostIP), p.HostPort, p.Proto)
 		}
@@ -351,16 +352,16 @@ func PublishedHolder(published []container.Published, b api.PortBind) string {
 	return ""
 }
 
-func ListenerHolder(ls []host.Listener, b api.PortBind) (host.Listener, bool) {
+func ListenerHolder(ls []report.Listener, b api.PortBind) (report.Listener, bool) {
 	for _, l := range ls {
 		if l.Covers(b.Proto, b.Addr, b.Port) {
 			return l, true
 		}
 	}
-	return host.Listener{}, false
+	return report.Listener{}, false
 }
 
-func hasListener(ls []host.Listener, p container.Published) bool {
+func hasListener(ls []report.Listener, p container.Published) bool {
 	for _, l := range ls {
 		if l.Proto == p.Proto && l.Port == p.HostPort {
 			return true
@@ -369,7 +370,7 @@ func hasListener(ls []host.Listener, p container.Published) bool {
 	return false
 }
 
-func describeListener(l host.Listener, published []container.Published) string {
+func describeListener(l report.Listener, published []container.Published) string {
 	for _, p := range published {
 		if p.Proto == l.Proto && p.HostPort == l.Port {
 			return fmt.Sprintf("%s, the published port of container %s", l, p.Container)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/testenv"
 )
 
@@ -26,7 +26,7 @@ func BenchmarkTunnelDriftDetection(b *testing.B) {
 			n.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
 			up := func() bool {
 				s, errs := tunnelState(n, "hub")
-				return s == host.TunnelMeshUp && len(errs) == 0 && linkUpIn(n.netns, fsm.MeshInterface) == ""
+				return s == report.TunnelMeshUp && len(errs) == 0 && linkUpIn(n.netns, fsm.MeshInterface) == ""
 			}
 			deadline := time.Now().Add(30 * time.Second)
 			for !up() {

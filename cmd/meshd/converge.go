@@ -14,7 +14,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // exitStatus ends the command with code and no message: what it had to say is printed. The
@@ -80,7 +80,7 @@ node still finishes it). Step back with ` + "`meshd adopt NODE`" + `.`,
 func convergePreview(g *globals, node string) error {
 	ctx, cancel := g.ctx()
 	defer cancel()
-	var pv host.ConvergePreview
+	var pv report.ConvergePreview
 	if err := g.client().Get(ctx, fmt.Sprintf("/v1/nodes/%s/converge-preview", url.PathEscape(node)), &pv); err != nil {
 		return err
 	}
@@ -155,8 +155,8 @@ func flipStep(nv api.NodeView, mode fsm.Mode) string {
 	switch {
 	case nv.Report == nil:
 		return fmt.Sprintf("waiting for node %s's first report", name)
-	case host.ReportFlip(nv.Report) != nil && host.ReportFlip(nv.Report).Waiting != "":
-		return fmt.Sprintf("node %s becoming %s: %s", name, mode, host.ReportFlip(nv.Report).Waiting)
+	case report.ReportFlip(nv.Report) != nil && report.ReportFlip(nv.Report).Waiting != "":
+		return fmt.Sprintf("node %s becoming %s: %s", name, mode, report.ReportFlip(nv.Report).Waiting)
 	case nv.Node.Flip != nil:
 		return fmt.Sprintf("node %s becoming %s: its agent carries the intent out", name, mode)
 	}
@@ -174,7 +174,7 @@ func waitFlip(g *globals, node string, mode fsm.Mode, wait time.Duration) error 
 	}
 	late := func(last api.NodeView) error {
 		why := "no report from the node yet"
-		if f := host.ReportFlip(last.Report); f != nil && f.Waiting != "" {
+		if f := report.ReportFlip(last.Report); f != nil && f.Waiting != "" {
 			why = f.Waiting
 		} else if last.Report != nil {
 			why = "the node's last report (" + last.Report.When.Format(time.RFC3339) + ") does not say it is done"
@@ -193,7 +193,7 @@ func writeFlipped(w io.Writer, nv api.NodeView) {
 	if nv.Report == nil {
 		return
 	}
-	var od host.OpeningDetail
+	var od report.OpeningDetail
 	if b, err := json.Marshal(nv.Report.Kinds[fsm.KindOpening]); err == nil && json.Unmarshal(b, &od) == nil {
 		fmt.Fprintf(w, "found firewall\t%s\n", od.Firewall.Description)
 		if od.Retired != nil {
@@ -208,7 +208,7 @@ func writeFlipped(w io.Writer, nv api.NodeView) {
 	}
 }
 
-func writeConvergePreview(w io.Writer, pv host.ConvergePreview) {
+func writeConvergePreview(w io.Writer, pv report.ConvergePreview) {
 	fmt.Fprintf(w, "converging %s (%s) will (from its report of %s):\n", pv.Node, pv.Mode, pv.ReportAt.Format("2006-01-02T15:04:05Z07:00"))
 	for _, l := range pv.Listeners {
 		proc := "-"

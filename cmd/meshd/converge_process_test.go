@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // The converge preview through the CLI on a real agent in its own network namespace: a service
@@ -48,14 +48,14 @@ func TestProcessConvergePreview(t *testing.T) {
 	}
 
 	out, errs, code := n.run("converge", "hub", "--preview", "--json")
-	var pv host.ConvergePreview
+	var pv report.ConvergePreview
 	if err := json.Unmarshal([]byte(out), &pv); err != nil || code != 2 {
 		t.Fatalf("--json: exit %d, %v\n%s%s", code, err, out, errs)
 	}
 	found := false
 	for _, l := range pv.Listeners {
 		if l.Port == uint16(port) && l.Proto == "tcp" {
-			found = l.Verdict.Mark == host.MarkWillClose && l.Process != "" && l.PID != 0
+			found = l.Verdict.Mark == report.MarkWillClose && l.Process != "" && l.PID != 0
 		}
 	}
 	if !found || pv.WillClose == 0 || len(pv.Token) != 16 || pv.Node != "hub" {
@@ -84,7 +84,7 @@ func TestProcessConvergePreview(t *testing.T) {
 		}
 		return ""
 	})
-	var after host.ConvergePreview
+	var after report.ConvergePreview
 	n.jsonOf(&after, "converge", "hub", "--preview")
 	if after.Token == pv.Token || after.WillClose != 0 || !strings.Contains(","+strings.Join(after.Take, ",")+",", ",svc,") {
 		t.Fatalf("after declaring: token %s (was %s), will close %d, take %v", after.Token, pv.Token, after.WillClose, after.Take)

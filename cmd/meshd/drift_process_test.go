@@ -17,7 +17,7 @@ import (
 	"meshd/api"
 	"meshd/container"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/testenv"
 )
 
@@ -29,9 +29,9 @@ const driftBound = time.Second
 // driftView is what the drift tests read of `meshd node show NODE --json`.
 type driftView struct {
 	Report *struct {
-		Held  []host.HeldFile `json:"held"`
+		Held  []report.HeldFile `json:"held"`
 		Kinds struct {
-			Container *host.ContainerReport `json:"container"`
+			Container *report.ContainerReport `json:"container"`
 		} `json:"kinds"`
 	} `json:"report"`
 }
@@ -141,11 +141,11 @@ func TestProcessDriftSeenAtOnceOnTheServer(t *testing.T) {
 		if v.Report == nil || v.Report.Kinds.Container == nil || len(v.Report.Held) != 1 {
 			return "no report with a held file and containers yet"
 		}
-		states := map[string]host.ContainerView{}
+		states := map[string]report.ContainerView{}
 		for _, c := range v.Report.Kinds.Container.Containers {
 			states[c.Name] = c
 		}
-		if states[heldName].State != host.ContainerHeld || !states[mineName].Running {
+		if states[heldName].State != report.ContainerHeld || !states[mineName].Running {
 			return fmt.Sprintf("containers %+v", v.Report.Kinds.Container.Containers)
 		}
 		if b, _ := os.ReadFile(takenConf); string(b) != "meshd's\n" {
@@ -192,7 +192,7 @@ func heldContainerRemoved(n *node, node, name string) func() string {
 		n.jsonOf(&v, "node", "show", node)
 		if v.Report != nil && v.Report.Kinds.Container != nil {
 			for _, c := range v.Report.Kinds.Container.Containers {
-				if c.Name == name && c.Changed && c.Reason == host.RemovedBySomethingElse {
+				if c.Name == name && c.Changed && c.Reason == report.RemovedBySomethingElse {
 					return ""
 				}
 			}
@@ -334,11 +334,11 @@ func TestProcessDriftContainersSeenAtOnceFromAClient(t *testing.T) {
 		if v.Report == nil || v.Report.Kinds.Container == nil {
 			return "no container report from edge yet"
 		}
-		states := map[string]host.ContainerView{}
+		states := map[string]report.ContainerView{}
 		for _, c := range v.Report.Kinds.Container.Containers {
 			states[c.Name] = c
 		}
-		if states[heldName].State != host.ContainerHeld || states[heldName].Changed || !states[mineName].Running {
+		if states[heldName].State != report.ContainerHeld || states[heldName].Changed || !states[mineName].Running {
 			return fmt.Sprintf("containers %+v", v.Report.Kinds.Container.Containers)
 		}
 		mineID = states[mineName].ID
@@ -374,20 +374,20 @@ func TestProcessDriftContainersSeenAtOnceFromAClient(t *testing.T) {
 type tunnelView struct {
 	Report *struct {
 		Kinds struct {
-			Tunnel *host.TunnelDetail `json:"tunnel"`
+			Tunnel *report.TunnelDetail `json:"tunnel"`
 		} `json:"kinds"`
-		Errors []host.ResourceError `json:"errors"`
+		Errors []report.ResourceError `json:"errors"`
 	} `json:"report"`
 }
 
 // tunnelState is node's tunnel state and its tunnel errors as n's `node show` says them.
-func tunnelState(n *node, name string) (string, []host.ResourceError) {
+func tunnelState(n *node, name string) (string, []report.ResourceError) {
 	var v tunnelView
 	n.jsonOf(&v, "node", "show", name)
 	if v.Report == nil || v.Report.Kinds.Tunnel == nil {
 		return "", nil
 	}
-	var errs []host.ResourceError
+	var errs []report.ResourceError
 	for _, e := range v.Report.Errors {
 		if strings.HasPrefix(e.Resource, "tunnel:") {
 			errs = append(errs, e)
@@ -421,7 +421,7 @@ func TestProcessTunnelRaisedAgainAtOnce(t *testing.T) {
 	n.genesis("--adopted")
 	n.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
 	poll(t, 30*time.Second, "meshd0 up on the hub", func() string {
-		if s, errs := tunnelState(n, "hub"); s != host.TunnelMeshUp {
+		if s, errs := tunnelState(n, "hub"); s != report.TunnelMeshUp {
 			return fmt.Sprintf("tunnel state %q, errors %+v", s, errs)
 		}
 		return linkUpIn(n.netns, fsm.MeshInterface)
@@ -430,7 +430,7 @@ func TestProcessTunnelRaisedAgainAtOnce(t *testing.T) {
 		if why := linkUpIn(n.netns, fsm.MeshInterface); why != "" {
 			return why
 		}
-		if s, errs := tunnelState(n, "hub"); s != host.TunnelMeshUp || len(errs) > 0 {
+		if s, errs := tunnelState(n, "hub"); s != report.TunnelMeshUp || len(errs) > 0 {
 			return fmt.Sprintf("tunnel state %q, errors %+v", s, errs)
 		}
 		return ""
@@ -471,7 +471,7 @@ exec "$@"`
 	}
 	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
 	poll(t, 30*time.Second, "the spoke's found tunnel up, in node show on the server", func() string {
-		if s, errs := tunnelState(hub, "edge"); s != host.TunnelFoundUp {
+		if s, errs := tunnelState(hub, "edge"); s != report.TunnelFoundUp {
 			return fmt.Sprintf("edge's tunnel state %q, errors %+v", s, errs)
 		}
 		return ""
@@ -481,7 +481,7 @@ exec "$@"`
 	testenv.Run(t, "ip", "-n", edge.netns, "link", "set", "wg0", "down")
 	seenWithin(t, at, "the spoke's found tunnel down, in node show on the server", func() string {
 		s, errs := tunnelState(hub, "edge")
-		if s != host.TunnelDark || len(errs) != 1 || errs[0].Resource != "tunnel:wg0" {
+		if s != report.TunnelDark || len(errs) != 1 || errs[0].Resource != "tunnel:wg0" {
 			return fmt.Sprintf("edge's tunnel state %q, errors %+v", s, errs)
 		}
 		return ""

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/api"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // waitFlags are the flags of a command that records an act and then follows the node carrying it
@@ -66,7 +66,7 @@ func (g *globals) follow(pr *progress, node string, wait time.Duration, check fu
 
 // checkCarried is follow's check for an act read from the node's report by carried (a take, a
 // tunnel takeover): act names it in the steps and the errors ("the take of module web").
-func checkCarried(node, act string, carried func(*host.Report) host.Carried) func(api.NodeView) (bool, string, error) {
+func checkCarried(node, act string, carried func(*report.Report) report.Carried) func(api.NodeView) (bool, string, error) {
 	return func(nv api.NodeView) (bool, string, error) {
 		if nv.Report == nil {
 			return false, fmt.Sprintf("waiting for node %s's first report", node), nil
@@ -90,7 +90,7 @@ func checkCarried(node, act string, carried func(*host.Report) host.Carried) fun
 }
 
 // lateCarried is follow's error when the wait ends before the node reported the act carried out.
-func lateCarried(node, act string, wait time.Duration, carried func(*host.Report) host.Carried) func(api.NodeView) error {
+func lateCarried(node, act string, wait time.Duration, carried func(*report.Report) report.Carried) func(api.NodeView) error {
 	return func(last api.NodeView) error {
 		why := "no report from the node yet"
 		if last.Report != nil {

@@ -11,7 +11,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/testenv"
 )
 
@@ -33,10 +33,10 @@ func TestProcessTakeProgressOnATerminal(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/take", func(w http.ResponseWriter, _ *http.Request) { answer(w, node) })
 	mux.HandleFunc("GET /v1/nodes/{node}", func(w http.ResponseWriter, _ *http.Request) {
-		rep := host.Report{Node: "hub", Mode: fsm.Adopted, When: time.Now().UTC(), Taken: []string{"web"},
-			Written: []host.WrittenFile{{Path: "/etc/web.conf", Module: "web"}}}
+		rep := report.Report{Node: "hub", Mode: fsm.Adopted, When: time.Now().UTC(), Taken: []string{"web"},
+			Written: []report.WrittenFile{{Path: "/etc/web.conf", Module: "web"}}}
 		if reads.Add(1) <= 3 {
-			rep.Written, rep.Held = nil, []host.HeldFile{{Path: "/etc/web.conf", Module: "web"}}
+			rep.Written, rep.Held = nil, []report.HeldFile{{Path: "/etc/web.conf", Module: "web"}}
 		}
 		answer(w, api.NodeView{Node: node, Report: &rep})
 	})

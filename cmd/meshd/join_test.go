@@ -21,7 +21,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/tunnel"
 	"meshd/internal/testenv"
 	"meshd/pki"
 )
@@ -190,8 +190,8 @@ func TestProcessEnrolment(t *testing.T) {
 	}
 	// The node's WireGuard key was made here: sealed in its data dir, only its public key in the
 	// record, the one join printed.
-	if raw, err := os.ReadFile(host.TunnelKeyPath(edge.dir)); err != nil || !bytes.HasPrefix(raw, []byte("MESHD-SEALED-1")) {
-		t.Fatalf("edge's WireGuard key %s is not sealed: %v", host.TunnelKeyPath(edge.dir), err)
+	if raw, err := os.ReadFile(tunnel.KeyPath(edge.dir)); err != nil || !bytes.HasPrefix(raw, []byte("MESHD-SEALED-1")) {
+		t.Fatalf("edge's WireGuard key %s is not sealed: %v", tunnel.KeyPath(edge.dir), err)
 	}
 	wk := regexp.MustCompile(`wireguard key\s+(\S+) \(made here`).FindStringSubmatch(out)
 	var shown struct{ Node fsm.Node }

@@ -13,7 +13,7 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // moduleCmd declares the module subcommands (list, show, add, assign, unassign, take); long only
@@ -193,7 +193,7 @@ after the assignment, and is refused when none comes (is the node's agent runnin
 			defer cancel()
 			base := fmt.Sprintf("/v1/nodes/%s/modules/%s/", url.PathEscape(args[0]), url.PathEscape(args[1]))
 			if preview {
-				var pv host.TakePreview
+				var pv report.TakePreview
 				if err := g.client().Get(ctx, base+"take-preview", &pv); err != nil {
 					return err
 				}
@@ -214,7 +214,7 @@ after the assignment, and is refused when none comes (is the node's agent runnin
 				})
 			}
 			act := "the take of module " + args[1]
-			carried := func(r *host.Report) host.Carried { return host.ReportTake(r, args[1]) }
+			carried := func(r *report.Report) report.Carried { return report.ReportTake(r, args[1]) }
 			nv, err := g.follow(pr, args[0], wf.wait, checkCarried(args[0], act, carried), lateCarried(args[0], act, wf.wait, carried))
 			if err != nil {
 				return err
@@ -233,7 +233,7 @@ after the assignment, and is refused when none comes (is the node's agent runnin
 	return cmd
 }
 
-func writeTakePreview(w io.Writer, pv host.TakePreview) {
+func writeTakePreview(w io.Writer, pv report.TakePreview) {
 	fmt.Fprintf(w, "taking %s on %s will (from its report of %s):\n", pv.Module, pv.Node, pv.ReportAt.Format(time.RFC3339))
 	for _, c := range pv.Containers {
 		what := "adopt in place (already the declaration)"

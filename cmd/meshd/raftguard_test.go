@@ -12,7 +12,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/testenv"
 )
 
@@ -114,7 +114,7 @@ func TestProcessRaftPortAdmitsOnlyServers(t *testing.T) {
 	// Converged, the hub's derived filter (drop by default, the found firewall gone) admits the
 	// raft port from the record's servers alone, as the guard did: s2 gets in, outside does not.
 	out, errs, code := hub.run("converge", "hub", "--preview", "--json")
-	var pv host.ConvergePreview
+	var pv report.ConvergePreview
 	if err := json.Unmarshal([]byte(out), &pv); err != nil || pv.Token == "" {
 		t.Fatalf("converge --preview: exit %d, %v\n%s%s", code, err, out, errs)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // statusCmd is `meshd status`; writeStatus renders it as text.
@@ -99,11 +99,11 @@ func writeStatus(w io.Writer, st api.StatusView) {
 		fmt.Fprintf(w, "\nreports rejected by %s: %s\n", st.Gossip.Node, strings.Join(rejected, ", "))
 	}
 	if st.Tunnel != nil && len(st.Tunnel.Peers) > 0 {
-		fmt.Fprintf(w, "\ntunnel %s, hub %s: %s\n", st.Tunnel.Range, st.Tunnel.Hub, orDash(st.Tunnel.State))
+		fmt.Fprintf(w, "\ntunnel %s, hub %s: %s\n", st.Tunnel.Range, st.Tunnel.Hub, report.OrDash(st.Tunnel.State))
 		printTunnelPeers(w, st.Tunnel.Peers, time.Now())
 	}
 	for _, n := range st.Nodes {
-		if n.Tunnel == host.TunnelDark {
+		if n.Tunnel == report.TunnelDark {
 			fmt.Fprintf(w, "\nnode %s: TUNNEL DOWN: the found interface is down and the mesh's is not up; its peers reach nothing (meshd tunnel show)\n", n.Name)
 		}
 		if n.FirewallActiveAgain != "" {
@@ -177,7 +177,7 @@ an assign or a take it can still be the one from before; "host report at" says w
 
 // printReport prints what the node's host last saw: held files first, since they are what an
 // adopted node keeps in force, then what it wrote and what failed.
-func printReport(w io.Writer, rep *host.Report) {
+func printReport(w io.Writer, rep *report.Report) {
 	if rep == nil {
 		fmt.Fprintf(w, "\nhost report\tnone yet (the node's host has not reported)\n")
 		return
@@ -220,7 +220,7 @@ func printReport(w io.Writer, rep *host.Report) {
 }
 
 func printTunnel(w io.Writer, raw any) {
-	var td host.TunnelDetail
+	var td report.TunnelDetail
 	if !api.DecodeInto(raw, &td) || td.State == "" {
 		return
 	}
@@ -231,7 +231,7 @@ func printTunnel(w io.Writer, raw any) {
 }
 
 func printContainers(w io.Writer, raw any) {
-	var cr host.ContainerReport
+	var cr report.ContainerReport
 	if !api.DecodeInto(raw, &cr) {
 		return
 	}
@@ -269,7 +269,7 @@ func printContainers(w io.Writer, raw any) {
 }
 
 func printOpenings(w io.Writer, raw any) {
-	var od host.OpeningDetail
+	var od report.OpeningDetail
 	if !api.DecodeInto(raw, &od) {
 		return
 	}
@@ -290,7 +290,7 @@ func printOpenings(w io.Writer, raw any) {
 	case od.Firewall.Retired && od.Firewall.Detected != "":
 		fmt.Fprintf(w, "read on the machine now\t%s (what the retired firewall left and the container engine's rules; meshd's filter filters)\n", od.Firewall.Detected)
 	}
-	for _, t := range []*host.TableView{od.Guard, od.Filter} {
+	for _, t := range []*report.TableView{od.Guard, od.Filter} {
 		if t != nil {
 			fmt.Fprintf(w, "meshd table %s\t%s %s\n", t.Table, t.State, list(t.Ports))
 		}
@@ -310,7 +310,7 @@ func printOpenings(w io.Writer, raw any) {
 
 // through says what carries an opening: a rule meshd added to the found firewall (in its own
 // terms, marked as meshd's), one of the found firewall's own rules, or meshd's filter.
-func through(o host.OpeningView) string {
+func through(o report.OpeningView) string {
 	var parts []string
 	for _, p := range strings.Split(o.Through, " and ") {
 		kind, found := strings.CutPrefix(p, "found ")
@@ -345,11 +345,11 @@ func containerState(state string) string {
 	switch state {
 	case "":
 		return "not there"
-	case host.ContainerCreated:
+	case report.ContainerCreated:
 		return "meshd's own (created by meshd)"
-	case host.ContainerAdopted:
+	case report.ContainerAdopted:
 		return "meshd's own (the found one, adopted at take)"
-	case host.ContainerReplaced:
+	case report.ContainerReplaced:
 		return "meshd's own (replaced the found one at take)"
 	}
 	return state
@@ -426,7 +426,7 @@ and starting it.`,
 // originalRecord shows what the node recorded of a found file or container.
 func originalRecord(ctx context.Context, g *globals, base, what, name string) error {
 	if what == "container" {
-		var c host.ContainerFound
+		var c report.ContainerFound
 		if err := g.client().Get(ctx, base+"container="+url.QueryEscape(name), &c); err != nil {
 			return err
 		}
@@ -456,7 +456,7 @@ func originalRecord(ctx context.Context, g *globals, base, what, name string) er
 			}
 		})
 	}
-	var f host.FileOriginal
+	var f report.FileOriginal
 	if err := g.client().Get(ctx, base+"show=record&path="+url.QueryEscape(name), &f); err != nil {
 		return err
 	}

@@ -7,15 +7,15 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // node show on a machine without a firewall says so, rather than "found firewall none" and
 // "meshd's rule in none".
 func TestOpeningsWithoutAFirewall(t *testing.T) {
 	var b bytes.Buffer
-	printOpenings(&b, host.OpeningDetail{Firewall: host.FirewallView{Kind: "none", Description: "none"},
-		Openings: []host.OpeningView{{Opening: "8080/tcp/forwarded/anywhere", Module: "webapp", Through: "found none", State: host.OpeningInForce}}})
+	printOpenings(&b, report.OpeningDetail{Firewall: report.FirewallView{Kind: "none", Description: "none"},
+		Openings: []report.OpeningView{{Opening: "8080/tcp/forwarded/anywhere", Module: "webapp", Through: "found none", State: report.OpeningInForce}}})
 	out := b.String()
 	for _, bad := range []string{"in none", "firewall\tnone (its counts"} {
 		if strings.Contains(out, bad) {
@@ -26,8 +26,8 @@ func TestOpeningsWithoutAFirewall(t *testing.T) {
 		t.Errorf("node show does not say the machine has no firewall:\n%s", out)
 	}
 	b.Reset()
-	printOpenings(&b, host.OpeningDetail{Firewall: host.FirewallView{Kind: "ufw", Description: "ufw, active"},
-		Openings: []host.OpeningView{{Opening: "8080/tcp/forwarded/anywhere", Module: "webapp", Through: "found ufw", State: host.OpeningInForce}}})
+	printOpenings(&b, report.OpeningDetail{Firewall: report.FirewallView{Kind: "ufw", Description: "ufw, active"},
+		Openings: []report.OpeningView{{Opening: "8080/tcp/forwarded/anywhere", Module: "webapp", Through: "found ufw", State: report.OpeningInForce}}})
 	if !strings.Contains(b.String(), "meshd's rule in ufw") {
 		t.Errorf("an opening through ufw lost its wording:\n%s", b.String())
 	}
@@ -39,14 +39,14 @@ func TestOpeningsWithoutAFirewall(t *testing.T) {
 func TestOpeningsFoundFirewallRetired(t *testing.T) {
 	for _, c := range []struct {
 		name      string
-		fw        host.FirewallView
+		fw        report.FirewallView
 		want, not []string
 	}{
-		{"retired", host.FirewallView{Kind: "ufw", Description: "ufw, retired (disabled, its files on disk)", Retired: true,
+		{"retired", report.FirewallView{Kind: "ufw", Description: "ufw, retired (disabled, its files on disk)", Retired: true,
 			Detected: "iptables over iptables-nft, active, 6 incoming and 8 forwarded rules"},
 			[]string{"found firewall\tufw, retired (disabled, its files on disk)\n", "read on the machine now\tiptables over iptables-nft, active"},
 			[]string{"its counts"}},
-		{"active again", host.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true,
+		{"active again", report.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true,
 			Description: "ufw, retired (disabled, its files on disk); ACTIVE AGAIN: enabled by something else",
 			Detected:    "ufw over iptables-nft, active, 3 incoming and 0 forwarded rules"},
 			[]string{"; ACTIVE AGAIN: enabled by something else\n",
@@ -54,7 +54,7 @@ func TestOpeningsFoundFirewallRetired(t *testing.T) {
 			[]string{"what the retired firewall left"}},
 	} {
 		var b bytes.Buffer
-		printOpenings(&b, host.OpeningDetail{Firewall: c.fw})
+		printOpenings(&b, report.OpeningDetail{Firewall: c.fw})
 		out := b.String()
 		for _, w := range c.want {
 			if !strings.Contains(out, w) {
@@ -72,9 +72,9 @@ func TestOpeningsFoundFirewallRetired(t *testing.T) {
 // meshd's running containers read as meshd's own, never Docker's "created" (not started).
 func TestContainerStateWords(t *testing.T) {
 	var b bytes.Buffer
-	printContainers(&b, host.ContainerReport{Engine: "unix:///run/docker.sock", Reachable: true, Containers: []host.ContainerView{
-		{Name: "store", Module: "store", State: host.ContainerCreated, Running: true, ID: "1"},
-		{Name: "webapp", Module: "webapp", State: host.ContainerHeld, Running: true, ID: "2"},
+	printContainers(&b, report.ContainerReport{Engine: "unix:///run/docker.sock", Reachable: true, Containers: []report.ContainerView{
+		{Name: "store", Module: "store", State: report.ContainerCreated, Running: true, ID: "1"},
+		{Name: "webapp", Module: "webapp", State: report.ContainerHeld, Running: true, ID: "2"},
 	}})
 	out := b.String()
 	if !strings.Contains(out, "store\tstore\tmeshd's own (created by meshd)") || !strings.Contains(out, "webapp\twebapp\theld") {

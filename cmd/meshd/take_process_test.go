@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"meshd/container"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/internal/testenv"
 )
 
@@ -67,7 +67,7 @@ containers:
 	n.ok("module", "assign", "hub", "web")
 	// At once, no poll: the preview waits for a report of a pass that knew of the assignment,
 	// never reading the one before it (where nothing of web's is held yet).
-	var first host.TakePreview
+	var first report.TakePreview
 	n.jsonOf(&first, "module", "take", "hub", "web", "--preview")
 	if len(first.Containers) != 1 || len(first.Files) != 1 || len(first.Created) != 0 {
 		t.Fatalf("the preview right after the assign: %+v", first)
@@ -76,7 +76,7 @@ containers:
 	if err := os.WriteFile(conf, []byte("predecessor's, edited\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	var pv host.TakePreview
+	var pv report.TakePreview
 	poll(t, 10*time.Second, "preview shows the held file changed", func() string {
 		n.jsonOf(&pv, "module", "take", "hub", "web", "--preview", "--json")
 		if len(pv.Files) != 1 || !pv.Files[0].Changed {
@@ -121,7 +121,7 @@ containers:
 	if o, ok, _ := eng.Inspect(ctx, aside); !ok || o.ID != predID || o.Running {
 		t.Fatalf("the replaced container is not kept stopped as %s", aside)
 	}
-	var cf host.ContainerFound
+	var cf report.ContainerFound
 	n.jsonOf(&cf, "node", "original", "hub", "container", name, "--json")
 	if cf.Aside != aside || cf.ReplacedID != predID || !strings.Contains(string(cf.Replaced), "GREETING=old") {
 		t.Fatalf("node original container: %+v", cf)
@@ -129,7 +129,7 @@ containers:
 	if out := n.ok("node", "original", "hub", "container", name); !strings.Contains(out, "kept stopped as "+aside) || !strings.Contains(out, "docker start") {
 		t.Fatalf("node original container text:\n%s", out)
 	}
-	var fo host.FileOriginal
+	var fo report.FileOriginal
 	n.jsonOf(&fo, "node", "original", "hub", "file", conf, "--json")
 	if fo.Mode != "0640" || fo.UID == nil || *fo.UID != 0 || fo.Latest == nil || !fo.Latest.ChangedSinceFound {
 		t.Fatalf("node original file: %+v", fo)
@@ -172,7 +172,7 @@ func TestProcessTakeFailedNamesTheResource(t *testing.T) {
 	n.ok("module", "add", manifest)
 	n.ok("module", "assign", "hub", "bad")
 	poll(t, 20*time.Second, "the found container held", func() string {
-		var pv host.TakePreview
+		var pv report.TakePreview
 		n.jsonOf(&pv, "module", "take", "hub", "bad", "--preview")
 		if len(pv.Containers) != 1 {
 			return fmt.Sprintf("preview %+v", pv)

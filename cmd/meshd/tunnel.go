@@ -15,7 +15,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 	"meshd/wg"
 )
 
@@ -65,7 +65,7 @@ until --wait ends (exit 1; the take stays in the record). --no-wait returns once
 			var nv api.NodeView
 			if err == nil && !wf.noWait {
 				act := "the takeover of tunnel " + args[1]
-				carried := func(r *host.Report) host.Carried { return host.ReportTunnelTake(r, args[1]) }
+				carried := func(r *report.Report) report.Carried { return report.ReportTunnelTake(r, args[1]) }
 				nv, err = g.follow(pr, args[0], wf.wait, checkCarried(args[0], act, carried), lateCarried(args[0], act, wf.wait, carried))
 			} else {
 				pr.Done(err == nil)
@@ -113,7 +113,7 @@ found-down-mesh-not-up (the output is printed first, --json too), or when no ser
 			if err != nil {
 				return err
 			}
-			if v.State == host.TunnelDark {
+			if v.State == report.TunnelDark {
 				return errors.New("the hub's found tunnel is down and the mesh's is not up: its peers reach nothing")
 			}
 			return nil
@@ -125,7 +125,7 @@ found-down-mesh-not-up (the output is printed first, --json too), or when no ser
 
 // writeTunnelTaken is `meshd tunnel take`'s answer in text: what the record took, and when the
 // node's report (nil with --no-wait) says the mesh's interface is up in the found one's place.
-func writeTunnelTaken(w io.Writer, v fsm.TunnelTaken, rep *host.Report) {
+func writeTunnelTaken(w io.Writer, v fsm.TunnelTaken, rep *report.Report) {
 	spoke := v.Node.Name != v.Tunnel.Hub
 	if spoke {
 		fmt.Fprintf(w, "node %s takes its tunnel %s over\n", v.Node.Name, v.Node.FoundTunnel)
@@ -190,7 +190,7 @@ func printTunnelPeers(w io.Writer, peers []api.TunnelPeer, now time.Time) {
 		if !p.LastHeard.IsZero() {
 			heard = ago(now, p.LastHeard) + " ago"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.PublicKey, p.Address, enrolled, orDash(p.Endpoint), heard, bytesText(p.ReceiveBytes), bytesText(p.TransmitBytes))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.PublicKey, p.Address, enrolled, report.OrDash(p.Endpoint), heard, bytesText(p.ReceiveBytes), bytesText(p.TransmitBytes))
 	}
 }
 
@@ -209,13 +209,6 @@ func bytesText(n int64) string {
 		return fmt.Sprintf("%.1f MiB", float64(n)/(k*k))
 	}
 	return fmt.Sprintf("%.1f GiB", float64(n)/(k*k*k))
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // tunnelDeviceCmd is the userspace WireGuard device the agent starts in a process of its own

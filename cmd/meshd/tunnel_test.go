@@ -15,7 +15,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host"
+	"meshd/host/report"
 )
 
 // The peers' table says, for each peer, carried or enrolled as which node, when the hub last
@@ -23,7 +23,7 @@ import (
 func TestTunnelShowText(t *testing.T) {
 	now := time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
 	v := api.TunnelView{Range: "10.44.0.0/24", Hub: "hub", HubAddress: "10.44.0.1", Port: 51820, Taken: "wg0",
-		State: host.TunnelMeshUp, Says: "the mesh's interface is up in the found one's place", ReportAt: now.Add(-3 * time.Second), ReportFrom: "gossip",
+		State: report.TunnelMeshUp, Says: "the mesh's interface is up in the found one's place", ReportAt: now.Add(-3 * time.Second), ReportFrom: "gossip",
 		Peers: []api.TunnelPeer{
 			{PublicKey: "P1=", Address: "10.44.0.2", Endpoint: "198.51.100.11:51820", LastHeard: now.Add(-7 * time.Second), ReceiveBytes: 4096, TransmitBytes: 300},
 			{PublicKey: "P2=", Address: "10.44.0.3", Enrolled: true, Node: "peer2", LastHeard: now.Add(-2 * time.Minute), ReceiveBytes: 3 << 20, TransmitBytes: 5 << 30},
@@ -89,7 +89,7 @@ func TestProcessTunnelShowExitStatus(t *testing.T) {
 	for _, c := range []struct {
 		state string
 		code  int
-	}{{host.TunnelFoundUp, 0}, {host.TunnelMeshUp, 0}, {"", 0}, {host.TunnelDark, 1}} {
+	}{{report.TunnelFoundUp, 0}, {report.TunnelMeshUp, 0}, {"", 0}, {report.TunnelDark, 1}} {
 		v := api.TunnelView{Range: "10.44.0.0/24", Hub: "hub", State: c.state, Peers: []api.TunnelPeer{{PublicKey: "P1=", Address: "10.44.0.2"}}}
 		sock := fakeAgent(t, v)
 		for _, asJSON := range []bool{false, true} {
@@ -139,17 +139,17 @@ func run(t *testing.T, args ...string) (string, string, int) {
 func TestProcessTunnelDownInStatusAndNodeShow(t *testing.T) {
 	now := time.Now()
 	reason := "the found interface wg0 is down and the mesh's meshd0 is not up: binding port 51820: address in use"
-	tv := api.TunnelView{Range: "10.44.0.0/24", Hub: "hub", State: host.TunnelDark, Peers: []api.TunnelPeer{
+	tv := api.TunnelView{Range: "10.44.0.0/24", Hub: "hub", State: report.TunnelDark, Peers: []api.TunnelPeer{
 		{PublicKey: "P1=", Address: "10.44.0.2", LastHeard: now.Add(-40 * time.Second), ReceiveBytes: 2048},
 		{PublicKey: "P2=", Address: "10.44.0.3", Enrolled: true, Node: "peer2"},
 	}}
 	st := api.StatusView{Leader: api.LeaderView{Node: "hub"}, Tunnel: &tv, Nodes: []api.NodeSummary{
-		{Name: "hub", Mode: "adopted", Server: true, ControlNode: true, Address: "10.44.0.1", Liveness: "alive", ReportFrom: "local", Tunnel: host.TunnelDark},
+		{Name: "hub", Mode: "adopted", Server: true, ControlNode: true, Address: "10.44.0.1", Liveness: "alive", ReportFrom: "local", Tunnel: report.TunnelDark},
 		{Name: "peer2", Mode: "adopted", Address: "10.44.0.3", Liveness: "alive"},
 	}}
-	rep := host.Report{When: now, Kinds: map[string]any{"tunnel": host.TunnelDetail{State: host.TunnelDark, Says: "found down, mesh not up",
+	rep := report.Report{When: now, Kinds: map[string]any{"tunnel": report.TunnelDetail{State: report.TunnelDark, Says: "found down, mesh not up",
 		Interface: "meshd0", Found: "wg0", Address: "10.44.0.1/24", Port: 51820, Reason: reason}},
-		Errors: []host.ResourceError{{Resource: "tunnel:meshd0", Module: "mesh", Reason: reason}}}
+		Errors: []report.ResourceError{{Resource: "tunnel:meshd0", Module: "mesh", Reason: reason}}}
 	nv := api.NodeView{Node: &fsm.Node{Name: "hub", Mode: "adopted", Address: "10.44.0.1"}, Report: &rep}
 	sock := fakeAgentAnswering(t, map[string]any{"GET /v1/status": st, "GET /v1/nodes/{node}": nv})
 
@@ -176,9 +176,9 @@ func TestProcessTunnelTakeFollowsTheNode(t *testing.T) {
 	now := time.Now().UTC()
 	taken := fsm.TunnelTaken{Node: &fsm.Node{Name: "hub", Settings: map[string]string{"mesh.tunnel": "51820"}},
 		Tunnel: fsm.Tunnel{Range: "10.44.0.0/24", Hub: "hub", HubAddress: "10.44.0.1", Taken: "wg0"}}
-	nodeWith := func(det host.TunnelDetail, errs ...host.ResourceError) api.NodeView {
+	nodeWith := func(det report.TunnelDetail, errs ...report.ResourceError) api.NodeView {
 		return api.NodeView{Node: &fsm.Node{Name: "hub", Mode: fsm.Adopted},
-			Report: &host.Report{Node: "hub", When: now, Errors: errs, Kinds: map[string]any{fsm.KindTunnel: det}}}
+			Report: &report.Report{Node: "hub", When: now, Errors: errs, Kinds: map[string]any{fsm.KindTunnel: det}}}
 	}
 	reason := "not taking wg0 over: its key is A=, the record took B="
 	for _, c := range []struct {
@@ -189,15 +189,15 @@ func TestProcessTunnelTakeFollowsTheNode(t *testing.T) {
 		out   []string
 		error []string
 	}{
-		{"carried out", nodeWith(host.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: host.TunnelMeshUp, TakenAt: now}),
+		{"carried out", nodeWith(report.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: report.TunnelMeshUp, TakenAt: now}),
 			nil, 0, []string{"node hub takes tunnel wg0 over", "carried out", fsm.MeshInterface + " up in its place"}, nil},
-		{"carried out, --json", nodeWith(host.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: host.TunnelMeshUp, TakenAt: now}),
+		{"carried out, --json", nodeWith(report.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: report.TunnelMeshUp, TakenAt: now}),
 			[]string{"--json"}, 0, []string{`"taken": "wg0"`}, nil},
-		{"failed", nodeWith(host.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: host.TunnelFoundUp, Reason: reason},
-			host.ResourceError{Resource: "tunnel:" + fsm.MeshInterface, Module: "mesh", Reason: reason}),
+		{"failed", nodeWith(report.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: report.TunnelFoundUp, Reason: reason},
+			report.ResourceError{Resource: "tunnel:" + fsm.MeshInterface, Module: "mesh", Reason: reason}),
 			nil, 1, nil, []string{"node hub could not carry out the takeover of tunnel wg0", "tunnel:" + fsm.MeshInterface, reason}},
-		{"a report from before the take", nodeWith(host.TunnelDetail{Interface: fsm.MeshInterface, State: host.TunnelMeshUp},
-			host.ResourceError{Resource: "tunnel:" + fsm.MeshInterface, Module: "mesh", Reason: "an old failure"}),
+		{"a report from before the take", nodeWith(report.TunnelDetail{Interface: fsm.MeshInterface, State: report.TunnelMeshUp},
+			report.ResourceError{Resource: "tunnel:" + fsm.MeshInterface, Module: "mesh", Reason: "an old failure"}),
 			[]string{"--wait", "1s"}, 1, nil, []string{"has not carried out the takeover of tunnel wg0 after 1s", "of a pass from before the act"}},
 	} {
 		sock := fakeAgentAnswering(t, map[string]any{"POST /v1/tunnel/take": taken, "GET /v1/nodes/{node}": c.nv})

@@ -1,0 +1,42 @@
+package report
+
+import "time"
+
+// The three states a hub's tunnel is in, as the report says them.
+const (
+	TunnelFoundUp = "found-up"
+	TunnelMeshUp  = "mesh-up"
+	TunnelDark    = "found-down-mesh-not-up"
+)
+
+// TunnelDetail is the driver's part of the host report (Report.Kinds["tunnel"]).
+type TunnelDetail struct {
+	// State is TunnelFoundUp, TunnelMeshUp or TunnelDark; empty when no interface is declared.
+	State string `json:"state,omitempty"`
+	// Says is the state in words.
+	Says      string       `json:"says,omitempty"`
+	Interface string       `json:"interface,omitempty"`
+	Found     string       `json:"found,omitempty"`
+	Address   string       `json:"address,omitempty"`
+	Port      uint16       `json:"port,omitempty"`
+	PublicKey string       `json:"public_key,omitempty"`
+	TakenAt   time.Time    `json:"taken_at,omitzero"`
+	Peers     []TunnelPeer `json:"peers,omitempty"`
+	Reason    string       `json:"reason,omitempty"`
+}
+
+// TunnelPeer is one peer of the hub's tunnel as the device carrying it has it (the mesh's
+// interface, or the found one while it is still up), read through wgctrl.
+type TunnelPeer struct {
+	PublicKey     string    `json:"public_key"`
+	Name          string    `json:"name,omitempty"`
+	Carried       bool      `json:"carried,omitempty"`
+	AllowedIPs    []string  `json:"allowed_ips"`
+	Endpoint      string    `json:"endpoint,omitempty"`
+	LastHandshake time.Time `json:"last_handshake,omitzero"`
+	// LastHeard is the later of its last handshake and the pass that first saw its received
+	// bytes grow: WireGuard renews a handshake only every two minutes while traffic flows.
+	LastHeard     time.Time `json:"last_heard,omitzero"`
+	ReceiveBytes  int64     `json:"rx_bytes"`
+	TransmitBytes int64     `json:"tx_bytes"`
+}
