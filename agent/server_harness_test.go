@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -48,14 +49,23 @@ type testServer struct {
 	log      *syncBuffer
 }
 
+// freeLoopbackPort is a port free on every address now, below the kernel's ephemeral range
+// (32768 up on Linux): a port the kernel handed out at random is also what it hands an outgoing
+// connection for its source, and a flood test opening hundreds of them took the bus's port
+// between this check and the agent's bind.
 func freeLoopbackPort(t testing.TB) uint16 {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 200 {
+		port := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return uint16(port)
 	}
-	defer ln.Close()
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
+	t.Fatal("no free port in 20000-31999")
+	return 0
 }
 
 // nodeIdentity issues node a certificate of ca in role, and returns it with its TLS identity.
