@@ -152,6 +152,11 @@ func applySettings(r *Record, c *Command, b *SetSettings) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, name := range trial.Assigned {
+		if err := checkPrivilege(r.Catalogue, trial, c, name); err != nil {
+			return nil, err
+		}
+	}
 	r.Nodes[b.Node].Settings = trial.Settings
 	return r.Nodes[b.Node], nil
 }
@@ -309,6 +314,9 @@ func applyModule(r *Record, c *Command, b *ModuleOnNode) (any, error) {
 		if err := checkNode(r.Catalogue, &trial, c.Op, b.Module); err != nil {
 			return nil, err
 		}
+		if err := checkPrivilege(r.Catalogue, &trial, c, b.Module); err != nil {
+			return nil, err
+		}
 		n.Assigned = trial.Assigned
 		if n.Target() == Converged {
 			n.Taken = insert(n.Taken, b.Module)
@@ -340,6 +348,11 @@ func applyCatalogueAdd(r *Record, c *Command, b *CatalogueAdd) (any, error) {
 	}
 	if err := r.Catalogue.CheckAdd(m); err != nil {
 		return nil, refuse(c.Op, "", m.Name, "%v", err)
+	}
+	if c.V >= privilegedSince {
+		if err := m.CheckPrivilege(nil); err != nil {
+			return nil, refuse(c.Op, "", m.Name, "%v", err)
+		}
 	}
 	trial := catalogue.Catalogue{}
 	for k, v := range r.Catalogue {
@@ -473,4 +486,17 @@ func cloneStrings(xs []string) []string {
 		return nil
 	}
 	return append(make([]string, 0, len(xs)), xs...)
+}
+
+// checkPrivilege refuses, for a command of privilegedSince or newer, module on node n when its
+// declarations with n's settings make it root on the machine and it does not say privileged.
+func checkPrivilege(cat catalogue.Catalogue, n *Node, c *Command, module string) error {
+	m := cat[module]
+	if c.V < privilegedSince || m == nil {
+		return nil
+	}
+	if err := m.CheckPrivilege(nodeValues(n, module)); err != nil {
+		return refuse(c.Op, n.Name, module, "with this node's settings: %v", err)
+	}
+	return nil
 }

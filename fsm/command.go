@@ -18,7 +18,15 @@ import (
 // Version 3: converging a spoke that still rides its found tunnel also has its mesh interface
 // take that tunnel over (TookTunnel), as `meshd tunnel take` does. A version 2 flip applies as
 // it did then, so a replayed log composes what it composed.
-const Version = 3
+//
+// Version 4: a module that declares what makes it root on a machine (a cron or sudoers file, a
+// setuid mode, a mount of the engine's socket: catalogue.CheckPrivilege) must say privileged:
+// true, at catalogue.add and, with the node's settings filled in, at module.assign and
+// node.settings. A version 3 command applies as it did then.
+const Version = 4
+
+// privilegedSince is the first command version that refuses an unsaid root-equivalent module.
+const privilegedSince = 4
 
 // announcedSince is the first command version whose tunnel.take must carry a key announcement.
 const announcedSince = 2

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/url"
@@ -68,6 +69,9 @@ has moved: from then on its resources converge. On a converged node, assigning i
 					fmt.Fprintf(w, "description\t%s\n", m.Description)
 				}
 				fmt.Fprintf(w, "source\t%s\n", m.Source)
+				for _, line := range privilegedLines(m.Module) {
+					fmt.Fprintf(w, "PRIVILEGED\t%s\n", line)
+				}
 				fmt.Fprintf(w, "assigned to\t%s\n", list(m.AssignedTo))
 				fmt.Fprintf(w, "taken on\t%s\n", list(m.TakenOn))
 				for _, k := range sortedKeys(m.Settings) {
@@ -100,16 +104,25 @@ resolve it with its settings.`,
 			}
 			src := catalogue.Source{File: filepath.Base(args[0]), Data: string(data)}
 			// Check locally first, for the operator's own file name in messages.
-			if _, err := catalogue.Parse(src.File, data); err != nil {
+			m, err := catalogue.Parse(src.File, data)
+			if err == nil {
+				err = m.CheckPrivilege(nil)
+			}
+			if err != nil {
 				return fmt.Errorf("manifest refused, nothing stored:\n%w", err)
 			}
 			ctx, cancel := g.ctx()
 			defer cancel()
-			var m catalogue.Module
-			if err := g.client().Post(ctx, "/v1/modules", api.ModuleAddRequest{Source: src}, &m); err != nil {
+			var added catalogue.Module
+			if err := g.client().Post(ctx, "/v1/modules", api.ModuleAddRequest{Source: src}, &added); err != nil {
 				return err
 			}
-			return g.emit(m, func(w io.Writer) { fmt.Fprintf(w, "module %s recorded in the catalogue\n", m.Name) })
+			return g.emit(added, func(w io.Writer) {
+				fmt.Fprintf(w, "module %s recorded in the catalogue\n", added.Name)
+				for _, line := range privilegedLines(&added) {
+					fmt.Fprintf(w, "PRIVILEGED: %s\n", line)
+				}
+			})
 		},
 	})
 	cmd.AddCommand(takeCmd(g))
@@ -145,8 +158,15 @@ arrives, node show still shows the report before the assignment; module take --p
 				if err := g.client().Post(ctx, path, nil, &n); err != nil {
 					return err
 				}
+				var warn []string
+				if act.name == "assign" {
+					warn = privilegedOf(ctx, g, args[1], n.Name)
+				}
 				return g.emit(n, func(w io.Writer) {
 					fmt.Fprintf(w, "module %s %s node %s (%s): assigned %s; taken %s\n", args[1], act.done, n.Name, n.Mode, list(n.Assigned), list(n.EffectiveTaken()))
+					for _, line := range warn {
+						fmt.Fprintf(w, "PRIVILEGED: %s\n", line)
+					}
 				})
 			},
 		})
@@ -197,7 +217,13 @@ after the assignment, and is refused when none comes (is the node's agent runnin
 				if err := g.client().Get(ctx, base+"take-preview", &pv); err != nil {
 					return err
 				}
-				return g.emit(pv, func(w io.Writer) { writeTakePreview(w, pv) })
+				warn := privilegedOf(ctx, g, args[1], args[0])
+				return g.emit(pv, func(w io.Writer) {
+					for _, line := range warn {
+						fmt.Fprintf(w, "PRIVILEGED: %s\n", line)
+					}
+					writeTakePreview(w, pv)
+				})
 			}
 			var n fsm.Node
 			pr := g.progress()
@@ -264,4 +290,32 @@ func writeTakePreview(w io.Writer, pv report.TakePreview) {
 	if len(pv.Containers)+len(pv.Files)+len(pv.Created)+len(pv.Guarded) == 0 {
 		fmt.Fprintln(w, "nothing found to replace, nothing to create or guard")
 	}
+}
+
+// privilegedLines says, for a module that says privileged: true, what makes it root on a machine
+// (catalogue.RootEquivalent, with its defaults): what show, add, assign and the take preview
+// name loudly. Nothing for any other module.
+func privilegedLines(m *catalogue.Module) []string {
+	if m == nil || !m.Privileged {
+		return nil
+	}
+	out := []string{"module " + m.Name + " says privileged: true; it is root on every machine it is assigned to"}
+	if r, err := m.Resolve(nil); err == nil {
+		out = append(out, r.RootEquivalent()...)
+	}
+	return out
+}
+
+// privilegedOf is privilegedLines for the catalogue's module named module, said of node; nothing
+// when the module cannot be read (the command's own answer stands).
+func privilegedOf(ctx context.Context, g *globals, module, node string) []string {
+	var m api.ModuleView
+	if err := g.client().Get(ctx, "/v1/modules/"+url.PathEscape(module), &m); err != nil || m.Module == nil {
+		return nil
+	}
+	lines := privilegedLines(m.Module)
+	if len(lines) > 0 {
+		lines[0] = "module " + module + " says privileged: true; it is root on node " + node
+	}
+	return lines
 }
