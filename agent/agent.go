@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -143,7 +144,12 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.host, err = host.Open(host.Config{DataDir: cfg.DataDir, Interval: cfg.ReconcileInterval, Logger: a.log.With("part", "host"), Drivers: drv,
+	// meshd's own paths as this agent is configured, which no module may touch.
+	own := []string{pki.SealKeyPath(cfg.SealKey)}
+	if cfg.Socket != "" {
+		own = append(own, filepath.Dir(cfg.Socket))
+	}
+	a.host, err = host.Open(host.Config{DataDir: cfg.DataDir, Own: own, Interval: cfg.ReconcileInterval, Logger: a.log.With("part", "host"), Drivers: drv,
 		Observe: a.mx.observePass})
 	if err != nil {
 		return nil, err

@@ -30,6 +30,10 @@ type Config struct {
 	Interval time.Duration
 	// Logger receives what the host does; nil means slog.Default().
 	Logger *slog.Logger
+	// Own are meshd's own paths besides DataDir (the seal key, the operator socket's directory,
+	// the config file): a declared file at or under one, or a container mounting one, is that
+	// resource's error.
+	Own []string
 	// Drivers converge the resource kinds other than files (container, opening). Each is called
 	// on every pass with the declared resources of its kind.
 	Drivers []Driver
@@ -78,6 +82,7 @@ type Host struct {
 	listeners ListenerReader // the machine's listening sockets, read each pass; guarded by pass
 
 	crasher *pass.Crasher // pass.CrashEnv's point; reaches nothing in production
+	own     pass.Own      // meshd's own paths: the data dir and Config.Own
 	// seam, nil in production, is called at named points between a check and the act on it, so
 	// a unit test can change the machine there (a symlink swapped in) and see the act refused.
 	seam    func(point, path string)
@@ -105,6 +110,9 @@ func Open(cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("host: root %s: %w", cfg.Root, err)
 	}
 	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}, outs: map[string]pass.Outcome{}, observe: cfg.Observe}
+	if dd, err := filepath.Abs(cfg.DataDir); err == nil {
+		h.own = append(pass.Own{dd}, cfg.Own...)
+	}
 	if h.interval <= 0 {
 		h.interval = DefaultInterval
 	}
@@ -249,7 +257,7 @@ func (h *Host) reconcile(ctx context.Context, d *fsm.Declaration, scope map[stri
 		if scope == nil || scope[drv.Kind()] {
 			started := time.Now()
 			out = drv.Reconcile(ctx, pass.Pass{Declaration: d, Resources: byKind[drv.Kind()],
-				Records: h.records(drv.Kind())})
+				Records: h.records(drv.Kind()), Own: h.own})
 			h.observed(drv.Kind(), started, len(out.Errors))
 			h.outs[drv.Kind()] = out
 			ranDriver = true

@@ -5,6 +5,9 @@ package host
 // without root, in milliseconds. The crash points are checked by crash_test.go.
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"meshd/fsm"
@@ -109,5 +112,31 @@ func TestUnitFilesAdoptedAndConverged(t *testing.T) {
 	}
 	if rep = h.Reconcile(ctx, hosttest.DeclUntaken(fsm.Converged, hosttest.OwnFile("other", "/etc/other.conf", "converged", false))); rep.Changes != 0 {
 		t.Errorf("a pass with nothing to do changed %d", rep.Changes)
+	}
+}
+
+// Issue 26, finding 6: the catalogue knows meshd's default paths only, so an agent configured with
+// its seal key or socket elsewhere had them written over by a module declaring them. A declared
+// file at or under one of the node's own paths is that resource's error, naming the path, and
+// nothing is written there; the module's other files still converge.
+func TestUnitFilesRefuseMeshdsConfiguredPaths(t *testing.T) {
+	b := hosttest.NewBed(t)
+	own := filepath.Join(b.Root, "/srv/meshd-keys")
+	h, err := Open(Config{DataDir: b.Data, Root: b.Root, Logger: hosttest.Log(), Own: []string{own}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	rep := h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted,
+		hosttest.OwnFile("evil", "/srv/meshd-keys/seal.key", "attacker's key", true),
+		hosttest.OwnFile("evil", "/etc/app/ok.conf", "fine", true)))
+	if len(rep.Errors) != 1 || rep.Errors[0].Resource != "file:/srv/meshd-keys/seal.key" || !strings.Contains(rep.Errors[0].Reason, "meshd's own") {
+		t.Fatalf("the report's errors: %+v", rep.Errors)
+	}
+	if _, err := os.Stat(filepath.Join(own, "seal.key")); !os.IsNotExist(err) {
+		t.Fatalf("the file was written under meshd's own path: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(b.Root, "/etc/app/ok.conf")); err != nil || string(b) != "fine" {
+		t.Fatalf("the module's other file: %q %v", b, err)
 	}
 }

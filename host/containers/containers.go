@@ -110,6 +110,7 @@ type driverPass struct {
 	records map[string]*record
 	out     pass.Outcome
 	rep     *report.ContainerReport
+	own     pass.Own
 }
 
 // Reconcile converges the declared containers (see the package's container rules above). It is
@@ -119,7 +120,7 @@ type driverPass struct {
 func (d *Driver) Reconcile(ctx context.Context, ps pass.Pass) pass.Outcome {
 	rep := &report.ContainerReport{Engine: d.eng.Host(), Containers: []report.ContainerView{}, Published: []report.PublishedPort{}}
 	records := map[string]*record{}
-	p := &driverPass{d: d, recs: ps.Records, rep: rep, records: records}
+	p := &driverPass{d: d, recs: ps.Records, rep: rep, records: records, own: ps.Own}
 	p.out.Detail = rep
 	d.cut = map[string][]string{}
 
@@ -168,6 +169,10 @@ func (d *Driver) Reconcile(ctx context.Context, ps pass.Pass) pass.Outcome {
 		declared[name] = r.Module
 		spec := report.SpecOf(r)
 		if err := spec.Validate(); err != nil {
+			p.fail(r.ID(), r.Module, err)
+			continue
+		}
+		if err := p.ownMount(spec); err != nil {
 			p.fail(r.ID(), r.Module, err)
 			continue
 		}
@@ -248,4 +253,15 @@ func (d *Driver) WatchDrift(ctx context.Context, touched func(names ...string)) 
 	if ev, ok := d.eng.(engineEvents); ok {
 		_ = ev.WatchContainers(ctx, touched)
 	}
+}
+
+// ownMount refuses a container that mounts one of meshd's own paths on this machine.
+func (p *driverPass) ownMount(spec container.Spec) error {
+	for _, v := range spec.Volumes {
+		src, _, _ := strings.Cut(v, ":")
+		if err := p.own.Refuse("a mount of", src); err != nil {
+			return err
+		}
+	}
+	return nil
 }

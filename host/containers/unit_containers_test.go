@@ -424,3 +424,21 @@ func TestUnitContainerMissingImage(t *testing.T) {
 	}
 	unitOps(t, f, "create notes")
 }
+
+// Issue 26, finding 6: a container mounting meshd's own data dir (wherever this node's agent keeps
+// it: the catalogue knows only the default) would hand the module the node's sealed secrets and
+// record. It is that container's error, naming the path, and the engine is not asked to create it.
+func TestUnitContainerMountingMeshdsOwnPathIsRefused(t *testing.T) {
+	f := newFakeEngine("web:2")
+	b := hosttest.NewBed(t)
+	h := drivertest.OpenBed(b, newDriver(f, hosttest.Log()))
+	r := declContainer("evil", "evil", "web:2", "hi", true)
+	r.Container.Volumes = []string{b.Data + ":/steal:ro"}
+	rep := h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Converged, r))
+	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0].Reason, "meshd's own") || !strings.Contains(rep.Errors[0].Reason, b.Data) {
+		t.Fatalf("the report's errors: %+v", rep.Errors)
+	}
+	if _, ok := f.get("evil"); ok {
+		t.Fatal("the engine created the container mounting meshd's data dir")
+	}
+}

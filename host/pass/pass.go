@@ -12,6 +12,8 @@ type Pass struct {
 	Resources []fsm.Resource
 	// Records is the driver's own durable memory in the record store.
 	Records *Records
+	// Own are meshd's own paths on this machine, which no resource may touch.
+	Own Own
 }
 
 // Outcome is what a driver reports of one pass.
