@@ -41,7 +41,7 @@ func within(base, p string) bool {
 func locate(root, p string) (located, error) {
 	full := filepath.Join(root, p)
 	dir := filepath.Dir(full)
-	realDir, err := filepath.EvalSymlinks(dir)
+	realDir, err := safeEval(root, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Its directory is created when the file is written, below the deepest directory that
 		// exists: that one must resolve inside root (a symlink above a missing directory is
@@ -55,7 +55,7 @@ func locate(root, p string) (located, error) {
 				break
 			}
 		}
-		realTop, err := filepath.EvalSymlinks(top)
+		realTop, err := safeEval(root, top)
 		if err != nil {
 			return located{}, fmt.Errorf("its directory %s: %w", filepath.Dir(p), err)
 		}
@@ -98,6 +98,9 @@ func locate(root, p string) (located, error) {
 		destDir, err := filepath.EvalSymlinks(filepath.Dir(dest))
 		if err != nil || !within(realDir, destDir) {
 			return located{}, fmt.Errorf("is a symlink to %s, outside %s: refused, not followed", dest, filepath.Dir(p))
+		}
+		if err := safeLink(root, target, fi, filepath.Join(destDir, filepath.Base(dest))); err != nil {
+			return located{}, err
 		}
 		target = filepath.Join(destDir, filepath.Base(dest))
 	}
