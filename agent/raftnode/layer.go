@@ -7,14 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"meshd/internal/ratelog"
-	"meshd/pki"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"meshd/internal/ratelog"
+	"meshd/pki"
 )
 
 // The Raft port faces whoever reaches it, so what a connection may hold before it has proved to
