@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -49,6 +50,21 @@ func appendToken(ts *testServer, trans raft.Transport, hash string) error {
 	return nil
 }
 
+// enrolServer records node as a server with key, through the test server's Raft, as a server
+// token's enrolment does.
+func (ts *testServer) enrolServer(t *testing.T, node string, key ed25519.PrivateKey) {
+	t.Helper()
+	hash := "sha256:token-" + node
+	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: fsm.Adopted, Server: true,
+		Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.s.raft.Apply(fsm.OpNodeEnrol, fsm.Enrol{Node: node, ID: node + "-id", TokenHash: hash, Server: true,
+		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Advertise: "127.0.0.1"}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // tlsTransport is a Raft transport on loopback whose TLS presents id and checks the other end as
 // pki.RaftTLS does (a client node's id is put in by hand: RaftTLS itself refuses it).
 func tlsTransport(t *testing.T, ca *pki.CA, id tls.Certificate) raft.Transport {
@@ -60,7 +76,7 @@ func tlsTransport(t *testing.T, ca *pki.CA, id tls.Certificate) raft.Transport {
 	}
 	cfg = cfg.Clone()
 	cfg.Certificates = []tls.Certificate{id}
-	stream, err := raftnode.ListenTLS("127.0.0.1:0", nil, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stream, err := raftnode.ListenTLS("127.0.0.1:0", nil, cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +86,9 @@ func tlsTransport(t *testing.T, ca *pki.CA, id tls.Certificate) raft.Transport {
 }
 
 // Issue 14's critical hole: whoever reached the Raft port could append to the log. Now neither a
-// peer with no certificate (plain TCP Raft) nor one with a client node's certificate gets an
-// entry in: the record is unchanged. A server certificate of the mesh does (the control that the
+// peer with no certificate (plain TCP Raft), nor one with a client node's certificate, nor (issue
+// 26) one with a server certificate of the CA for a node that is not one of the record's servers
+// gets an entry in: the record is unchanged. A server of the record does (the control that the
 // attack itself works), and a refusal is logged, a bounded number of times.
 func TestRaftRefusesAnyoneButAServer(t *testing.T) {
 	ts := startTestServer(t)
@@ -84,6 +101,15 @@ func TestRaftRefusesAnyoneButAServer(t *testing.T) {
 	cliID, _, _ := nodeIdentity(t, ts.ca, "edge", pki.ClientCert)
 	otherCA, _ := pki.NewCA("elsewhere", time.Now())
 	foreignID, _, _ := nodeIdentity(t, otherCA, "hub", pki.ServerCert)
+	// Issue 26's finding 9: a server certificate of this very CA is not enough. One minted with
+	// the CA key for a node the record does not hold, and a server the record took out of the
+	// group (its certificate unrevoked), are refused like the rest.
+	mintedID, _, _ := nodeIdentity(t, ts.ca, "intruder", pki.ServerCert)
+	removedID, _, removedKey := nodeIdentity(t, ts.ca, "hub-3", pki.ServerCert)
+	ts.enrolServer(t, "hub-3", removedKey)
+	if _, err := ts.s.raft.Apply(fsm.OpServerRemove, fsm.ServerRemove{Node: "hub-3"}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	attackers := []struct {
 		name  string
 		trans raft.Transport
@@ -91,6 +117,8 @@ func TestRaftRefusesAnyoneButAServer(t *testing.T) {
 		{"no certificate (plain TCP raft)", plain},
 		{"a client node's certificate", tlsTransport(t, ts.ca, cliID)},
 		{"another mesh's server certificate", tlsTransport(t, otherCA, foreignID)},
+		{"a server certificate minted with the CA key for a node the record does not hold", tlsTransport(t, ts.ca, mintedID)},
+		{"a server taken out of the group", tlsTransport(t, ts.ca, removedID)},
 	}
 	for i, a := range attackers {
 		hash := fmt.Sprintf("sha256:intruder-%d", i)
@@ -116,9 +144,16 @@ func TestRaftRefusesAnyoneButAServer(t *testing.T) {
 		t.Fatalf("no refusal logged:\n%s", log)
 	}
 
-	// The control: a server certificate of this mesh is let in, and its entry is applied. This
-	// is what a peer with no certificate could do before (raft.NewTCPTransport).
-	srvID, _, _ := nodeIdentity(t, ts.ca, "hub-2", pki.ServerCert)
+	for _, why := range []string{"node intruder is not in the record", "node hub-3 is not a server in the record"} {
+		if !strings.Contains(ts.log.String(), why) {
+			t.Fatalf("the refusal does not say %q:\n%s", why, ts.log.String())
+		}
+	}
+
+	// The control: a server of the record is let in, and its entry is applied. This is what a
+	// peer with no certificate could do before (raft.NewTCPTransport).
+	srvID, _, srvKey := nodeIdentity(t, ts.ca, "hub-2", pki.ServerCert)
+	ts.enrolServer(t, "hub-2", srvKey)
 	server := tlsTransport(t, ts.ca, srvID)
 	if err := appendToken(ts, server, "sha256:server"); err != nil {
 		t.Fatalf("a server of the mesh could not append: %v", err)

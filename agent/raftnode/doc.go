@@ -2,6 +2,14 @@
 // one raft-boltdb file and snapshots beside it, over a mutual-TLS stream layer that only a server
 // of the mesh gets through, and the recovery of a group that lost its quorum (Recover).
 //
+// Who reaches Raft is the record's to say: a peer's server certificate of the mesh CA must also
+// be for the key of one of the record's current servers (admit.go), at either end of a
+// connection. While this server's record may not know every server yet (it has not heard from
+// a leader since it started, or is replaying its log; a joining server's is empty) a server the
+// record does not hold at all is let in; what the record holds as no server never is. Before a
+// peer proves itself it holds little (layer.go): a short handshake, a few places per source,
+// and the record's servers' addresses have places of their own.
+//
 // Nothing outside this package holds the *raft.Raft: a Node answers what callers need (who
 // leads, the configuration and its changes, apply, barrier, snapshot and restore, the figures
 // status shows), so the rules of using Raft (wait for the record to catch up with the log before

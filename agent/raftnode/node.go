@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -53,8 +54,9 @@ type Self struct {
 func Dir(dataDir string) string { return filepath.Join(dataDir, "raft") }
 
 // Open starts Raft for server n on its data dir. The log and stable store are one bolt file;
-// snapshots are files beside it. Its transport is mutual TLS with tlsCfg (pki.RaftTLS): only a
-// server of the mesh reaches the log; refused peers are logged to log, a few a minute.
+// snapshots are files beside it. Its transport is mutual TLS with tlsCfg (pki.RaftTLS), and the
+// record f decides who is a server (admit.go): only the record's servers reach the log; refused
+// peers are logged to log, a few a minute.
 func Open(dataDir string, n Self, f *fsm.FSM, tlsCfg *tls.Config, log *slog.Logger, logOut io.Writer) (*Node, error) {
 	dir := Dir(dataDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -75,7 +77,13 @@ func Open(dataDir string, n Self, f *fsm.FSM, tlsCfg *tls.Config, log *slog.Logg
 		store.Close()
 		return nil, fmt.Errorf("raft address %s: %w", addr, err)
 	}
-	stream, err := ListenTLS(addr, adv, tlsCfg, log)
+	// The guard asks the Node whether the record is behind; until Open made it, it is.
+	var node atomic.Pointer[Node]
+	guard := &recordGuard{f: f, behind: func() bool {
+		rn := node.Load()
+		return rn == nil || rn.behind()
+	}}
+	stream, err := ListenTLS(addr, adv, tlsCfg, guard, log)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("raft port %s: %w", addr, err)
@@ -88,8 +96,20 @@ func Open(dataDir string, n Self, f *fsm.FSM, tlsCfg *tls.Config, log *slog.Logg
 		store.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	return &Node{raft: r, store: store, transport: transport, startIndex: lastCommand(store, snaps), caughtUp: make(chan struct{}),
-		applied: f.Applied}, nil
+	rn := &Node{raft: r, store: store, transport: transport, startIndex: lastCommand(store, snaps), caughtUp: make(chan struct{}),
+		applied: f.Applied}
+	node.Store(rn)
+	return rn, nil
+}
+
+// behind says this server's record may not yet know every current server: it has not heard
+// from a leader since it started, or has not applied the log it held then. A leader's record
+// is never behind.
+func (rn *Node) behind() bool {
+	if rn.raft.State() == raft.Leader {
+		return false
+	}
+	return rn.raft.LastContact().IsZero() || rn.applied() < rn.startIndex
 }
 
 // ElectionTimeout is how long a follower waits without hearing from the leader before it stands
