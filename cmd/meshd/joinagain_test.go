@@ -143,7 +143,7 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 	hub.jsonOf(&tv, "token", "create", "--adopted")
 
 	stop := answerLosingProxy(t, edge.netns, bus)
-	out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir)
+	out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir)
 	stop()
 	if code == 0 || !strings.Contains(errs, "run the same join again") {
 		t.Fatalf("join whose answer was lost: exit %d\n%s%s", code, out, errs)
@@ -155,7 +155,7 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 		t.Fatalf("the lost join kept no keys: %v", err)
 	}
 
-	out, errs, code = edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir)
+	out, errs, code = edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir)
 	if code != 0 || !strings.Contains(out, "answered now") {
 		t.Fatalf("the same join again: exit %d\n%s%s", code, out, errs)
 	}
@@ -185,7 +185,7 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 
 	// Another machine (another key) with the spent token: refused, nothing written there.
 	other := t.TempDir() + "/other"
-	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", other, "--seal-key", t.TempDir()+"/seal.key"); code != 1 || !strings.Contains(errs, "already enrolled") {
+	if out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", other, "--seal-key", t.TempDir()+"/seal.key"); code != 1 || !strings.Contains(errs, "already enrolled") {
 		t.Fatalf("the spent token with another key: exit %d\n%s%s", code, out, errs)
 	}
 	if _, err := os.Stat(other); !os.IsNotExist(err) {
