@@ -192,3 +192,43 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 		t.Fatalf("the refused join left its data dir %s: %v", other, err)
 	}
 }
+
+// Issue 26 finding 1: the mesh CA key travels in a server's first answer only. A server join
+// whose answer was lost, run again, gets no CA key: it writes nothing, drops its pending keys and
+// tells the operator to remove the node and make a new server token; doing so joins the machine.
+func TestProcessServerJoinAgainGetsNoCAKey(t *testing.T) {
+	hub, s2 := newNode(t), newNode(t)
+	link(t, hub, s2, "192.0.2.1", "192.0.2.2")
+	const bus = "192.0.2.1:17070"
+	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
+	var tv api.TokenView
+	hub.jsonOf(&tv, "token", "create", "--adopted", "--server")
+	join := []string{"--name", "s2", "--data-dir", s2.dir, "--advertise", "192.0.2.2"}
+
+	stop := answerLosingProxy(t, s2.netns, bus)
+	out, errs, code := s2.joinIn(tv.Token, join...)
+	stop()
+	if code == 0 || !strings.Contains(errs, "run the same join again") {
+		t.Fatalf("server join whose answer was lost: exit %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = s2.joinIn(tv.Token, join...)
+	for _, want := range []string{"the CA key is never sent twice", "meshd node remove s2", "new server token"} {
+		if code != 1 || !strings.Contains(errs, want) {
+			t.Fatalf("the same server join again: exit %d, want it to say %q\n%s%s", code, want, out, errs)
+		}
+	}
+	t.Logf("the same server join again: %s", strings.TrimSpace(errs))
+	for _, f := range []string{filepath.Join(s2.dir, "join.pending"), filepath.Join(s2.dir, "node.json"), pki.Path(s2.dir, pki.CAKeyFile)} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Fatalf("the refused server join left %s: %v", f, err)
+		}
+	}
+	if _, errs, code := hub.run("node", "remove", "s2"); code != 0 {
+		t.Fatalf("node remove s2: exit %d %s", code, errs)
+	}
+	hub.jsonOf(&tv, "token", "create", "--adopted", "--server")
+	if out, errs, code := s2.joinIn(tv.Token, join...); code != 0 || !strings.Contains(out, "a server") {
+		t.Fatalf("s2 with a new server token: exit %d\n%s%s", code, out, errs)
+	}
+}
