@@ -288,8 +288,10 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	node := v.(*fsm.Node)
-	// A node enrolled before this command was the record's answer to the same enrolment again.
-	again = again || node.EnrolledAt.Before(applied)
+	// A node enrolled before this command was the record's answer to the same enrolment again
+	// (one a leader before this one took, not yet in this server's record when it was read). The
+	// second's margin keeps a clock stepped back under the apply from taking a first for one.
+	again = again || node.EnrolledAt.Before(applied.Add(-time.Second))
 	cert, err := s.secrets.CA.IssueNode(node.Name, pub, role, node.EnrolledAt)
 	if err != nil {
 		writeErr(w, fmt.Errorf("node %s is enrolled (index %d), but its certificate: %w; join again with the same token and key", node.Name, index, err))
