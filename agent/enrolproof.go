@@ -28,21 +28,25 @@ func (s *serverRole) enrolledBefore(in *api.EnrolRequest, proof error) (again bo
 	if !haveTok || tok.UsedBy == "" {
 		return false, proof
 	}
-	used := fmt.Sprintf("token already used to enrol node %s at %s; a retried join must come from that machine",
+	used := fmt.Sprintf("token already used to enrol node %s at %s; "+
+		"a retried join must come from that machine",
 		tok.UsedBy, tok.UsedAt.UTC().Format("2006-01-02 15:04:05Z"))
+	var why string
 	switch {
 	case in.Node != tok.UsedBy:
-		return false, fmt.Errorf("%s (this request is for node %s)", used, in.Node)
+		why = fmt.Sprintf("this request is for node %s", in.Node)
 	case !haveNode:
-		return false, fmt.Errorf("%s (node %s has been removed since: make a new token)", used, tok.UsedBy)
+		why = fmt.Sprintf("node %s has been removed since: make a new token", tok.UsedBy)
 	case node.PublicKey != in.PublicKey:
-		return false, fmt.Errorf("%s (node %s is already enrolled with another key)", used, tok.UsedBy)
+		why = fmt.Sprintf("node %s is already enrolled with another key", tok.UsedBy)
 	case proof != nil:
-		return false, fmt.Errorf("%s (the request is not signed by node %s's key: %v)", used, tok.UsedBy, proof)
+		why = fmt.Sprintf("the request is not signed by node %s's key: %v", tok.UsedBy, proof)
 	case node.Server != in.Server:
-		return false, fmt.Errorf("%s (node %s was enrolled as a %s)", used, tok.UsedBy, roleWord(node.Server))
+		why = fmt.Sprintf("node %s was enrolled as a %s", tok.UsedBy, roleWord(node.Server))
+	default:
+		return true, nil
 	}
-	return true, nil
+	return false, fmt.Errorf("%s (%s)", used, why)
 }
 
 func roleWord(server bool) string {

@@ -41,8 +41,8 @@ type EnrolClaim struct {
 // sorted by key.
 func (c *EnrolClaim) signedBytes() []byte {
 	const tag = "meshd/enrol/v1\x00"
-	fields := []string{c.TokenHash, c.Node, c.ID, c.PublicKey, c.Advertise, c.WireGuardKey, c.FoundTunnel,
-		strconv.FormatBool(c.Server), strconv.FormatInt(c.At, 10)}
+	fields := []string{c.TokenHash, c.Node, c.ID, c.PublicKey, c.Advertise, c.WireGuardKey,
+		c.FoundTunnel, strconv.FormatBool(c.Server), strconv.FormatInt(c.At, 10)}
 	keys := make([]string, 0, len(c.Settings))
 	for k := range c.Settings {
 		keys = append(keys, k)
@@ -72,15 +72,17 @@ func VerifyEnrolment(c EnrolClaim, sig []byte, now time.Time) error {
 		return err
 	}
 	if len(sig) == 0 {
-		return fmt.Errorf("the request is not signed with the key it names (a meshd join older than this server's?)")
+		return fmt.Errorf("the request is not signed with the key it names " +
+			"(a meshd join older than this server's?)")
 	}
 	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(pub, c.signedBytes(), sig) {
 		return fmt.Errorf("the request's signature is not the key's it names")
 	}
 	at := time.Unix(c.At, 0)
 	if d := now.Sub(at); d > EnrolSkew || d < -EnrolSkew {
-		return fmt.Errorf("the request was signed at %s, more than %s from this server's clock (%s): "+
-			"check the joining machine's clock", at.UTC().Format(time.RFC3339), EnrolSkew, now.UTC().Format(time.RFC3339))
+		return fmt.Errorf("the request was signed at %s, more than %s from this server's clock "+
+			"(%s): check the joining machine's clock",
+			at.UTC().Format(time.RFC3339), EnrolSkew, now.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

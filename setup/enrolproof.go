@@ -11,9 +11,9 @@ import (
 // EnrolClaim is what an enrolment request's signature covers (pki.EnrolClaim): the joining
 // machine signs it, the server checks it.
 func EnrolClaim(r *api.EnrolRequest) pki.EnrolClaim {
-	return pki.EnrolClaim{TokenHash: pki.TokenHash(r.Token), Node: r.Node, ID: r.ID, PublicKey: r.PublicKey,
-		Advertise: r.Advertise, WireGuardKey: r.WireGuardKey, FoundTunnel: r.FoundTunnel, Settings: r.Settings,
-		Server: r.Server, At: r.SignedAt}
+	return pki.EnrolClaim{TokenHash: pki.TokenHash(r.Token), Node: r.Node, ID: r.ID,
+		PublicKey: r.PublicKey, Advertise: r.Advertise, WireGuardKey: r.WireGuardKey,
+		FoundTunnel: r.FoundTunnel, Settings: r.Settings, Server: r.Server, At: r.SignedAt}
 }
 
 // SignEnrolment signs r at now with the node's identity key, whose public half r names: the
