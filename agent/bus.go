@@ -203,10 +203,12 @@ func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer s
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// enrol admits a node: the token's signature is checked with the CA, the record spends the token
-// (single use and expiry are the record's), and the node gets its certificate only after Raft
-// committed it. The same enrolment again (same token, name and key: its answer was lost) is
-// answered as the first was, with the same address and certificate; another key is refused.
+// enrol admits a node: the token's signature is checked with the CA, the request's with the key
+// it names (the machine holds that key), the record spends the token (single use and expiry are
+// the record's), and the node gets its certificate only after Raft committed it. The same
+// enrolment again (same token, name and key, signed by that key: its answer was lost) is
+// answered as the first was, with the same address and certificate, but never with the CA key;
+// another key, or the same key unsigned, is refused as a used token.
 //
 // Anyone may call it, so what it logs is bounded: refusals go to busRefusals (a few a minute),
 // with the caller's node name and the reason cut short.
@@ -231,6 +233,17 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 	pub, err := pki.ParsePublicKey(in.PublicKey)
 	if err != nil {
 		refuse(http.StatusBadRequest, err)
+		return
+	}
+	// The proof covers the request as the machine sent it (before the advertise is filled in).
+	proof := pki.VerifyEnrolment(setup.EnrolClaim(&in), in.Signature, time.Now())
+	// One enrolment at a time: whether this is the same enrolment again is read before it is
+	// applied, and must still hold when it is.
+	s.enrolMu.Lock()
+	defer s.enrolMu.Unlock()
+	again, err := s.enrolledBefore(&in, proof)
+	if err != nil {
+		refuse(http.StatusForbidden, err)
 		return
 	}
 	if in.Advertise == "" {
@@ -260,6 +273,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusBadRequest, err)
 		return
 	}
+	applied := time.Now()
 	v, index, err := s.raft.ApplyAt(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
 		PublicKey: in.PublicKey, Advertise: in.Advertise, Settings: in.Settings, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel,
 		Server: in.Server}, applyTimeout)
@@ -274,26 +288,32 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	node := v.(*fsm.Node)
+	// A node enrolled before this command was the record's answer to the same enrolment again
+	// (one a leader before this one took, not yet in this server's record when it was read). The
+	// second's margin keeps a clock stepped back under the apply from taking a first for one.
+	again = again || node.EnrolledAt.Before(applied.Add(-time.Second))
 	cert, err := s.secrets.CA.IssueNode(node.Name, pub, role, node.EnrolledAt)
 	if err != nil {
 		writeErr(w, fmt.Errorf("node %s is enrolled (index %d), but its certificate: %w; join again with the same token and key", node.Name, index, err))
 		return
 	}
-	out := api.EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring()}
+	out := api.EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring(), Again: again}
 	s.fsm.Read(func(r *fsm.Record, index uint64) {
 		out.Servers = busAddresses(r)
 		out.Declaration.Index = index
 		out.Declaration.Declaration, err = fsm.Compose(r, in.Node)
 		if n := r.Nodes[in.Node]; n != nil && n.Server && err == nil {
 			out.RaftPort, err = meshPort(r, n, "raft")
-			out.CAKey = s.secrets.CA.Key
+			if !again { // the CA key goes out once, in the first answer
+				out.CAKey = s.secrets.CA.Key
+			}
 		}
 	})
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	s.log.Info("node enrolled", "enrolled", in.Node, "mode", out.Node.Mode, "address", out.Node.Address, "advertise", in.Advertise)
+	s.log.Info("node enrolled", "enrolled", in.Node, "again", again, "mode", out.Node.Mode, "address", out.Node.Address, "advertise", in.Advertise)
 	api.WriteJSON(w, http.StatusOK, out)
 }
 

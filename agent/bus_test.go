@@ -53,16 +53,29 @@ func fromAddr(src string) *http.Client {
 // join's own client (enrolAt).
 func (ts *testServer) goodEnrolment(t *testing.T, node string) (*api.EnrolResponse, error) {
 	t.Helper()
-	tok, err := pki.SignToken(ts.ca, pki.TokenPayload{ID: pki.NewTokenID(), Mode: string(fsm.Adopted), Exp: time.Now().Add(time.Hour).Unix(), Bus: []string{ts.busAddr}})
+	key, _ := pki.NewNodeKey()
+	return ts.enrolWith(t, ts.newToken(t, false), node, key, false)
+}
+
+// newToken makes a token (a server's with server) the way `meshd token create` does.
+func (ts *testServer) newToken(t *testing.T, server bool) string {
+	t.Helper()
+	tok, err := pki.SignToken(ts.ca, pki.TokenPayload{ID: pki.NewTokenID(), Mode: string(fsm.Adopted), Exp: time.Now().Add(time.Hour).Unix(), Bus: []string{ts.busAddr}, Server: server})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC(), Server: server}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	key, _ := pki.NewNodeKey()
-	body, _ := json.Marshal(api.EnrolRequest{Token: tok, Node: node, ID: node + "-id", Advertise: "127.0.0.3",
-		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey))})
+	return tok
+}
+
+// enrolWith enrols node with tok and key as `meshd join` does: the request signed with key.
+func (ts *testServer) enrolWith(t *testing.T, tok, node string, key ed25519.PrivateKey, server bool) (*api.EnrolResponse, error) {
+	t.Helper()
+	in := api.EnrolRequest{Token: tok, Node: node, ID: node + "-id", Advertise: "127.0.0.3", Server: server}
+	setup.SignEnrolment(&in, key, time.Now())
+	body, _ := json.Marshal(in)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return setup.EnrolOnce(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)

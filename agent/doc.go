@@ -9,7 +9,8 @@
 // other nodes call for keyring operations and reach checks (peerbus.go, keyring.go, reach.go).
 // The role (role.go) is what a server and a client do differently, chosen once at Start from the
 // node file: serverRole (server.go, handlers.go, bus.go) runs Raft (package raftnode), holds the
-// record, serves the operator's whole API and the bus (enrolment, each node's declaration watch,
+// record, serves the operator's whole API and the bus (enrolment, whose used token enrols only
+// its own node again, signed by that node's key (enrolproof.go), each node's declaration watch,
 // reports clients post); clientRole (clientrole.go) holds no record, watches its declaration on a
 // server's bus over mTLS, forwards the operator's reads to a server and refuses writes. What
 // crosses the socket and the bus (requests, views, headers, the JSON over HTTP) is package api's.

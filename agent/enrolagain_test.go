@@ -29,8 +29,9 @@ func TestEnrolAgainWithTheSameKeyGetsTheSameAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	enrol := func(key ed25519.PrivateKey) (*api.EnrolResponse, error) {
-		body, _ := json.Marshal(api.EnrolRequest{Token: tok, Node: "edge", ID: "edge-id", Advertise: "127.0.0.3",
-			PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey))})
+		in := api.EnrolRequest{Token: tok, Node: "edge", ID: "edge-id", Advertise: "127.0.0.3"}
+		setup.SignEnrolment(&in, key, time.Now())
+		body, _ := json.Marshal(in)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		return setup.EnrolOnce(ctx, ts.busAddr, tok, pki.Fingerprint(ts.ca.Cert), body)

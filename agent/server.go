@@ -47,6 +47,8 @@ type serverRole struct {
 	// /v1/op to other nodes (a follower forwarding to the leader, a client for its operator).
 	apiOnce sync.Once
 	api     http.Handler
+	// enrolMu takes enrolments one at a time (enrolproof.go).
+	enrolMu sync.Mutex
 }
 
 // newServerRole checks that the node can act as a server: it holds the mesh CA key.

@@ -105,7 +105,7 @@ func BenchmarkAgentFootprint(b *testing.B) {
 		b.Fatalf("the hub's agent never answered: %v", err)
 	}
 	tok := adoptedToken(ctx, b, hub)
-	if out, err := meshd(ctx, client, "join", tok, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
+	if out, err := meshdJoin(ctx, client, tok, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
 		b.Fatalf("join: %v\n%s", err, out)
 	}
 	if err := client.InstallAgent(ctx, bin, atRest...); err != nil {
@@ -273,7 +273,7 @@ func BenchmarkDeclarationToMachine(b *testing.B) {
 	installAgent(ctx, b, hub, bin)
 	reporting(ctx, b, hub, "hub", time.Minute)
 	tok := adoptedToken(ctx, b, hub)
-	if out, err := meshd(ctx, client, "join", tok, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
+	if out, err := meshdJoin(ctx, client, tok, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
 		b.Fatalf("join: %v\n%s", err, out)
 	}
 	installAgent(ctx, b, client, bin)

@@ -56,7 +56,7 @@ func TestEnrolAndGossip(t *testing.T) {
 	refused := func(t *testing.T, what, tok, name, says string, extra ...string) {
 		t.Helper()
 		before := recordNodes(ctx, t, hub)
-		out, err := meshd(ctx, newnode, append([]string{"join", tok, "--name", name, "--data-dir", "/var/lib/meshd-refused"}, extra...)...)
+		out, err := meshdJoin(ctx, newnode, tok, append([]string{"--name", name, "--data-dir", "/var/lib/meshd-refused"}, extra...)...)
 		if err == nil || !strings.Contains(out, says) {
 			t.Fatalf("%s token: want a refusal saying %q, got %v:\n%s", what, says, err, out)
 		}
@@ -89,9 +89,9 @@ func TestEnrolAndGossip(t *testing.T) {
 			t.Fatal(err)
 		}
 		converged := token(t, "--converged")
-		join := []string{"join", converged, "--name", "newnode", "--data-dir", "/var/lib/meshd-refused", "--docker-host", labDocker}
+		join := []string{"--name", "newnode", "--data-dir", "/var/lib/meshd-refused", "--docker-host", labDocker}
 		before := recordNodes(ctx, t, hub)
-		out, err := meshd(ctx, newnode, join...)
+		out, err := meshdJoin(ctx, newnode, converged, join...)
 		t.Logf("converged join on busy newnode: %s", strings.TrimSpace(out))
 		for _, says := range []string{"join refused, nothing was sent", "machine.listeners", "container busy", "a converged join would close it",
 			"meshd token create --adopted"} {
@@ -99,7 +99,7 @@ func TestEnrolAndGossip(t *testing.T) {
 				t.Fatalf("a converged join on a busy machine: want a refusal saying %q, got %v:\n%s", says, err, out)
 			}
 		}
-		out, err = meshd(ctx, newnode, append(join, "--dry-run", "--json")...)
+		out, err = meshdJoin(ctx, newnode, converged, append(join, "--dry-run", "--json")...)
 		var dry struct {
 			OK       bool
 			Findings []struct{ Check, Level, Message string }
@@ -130,22 +130,22 @@ func TestEnrolAndGossip(t *testing.T) {
 	})
 
 	t.Run("newnode joins with an adopted token and is reported adopted and alive", func(t *testing.T) {
-		if out, err := meshd(ctx, newnode, "join", adopted, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
+		if out, err := meshdJoin(ctx, newnode, adopted, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
 			t.Fatalf("join: %v\n%s", err, out)
 		}
 		installAgent(ctx, t, newnode, bin)
 		// newnode's agent now holds its mesh ports (the tunnel's once its interface is up, which
 		// may be before or after this line), which the join's preflight would name first: other
 		// ports let the used token reach the record's refusal.
-		refused(t, "used", adopted, "newnode2", "already used by node newnode", "--port", "bus=17070", "--port", "gossip=17946", "--port", "tunnel=17820")
+		refused(t, "used", adopted, "newnode2", "token already used to enrol node newnode at", "--port", "bus=17070", "--port", "gossip=17946", "--port", "tunnel=17820")
 		// peer1 runs the predecessor's tunnel on the mesh's default tunnel port: the preflight
 		// names it, and the port is an input, as at genesis.
 		peerTok := token(t, "--adopted")
-		out, err := meshd(ctx, peer1, "join", peerTok, "--name", "peer1", "--data-dir", "/var/lib/meshd", "--dry-run")
+		out, err := meshdJoin(ctx, peer1, peerTok, "--name", "peer1", "--data-dir", "/var/lib/meshd", "--dry-run")
 		if err == nil || !strings.Contains(out, "port.mesh.tunnel") || !strings.Contains(out, "give join another: --port tunnel=N") {
 			t.Fatalf("peer1's held tunnel port is not named by join's preflight: %v\n%s", err, out)
 		}
-		if out, err := meshd(ctx, peer1, "join", peerTok, "--name", "peer1", "--data-dir", "/var/lib/meshd", "--port", "tunnel=51821"); err != nil {
+		if out, err := meshdJoin(ctx, peer1, peerTok, "--name", "peer1", "--data-dir", "/var/lib/meshd", "--port", "tunnel=51821"); err != nil {
 			t.Fatalf("peer1 join: %v\n%s", err, out)
 		}
 		var shown struct {

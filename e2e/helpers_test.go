@@ -23,6 +23,12 @@ func meshd(ctx context.Context, m *lab.Machine, args ...string) (string, error) 
 	return m.Exec(ctx, "/usr/local/bin/meshd", args...)
 }
 
+// meshdJoin runs `meshd join --token-file - ARGS` on a lab machine with token on its standard
+// input, the way the runbook joins (a token on the command line is readable by every user).
+func meshdJoin(ctx context.Context, m *lab.Machine, token string, args ...string) (string, error) {
+	return m.ExecStdin(ctx, []byte(token+"\n"), "/usr/local/bin/meshd", append([]string{"join", "--token-file", "-"}, args...)...)
+}
+
 // labDocker is the engine address an agent on a lab machine uses: the machine's own dockerd.
 const labDocker = "unix:///run/docker.sock"
 

@@ -100,7 +100,7 @@ func enrolPeer(ctx context.Context, t *testing.T, l *lab.Lab, hub, p *lab.Machin
 		t.Fatal(err)
 	}
 	installMeshd(ctx, t, bin, p)
-	out, err := meshd(ctx, p, "join", adoptedToken(ctx, t, hub), "--name", p.Name, "--data-dir", "/var/lib/meshd",
+	out, err := meshdJoin(ctx, p, adoptedToken(ctx, t, hub), "--name", p.Name, "--data-dir", "/var/lib/meshd",
 		"--tunnel", lab.TunnelIface, "--json")
 	var jr setup.JoinResult
 	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {

@@ -296,7 +296,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		if err != nil || json.Unmarshal([]byte(out), &tv) != nil || tv.Token == "" {
 			t.Fatalf("token create --converged: %v\n%s", err, out)
 		}
-		out, err = meshd(ctx, nn, "join", tv.Token, "--name", "newnode", "--data-dir", "/var/lib/meshd", "--advertise", lab.NewnodeAddr, "--json")
+		out, err = meshdJoin(ctx, nn, tv.Token, "--name", "newnode", "--data-dir", "/var/lib/meshd", "--advertise", lab.NewnodeAddr, "--json")
 		var jr setup.JoinResult
 		if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
 			t.Fatalf("newnode join --converged: %v\n%s", err, out)

@@ -145,7 +145,7 @@ func TestNodeSetMovesTheStore(t *testing.T) {
 
 	t.Run("a client's port is checked on the client; its moved gossip port is learnt from the record", func(t *testing.T) {
 		tok := adoptedToken(ctx, t, hub)
-		if out, err := meshd(ctx, newnode, "join", tok, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
+		if out, err := meshdJoin(ctx, newnode, tok, "--name", "newnode", "--data-dir", "/var/lib/meshd"); err != nil {
 			t.Fatalf("join: %v\n%s", err, out)
 		}
 		installAgent(ctx, t, newnode, bin)

@@ -160,7 +160,7 @@ func TestTunnelOnAnNftablesHub(t *testing.T) {
 func enrolOnFoundTunnel(ctx context.Context, t *testing.T, hub, m *lab.Machine, bin string) string {
 	t.Helper()
 	installMeshd(ctx, t, bin, m)
-	out, err := meshd(ctx, m, "join", adoptedToken(ctx, t, hub), "--name", m.Name, "--data-dir", "/var/lib/meshd",
+	out, err := meshdJoin(ctx, m, adoptedToken(ctx, t, hub), "--name", m.Name, "--data-dir", "/var/lib/meshd",
 		"--tunnel", lab.TunnelIface, "--advertise", m.Addr.String(), "--json")
 	var jr setup.JoinResult
 	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {
@@ -308,7 +308,7 @@ func forgedAnnouncements(ctx context.Context, t *testing.T, l *lab.Lab, hub, att
 func joinNewMachine(ctx context.Context, t *testing.T, hub, nn *lab.Machine, bin string) string {
 	t.Helper()
 	installMeshd(ctx, t, bin, nn)
-	out, err := meshd(ctx, nn, "join", adoptedToken(ctx, t, hub), "--name", "newnode", "--data-dir", "/var/lib/meshd",
+	out, err := meshdJoin(ctx, nn, adoptedToken(ctx, t, hub), "--name", "newnode", "--data-dir", "/var/lib/meshd",
 		"--advertise", lab.NewnodeAddr, "--json")
 	var jr setup.JoinResult
 	if err != nil || json.Unmarshal([]byte(out), &jr) != nil || jr.Node == nil {

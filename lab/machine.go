@@ -101,6 +101,18 @@ func (m *Machine) Exec(ctx context.Context, name string, args ...string) (string
 	return string(out), nil
 }
 
+// ExecStdin is Exec with stdin on the program's standard input: a secret (a join token) goes
+// there, not on the command line, where every user of the machine can read it.
+func (m *Machine) ExecStdin(ctx context.Context, stdin []byte, name string, args ...string) (string, error) {
+	cmd := m.Command(ctx, name, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %s %s: %w: %s", m.Name, name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
 // Run runs a shell script inside the machine and returns its combined output.
 func (m *Machine) Run(ctx context.Context, script string, args ...string) (string, error) {
 	return m.Exec(ctx, "/bin/sh", append([]string{"-c", script, "sh"}, args...)...)

@@ -1,7 +1,8 @@
 // Package pki owns the mesh's secrets: the mesh CA made at genesis and the node certificates it
 // issues (every node's identity is an ed25519 key, the same key that signs its gossip reports),
-// the enrolment tokens the CA signs, a node's signed announcement that its overlay key moves
-// (KeyAnnouncement), and the seal that keeps every secret encrypted at rest.
+// the enrolment tokens the CA signs, a joining machine's signature over its enrolment request
+// (EnrolClaim: it holds the key it enrols), a node's signed announcement that its overlay key
+// moves (KeyAnnouncement), and the seal that keeps every secret encrypted at rest.
 //
 // Why one package: each of these is a small amount of crypto whose mistakes are silent, so they
 // are kept together, with no I/O but the files they seal, and tested on their own. A token is

@@ -140,8 +140,8 @@ for p in peer1 peer2; do
   step "Enrol $p adopted over the tunnel it has; it keeps its address; its tunnel taken"
   put_meshd "$p"
   tok=$(quiet hub meshd token create --adopted --json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
-  say "operator: meshd token create --adopted on hub; meshd join TOKEN --name $p --tunnel wg0 on $p"
-  quiet "$p" meshd join "$tok" --name "$p" --data-dir /var/lib/meshd --tunnel wg0 | sed 's/^/   /'
+  say "operator: meshd token create --adopted on hub; meshd join --token-file - --name $p --tunnel wg0 on $p"
+  printf '%s\n' "$tok" | quiet "$p" meshd join --token-file - --name "$p" --data-dir /var/lib/meshd --tunnel wg0 | sed 's/^/   /'
   "$meshlab" install-agent --name "$lab" "$p" "$meshd_bin" -- "${agent_args[@]}"
   on hub meshd tunnel take "$p" wg0
   wait_for "$p's meshd0 to take wg0's place" 60 "$p" -- sh -c "wg show meshd0 >/dev/null && ! ip link show wg0 2>/dev/null"
@@ -151,8 +151,8 @@ done
 step "Enrol newnode converged: a fresh address from the same range"
 put_meshd newnode
 tok=$(quiet hub meshd token create --converged --json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
-say "operator: meshd token create --converged on hub; meshd join TOKEN --name newnode on newnode"
-quiet newnode meshd join "$tok" --name newnode --data-dir /var/lib/meshd --advertise 198.51.100.13 | sed 's/^/   /'
+say "operator: meshd token create --converged on hub; meshd join --token-file - --name newnode on newnode"
+printf '%s\n' "$tok" | quiet newnode meshd join --token-file - --name newnode --data-dir /var/lib/meshd --advertise 198.51.100.13 | sed 's/^/   /'
 "$meshlab" install-agent --name "$lab" newnode "$meshd_bin" -- "${agent_args[@]}"
 wait_for "newnode's meshd0 at its fresh address 10.44.0.4" 60 newnode -- sh -c "ip -4 addr show dev meshd0 | grep -q 10.44.0.4"
 on newnode wg show meshd0 | grep -E 'interface|listening|peer|endpoint' || true

@@ -159,6 +159,9 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		}
 		overlay, enrol.WireGuardKey = &k, k.PublicKey().String()
 	}
+	// Signed with the node's key: the proof that this machine holds it, which the same
+	// enrolment again needs as much as the first (the key's public half is no secret).
+	SignEnrolment(&enrol, key, time.Now())
 	body, _ := json.Marshal(enrol)
 	createdDir, err := writeJoinPending(opts.DataDir, seal, pend)
 	if err != nil {
@@ -214,6 +217,13 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	}
 	var meshCA *pki.CA
 	var raftPort uint16
+	if resp.Node.Server && resp.Again {
+		// The CA key travels in the first answer only, and that one was lost: this node can
+		// never hold it, so it cannot be a server. Its kept keys are of no more use.
+		forget()
+		return nil, fmt.Errorf("node %s was enrolled as a server, but the answer that carried the mesh CA key was lost, and the CA key is never sent twice; nothing written here: remove the node (`meshd node remove %s` on a server), make a new server token (`meshd token create --server`) and join with it",
+			opts.Name, opts.Name)
+	}
 	if resp.Node.Server {
 		if meshCA, raftPort, err = joinedServer(resp); err != nil {
 			return nil, fmt.Errorf("node %s was enrolled as a server, but %w; nothing written here", opts.Name, err)

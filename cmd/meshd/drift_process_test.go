@@ -223,7 +223,7 @@ func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
 	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted")
-	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
+	if out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
 		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
 	}
 	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
@@ -309,7 +309,7 @@ func TestProcessDriftContainersSeenAtOnceFromAClient(t *testing.T) {
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
 	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted")
-	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
+	if out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
 		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
 	}
 	edge.startAgent("--docker-host", container.DefaultHost, "--reconcile-interval", "10m")
@@ -465,7 +465,8 @@ wg set wg0 listen-port 51830 private-key "$OVL/wg0.key"
 ip addr add 10.44.0.9/24 dev wg0
 ip link set wg0 up
 exec "$@"`
-	cmd := edge.inNetns("sh", "-c", script, "sh", meshdBin, "join", tv.Token, "--name", "edge", "--data-dir", edge.dir, "--tunnel", "wg0")
+	cmd := edge.inNetns("sh", "-c", script, "sh", meshdBin, "join", "--token-file", "-", "--name", "edge", "--data-dir", edge.dir, "--tunnel", "wg0")
+	cmd.Stdin = strings.NewReader(tv.Token + "\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the spoke's found tunnel and join --tunnel wg0: %v\n%s", err, out)
 	}
@@ -512,7 +513,7 @@ func TestProcessTunnelPeerRemovedByHandPutBack(t *testing.T) {
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
 	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted")
-	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir, "--advertise", "192.0.2.2"); code != 0 {
+	if out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir, "--advertise", "192.0.2.2"); code != 0 {
 		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
 	}
 	var nv api.NodeView

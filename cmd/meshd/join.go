@@ -54,14 +54,19 @@ record. Start the node with ` + "`meshd agent --data-dir DIR`" + `.
 
 The keys are made, and kept sealed in the data dir (join.pending), before the enrolment is sent. If
 its answer is lost (the server took longer than join waits, the connection dropped), join says so
-and keeps them: run the same join again, same token and --name, and the server answers it as it
-answered the first time (the same address, the same certificate) instead of "token already used".
-The token with another key is still refused.
+and keeps them: run the same join again, same token and --name, on the same machine, and the server
+answers it as it answered the first time (the same address, the same certificate) instead of
+"token already used". Every enrolment is signed with the node's identity key, and a used token
+enrols only the node it enrolled, signed by that node's key: anyone else holding the token (and the
+node's public key, which its certificate shows) is refused. The mesh CA key travels in a server's
+first answer only: a server whose first answer was lost cannot finish; remove the node and join with
+a new server token, as join then says.
 
-A token on the command line can be read by every user of the machine while join runs; give it with
---token-file FILE, or --token-file - to paste or pipe it on standard input.`,
-		Example: `  meshd join eyJ2Ijox...Q --name edge-1 --advertise 192.0.2.2
-  meshd join eyJ2Ijox...Q --name edge-1 --port tunnel=51821 --dry-run
+Give the token with --token-file FILE, or --token-file - to paste or pipe it on standard input. A
+token on the command line still works but is warned about: every user of the machine can read it
+(ps) while join runs.`,
+		Example: `  meshd join --token-file token.txt --name edge-1 --advertise 192.0.2.2
+  meshd join --token-file token.txt --name edge-1 --port tunnel=51821 --dry-run
   meshd join --token-file - --name edge-1 < token.txt`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -72,6 +77,9 @@ A token on the command line can be read by every user of the machine while join 
 			}
 			if opts.Token, err = secretFrom("token", given, "TOKEN", tokenFile, "--token-file", cmd.InOrStdin()); err != nil {
 				return err
+			}
+			if given != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), tokenArgWarning)
 			}
 			if opts.Ports, err = keyValues("--port", ports); err != nil {
 				return err
@@ -138,6 +146,10 @@ A token on the command line can be read by every user of the machine while join 
 	_ = cmd.MarkFlagRequired("name")
 	return cmd
 }
+
+// tokenArgWarning is what join says on standard error when the token is its argument.
+const tokenArgWarning = "warning: a token on the command line can be read by every local user " +
+	"(ps, /proc/PID/cmdline) while join runs; give it with --token-file FILE, or --token-file - on standard input"
 
 // printRecoveryCode shows the seal key's recovery code, the one time it exists outside the key.
 func printRecoveryCode(w io.Writer, code, keyFile string) {

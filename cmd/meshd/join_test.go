@@ -30,8 +30,22 @@ import (
 // that machine would run: join, and an agent expected to refuse.
 func (n *node) runIn(args ...string) (string, string, int) {
 	n.t.Helper()
+	return n.runStdin("", args...)
+}
+
+// joinIn runs `meshd join --token-file - ARGS` on the node with token on its standard input,
+// as the runbook has an operator do (a token on the command line is readable by every user).
+func (n *node) joinIn(token string, args ...string) (string, string, int) {
+	n.t.Helper()
+	return n.runStdin(token+"\n", append([]string{"join", "--token-file", "-"}, args...)...)
+}
+
+// runStdin is runIn with stdin on the command's standard input.
+func (n *node) runStdin(stdin string, args ...string) (string, string, int) {
+	n.t.Helper()
 	cmd := n.inNetns(append([]string{meshdBin}, args...)...)
 	cmd.Env = append(cmd.Env, "MESHD_SOCKET="+n.socket)
+	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -42,6 +56,16 @@ func (n *node) runIn(args ...string) (string, string, int) {
 		n.t.Fatalf("run meshd %v: %v", args, err)
 	}
 	return out.String(), errb.String(), code
+}
+
+// tokenFile writes token to a file of the test's, 0600, for `join --token-file`.
+func tokenFile(t *testing.T, token string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // link joins two nodes' namespaces by a veth pair on TEST-NET-1, with no default route.
@@ -129,7 +153,7 @@ func TestProcessEnrolment(t *testing.T) {
 	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
 
 	edgeJoin := func(token, name string) (string, string, int) {
-		return edge.runIn("join", token, "--name", name, "--data-dir", edge.dir)
+		return edge.joinIn(token, "--name", name, "--data-dir", edge.dir)
 	}
 	refused := func(what, token, says string) {
 		t.Helper()
@@ -203,7 +227,9 @@ func TestProcessEnrolment(t *testing.T) {
 	// The used token, again, for another name and data dir: refused, nothing changes.
 	edge2 := filepath.Join(t.TempDir(), "edge2")
 	before := statusNodes(hub)
-	if out, errs, code := edge.runIn("join", tok, "--name", "edge2", "--data-dir", edge2); code != 1 || !strings.Contains(errs, "already used by node edge") {
+	// Given as the argument (the form join warns about), and as the attacker would: another name.
+	if out, errs, code := edge.runIn("join", tok, "--name", "edge2", "--data-dir", edge2); code != 1 ||
+		!strings.Contains(errs, "token already used to enrol node edge at") || !strings.Contains(errs, tokenArgWarning) {
 		t.Fatalf("used token: exit %d\n%s%s", code, out, errs)
 	} else {
 		t.Logf("used token: %s", strings.TrimSpace(errs))
@@ -220,7 +246,7 @@ func TestProcessEnrolment(t *testing.T) {
 		}
 		return "not yet expired"
 	})
-	if out, errs, code := edge.runIn("join", short.Token, "--name", "edge2", "--data-dir", edge2); code != 1 || !strings.Contains(errs, "expired") {
+	if out, errs, code := edge.joinIn(short.Token, "--name", "edge2", "--data-dir", edge2); code != 1 || !strings.Contains(errs, "expired") {
 		t.Fatalf("expired token: exit %d\n%s%s", code, out, errs)
 	} else {
 		t.Logf("expired token: %s", strings.TrimSpace(errs))
@@ -367,7 +393,7 @@ func TestProcessJoinPreflight(t *testing.T) {
 	if out, err := nft.CombinedOutput(); err != nil {
 		t.Fatalf("nft: %v %s", err, out)
 	}
-	join := []string{"join", tv.Token, "--name", "edge", "--data-dir", edge.dir, "--docker-host", noDocker,
+	join := []string{"join", "--token-file", tokenFile(t, tv.Token), "--name", "edge", "--data-dir", edge.dir, "--docker-host", noDocker,
 		"--port", "gossip=17946", "--port", "bus=17170"}
 	unchanged := func(what, before string) {
 		t.Helper()
@@ -423,7 +449,7 @@ func TestProcessJoinPreflight(t *testing.T) {
 	if out, err := fwd.CombinedOutput(); err != nil {
 		t.Fatalf("nft add table inet firewalld: %v %s", err, out)
 	}
-	out, errs, code = edge.runIn("join", adopted.Token, "--name", "edge", "--data-dir", edge.dir, "--docker-host", noDocker)
+	out, errs, code = edge.joinIn(adopted.Token, "--name", "edge", "--data-dir", edge.dir, "--docker-host", noDocker)
 	if code != 1 || !strings.Contains(errs, "firewall.kind: firewalld is active") || !strings.Contains(errs, "meshd will not adopt a machine whose firewall it cannot speak") {
 		t.Fatalf("an adopted join on a firewalld machine: exit %d\n%s%s", code, out, errs)
 	}

@@ -143,7 +143,7 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 	hub.jsonOf(&tv, "token", "create", "--adopted")
 
 	stop := answerLosingProxy(t, edge.netns, bus)
-	out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir)
+	out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir)
 	stop()
 	if code == 0 || !strings.Contains(errs, "run the same join again") {
 		t.Fatalf("join whose answer was lost: exit %d\n%s%s", code, out, errs)
@@ -155,7 +155,7 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 		t.Fatalf("the lost join kept no keys: %v", err)
 	}
 
-	out, errs, code = edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", edge.dir)
+	out, errs, code = edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir)
 	if code != 0 || !strings.Contains(out, "answered now") {
 		t.Fatalf("the same join again: exit %d\n%s%s", code, out, errs)
 	}
@@ -185,10 +185,50 @@ func TestProcessJoinAgainAfterALostAnswer(t *testing.T) {
 
 	// Another machine (another key) with the spent token: refused, nothing written there.
 	other := t.TempDir() + "/other"
-	if out, errs, code := edge.runIn("join", tv.Token, "--name", "edge", "--data-dir", other, "--seal-key", t.TempDir()+"/seal.key"); code != 1 || !strings.Contains(errs, "already enrolled") {
+	if out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", other, "--seal-key", t.TempDir()+"/seal.key"); code != 1 || !strings.Contains(errs, "already enrolled") {
 		t.Fatalf("the spent token with another key: exit %d\n%s%s", code, out, errs)
 	}
 	if _, err := os.Stat(other); !os.IsNotExist(err) {
 		t.Fatalf("the refused join left its data dir %s: %v", other, err)
+	}
+}
+
+// Issue 26 finding 1: the mesh CA key travels in a server's first answer only. A server join
+// whose answer was lost, run again, gets no CA key: it writes nothing, drops its pending keys and
+// tells the operator to remove the node and make a new server token; doing so joins the machine.
+func TestProcessServerJoinAgainGetsNoCAKey(t *testing.T) {
+	hub, s2 := newNode(t), newNode(t)
+	link(t, hub, s2, "192.0.2.1", "192.0.2.2")
+	const bus = "192.0.2.1:17070"
+	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "200ms")
+	var tv api.TokenView
+	hub.jsonOf(&tv, "token", "create", "--adopted", "--server")
+	join := []string{"--name", "s2", "--data-dir", s2.dir, "--advertise", "192.0.2.2"}
+
+	stop := answerLosingProxy(t, s2.netns, bus)
+	out, errs, code := s2.joinIn(tv.Token, join...)
+	stop()
+	if code == 0 || !strings.Contains(errs, "run the same join again") {
+		t.Fatalf("server join whose answer was lost: exit %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = s2.joinIn(tv.Token, join...)
+	for _, want := range []string{"the CA key is never sent twice", "meshd node remove s2", "new server token"} {
+		if code != 1 || !strings.Contains(errs, want) {
+			t.Fatalf("the same server join again: exit %d, want it to say %q\n%s%s", code, want, out, errs)
+		}
+	}
+	t.Logf("the same server join again: %s", strings.TrimSpace(errs))
+	for _, f := range []string{filepath.Join(s2.dir, "join.pending"), filepath.Join(s2.dir, "node.json"), pki.Path(s2.dir, pki.CAKeyFile)} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Fatalf("the refused server join left %s: %v", f, err)
+		}
+	}
+	if _, errs, code := hub.run("node", "remove", "s2"); code != 0 {
+		t.Fatalf("node remove s2: exit %d %s", code, errs)
+	}
+	hub.jsonOf(&tv, "token", "create", "--adopted", "--server")
+	if out, errs, code := s2.joinIn(tv.Token, join...); code != 0 || !strings.Contains(out, "a server") {
+		t.Fatalf("s2 with a new server token: exit %d\n%s%s", code, out, errs)
 	}
 }

@@ -28,7 +28,7 @@ func TestProcessNodeRemove(t *testing.T) {
 		var tv api.TokenView
 		hub.jsonOf(&tv, "token", "create", "--adopted")
 		edge.dir = t.TempDir() + "/data"
-		if out, errs, code := edge.runIn("join", tv.Token, "--name", name, "--data-dir", edge.dir); code != 0 {
+		if out, errs, code := edge.joinIn(tv.Token, "--name", name, "--data-dir", edge.dir); code != 0 {
 			t.Fatalf("join %s: exit %d\n%s%s", name, code, out, errs)
 		}
 		var v api.NodeView

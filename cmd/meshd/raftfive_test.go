@@ -50,7 +50,7 @@ func TestProcessRaftFiveServers(t *testing.T) {
 			t.Fatalf("the server token for %s (making %d servers): warning %q", name, i+2, tv.Warning)
 		}
 		n := nodes[name]
-		if out, errs, code := n.runIn("join", tv.Token, "--name", name, "--data-dir", n.dir, "--advertise", fmt.Sprintf("192.0.2.%d", i+2)); code != 0 {
+		if out, errs, code := n.joinIn(tv.Token, "--name", name, "--data-dir", n.dir, "--advertise", fmt.Sprintf("192.0.2.%d", i+2)); code != 0 {
 			t.Fatalf("join %s as a server: exit %d\n%s%s", name, code, out, errs)
 		}
 		n.startAgent(agentArgs...)

@@ -108,7 +108,7 @@ func TestProcessRaftGroup(t *testing.T) {
 	if !tv.Server || !strings.Contains(tv.Warning, "even") {
 		t.Fatalf("the first server token: server %v warning %q, want an even-count warning", tv.Server, tv.Warning)
 	}
-	if out, errs, code := s2.runIn("join", tv.Token, "--name", "s2", "--data-dir", s2.dir, "--advertise", "192.0.2.2"); code != 0 || !strings.Contains(out, "a server") {
+	if out, errs, code := s2.joinIn(tv.Token, "--name", "s2", "--data-dir", s2.dir, "--advertise", "192.0.2.2"); code != 0 || !strings.Contains(out, "a server") {
 		t.Fatalf("join s2 as a server: exit %d\n%s%s", code, out, errs)
 	}
 	s2.startAgent(agentArgs...)
@@ -118,7 +118,7 @@ func TestProcessRaftGroup(t *testing.T) {
 	if tv.Warning != "" {
 		t.Fatalf("a token for the third server warns: %q", tv.Warning)
 	}
-	if out, errs, code := s3.runIn("join", tv.Token, "--name", "s3", "--data-dir", s3.dir, "--advertise", "192.0.2.3"); code != 0 {
+	if out, errs, code := s3.joinIn(tv.Token, "--name", "s3", "--data-dir", s3.dir, "--advertise", "192.0.2.3"); code != 0 {
 		t.Fatalf("join s3 as a server: exit %d\n%s%s", code, out, errs)
 	}
 	s3.startAgent(agentArgs...)
@@ -134,7 +134,7 @@ func TestProcessRaftGroup(t *testing.T) {
 	// A client, enrolled with a token made on the follower s3, at the follower s3's bus only.
 	tv = api.TokenView{}
 	s3.jsonOf(&tv, "token", "create", "--adopted")
-	if out, errs, code := cl.runIn("join", tv.Token, "--name", "cl", "--data-dir", cl.dir, "--advertise", "192.0.2.4"); code != 0 {
+	if out, errs, code := cl.joinIn(tv.Token, "--name", "cl", "--data-dir", cl.dir, "--advertise", "192.0.2.4"); code != 0 {
 		t.Fatalf("join cl: exit %d\n%s%s", code, out, errs)
 	}
 	cl.startAgent(agentArgs...)

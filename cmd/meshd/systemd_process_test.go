@@ -170,7 +170,7 @@ func TestProcessServerSIGTERMDoesNotLeaveGossip(t *testing.T) {
 	hub.startAgent(args...)
 	var tv api.TokenView
 	hub.jsonOf(&tv, "token", "create", "--adopted", "--server")
-	if out, errs, code := s2.runIn("join", tv.Token, "--name", "s2", "--data-dir", s2.dir, "--advertise", "192.0.2.2"); code != 0 {
+	if out, errs, code := s2.joinIn(tv.Token, "--name", "s2", "--data-dir", s2.dir, "--advertise", "192.0.2.2"); code != 0 {
 		t.Fatalf("join s2 as a server: exit %d\n%s%s", code, out, errs)
 	}
 	s2.startAgent(args...)

@@ -43,7 +43,8 @@ Run it on any node (a follower or a client forwards it to the leader); give the 
 		Example: `  meshd token create --adopted --ttl 30m
   meshd token create --converged               # for an idle machine
   meshd token create --adopted --server        # a second or third server
-  meshd join "$(meshd token create --adopted)" --name edge-1   # on the new machine`,
+  meshd token create --adopted > token.txt                      # carry it over privately
+  meshd join --token-file token.txt --name edge-1               # on the new machine`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
