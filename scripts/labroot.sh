@@ -15,7 +15,7 @@ packages=(
   systemd systemd-sysv dbus apt ca-certificates procps
   iproute2 nftables iptables ufw wireguard-tools wireguard-go
 )
-recipe="v1 $suite ${packages[*]}"
+recipe="v2 $suite ${packages[*]}"
 hash=$(printf '%s\n' "$recipe" | sha256sum | cut -c1-12)
 root="$cache/root-$hash"
 
@@ -51,7 +51,9 @@ if ! debootstrap --variant=minbase --include="$include" "$suite" "$tmp" "$mirror
   tail -20 "$cache/debootstrap.log" >&2
   exit 1
 fi
-# Each machine is given its own machine-id at boot (systemd-nspawn makes one when it is empty).
+# Each machine is given its own machine-id at boot (systemd-nspawn makes one when it is empty),
+# and its name as its host name (debootstrap copied this host's /etc/hostname).
+rm -f "$tmp/etc/hostname"
 : >"$tmp/etc/machine-id"
 # No mirror inside: a machine installs from files it is given (the lab has no route out).
 : >"$tmp/etc/apt/sources.list"
