@@ -97,7 +97,16 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 	}
 	status(30 * time.Second)
 
+	// The agent, run by systemd, wrote and enabled its boot unit; remove disables it (it would fail
+	// at every boot without the program).
+	bootWants := "/etc/systemd/system/sysinit.target.wants/meshd-boot.service"
+	if _, err := m.Run(ctx, "test", "-e", bootWants); err != nil {
+		t.Errorf("the agent did not enable meshd-boot.service (%s)", bootWants)
+	}
 	run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "remove", "-y", "meshd")
+	if _, err := m.Run(ctx, "test", "-e", bootWants); err == nil {
+		t.Errorf("apt remove left %s enabled", bootWants)
+	}
 	if a := what("is-active"); a == "active" {
 		t.Errorf("after apt remove meshd.service is %s", a)
 	}
@@ -126,7 +135,7 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 		}
 	}
 	for _, gone := range []string{"/etc/meshd/meshd.yaml", "/lib/systemd/system/meshd.service",
-		"/etc/systemd/system/multi-user.target.wants/meshd.service"} {
+		"/etc/systemd/system/multi-user.target.wants/meshd.service", "/etc/systemd/system/meshd-boot.service"} {
 		if _, err := m.Run(ctx, "test", "-e", gone); err == nil {
 			t.Errorf("apt purge left %s", gone)
 		}
