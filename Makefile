@@ -6,7 +6,7 @@ GO ?= go
 # Long soaks hide behind MESHD_SOAK=1 (none needs it yet); the default suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build deps test vet bench demo screenshots chaos clean
+.PHONY: all build deps test vet bench demo screenshots chaos clean package
 
 all: build
 
@@ -15,7 +15,13 @@ deps:
 
 # The commit is stamped by hand too: Go's own VCS stamping misses a build from a git worktree.
 build: deps
-	CGO_ENABLED=0 $(GO) build -ldflags "-X main.commit=$$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -modified)" -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.commit=$$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -modified) -X main.version=$$($(GO) run ./cmd/meshpkg version)" -o bin/ ./cmd/...
+
+# bin/meshd_VERSION_amd64.deb (packaging/deb, docs/runbook.md "Installing the package"): the
+# version is the tag's or the commit's, as `meshd version` says; the binary it ships is built
+# static and stripped into bin/deb/meshd, stamped like the build's.
+package: deps
+	$(GO) run ./cmd/meshpkg build --out bin
 
 vet:
 	@bash scripts/deps.sh --staticcheck

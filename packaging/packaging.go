@@ -1,6 +1,6 @@
 // Package packaging holds what installs meshd on a machine: the systemd unit for `meshd agent`
 // and the documented example of its config file. They are embedded so that `meshd install-unit`
-// writes the same files the repository shows.
+// writes the same files the repository shows, and the Debian package (packaging/deb) ships them.
 package packaging
 
 import (

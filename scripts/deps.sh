@@ -22,6 +22,9 @@ packages=(
   chromium  # the status page's test drives a real headless Chromium
   bash-completion  # what meshd completion bash builds on (and its test)
 )
+# The package's checks (lintian, `make package`'s test) and the lab's systemd machines
+# (debootstrap builds their root, systemd-nspawn boots them).
+packages+=(lintian debootstrap systemd-container)
 # Debian's etcd-server: the Raft figure's "versus" (cmd/meshbench), started by the bench itself.
 [ -n "$with_bench" ] && packages+=(etcd-server)
 missing=()
@@ -48,6 +51,10 @@ fi
 command -v go >/dev/null || { echo "deps: Go is not installed (expected at /usr/local/go)" >&2; exit 1; }
 echo "deps: Go modules (go mod download: quick once they are in the module cache)"
 go mod download
+
+# The root the lab's systemd machines boot from: built once (about a minute), cached by a hash of
+# its package list under /var/cache/meshd-lab, rebuilt when the list changes.
+bash scripts/labroot.sh
 
 # staticcheck, pinned, installed once into the Go bin dir: for `make vet` only.
 [ -n "$with_staticcheck" ] || exit 0

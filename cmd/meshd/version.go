@@ -16,6 +16,8 @@ var commit string
 // VersionView is what `meshd version` prints.
 type VersionView struct {
 	Module string `json:"module"`
+	// Version is the Debian version of the build (from the tag or the commit), "" when unstamped.
+	Version string `json:"version,omitempty"`
 	// Commit is the git revision built, "" when unknown; Modified says the tree had changes.
 	Commit    string `json:"commit"`
 	Modified  bool   `json:"modified,omitempty"`
@@ -25,7 +27,7 @@ type VersionView struct {
 }
 
 func buildVersion() VersionView {
-	v := VersionView{Module: "meshd", Commit: commit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	v := VersionView{Module: "meshd", Version: version, Commit: commit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v.GoVersion = bi.GoVersion
 		for _, s := range bi.Settings {
@@ -49,6 +51,9 @@ func (v VersionView) text(w io.Writer) {
 		c = "commit unknown (built without VCS stamping; `make build` records it)"
 	case v.Modified:
 		c += " (with uncommitted changes)"
+	}
+	if v.Version != "" {
+		c = v.Version + " (commit " + c + ")"
 	}
 	fmt.Fprintf(w, "meshd %s\n%s, %s\n", c, v.GoVersion, v.Platform)
 }

@@ -1,0 +1,15 @@
+// Package systemd owns the lab's systemd machines: a Debian root booted by real systemd under
+// systemd-nspawn, in a lab network namespace, where units, Restart=, ordering and a reboot are
+// systemd's own rather than the namespace machines' unit runner.
+//
+// The root is built once by scripts/labroot.sh (debootstrap, cached under /var/cache/meshd-lab by
+// a hash of its package list; root-current names it). Each machine boots from an overlay of it
+// whose upper layer is the machine's own temporary directory, so a machine never changes the
+// cache and what it writes survives its reboots. A reboot is `systemctl reboot` inside: nspawn
+// exits and the lab boots the machine again on the same overlay. Commands enter the machine with
+// nsenter into its PID 1's namespaces and a clean environment (env -i), so nothing of the
+// caller's leaks in.
+//
+// The namespace machines of package lab stay the fast ones; a systemd machine is for what only
+// systemd shows (the package's unit, a real reboot).
+package systemd

@@ -1,0 +1,290 @@
+package systemd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultCache is where scripts/labroot.sh keeps the root (MESHD_LAB_CACHE overrides it there
+// and here).
+const DefaultCache = "/var/cache/meshd-lab"
+
+// Tools are the host's commands a systemd machine needs.
+var Tools = []string{"systemd-nspawn", "nsenter", "mount", "umount"}
+
+// CachedRoot is the root scripts/labroot.sh built (root-current), or an error that says how to
+// build it.
+func CachedRoot() (string, error) {
+	cache := os.Getenv("MESHD_LAB_CACHE")
+	if cache == "" {
+		cache = DefaultCache
+	}
+	root, err := filepath.EvalSymlinks(filepath.Join(cache, "root-current"))
+	if err == nil {
+		if _, err = os.Stat(filepath.Join(root, ".meshd-lab-root")); err == nil {
+			return root, nil
+		}
+	}
+	return "", fmt.Errorf("no lab root in %s (bash scripts/labroot.sh builds it, as root): %v", cache, err)
+}
+
+// Machine is one systemd machine: its overlay, and its nspawn while it is up.
+type Machine struct {
+	Name string
+	// NetNS is the lab namespace the machine's network is (a name under /run/netns).
+	NetNS string
+	// Root is the machine's file system as the host sees it, mounted from Boot to Stop: a file
+	// written under it is the machine's file, between boots too.
+	Root string
+
+	dir  string
+	log  string
+	cmd  *exec.Cmd
+	done chan error
+	// exit is how the last boot ended (nspawn's exit status: 133 is a reboot).
+	exit error
+}
+
+// Boot mounts an overlay of the cached root at name's own directory and boots it in the network
+// namespace netns, waiting (within) until systemd says the system is running.
+func Boot(name, netns string, within time.Duration) (*Machine, error) {
+	lower, err := CachedRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "meshd-lab-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	m := &Machine{Name: name, NetNS: netns, Root: filepath.Join(dir, "root"), dir: dir, log: filepath.Join(dir, "nspawn.log")}
+	for _, d := range []string{"upper", "work", "root"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + filepath.Join(dir, "upper") + ",workdir=" + filepath.Join(dir, "work")
+	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", opts, m.Root).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("overlay for %s: %v: %s", name, err, out)
+	}
+	if err := m.start(); err != nil {
+		m.Stop()
+		return nil, err
+	}
+	if err := m.WaitRunning(within); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// start runs systemd-nspawn on the machine's root. It registers with no machined and keeps to
+// the caller's unit (the host need not be run by systemd); the console is passive and the boot's
+// messages go to the log (LogTail).
+func (m *Machine) start() error {
+	logf, err := os.OpenFile(m.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "--- boot at %s\n", time.Now().UTC().Format(time.RFC3339Nano))
+	m.cmd = exec.Command("systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
+		"--console=passive", "--machine="+m.Name, "--directory="+m.Root,
+		"--network-namespace-path=/run/netns/"+m.NetNS)
+	m.cmd.Stdout, m.cmd.Stderr = logf, logf
+	// Its own process group, and ended if the driving process dies first.
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	m.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if err := m.cmd.Start(); err != nil {
+		return fmt.Errorf("systemd-nspawn %s: %w", m.Name, err)
+	}
+	done := make(chan error, 1)
+	go func(c *exec.Cmd) { done <- c.Wait() }(m.cmd)
+	m.done = done
+	return nil
+}
+
+// Leader is the machine's PID 1 as the host numbers it (nspawn's child), 0 while it is down.
+func (m *Machine) Leader() int {
+	if m.cmd == nil || m.cmd.Process == nil {
+		return 0
+	}
+	pid := m.cmd.Process.Pid
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return 0
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", n)); strings.TrimSpace(string(comm)) == "systemd" {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// Env is the whole environment a command run in the machine has.
+var Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "TERM=dumb", "HOME=/root"}
+
+// Command is args run in the machine: every namespace of its PID 1, and a clean environment.
+func (m *Machine) Command(ctx context.Context, args ...string) (*exec.Cmd, error) {
+	pid := m.Leader()
+	if pid == 0 {
+		return nil, fmt.Errorf("machine %s is not up", m.Name)
+	}
+	argv := append([]string{"-t", strconv.Itoa(pid), "-a", "env", "-i"}, Env...)
+	cmd := exec.CommandContext(ctx, "nsenter", append(argv, args...)...)
+	cmd.Env = []string{}
+	return cmd, nil
+}
+
+// Run runs args in the machine and returns its standard output and standard error together;
+// an error names the command and carries that output.
+func (m *Machine) Run(ctx context.Context, args ...string) (string, error) {
+	cmd, err := m.Command(ctx, args...)
+	if err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s: %s: %w: %s", m.Name, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+// State is `systemctl is-system-running` in the machine ("" while it cannot be asked).
+func (m *Machine) State() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, _ := m.Run(ctx, "systemctl", "is-system-running")
+	return strings.TrimSpace(out)
+}
+
+// WaitRunning waits (within) until the machine's systemd says running. A boot that settles
+// degraded fails at once, naming the failed units.
+func (m *Machine) WaitRunning(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var state string
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-m.done:
+			m.exit, m.cmd = err, nil
+			return fmt.Errorf("machine %s: nspawn exited while booting (%v): %s", m.Name, err, m.LogTail())
+		default:
+		}
+		state = m.State()
+		switch state {
+		case "running":
+			return nil
+		case "degraded":
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			failed, _ := m.Run(ctx, "systemctl", "--failed", "--no-legend", "--plain")
+			cancel()
+			return fmt.Errorf("machine %s booted degraded; failed units:\n%s", m.Name, failed)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("machine %s not running after %s (is-system-running: %q): %s", m.Name, within, state, m.LogTail())
+}
+
+// Reboot reboots the machine for real: `systemctl reboot` inside, nspawn exits (status 133, a
+// reboot), and the machine boots again on the same root; it waits (within) for running.
+func (m *Machine) Reboot(within time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, err := m.Run(ctx, "systemctl", "reboot")
+	cancel()
+	if err != nil {
+		return err
+	}
+	if err := m.waitExit(within); err != nil {
+		return err
+	}
+	var ee *exec.ExitError
+	if !errors.As(m.exit, &ee) || ee.ExitCode() != 133 {
+		return fmt.Errorf("machine %s: nspawn ended with %v after systemctl reboot, not 133 (a reboot): %s", m.Name, m.exit, m.LogTail())
+	}
+	if err := m.start(); err != nil {
+		return err
+	}
+	return m.WaitRunning(within)
+}
+
+// waitExit waits (within) for the running nspawn to exit.
+func (m *Machine) waitExit(within time.Duration) error {
+	if m.cmd == nil {
+		return nil
+	}
+	select {
+	case m.exit = <-m.done:
+		m.cmd = nil
+		return nil
+	case <-time.After(within):
+		return fmt.Errorf("machine %s: nspawn still up %s after it was told to end: %s", m.Name, within, m.LogTail())
+	}
+}
+
+// Stop shuts the machine down (SIGTERM to nspawn: an orderly poweroff; SIGKILL to it and the
+// machine's PID 1 after 30 s), unmounts its overlay and removes its directory. It is safe to call
+// twice.
+func (m *Machine) Stop() error {
+	if m.cmd != nil {
+		leader := m.Leader()
+		_ = m.cmd.Process.Signal(syscall.SIGTERM)
+		if err := m.waitExit(30 * time.Second); err != nil {
+			_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+			if leader > 0 {
+				_ = syscall.Kill(leader, syscall.SIGKILL)
+			}
+			m.exit = <-m.done
+			m.cmd = nil
+		}
+	}
+	if m.dir == "" {
+		return nil
+	}
+	var err error
+	if out, e := exec.Command("umount", m.Root).CombinedOutput(); e != nil && !strings.Contains(string(out), "not mounted") {
+		err = fmt.Errorf("umount %s: %v: %s", m.Root, e, out)
+	}
+	if err == nil {
+		err = os.RemoveAll(m.dir)
+		m.dir = ""
+	}
+	return err
+}
+
+// CopyIn copies the host's file src to path in the machine (mode kept).
+func (m *Machine) CopyIn(src, path string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(m.Root, path)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, st.Mode().Perm())
+}
+
+// LogTail is the end of nspawn's log (its own messages; the boot's are in the machine's journal).
+func (m *Machine) LogTail() string {
+	b, _ := os.ReadFile(m.log)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}

@@ -1,0 +1,82 @@
+package systemd
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"meshd/internal/testenv"
+)
+
+// bootTimeout bounds a boot to running (a few seconds here).
+const bootTimeout = 90 * time.Second
+
+// requireMachine skips (fails under CI) without root, the tools or the cached root.
+func requireMachine(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t, "a systemd machine", Tools...)
+	if _, err := CachedRoot(); err != nil {
+		testenv.Prereq(t, "%v", err)
+	}
+}
+
+// bootIn boots a machine named name in a fresh lab namespace of the same name with one underlay
+// address, and stops it when the test ends.
+func bootIn(t *testing.T, name, addr string) *Machine {
+	t.Helper()
+	ns := fmt.Sprintf("%s-%d", name, os.Getpid())
+	testenv.NewNetns(t, ns)
+	testenv.Run(t, "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer")
+	testenv.Run(t, "ip", "-n", ns, "link", "set", "eth0-peer", "up")
+	testenv.Run(t, "ip", "-n", ns, "addr", "add", addr, "dev", "eth0")
+	testenv.Run(t, "ip", "-n", ns, "link", "set", "eth0", "up")
+	m, err := Boot(name, ns, bootTimeout)
+	if m != nil {
+		t.Cleanup(func() {
+			if err := m.Stop(); err != nil {
+				t.Errorf("stop %s: %v", name, err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A machine boots to running in its namespace, runs a command with nothing of the caller's
+// environment, reboots for real (a new PID 1, the same files), and stops leaving the cache as
+// it was.
+func TestMachineBootsAndReboots(t *testing.T) {
+	requireMachine(t)
+	t.Setenv("MESHD_SEAL_KEY", "/leaked")
+	m := bootIn(t, "sd-boot", "198.51.100.40/24")
+	ctx := testenv.Context(t, time.Minute)
+
+	out, err := m.Run(ctx, "ip", "-4", "-o", "addr", "show", "eth0")
+	if err != nil || !strings.Contains(out, "198.51.100.40/24") {
+		t.Fatalf("the machine's network is not its namespace's: %q, %v", out, err)
+	}
+	if env, _ := m.Run(ctx, "env"); strings.Contains(env, "MESHD_SEAL_KEY") {
+		t.Errorf("the caller's environment leaked in:\n%s", env)
+	}
+	if _, err := m.Run(ctx, "sh", "-c", "echo kept > /var/lib/marker"); err != nil {
+		t.Fatal(err)
+	}
+	pid1 := m.Leader()
+	if err := m.Reboot(bootTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if m.Leader() == pid1 {
+		t.Errorf("after the reboot PID 1 is still %d", pid1)
+	}
+	if marker, err := m.Run(ctx, "cat", "/var/lib/marker"); err != nil || strings.TrimSpace(marker) != "kept" {
+		t.Errorf("a file written before the reboot reads %q, %v after it", marker, err)
+	}
+	root, _ := CachedRoot()
+	if _, err := os.Stat(root + "/var/lib/marker"); err == nil {
+		t.Errorf("the machine wrote into the cached root %s", root)
+	}
+}

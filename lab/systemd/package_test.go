@@ -1,0 +1,152 @@
+package systemd
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"meshd/internal/testenv"
+	"meshd/packaging/deb"
+)
+
+// The package the tree builds, on a machine run by systemd, as an operator meets it: apt installs
+// it from the file (offline: the root has its dependencies) and leaves the unit enabled, not
+// started; genesis, then systemctl enable --now, and meshd status answers; the unit restarts a
+// killed agent; after a real reboot the agent is back by its unit; apt remove stops the agent and
+// keeps the data dir; apt purge removes the config and keeps the data dir and seal key, saying so.
+func TestPackageOnSystemdMachine(t *testing.T) {
+	requireMachine(t)
+	testenv.Require(t, "the package", testenv.Missing(false, "git", "go")...)
+	_, file, _, _ := runtime.Caller(0)
+	pkg, version, err := deb.BuildIn(filepath.Join(filepath.Dir(file), "..", ".."), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := bootIn(t, "sd-pkg", "198.51.100.10/24")
+	ctx := testenv.Context(t, 3*time.Minute)
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := m.Run(ctx, args...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, m.journal(ctx))
+		}
+		return out
+	}
+	// what is `systemctl is-X meshd`, which exits non-zero for a no.
+	what := func(is string) string {
+		out, _ := m.Run(ctx, "systemctl", is, "meshd")
+		return strings.TrimSpace(out)
+	}
+	status := func(within time.Duration) {
+		t.Helper()
+		var out string
+		if err := testenv.Poll(t, within, func() error {
+			var err error
+			out, err = m.Run(ctx, "meshd", "status")
+			if err == nil && !strings.Contains(out, "hub") {
+				err = fmt.Errorf("status names no hub")
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("meshd status: %v\n%s\n%s", err, out, m.journal(ctx))
+		}
+	}
+
+	in := "/root/" + filepath.Base(pkg)
+	if err := m.CopyIn(pkg, in); err != nil {
+		t.Fatal(err)
+	}
+	out := run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", in)
+	if !strings.Contains(out, "enabled but not started") {
+		t.Errorf("apt install did not say the unit is enabled but not started:\n%s", out)
+	}
+	if e, a := what("is-enabled"), what("is-active"); e != "enabled" || a != "inactive" {
+		t.Errorf("after install meshd.service is %s and %s; want enabled and inactive", e, a)
+	}
+	if v := run("meshd", "version"); !strings.HasPrefix(v, "meshd "+version+" ") {
+		t.Errorf("meshd version says %q; the package is %s", v, version)
+	}
+
+	t.Logf("apt install:\n%s", out)
+	t.Logf("genesis:\n%s", run("meshd", "genesis", "--name", "hub", "--adopted", "--advertise", "198.51.100.10"))
+	run("systemctl", "enable", "--now", "meshd")
+	status(30 * time.Second)
+
+	pid := strings.TrimSpace(run("systemctl", "show", "-p", "MainPID", "--value", "meshd"))
+	run("systemctl", "kill", "-s", "KILL", "meshd")
+	if err := testenv.Poll(t, 30*time.Second, func() error {
+		now := strings.TrimSpace(run("systemctl", "show", "-p", "MainPID", "--value", "meshd"))
+		if a := what("is-active"); a != "active" || now == pid || now == "0" {
+			return fmt.Errorf("meshd.service %s, MainPID %s (was %s)", a, now, pid)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the unit did not restart the killed agent: %v\n%s", err, m.journal(ctx))
+	}
+	status(30 * time.Second)
+
+	if err := m.Reboot(bootTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if a := what("is-active"); a != "active" {
+		t.Fatalf("after the reboot meshd.service is %s\n%s", a, m.journal(ctx))
+	}
+	status(30 * time.Second)
+
+	// The agent, run by systemd, wrote and enabled its boot unit; remove disables it (it would fail
+	// at every boot without the program).
+	bootWants := "/etc/systemd/system/sysinit.target.wants/meshd-boot.service"
+	if _, err := m.Run(ctx, "test", "-e", bootWants); err != nil {
+		t.Errorf("the agent did not enable meshd-boot.service (%s)", bootWants)
+	}
+	run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "remove", "-y", "meshd")
+	if _, err := m.Run(ctx, "test", "-e", bootWants); err == nil {
+		t.Errorf("apt remove left %s enabled", bootWants)
+	}
+	if a := what("is-active"); a == "active" {
+		t.Errorf("after apt remove meshd.service is %s", a)
+	}
+	left, _ := m.Run(ctx, "pgrep", "-a", "meshd")
+	t.Logf("after apt remove, meshd's processes: %q", left)
+	if out, err := m.Run(ctx, "pgrep", "-a", "-f", "meshd agent"); err == nil {
+		t.Errorf("an agent runs after apt remove: %s", out)
+	}
+	for _, kept := range []string{"/var/lib/meshd", "/etc/meshd/seal.key", "/etc/meshd/meshd.yaml"} {
+		if _, err := m.Run(ctx, "test", "-e", kept); err != nil {
+			t.Errorf("apt remove did not keep %s", kept)
+		}
+	}
+	if _, err := m.Run(ctx, "test", "-e", "/usr/bin/meshd"); err == nil {
+		t.Errorf("apt remove left /usr/bin/meshd")
+	}
+
+	out = run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "meshd")
+	if !strings.Contains(out, "Kept, on purpose") || !strings.Contains(out, "/etc/meshd/seal.key") {
+		t.Errorf("apt purge did not say what it keeps:\n%s", out)
+	}
+	t.Logf("apt purge:\n%s", out)
+	for _, kept := range []string{"/var/lib/meshd", "/etc/meshd/seal.key"} {
+		if _, err := m.Run(ctx, "test", "-e", kept); err != nil {
+			t.Errorf("apt purge removed %s", kept)
+		}
+	}
+	for _, gone := range []string{"/etc/meshd/meshd.yaml", "/lib/systemd/system/meshd.service",
+		"/etc/systemd/system/multi-user.target.wants/meshd.service", "/etc/systemd/system/meshd-boot.service"} {
+		if _, err := m.Run(ctx, "test", "-e", gone); err == nil {
+			t.Errorf("apt purge left %s", gone)
+		}
+	}
+	if st := m.State(); st != "running" {
+		t.Errorf("after purge the machine is %s", st)
+	}
+}
+
+// journal is the end of meshd's journal in the machine, for a failure's message.
+func (m *Machine) journal(ctx context.Context) string {
+	out, _ := m.Run(ctx, "journalctl", "-u", "meshd", "-u", "meshd-boot", "--no-pager", "-n", "40")
+	return out
+}
