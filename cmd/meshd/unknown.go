@@ -20,6 +20,10 @@ func unknownSubcommand(root *cobra.Command, args []string) error {
 	if err != nil || !c.HasSubCommands() || (c != root && c.Runnable()) {
 		return nil
 	}
+	// --help is a flag cobra adds only when it executes: without it here, `meshd history --help`
+	// failed to parse, was left to cobra, and printed the root's help with exit 0, as if the
+	// command existed.
+	c.InitDefaultHelpFlag()
 	if err := c.ParseFlags(rest); err != nil {
 		return nil // cobra says what is wrong with the flags
 	}

@@ -15,6 +15,9 @@ func TestUnknownSubcommandIsNamed(t *testing.T) {
 		"tunel show":              `unknown command "tunel" for "meshd" (did you mean "tunnel"?)`,
 		"node shwo hub":           `unknown command "shwo" for "meshd node" (did you mean "show"?)`,
 		"operator raft transfer":  `unknown command "transfer" for "meshd operator raft" (did you mean "transfer-leader"?)`,
+		"nosuch --help":           `unknown command "nosuch" for "meshd"`,
+		"tunel --help":            `unknown command "tunel" for "meshd" (did you mean "tunnel"?)`,
+		"module asign -h":         `unknown command "asign" for "meshd module" (did you mean "assign"?)`,
 	}
 	for line, want := range refused {
 		err := unknownSubcommand(newRoot(&globals{out: io.Discard}), strings.Fields(line))
