@@ -17,6 +17,7 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/pki"
+	"meshd/setup"
 )
 
 // enrolNode puts node in ts's record with a certificate of role for a key the test holds, as a
@@ -246,4 +247,28 @@ func pemBody(t *testing.T, certPEM []byte) []byte {
 		t.Fatal(err)
 	}
 	return c.Raw
+}
+
+// A client's own socket answers nothing about the record: root there is told where to run it,
+// and nothing is sent to a server with the node's certificate.
+func TestClientSocketRefusesTheRecord(t *testing.T) {
+	ca, err := pki.NewCA("hub", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, _ := nodeIdentity(t, ca, "web1", pki.ClientCert)
+	a := &Agent{node: &setup.NodeFile{Name: "web1", ID: "web1-id", Servers: []string{"127.0.0.1:1"}}, identity: id, caCert: ca.Cert}
+	c, err := newClientRole(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.view = api.GossipView{Node: "web1", Nodes: []api.GossipPeer{{Name: "hub", Server: true}, {Name: "s2", Server: true}, {Name: "web1"}}}
+	for _, p := range []string{"GET /v1/status", "POST /v1/nodes/hub/modules/evil/assign", "POST /v1/tokens", "GET /v1/snapshot", "POST /v1/keyring"} {
+		method, path, _ := strings.Cut(p, " ")
+		rec := httptest.NewRecorder()
+		withSocketAsker("web1", c.operatorAPI()).ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "node web1 is a client") || !strings.Contains(rec.Body.String(), "run this on a server (hub, s2)") {
+			t.Errorf("%s on the client's socket: %d %s", p, rec.Code, rec.Body.String())
+		}
+	}
 }
