@@ -171,7 +171,7 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.ln = ln
-	a.http = &http.Server{Handler: onlyOperators(gid, a.withMetrics(a.role.operatorAPI())), ReadHeaderTimeout: 10 * time.Second, ConnContext: withPeerCred}
+	a.http = &http.Server{Handler: onlyOperators(gid, withSocketAsker(a.node.Name, a.withMetrics(a.role.operatorAPI()))), ReadHeaderTimeout: 10 * time.Second, ConnContext: withPeerCred}
 	go func() {
 		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("operator API stopped", "socket", cfg.Socket, "err", err)

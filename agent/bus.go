@@ -24,9 +24,11 @@ import (
 	"meshd/setup"
 )
 
-// The bus is a server's TLS API for the other agents, on the node's mesh.bus setting. Enrolment
-// comes without a client certificate (the token is the credential); every other route needs the
-// node's certificate from the mesh CA, and a node reads only its own declaration.
+// The bus is a server's TLS API for the other agents and for operators, on the node's mesh.bus
+// setting. Enrolment comes without a client certificate (the token is the credential); a node's
+// certificate from the mesh CA reads its own declaration, posts its own report and asks the peer
+// routes; the operator's API (/v1/op) takes only a server's certificate or an operator credential
+// (busauth.go).
 
 // BusPort is node n's bus port: its mesh.bus setting, else the catalogue's default.
 func BusPort(r *fsm.Record, n *fsm.Node) (uint16, error) { return meshPort(r, n, "bus") }
@@ -111,18 +113,13 @@ func (s *serverRole) busRoutes() http.Handler {
 	mux := http.NewServeMux()
 	// Enrolment writes the record: a follower forwards it to the leader, as it came.
 	mux.Handle("POST /v1/enrol", s.leaderAnswers("", http.HandlerFunc(s.enrol)))
-	// The operator's API for other nodes: a follower forwarding to the leader, a client node
-	// for its operator's commands. Any enrolled node's certificate is let in.
-	mux.Handle("/v1/op/", s.withNode(s.serveOp))
+	// The operator's API: a follower forwarding to the leader, or an operator credential.
+	mux.HandleFunc("/v1/op/", s.serveOp)
 	mux.HandleFunc("GET /v1/raft/state", s.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { s.getRaftState(w, r) }))
+	// What a node asks for itself.
 	mux.HandleFunc("GET /v1/declaration/{node}", s.withNode(s.ownDeclaration))
 	mux.HandleFunc("POST /v1/report", s.withNode(s.postReport))
-	mux.HandleFunc("GET /v1/status", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getStatus(w, r) }))
-	mux.HandleFunc("GET /v1/nodes/{node}", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getNode(w, r) }))
-	mux.HandleFunc("GET /v1/modules", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.listModules(w, r) }))
-	mux.HandleFunc("GET /v1/modules/{module}", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getModule(w, r) }))
 	mux.HandleFunc("GET /v1/gossip", s.withNode(s.getGossipView))
-	mux.HandleFunc("GET /v1/tunnel", s.withNode(func(w http.ResponseWriter, r *http.Request, _ string) { s.getTunnel(w, r) }))
 	s.peerRoutes(mux)
 	return caughtUpOnly(s.raft, mux)
 }
@@ -331,9 +328,6 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("token mode %q: say the joining node's mode, adopted or converged", in.Mode)})
 		return
 	}
-	if in.Server && !s.serversOnly(w, req, "a server token (it brings the mesh CA key)") {
-		return
-	}
 	ttl, err := time.ParseDuration(in.TTL)
 	if err != nil || ttl < time.Second {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("--ttl %q: give a duration of at least 1s, such as 1h", in.TTL)})
@@ -354,7 +348,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	hash := pki.TokenHash(tok)
-	_, index, err := s.raft.ApplyAt(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC(), Server: in.Server}, applyTimeout)
+	_, index, err := s.propose(req, fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: in.Mode, Expires: exp.UTC(), Server: in.Server})
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)

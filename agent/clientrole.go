@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -299,59 +297,31 @@ func (c *clientRole) serverAlive() bool {
 }
 
 // operatorAPI is a client node's operator socket: what is about this machine (its originals, its
-// gossip, its reach) is answered here; everything else, reads and writes of the record alike, is
-// sent to a server's bus (/v1/op), which answers it from the leader.
+// gossip, its reach, its leave) is answered here. The record is not this node's to read or write:
+// its certificate reads its own declaration and posts its own report, nothing more, so every
+// other request is refused, naming where to run it (a server, or an operator credential).
 func (c *clientRole) operatorAPI() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/nodes/{node}/original", c.getOriginal)
 	mux.HandleFunc("GET /v1/members", c.getMembers)
 	mux.HandleFunc("POST /v1/leave", c.postLeave)
 	mux.HandleFunc("GET /v1/reach/{node}", c.getReach)
-	mux.HandleFunc("/", c.toServer)
+	mux.HandleFunc("/", c.notHere)
 	return mux
 }
 
-// toServer sends an operator request to a server's bus and copies its answer. A read goes to the
-// next server when one fails; a write goes to the next only when it never reached the first (or
-// was refused before anything was proposed), so it is applied once.
-func (c *clientRole) toServer(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
-	if err != nil {
-		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "request body: " + err.Error()})
-		return
-	}
-	read := req.Method == http.MethodGet
-	c.serversMu.Lock()
-	servers := append([]string{}, c.servers...)
-	c.serversMu.Unlock()
-	var tried []string
-	for _, addr := range servers {
-		fwd, err := http.NewRequestWithContext(req.Context(), req.Method, "https://"+addr+"/v1/op"+req.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: err.Error()})
-			return
-		}
-		if ct := req.Header.Get("Content-Type"); ct != "" {
-			fwd.Header.Set("Content-Type", ct)
-		}
-		resp, err := c.busClient.Do(fwd)
-		switch {
-		case err == nil && (resp.StatusCode < 500 || (!read && resp.Header.Get(api.HeaderNotProposed) == "")):
-			copyAnswer(w, resp)
-			return
-		case err == nil:
-			ae := api.NewAnswerError(resp, resp.Body)
-			resp.Body.Close()
-			tried = append(tried, fmt.Sprintf("server %s answered %s: %s", addr, ae.Status, strings.TrimSpace(string(ae.Body))))
-		case read || nothingSent(err):
-			tried = append(tried, fmt.Sprintf("server %s: %v", addr, err))
-		default:
-			api.WriteJSON(w, http.StatusBadGateway, api.ErrorBody{Error: fmt.Sprintf("node %s sent %s %s to server %s, which did not answer: %v; the write's outcome is unknown: check with `meshd status` before sending it again", c.node.Name, req.Method, req.URL.Path, addr, err)})
-			return
-		}
-		if req.Context().Err() != nil {
-			break
+// notHere refuses a request about the record on a client's socket, naming the servers.
+func (c *clientRole) notHere(w http.ResponseWriter, _ *http.Request) {
+	var servers []string
+	for _, p := range c.gossipView().Nodes {
+		if p.Server {
+			servers = append(servers, p.Name)
 		}
 	}
-	api.WriteJSON(w, http.StatusBadGateway, api.ErrorBody{Error: fmt.Sprintf("node %s is a client and asks a server, but none answered: %s", c.node.Name, strings.Join(tried, "; "))})
+	if len(servers) == 0 {
+		c.serversMu.Lock()
+		servers = append(servers, c.servers...)
+		c.serversMu.Unlock()
+	}
+	api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: ClientRefusal(c.node.Name, servers)})
 }

@@ -134,7 +134,7 @@ func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	v, err := s.raft.Apply(fsm.OpFlip, fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token}, applyTimeout)
+	v, _, err := s.propose(req, fsm.OpFlip, fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -145,7 +145,7 @@ func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 
 // postAdopt serves `meshd adopt NODE`: the return recorded as an intent.
 func (s *serverRole) postAdopt(w http.ResponseWriter, req *http.Request) {
-	v, err := s.raft.Apply(fsm.OpFlip, fsm.Flip{Node: req.PathValue("node"), To: fsm.Adopted}, applyTimeout)
+	v, _, err := s.propose(req, fsm.OpFlip, fsm.Flip{Node: req.PathValue("node"), To: fsm.Adopted})
 	if err != nil {
 		writeErr(w, err)
 		return

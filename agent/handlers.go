@@ -242,7 +242,7 @@ func (s *serverRole) addModule(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusUnprocessableEntity, api.ErrorBody{Error: err.Error()})
 		return
 	}
-	v, index, err := s.raft.ApplyAt(fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source}, applyTimeout)
+	v, index, err := s.propose(req, fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source})
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
@@ -258,7 +258,7 @@ func (s *serverRole) moduleAction(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusNotFound, api.ErrorBody{Error: "unknown action " + req.PathValue("action")})
 		return
 	}
-	v, index, err := s.raft.ApplyAt(op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}, applyTimeout)
+	v, index, err := s.propose(req, op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")})
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)
@@ -353,9 +353,6 @@ func (s *serverRole) snapshotSave(w http.ResponseWriter, _ *http.Request) {
 
 // snapshotRestore replaces the record with a saved one, through Raft, so every server gets it.
 func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
-	if !s.serversOnly(w, req, "a snapshot restore (it replaces the whole record)") {
-		return
-	}
 	data, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
 	if err != nil {
 		writeErr(w, err)

@@ -34,7 +34,7 @@ func (s *serverRole) removeNode(w http.ResponseWriter, req *http.Request) {
 		q = d
 	}
 	until := time.Now().Add(q).UTC().Truncate(time.Second)
-	v, index, err := s.raft.ApplyAt(fsm.OpNodeRemove, fsm.NodeRemove{Node: name, Until: until, Leader: s.node.Name}, applyTimeout)
+	v, index, err := s.propose(req, fsm.OpNodeRemove, fsm.NodeRemove{Node: name, Until: until, Leader: s.node.Name})
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)

@@ -22,7 +22,7 @@ import (
 // longer a server, so no autopilot adds it back), then Raft's configuration.
 func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
-	v, index, err := s.raft.ApplyAt(fsm.OpServerRemove, fsm.ServerRemove{Node: name}, applyTimeout)
+	v, index, err := s.propose(req, fsm.OpServerRemove, fsm.ServerRemove{Node: name})
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)

@@ -82,7 +82,7 @@ func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusConflict, api.ErrorBody{Error: (&SettingsRefusal{Node: node, Findings: findings}).Error()})
 		return
 	}
-	v, index, err := s.raft.ApplyAt(fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values}, applyTimeout)
+	v, index, err := s.propose(req, fsm.OpSettingsSet, fsm.SetSettings{Node: node, Values: body.Values})
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)

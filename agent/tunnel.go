@@ -56,7 +56,7 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 	if !spoke { // the hub's own key moves: it announces the move, signed with its identity
 		s.fsm.Read(func(r *fsm.Record, _ uint64) { announceTake(r, take, s.secrets.NodeKey) })
 	}
-	v, index, err := s.raft.ApplyAt(fsm.OpTunnelTake, take, applyTimeout)
+	v, index, err := s.propose(req, fsm.OpTunnelTake, take)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)

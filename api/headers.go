@@ -17,7 +17,8 @@ const (
 	HeaderForwardedBy = "X-Meshd-Forwarded-By"
 	// HeaderRemoteAddr is the address an enrolment came from, as the forwarding server saw it.
 	HeaderRemoteAddr = "X-Meshd-Remote-Addr"
-	// HeaderAskedBy names the node whose certificate an operator request came in with on a bus
-	// (/v1/op): set by the bus itself, kept only when a server forwards it.
+	// HeaderAskedBy says who gave an operator request ("operator NAME", "root on NODE's socket"):
+	// set by the socket or the bus (/v1/op) itself, kept only when a server forwards it. The
+	// record keeps it as the command's By.
 	HeaderAskedBy = "X-Meshd-Asked-By"
 )

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -183,6 +184,9 @@ type Mesh struct {
 	Interval time.Duration
 	// Step, when set, says a step of raising the mesh begins (the run marks it on the lab).
 	Step func(name string)
+	// creds are the operator credential files given to client machines, by machine: a client's
+	// socket reads and writes no record (issue 26), so meshd there runs with --credential.
+	creds sync.Map
 }
 
 func (ms *Mesh) step(name string) {
@@ -210,6 +214,9 @@ func (ms *Mesh) AgentArgs(machine string) []string {
 // did not run to an exit).
 func (ms *Mesh) Meshd(ctx context.Context, machine string, args ...string) (stdout, stderr string, code int) {
 	m := ms.Lab.Machine(machine)
+	if path, ok := ms.creds.Load(machine); ok && len(args) > 0 && !machineLocal[args[0]] {
+		args = append([]string{"--credential", path.(string)}, args...)
+	}
 	cmd := m.Command(ctx, "/usr/local/bin/meshd", args...)
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -230,6 +237,34 @@ func (ms *Mesh) must(ctx context.Context, machine string, args ...string) (strin
 		return out, fmt.Errorf("%s: meshd %s: exit %d: %s%s", machine, strings.Join(args, " "), code, out, errs)
 	}
 	return out, nil
+}
+
+// machineLocal are the commands about the machine itself, run on its own socket even where the
+// machine holds an operator credential.
+var machineLocal = map[string]bool{"join": true, "agent": true, "genesis": true, "members": true, "leave": true, "check": true,
+	"tunnel-device": true, "boot": true, "version": true, "install-unit": true, "config": true}
+
+// giveCredential has the hub issue an operator credential for the client machine and puts it
+// there (0600): from then on meshd on that machine drives the record with it, over the bus.
+func (ms *Mesh) giveCredential(ctx context.Context, machine string) error {
+	tmp := "/root/chaos-" + machine + ".credential"
+	if _, err := ms.must(ctx, "hub", "operator", "credential", "create", "--name", "chaos-"+machine, "--out", tmp); err != nil {
+		return err
+	}
+	hub := ms.Lab.Machine("hub")
+	b, err := hub.ReadFile(ctx, tmp)
+	if err != nil {
+		return fmt.Errorf("hub: read the credential for %s: %w", machine, err)
+	}
+	if _, err := hub.Exec(ctx, "rm", "-f", tmp); err != nil {
+		return err
+	}
+	path := "/etc/meshd/operator.credential"
+	if err := ms.Lab.Machine(machine).WriteFile(ctx, path, b, 0o600); err != nil {
+		return fmt.Errorf("%s: write its operator credential: %w", machine, err)
+	}
+	ms.creds.Store(machine, path)
+	return nil
 }
 
 // MeshTunnelPort is the port genesis gives the mesh's own interface on the hub: the found tunnel
@@ -314,6 +349,11 @@ func (ms *Mesh) Join(ctx context.Context) error {
 		}
 		if err := ms.startAgent(ctx, j.name); err != nil {
 			return err
+		}
+		if !j.server {
+			if err := ms.giveCredential(ctx, j.name); err != nil {
+				return err
+			}
 		}
 		if err := ms.waitAnswer(ctx, j.name); err != nil {
 			return err

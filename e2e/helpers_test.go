@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +20,77 @@ import (
 	"meshd/lab"
 )
 
-// meshd runs the meshd CLI on a lab machine (its own socket, /run/meshd/meshd.sock).
+// meshd runs the meshd CLI on a lab machine (its own socket, /run/meshd/meshd.sock). A client's
+// socket reads and writes no record (issue 26): once a machine joined, the hub issues it an
+// operator credential, and the record's commands run there with it (--credential), over the bus.
 func meshd(ctx context.Context, m *lab.Machine, args ...string) (string, error) {
-	return m.Exec(ctx, "/usr/local/bin/meshd", args...)
+	credMu.Lock()
+	path := credOf[m]
+	credMu.Unlock()
+	if path != "" && len(args) > 0 && !machineLocal(args) {
+		args = append([]string{"--credential", path}, args...)
+	}
+	out, err := m.Exec(ctx, "/usr/local/bin/meshd", args...)
+	if err != nil || len(args) == 0 || slices.Contains(args, "--dry-run") {
+		return out, err
+	}
+	switch args[0] {
+	case "genesis":
+		credMu.Lock()
+		genesisOn = m
+		credMu.Unlock()
+	case "join":
+		credMu.Lock()
+		hub := genesisOn
+		credMu.Unlock()
+		if hub != nil && hub != m {
+			if cerr := giveCredential(ctx, hub, m); cerr != nil {
+				return out, fmt.Errorf("%s joined, but its operator credential: %w", m.Name, cerr)
+			}
+		}
+	}
+	return out, nil
+}
+
+var (
+	credMu sync.Mutex
+	// genesisOn is the machine the last genesis ran on: the lab's hub, which issues credentials.
+	genesisOn *lab.Machine
+	// credOf is each joined machine's operator credential file.
+	credOf = map[*lab.Machine]string{}
+)
+
+// machineLocal says a command is about the machine itself, asked on its own socket.
+func machineLocal(args []string) bool {
+	switch args[0] {
+	case "join", "agent", "genesis", "members", "leave", "check", "tunnel-device", "boot", "version", "install-unit", "config":
+		return true
+	}
+	return args[0] == "node" && len(args) > 1 && args[1] == "original"
+}
+
+// giveCredential has hub issue an operator credential for machine m and puts it there, 0600.
+func giveCredential(ctx context.Context, hub, m *lab.Machine) error {
+	name := fmt.Sprintf("e2e-%s-%d", m.Name, time.Now().UnixNano()%1e9)
+	tmp := "/root/" + name + ".credential"
+	if out, err := hub.Exec(ctx, "/usr/local/bin/meshd", "operator", "credential", "create", "--name", name, "--out", tmp); err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	b, err := hub.ReadFile(ctx, tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := hub.Exec(ctx, "rm", "-f", tmp); err != nil {
+		return err
+	}
+	path := "/etc/meshd/operator.credential"
+	if err := m.WriteFile(ctx, path, b, 0o600); err != nil {
+		return err
+	}
+	credMu.Lock()
+	credOf[m] = path
+	credMu.Unlock()
+	return nil
 }
 
 // meshdJoin runs `meshd join --token-file - ARGS` on a lab machine with token on its standard

@@ -256,7 +256,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 	t.Run("peer1 enrols over the tunnel it has and keeps its address", func(t *testing.T) {
 		enrolPeer(ctx, t, l, hub, peer1, bin, "10.44.0.2")
 	})
-	t.Run("tunnel show on the enrolled peer1, a client asking a server, says what the hub says", func(t *testing.T) {
+	t.Run("tunnel show on the enrolled peer1, with its operator credential, says what the hub says", func(t *testing.T) {
 		var v api.TunnelView
 		if err := testenv.Poll(t, 60*time.Second, func() error {
 			var err error

@@ -125,6 +125,18 @@ func apply(r *Record, data []byte) (any, error) {
 			return nil, err
 		}
 		return applyNodeRemove(r, &c, &b)
+	case OpCredentialCreate:
+		var b CredentialCreate
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyCredentialCreate(r, &c, &b)
+	case OpCredentialRevoke:
+		var b CredentialRevoke
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyCredentialRevoke(r, &c, &b)
 	}
 	return nil, refuse(c.Op, "", "", "unknown command %q", c.Op)
 }
@@ -382,7 +394,7 @@ func applyTokenCreate(r *Record, c *Command, b *TokenCreate) (any, error) {
 	case !b.Expires.After(c.At):
 		return nil, refuse(c.Op, "", "", "the token would expire before it was made")
 	}
-	t := &Token{Hash: b.Hash, Mode: b.Mode, Expires: b.Expires, Created: c.At, Server: b.Server}
+	t := &Token{Hash: b.Hash, Mode: b.Mode, Expires: b.Expires, Created: c.At, Server: b.Server, CreatedBy: c.By}
 	r.Tokens[b.Hash] = t
 	return t, nil
 }
@@ -471,6 +483,12 @@ func detach(v any) any {
 		c.Taken = cloneStrings(x.Taken)
 		return &c
 	case *Token:
+		if x == nil {
+			return x
+		}
+		c := *x
+		return &c
+	case *Credential:
 		if x == nil {
 			return x
 		}

@@ -22,7 +22,9 @@ import (
 // Version 4: a module that declares what makes it root on a machine (a cron or sudoers file, a
 // setuid mode, a mount of the engine's socket: catalogue.CheckPrivilege) must say privileged:
 // true, at catalogue.add and, with the node's settings filled in, at module.assign and
-// node.settings. A version 3 command applies as it did then.
+// node.settings; the operator credential commands (operator.credential.create and .revoke); and
+// every command's By (who gave it) kept in the record where it says something: on a credential,
+// and on a token. A version 3 command carries no By and applies as it did then.
 const Version = 4
 
 // privilegedSince is the first command version that refuses an unsaid root-equivalent module.
@@ -51,13 +53,21 @@ const (
 	OpTokenCreate    Op = "token.create"
 	OpServerRemove   Op = "node.server.remove"
 	OpNodeRemove     Op = "node.remove"
+	// OpCredentialCreate lists an operator credential; OpCredentialRevoke revokes one by name.
+	OpCredentialCreate Op = "operator.credential.create"
+	OpCredentialRevoke Op = "operator.credential.revoke"
 )
 
-// Command is one entry of the Raft log: an op, the proposer's clock, and the op's body.
+// Command is one entry of the Raft log: an op, the proposer's clock, who gave it, and the op's
+// body.
 type Command struct {
-	V    int             `json:"v"`
-	Op   Op              `json:"op"`
-	At   time.Time       `json:"at"`
+	V  int       `json:"v"`
+	Op Op        `json:"op"`
+	At time.Time `json:"at"`
+	// By is who gave the command, as the proposing server saw it: "operator NAME" (an operator
+	// credential), "root on NODE's socket" (a server's operator socket), or, for what an agent
+	// does of itself (an enrolment, a finished flip), empty.
+	By   string          `json:"by,omitempty"`
 	Body json.RawMessage `json:"body"`
 }
 
@@ -150,11 +160,27 @@ type NodeRemove struct {
 	Leader string    `json:"leader"`
 }
 
-// Encode wraps a body in a versioned command.
-func Encode(op Op, at time.Time, body any) ([]byte, error) {
+// CredentialCreate lists an operator credential: its name, its ID (pki.CredentialID: the
+// certificate's serial) and its expiry. The certificate itself never enters the record.
+type CredentialCreate struct {
+	Name    string    `json:"name"`
+	ID      string    `json:"id"`
+	Expires time.Time `json:"expires"`
+}
+
+// CredentialRevoke revokes the operator credential Name: the bus refuses it from then on.
+type CredentialRevoke struct {
+	Name string `json:"name"`
+}
+
+// Encode wraps a body in a versioned command given by no one in particular.
+func Encode(op Op, at time.Time, body any) ([]byte, error) { return EncodeBy(op, at, "", body) }
+
+// EncodeBy wraps a body in a versioned command given by by.
+func EncodeBy(op Op, at time.Time, by string, body any) ([]byte, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", op, err)
 	}
-	return json.Marshal(Command{V: Version, Op: op, At: at.UTC(), Body: b})
+	return json.Marshal(Command{V: Version, Op: op, At: at.UTC(), By: by, Body: b})
 }

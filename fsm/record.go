@@ -34,6 +34,9 @@ type Record struct {
 	// Quarantined are the private-network addresses of removed nodes, not given to an enrolment
 	// before their Until.
 	Quarantined []Quarantine `json:"quarantined,omitempty"`
+	// Credentials are the operator credentials, by name: the bus takes one only while it is
+	// listed here with its certificate's ID, unrevoked and unexpired.
+	Credentials map[string]*Credential `json:"credentials,omitempty"`
 }
 
 // Revocation is a removed node's identity key.
@@ -132,11 +135,14 @@ type Token struct {
 	Server bool      `json:"server,omitempty"`
 	UsedBy string    `json:"used_by,omitempty"`
 	UsedAt time.Time `json:"used_at"`
+	// CreatedBy is who made the token (the command's By).
+	CreatedBy string `json:"created_by,omitempty"`
 }
 
 // NewRecord returns an empty record.
 func NewRecord() *Record {
-	return &Record{Nodes: map[string]*Node{}, Catalogue: catalogue.Catalogue{}, Tokens: map[string]*Token{}}
+	return &Record{Nodes: map[string]*Node{}, Catalogue: catalogue.Catalogue{}, Tokens: map[string]*Token{},
+		Credentials: map[string]*Credential{}}
 }
 
 // Marshal encodes the record deterministically: maps by sorted key, slices kept sorted by Apply.
@@ -156,6 +162,9 @@ func UnmarshalRecord(b []byte) (*Record, error) {
 	}
 	if r.Tokens == nil {
 		r.Tokens = map[string]*Token{}
+	}
+	if r.Credentials == nil {
+		r.Credentials = map[string]*Credential{}
 	}
 	return r, nil
 }

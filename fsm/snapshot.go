@@ -118,6 +118,12 @@ func (r *Record) check() error {
 			return fmt.Errorf("token %s is not filed under its own hash", abbrev(h))
 		}
 	}
+	for _, n := range sortedKeys(r.Credentials) {
+		c := r.Credentials[n]
+		if c == nil || c.Name != n {
+			return fmt.Errorf("operator credential %q is not filed under its own name", n)
+		}
+	}
 	if len(r.Nodes) > 0 && r.Genesis == nil {
 		return errors.New("it has nodes but no genesis")
 	}

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -209,11 +210,17 @@ func (rn *Node) Apply(op fsm.Op, body any, timeout time.Duration) (any, error) {
 // ApplyAt is Apply that also says the command's index in the log: the record's index once it is
 // applied, which the answer carries.
 func (rn *Node) ApplyAt(op fsm.Op, body any, timeout time.Duration) (any, uint64, error) {
+	return rn.ApplyBy("", op, body, timeout)
+}
+
+// ApplyBy is ApplyAt for a command given by by (fsm.Command.By): "operator NAME", "root on
+// NODE's socket".
+func (rn *Node) ApplyBy(by string, op fsm.Op, body any, timeout time.Duration) (any, uint64, error) {
 	// Right after a start the group may still be electing: give it a moment rather than fail.
 	if addr, _ := rn.raft.LeaderWithID(); addr == "" {
 		_ = rn.WaitLeader(5 * time.Second)
 	}
-	b, err := fsm.Encode(op, time.Now(), body)
+	b, err := fsm.EncodeBy(op, time.Now(), by, body)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -254,4 +261,17 @@ func (e *NotLeaderError) Error() string {
 		return "no raft leader right now; try again in a moment"
 	}
 	return fmt.Sprintf("this server does not lead; the leader is at %s", e.Leader)
+}
+
+// Entry is the command the log holds at index, as it was proposed (who gave it included).
+func (rn *Node) Entry(index uint64) (fsm.Command, error) {
+	var l raft.Log
+	var c fsm.Command
+	if err := rn.store.GetLog(index, &l); err != nil {
+		return c, fmt.Errorf("raft log entry %d: %w", index, err)
+	}
+	if err := json.Unmarshal(l.Data, &c); err != nil {
+		return c, fmt.Errorf("raft log entry %d is not a command: %w", index, err)
+	}
+	return c, nil
 }

@@ -265,16 +265,23 @@ func TestProcessEnrolment(t *testing.T) {
 		}
 		return ""
 	})
-	if text := edge.ok("status"); !strings.Contains(text, "edge") || !strings.Contains(text, "hub") {
-		t.Fatalf("status on the client:\n%s", text)
-	} else {
-		t.Logf("status on the client:\n%s", text)
+	// The client's socket reads no record (issue 26), naming where to run the command.
+	if _, errs, code := edge.run("status"); code != 1 || !strings.Contains(errs, "node edge is a client") || !strings.Contains(errs, "run this on a server (hub)") {
+		t.Fatalf("status on the client: exit %d %s", code, errs)
 	}
-	// A write on a client goes to a server, which answers it from the leader once committed.
-	if out, errs, code := edge.run("token", "create", "--adopted"); code != 0 || !strings.Contains(errs, "committed and applied at record index") || !strings.Contains(errs, "hub (leader)") {
-		t.Fatalf("a write on a client: exit %d %q %q", code, out, errs)
+	// With an operator credential made on the hub, the client's machine reads and writes the
+	// record over the bus: a write is answered from the leader once committed.
+	cred := filepath.Join(t.TempDir(), "edge-op.credential")
+	hub.ok("operator", "credential", "create", "--name", "edge-op", "--out", cred)
+	if text, errs, code := edge.runIn("--credential", cred, "status"); code != 0 || !strings.Contains(text, "edge") || !strings.Contains(text, "hub") {
+		t.Fatalf("status with a credential on the client's machine: exit %d\n%s%s", code, text, errs)
 	} else {
-		t.Logf("a write on a client: %s", strings.TrimSpace(errs))
+		t.Logf("status with a credential on the client's machine:\n%s", text)
+	}
+	if out, errs, code := edge.runIn("--credential", cred, "token", "create", "--adopted"); code != 0 || !strings.Contains(errs, "committed and applied at record index") || !strings.Contains(errs, "hub (leader)") {
+		t.Fatalf("a write with a credential on the client's machine: exit %d %q %q", code, out, errs)
+	} else {
+		t.Logf("a write with a credential on the client's machine: %s", strings.TrimSpace(errs))
 	}
 
 	// A module assigned to the client reaches its host; the held file shows on the server.
@@ -346,8 +353,8 @@ func TestProcessEnrolment(t *testing.T) {
 		t.Fatal("the restored seal key is not the original")
 	}
 	edge.startAgent("--docker-host", noDocker)
-	if text := edge.ok("node", "show", "edge"); !strings.Contains(text, "ADOPTED") {
-		t.Fatalf("node show on the restored client:\n%s", text)
+	if text := hub.ok("node", "show", "edge"); !strings.Contains(text, "ADOPTED") {
+		t.Fatalf("node show of the restored client:\n%s", text)
 	}
 }
 

@@ -21,9 +21,11 @@ import (
 
 type globals struct {
 	socket string
-	json   bool
-	stale  bool
-	out    io.Writer
+	// credential is an operator credential file: with it the CLI talks to a server's bus.
+	credential string
+	json       bool
+	stale      bool
+	out        io.Writer
 	// last is the last client made, to say after the command who answered it.
 	last *api.Client
 }
@@ -79,7 +81,9 @@ Look at any time: meshd status, meshd node show NODE, meshd monitor NODE, and a 
 (meshd agent --metrics 127.0.0.1:9470, then http://127.0.0.1:9470/).
 
 The operator's commands talk to the local agent over its socket (` + api.DefaultSocket + `;
---socket or MESHD_SOCKET to change it).`,
+--socket or MESHD_SOCKET to change it). The record is read and written on a server's socket, or from
+any machine with an operator credential (--credential FILE or MESHD_CREDENTIAL: ` + "`meshd operator credential create`" + `
+on a server makes one); a client machine's socket refuses record commands without one.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -100,6 +104,7 @@ The operator's commands talk to the local agent over its socket (` + api.Default
 		def = api.DefaultSocket
 	}
 	root.PersistentFlags().StringVar(&g.socket, "socket", def, "the agent's operator socket (env MESHD_SOCKET)")
+	root.PersistentFlags().StringVar(&g.credential, "credential", os.Getenv(credentialEnv), "an operator credential file: talk to a server's bus with it instead of the local socket (env "+credentialEnv+"; meshd operator credential --help)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text")
 	root.PersistentFlags().BoolVar(&g.stale, "stale", false, "let a follower server answer a read from its own record (it says how far behind it may be) instead of asking the leader")
 	root.PersistentPostRun = func(cmd *cobra.Command, _ []string) {
@@ -120,12 +125,6 @@ The operator's commands talk to the local agent over its socket (` + api.Default
 	root.AddCommand(configCmd(g), installUnitCmd(), completionCmd(root), docsCmd())
 	groupCommands(root)
 	return root
-}
-
-func (g *globals) client() *api.Client {
-	g.last = api.NewClient(g.socket)
-	g.last.Stale = g.stale
-	return g.last
 }
 
 // sayAnswered tells on stderr (stdout stays the command's) what the answer said about itself: a

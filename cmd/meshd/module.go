@@ -309,6 +309,9 @@ func privilegedLines(m *catalogue.Module) []string {
 // privilegedOf is privilegedLines for the catalogue's module named module, said of node; nothing
 // when the module cannot be read (the command's own answer stands).
 func privilegedOf(ctx context.Context, g *globals, module, node string) []string {
+	// The command's own answer (its committed index) is what is said after it, not this read's.
+	last := g.last
+	defer func() { g.last = last }()
 	var m api.ModuleView
 	if err := g.client().Get(ctx, "/v1/modules/"+url.PathEscape(module), &m); err != nil || m.Module == nil {
 		return nil

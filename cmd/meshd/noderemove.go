@@ -27,7 +27,7 @@ to come back (it gets a new key and, within the quarantine, another address).
 
 Refused: the control-node (it holds the foundation and the private network's hub), the node
 whose agent leads the Raft group (hand leadership elsewhere first with ` + "`meshd operator raft transfer-leader`" + `),
-and the last server. It runs on any node; a follower or a client forwards it to the leader.`,
+and the last server. It runs on a server (a follower forwards it to the leader), or anywhere with an operator credential.`,
 		Example: `  meshd node remove peer2
   meshd node remove peer2 --quarantine 168h --json`,
 		Args: exactArgs("NODE"),

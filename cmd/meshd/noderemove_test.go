@@ -101,8 +101,8 @@ func TestProcessNodeRemove(t *testing.T) {
 	if code, body := busGet(t, edge.netns, bus, "/v1/declaration/edge", &id); code != http.StatusForbidden || !strings.Contains(body, "revoked") {
 		t.Fatalf("the removed node's certificate on the bus: %d %s", code, body)
 	}
-	if code, body := busGet(t, edge.netns, bus, "/v1/status", &id); code != http.StatusForbidden {
-		t.Fatalf("the removed node's certificate asking the status: %d %s", code, body)
+	if code, body := busGet(t, edge.netns, bus, "/v1/gossip", &id); code != http.StatusForbidden {
+		t.Fatalf("the removed node's certificate asking the gossip view: %d %s", code, body)
 	}
 	// A new enrolment within the quarantine gets another address; the name is free again.
 	again := join("edge")

@@ -158,9 +158,15 @@ func (n *node) startAgentEnv(env []string, extra ...string) {
 		var st struct {
 			Leader struct{ ID string } `json:"leader"`
 		}
-		out, _, code := n.run("status", "--json")
+		out, errs, code := n.run("status", "--json")
 		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Leader.ID != "" {
 			return
+		}
+		// A client's socket reads no record (issue 26): it is ready once it serves its own.
+		if code != 0 && strings.Contains(errs, "is a client") {
+			if _, _, mc := n.run("members", "--json"); mc == 0 {
+				return
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

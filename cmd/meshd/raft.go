@@ -24,7 +24,7 @@ The node stays in the record as a node. The quorum is counted over the voters le
 server from three leaves two voters, whose quorum is both; add a server back to return to three.
 The control-node cannot be removed (it leads the group and runs the foundation).
 
-It runs on any node; a follower or a client forwards it to the leader.`,
+It runs on a server (a follower forwards it to the leader), or anywhere with an operator credential.`,
 		Example: `  meshd operator raft remove-peer s3`,
 		Args:    exactArgs("NODE"),
 		RunE: func(_ *cobra.Command, args []string) error {

@@ -57,7 +57,11 @@ var indexRe = regexp.MustCompile(`committed and applied at record index (\d+) \(
 // leader that answered it.
 func write(t *testing.T, n *node, args ...string) (index, leader string) {
 	t.Helper()
-	out, errs, code := n.run(args...)
+	run := n.run
+	if len(args) > 0 && args[0] == "--credential" {
+		run = n.runIn // over the bus, from the node's machine
+	}
+	out, errs, code := run(args...)
 	if code != 0 {
 		t.Fatalf("meshd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
 	}
@@ -149,8 +153,9 @@ func TestProcessRaftGroup(t *testing.T) {
 		return ""
 	})
 
-	// Writes sent to a follower and to the client: answered by the leader with the index, which
-	// is the record's index right after (committed once).
+	// Writes sent to a follower and from the client's machine with an operator credential:
+	// answered by the leader with the index, which is the record's index right after (committed
+	// once).
 	dir := t.TempDir()
 	manifest := filepath.Join(dir, "clapp.yaml")
 	conf := filepath.Join(dir, "cl-app.conf")
@@ -160,17 +165,19 @@ func TestProcessRaftGroup(t *testing.T) {
 		t.Fatalf("module add on follower s2: index %s by %s; the leader's record is at %d", idx, leader, st.Index)
 	}
 	t.Logf("module add on follower s2: committed at %s by %s", idx, leader)
-	idx, leader = write(t, cl, "module", "assign", "cl", "clapp")
+	cred := filepath.Join(dir, "cl-op.credential")
+	hub.ok("operator", "credential", "create", "--name", "cl-op", "--out", cred)
+	idx, leader = write(t, cl, "--credential", cred, "module", "assign", "cl", "clapp")
 	if st, _ := statusOf(hub, false); leader != "hub" || fmt.Sprint(st.Index) != idx {
-		t.Fatalf("module assign on client cl: index %s by %s; the leader's record is at %d", idx, leader, st.Index)
+		t.Fatalf("module assign with a credential on cl: index %s by %s; the leader's record is at %d", idx, leader, st.Index)
 	}
-	t.Logf("module assign on client cl: committed at %s by %s", idx, leader)
+	t.Logf("module assign with a credential on cl: committed at %s by %s", idx, leader)
 	waitDeclared(t, cl, idx)
-	// A client's certificate writes the record, but never gets the mesh's keys: no server token.
+	// A client's socket, without a credential, writes nothing: not even a token.
 	if _, errs, code := cl.run("token", "create", "--adopted", "--server"); code != 1 || !strings.Contains(errs, "node cl is a client") {
 		t.Fatalf("a server token asked on a client: exit %d %s", code, errs)
 	}
-	if _, errs, code := cl.run("module", "assign", "cl", "clapp"); code != 1 || !strings.Contains(errs, "already assigned") {
+	if _, errs, code := cl.runIn("--credential", cred, "module", "assign", "cl", "clapp"); code != 1 || !strings.Contains(errs, "already assigned") {
 		t.Fatalf("the same assign again: exit %d %s", code, errs)
 	}
 	// A read on a follower is the leader's; with --stale the follower's own, saying how far behind.
@@ -203,9 +210,19 @@ func TestProcessRaftGroup(t *testing.T) {
 	if elected > 10*raftnode.ElectionTimeout {
 		t.Errorf("a new leader took %s, more than 10 election timeouts", elected)
 	}
+	// On the client's machine the record is read and written with the operator credential.
+	opArgs := func(n *node, args ...string) []string {
+		if n == cl {
+			return append([]string{"--credential", cred}, args...)
+		}
+		return args
+	}
 	for _, n := range []*node{s2, s3, cl} {
 		var mods []api.ModuleView
-		n.jsonOf(&mods, "module", "list")
+		out, errs, code := n.runIn(opArgs(n, "module", "list", "--json")...)
+		if code != 0 || json.Unmarshal([]byte(out), &mods) != nil {
+			t.Fatalf("module list on %s: exit %d\n%s%s", n.dir, code, out, errs)
+		}
 		for _, want := range acked {
 			if !slices.ContainsFunc(mods, func(m api.ModuleView) bool { return m.Name == want }) {
 				t.Fatalf("module %s, acknowledged before the kill, is not in the record on %s", want, n.dir)
@@ -217,8 +234,8 @@ func TestProcessRaftGroup(t *testing.T) {
 		name := fmt.Sprintf("app%d", i)
 		m := filepath.Join(dir, name+".yaml")
 		os.WriteFile(m, []byte(fmt.Sprintf("name: %s\nfiles:\n  - path: %s\n    content: |\n      v = %d\n    mode: \"0644\"\n", name, filepath.Join(dir, name+".conf"), i)), 0o644)
-		write(t, n, "module", "add", m)
-		idx, leader := write(t, n, "module", "assign", "cl", name)
+		write(t, n, opArgs(n, "module", "add", m)...)
+		idx, leader := write(t, n, opArgs(n, "module", "assign", "cl", name)...)
 		if leader != newLeader {
 			t.Fatalf("a write on %s was answered by %s, not the new leader %s", n.dir, leader, newLeader)
 		}
@@ -306,7 +323,7 @@ func TestProcessRaftGroup(t *testing.T) {
 	}
 	s3.kill(syscall.SIGKILL)
 	write(t, s2, "token", "create", "--adopted")
-	write(t, cl, "token", "create", "--adopted")
+	write(t, cl, "--credential", cred, "token", "create", "--adopted")
 }
 
 // waitDeclared waits until the client's agent passed its host the declaration at index (or a

@@ -592,6 +592,6 @@ func operatorCmd(g *globals) *cobra.Command {
 		},
 	})
 	rf.AddCommand(removePeerCmd(g), transferLeaderCmd(g), recoverCmd(g))
-	op.AddCommand(rf, sealKeyCmd(g))
+	op.AddCommand(rf, sealKeyCmd(g), credentialCmd(g))
 	return op
 }

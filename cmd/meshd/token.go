@@ -39,7 +39,7 @@ With --server the token enrols a server: the machine joins the Raft group as a n
 and becomes a voter once its log is current; it also receives the mesh CA key. Run three or five
 servers: with an even count the token says so (a quorum of 2 of 2 survives no loss at all).
 
-Run it on any node (a follower or a client forwards it to the leader); give the token to ` + "`meshd join`" + ` on the new machine.`,
+Run it on a server (a follower forwards it to the leader) or anywhere with --credential; give the token to ` + "`meshd join`" + ` on the new machine.`,
 		Example: `  meshd token create --adopted --ttl 30m
   meshd token create --converged               # for an idle machine
   meshd token create --adopted --server        # a second or third server
