@@ -189,7 +189,7 @@ func decideFile(f fileFacts) fileAction {
 func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 	f := r.File
 	p := f.Path
-	if err := h.own.Refuse("a file at", filepath.Join(h.root, p)); err != nil {
+	if err := h.own.Refuse("a file at", r.Module, filepath.Join(h.root, p)); err != nil {
 		return err
 	}
 	loc, err := locate(h.root, p)

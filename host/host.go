@@ -111,7 +111,7 @@ func Open(cfg Config) (*Host, error) {
 	}
 	h := &Host{root: root, interval: cfg.Interval, log: cfg.Logger, owners: map[string]ids{}, outs: map[string]pass.Outcome{}, observe: cfg.Observe}
 	if dd, err := filepath.Abs(cfg.DataDir); err == nil {
-		h.own = append(pass.Own{dd}, cfg.Own...)
+		h.own = pass.Own{Data: dd, Others: cfg.Own}
 	}
 	if h.interval <= 0 {
 		h.interval = DefaultInterval

@@ -172,7 +172,7 @@ func (d *Driver) Reconcile(ctx context.Context, ps pass.Pass) pass.Outcome {
 			p.fail(r.ID(), r.Module, err)
 			continue
 		}
-		if err := p.ownMount(spec); err != nil {
+		if err := p.ownMount(r.Module, spec); err != nil {
 			p.fail(r.ID(), r.Module, err)
 			continue
 		}
@@ -256,10 +256,10 @@ func (d *Driver) WatchDrift(ctx context.Context, touched func(names ...string)) 
 }
 
 // ownMount refuses a container that mounts one of meshd's own paths on this machine.
-func (p *driverPass) ownMount(spec container.Spec) error {
+func (p *driverPass) ownMount(module string, spec container.Spec) error {
 	for _, v := range spec.Volumes {
 		src, _, _ := strings.Cut(v, ":")
-		if err := p.own.Refuse("a mount of", src); err != nil {
+		if err := p.own.Refuse("a mount of", module, src); err != nil {
 			return err
 		}
 	}
