@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"meshd/internal/netsource"
 	"meshd/internal/ratelog"
 	"net"
 	"net/netip"
@@ -81,8 +82,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		addr := remoteAddr(c)
-		src := sourceOf(addr)
+		addr := netsource.Addr(c)
+		src := netsource.Of(addr)
 		pool := 0
 		if addr.IsValid() && l.known(addr) {
 			pool = 1
@@ -117,31 +118,6 @@ func (l *limitListener) release(pool int, src netip.Prefix) {
 	if p.bySource[src]--; p.bySource[src] <= 0 {
 		delete(p.bySource, src)
 	}
-}
-
-// remoteAddr is the address a connection comes from (an IPv4-mapped one as IPv4), or the zero
-// address where it has none.
-func remoteAddr(c net.Conn) netip.Addr {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			return ip.Unmap()
-		}
-	}
-	return netip.Addr{}
-}
-
-// sourceOf is the source a connection from addr counts against: the address itself for IPv4, its
-// /64 for IPv6.
-func sourceOf(addr netip.Addr) netip.Prefix {
-	if !addr.IsValid() {
-		return netip.Prefix{}
-	}
-	bits := 32
-	if addr.Is6() {
-		bits = 64
-	}
-	p, _ := addr.Prefix(bits)
-	return p
 }
 
 // limitedConn gives its place back once, when closed.

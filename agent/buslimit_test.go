@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"meshd/internal/netsource"
 	"meshd/internal/ratelog"
 	"meshd/internal/testenv"
 )
@@ -64,7 +65,7 @@ func TestUnitBusLimitCountsAnIPv6SlashSixtyFourAsOneSource(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		got = append(got, remoteAddr(c))
+		got = append(got, netsource.Addr(c))
 	}
 	want := 4
 	for i, a := range got[:want] {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/internal/netsource"
 	"meshd/internal/ratelog"
 	"meshd/pki"
 )
@@ -148,8 +149,8 @@ func (l *StreamLayer) acceptLoop() {
 			}
 			continue
 		}
-		addr := remoteAddr(c)
-		src := sourceOf(addr)
+		addr := netsource.Addr(c)
+		src := netsource.Of(addr)
 		pool := 0
 		if addr.IsValid() && l.guard.Server(addr) {
 			pool = 1
@@ -251,29 +252,4 @@ func (l *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		return nil, fmt.Errorf("raft peer %s: %w", address, err)
 	}
 	return tc, nil
-}
-
-// remoteAddr is the address a connection comes from (an IPv4-mapped one as IPv4), or the zero
-// address where it has none.
-func remoteAddr(c net.Conn) netip.Addr {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			return ip.Unmap()
-		}
-	}
-	return netip.Addr{}
-}
-
-// sourceOf is the source a connection from addr counts against: the address itself for IPv4, its
-// /64 for IPv6 (one machine is handed a whole /64).
-func sourceOf(addr netip.Addr) netip.Prefix {
-	if !addr.IsValid() {
-		return netip.Prefix{}
-	}
-	bits := 32
-	if addr.Is6() {
-		bits = 64
-	}
-	p, _ := addr.Prefix(bits)
-	return p
 }

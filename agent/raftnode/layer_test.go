@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"meshd/internal/netsource"
 	"meshd/pki"
 )
 
@@ -91,7 +92,7 @@ func TestRaftPendingPlacesBySource(t *testing.T) {
 	for i := range l.pools {
 		l.pools[i].bySource = map[netip.Prefix]int{}
 	}
-	src := func(a string) netip.Prefix { return sourceOf(netip.MustParseAddr(a).Unmap()) }
+	src := func(a string) netip.Prefix { return netsource.Of(netip.MustParseAddr(a).Unmap()) }
 	for i := range raftMaxPendingPerSource {
 		if why := l.take(0, src(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(i + 1)}).String())); why != "" {
 			t.Fatalf("place %d of a /64: %s", i, why)
