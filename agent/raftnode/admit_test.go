@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"meshd/fsm"
+	"meshd/internal/testenv"
 	"meshd/pki"
 )
 
@@ -90,11 +92,18 @@ func TestRaftAdmitsOnlyTheRecordsServers(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	out := logged.String()
-	for _, a := range attackers {
-		if !strings.Contains(out, a.why) {
-			t.Errorf("the refusal of %s does not say %q:\n%s", a.what, a.why, out)
+	// Each refusal is logged by the listener's goroutine after the handshake it refused, which may
+	// be after the attacker's dial has returned: poll for them.
+	if err := testenv.Poll(t, 5*time.Second, func() error {
+		out := logged.String()
+		for _, a := range attackers {
+			if !strings.Contains(out, a.why) {
+				return fmt.Errorf("the refusal of %s does not say %q:\n%s", a.what, a.why, out)
+			}
 		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
