@@ -214,7 +214,7 @@ func (ms *Mesh) AgentArgs(machine string) []string {
 // did not run to an exit).
 func (ms *Mesh) Meshd(ctx context.Context, machine string, args ...string) (stdout, stderr string, code int) {
 	m := ms.Lab.Machine(machine)
-	if path, ok := ms.creds.Load(machine); ok && len(args) > 0 && !machineLocal[args[0]] {
+	if path, ok := ms.creds.Load(machine); ok && len(args) > 0 && !isMachineLocal(args) {
 		args = append([]string{"--credential", path.(string)}, args...)
 	}
 	cmd := m.Command(ctx, "/usr/local/bin/meshd", args...)
@@ -237,6 +237,12 @@ func (ms *Mesh) must(ctx context.Context, machine string, args ...string) (strin
 		return out, fmt.Errorf("%s: meshd %s: exit %d: %s%s", machine, strings.Join(args, " "), code, out, errs)
 	}
 	return out, nil
+}
+
+// isMachineLocal says args are a command about the machine itself: one of machineLocal, or
+// `node original` (a node keeps its originals; only its own socket shows them).
+func isMachineLocal(args []string) bool {
+	return machineLocal[args[0]] || (len(args) > 1 && args[0] == "node" && args[1] == "original")
 }
 
 // machineLocal are the commands about the machine itself, run on its own socket even where the

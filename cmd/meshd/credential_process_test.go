@@ -64,7 +64,7 @@ func TestProcessOperatorCredential(t *testing.T) {
 	// the control-node.
 	dir := t.TempDir()
 	evil := filepath.Join(dir, "evil.yaml")
-	if err := os.WriteFile(evil, []byte("name: evil\nfiles:\n  - path: /etc/cron.d/evil\n    content: \"* * * * * root id\\n\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(evil, []byte("name: evil\nprivileged: true\nfiles:\n  - path: /etc/cron.d/evil\n    content: \"* * * * * root id\\n\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"module", "add", evil}, {"module", "assign", "hub", "evil"}, {"token", "create", "--adopted"}} {
