@@ -31,6 +31,12 @@ func meshd(ctx context.Context, m *lab.Machine, args ...string) (string, error) 
 		args = append([]string{"--credential", path}, args...)
 	}
 	out, err := m.Exec(ctx, "/usr/local/bin/meshd", args...)
+	return afterMeshd(ctx, m, args, out, err)
+}
+
+// afterMeshd follows a command run on m: the hub is where genesis ran, and a machine that joined
+// gets its operator credential from it.
+func afterMeshd(ctx context.Context, m *lab.Machine, args []string, out string, err error) (string, error) {
 	if err != nil || len(args) == 0 || slices.Contains(args, "--dry-run") {
 		return out, err
 	}
@@ -96,7 +102,9 @@ func giveCredential(ctx context.Context, hub, m *lab.Machine) error {
 // meshdJoin runs `meshd join --token-file - ARGS` on a lab machine with token on its standard
 // input, the way the runbook joins (a token on the command line is readable by every user).
 func meshdJoin(ctx context.Context, m *lab.Machine, token string, args ...string) (string, error) {
-	return m.ExecStdin(ctx, []byte(token+"\n"), "/usr/local/bin/meshd", append([]string{"join", "--token-file", "-"}, args...)...)
+	full := append([]string{"join", "--token-file", "-"}, args...)
+	out, err := m.ExecStdin(ctx, []byte(token+"\n"), "/usr/local/bin/meshd", full...)
+	return afterMeshd(ctx, m, full, out, err)
 }
 
 // labDocker is the engine address an agent on a lab machine uses: the machine's own dockerd.
