@@ -103,15 +103,9 @@ func TestSettingsBindsRefuseWhatTheRecordRefuses(t *testing.T) {
 // port and the holder; the module's own container and meshd's own listener are not holders.
 func TestJudgeBindsNamesHolders(t *testing.T) {
 	any4 := netip.IPv4Unspecified()
-	free := func() uint16 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return uint16(l.Addr().(*net.TCPAddr).Port)
-	}
-	held, freeP, own, meshP := free(), free(), free(), free()
+	// Ports from below the ephemeral range (freeLoopbackPort): the test binds "registry"'s for
+	// real, and one the kernel hands out at random can be another connection's by then.
+	held, freeP, own, meshP := freeLoopbackPort(t), freeLoopbackPort(t), freeLoopbackPort(t), freeLoopbackPort(t)
 	binds := []api.PortBind{
 		{Key: "store.port", Proto: "tcp", Addr: any4, Port: held, By: "container meshd-store"},
 		{Key: "broker.port", Proto: "tcp", Addr: any4, Port: own, By: "container meshd-broker"},
