@@ -109,8 +109,8 @@ func TestUnitANewMachineGetsItsOwnOverlay(t *testing.T) {
 		t.Fatalf("a second take of peer2's tunnel: %v", err)
 	}
 	p2 := m.tunnel(t, "peer2")
-	if p2.Interface != MeshInterface || p2.Takeover != "wg0" || p2.Address != "10.44.0.3/24" || p2.PublicKey != m.f.peer2 || p2.ListenPort != 51821 {
-		t.Fatalf("peer2's tunnel after the take %+v: want %s taking wg0 over at 10.44.0.3/24 with its found key", p2, MeshInterface)
+	if p2.Interface != "wg0" || p2.Takeover != "wg0" || p2.Address != "10.44.0.3/24" || p2.PublicKey != m.f.peer2 || p2.ListenPort != 51821 {
+		t.Fatalf("peer2's tunnel after the take %+v: want the found name wg0 taking wg0 over at 10.44.0.3/24 with its found key", p2)
 	}
 	if p := peerByName(p2, "newnode"); p == nil || p.AllowedIPs[0] != "10.44.0.4/32" || p.Endpoint != "198.51.100.13:51820" {
 		t.Fatalf("peer2's newnode peer %+v: want it direct at its endpoint", p)

@@ -102,8 +102,8 @@ func TestUnitConvergingASpokeTakesItsFoundTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Tunnel.Interface != MeshInterface || d.Tunnel.Takeover != "wg0" || d.Tunnel.Rides != "" || d.Tunnel.PublicKey != f.peer1 || d.Tunnel.Address != "10.44.0.2/24" {
-		t.Fatalf("converging peer1 composes the tunnel %+v: want %s taking wg0 over with its key and address", d.Tunnel, MeshInterface)
+	if d.Tunnel.Interface != "wg0" || d.Tunnel.Takeover != "wg0" || d.Tunnel.Rides != "" || d.Tunnel.PublicKey != f.peer1 || d.Tunnel.Address != "10.44.0.2/24" {
+		t.Fatalf("converging peer1 composes the tunnel %+v: want the found name wg0 taking wg0 over with its key and address", d.Tunnel)
 	}
 	// Returning to adopted keeps the tunnel taken: the found one is not raised again.
 	mustApply(t, r, cmd(t, OpFlip, t0.Add(3*time.Minute), Flip{Node: "peer1", To: Adopted}))

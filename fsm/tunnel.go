@@ -16,10 +16,25 @@ import (
 // OpTunnelTake records that the hub takes the tunnel found on it over in place (ADR 0105).
 const OpTunnelTake Op = "tunnel.take"
 
-// MeshInterface is the name of the mesh's WireGuard interface on every node. A hub that takes a
-// found tunnel over raises it beside the found one (a second name lets everything be prepared
-// while the found interface still holds the port) and then stops the found one.
+// MeshInterface is the name of the mesh's WireGuard interface on a node where no tunnel was
+// found. A node that takes a found tunnel over raises its interface under the found one's name
+// (NodeInterface): prepared under another name while the found one still holds the port, then
+// renamed once it is stopped (wg.Takeover).
 const MeshInterface = "meshd0"
+
+// NodeInterface is the name of node n's mesh interface: the found interface's on a node that
+// took one over (a hub's Tunnel.Taken, a spoke's FoundTunnel once taken), so that every firewall
+// rule, PostUp leftover, resolver and monitor that names the found interface keeps naming the
+// tunnel; MeshInterface where nothing was found.
+func NodeInterface(r *Record, n *Node) string {
+	switch {
+	case n.Name == r.Tunnel.Hub && r.Tunnel.Taken != "":
+		return r.Tunnel.Taken
+	case n.Name != r.Tunnel.Hub && n.TookTunnel && n.FoundTunnel != "":
+		return n.FoundTunnel
+	}
+	return MeshInterface
+}
 
 // KindTunnel names the host's tunnel driver: the declaration's Tunnel section, not a resource.
 const KindTunnel = "tunnel"
@@ -344,7 +359,7 @@ func composeTunnel(r *Record, n *Node) TunnelView {
 	if onFoundTunnel(r, n) {
 		v.Rides = n.FoundTunnel
 	} else {
-		v.Interface = MeshInterface
+		v.Interface = NodeInterface(r, n)
 	}
 	v.PublicKey = n.WireGuardKey
 	v.Address = n.Address + "/" + strconv.Itoa(rng.Bits())

@@ -82,8 +82,8 @@ func TestUnitGenesisTakesTheTunnelsRangeAddressAndPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	tv := d.Tunnel
-	if tv.Interface != MeshInterface || tv.Address != "10.44.0.1/24" || tv.ListenPort != 51820 || tv.Takeover != "wg0" || tv.PublicKey != f.hub {
-		t.Fatalf("hub's tunnel %+v: want %s at 10.44.0.1/24 on 51820 taking wg0 over", tv, MeshInterface)
+	if tv.Interface != "wg0" || tv.Address != "10.44.0.1/24" || tv.ListenPort != 51820 || tv.Takeover != "wg0" || tv.PublicKey != f.hub {
+		t.Fatalf("hub's tunnel %+v: want the found name wg0 at 10.44.0.1/24 on 51820 taking wg0 over", tv)
 	}
 	if len(tv.Peers) != 2 {
 		t.Fatalf("hub's peers %+v, want the two carried", tv.Peers)

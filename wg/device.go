@@ -32,6 +32,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
 // RunDevice runs a userspace WireGuard device named name until its TUN link is deleted (which is
@@ -76,6 +77,24 @@ func RunDevice(ctx context.Context, name string, mtu int, log *slog.Logger) erro
 		}
 		up = want
 	}
+	// The link renamed (a takeover under the found interface's name prepares the device under
+	// another name and renames it once the found one is gone): the UAPI socket follows the name,
+	// as soon as the found device's socket of that name is gone.
+	renaming := ""
+	renamed := func(now string) {
+		if now == "" || now == renaming {
+			return
+		}
+		renaming = now
+		go func() {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if err := e.rename(rctx, now); err != nil {
+				log.Warn("device: its UAPI socket does not follow the link's new name", "name", now, "err", err)
+			}
+		}()
+	}
+	renaming = name
 	follow(uint32(l.Attrs().RawFlags))
 	tick := time.NewTicker(time.Second) // a lost netlink message is caught here
 	defer tick.Stop()
@@ -94,12 +113,14 @@ func RunDevice(ctx context.Context, name string, mtu int, log *slog.Logger) erro
 			if u.Header.Type == unix.RTM_DELLINK {
 				return nil
 			}
+			renamed(u.Attrs().Name)
 			follow(u.IfInfomsg.Flags)
 		case <-tick.C:
-			l, err := netlink.LinkByName(name)
-			if err != nil || l.Attrs().Index != index {
+			l, err := netlink.LinkByIndex(index)
+			if err != nil {
 				return nil
 			}
+			renamed(l.Attrs().Name)
 			follow(uint32(l.Attrs().RawFlags))
 		}
 	}
@@ -203,10 +224,22 @@ func Attach(ctx context.Context, cfg Config) (*Interface, error) {
 	} else if err := i.SetPeers(cfg.Peers); err != nil {
 		i.client.Close()
 		return nil, err
+	} else if dev.FirewallMark != i.cfg.FwMark {
+		mark := i.cfg.FwMark
+		if err := i.client.ConfigureDevice(cfg.Name, wgtypes.Config{FirewallMark: &mark}); err != nil {
+			i.client.Close()
+			return nil, fmt.Errorf("setting the firewall mark of %s to %d: %w", cfg.Name, mark, err)
+		}
 	}
-	if err := netlink.AddrReplace(i.link, &netlink.Addr{IPNet: prefixNet(cfg.Address)}); err != nil {
+	if err := i.addresses(); err != nil {
 		i.client.Close()
-		return nil, fmt.Errorf("adding address %s to %s: %w", cfg.Address, cfg.Name, err)
+		return nil, err
+	}
+	if i.link.Attrs().MTU != i.cfg.MTU {
+		if err := netlink.LinkSetMTU(i.link, i.cfg.MTU); err != nil {
+			i.client.Close()
+			return nil, fmt.Errorf("setting the MTU of %s to %d: %w", cfg.Name, i.cfg.MTU, err)
+		}
 	}
 	if i.link.Attrs().Flags&netUp == 0 {
 		if err := i.up(ctx); err != nil {

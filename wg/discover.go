@@ -26,6 +26,19 @@ type Found struct {
 	// has none, the wg-quick file's.
 	Addresses []netip.Prefix
 	Peers     []PeerStatus
+	// MTU is the link's MTU as it is (wg-quick computes one when its file gives none).
+	MTU int
+	// FwMark is the device's firewall mark (wg-quick sets one for a peer allowed 0.0.0.0/0 or
+	// ::/0, so the tunnel's own packets escape its policy routing); 0 when none.
+	FwMark int
+	// Routes are the routes through the link that its owner installed, in every table (wg-quick:
+	// one per allowed IP in the main table, or its own table for a default route; none with
+	// Table = off). The kernel's own routes (an address's prefix) are not among them.
+	Routes []Route
+	// Ours says the link is a device meshd configured (its alias is SetAlias): under the found
+	// interface's own name, the mesh's interface and a found one raised again by hand differ
+	// only there.
+	Ours bool
 	// File is the parsed wg-quick file, nil when there is none at FilePath.
 	File     *QuickFile
 	FilePath string
@@ -66,7 +79,7 @@ func Discover(iface, quickDir string) (*Found, error) {
 		return nil, fmt.Errorf("discovering WireGuard interface %s: %w", iface, err)
 	}
 	f.Kernel = dev.Type == wgtypes.LinuxKernel
-	f.PrivateKey, f.ListenPort = dev.PrivateKey, dev.ListenPort
+	f.PrivateKey, f.ListenPort, f.FwMark = dev.PrivateKey, dev.ListenPort, dev.FirewallMark
 	for _, p := range dev.Peers {
 		f.Peers = append(f.Peers, statusOf(p))
 	}
@@ -76,7 +89,11 @@ func Discover(iface, quickDir string) (*Found, error) {
 		return nil, fmt.Errorf("discovering WireGuard interface %s: its link: %w", iface, err)
 	}
 	f.Up = link.Attrs().Flags&netUp != 0
+	f.MTU, f.Ours = link.Attrs().MTU, link.Attrs().Alias == SetAlias
 	if f.Addresses, err = linkAddresses(link); err != nil {
+		return nil, fmt.Errorf("discovering WireGuard interface %s: %w", iface, err)
+	}
+	if f.Routes, err = linkRoutes(link); err != nil {
 		return nil, fmt.Errorf("discovering WireGuard interface %s: %w", iface, err)
 	}
 

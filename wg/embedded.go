@@ -2,12 +2,17 @@ package wg
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -28,8 +33,13 @@ import (
 // had failed, on a random port, so the peers' answers went nowhere for a 5 s handshake retry).
 // Here the device comes up when up is called and not before.
 type embedded struct {
-	dev  *device.Device
-	uapi net.Listener
+	dev   *device.Device
+	log   *slog.Logger
+	index int // the TUN link's index: it keeps it through a rename
+
+	mu   sync.Mutex
+	name string       // the name its UAPI socket is under
+	uapi net.Listener // nil once closed
 }
 
 func startEmbedded(name string, mtu int, log *slog.Logger) (*embedded, error) {
@@ -41,35 +51,85 @@ func startEmbedded(name string, mtu int, log *slog.Logger) (*embedded, error) {
 		Verbosef: func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) },
 		Errorf:   func(f string, a ...any) { log.Warn(fmt.Sprintf(f, a...)) },
 	}
-	e := &embedded{dev: device.NewDevice(t, conn.NewDefaultBind(), logger)}
-	f, err := ipc.UAPIOpen(name)
+	e := &embedded{dev: device.NewDevice(t, conn.NewDefaultBind(), logger), log: log}
+	l, err := netlink.LinkByName(name)
 	if err != nil {
 		e.dev.Close()
-		return nil, fmt.Errorf("opening the UAPI socket of %s: %w", name, err)
+		return nil, fmt.Errorf("finding the TUN link %s: %w", name, err)
 	}
-	if e.uapi, err = ipc.UAPIListen(name, f); err != nil {
-		f.Close()
+	e.index = l.Attrs().Index
+	if err := e.listen(name); err != nil {
 		e.dev.Close()
-		return nil, fmt.Errorf("listening on the UAPI socket of %s: %w", name, err)
+		return nil, err
 	}
-	f.Close() // the listener holds its own descriptor
-	go func() {
-		for {
-			c, err := e.uapi.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				sc := &setSeen{Conn: c}
-				e.dev.IpcHandle(sc)
-				if sc.set {
-					announceSet(name, log)
-				}
-			}()
-		}
-	}()
 	return e, nil
 }
+
+// listen serves the device's UAPI socket under name, and stops serving it under the name it had
+// (the link was renamed: a takeover under the found interface's name prepares the device under
+// another, see Takeover). A socket of that name still answering is another device's: an error.
+func (e *embedded) listen(name string) error {
+	f, err := ipc.UAPIOpen(name)
+	if err != nil {
+		return fmt.Errorf("opening the UAPI socket of %s: %w", name, err)
+	}
+	l, err := ipc.UAPIListen(name, f)
+	f.Close() // the listener holds its own descriptor
+	if err != nil {
+		return fmt.Errorf("listening on the UAPI socket of %s: %w", name, err)
+	}
+	e.mu.Lock()
+	old, oldName := e.uapi, e.name
+	e.uapi, e.name = l, name
+	e.mu.Unlock()
+	go e.serve(l)
+	if old != nil {
+		old.Close()
+		os.Remove(socketPath(oldName))
+	}
+	return nil
+}
+
+// rename moves the UAPI socket to the link's new name, retrying while the name's socket is still
+// another device's (a found wireguard-go that has not yet noticed its TUN is gone) until ctx ends.
+func (e *embedded) rename(ctx context.Context, name string) error {
+	for {
+		e.mu.Lock()
+		done := e.name == name || e.uapi == nil
+		e.mu.Unlock()
+		if done {
+			return nil
+		}
+		err := e.listen(name)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("device renamed to %s: %w", name, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (e *embedded) serve(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			sc := &setSeen{Conn: c}
+			e.dev.IpcHandle(sc)
+			if sc.set {
+				announceSet(e.index, e.log)
+			}
+		}()
+	}
+}
+
+// socketPath is where wireguard-go keeps the UAPI socket of name (ipc's own directory).
+func socketPath(name string) string { return filepath.Join("/var/run/wireguard", name+".sock") }
 
 // SetAlias is the alias a device sets on its link after each UAPI set (`wg set`, wgctrl's
 // ConfigureDevice, meshd's own peer changes): setting it makes the kernel send an rtnetlink
@@ -78,13 +138,13 @@ func startEmbedded(name string, mtu int, log *slog.Logger) (*embedded, error) {
 const SetAlias = "meshd wireguard device"
 
 // announceSet sets the link's alias, which sends a link message while the link is up.
-func announceSet(name string, log *slog.Logger) {
-	l, err := netlink.LinkByName(name)
+func announceSet(index int, log *slog.Logger) {
+	l, err := netlink.LinkByIndex(index)
 	if err == nil {
 		err = netlink.LinkSetAlias(l, SetAlias)
 	}
 	if err != nil {
-		log.Debug("announcing a UAPI set on the link", "iface", name, "err", err)
+		log.Debug("announcing a UAPI set on the link", "index", index, "err", err)
 	}
 }
 
@@ -176,7 +236,14 @@ func (e *embedded) port() (int, error) {
 }
 
 func (e *embedded) close() error {
-	err := e.uapi.Close()
+	e.mu.Lock()
+	l := e.uapi
+	e.uapi = nil
+	e.mu.Unlock()
+	var err error
+	if l != nil {
+		err = l.Close()
+	}
 	e.dev.Close()
 	return err
 }

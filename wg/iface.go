@@ -27,7 +27,17 @@ type Config struct {
 	Address    netip.Prefix // the tunnel address with the range's prefix length (10.77.0.1/24)
 	Peers      []Peer
 	MTU        int // 0: 1420, WireGuard's usual
-	Logger     *slog.Logger
+	// MoreAddresses are the interface's other addresses (a found interface's IPv6 one, say).
+	MoreAddresses []netip.Prefix
+	// FwMark is the device's firewall mark; 0: none.
+	FwMark int
+	// Routes are routes installed through the interface as they are (a found interface's, see
+	// Kept), in any table, beside those derived from the peers' allowed IPs.
+	Routes []Route
+	// AsFound are allowed IPs that get no derived route: they came from a found interface,
+	// whose routes (Routes) say how they are routed.
+	AsFound []netip.Prefix
+	Logger  *slog.Logger
 	// Spawn, when set, starts a userspace device in a process of its own where the kernel has no
 	// WireGuard (see DeviceCommand.Spawn), instead of embedding wireguard-go in this process.
 	Spawn func(ctx context.Context, name string, mtu int) error
@@ -150,14 +160,25 @@ func (i *Interface) configure() error {
 	if i.client, err = wgctrl.New(); err != nil {
 		return fmt.Errorf("raising WireGuard interface %s: opening wgctrl: %w", name, err)
 	}
-	key, port := i.cfg.PrivateKey, i.cfg.ListenPort
-	if err := i.client.ConfigureDevice(name, wgtypes.Config{PrivateKey: &key, ListenPort: &port,
+	key, port, mark := i.cfg.PrivateKey, i.cfg.ListenPort, i.cfg.FwMark
+	if err := i.client.ConfigureDevice(name, wgtypes.Config{PrivateKey: &key, ListenPort: &port, FirewallMark: &mark,
 		Peers: planPeers(nil, i.cfg.Peers)}); err != nil {
 		return fmt.Errorf("configuring WireGuard interface %s: %w", name, err)
 	}
-	addr := &netlink.Addr{IPNet: prefixNet(i.cfg.Address)}
-	if err := netlink.AddrReplace(i.link, addr); err != nil {
-		return fmt.Errorf("adding address %s to %s: %w", i.cfg.Address, name, err)
+	// The alias says the link is meshd's: under a found interface's name it is how the mesh's
+	// interface and the found one raised again by hand are told apart (see Found.Ours).
+	if err := netlink.LinkSetAlias(i.link, SetAlias); err != nil {
+		return fmt.Errorf("marking %s as meshd's (its alias): %w", name, err)
+	}
+	return i.addresses()
+}
+
+// addresses gives the link every address the configuration asks for; one already there is left.
+func (i *Interface) addresses() error {
+	for _, a := range append([]netip.Prefix{i.cfg.Address}, i.cfg.MoreAddresses...) {
+		if err := netlink.AddrReplace(i.link, &netlink.Addr{IPNet: prefixNet(a)}); err != nil {
+			return fmt.Errorf("adding address %s to %s: %w", a, i.cfg.Name, err)
+		}
 	}
 	return nil
 }
@@ -246,10 +267,17 @@ func (i *Interface) syncRoutes(peers []Peer) error {
 	for _, p := range peers {
 		for _, a := range p.AllowedIPs {
 			a = a.Masked()
-			if a.Bits() == 0 || i.cfg.Address.Masked().Overlaps(a) && i.cfg.Address.Bits() <= a.Bits() {
+			if a.Bits() == 0 || containsPrefix(i.cfg.AsFound, a) || i.cfg.Address.Masked().Overlaps(a) && i.cfg.Address.Bits() <= a.Bits() {
 				continue
 			}
 			want[a] = true
+		}
+	}
+	// The found routes are installed as they were; those in the main table are wanted too.
+	kept := map[netip.Prefix]bool{}
+	for _, r := range i.cfg.Routes {
+		if r.Table == MainTable || r.Table == 0 {
+			kept[r.Dst] = true
 		}
 	}
 	have, err := netlink.RouteList(i.link, netlink.FAMILY_ALL)
@@ -263,6 +291,10 @@ func (i *Interface) syncRoutes(peers []Peer) error {
 		if d, ok := netip.AddrFromSlice(r.Dst.IP); ok {
 			ones, _ := r.Dst.Mask.Size()
 			p := netip.PrefixFrom(d.Unmap(), ones)
+			if kept[p] {
+				delete(want, p)
+				continue
+			}
 			if want[p] {
 				delete(want, p)
 				continue
@@ -278,7 +310,7 @@ func (i *Interface) syncRoutes(peers []Peer) error {
 			return fmt.Errorf("routing %s through %s: %w", p, i.cfg.Name, err)
 		}
 	}
-	return nil
+	return installRoutes(i.link, i.cfg.Routes)
 }
 
 // Close takes the interface down and away: the embedded device closes its TUN (which removes the

@@ -38,8 +38,9 @@ func (s State) String() string {
 }
 
 // TakeoverConfig is the mesh's interface a found one is replaced by: the found key, port and
-// address, and its peers carried with their endpoints and a keepalive. Pure, so the host can
-// show and check it before anything is stopped.
+// address, its peers carried with their endpoints, preshared keys and a keepalive, and what Keep
+// keeps (every address, the MTU, the firewall mark, the routes). Pure, so the host can show and
+// check it before anything is stopped.
 func TakeoverConfig(f *Found, name string) (Config, error) {
 	if f.PrivateKey == (wgtypes.Key{}) || f.ListenPort == 0 || !f.Address().IsValid() {
 		return Config{}, fmt.Errorf("taking over %s: it needs a private key, a listen port and an address (has port %d, address %v)",
@@ -53,41 +54,48 @@ func TakeoverConfig(f *Found, name string) (Config, error) {
 		}
 		cfg.Peers = append(cfg.Peers, carried)
 	}
-	return cfg, nil
+	return Keep(f).Apply(cfg), nil
 }
+
+// StageName is the name the mesh's interface is prepared under when it takes the found
+// interface's own name: the name is the found one's until that is stopped.
+const StageName = "meshd-take"
 
 // Takeover replaces the found interface f by the mesh's, named cfg.Name (see TakeoverConfig),
 // keeping the gap the peers see as short as it can: everything that can be prepared while the
-// found interface still holds the port is prepared first (with a different name, the whole
-// device: link or TUN, key, peers, address); then the found link is deleted, which stops it
-// without touching its configuration (its wg-quick file is never opened for writing; a
-// wireguard-go serving it exits once its TUN is gone); then the mesh's binds the port as soon as
-// it is free and comes up. A hub peer with a keepalive starts the new handshake at once.
+// found interface still holds the port is prepared first (the whole device: link or TUN, key,
+// peers, addresses; under StageName when the mesh's interface takes the found one's name); then
+// the found link is deleted, which stops it without touching its configuration (its wg-quick
+// file is never opened for writing; a wireguard-go serving it exits once its TUN is gone); then
+// the prepared link takes the found name, the mesh's binds the port as soon as it is free, comes
+// up, and gets the found routes back (they went with the found link). A hub peer with a keepalive
+// starts the new handshake at once.
 //
 // The State says where it ended: FoundUp when nothing was stopped (preparing failed), MeshUp on
 // success, Dark when the found interface was stopped and the mesh's could not be raised; the
 // error says why. ctx bounds the wait for the port.
 func Takeover(ctx context.Context, f *Found, cfg Config) (State, *Interface, error) {
-	same := cfg.Name == f.Name
-	var i *Interface
-	var err error
-	if !same {
-		if i, err = prepare(cfg); err != nil {
-			return FoundUp, nil, fmt.Errorf("taking over %s: preparing %s: %w", f.Name, cfg.Name, err)
+	name := cfg.Name
+	if name == f.Name {
+		cfg.Name = StageName
+		if err := Remove(StageName); err != nil { // a takeover cut short left it
+			return FoundUp, nil, fmt.Errorf("taking over %s: %w", f.Name, err)
 		}
 	}
+	i, err := prepare(cfg)
+	if err != nil {
+		return FoundUp, nil, fmt.Errorf("taking over %s: preparing %s: %w", f.Name, cfg.Name, err)
+	}
 	if err := stopFound(f.Name); err != nil {
-		if i != nil {
-			i.Close()
-		}
+		i.Close()
 		return FoundUp, nil, fmt.Errorf("taking over %s: %w", f.Name, err)
 	}
 	if cfg.Stopped != nil {
 		cfg.Stopped()
 	}
-	if same {
-		// the name is free only now; a found wireguard-go's UAPI socket may linger a moment
-		if i, err = prepareRetrying(ctx, cfg); err != nil {
+	if name != cfg.Name {
+		if err := i.rename(name); err != nil {
+			i.Close()
 			return Dark, nil, fmt.Errorf("taking over %s: %s is stopped and %w", f.Name, f.Name, err)
 		}
 	}
@@ -95,7 +103,41 @@ func Takeover(ctx context.Context, f *Found, cfg Config) (State, *Interface, err
 		i.Close()
 		return Dark, nil, fmt.Errorf("taking over %s: %s is stopped and %w", f.Name, f.Name, err)
 	}
+	if err := i.followName(ctx); err != nil {
+		// The peers have their tunnel; only wgctrl does not find the device under its name yet.
+		return MeshUp, i, fmt.Errorf("taking over %s: %w", f.Name, err)
+	}
 	return MeshUp, i, nil
+}
+
+// rename gives the prepared link the found interface's name (the link is down, so the kernel
+// allows it); the device's UAPI socket follows in followName.
+func (i *Interface) rename(name string) error {
+	if err := netlink.LinkSetName(i.link, name); err != nil {
+		return fmt.Errorf("renaming %s to %s: %w", i.cfg.Name, name, err)
+	}
+	l, err := netlink.LinkByIndex(i.link.Attrs().Index)
+	if err != nil {
+		return fmt.Errorf("finding %s after renaming it: %w", name, err)
+	}
+	i.link, i.cfg.Name, i.log = l, name, i.cfg.Logger.With("iface", name)
+	return nil
+}
+
+// followName waits until the device answers wgctrl under the link's name: an embedded device's
+// socket is moved here; a device process moves its own when it sees the rename.
+func (i *Interface) followName(ctx context.Context) error {
+	if i.embed != nil {
+		return i.embed.rename(ctx, i.cfg.Name)
+	}
+	for !answers(i.cfg.Name) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the device renamed %s does not answer on its UAPI socket: %w", i.cfg.Name, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // stopFound deletes the found link. Its configuration is not flushed first: wgctrl is not asked
@@ -137,32 +179,30 @@ func Remove(name string) error {
 	return nil
 }
 
-func prepareRetrying(ctx context.Context, cfg Config) (*Interface, error) {
-	for {
-		i, err := prepare(cfg)
-		if err == nil {
-			return i, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("the mesh's %s cannot be prepared: %w", cfg.Name, err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 // Observe says which State a hub is in, from the machine alone: the mesh's interface mesh up
 // and answering wgctrl, else the found interface found up, else Dark. When the mesh's interface
-// took the found one's name, a link of that name that is up reads as MeshUp; whoever raised it
-// knows better, so give the mesh's interface its own name where the difference matters.
+// took the found one's name, a link of that name is the mesh's when meshd configured it (its
+// alias, see Found.Ours) and the found one raised again by hand otherwise.
 func Observe(found, mesh string) State {
-	if linkUp(mesh) && answers(mesh) {
+	if linkUp(mesh) && answers(mesh) && (mesh != found || ours(mesh)) {
 		return MeshUp
 	}
-	if linkUp(found) {
+	if FoundIsUp(found, mesh) {
 		return FoundUp
 	}
 	return Dark
+}
+
+// FoundIsUp says whether the found interface found is up: a link of that name that is up and,
+// where the mesh's interface mesh has the same name, not meshd's.
+func FoundIsUp(found, mesh string) bool {
+	return found != "" && linkUp(found) && (found != mesh || !ours(found))
+}
+
+// ours says whether link name is a device meshd configured (SetAlias).
+func ours(name string) bool {
+	l, err := netlink.LinkByName(name)
+	return err == nil && l.Attrs().Alias == SetAlias
 }
 
 func linkUp(name string) bool {

@@ -23,6 +23,18 @@ type TunnelDetail struct {
 	TakenAt   time.Time    `json:"taken_at,omitzero"`
 	Peers     []TunnelPeer `json:"peers,omitempty"`
 	Reason    string       `json:"reason,omitempty"`
+	// Fields put the found interface a takeover kept beside the mesh's interface as it runs,
+	// field by field (wg.Kept.Match); empty where nothing was taken over.
+	Fields []TunnelField `json:"fields,omitempty"`
+}
+
+// TunnelField is one field of the found interface beside the mesh's (a preshared key says only
+// "set" or "none").
+type TunnelField struct {
+	Field string `json:"field"`
+	Found string `json:"found"`
+	Mesh  string `json:"mesh"`
+	Same  bool   `json:"same"`
 }
 
 // TunnelPeer is one peer of the hub's tunnel as the device carrying it has it (the mesh's

@@ -78,6 +78,13 @@ func (f *fakeWG) LinkUp(name string) bool {
 	return f.links[name] != nil && f.links[name].up
 }
 
+func (f *fakeWG) FoundUp(found, _ string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.links[found]
+	return l != nil && l.up && l.found
+}
+
 func (f *fakeWG) Running(name string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -34,6 +34,9 @@ type machine interface {
 	Discover(iface string) (*wg.Found, error)
 	// LinkUp says whether a link of that name is there and up.
 	LinkUp(name string) bool
+	// FoundUp says whether the found interface is up: where the mesh's interface took its name,
+	// a link of that name meshd did not configure (raised again by hand).
+	FoundUp(found, mesh string) bool
 	// Running says whether the mesh's interface is there and answers wgctrl.
 	Running(name string) bool
 	// Raise raises the mesh's interface, or attaches to it when it already runs.
@@ -63,6 +66,7 @@ func (wgMachine) Discover(iface string) (*wg.Found, error) { return wg.Discover(
 func (wgMachine) LinkUp(name string) bool                  { return wg.Observe(name, "") == wg.FoundUp }
 func (wgMachine) Running(name string) bool                 { return wg.Running(name) }
 func (wgMachine) Remove(name string) error                 { return wg.Remove(name) }
+func (wgMachine) FoundUp(found, mesh string) bool          { return wg.FoundIsUp(found, mesh) }
 
 func (m wgMachine) Raise(ctx context.Context, cfg wg.Config) (meshLink, error) {
 	cfg.Spawn = m.spawn
@@ -86,6 +90,10 @@ func (m wgMachine) Takeover(ctx context.Context, f *wg.Found, cfg wg.Config, sto
 type keyStore interface {
 	Load() (wgtypes.Key, bool, error)
 	Save(k wgtypes.Key) error
+	// LoadKept and SaveKept keep what a takeover carries beyond the record (wg.Kept): sealed,
+	// since it holds the peers' preshared keys.
+	LoadKept() (wg.Kept, bool, error)
+	SaveKept(k wg.Kept) error
 }
 
 // SealedKey is the private key sealed under the node's seal key at DATA/pki/tunnel.key.sealed
@@ -114,6 +122,39 @@ func (s SealedKey) Load() (wgtypes.Key, bool, error) {
 		return wgtypes.Key{}, false, fmt.Errorf("sealed tunnel key %s: %w", s.Path, err)
 	}
 	return k, true, nil
+}
+
+const keptPurpose = "meshd tunnel kept found interface"
+
+// keptPath is where the kept found interface is sealed, beside the key.
+func (s SealedKey) keptPath() string { return filepath.Join(filepath.Dir(s.Path), "tunnel.kept.sealed") }
+
+// LoadKept reads and opens the kept found interface; ok is false when there is none.
+func (s SealedKey) LoadKept() (wg.Kept, bool, error) {
+	b, err := s.Seal.ReadSealed(s.keptPath(), keptPurpose)
+	if errors.Is(err, fs.ErrNotExist) {
+		return wg.Kept{}, false, nil
+	}
+	if err != nil {
+		return wg.Kept{}, false, err
+	}
+	k, err := wg.ReadKept(b)
+	if err != nil {
+		return wg.Kept{}, false, fmt.Errorf("%s: %w", s.keptPath(), err)
+	}
+	return k, true, nil
+}
+
+// SaveKept seals k beside the key.
+func (s SealedKey) SaveKept(k wg.Kept) error {
+	b, err := json.Marshal(k)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(s.Path), 0o700); err != nil {
+		return fmt.Errorf("sealing the kept found interface: %w", err)
+	}
+	return s.Seal.WriteSealed(s.keptPath(), keptPurpose, b)
 }
 
 // Save seals k at Path.
@@ -178,6 +219,34 @@ type Driver struct {
 	// takeover cut short before it disabled the unit (a crash) has it disabled on the next pass.
 	unitsOff bool
 	crasher  *pass.Crasher // pass.CrashEnv's point (the tunnel.* crash points); reaches nothing in production
+	// keptCache is the kept found interface once read (it changes only at a takeover).
+	keptCache *wg.Kept
+}
+
+// kept is the kept found interface, read once.
+func (d *Driver) kept() (wg.Kept, bool, error) {
+	if d.keptCache != nil {
+		return *d.keptCache, true, nil
+	}
+	k, ok, err := d.keys.LoadKept()
+	if err != nil || !ok {
+		return k, ok, err
+	}
+	d.keptCache = &k
+	return k, true, nil
+}
+
+// match puts the found interface beside the mesh's as it runs, field by field, in the report
+// (`meshd tunnel show`); a mesh interface not there yet is compared as it is about to be raised.
+func (d *Driver) match(k wg.Kept, cfg wg.Config, det *report.TunnelDetail) {
+	mesh, err := d.m.Discover(cfg.Name)
+	if err != nil {
+		mesh = wg.ConfigView(cfg)
+	}
+	det.Fields = nil
+	for _, f := range k.Match(mesh) {
+		det.Fields = append(det.Fields, report.TunnelField{Field: f.Field, Found: f.Found, Mesh: f.Mesh, Same: f.Same})
+	}
 }
 
 type heardMark struct {
@@ -284,7 +353,7 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 	}
 	// Not taken yet, or the found interface is up again (raised by hand) and holds the port: take
 	// it over (again).
-	if found != "" && (!took || d.m.LinkUp(found)) {
+	if found != "" && (!took || d.m.FoundUp(found, cfg.Name)) {
 		if d.link != nil {
 			d.link.Release()
 			d.link = nil
@@ -298,6 +367,16 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 			return err
 		}
 		d.unitsOff = true
+	}
+	if found != "" {
+		k, ok, err := d.kept()
+		if err != nil {
+			return err
+		}
+		if ok {
+			cfg = k.Apply(cfg)
+			d.match(k, cfg, det)
+		}
 	}
 	if d.link != nil {
 		return d.link.SetPeers(cfg.Peers)
@@ -340,7 +419,7 @@ func (d *Driver) takeover(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 		return fmt.Errorf("not taking %s over: its address is %s, the record says %s", found, f.Address(), cfg.Address)
 	}
 	cfg.PrivateKey = f.PrivateKey
-	// The peers' endpoints as the found interface has them now are newer than the record's.
+	kept := wg.Keep(f)
 	seen := map[wgtypes.Key]netip.AddrPort{}
 	for _, p := range f.Peers {
 		seen[p.PublicKey] = p.Endpoint
@@ -350,9 +429,14 @@ func (d *Driver) takeover(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 			cfg.Peers[i].Endpoint = e
 		}
 	}
+	cfg = kept.Apply(cfg)
 	if err := d.keys.Save(f.PrivateKey); err != nil {
 		return fmt.Errorf("not taking %s over: %w", found, err)
 	}
+	if err := d.keys.SaveKept(kept); err != nil {
+		return fmt.Errorf("not taking %s over: %w", found, err)
+	}
+	d.keptCache = &kept
 	d.crash("tunnel.after-seal-key")
 	rec, _ := json.Marshal(takeoverRecord{PublicKey: want.String(), At: time.Now().UTC()})
 	if err := ps.Records.Put("takeover/"+found, rec); err != nil {
@@ -363,11 +447,13 @@ func (d *Driver) takeover(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 	// A mesh interface of the same name already running (a hub that enrolled before, with the key
 	// it made itself) goes first: the found key, port and address are raised under that name.
 	// The carried peers' gap is unchanged: the found interface still carries them until it stops.
-	if found != cfg.Name && d.m.Running(cfg.Name) {
-		if err := d.m.Remove(cfg.Name); err != nil {
-			return fmt.Errorf("taking %s over: %w", found, err)
+	for _, old := range []string{cfg.Name, fsm.MeshInterface} {
+		if old != found && d.m.Running(old) {
+			if err := d.m.Remove(old); err != nil {
+				return fmt.Errorf("taking %s over: %w", found, err)
+			}
+			d.log.Info("removed the mesh's interface raised with the node's own key, to raise it with the found tunnel's", "mesh", old, "found", found)
 		}
-		d.log.Info("removed the mesh's interface raised with the node's own key, to raise it with the found tunnel's", "mesh", cfg.Name, "found", found)
 	}
 	tctx, cancel := context.WithTimeout(ctx, retryWait)
 	defer cancel()
@@ -424,7 +510,7 @@ func (d *Driver) state(t fsm.TunnelView, det *report.TunnelDetail) {
 	switch {
 	case d.link != nil && d.m.Running(t.Interface) && d.m.LinkUp(t.Interface):
 		det.State, det.Says = report.TunnelMeshUp, wg.MeshUp.String()
-	case t.Takeover != "" && d.m.LinkUp(t.Takeover):
+	case t.Takeover != "" && d.m.FoundUp(t.Takeover, t.Interface):
 		det.State, det.Says = report.TunnelFoundUp, wg.FoundUp.String()
 	default:
 		det.State, det.Says = report.TunnelDark, wg.Dark.String()
@@ -443,7 +529,7 @@ func (d *Driver) peers(t fsm.TunnelView) []report.TunnelPeer {
 	switch {
 	case d.link != nil:
 		ps, err = d.link.Peers()
-	case t.Takeover != "" && d.m.LinkUp(t.Takeover):
+	case t.Takeover != "" && d.m.FoundUp(t.Takeover, t.Interface):
 		var f *wg.Found
 		if f, err = d.m.Discover(t.Takeover); err == nil {
 			ps = f.Peers
