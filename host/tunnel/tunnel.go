@@ -127,7 +127,9 @@ func (s SealedKey) Load() (wgtypes.Key, bool, error) {
 const keptPurpose = "meshd tunnel kept found interface"
 
 // keptPath is where the kept found interface is sealed, beside the key.
-func (s SealedKey) keptPath() string { return filepath.Join(filepath.Dir(s.Path), "tunnel.kept.sealed") }
+func (s SealedKey) keptPath() string {
+	return filepath.Join(filepath.Dir(s.Path), "tunnel.kept.sealed")
+}
 
 // LoadKept reads and opens the kept found interface; ok is false when there is none.
 func (s SealedKey) LoadKept() (wg.Kept, bool, error) {
