@@ -198,12 +198,12 @@ func (m *machine) inNS(f func() error) error {
 	return ferr
 }
 
-// serve listens on TCP port in the machine and accepts and closes every connection.
+// serve listens on TCP port in the machine (IPv4 and IPv6) and accepts and closes every connection.
 func (m *machine) serve(port int) {
 	m.t.Helper()
 	var ln net.Listener
 	err := m.inNS(func() (err error) {
-		ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port)) // IPv4 and IPv6
 		return err
 	})
 	if err != nil {
@@ -225,7 +225,7 @@ func (m *machine) serve(port int) {
 func (m *machine) dial(addr string, timeout time.Duration) bool {
 	var c net.Conn
 	err := m.inNS(func() (err error) {
-		c, err = net.DialTimeout("tcp4", addr, timeout)
+		c, err = net.DialTimeout("tcp", addr, timeout)
 		return err
 	})
 	if err != nil {
