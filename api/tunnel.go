@@ -1,6 +1,7 @@
 package api
 
 import (
+	"meshd/host/report"
 	"time"
 
 	"meshd/fsm"
@@ -34,6 +35,12 @@ type TunnelView struct {
 	ReportAt   time.Time    `json:"report_at,omitzero"`
 	ReportFrom string       `json:"report_from,omitempty"`
 	Peers      []TunnelPeer `json:"peers"`
+	// Interface is the hub's mesh interface as its report names it: the found interface's name
+	// once it took one over (fsm.NodeInterface).
+	Interface string `json:"interface,omitempty"`
+	// Fields put the found interface the hub took over beside its mesh interface as it runs,
+	// field by field, from its report; empty where nothing was taken over.
+	Fields []report.TunnelField `json:"fields,omitempty"`
 }
 
 // TunnelPeer is one peer of the tunnel: carried (not a node yet) or enrolled (a node now), with

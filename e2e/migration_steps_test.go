@@ -138,9 +138,9 @@ func takeSpokeTunnelOf(ctx context.Context, t *testing.T, l *lab.Lab, hub, p *la
 		t.Fatalf("tunnel take %s wg0: %v\n%s", p.Name, err, out)
 	}
 	if err := testenv.Poll(t, 60*time.Second, func() error {
-		pub, _, _, err := wgDump(ctx, p, "meshd0")
+		pub, _, _, err := wgDump(ctx, p, lab.TunnelIface)
 		if err == nil && pub != key {
-			err = fmt.Errorf("%s's meshd0 has key %s, want its found %s", p.Name, pub, key)
+			err = fmt.Errorf("%s's wg0 (the mesh's now) has key %s, want its found %s", p.Name, pub, key)
 		}
 		if err == nil {
 			if out, lerr := p.Exec(ctx, "ip", "link", "show", lab.TunnelIface); lerr == nil {
@@ -152,8 +152,8 @@ func takeSpokeTunnelOf(ctx context.Context, t *testing.T, l *lab.Lab, hub, p *la
 		t.Fatal(err)
 	}
 	probesSince(t, l, taken, p.Name+"'s tunnel taken", 5*time.Second)
-	if a, err := p.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(a, addr+"/24") {
-		t.Fatalf("%s's meshd0 address: %v %s", p.Name, err, a)
+	if a, err := p.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", lab.TunnelIface); err != nil || !strings.Contains(a, addr+"/24") {
+		t.Fatalf("%s's wg0 address: %v %s", p.Name, err, a)
 	}
 }
 
@@ -162,10 +162,10 @@ func takeSpokeTunnelOf(ctx context.Context, t *testing.T, l *lab.Lab, hub, p *la
 // through the tunnel hold.
 func restartKeepsTunnel(ctx context.Context, t *testing.T, l *lab.Lab, hub *lab.Machine) {
 	t.Helper()
-	if out, err := hub.Run(ctx, `pgrep -f "meshd tunnel-device meshd0"`); err != nil {
-		t.Fatalf("no device process for meshd0 on the hub: %v %s", err, out)
+	if out, err := hub.Run(ctx, `pgrep -f "meshd tunnel-device"`); err != nil {
+		t.Fatalf("no device process for the mesh's wg0 on the hub: %v %s", err, out)
 	}
-	linkBefore, err := linkIndex(ctx, hub, "meshd0")
+	linkBefore, err := linkIndex(ctx, hub, lab.TunnelIface)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,8 +186,8 @@ func restartKeepsTunnel(ctx context.Context, t *testing.T, l *lab.Lab, hub *lab.
 		t.Fatal(err)
 	}
 	probesSince(t, l, restart, "agent restart", 5*time.Second)
-	if linkAfter, err := linkIndex(ctx, hub, "meshd0"); err != nil || linkAfter != linkBefore {
-		t.Errorf("meshd0 was raised again by the restart (ifindex %q -> %q, %v): the peers' tunnel lived in the agent", linkBefore, linkAfter, err)
+	if linkAfter, err := linkIndex(ctx, hub, lab.TunnelIface); err != nil || linkAfter != linkBefore {
+		t.Errorf("the mesh's wg0 was raised again by the restart (ifindex %q -> %q, %v): the peers' tunnel lived in the agent", linkBefore, linkAfter, err)
 	}
 }
 
@@ -242,7 +242,7 @@ func reachRiderThroughHub(ctx context.Context, t *testing.T, hub, from, rider *l
 	if err != nil {
 		t.Fatalf("iptables -S FORWARD on the hub: %v %s", err, fwd)
 	}
-	rule := fmt.Sprintf(`-A FORWARD -s %s -d %s -i meshd0 -o meshd0 -m comment --comment "%s" -j ACCEPT`, lab.TunnelRange, lab.TunnelRange, routedMark)
+	rule := fmt.Sprintf(`-A FORWARD -s %s -d %s -i wg0 -o wg0 -m comment --comment "%s" -j ACCEPT`, lab.TunnelRange, lab.TunnelRange, routedMark)
 	if strings.Count(fwd, routedMark) != 1 || !strings.Contains(fwd, rule) {
 		t.Errorf("the hub's FORWARD, want one routed rule, %s:\n%s", rule, fwd)
 	}

@@ -318,7 +318,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		}
 		directPeers(ctx, t, hub, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
 		directPeers(ctx, t, peer2, nn, nnKey, fmt.Sprintf("%s:%d", lab.NewnodeAddr, 51820))
-		p2Key, _, _, err := wgDump(ctx, peer2, "meshd0")
+		p2Key, _, _, err := wgDump(ctx, peer2, meshIface(ctx, peer2))
 		if err != nil {
 			t.Fatal(err)
 		}

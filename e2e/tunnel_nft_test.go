@@ -81,7 +81,7 @@ func TestTunnelOnAnNftablesHub(t *testing.T) {
 		if err != nil {
 			t.Fatalf("nft list chain inet filter forward: %v %s", err, chain)
 		}
-		rule := fmt.Sprintf(`iifname "meshd0" oifname "meshd0" ip saddr %s ip daddr %s accept comment "%s"`, lab.TunnelRange, lab.TunnelRange, routedMark)
+		rule := fmt.Sprintf(`iifname "wg0" oifname "wg0" ip saddr %s ip daddr %s accept comment "%s"`, lab.TunnelRange, lab.TunnelRange, routedMark)
 		if strings.Count(chain, routedMark) != 1 || !strings.Contains(chain, rule) || !strings.Contains(chain, "policy drop") {
 			t.Errorf("the hub's found forward chain, want its drop policy and one routed rule, %s:\n%s", rule, chain)
 		}
@@ -113,7 +113,7 @@ func TestTunnelOnAnNftablesHub(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(pv.Tunnel, lab.TunnelIface+" taken over by meshd0") || !strings.Contains(pv.Tunnel, p1Key) {
+		if !strings.HasPrefix(pv.Tunnel, lab.TunnelIface+" taken over by the mesh's interface of the same name") || !strings.Contains(pv.Tunnel, p1Key) {
 			t.Errorf("the preview of converging peer1 does not say its found tunnel is taken over: %q", pv.Tunnel)
 		}
 		converged := time.Now()
@@ -121,7 +121,7 @@ func TestTunnelOnAnNftablesHub(t *testing.T) {
 			t.Fatalf("converge peer1: %v\n%s", err, out)
 		}
 		if err := testenv.Poll(t, 60*time.Second, func() error {
-			pub, _, _, err := wgDump(ctx, peer1, "meshd0")
+			pub, _, _, err := wgDump(ctx, peer1, lab.TunnelIface)
 			if err == nil && pub != p1Key {
 				err = fmt.Errorf("peer1's meshd0 has key %s, want its found %s", pub, p1Key)
 			}
@@ -134,7 +134,7 @@ func TestTunnelOnAnNftablesHub(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if addr, err := peer1.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0"); err != nil || !strings.Contains(addr, "10.44.0.2/24") {
+		if addr, err := peer1.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", lab.TunnelIface); err != nil || !strings.Contains(addr, "10.44.0.2/24") {
 			t.Errorf("peer1's meshd0 address: %v %s", err, addr)
 		}
 		if now, err := peer1.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf"); err != nil || string(now) != string(p1Conf) {
@@ -211,7 +211,7 @@ func forgedAnnouncements(ctx context.Context, t *testing.T, l *lab.Lab, hub, att
 			}
 			keys["node "+n] = nv.Node.WireGuardKey
 		}
-		pub, _, _, err := wgDump(ctx, hub, "meshd0")
+		pub, _, _, err := wgDump(ctx, hub, lab.TunnelIface)
 		if err != nil {
 			t.Fatal(err)
 		}

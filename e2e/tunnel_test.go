@@ -128,20 +128,20 @@ func checkTakenOver(ctx context.Context, t *testing.T, hub *lab.Machine, foundKe
 	if _, err := hub.Exec(ctx, "test", "-L", "/etc/systemd/system/multi-user.target.wants/wg-quick@"+lab.TunnelIface+".service"); err == nil {
 		t.Error("wg-quick@wg0 is still enabled")
 	}
-	key, err := hub.Exec(ctx, "wg", "show", "meshd0", "public-key")
+	key, err := hub.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key")
 	if err != nil || strings.TrimSpace(key) != foundKey {
-		t.Errorf("meshd0's key %q (%v), want the found %s", strings.TrimSpace(key), err, foundKey)
+		t.Errorf("the mesh's wg0's key %q (%v), want the found %s", strings.TrimSpace(key), err, foundKey)
 	}
-	port, err := hub.Exec(ctx, "wg", "show", "meshd0", "listen-port")
+	port, err := hub.Exec(ctx, "wg", "show", lab.TunnelIface, "listen-port")
 	if err != nil || strings.TrimSpace(port) != fmt.Sprint(lab.TunnelPort) {
-		t.Errorf("meshd0's port %q (%v), want %d", strings.TrimSpace(port), err, lab.TunnelPort)
+		t.Errorf("the mesh's wg0's port %q (%v), want %d", strings.TrimSpace(port), err, lab.TunnelPort)
 	}
-	addr, err := hub.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", "meshd0")
+	addr, err := hub.Exec(ctx, "ip", "-4", "-o", "addr", "show", "dev", lab.TunnelIface)
 	if err != nil || !strings.Contains(addr, lab.HubTunnelAddr+"/24") {
-		t.Errorf("meshd0's address %q (%v), want %s/24", addr, err, lab.HubTunnelAddr)
+		t.Errorf("the mesh's wg0's address %q (%v), want %s/24", addr, err, lab.HubTunnelAddr)
 	}
-	if out, err := hub.Exec(ctx, "ip", "-o", "link", "show", "meshd0"); err != nil || !strings.Contains(out, "UP") {
-		t.Errorf("meshd0 is not up: %v %s", err, out)
+	if out, err := hub.Exec(ctx, "ip", "-o", "link", "show", lab.TunnelIface); err != nil || !strings.Contains(out, "UP") {
+		t.Errorf("the mesh's wg0 is not up: %v %s", err, out)
 	}
 }
 
@@ -200,10 +200,10 @@ func TestTunnelTakeOnARunningMesh(t *testing.T) {
 	// The take returns once the hub's report says the mesh's interface is up in wg0's place: at
 	// once, with no wait, the machine and the report say so.
 	if v, err := tunnelShow(ctx, hub); err != nil || v.State != report.TunnelMeshUp {
-		t.Fatalf("tunnel take returned before the hub reported %s up in %s's place: %+v %v", fsm.MeshInterface, lab.TunnelIface, v, err)
+		t.Fatalf("tunnel take returned before the hub reported %s up in %s's place: %+v %v", lab.TunnelIface, lab.TunnelIface, v, err)
 	}
-	if key, err := hub.Exec(ctx, "wg", "show", fsm.MeshInterface, "public-key"); err != nil || strings.TrimSpace(key) != foundKey {
-		t.Fatalf("tunnel take returned; %s's key is %q (%v), want the found tunnel's %s", fsm.MeshInterface, key, err, foundKey)
+	if key, err := hub.Exec(ctx, "wg", "show", lab.TunnelIface, "public-key"); err != nil || strings.TrimSpace(key) != foundKey {
+		t.Fatalf("tunnel take returned; %s's key is %q (%v), want the found tunnel's %s", lab.TunnelIface, key, err, foundKey)
 	}
 	probesSince(t, l, took.Add(-5*time.Second), "take on a running mesh", 5*time.Second)
 	heardCarried(ctx, t, hub, 30*time.Second)
@@ -266,20 +266,29 @@ func reachPoll(ctx context.Context, t *testing.T, from *lab.Machine, target stri
 	}
 }
 
-// directPeers waits until a's meshd0 has b's key at b's underlay endpoint with a handshake and
+// meshIface is the name of machine m's mesh interface: meshd0 where meshd raised its own, the
+// found wg0 where it took that over (fsm.NodeInterface).
+func meshIface(ctx context.Context, m *lab.Machine) string {
+	if _, err := m.Exec(ctx, "ip", "link", "show", fsm.MeshInterface); err == nil {
+		return fsm.MeshInterface
+	}
+	return lab.TunnelIface
+}
+
+// directPeers waits until a's mesh interface has b's key at b's underlay endpoint with a handshake and
 // traffic both ways: their WireGuard session is their own, not the hub's (a relay cannot hold a
 // session for two keys that are not its own).
 func directPeers(ctx context.Context, t *testing.T, a, b *lab.Machine, bKey, bEndpoint string) {
 	t.Helper()
 	var last wgPeer
 	if err := testenv.Poll(t, 60*time.Second, func() error {
-		_, _, peers, err := wgDump(ctx, a, "meshd0")
+		_, _, peers, err := wgDump(ctx, a, meshIface(ctx, a))
 		if err != nil {
 			return err
 		}
 		p, ok := peers[bKey]
 		if !ok {
-			return fmt.Errorf("%s's meshd0 has no peer %s (%s): %+v", a.Name, b.Name, bKey, peers)
+			return fmt.Errorf("%s's mesh interface has no peer %s (%s): %+v", a.Name, b.Name, bKey, peers)
 		}
 		last = p
 		if p.Endpoint != bEndpoint || p.Handshake == 0 || p.RX == 0 || p.TX == 0 {

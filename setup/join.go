@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -152,6 +153,16 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 			return nil, fmt.Errorf("--tunnel %s: %w", opts.Tunnel, err)
 		}
 		enrol.WireGuardKey, enrol.FoundTunnel = f.PrivateKey.PublicKey().String(), opts.Tunnel
+		// The found tunnel's port as it listens now is the node's tunnel port: a client config
+		// without ListenPort (PiVPN's, wg-easy's) listens on a random one, and its takeover
+		// keeps it, since the hub knows the peer there.
+		key := catalogue.MeshModule + ".tunnel"
+		if _, asked := settings[key]; !asked && f.ListenPort != 0 {
+			if enrol.Settings == nil {
+				enrol.Settings = map[string]string{}
+			}
+			enrol.Settings[key] = strconv.Itoa(f.ListenPort)
+		}
 	} else {
 		k, err := wgtypes.ParseKey(pend.Overlay)
 		if err != nil {

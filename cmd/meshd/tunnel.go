@@ -33,8 +33,13 @@ peer) and records the take: the tunnel's port becomes NODE's mesh.tunnel setting
 record's range, its address the hub's, and its peers are carried as peers of the tunnel (not nodes)
 until they enrol, each keeping its address. Then NODE's host stops IFACE without flushing it (its
 wg-quick file stays on disk byte for byte; its wg-quick@ unit is disabled) and raises the mesh's
-interface (` + fsm.MeshInterface + `) with the found key, port, address and peers, everything prepared before
-IFACE goes down. Nothing a peer knows changes.
+interface under IFACE's own name, so every firewall rule, PostUp leftover and resolver that names
+IFACE keeps working. It carries what the live device and link have, not only the file: the key,
+the port as it listens, every address (IPv4 and IPv6), each peer's preshared key, allowed IPs,
+endpoint and keepalive, the routes wg-quick installed (its own table and firewall mark for a peer
+allowed everything), and the MTU. Everything is prepared (under the name meshd-take) before IFACE
+goes down. Nothing a peer knows changes; ` + "`meshd tunnel show`" + ` lists the found interface beside
+the mesh's, field by field.
 
 Run it on NODE (the hub): the found tunnel is read where it runs. --address, --port and --range say
 where the operator expects the tunnel to be; a value that disagrees with the tunnel is refused
@@ -43,12 +48,12 @@ before anything changes, naming both.
 On a spoke (a node that joined with --tunnel IFACE and kept its address), run it on any server:
 the record already holds the tunnel's key and the node's address. The spoke's host checks that
 IFACE still has that key, its mesh.tunnel port and its address, then takes it over the same way:
-` + fsm.MeshInterface + ` in its place with the found key, the hub as the peer routing the range, and every other
+the mesh's interface under IFACE's name with the found key, the hub as the peer routing the range, and every other
 node with its own interface as a direct peer, so their traffic does not turn at the hub. Until
 then the spoke's found tunnel carries its traffic, and the other nodes reach it through the hub.
 
 The take is recorded first (committed through Raft); the command then follows NODE until its report
-says ` + fsm.MeshInterface + ` is up in place of IFACE (exit 0), or that the takeover failed (exit 1, naming the
+says the mesh's interface is up in place of IFACE (exit 0), or that the takeover failed (exit 1, naming the
 node, the tunnel resource and the node's reason: IFACE is left carrying the peers, or is back), or
 until --wait ends (exit 1; the take stays in the record). --no-wait returns once it is recorded.`,
 		Example: `  meshd tunnel take hub wg0
@@ -141,13 +146,44 @@ func writeTunnelTaken(w io.Writer, v fsm.TunnelTaken, rep *report.Report) {
 		}
 	}
 	if rep != nil {
-		fmt.Fprintf(w, "carried out\t%s up in its place (node %s's report of %s)\n", fsm.MeshInterface, v.Node.Name, rep.When.Format(time.RFC3339))
+		var det report.TunnelDetail
+		iface := v.Node.FoundTunnel
+		if api.DecodeInto(rep.Kinds[fsm.KindTunnel], &det) && det.Interface != "" {
+			iface = det.Interface
+		}
+		if !spoke {
+			iface = v.Tunnel.Taken
+		}
+		fmt.Fprintf(w, "carried out\tthe mesh's %s up in its place (node %s's report of %s)\n", iface, v.Node.Name, rep.When.Format(time.RFC3339))
 	}
 	if spoke {
 		fmt.Fprintf(w, "\nwatch it with: meshd node show %s\n", v.Node.Name)
 		return
 	}
 	fmt.Fprintf(w, "\nwatch it with: meshd tunnel show\n")
+}
+
+// printTunnelFields puts the found interface beside the mesh's, field by field: what the
+// takeover kept (a preshared key shows only as set or none).
+func printTunnelFields(w io.Writer, fs []report.TunnelField) {
+	if len(fs) == 0 {
+		return
+	}
+	differ := 0
+	for _, f := range fs {
+		if !f.Same {
+			differ++
+		}
+	}
+	fmt.Fprintf(w, "\nfound beside mesh (%d fields, %d differ)\n", len(fs), differ)
+	fmt.Fprintln(w, "FIELD\tFOUND\tMESH\tSAME")
+	for _, f := range fs {
+		same := "yes"
+		if !f.Same {
+			same = "DIFFERS"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", f.Field, f.Found, f.Mesh, same)
+	}
 }
 
 // printTunnelView is `meshd tunnel show` in text: the record's network, the hub's state from
@@ -171,6 +207,10 @@ func printTunnelView(w io.Writer, v api.TunnelView, now time.Time) {
 	if !v.ReportAt.IsZero() {
 		fmt.Fprintf(w, "hub's report\t%s ago (%s)\n", ago(now, v.ReportAt), v.ReportFrom)
 	}
+	if v.Interface != "" {
+		fmt.Fprintf(w, "mesh interface\t%s\n", v.Interface)
+	}
+	printTunnelFields(w, v.Fields)
 	fmt.Fprintln(w)
 	printTunnelPeers(w, v.Peers, now)
 }

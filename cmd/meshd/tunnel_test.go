@@ -190,7 +190,7 @@ func TestProcessTunnelTakeFollowsTheNode(t *testing.T) {
 		error []string
 	}{
 		{"carried out", nodeWith(report.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: report.TunnelMeshUp, TakenAt: now}),
-			nil, 0, []string{"node hub takes tunnel wg0 over", "carried out", fsm.MeshInterface + " up in its place"}, nil},
+			nil, 0, []string{"node hub takes tunnel wg0 over", "carried out", "the mesh's wg0 up in its place"}, nil},
 		{"carried out, --json", nodeWith(report.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: report.TunnelMeshUp, TakenAt: now}),
 			[]string{"--json"}, 0, []string{`"taken": "wg0"`}, nil},
 		{"failed", nodeWith(report.TunnelDetail{Interface: fsm.MeshInterface, Found: "wg0", State: report.TunnelFoundUp, Reason: reason},

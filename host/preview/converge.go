@@ -74,7 +74,7 @@ func Mark(pv report.ConvergePreview, d *fsm.Declaration, ls []report.Listener, c
 	}
 	slices.Sort(pv.Take)
 	if t := d.Tunnel; t.Rides != "" {
-		pv.Tunnel = fmt.Sprintf("%s taken over by %s with its key %s, address %s and port %d", t.Rides, fsm.MeshInterface, t.PublicKey, t.Address, t.ListenPort)
+		pv.Tunnel = fmt.Sprintf("%s taken over by the mesh's interface of the same name, with its key %s, address %s and port %d", t.Rides, t.PublicKey, t.Address, t.ListenPort)
 	}
 	pv.Firewall = retirement(od)
 	pv.Filter, pv.FilterError = openings.FilterText(d)

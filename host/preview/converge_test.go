@@ -315,7 +315,7 @@ func TestUnitConvergePreviewNamesTheFoundTunnelItTakes(t *testing.T) {
 	}
 	d.Tunnel = fsm.TunnelView{Rides: "wg0", PublicKey: "k", Address: "10.44.0.2/24", ListenPort: 51820}
 	pv := mark(d, ls, cr, od)
-	if !strings.Contains(pv.Tunnel, "wg0 taken over by "+fsm.MeshInterface) || !strings.Contains(pv.Tunnel, "10.44.0.2/24") || !strings.Contains(pv.Tunnel, "51820") {
+	if !strings.Contains(pv.Tunnel, "wg0 taken over by the mesh's interface of the same name") || !strings.Contains(pv.Tunnel, "10.44.0.2/24") || !strings.Contains(pv.Tunnel, "51820") {
 		t.Errorf("the preview of a spoke on wg0 says %q", pv.Tunnel)
 	}
 	if pv.Token == taken.Token {
