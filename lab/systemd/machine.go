@@ -52,6 +52,8 @@ type Machine struct {
 	done chan error
 	// exit is how the last boot ended (nspawn's exit status: 133 is a reboot).
 	exit error
+	// Booted is when nspawn was last started: a boot's figures count from here.
+	Booted time.Time
 }
 
 // Boot mounts an overlay of the cached root at name's own directory and boots it in the network
@@ -95,10 +97,17 @@ func (m *Machine) start() error {
 		return err
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "--- boot at %s\n", time.Now().UTC().Format(time.RFC3339Nano))
+	m.Booted = time.Now()
+	fmt.Fprintf(logf, "--- boot at %s\n", m.Booted.UTC().Format(time.RFC3339Nano))
+	// CAP_NET_ADMIN: nspawn keeps it only for a network it makes itself (--private-network and
+	// the like), not for one given by --network-namespace-path, so without it every unit in the
+	// machine is refused what a machine's own network needs: wireguard-go's TUNSETIFF ioctl on
+	// /dev/net/tun fails "operation not permitted" (the device node is there and no device cgroup
+	// applies: this host's devices controller is at its root), and so do wg-quick's ip commands and
+	// nftables' or ufw's rules. The capability reaches no further than the machine's namespace.
 	m.cmd = exec.Command("systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
 		"--console=passive", "--machine="+m.Name, "--directory="+m.Root,
-		"--network-namespace-path=/run/netns/"+m.NetNS)
+		"--network-namespace-path=/run/netns/"+m.NetNS, "--capability=CAP_NET_ADMIN")
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	// Its own process group, and ended if the driving process dies first.
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -198,7 +207,8 @@ func (m *Machine) WaitRunning(within time.Duration) error {
 }
 
 // Reboot reboots the machine for real: `systemctl reboot` inside, nspawn exits (status 133, a
-// reboot), and the machine boots again on the same root; it waits (within) for running.
+// reboot), the network loses what a reboot loses (clearNetwork), and the machine boots again on
+// the same root; it waits (within) for running. Booted is when the new boot started.
 func (m *Machine) Reboot(within time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_, err := m.Run(ctx, "systemctl", "reboot")
@@ -213,10 +223,32 @@ func (m *Machine) Reboot(within time.Duration) error {
 	if !errors.As(m.exit, &ee) || ee.ExitCode() != 133 {
 		return fmt.Errorf("machine %s: nspawn ended with %v after systemctl reboot, not 133 (a reboot): %s", m.Name, m.exit, m.LogTail())
 	}
+	if err := m.clearNetwork(); err != nil {
+		return err
+	}
 	if err := m.start(); err != nil {
 		return err
 	}
 	return m.WaitRunning(within)
+}
+
+// clearNetwork drops what a real reboot loses from the machine's network, which is a lab
+// namespace that outlives nspawn: netfilter's rules (so a firewall is back only if its own unit
+// loads it), every link but lo and eth0 (a TUN goes with its wireguard-go, a bridge or a veth
+// would not) and the connection tracking table. eth0's addresses and routes stay: they stand for
+// the network's own configuration, which a real machine sets up again at boot.
+func (m *Machine) clearNetwork() error {
+	script := `nft flush ruleset
+for l in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1); do
+  case "$l" in lo|eth0) ;; *) ip link del "$l" 2>/dev/null || true ;; esac
+done
+conntrack -F >/dev/null 2>&1 || true
+`
+	out, err := exec.Command("ip", "netns", "exec", m.NetNS, "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("machine %s: clear namespace %s for the reboot: %v: %s", m.Name, m.NetNS, err, out)
+	}
+	return nil
 }
 
 // waitExit waits (within) for the running nspawn to exit.
