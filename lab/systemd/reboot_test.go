@@ -453,3 +453,65 @@ func median(v []float64) float64 {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// The same hub after a converged flip: the webapp's port declared by a module, `meshd converge`
+// retires the found nftables firewall and loads meshd's derived filter. After `systemctl reboot`
+// the derived filter is back at boot, the found firewall stays retired (nftables.service does
+// not load its rules again), the mesh's interface is up and the peer's probe through the tunnel
+// serves again.
+func TestSystemdHubRebootConverged(t *testing.T) {
+	r := setUpRebootHub(t)
+	ctx := testenv.Context(t, 4*time.Minute)
+	module := fmt.Sprintf("name: webapp-ports\nopenings:\n  - {port: \"%d\", proto: tcp, from: anywhere, path: incoming}\n", webappPort)
+	write(t, r.hub, "/var/lib/webapp-ports.yaml", module, 0o644)
+	mustRun(ctx, t, r.hub, "meshd", "module", "add", "/var/lib/webapp-ports.yaml")
+	mustRun(ctx, t, r.hub, "meshd", "module", "assign", "hub", "webapp-ports")
+	var token string
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		out, err := r.hub.Run(ctx, "meshd", "converge", "hub", "--preview", "--json")
+		var pv struct {
+			Token     string `json:"token"`
+			WillClose int    `json:"will_close"`
+		}
+		if jerr := json.Unmarshal([]byte(out), &pv); jerr != nil {
+			return fmt.Errorf("converge --preview --json: %v, %v: %s", err, jerr, out)
+		}
+		if err != nil || pv.Token == "" {
+			return fmt.Errorf("the preview: %v, %d will close", err, pv.WillClose)
+		}
+		token = pv.Token
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("converge:\n%s", mustRun(ctx, t, r.hub, "meshd", "converge", "hub", "--plan", token, "--wait", "2m"))
+	converged := func(when string) {
+		t.Helper()
+		if err := testenv.Poll(t, 60*time.Second, func() error {
+			if _, err := r.hub.Run(ctx, "nft", "list", "table", "inet", "meshd_filter"); err != nil {
+				return fmt.Errorf("meshd's derived filter is not loaded")
+			}
+			if _, err := r.hub.Run(ctx, "nft", "list", "table", "inet", "filter"); err == nil {
+				return fmt.Errorf("the found firewall's table is loaded")
+			}
+			return r.probeServes()
+		}); err != nil {
+			t.Fatalf("%s: %v\n%s\n%s", when, err, r.ruleset(ctx), r.hub.journal(ctx))
+		}
+	}
+	converged("after the flip")
+
+	if err := r.hub.Reboot(bootTimeout); err != nil {
+		t.Fatal(err)
+	}
+	converged("after the reboot")
+	if a := unitIs(ctx, r.hub, "is-active", "nftables.service"); a == "active" {
+		t.Errorf("after the reboot the retired firewall's nftables.service is active again")
+	}
+	if a := unitIs(ctx, r.hub, "is-active", "meshd.service"); a != "active" {
+		t.Errorf("after the reboot meshd.service is %s", a)
+	}
+	if _, err := r.meshIface(ctx); err != nil {
+		t.Errorf("after the reboot: %v", err)
+	}
+}
