@@ -14,7 +14,7 @@ import (
 const bootTimeout = 90 * time.Second
 
 // requireMachine skips (fails under CI) without root, the tools or the cached root.
-func requireMachine(t *testing.T) {
+func requireMachine(t testing.TB) {
 	t.Helper()
 	testenv.RequireRoot(t, "a systemd machine", Tools...)
 	if _, err := CachedRoot(); err != nil {

@@ -45,6 +45,12 @@ table inet filter {
 		udp dport 51820 accept comment "predecessor tunnel"
 		tcp dport 8080 accept comment "webapp"
 	}
+	chain forward {
+		type filter hook forward priority filter; policy drop;
+		ct state established,related accept
+		iifname "docker0" accept
+		oifname "docker0" tcp dport 8080 accept comment "webapp"
+	}
 }
 `
 
@@ -112,13 +118,32 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 	write(t, r.hub, "/etc/wireguard/wg0.conf", hubConf, 0o600)
 	write(t, r.peer, "/etc/wireguard/wg0.conf", peerConf, 0o600)
 	write(t, r.hub, "/etc/nftables.conf", rebootFirewall, 0o755)
-	write(t, r.hub, "/etc/systemd/system/webapp.service", unitFile("the predecessor's webapp",
-		fmt.Sprintf("/usr/local/bin/labsvc serve --listen :%d --name webapp", webappPort)), 0o644)
+	write(t, r.hub, "/etc/webapp/app.conf", fmt.Sprintf("# written by the predecessor\nlisten %d\n", webappPort), 0o644)
+	image := filepath.Join(filepath.Dir(labsvc), "labsvc-image.tar")
+	if out, err := exec.Command("tar", "-C", filepath.Dir(labsvc), "-cf", image, "labsvc").CombinedOutput(); err != nil {
+		t.Fatalf("the lab's image: %v\n%s", err, out)
+	}
+	if err := r.hub.CopyIn(image, "/root/labsvc-image.tar"); err != nil {
+		t.Fatal(err)
+	}
 	write(t, r.peer, "/etc/systemd/system/meshlab-probe.service", unitFile("the lab's probe through the tunnel",
 		fmt.Sprintf("/usr/local/bin/labsvc probe --target http://%s:%d/ --out %s --every 100ms --timeout 300ms", hubTunnelAddr, webappPort, probeLog)), 0o644)
 	mustRun(ctx, t, r.hub, "systemctl", "daemon-reload")
 	mustRun(ctx, t, r.peer, "systemctl", "daemon-reload")
-	mustRun(ctx, t, r.hub, "systemctl", "enable", "--now", "nftables.service", "wg-quick@wg0.service", "webapp.service")
+	mustRun(ctx, t, r.hub, "systemctl", "enable", "--now", "nftables.service", "wg-quick@wg0.service")
+	// The firewall's load flushed the engine's rules, which a boot orders the other way round.
+	mustRun(ctx, t, r.hub, "systemctl", "restart", "docker")
+	// The predecessor's webapp: a container on the machine's own engine (the catalogue's webapp
+	// module declares its name, port and file), and the foundation's images meshd raises.
+	if err := testenv.Poll(t, 30*time.Second, func() error { _, err := r.hub.Run(ctx, "docker", "version"); return err }); err != nil {
+		t.Fatalf("the hub's Docker engine: %v\n%s", err, r.hub.unitJournal(ctx, "docker"))
+	}
+	for _, name := range append([]string{"lab/echo:1"}, lab.CatalogueImages...) {
+		mustRun(ctx, t, r.hub, "docker", "import", "--change", `ENTRYPOINT ["/labsvc"]`, "--change", `CMD ["serve"]`, "/root/labsvc-image.tar", name)
+	}
+	mustRun(ctx, t, r.hub, "docker", "run", "-d", "--name", "webapp", "--restart", "unless-stopped", "-e", "GREETING=hello",
+		"-p", fmt.Sprintf("%d:%d", webappPort, webappPort), "-v", "/etc/webapp:/etc/webapp:ro",
+		"lab/echo:1", "serve", "--listen", fmt.Sprintf(":%d", webappPort), "--name", "webapp")
 	mustRun(ctx, t, r.peer, "systemctl", "enable", "--now", "wg-quick@wg0.service", "meshlab-probe.service")
 	if err := testenv.Poll(t, 30*time.Second, func() error { return r.probeServes() }); err != nil {
 		t.Fatalf("the peer does not reach the webapp through the found tunnel: %v", err)
@@ -130,7 +155,7 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 	}
 	mustRun(ctx, t, r.hub, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", in)
 	t.Logf("genesis:\n%s", mustRun(ctx, t, r.hub, "meshd", "genesis", "--name", "hub", "--adopted",
-		"--advertise", rebootHubAddr, "--take-tunnel", "wg0"))
+		"--advertise", rebootHubAddr, "--docker-host", "unix:///run/docker.sock", "--take-tunnel", "wg0"))
 	mustRun(ctx, t, r.hub, "systemctl", "enable", "--now", "meshd")
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		if _, err := r.meshIface(ctx); err != nil {
@@ -142,6 +167,20 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 		return r.probeServes()
 	}); err != nil {
 		t.Fatalf("the adopted hub did not take its tunnel over: %v\n%s\n%s", err, r.hub.journal(ctx), r.ruleset(ctx))
+	}
+	// The webapp module taken: its found container and file held, then swapped for meshd's.
+	mustRun(ctx, t, r.hub, "meshd", "module", "assign", "hub", "webapp")
+	if err := testenv.Poll(t, 60*time.Second, func() error { return r.webapp(ctx, "held") }); err != nil {
+		t.Fatalf("webapp assigned: %v\n%s", err, r.hub.journal(ctx))
+	}
+	t.Logf("take:\n%s", mustRun(ctx, t, r.hub, "meshd", "module", "take", "hub", "webapp"))
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		if err := r.webapp(ctx, "replaced", "created", "adopted"); err != nil {
+			return err
+		}
+		return r.probeServes()
+	}); err != nil {
+		t.Fatalf("webapp taken: %v\n%s", err, r.hub.journal(ctx))
 	}
 	r.settled = time.Now()
 	t.Logf("meshd's openings in the found firewall:\n%s", strings.Join(r.openings, "\n"))
@@ -252,6 +291,39 @@ func (r *rebootHub) meshIface(ctx context.Context) (tunnelDetail, error) {
 	return tunnelDetail{State: tu.State, Interface: tu.Interface, Address: tu.Address, PublicKey: tu.PublicKey, Port: tu.Port}, nil
 }
 
+// webapp says whether the hub's report has the webapp module's container in one of states and
+// running.
+func (r *rebootHub) webapp(ctx context.Context, states ...string) error {
+	out, err := r.hub.Run(ctx, "meshd", "node", "show", "hub", "--json")
+	if err != nil {
+		return err
+	}
+	var v struct {
+		Report *struct {
+			Kinds struct {
+				Container struct {
+					Containers []struct {
+						Name, Module, State string
+						Running             bool
+					} `json:"containers"`
+				} `json:"container"`
+			} `json:"kinds"`
+		} `json:"report"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Report == nil {
+		return fmt.Errorf("node show hub --json: no report yet (%v)", err)
+	}
+	for _, c := range v.Report.Kinds.Container.Containers {
+		if c.Module == "webapp" && c.Name == "webapp" {
+			if !slices.Contains(states, c.State) || !c.Running {
+				return fmt.Errorf("webapp's container is %s (running %v), want %v", c.State, c.Running, states)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("the report has no webapp container of the module's")
+}
+
 // ruleset is the hub's whole netfilter ruleset.
 func (r *rebootHub) ruleset(ctx context.Context) string {
 	out, _ := r.hub.Run(ctx, "nft", "list", "ruleset")
@@ -310,8 +382,8 @@ func unitIs(ctx context.Context, m *Machine, is, unit string) string {
 // found key, port and address, the agent came up by its unit, and the peer's probe through the
 // tunnel saw only the reboot's own gap. Then the unit restarts a killed agent.
 //
-// No module is taken: the machine has no container engine (docs/lab.md, "Systemd machines", says
-// what stops Docker inside nspawn here).
+// The webapp module is taken: its container runs on the hub's own Docker engine, inside the
+// machine, and after the reboot it is meshd's and serves again.
 func TestSystemdHubReboot(t *testing.T) {
 	r := setUpRebootHub(t)
 	ctx := testenv.Context(t, 4*time.Minute)
@@ -372,6 +444,10 @@ func TestSystemdHubReboot(t *testing.T) {
 	}
 	if a := mustRun(ctx, t, r.hub, "ip", "-4", "-o", "addr", "show", "dev", now.Interface, "up"); !strings.Contains(a, hubTunnelAddr+"/24") {
 		t.Errorf("the mesh's %s is not up with the found address %s/24: %q", now.Interface, hubTunnelAddr, a)
+	}
+
+	if err := testenv.Poll(t, 60*time.Second, func() error { return r.webapp(ctx, "replaced", "created", "adopted") }); err != nil {
+		t.Errorf("after the reboot the taken module's container: %v", err)
 	}
 
 	// The peer's probe: no failure before the reboot (above), none after it serves again, so its
@@ -454,7 +530,7 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-// The same hub after a converged flip: the webapp's port declared by a module, `meshd converge`
+// The same hub after a converged flip: with webapp taken its port is declared, `meshd converge`
 // retires the found nftables firewall and loads meshd's derived filter. After `systemctl reboot`
 // the derived filter is back at boot, the found firewall stays retired (nftables.service does
 // not load its rules again), the mesh's interface is up and the peer's probe through the tunnel
@@ -462,10 +538,6 @@ func median(v []float64) float64 {
 func TestSystemdHubRebootConverged(t *testing.T) {
 	r := setUpRebootHub(t)
 	ctx := testenv.Context(t, 4*time.Minute)
-	module := fmt.Sprintf("name: webapp-ports\nopenings:\n  - {port: \"%d\", proto: tcp, from: anywhere, path: incoming}\n", webappPort)
-	write(t, r.hub, "/var/lib/webapp-ports.yaml", module, 0o644)
-	mustRun(ctx, t, r.hub, "meshd", "module", "add", "/var/lib/webapp-ports.yaml")
-	mustRun(ctx, t, r.hub, "meshd", "module", "assign", "hub", "webapp-ports")
 	var token string
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		out, err := r.hub.Run(ctx, "meshd", "converge", "hub", "--preview", "--json")
