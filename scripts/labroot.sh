@@ -10,12 +10,14 @@ cache=${MESHD_LAB_CACHE:-/var/cache/meshd-lab}
 suite=bookworm
 # What a lab machine runs: systemd itself, the predecessor's firewall and tunnel (ufw, nftables,
 # iptables, wg-quick with userspace wireguard-go), what meshd's package needs (procps: the
-# unit's ExecReload), and apt (the package is installed with it, from the file, offline).
+# unit's ExecReload), apt (the package is installed with it, from the file, offline), and the
+# machine's own Docker engine (docker.io), so a module's container sees the machine's own files
+# (lab/systemd gives each machine what the engine needs under nspawn: see its Boot).
 packages=(
   systemd systemd-sysv dbus apt ca-certificates procps
-  iproute2 nftables iptables ufw wireguard-tools wireguard-go
+  iproute2 nftables iptables ufw wireguard-tools wireguard-go docker.io
 )
-recipe="v2 $suite ${packages[*]}"
+recipe="v4 $suite ${packages[*]}"
 hash=$(printf '%s\n' "$recipe" | sha256sum | cut -c1-12)
 root="$cache/root-$hash"
 

@@ -10,6 +10,9 @@
 // nsenter into its PID 1's namespaces and a clean environment (env -i), so nothing of the
 // caller's leaks in.
 //
+// Each machine runs its own Docker engine (Debian's docker.io in the root), so a module's
+// container sees the machine's files; Boot gives it what the engine needs under nspawn.
+//
 // The namespace machines of package lab stay the fast ones; a systemd machine is for what only
 // systemd shows (the package's unit, a real reboot).
 package systemd

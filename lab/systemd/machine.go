@@ -52,6 +52,8 @@ type Machine struct {
 	done chan error
 	// exit is how the last boot ended (nspawn's exit status: 133 is a reboot).
 	exit error
+	// Booted is when nspawn was last started: a boot's figures count from here.
+	Booted time.Time
 }
 
 // Boot mounts an overlay of the cached root at name's own directory and boots it in the network
@@ -70,6 +72,9 @@ func Boot(name, netns string, within time.Duration) (*Machine, error) {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
 		}
+	}
+	if err := m.dockerFiles(filepath.Join(dir, "upper")); err != nil {
+		return nil, err
 	}
 	opts := "lowerdir=" + lower + ",upperdir=" + filepath.Join(dir, "upper") + ",workdir=" + filepath.Join(dir, "work")
 	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", opts, m.Root).CombinedOutput(); err != nil {
@@ -95,10 +100,20 @@ func (m *Machine) start() error {
 		return err
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "--- boot at %s\n", time.Now().UTC().Format(time.RFC3339Nano))
+	m.Booted = time.Now()
+	fmt.Fprintf(logf, "--- boot at %s\n", m.Booted.UTC().Format(time.RFC3339Nano))
+	// CAP_NET_ADMIN: nspawn keeps it only for a network it makes itself (--private-network and
+	// the like), not for one given by --network-namespace-path, so without it every unit in the
+	// machine is refused what a machine's own network needs: wireguard-go's TUNSETIFF ioctl on
+	// /dev/net/tun fails "operation not permitted" (the device node is there and no device cgroup
+	// applies: this host's devices controller is at its root), and so do wg-quick's ip commands and
+	// nftables' or ufw's rules. The capability reaches no further than the machine's namespace.
 	m.cmd = exec.Command("systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
 		"--console=passive", "--machine="+m.Name, "--directory="+m.Root,
-		"--network-namespace-path=/run/netns/"+m.NetNS)
+		"--network-namespace-path=/run/netns/"+m.NetNS, "--capability=CAP_NET_ADMIN",
+		// runc joins a session keyring for each container, and nspawn's seccomp filter refuses
+		// the keyring calls ("unable to join session keyring: operation not permitted").
+		"--system-call-filter=add_key keyctl request_key")
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	// Its own process group, and ended if the driving process dies first.
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -198,7 +213,8 @@ func (m *Machine) WaitRunning(within time.Duration) error {
 }
 
 // Reboot reboots the machine for real: `systemctl reboot` inside, nspawn exits (status 133, a
-// reboot), and the machine boots again on the same root; it waits (within) for running.
+// reboot), the network loses what a reboot loses (clearNetwork), and the machine boots again on
+// the same root; it waits (within) for running. Booted is when the new boot started.
 func (m *Machine) Reboot(within time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_, err := m.Run(ctx, "systemctl", "reboot")
@@ -213,10 +229,119 @@ func (m *Machine) Reboot(within time.Duration) error {
 	if !errors.As(m.exit, &ee) || ee.ExitCode() != 133 {
 		return fmt.Errorf("machine %s: nspawn ended with %v after systemctl reboot, not 133 (a reboot): %s", m.Name, m.exit, m.LogTail())
 	}
+	m.removeCgroups()
+	if err := m.clearNetwork(); err != nil {
+		return err
+	}
 	if err := m.start(); err != nil {
 		return err
 	}
 	return m.WaitRunning(within)
+}
+
+// clearNetwork drops what a real reboot loses from the machine's network, which is a lab
+// namespace that outlives nspawn: netfilter's rules (so a firewall is back only if its own unit
+// loads it), every link but lo and the lab's cables, eth* (a TUN goes with its wireguard-go, a
+// bridge would not) and the connection tracking table. eth0's addresses and routes stay: they
+// stand for the network's own configuration, which a real machine sets up again at boot.
+func (m *Machine) clearNetwork() error {
+	script := `nft flush ruleset
+for l in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1); do
+  case "$l" in lo|eth*) ;; *) ip link del "$l" 2>/dev/null || true ;; esac
+done
+conntrack -F >/dev/null 2>&1 || true
+`
+	out, err := exec.Command("ip", "netns", "exec", m.NetNS, "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("machine %s: clear namespace %s for the reboot: %v: %s", m.Name, m.NetNS, err, out)
+	}
+	return nil
+}
+
+// cgroupsUnit makes the host's cgroup v1 controllers writable in the machine before its engine
+// starts. nspawn mounts them read-only (it delegates only name=systemd), so runc could make no
+// container's cgroup ("mkdir /sys/fs/cgroup/cpuset/...: read-only file system"). Each is mounted
+// again read-write, or remounted where the mount point is busy, a few times over; the unit fails,
+// naming them, if any is still read-only.
+const cgroupsUnit = `[Unit]
+Description=the lab's cgroup controllers, writable for the machine's Docker engine
+DefaultDependencies=no
+Before=containerd.service docker.service
+After=local-fs.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/meshlab-cgroups
+
+[Install]
+WantedBy=sysinit.target
+`
+
+// cgroupsScript is cgroupsUnit's program (a file, so systemd's own $ and % expansion leaves it
+// alone).
+const cgroupsScript = `#!/bin/sh
+for try in 1 2 3 4 5; do
+  ro=
+  for c in /sys/fs/cgroup/*/; do
+    c=${c%/}
+    n=$(basename "$c")
+    case "$n" in systemd | unified) continue ;; esac
+    grep -q " $c cgroup rw" /proc/mounts && continue
+    { umount "$c" && mount -t cgroup -o "$n" cgroup "$c"; } 2>/dev/null || mount -o remount,rw "$c" 2>/dev/null || ro="$ro $n"
+  done
+  [ -z "$ro" ] && exit 0
+  sleep 0.2
+done
+echo "meshlab-cgroups: still read-only:$ro" >&2
+exit 1
+`
+
+// dockerFiles writes into the machine's upper layer, before its first boot, what its Docker
+// engine needs under nspawn: cgroupsUnit and its script, enabled; a daemon.json that puts every container's
+// cgroup under meshd-lab-NAME (removed when the machine stops or reboots) and uses vfs (overlay on
+// the machine's overlay root is refused).
+func (m *Machine) dockerFiles(upper string) error {
+	files := map[string]string{
+		"etc/systemd/system/meshlab-cgroups.service": cgroupsUnit,
+		"etc/docker/daemon.json":                     fmt.Sprintf("{\"cgroup-parent\": \"/%s\", \"storage-driver\": \"vfs\"}\n", m.cgroup()),
+	}
+	files["usr/local/sbin/meshlab-cgroups"] = cgroupsScript
+	for p, text := range files {
+		full := filepath.Join(upper, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(full, []byte(text), 0o755); err != nil {
+			return err
+		}
+	}
+	wants := filepath.Join(upper, "etc/systemd/system/sysinit.target.wants")
+	if err := os.MkdirAll(wants, 0o755); err != nil {
+		return err
+	}
+	return os.Symlink("/etc/systemd/system/meshlab-cgroups.service", filepath.Join(wants, "meshlab-cgroups.service"))
+}
+
+// cgroup is the cgroup the machine's containers are under, in each of the host's controllers.
+func (m *Machine) cgroup() string { return "meshd-lab-" + m.Name }
+
+// removeCgroups removes what the machine's containers left in the host's cgroup controllers
+// (empty once the machine is down), deepest first.
+func (m *Machine) removeCgroups() {
+	tops, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", m.cgroup()))
+	for _, top := range tops {
+		var dirs []string
+		_ = filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Remove(dirs[i])
+		}
+	}
 }
 
 // waitExit waits (within) for the running nspawn to exit.
@@ -249,6 +374,7 @@ func (m *Machine) Stop() error {
 			m.cmd = nil
 		}
 	}
+	m.removeCgroups()
 	if m.dir == "" {
 		return nil
 	}

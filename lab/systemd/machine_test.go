@@ -14,7 +14,7 @@ import (
 const bootTimeout = 90 * time.Second
 
 // requireMachine skips (fails under CI) without root, the tools or the cached root.
-func requireMachine(t *testing.T) {
+func requireMachine(t testing.TB) {
 	t.Helper()
 	testenv.RequireRoot(t, "a systemd machine", Tools...)
 	if _, err := CachedRoot(); err != nil {
@@ -61,6 +61,11 @@ func TestMachineBootsAndReboots(t *testing.T) {
 	}
 	if env, _ := m.Run(ctx, "env"); strings.Contains(env, "MESHD_SEAL_KEY") {
 		t.Errorf("the caller's environment leaked in:\n%s", env)
+	}
+	// A unit, run by the machine's systemd with the machine's capabilities (not nsenter's), makes
+	// a TUN device, as wireguard-go does for wg-quick@ and for meshd's tunnel.
+	if out, err := m.Run(ctx, "systemd-run", "--wait", "--pipe", "--quiet", "ip", "tuntap", "add", "dev", "tun9", "mode", "tun"); err != nil {
+		t.Errorf("a unit cannot make a TUN device: %v\n%s", err, out)
 	}
 	if _, err := m.Run(ctx, "sh", "-c", "echo kept > /var/lib/marker"); err != nil {
 		t.Fatal(err)

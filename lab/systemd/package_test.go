@@ -92,8 +92,15 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 	if err := m.Reboot(bootTimeout); err != nil {
 		t.Fatal(err)
 	}
-	if a := what("is-active"); a != "active" {
-		t.Fatalf("after the reboot meshd.service is %s\n%s", a, m.journal(ctx))
+	// The unit is ordered after the engine and is Type=notify: it is active once the agent said
+	// READY=1, which may come after the system says running.
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		if a := what("is-active"); a != "active" {
+			return fmt.Errorf("meshd.service is %s", a)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("after the reboot: %v\n%s", err, m.journal(ctx))
 	}
 	status(30 * time.Second)
 
@@ -147,6 +154,15 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 
 // journal is the end of meshd's journal in the machine, for a failure's message.
 func (m *Machine) journal(ctx context.Context) string {
-	out, _ := m.Run(ctx, "journalctl", "-u", "meshd", "-u", "meshd-boot", "--no-pager", "-n", "40")
+	return m.unitJournal(ctx, "meshd", "meshd-boot")
+}
+
+// unitJournal is the end of units' journal in the machine.
+func (m *Machine) unitJournal(ctx context.Context, units ...string) string {
+	args := []string{"journalctl", "--no-pager", "-n", "40"}
+	for _, u := range units {
+		args = append(args, "-u", u)
+	}
+	out, _ := m.Run(ctx, args...)
 	return out
 }
