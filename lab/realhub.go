@@ -100,13 +100,14 @@ var RealHubProbes = []string{"peer1-v4", "peer1-v6", "peer1-bound", "peer2-v4", 
 
 // realHubPostUp is the hub's PostUp and PostDown for each firewall kind, as PiVPN and the
 // tutorials write them: forwarding admitted by interface, with `%i` for the interface. On the
-// nftables hub the forward chain is the ruleset's own and Docker's FORWARD (iptables, policy
-// drop) admits the tunnel too; the ufw and iptables hubs masquerade toward eth0 as the
-// tutorials' lines do (nothing routes out of the lab: it changes nothing there).
+// nftables hub the lines are nft's, into the ruleset's own forward chain (iptables lines there
+// would be a second firewall, which meshd refuses to adopt); the ufw and iptables hubs
+// masquerade toward eth0 as the tutorials' lines do (nothing routes out of the lab: it changes
+// nothing there).
 func realHubPostUp(fw FirewallKind) (up, down string) {
 	if fw == FirewallNftables {
-		return `nft add rule inet filter forward iifname "%i" accept; nft add rule inet filter forward oifname "%i" accept; iptables -A FORWARD -i %i -j ACCEPT; iptables -A FORWARD -o %i -j ACCEPT`,
-			`nft flush chain inet filter forward; iptables -D FORWARD -i %i -j ACCEPT; iptables -D FORWARD -o %i -j ACCEPT`
+		return `nft add rule inet filter forward iifname "%i" accept; nft add rule inet filter forward oifname "%i" accept`,
+			`nft flush chain inet filter forward; nft add rule inet filter forward ct state established,related accept`
 	}
 	return `iptables -A FORWARD -i %i -j ACCEPT; iptables -A FORWARD -o %i -j ACCEPT; iptables -t nat -A POSTROUTING -o eth0 -j MASQUERADE; ip6tables -A FORWARD -i %i -j ACCEPT; ip6tables -A FORWARD -o %i -j ACCEPT`,
 		`iptables -D FORWARD -i %i -j ACCEPT; iptables -D FORWARD -o %i -j ACCEPT; iptables -t nat -D POSTROUTING -o eth0 -j MASQUERADE; ip6tables -D FORWARD -i %i -j ACCEPT; ip6tables -D FORWARD -o %i -j ACCEPT`
