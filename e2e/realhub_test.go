@@ -59,7 +59,9 @@ func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
 			t.Fatal(err)
 		}
 	}
-	probesHeld(t, l, time.Now(), "the found tunnel, before anything", realGapBound)
+	// The found tunnel's own baseline, logged and not bounded: a gap here is the host's (a loaded
+	// machine stalls every namespace at once), not meshd's, and reads beside the takeovers' below.
+	probesHeld(t, l, time.Now(), "the found tunnel, before anything (baseline)", 0)
 
 	installMeshd(ctx, t, bin, hub)
 	began := time.Now()
