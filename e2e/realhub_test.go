@@ -82,7 +82,7 @@ func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
 			if now, err := tunnelShape(ctx, p, lab.TunnelIface); err != nil {
 				t.Fatal(err)
 			} else {
-				sameShape(t, p.Name+" after join --tunnel wg0 (nothing may change yet)", found[p], now)
+				sameShape(t, p.Name+" after join --tunnel wg0 (nothing may change yet)", lab.TunnelIface, found[p], now)
 			}
 			taken := time.Now()
 			if out, err := meshd(ctx, hub, "tunnel", "take", p.Name, lab.TunnelIface); err != nil {
@@ -171,10 +171,18 @@ func takenOver(ctx context.Context, t *testing.T, m *lab.Machine, found map[stri
 	if out, err := m.Exec(ctx, "ip", "link", "show", "meshd0"); err == nil {
 		t.Errorf("%s: meshd0 is there beside the found name (the mesh's interface must take the found name wg0): %s", what, strings.TrimSpace(out))
 	}
-	if now, err := tunnelShape(ctx, m, lab.TunnelIface); err != nil {
+	// Field by field against the interface named wg0; where there is none, against meshd0, so a
+	// failure still says what the mesh's interface lost.
+	iface := lab.TunnelIface
+	if _, err := m.Exec(ctx, "ip", "link", "show", iface); err != nil {
+		if _, err := m.Exec(ctx, "ip", "link", "show", "meshd0"); err == nil {
+			iface = "meshd0"
+		}
+	}
+	if now, err := tunnelShape(ctx, m, iface); err != nil {
 		t.Errorf("%s: %v", what, err)
 	} else {
-		sameShape(t, what, found, now)
+		sameShape(t, what, iface, found, now)
 	}
 	if now, err := m.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf"); err != nil || string(now) != string(confBefore) {
 		t.Errorf("%s: the found wg-quick file changed (%v)", what, err)
@@ -331,8 +339,8 @@ func tunnelShape(ctx context.Context, m *lab.Machine, iface string) (map[string]
 	return s, nil
 }
 
-// sameShape fails naming each field of the found interface that the interface now differs in.
-func sameShape(t *testing.T, what string, found, now map[string]string) {
+// sameShape fails naming each field of the found interface that iface (its shape now) differs in.
+func sameShape(t *testing.T, what, iface string, found, now map[string]string) {
 	t.Helper()
 	keys := map[string]bool{}
 	for k := range found {
@@ -367,6 +375,6 @@ func sameShape(t *testing.T, what string, found, now map[string]string) {
 		if fa == fb {
 			fb = "another key"
 		}
-		t.Errorf("%s: %s: the found interface had %s, the interface named %s has %s", what, k, fa, lab.TunnelIface, fb)
+		t.Errorf("%s: %s: the found interface had %s, %s has %s", what, k, fa, iface, fb)
 	}
 }
