@@ -224,3 +224,76 @@ func medianOf(v []float64) float64 {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkTunnelTakeoverRealHub is tunnel.takeover.gap on issue 27's real hub (lab.RealHub,
+// nftables: preshared keys, dual stack, a site behind a peer, the services admitted by interface
+// name), two figures: hub-gap-ms, the longest gap any fine probe saw through the hub's takeover
+// (`genesis --adopted --take-tunnel wg0` and the agent, from genesis beginning until 5 s after
+// the hub reported the mesh up), and spoke-gap-ms, the longest through a spoke's own takeover
+// (`join --tunnel wg0`, then `tunnel take SPOKE wg0`, from the take until 5 s after the spoke's
+// wg0 is meshd's), the worse of peer1 (PiVPN's client: no ListenPort) and peer2 (full tunnel).
+// The fine probes call every 20 ms (100 ms each): peer1 and peer2 to the hub's web over IPv4,
+// peer1 over IPv6, peer2 to the site through the hub. One lab an iteration.
+func BenchmarkTunnelTakeoverRealHub(b *testing.B) {
+	bin := labtest.Meshd(b)
+	var hubGaps, spokeGaps []float64
+	for range b.N {
+		hub, spoke := realHubTakeoverGaps(b, bin)
+		hubGaps = append(hubGaps, float64(hub.Microseconds())/1000)
+		spokeGaps = append(spokeGaps, float64(spoke.Microseconds())/1000)
+	}
+	b.ReportMetric(medianOf(hubGaps), "hub-gap-ms")
+	b.ReportMetric(medianOf(spokeGaps), "spoke-gap-ms")
+	b.ReportMetric(float64(gapEvery.Milliseconds()), "every-ms")
+}
+
+func realHubTakeoverGaps(b *testing.B, bin string) (hubGap, spokeGap time.Duration) {
+	l := labtest.Up(b, lab.RealHub(lab.FirewallNftables))
+	ctx := testenv.Context(b, 8*time.Minute)
+	hub := l.Machine("hub")
+	installMeshd(ctx, b, bin, hub)
+	agentLogsOnFailure(b, 4000, hub, l.Machine("peer1"), l.Machine("peer2"))
+	web := fmt.Sprintf("http://%s:%d/", lab.HubTunnelAddr, lab.WebappPort)
+	names := []string{"peer1-fine", "peer1-fine6", "peer2-fine", "peer2-site-fine"}
+	fineProbes(ctx, b, l,
+		lab.ProbeSpec{Name: names[0], From: "peer1", Target: web},
+		lab.ProbeSpec{Name: names[1], From: "peer1", Target: fmt.Sprintf("http://[%s]:%d/", lab.HubTunnelAddr6, lab.WebappPort)},
+		lab.ProbeSpec{Name: names[2], From: "peer2", Target: web},
+		lab.ProbeSpec{Name: names[3], From: "peer2", Target: fmt.Sprintf("http://%s:%d/", lab.SiteServiceAddr, lab.WebappPort)})
+	began := time.Now()
+	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--take-tunnel", lab.TunnelIface)...); err != nil {
+		b.Fatalf("adopted genesis taking the real hub's tunnel: %v\n%s", err, out)
+	}
+	installAgent(ctx, b, hub, bin)
+	if err := testenv.Poll(b, time.Minute, func() error {
+		v, err := tunnelShow(ctx, hub)
+		if err == nil && v.State != report.TunnelMeshUp {
+			err = fmt.Errorf("state %q (%s)", v.State, v.Reason)
+		}
+		return err
+	}); err != nil {
+		b.Fatalf("the real hub's tunnel never changed hands: %v", err)
+	}
+	hubGap, by := longestGap(b, l, began, time.Since(began)+5*time.Second, names...)
+	b.Logf("the hub's takeover: the longest gap was %s (%s)", hubGap.Round(time.Millisecond), by)
+	for _, name := range []string{"peer1", "peer2"} {
+		p := l.Machine(name)
+		installMeshd(ctx, b, bin, p)
+		if out, err := meshdJoin(ctx, p, adoptedToken(ctx, b, hub), "--name", p.Name, "--data-dir", "/var/lib/meshd",
+			"--tunnel", lab.TunnelIface, "--advertise", p.Addr.String(), "--json"); err != nil {
+			b.Fatalf("%s join --tunnel wg0: %v\n%s", p.Name, err, out)
+		}
+		installAgent(ctx, b, p, bin)
+		took := time.Now()
+		if out, err := meshd(ctx, hub, "tunnel", "take", p.Name, lab.TunnelIface); err != nil {
+			b.Fatalf("tunnel take %s wg0: %v\n%s", p.Name, err, out)
+		}
+		if err := testenv.Poll(b, time.Minute, func() error { return meshdOwns(ctx, p, lab.TunnelIface) }); err != nil {
+			b.Fatalf("%s's takeover: %v", p.Name, err)
+		}
+		gap, by := longestGap(b, l, took, time.Since(took)+5*time.Second, names...)
+		b.Logf("%s's own takeover: the longest gap was %s (%s)", p.Name, gap.Round(time.Millisecond), by)
+		spokeGap = max(spokeGap, gap)
+	}
+	return hubGap, spokeGap
+}

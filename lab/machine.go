@@ -352,7 +352,7 @@ func (m *Machine) Restore(ctx context.Context) error {
 // /etc/systemd/system/*.target.wants in the order a Debian boot reaches them — sysinit units (an
 // nftables firewall), ufw, meshd's boot unit (the table its agent kept), wg-quick tunnels, the
 // Docker engine (which starts the containers that have a restart policy), then every other unit
-// (the meshd agent, the predecessor's daemons).
+// (the meshd agent, the predecessor's daemons). A masked unit (UnitMasked) is not started.
 func (m *Machine) Boot(ctx context.Context) error {
 	if _, err := m.Run(ctx, `set -e
 ip link set lo up
@@ -366,6 +366,9 @@ ip link set eth0 up`, m.Addr.String(), m.Addr6.String()); err != nil {
 		return err
 	}
 	for _, u := range units {
+		if m.UnitMasked(ctx, u) {
+			continue // systemd starts no masked unit, wanted or not
+		}
 		if err := m.startUnit(ctx, u, false); err != nil {
 			return err
 		}

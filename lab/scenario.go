@@ -84,7 +84,7 @@ var imageCmd = map[string]string{
 }
 
 // ScenarioNames lists what ScenarioByName knows.
-var ScenarioNames = []string{"predecessor-ufw", "predecessor-nftables", "predecessor-iptables", "predecessor-apps-ufw", "predecessor-apps-nftables", "measured", "measured-incoming", "bare"}
+var ScenarioNames = []string{"predecessor-ufw", "predecessor-nftables", "predecessor-iptables", "predecessor-apps-ufw", "predecessor-apps-nftables", "measured", "measured-incoming", "realhub-ufw", "realhub-nftables", "realhub-iptables", "bare"}
 
 // ScenarioByName returns a scenario by its name.
 func ScenarioByName(name string) (Scenario, error) {
@@ -103,6 +103,12 @@ func ScenarioByName(name string) (Scenario, error) {
 		return Measured(MeasuredContainers, MeasuredFull)
 	case "measured-incoming":
 		return Measured(MeasuredContainers, MeasuredIncomingOnly)
+	case "realhub-ufw":
+		return RealHub(FirewallUFW), nil
+	case "realhub-nftables", "realhub-nft":
+		return RealHub(FirewallNftables), nil
+	case "realhub-iptables":
+		return RealHub(FirewallIptables), nil
 	case "bare":
 		return Bare(), nil
 	}

@@ -159,6 +159,9 @@ var NotifyTimeout = 90 * time.Second
 // READY=1 (unless noBlock, as `systemctl start --no-block`). One sequence of the unit's start, so
 // it stays one body.
 func (m *Machine) startUnit(ctx context.Context, name string, noBlock bool) error {
+	if m.UnitMasked(ctx, name) {
+		return fmt.Errorf("%s: unit %s is masked (/etc/systemd/system/%s is a link to /dev/null)", m.Name, name, name)
+	}
 	u, err := m.readUnit(ctx, name)
 	if err != nil {
 		return err
@@ -220,6 +223,17 @@ func (m *Machine) startUnit(ctx context.Context, name string, noBlock bool) erro
 		return m.waitDocker(ctx)
 	}
 	return nil
+}
+
+// UnitMasked reports whether a unit is masked, as `systemctl mask` leaves it: its
+// /etc/systemd/system file a link to /dev/null. A boot skips a masked unit even where a target
+// still wants it, and starting one is refused, as systemd does.
+func (m *Machine) UnitMasked(ctx context.Context, name string) bool {
+	if !strings.HasSuffix(name, ".service") {
+		name += ".service"
+	}
+	out, err := m.Exec(ctx, "readlink", "-f", "/etc/systemd/system/"+name)
+	return err == nil && strings.TrimSpace(out) == "/dev/null"
 }
 
 // logTail is the last n bytes of a long-running unit's log.

@@ -5,11 +5,15 @@
 // `docker import`. It serves HTTP on every address given with --listen and answers each request
 // with its greeting and the name it was given, so a test can tell which container answered.
 //
-//	labsvc serve --listen :8080 [--listen :9090] [--name webapp]
+//	labsvc serve --listen :8080 [--listen :9090] [--name webapp] [--bind-interface wg0]
 //	labsvc probe --target http://10.44.0.1:8080/ [--out FILE] [--target ... --out ...] [--every 250ms] [--timeout 1s]
 //
 // probe is the lab's instrument: it calls a target continuously and records every success and
 // failure with a timestamp (see probe.go).
+//
+// With --bind-interface NAME, serve answers only what arrives on the interface of that name, as
+// a service configured by interface name does (see bound.go); it keeps following the name when
+// the link is deleted and raised again.
 //
 // GREETING in the environment sets the greeting (default "hello").
 package main
@@ -49,6 +53,7 @@ func main() {
 	var listens listFlag
 	fs.Var(&listens, "listen", "address to serve HTTP on (repeatable)")
 	name := fs.String("name", "", "name to answer with (default: the hostname)")
+	bindIface := fs.String("bind-interface", "", "serve only what arrives on the interface of this name (followed when the link is raised again)")
 	_ = fs.Parse(os.Args[2:])
 	if len(listens) == 0 {
 		listens = listFlag{":8080"}
@@ -66,6 +71,18 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *bindIface != "" {
+		errc := make(chan error, len(listens))
+		for _, addr := range listens {
+			go func() { errc <- serveBound(ctx, addr, *bindIface, handler) }()
+		}
+		for range listens {
+			if err := <-errc; err != nil {
+				log.Fatalf("labsvc: %v", err)
+			}
+		}
+		return
+	}
 	errc := make(chan error, len(listens))
 	var servers []*http.Server
 	for _, addr := range listens {

@@ -128,6 +128,7 @@ func TestDriftFigures(t *testing.T) {
 // metrics; the takeover is judged on its 0.5 s goal, and a gap of 0 (no call failed) is a figure.
 func TestGapFigures(t *testing.T) {
 	out := "BenchmarkTunnelTakeover-2 \t 1\t 52300048000 ns/op\t 20.00 every-ms\t 0 gap-ms\n" +
+		"BenchmarkTunnelTakeoverRealHub-2 \t 1\t 92300048000 ns/op\t 20.00 every-ms\t 101.0 hub-gap-ms\t 1012 spoke-gap-ms\n" +
 		"BenchmarkTakeOutage-2 \t 1\t 62300048000 ns/op\t 20.00 every-ms\t 612.5 outage-ms\t 540.0 swap-ms\n"
 	b := map[string]Bench{}
 	parse([]byte(out), b)
@@ -144,6 +145,12 @@ func TestGapFigures(t *testing.T) {
 	}
 	if f, ok := got["tunnel.takeover.gap"]; !ok || f.MeshdMs != 0 || f.Met == nil || !*f.Met || !strings.Contains(f.What, "20 ms") {
 		t.Fatalf("takeover figure %+v (present %v): want 0 ms, the 0.5 s goal met, the cadence named", f, ok)
+	}
+	if f, ok := got["tunnel.takeover.gap.realhub.hub"]; !ok || f.MeshdMs != 101 || f.Met == nil || !*f.Met {
+		t.Fatalf("real hub's takeover figure %+v (present %v): want 101 ms, met", f, ok)
+	}
+	if f, ok := got["tunnel.takeover.gap.realhub.spoke"]; !ok || f.MeshdMs != 1012 || f.Met == nil || *f.Met {
+		t.Fatalf("real hub's spoke takeover figure %+v (present %v): want 1012 ms, missed", f, ok)
 	}
 	if f, ok := got["take.outage"]; !ok || f.MeshdMs != 612.5 || !strings.Contains(f.What, "swap 540 ms") {
 		t.Fatalf("take outage figure %+v (present %v)", f, ok)

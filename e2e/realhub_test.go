@@ -1,0 +1,380 @@
+package e2e
+
+// Issue 27: the tunnel takeover on hubs shaped as real installers leave them (lab.RealHub):
+// preshared keys, dual stack, a site behind a peer, a spoke without a ListenPort, a full-tunnel
+// spoke, the tunnel's services admitted by interface name on each firewall kind, a service bound
+// to wg0 by name, Docker's FORWARD drop.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"meshd/internal/labtest"
+	"meshd/internal/testenv"
+	"meshd/lab"
+	"meshd/wg"
+)
+
+// realGapBound is the longest gap a probe may see through one takeover (issue 27's 0.5 s). The
+// real hub's probes call every 50 ms with 150 ms each (lab.RealHubProbeEvery, Timeout), so a gap
+// reads at most about 150 ms longer than it was; BenchmarkTunnelTakeoverRealHub is the figure.
+const realGapBound = 500 * time.Millisecond
+
+// TestTunnelTakeoverOnRealHubs walks the takeover on lab.RealHub for each firewall kind, one
+// lab each. On every kind: the hub adopted with `genesis --adopted --take-tunnel wg0`, every
+// probe (IPv4, IPv6, the site, the interface-bound service) answering through it with a gap of
+// at most realGapBound, the interface named wg0 now meshd's and the same as the found one field
+// by field, the found unit masked and its wireguard-go gone, and after a reboot of the hub the
+// same. The full walk (nftables; every kind with MESHD_E2E_REALHUB_FULL=1, some 3 minutes more
+// a kind) also enrols peer1 (no ListenPort) and peer2 (full tunnel) with `join --tunnel wg0` and
+// takes each over with `tunnel take`, each held to the same.
+func TestTunnelTakeoverOnRealHubs(t *testing.T) {
+	full := os.Getenv("MESHD_E2E_REALHUB_FULL") == "1"
+	for _, fw := range []lab.FirewallKind{lab.FirewallNftables, lab.FirewallUFW, lab.FirewallIptables} {
+		t.Run(string(fw), func(t *testing.T) { realHubWalk(t, fw, full || fw == lab.FirewallNftables) })
+	}
+}
+
+func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
+	bin := labtest.Meshd(t)
+	l := labtest.Up(t, lab.RealHub(fw))
+	ctx := testenv.Context(t, 12*time.Minute)
+	hub, peer1, peer2 := l.Machine("hub"), l.Machine("peer1"), l.Machine("peer2")
+	agentLogsOnFailure(t, 6000, hub, peer1, peer2)
+	found := map[*lab.Machine]map[string]string{}
+	conf := map[*lab.Machine][]byte{}
+	for _, m := range []*lab.Machine{hub, peer1, peer2} {
+		s, err := tunnelShape(ctx, m, lab.TunnelIface)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found[m] = s
+		if conf[m], err = m.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The found tunnel's own baseline, logged and not bounded: a gap here is the host's (a loaded
+	// machine stalls every namespace at once), not meshd's, and reads beside the takeovers' below.
+	probesHeld(t, l, time.Now(), "the found tunnel, before anything (baseline)", 0)
+
+	installMeshd(ctx, t, bin, hub)
+	began := time.Now()
+	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--take-tunnel", lab.TunnelIface)...); err != nil {
+		t.Fatalf("genesis --adopted --take-tunnel wg0 on the %s hub: %v\n%s", fw, err, out)
+	}
+	installAgent(ctx, t, hub, bin)
+	waitMeshUp(ctx, t, hub, 60*time.Second, "the hub's tunnel never changed hands")
+	probesHeld(t, l, began, "the hub's takeover", realGapBound)
+	takenOver(ctx, t, hub, found[hub], conf[hub], "the hub after its takeover")
+	if v, err := tunnelShow(ctx, hub); err != nil || v.Taken != lab.TunnelIface {
+		t.Errorf("tunnel show on the hub: taken %q (%v), want %s", v.Taken, err, lab.TunnelIface)
+	}
+
+	if full {
+		for _, p := range []*lab.Machine{peer1, peer2} {
+			enrolOnFoundTunnel(ctx, t, hub, p, bin)
+			if now, err := tunnelShape(ctx, p, lab.TunnelIface); err != nil {
+				t.Fatal(err)
+			} else {
+				sameShape(t, p.Name+" after join --tunnel wg0 (nothing may change yet)", lab.TunnelIface, found[p], now)
+			}
+			taken := time.Now()
+			if out, err := meshd(ctx, hub, "tunnel", "take", p.Name, lab.TunnelIface); err != nil {
+				t.Errorf("tunnel take %s wg0: %v\n%s", p.Name, err, out)
+				continue
+			}
+			if err := testenv.Poll(t, 60*time.Second, func() error { return meshdOwns(ctx, p, lab.TunnelIface) }); err != nil {
+				t.Errorf("%s's tunnel take: %v", p.Name, err)
+			}
+			probesHeld(t, l, taken, p.Name+"'s own takeover", realGapBound)
+			takenOver(ctx, t, p, found[p], conf[p], p.Name+" after its takeover")
+		}
+	}
+
+	rebooted := time.Now()
+	if err := hub.Reboot(ctx); err != nil {
+		t.Fatalf("reboot of the hub: %v", err)
+	}
+	waitMeshUp(ctx, t, hub, 90*time.Second, "the hub after its reboot")
+	// A reboot is an outage: each probe must answer again, with no bound on the gap.
+	probesHeld(t, l, rebooted, "the hub's reboot", 0)
+	takenOver(ctx, t, hub, found[hub], conf[hub], "the hub after its reboot")
+}
+
+// probesHeld waits (30 s at most) until every real-hub probe answers over its last second, then
+// checks that none was down longer than bound since since (bound 0: no bound, answering again is
+// enough). A failure names the probe, where it calls from and to, its longest gap and its last
+// error.
+func probesHeld(t *testing.T, l *lab.Lab, since time.Time, what string, bound time.Duration) {
+	t.Helper()
+	if wait := time.Until(since.Add(3 * time.Second)); wait > 0 {
+		time.Sleep(wait) // the record must cover a few seconds from since, so a gap would show
+	}
+	var silent []string
+	_ = testenv.Poll(t, 30*time.Second, func() error {
+		silent = silent[:0]
+		for _, name := range lab.RealHubProbes {
+			s, err := l.Probe(name, time.Now().Add(-time.Second))
+			if err != nil {
+				return err
+			}
+			if s.Calls == 0 || s.Failures > 0 {
+				silent = append(silent, name)
+			}
+		}
+		if len(silent) > 0 {
+			return fmt.Errorf("not answering: %v", silent)
+		}
+		return nil
+	})
+	for _, name := range lab.RealHubProbes {
+		s, err := l.Probe(name, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if containsStr(silent, name) {
+			t.Errorf("%s: probe %s (%s -> %s) no longer answers: %d of %d calls since %s failed; last error: %s",
+				what, name, s.From, s.Target, s.Failures, s.Calls, since.Format("15:04:05.000"), s.LastError)
+			continue
+		}
+		t.Logf("%s: %s: %d calls, %d failed, longest gap %s", what, name, s.Calls, s.Failures, s.LongestOutage.Round(time.Millisecond))
+		if bound > 0 && s.LongestOutage > bound {
+			t.Errorf("%s: probe %s (%s -> %s) was down %s from %s (want at most %s): %d of %d calls failed; last error: %s",
+				what, name, s.From, s.Target, s.LongestOutage.Round(time.Millisecond), s.OutageStart.Format("15:04:05.000"), bound, s.Failures, s.Calls, s.LastError)
+		}
+	}
+}
+
+func containsStr(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// takenOver: on m the interface named wg0 is meshd's and is the found one field by field; no
+// meshd0 beside it; the found wg-quick file byte for byte, its unit masked and not wanted, and
+// no wireguard-go of the found tunnel running.
+func takenOver(ctx context.Context, t *testing.T, m *lab.Machine, found map[string]string, confBefore []byte, what string) {
+	t.Helper()
+	if err := meshdOwns(ctx, m, lab.TunnelIface); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+	if out, err := m.Exec(ctx, "ip", "link", "show", "meshd0"); err == nil {
+		t.Errorf("%s: meshd0 is there beside the found name (the mesh's interface must take the found name wg0): %s", what, strings.TrimSpace(out))
+	}
+	// Field by field against the interface named wg0; where there is none, against meshd0, so a
+	// failure still says what the mesh's interface lost.
+	iface := lab.TunnelIface
+	if _, err := m.Exec(ctx, "ip", "link", "show", iface); err != nil {
+		if _, err := m.Exec(ctx, "ip", "link", "show", "meshd0"); err == nil {
+			iface = "meshd0"
+		}
+	}
+	if now, err := tunnelShape(ctx, m, iface); err != nil {
+		t.Errorf("%s: %v", what, err)
+	} else {
+		sameShape(t, what, iface, found, now)
+	}
+	if now, err := m.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf"); err != nil || string(now) != string(confBefore) {
+		t.Errorf("%s: the found wg-quick file changed (%v)", what, err)
+	}
+	unit := "wg-quick@" + lab.TunnelIface + ".service"
+	if !m.UnitMasked(ctx, unit) {
+		t.Errorf("%s: %s is not masked (/etc/systemd/system/%s is not a link to /dev/null)", what, unit, unit)
+	}
+	if out, err := m.Run(ctx, `ls /etc/systemd/system/*.target.wants/ 2>/dev/null | grep -x "$1" || true`, unit); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("%s: %s is still wanted by a target: %v %s", what, unit, err, out)
+	}
+	if procs := processesNamed(m, "wireguard-go"); len(procs) > 0 {
+		t.Errorf("%s: the found wireguard-go still runs: %s", what, strings.Join(procs, "; "))
+	}
+}
+
+// meshdOwns: the link named iface on m is meshd's (its alias wg.SetAlias) and up.
+func meshdOwns(ctx context.Context, m *lab.Machine, iface string) error {
+	out, err := m.Exec(ctx, "ip", "-o", "link", "show", iface)
+	if err != nil {
+		return fmt.Errorf("%s: no interface %s: %v", m.Name, iface, err)
+	}
+	if !strings.Contains(out, "alias "+wg.SetAlias) {
+		return fmt.Errorf("%s: %s is not meshd's (no alias %q): %s", m.Name, iface, wg.SetAlias, strings.TrimSpace(out))
+	}
+	if !strings.Contains(out, ",UP") && !strings.Contains(out, "<UP") {
+		return fmt.Errorf("%s: meshd's %s is not up: %s", m.Name, iface, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+// processesNamed lists the processes of machine m whose command is name ("PID ARGS").
+func processesNamed(m *lab.Machine, name string) []string {
+	var out []string
+	for _, pid := range m.Processes() {
+		comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != name {
+			continue
+		}
+		args, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		out = append(out, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(strings.TrimSpace(string(args)), "\x00", " ")))
+	}
+	return out
+}
+
+// secretFields are tunnelShape's fields holding keys: compared, never printed.
+var secretFields = []string{"PrivateKey", "PresharedKey"}
+
+// tunnelShape is everything a peer or the machine depends on in WireGuard interface iface on m,
+// field by field: the device's configuration (`wg showconf`: key, listening port, FwMark, each
+// peer's preshared key, allowed IPs, endpoint and keepalive), the link's MTU, its global
+// addresses, the routes through it in every table, the machine's policy-routing rules and
+// wg-quick's nft tables.
+func tunnelShape(ctx context.Context, m *lab.Machine, iface string) (map[string]string, error) {
+	s := map[string]string{}
+	conf, err := m.Exec(ctx, "wg", "showconf", iface)
+	if err != nil {
+		return nil, fmt.Errorf("%s: wg showconf %s: %v", m.Name, iface, err)
+	}
+	section := "interface"
+	for _, line := range strings.Split(conf, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "[Interface]" || line == "":
+			continue
+		case line == "[Peer]":
+			section = "peer ?"
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if k == "PublicKey" {
+			section = "peer " + v[:8]
+			continue
+		}
+		if k == "AllowedIPs" {
+			ips := strings.Split(v, ",")
+			for i := range ips {
+				ips[i] = strings.TrimSpace(ips[i])
+			}
+			sort.Strings(ips)
+			v = strings.Join(ips, ", ")
+		}
+		s[section+" "+k] = v
+	}
+	link, err := m.Exec(ctx, "ip", "-o", "link", "show", iface)
+	if err != nil {
+		return nil, err
+	}
+	if f := strings.Fields(link); len(f) > 0 {
+		for i := range f[:len(f)-1] {
+			if f[i] == "mtu" {
+				s["link mtu"] = f[i+1]
+			}
+		}
+	}
+	addrs, err := m.Exec(ctx, "ip", "-o", "addr", "show", "dev", iface, "scope", "global")
+	if err != nil {
+		return nil, err
+	}
+	var as []string
+	for _, line := range strings.Split(strings.TrimSpace(addrs), "\n") {
+		if f := strings.Fields(line); len(f) >= 4 {
+			as = append(as, f[3])
+		}
+	}
+	sort.Strings(as)
+	s["link addresses"] = strings.Join(as, ", ")
+	var routes []string
+	for _, fam := range []string{"-4", "-6"} {
+		out, err := m.Exec(ctx, "ip", fam, "route", "show", "table", "all", "dev", iface)
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || strings.HasPrefix(f[0], "fe80:") || strings.HasPrefix(f[0], "ff00:") {
+				continue
+			}
+			switch f[0] {
+			case "local", "broadcast", "multicast", "anycast":
+				continue
+			}
+			r := f[0]
+			for i := range f[:len(f)-1] {
+				if f[i] == "table" {
+					r += " table " + f[i+1]
+				}
+			}
+			routes = append(routes, r)
+		}
+	}
+	sort.Strings(routes)
+	s["routes via it"] = strings.Join(routes, ", ")
+	for _, fam := range []string{"-4", "-6"} {
+		out, err := m.Exec(ctx, "ip", fam, "rule", "show")
+		if err != nil {
+			return nil, err
+		}
+		s["rules "+fam] = strings.Join(strings.Fields(out), " ")
+	}
+	tables, _ := m.Exec(ctx, "nft", "list", "tables")
+	var wq []string
+	for _, line := range strings.Split(tables, "\n") {
+		if strings.Contains(line, "wg-quick-") {
+			wq = append(wq, strings.TrimSpace(line))
+		}
+	}
+	sort.Strings(wq)
+	s["nft wg-quick tables"] = strings.Join(wq, ", ")
+	return s, nil
+}
+
+// sameShape fails naming each field of the found interface that iface (its shape now) differs in.
+func sameShape(t *testing.T, what, iface string, found, now map[string]string) {
+	t.Helper()
+	keys := map[string]bool{}
+	for k := range found {
+		keys[k] = true
+	}
+	for k := range now {
+		keys[k] = true
+	}
+	var names []string
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		a, inA := found[k]
+		b, inB := now[k]
+		if a == b && inA == inB {
+			continue
+		}
+		show := func(v string, in bool) string {
+			if !in {
+				return "none"
+			}
+			for _, f := range secretFields {
+				if strings.HasSuffix(k, " "+f) {
+					return "a key"
+				}
+			}
+			return fmt.Sprintf("%q", v)
+		}
+		fa, fb := show(a, inA), show(b, inB)
+		if fa == fb {
+			fb = "another key"
+		}
+		t.Errorf("%s: %s: the found interface had %s, %s has %s", what, k, fa, iface, fb)
+	}
+}
