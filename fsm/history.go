@@ -253,14 +253,14 @@ func SameConditions(a, b []HostCondition) bool {
 // describe says what a command did: what it is about and in words.
 func describe(c *Command, v any) Event {
 	var b struct {
-		Node      string `json:"node"`
-		Module    string `json:"module"`
-		Name      string `json:"name"`
-		Mode      Mode   `json:"mode"`
-		To        Mode   `json:"to"`
-		Plan      string `json:"plan"`
-		Interface string `json:"interface"`
-		Server    bool   `json:"server"`
+		Node      string            `json:"node"`
+		Module    string            `json:"module"`
+		Name      string            `json:"name"`
+		Mode      Mode              `json:"mode"`
+		To        Mode              `json:"to"`
+		Plan      string            `json:"plan"`
+		Interface string            `json:"interface"`
+		Server    bool              `json:"server"`
 		Values    map[string]string `json:"values"`
 		Expires   time.Time         `json:"expires"`
 	}
