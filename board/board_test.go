@@ -75,7 +75,7 @@ func TestUnitBoardSteps(t *testing.T) {
 	// webapp assigned; the report knows it and holds its stopped container: prepared, and the take waits.
 	apply(t, r, fsm.OpModuleAssign, t0.Add(time.Minute), fsm.ModuleOnNode{Node: "hub", Module: "webapp"})
 	rep := report.Report{Node: "hub", Mode: fsm.Adopted, When: now.Add(-5 * time.Second), Assigned: []string{"mesh", "webapp"}, Taken: []string{},
-		Held: []report.HeldFile{{Path: "/etc/webapp.conf", Module: "webapp", Changed: true, Reason: report.ChangedBySomethingElse}},
+		Held:  []report.HeldFile{{Path: "/etc/webapp.conf", Module: "webapp", Changed: true, Reason: report.ChangedBySomethingElse}},
 		Kinds: map[string]any{fsm.KindContainer: report.ContainerReport{Containers: []report.ContainerView{{Name: "webapp", Module: "webapp", State: report.ContainerHeld}}}}}
 	b = board.Build(r, map[string]*report.Report{"hub": decoded(t, rep)}, now)
 	hub = row(t, b, "hub")
