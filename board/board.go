@@ -140,7 +140,9 @@ func blocking(r *fsm.Record, n *fsm.Node, rep *report.Report, next string, now t
 			out = append(out, fmt.Sprintf("take of %s stepped back: %s", e.Module, e.Reason))
 		}
 	}
-	if next == "converged" {
+	// The converge takes whatever is not taken yet: its preview's closing ports are in the way of
+	// the steps it carries out.
+	if next == "converged" || (strings.HasPrefix(next, "taken ") && n.Flip == nil && n.Mode == fsm.Adopted) {
 		if d, err := fsm.Compose(r, n.Name); err == nil {
 			if pv, err := preview.Converge(rep, d); err == nil && pv.WillClose > 0 {
 				out = append(out, fmt.Sprintf("converge preview: %d %s will close", pv.WillClose, plural(pv.WillClose, "port", "ports")))

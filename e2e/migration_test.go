@@ -491,10 +491,11 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 	})
 
 	step("preview and converge hub")
-	t.Run("the board: the hub's modules taken, its converge next, the preview's closing ports in the way", func(t *testing.T) {
+	t.Run("the board: webapp taken on the hub, the rest for its converge, the preview's closing ports in the way", func(t *testing.T) {
 		boardSays(ctx, t, hub, "hub", "will close", func(_ string, row board.Row) error {
-			if row.Next != "converged" || !stepDone(row, "taken webapp") {
-				return fmt.Errorf("want every module taken and the converge next")
+			// The foundation's modules (assigned at genesis) are taken by the converge itself.
+			if !stepDone(row, "taken webapp") || stepDone(row, "converged") || row.Next == "" {
+				return fmt.Errorf("want webapp taken and the converge to come")
 			}
 			return nil
 		})
