@@ -96,6 +96,8 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 	if tv := s.tunnelView(); tv.Range != "" {
 		st.Tunnel = &tv
 	}
+	b := s.boardNow()
+	st.Board = &b
 	if g := s.member(); g != nil {
 		st.Gossip.Running = true
 		for r, c := range g.Rejected() {

@@ -98,6 +98,9 @@ func (c reportCollector) Describe(ch chan<- *prometheus.Desc) {
 		descReportAge, descMembers, descRejected, descLeader, descLastContact, descCommitIndex} {
 		ch <- d
 	}
+	for _, d := range boardDescs {
+		ch <- d
+	}
 }
 
 func (c reportCollector) Collect(ch chan<- prometheus.Metric) {
@@ -135,6 +138,7 @@ func (s *serverRole) collectRole(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(descLastContact, prometheus.GaugeValue, contact)
 	ch <- prometheus.MustNewConstMetric(descCommitIndex, prometheus.GaugeValue, float64(r.CommitIndex()))
+	collectBoard(ch, s.boardNow())
 }
 
 // collectReport turns one node's host report into its gauges.

@@ -121,6 +121,7 @@ func (s *serverRole) runLoops(ctx context.Context) {
 	go s.runBus(ctx)
 	go s.followRaftPort(ctx)
 	go s.finishFlips(ctx)
+	go s.recordHostEvents(ctx)
 	go s.ap.Run(ctx)
 	go s.followReports(ctx)
 }
@@ -192,6 +193,8 @@ func (s *serverRole) operatorAPI() http.Handler {
 func (s *serverRole) recordAPI() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", s.getStatus)
+	mux.HandleFunc("GET /v1/history", s.getHistory)
+	mux.HandleFunc("POST /v1/history/keep", s.postHistoryKeep)
 	mux.HandleFunc("GET /v1/nodes/{node}", s.getNode)
 	mux.HandleFunc("GET /v1/modules", s.listModules)
 	mux.HandleFunc("GET /v1/modules/{module}", s.getModule)

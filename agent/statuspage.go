@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"meshd/api"
+	"meshd/board"
 	"meshd/fsm"
 	"meshd/host/preview"
 	"meshd/host/report"
@@ -67,7 +68,14 @@ type PageOverview struct {
 	At       time.Time
 	Nodes    []PageNode
 	Tunnel   *api.TunnelView
+	// Board is the first screen: where each node stands; History, beside it, the newest events
+	// first (the last pageHistory).
+	Board   board.Board
+	History []fsm.Event
 }
+
+// pageHistory is how many of the newest events the page shows beside the board.
+const pageHistory = 50
 
 // PageNode is one node as the page shows it.
 type PageNode struct {
@@ -204,6 +212,11 @@ func (s *serverRole) pageView() PageOverview {
 	}
 	if tv := s.tunnelView(); tv.Range != "" {
 		v.Tunnel = &tv
+	}
+	v.Board = s.boardNow()
+	evs := historyView(s.fsm, "", time.Time{}).Events
+	for i := len(evs) - 1; i >= 0 && len(v.History) < pageHistory; i-- {
+		v.History = append(v.History, evs[i])
 	}
 	return v
 }

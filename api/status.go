@@ -3,6 +3,7 @@ package api
 import (
 	"time"
 
+	"meshd/board"
 	"meshd/fsm"
 )
 
@@ -23,6 +24,9 @@ type StatusView struct {
 	// Voters are the Raft group's voters; Warning is said when they are an even count.
 	Voters  []string `json:"voters"`
 	Warning string   `json:"warning,omitempty"`
+	// Board is where each node stands in its migration and what is in the way (package board),
+	// with the summary line.
+	Board *board.Board `json:"board,omitempty"`
 }
 
 // GossipSummary is the answering server's gossip at a glance.

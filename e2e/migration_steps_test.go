@@ -8,12 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"meshd/api"
+	"meshd/board"
 	"meshd/host/report"
 	"meshd/internal/testenv"
 	"meshd/lab"
@@ -248,5 +250,114 @@ func reachRiderThroughHub(ctx context.Context, t *testing.T, hub, from, rider *l
 	}
 	if fw == lab.FirewallUFW && !strings.Contains(fwd, "-P FORWARD DROP") {
 		t.Errorf("the hub's FORWARD policy is no longer ufw's DROP:\n%s", fwd)
+	}
+}
+
+// pageAddr is where the hub's agent serves its status page in the migration's lab (loopback).
+const pageAddr = "127.0.0.1:9464"
+
+// boardRow reads `meshd status --json` on m: the board's summary and node's row.
+func boardRow(ctx context.Context, m *lab.Machine, node string) (string, board.Row, error) {
+	out, err := meshd(ctx, m, "status", "--json")
+	if err != nil {
+		return "", board.Row{}, fmt.Errorf("status: %v %s", err, out)
+	}
+	var st api.StatusView
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Board == nil {
+		return "", board.Row{}, fmt.Errorf("status --json has no board (%v): %s", err, out)
+	}
+	for _, r := range st.Board.Rows {
+		if r.Node == node {
+			return st.Board.Summary, r, nil
+		}
+	}
+	return st.Board.Summary, board.Row{}, fmt.Errorf("the board has no row for %s: %+v", node, st.Board.Rows)
+}
+
+// stepDone says whether row's step named name is done.
+func stepDone(row board.Row, name string) bool {
+	for _, s := range row.Steps {
+		if s.Name == name {
+			return s.Done
+		}
+	}
+	return false
+}
+
+// boardSays polls until the board in `meshd status --json` and `meshd status` on hub, and the
+// status page's first screen, all show node's row as check wants it; blocking, when set, must be
+// among what is in the way, in the status's text and on the page too.
+func boardSays(ctx context.Context, t *testing.T, hub *lab.Machine, node, blocking string, check func(summary string, row board.Row) error) {
+	t.Helper()
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		summary, row, err := boardRow(ctx, hub, node)
+		if err != nil {
+			return err
+		}
+		if err := check(summary, row); err != nil {
+			return fmt.Errorf("%w (board row %s: %s; next %q; in the way %q)", err, node, row.Track(), row.Next, row.Blocking)
+		}
+		if blocking != "" && !strings.Contains(strings.Join(row.Blocking, "\n"), blocking) {
+			return fmt.Errorf("%s: %q not in the way: %q", node, blocking, row.Blocking)
+		}
+		text, err := meshd(ctx, hub, "status")
+		if err != nil || !strings.Contains(text, "migration: "+summary) || (blocking != "" && !strings.Contains(text, blocking)) {
+			return fmt.Errorf("meshd status does not say %q / %q: %v\n%s", summary, blocking, err, text)
+		}
+		page, err := hub.Exec(ctx, "curl", "-fsS", "http://"+pageAddr+"/")
+		if err != nil {
+			return fmt.Errorf("the status page: %v %s", err, page)
+		}
+		first := page
+		if i := strings.Index(page, "<h2>Nodes</h2>"); i > 0 {
+			first = page[:i]
+		}
+		if !strings.Contains(first, `id="board-`+node+`"`) || !strings.Contains(first, html.EscapeString(summary)) ||
+			(blocking != "" && !strings.Contains(first, html.EscapeString(blocking))) {
+			return fmt.Errorf("the page's first screen does not show %s's row, %q and %q", node, summary, blocking)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// historyHas polls `meshd history --json` on hub until each of want (a substring of an event's
+// words, with its by: "" any, "(host)" a host event) is there, in that order.
+func historyHas(ctx context.Context, t *testing.T, hub *lab.Machine, want ...[2]string) {
+	t.Helper()
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		out, err := meshd(ctx, hub, "history", "--json")
+		if err != nil {
+			return fmt.Errorf("history: %v %s", err, out)
+		}
+		var v api.HistoryView
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			return fmt.Errorf("history --json: %v: %s", err, out)
+		}
+		i := 0
+		var last uint64
+		for _, e := range v.Events {
+			if e.Index < last {
+				return fmt.Errorf("history out of order: %d after %d", e.Index, last)
+			}
+			last = e.Index
+			if i >= len(want) {
+				continue
+			}
+			by := e.By
+			if e.Host {
+				by = "(host)"
+			}
+			if strings.Contains(e.What, want[i][0]) && (want[i][1] == "" || by == want[i][1]) {
+				i++
+			}
+		}
+		if i < len(want) {
+			return fmt.Errorf("history lacks %q (by %q) after the ones before it:\n%s", want[i][0], want[i][1], out)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"meshd/api"
+	"meshd/board"
 	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
@@ -145,7 +146,10 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 	if !strings.Contains(out, lab.HubTunnelAddr) {
 		t.Errorf("genesis does not give the hub the tunnel's address %s:\n%s", lab.HubTunnelAddr, out)
 	}
-	installAgent(ctx, t, hub, bin)
+	// The hub serves its status page on loopback: the board's steps are read there too.
+	if err := hub.InstallAgent(ctx, bin, append(agentArgs(), "--metrics", pageAddr)...); err != nil {
+		t.Fatal(err)
+	}
 	waitMeshUp(ctx, t, hub, 60*time.Second, "the tunnel never changed hands")
 	t.Run("the tunnel changed hands and the peers noticed nothing", func(t *testing.T) {
 		probesSince(t, l, took.Add(-5*time.Second), "takeover", 5*time.Second)
@@ -209,6 +213,14 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		}
 		firewallMarkedOnly(ctx, t, hub, dumpBefore)
 	})
+	t.Run("the board: webapp prepared on the hub, not taken; the hub adopted and its tunnel taken", func(t *testing.T) {
+		boardSays(ctx, t, hub, "hub", "", func(_ string, row board.Row) error {
+			if !stepDone(row, "tunnel taken") || !stepDone(row, "prepared webapp") || stepDone(row, "taken webapp") || row.AdoptedFor <= 0 {
+				return fmt.Errorf("want tunnel taken, webapp prepared and not taken, adopted for a while")
+			}
+			return nil
+		})
+	})
 
 	step("the predecessor's control started again (still writing)")
 	t.Run("a predecessor still writing is caught, not reverted", func(t *testing.T) {
@@ -249,6 +261,20 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		}
 		if got, err := meshd(ctx, hub, "node", "original", "hub", lab.WebappFile); err != nil || got != string(fileBefore) {
 			t.Fatalf("the recorded original is not what was found: %v\n%q\n%q", err, got, fileBefore)
+		}
+	})
+	t.Run("the board says the held file is in the way; the history has the host event once", func(t *testing.T) {
+		boardSays(ctx, t, hub, "hub", "held file "+lab.WebappFile+" (webapp) changed by something else", func(_ string, row board.Row) error {
+			if stepDone(row, "taken webapp") {
+				return fmt.Errorf("webapp taken already")
+			}
+			return nil
+		})
+		historyHas(ctx, t, hub, [2]string{"webapp assigned to hub", "root on hub's socket"},
+			[2]string{"held file " + lab.WebappFile + " changed by something else", "(host)"})
+		out, _ := meshd(ctx, hub, "history", "hub")
+		if n := strings.Count(out, "held file "+lab.WebappFile+" changed by something else"); n != 1 {
+			t.Errorf("the standing change is %d events, want 1:\n%s", n, out)
 		}
 	})
 
@@ -465,6 +491,15 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 	})
 
 	step("preview and converge hub")
+	t.Run("the board: webapp taken on the hub, the rest for its converge, the preview's closing ports in the way", func(t *testing.T) {
+		boardSays(ctx, t, hub, "hub", "will close", func(_ string, row board.Row) error {
+			// The foundation's modules (assigned at genesis) are taken by the converge itself.
+			if !stepDone(row, "taken webapp") || stepDone(row, "converged") || row.Next == "" {
+				return fmt.Errorf("want webapp taken and the converge to come")
+			}
+			return nil
+		})
+	})
 	t.Run("converging the hub previews, then changes", func(t *testing.T) {
 		convergeNode(ctx, t, hub, "hub", func(pv report.ConvergePreview, code int) error {
 			if code != 2 || !strings.HasPrefix(verdictOn(pv, "tcp", lab.WebappPort), "declared by webapp") ||
@@ -515,6 +550,25 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		}
 		out, _ := meshd(ctx, hub, "status")
 		t.Logf("meshd status:\n%s", out)
+	})
+	t.Run("the board: every node converged, nothing in the way; the history in order with who gave each", func(t *testing.T) {
+		for _, name := range []string{"hub", "peer1", "peer2", "newnode"} {
+			boardSays(ctx, t, hub, name, "", func(summary string, row board.Row) error {
+				if !strings.HasPrefix(summary, "4 of 4 nodes converged; ") || row.Next != "" || row.AdoptedFor != 0 {
+					return fmt.Errorf("want every step done: %q", summary)
+				}
+				return nil
+			})
+		}
+		historyHas(ctx, t, hub, [2]string{"the mesh began on hub (adopted)", ""},
+			[2]string{"webapp assigned to hub", "root on hub's socket"},
+			[2]string{"peer1 enrolled", ""},
+			[2]string{"webapp taken on hub", "root on hub's socket"},
+			[2]string{"the converge of hub recorded", "root on hub's socket"},
+			[2]string{"hub is converged", ""},
+			[2]string{"peer2 is converged", ""})
+		out, _ := meshd(ctx, hub, "history")
+		t.Logf("meshd history:\n%s", out)
 	})
 
 	t.Run("the probes per step: the store never reached from outside; the peers' outages short", func(t *testing.T) {

@@ -137,6 +137,18 @@ func apply(r *Record, data []byte) (any, error) {
 			return nil, err
 		}
 		return applyCredentialRevoke(r, &c, &b)
+	case OpHostEvents:
+		var b HostEvents
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyHostEvents(r, &c, &b)
+	case OpHistoryKeep:
+		var b HistoryKeepSet
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyHistoryKeep(r, &c, &b)
 	}
 	return nil, refuse(c.Op, "", "", "unknown command %q", c.Op)
 }

@@ -25,7 +25,11 @@ import (
 // node.settings; the operator credential commands (operator.credential.create and .revoke); and
 // every command's By (who gave it) kept in the record where it says something: on a credential,
 // and on a token. A version 3 command carries no By and applies as it did then.
-const Version = 4
+//
+// Version 5: every command applied appends an event to the record's history (history.go), and
+// the history's own commands (history.host, history.keep) exist. A version 4 command appends
+// nothing, so a replayed log holds the record it held.
+const Version = 5
 
 // privilegedSince is the first command version that refuses an unsaid root-equivalent module.
 const privilegedSince = 4

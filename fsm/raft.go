@@ -38,7 +38,7 @@ func NewFSM() *FSM { return &FSM{rec: NewRecord(), changed: make(chan struct{})}
 func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	v, err := Apply(f.rec, l.Data)
+	v, err := ApplyAt(f.rec, l.Index, l.Data)
 	f.applied = l.Index
 	f.advance(l.Index)
 	return Result{Value: detach(v), Err: err}

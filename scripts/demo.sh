@@ -193,7 +193,11 @@ for node in hub peer1 peer2; do
 done
 
 step "Done: every node converged"
+say "operator: meshd status (the summary line and the board: every node's steps, none in the way)"
 on hub meshd status
+step "What happened, when, and who did it"
+say "operator: meshd history (every command with who gave it, and the host events, by record index)"
+on hub meshd history
 shot status-overview.png=/ --want newnode --want peer2 --want "live: record index" \
   status-node.png=/node/hub --want "Last host report"
 printf '\n\033[1mThe probes per step\033[0m (calls and failed calls of the peers'"'"' and newnode'"'"'s probes; the longest outage that began in the step; the outsider'"'"'s calls to the store, refused and reached)\n'

@@ -121,6 +121,7 @@ on a server makes one); a client machine's socket refuses record commands withou
 	root.AddCommand(adoptCmd(g))
 	root.AddCommand(tunnelCmd(g), tunnelDeviceCmd())
 	root.AddCommand(versionCmd(g), monitorCmd(g))
+	root.AddCommand(historyCmd(g))
 	root.AddCommand(bootCmd(g))
 	root.AddCommand(configCmd(g), installUnitCmd(), completionCmd(root), docsCmd())
 	groupCommands(root)

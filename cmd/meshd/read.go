@@ -68,6 +68,9 @@ func writeStatus(w io.Writer, st api.StatusView) {
 	if st.Warning != "" {
 		fmt.Fprintf(w, "warning: %s\n", st.Warning)
 	}
+	if st.Board != nil {
+		fmt.Fprintf(w, "migration: %s\n", st.Board.Summary)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tLIVE\tHELD\tASSIGNED\tTAKEN")
 	adopted := 0
@@ -89,6 +92,9 @@ func writeStatus(w io.Writer, st api.StatusView) {
 			held = plural(n.HeldFiles, "file") + ", " + plural(n.HeldContainers, "container")
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.Name, mode, role, n.Address, n.Liveness, held, n.Assigned, n.Taken)
+	}
+	if st.Board != nil {
+		writeBoard(w, *st.Board)
 	}
 	var rejected []string
 	for r, c := range st.Gossip.Rejected {

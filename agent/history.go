@@ -1,0 +1,172 @@
+package agent
+
+// The board and the history as a server serves them (GET /v1/status's board, GET /v1/history),
+// and the leader's part of the history: when a node's last report shows a host condition start
+// or end (a held file changed by something else, a found firewall enabled again by hand, the
+// tunnel's takeover state, a take stepped back), it commits the node's conditions
+// (fsm.OpHostEvents). It proposes only when the set differs from what the record last holds, so
+// a standing condition is one event, not one per report.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"meshd/api"
+	"meshd/board"
+	"meshd/fsm"
+	"meshd/host/report"
+)
+
+// boardNow is the board of this server's record and the reports it has.
+func (s *serverRole) boardNow() board.Board {
+	reports := s.metricReports()
+	var b board.Board
+	s.fsm.Read(func(r *fsm.Record, _ uint64) { b = board.Build(r, reports, time.Now()) })
+	return b
+}
+
+// getHistory serves `meshd history [NODE] [--since D]`: ?node= and ?since= (a duration).
+func (s *serverRole) getHistory(w http.ResponseWriter, req *http.Request) {
+	node := req.URL.Query().Get("node")
+	var since time.Time
+	if q := req.URL.Query().Get("since"); q != "" {
+		d, err := time.ParseDuration(q)
+		if err != nil {
+			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "since: " + err.Error()})
+			return
+		}
+		since = time.Now().Add(-d)
+	}
+	v := historyView(s.fsm, node, since)
+	api.WriteJSON(w, http.StatusOK, v)
+}
+
+// historyView is the record's history about node ("" every node) since since.
+func historyView(f *fsm.FSM, node string, since time.Time) api.HistoryView {
+	v := api.HistoryView{Events: []fsm.Event{}}
+	f.Read(func(r *fsm.Record, index uint64) {
+		v.Index = index
+		var keep fsm.HistoryKeep
+		if r.History != nil {
+			keep = r.History.Keep
+			for _, e := range r.History.Events {
+				if (node == "" || e.Node == node) && !e.At.Before(since) {
+					v.Events = append(v.Events, e)
+				}
+			}
+		}
+		count, age := keep.Limits()
+		v.Count, v.Age = count, age.String()
+	})
+	return v
+}
+
+// hostConditions are the conditions rep shows that the history records.
+func hostConditions(rep *report.Report) []fsm.HostCondition {
+	if rep == nil {
+		return nil
+	}
+	var out []fsm.HostCondition
+	for _, f := range rep.Held {
+		if f.Changed {
+			out = append(out, fsm.HostCondition{Key: "held-changed:file:" + f.Path, Module: f.Module,
+				Says:  fmt.Sprintf("held file %s %s", f.Path, orWords(f.Reason, report.ChangedBySomethingElse)),
+				Ended: fmt.Sprintf("held file %s no longer changed by something else", f.Path)})
+		}
+	}
+	if cr := report.Containers(rep); cr != nil {
+		for _, c := range cr.Containers {
+			if c.Changed && c.State == report.ContainerHeld {
+				out = append(out, fsm.HostCondition{Key: "held-changed:container:" + c.Name, Module: c.Module,
+					Says: fmt.Sprintf("held container %s %s", c.Name, orWords(c.Reason, report.ChangedBySomethingElse))})
+			}
+		}
+	}
+	if kind := activeAgain(rep); kind != "" {
+		out = append(out, fsm.HostCondition{Key: "firewall-active-again:" + kind,
+			Says:  fmt.Sprintf("the found firewall %s, retired at the flip, enabled again by something else", kind),
+			Ended: fmt.Sprintf("the found firewall %s no longer active", kind)})
+	}
+	if st := tunnelState(rep); st != "" {
+		out = append(out, fsm.HostCondition{Key: "tunnel:" + st, Module: report.MeshModule, Says: "tunnel " + st})
+	}
+	seen := map[string]bool{}
+	for _, e := range rep.Errors {
+		if strings.Contains(e.Reason, "stepped back") && !seen[e.Module] {
+			seen[e.Module] = true
+			out = append(out, fsm.HostCondition{Key: "stepped-back:" + e.Module, Module: e.Module,
+				Says: fmt.Sprintf("take of %s stepped back: %s", e.Module, e.Reason)})
+		}
+	}
+	return out
+}
+
+func orWords(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// hostEventsCheck is how often the leader compares the reports with the record's conditions.
+const hostEventsCheck = time.Second
+
+// recordHostEvents is the leader's loop: each node whose report's conditions are not those the
+// record holds gets them committed.
+func (s *serverRole) recordHostEvents(ctx context.Context) {
+	if err := s.raft.WaitCaughtUp(ctx); err != nil {
+		return
+	}
+	t := time.NewTicker(hostEventsCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !s.raft.IsLeader() {
+			continue
+		}
+		reports := s.metricReports()
+		var due []fsm.HostEvents
+		s.fsm.Read(func(r *fsm.Record, _ uint64) {
+			for _, name := range r.NodeNames() {
+				rep, ok := reports[name]
+				if !ok {
+					continue
+				}
+				now := hostConditions(rep)
+				if !fsm.SameConditions(now, r.StandingConditions(name)) {
+					due = append(due, fsm.HostEvents{Node: name, Conditions: now})
+				}
+			}
+		})
+		for _, h := range due {
+			if _, err := s.raft.Apply(fsm.OpHostEvents, h, applyTimeout); err != nil {
+				s.log.Warn("record host events", "node", h.Node, "err", err)
+			}
+		}
+	}
+}
+
+// postHistoryKeep serves `meshd history keep`: the history's bounds, committed.
+func (s *serverRole) postHistoryKeep(w http.ResponseWriter, req *http.Request) {
+	var body fsm.HistoryKeepSet
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&body); err != nil {
+		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "bad request: " + err.Error()})
+		return
+	}
+	_, index, err := s.propose(req, fsm.OpHistoryKeep, body)
+	committedAt(w, index)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, historyView(s.fsm, "", time.Now()))
+}

@@ -1,0 +1,182 @@
+package board
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"meshd/fsm"
+	"meshd/host/preview"
+	"meshd/host/report"
+)
+
+// Overdue is how long a node may go without a report before the board says it is not heard from.
+const Overdue = 60 * time.Second
+
+// Step is one step of a node's progress track.
+type Step struct {
+	// Name is enrolled, adopted, tunnel taken, "prepared MODULE", "taken MODULE" or converged.
+	Name string `json:"name"`
+	Done bool   `json:"done"`
+}
+
+// Row is one node on the board.
+type Row struct {
+	Node  string   `json:"node"`
+	Mode  fsm.Mode `json:"mode"`
+	Steps []Step   `json:"steps"`
+	// Next is the first step not done, "" when every step is.
+	Next string `json:"next,omitempty"`
+	// Blocking are what is in the way of the next step, read from the last report.
+	Blocking []string `json:"blocking,omitempty"`
+	// AdoptedFor is how long the node has been adopted (0 once converged).
+	AdoptedFor time.Duration `json:"adopted_for_ns,omitempty"`
+	// LastHeard is when its last report was made (zero: none yet).
+	LastHeard time.Time `json:"last_heard,omitzero"`
+}
+
+// Board is the whole mesh.
+type Board struct {
+	Summary string `json:"summary"`
+	Rows    []Row  `json:"rows"`
+	// The summary's counts.
+	Nodes, Converged, Modules, Taken, CarriedNotEnrolled int
+}
+
+// Build is the board of the record r with each node's last report (a node missing from reports
+// has made none that this reader has) at now.
+func Build(r *fsm.Record, reports map[string]*report.Report, now time.Time) Board {
+	b := Board{Rows: []Row{}}
+	for _, name := range r.NodeNames() {
+		n := r.Nodes[name]
+		row := buildRow(r, n, reports[name], now)
+		b.Rows = append(b.Rows, row)
+		b.Nodes++
+		if n.Mode == fsm.Converged && n.Flip == nil {
+			b.Converged++
+		}
+		b.Modules += len(n.Assigned)
+		for _, m := range n.Assigned {
+			if n.IsTaken(m) {
+				b.Taken++
+			}
+		}
+	}
+	b.CarriedNotEnrolled = len(r.Tunnel.Carried)
+	b.Summary = fmt.Sprintf("%d of %d nodes converged; %d of %d modules taken", b.Converged, b.Nodes, b.Taken, b.Modules)
+	if b.CarriedNotEnrolled > 0 {
+		b.Summary += fmt.Sprintf("; %d carried %s not enrolled", b.CarriedNotEnrolled, plural(b.CarriedNotEnrolled, "peer", "peers"))
+	}
+	return b
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func buildRow(r *fsm.Record, n *fsm.Node, rep *report.Report, now time.Time) Row {
+	row := Row{Node: n.Name, Mode: n.Mode}
+	if rep != nil {
+		row.LastHeard = rep.When
+	}
+	converged := n.Mode == fsm.Converged && n.Flip == nil
+	row.Steps = append(row.Steps, Step{Name: "enrolled", Done: true}, Step{Name: "adopted", Done: true})
+	isHub := r.Tunnel.Hub == n.Name
+	if isHub || n.FoundTunnel != "" {
+		took := (isHub && r.Tunnel.Taken != "") || n.TookTunnel
+		if isHub && r.Tunnel.Taken == "" && n.FoundTunnel == "" {
+			took = true // a hub that found no tunnel raised the mesh's own
+		}
+		row.Steps = append(row.Steps, Step{Name: "tunnel taken", Done: took || converged})
+	}
+	for _, m := range n.Assigned {
+		prepared := rep != nil && (contains(rep.Assigned, m) || contains(rep.Taken, m))
+		taken := n.IsTaken(m) && report.ReportTake(rep, m).Done
+		row.Steps = append(row.Steps, Step{Name: "prepared " + m, Done: prepared || taken}, Step{Name: "taken " + m, Done: taken})
+	}
+	row.Steps = append(row.Steps, Step{Name: "converged", Done: converged})
+	for _, s := range row.Steps {
+		if !s.Done {
+			row.Next = s.Name
+			break
+		}
+	}
+	if n.Mode == fsm.Adopted {
+		row.AdoptedFor = now.Sub(n.ModeSince).Round(time.Second)
+	}
+	row.Blocking = blocking(r, n, rep, row.Next, now)
+	return row
+}
+
+// blocking reads what is in the way of next from the node's last report.
+func blocking(r *fsm.Record, n *fsm.Node, rep *report.Report, next string, now time.Time) []string {
+	var out []string
+	if rep == nil {
+		return []string{"no report from this node yet"}
+	}
+	if age := now.Sub(rep.When); age > Overdue {
+		out = append(out, fmt.Sprintf("not heard from for %ds", int(age.Seconds())))
+	}
+	for _, f := range rep.Held {
+		if f.Changed {
+			out = append(out, fmt.Sprintf("held file %s (%s) %s", f.Path, f.Module, orDefault(f.Reason, report.ChangedBySomethingElse)))
+		}
+	}
+	if cr := report.Containers(rep); cr != nil {
+		for _, c := range cr.Containers {
+			if c.Changed && c.State == report.ContainerHeld {
+				out = append(out, fmt.Sprintf("held container %s (%s) %s", c.Name, c.Module, orDefault(c.Reason, report.ChangedBySomethingElse)))
+			}
+			if module, ok := strings.CutPrefix(next, "taken "); ok && c.Module == module && c.State == report.ContainerHeld && !c.Running {
+				out = append(out, fmt.Sprintf("take of %s: its found container %s is not running", module, c.Name))
+			}
+		}
+	}
+	for _, e := range rep.Errors {
+		if strings.Contains(e.Reason, "stepped back") {
+			out = append(out, fmt.Sprintf("take of %s stepped back: %s", e.Module, e.Reason))
+		}
+	}
+	// The converge takes whatever is not taken yet: its preview's closing ports are in the way of
+	// the steps it carries out.
+	if next == "converged" || (strings.HasPrefix(next, "taken ") && n.Flip == nil && n.Mode == fsm.Adopted) {
+		if d, err := fsm.Compose(r, n.Name); err == nil {
+			if pv, err := preview.Converge(rep, d); err == nil && pv.WillClose > 0 {
+				out = append(out, fmt.Sprintf("converge preview: %d %s will close", pv.WillClose, plural(pv.WillClose, "port", "ports")))
+			}
+		}
+	}
+	return out
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Track is a row's steps in one line: "enrolled ✓ · adopted ✓ · taken webapp …".
+func (row Row) Track() string {
+	var parts []string
+	for _, s := range row.Steps {
+		mark := "·"
+		if s.Done {
+			mark = "✓"
+		}
+		parts = append(parts, mark+" "+s.Name)
+	}
+	return strings.Join(parts, "  ")
+}

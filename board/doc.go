@@ -1,0 +1,6 @@
+// Package board says where each node stands in its migration: a pure function of the record and
+// the nodes' last host reports (and the time now) that gives, per node, its steps (enrolled,
+// adopted, tunnel taken, each assigned module prepared then taken, converged), what is in the way
+// of its next step, how long it has been adopted, and a summary line for the whole mesh. It reads
+// no clock and changes nothing; `meshd status` and the status page show what it returns.
+package board
