@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -490,19 +491,50 @@ func (d *Driver) crash(point string) {
 	}
 }
 
-// disableUnits removes the wg-quick@FOUND unit's target.wants links under /etc/systemd/system
-// (what `systemctl disable` removes), so a reboot does not raise the found interface again. The
-// found wg-quick file itself is never touched.
+// disableUnits disables and masks the wg-quick@FOUND unit: its target.wants links under
+// /etc/systemd/system go (what `systemctl disable` removes), and /etc/systemd/system/
+// wg-quick@FOUND.service becomes a link to /dev/null (what `systemctl mask` writes), so neither a
+// reboot nor a `systemctl start wg-quick@FOUND` (an installer's reload, a path unit, a cron job)
+// raises the found interface again. On a machine booted by systemd the manager is told
+// (daemon-reload), so the mask holds at once. The unit file and the found wg-quick file are
+// never touched; `systemctl unmask wg-quick@FOUND` undoes it. A real unit file at the mask's path
+// (copied there and edited) is not replaced: an error naming it.
 func (d *Driver) disableUnits(found string) error {
-	links, err := filepath.Glob(filepath.Join(d.root, "etc/systemd/system/*.wants", "wg-quick@"+found+".service"))
+	unit := "wg-quick@" + found + ".service"
+	links, err := filepath.Glob(filepath.Join(d.root, "etc/systemd/system/*.wants", unit))
 	if err != nil {
 		return err
 	}
 	for _, l := range links {
 		if err := os.Remove(l); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("disabling wg-quick@%s: %w", found, err)
+			return fmt.Errorf("disabling %s: %w", unit, err)
 		}
 		d.log.Info("disabled the found tunnel's unit", "link", l)
+	}
+	mask := filepath.Join(d.root, "etc/systemd/system", unit)
+	switch target, err := os.Readlink(mask); {
+	case err == nil && target == "/dev/null":
+		return nil // masked already
+	case err == nil:
+		return fmt.Errorf("masking %s: %s is a link to %s, not a unit meshd can mask in place; remove it, then the next pass masks the unit", unit, mask, target)
+	case errors.Is(err, fs.ErrNotExist):
+	default:
+		if _, serr := os.Lstat(mask); serr == nil {
+			return fmt.Errorf("masking %s: %s is a unit file of its own (copied and edited?); move it aside, then the next pass masks the unit", unit, mask)
+		}
+		return fmt.Errorf("masking %s: %w", unit, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(mask), 0o755); err != nil {
+		return fmt.Errorf("masking %s: %w", unit, err)
+	}
+	if err := os.Symlink("/dev/null", mask); err != nil {
+		return fmt.Errorf("masking %s: %w", unit, err)
+	}
+	d.log.Info("masked the found tunnel's unit (undo: systemctl unmask "+unit+")", "link", mask)
+	if _, err := os.Stat(filepath.Join(d.root, "run/systemd/system")); err == nil && d.root == "/" {
+		if out, err := exec.Command("systemctl", "daemon-reload").CombinedOutput(); err != nil {
+			d.log.Warn("telling systemd of the mask", "unit", unit, "err", err, "out", string(out))
+		}
 	}
 	return nil
 }
