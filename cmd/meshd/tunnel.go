@@ -32,7 +32,7 @@ func tunnelCmd(g *globals) *cobra.Command {
 peer) and records the take: the tunnel's port becomes NODE's mesh.tunnel setting, its range the
 record's range, its address the hub's, and its peers are carried as peers of the tunnel (not nodes)
 until they enrol, each keeping its address. Then NODE's host stops IFACE without flushing it (its
-wg-quick file stays on disk byte for byte; its wg-quick@ unit is disabled) and raises the mesh's
+wg-quick file stays on disk byte for byte; its wg-quick@ unit is masked) and raises the mesh's
 interface under IFACE's own name, so every firewall rule, PostUp leftover and resolver that names
 IFACE keeps working. It carries what the live device and link have, not only the file: the key,
 the port as it listens, every address (IPv4 and IPv6), each peer's preshared key, allowed IPs,

@@ -188,9 +188,10 @@ type Config struct {
 //     records the takeover in the record store, before anything stops;
 //   - wg.Takeover prepares the mesh's interface beside the found one, deletes the found link
 //     (never flushed: its wg-quick file stays on disk byte for byte, held like any found file),
-//     and brings the mesh's up with the found key, port, address and peers;
-//   - it disables the found interface's wg-quick@ unit (the target.wants links under
-//     /etc/systemd/system), so a reboot does not raise it again.
+//     and brings the mesh's up under the found name with the found key, port, addresses, peers
+//     and what wg.Keep keeps (sealed beside the key, laid over the record on every pass);
+//   - it disables and masks the found interface's wg-quick@ unit (disableUnits), so neither a
+//     reboot nor a `systemctl start` raises it again.
 //
 // On a node with no found tunnel to take over, the sealed key is the one `meshd join` made there
 // (only its public key is in the record).
