@@ -3,8 +3,11 @@ package tunnel
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"meshd/host/hosttest"
 )
 
 // The found interface's unit is disabled and masked, its unit file and wg-quick file kept byte
@@ -54,5 +57,22 @@ func TestUnitTheFoundUnitIsMasked(t *testing.T) {
 	err := d.disableUnits("wg1")
 	if err == nil || !strings.Contains(err.Error(), "etc/systemd/system/wg-quick@wg1.service") || !strings.Contains(err.Error(), "unit file of its own") {
 		t.Errorf("a real unit file at the mask's path: %v, want a refusal naming it", err)
+	}
+}
+
+// A unit file of its own at the mask's path refuses the takeover before anything stops: the found
+// interface still carries the peers, and the refusal names the file.
+func TestUnitAnUnmaskableUnitRefusesTheTakeover(t *testing.T) {
+	b := newTestBed(t)
+	own := filepath.Join(b.root, "etc/systemd/system/wg-quick@wg0.service")
+	if err := os.WriteFile(own, []byte("[Service]\nExecStart=/usr/bin/wg-quick up wg0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := b.host().Reconcile(hosttest.Ctx(t), b.decl)
+	if len(rep.Errors) == 0 || !strings.Contains(rep.Errors[0].Reason, own) {
+		t.Fatalf("errors %+v: want a refusal naming %s", rep.Errors, own)
+	}
+	if slices.Contains(b.wg.ops, "stop wg0") || !b.wg.links["wg0"].up {
+		t.Fatalf("ops %v: the found wg0 was stopped", b.wg.ops)
 	}
 }

@@ -422,6 +422,9 @@ func (d *Driver) takeover(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 	case f.Address() != cfg.Address:
 		return fmt.Errorf("not taking %s over: its address is %s, the record says %s", found, f.Address(), cfg.Address)
 	}
+	if err := d.maskable(found); err != nil {
+		return fmt.Errorf("not taking %s over: %w", found, err)
+	}
 	cfg.PrivateKey = f.PrivateKey
 	kept := wg.Keep(f)
 	seen := map[wgtypes.Key]netip.AddrPort{}
@@ -513,17 +516,11 @@ func (d *Driver) disableUnits(found string) error {
 		d.log.Info("disabled the found tunnel's unit", "link", l)
 	}
 	mask := filepath.Join(d.root, "etc/systemd/system", unit)
-	switch target, err := os.Readlink(mask); {
-	case err == nil && target == "/dev/null":
+	if target, err := os.Readlink(mask); err == nil && target == "/dev/null" {
 		return nil // masked already
-	case err == nil:
-		return fmt.Errorf("masking %s: %s is a link to %s, not a unit meshd can mask in place; remove it, then the next pass masks the unit", unit, mask, target)
-	case errors.Is(err, fs.ErrNotExist):
-	default:
-		if _, serr := os.Lstat(mask); serr == nil {
-			return fmt.Errorf("masking %s: %s is a unit file of its own (copied and edited?); move it aside, then the next pass masks the unit", unit, mask)
-		}
-		return fmt.Errorf("masking %s: %w", unit, err)
+	}
+	if err := d.maskable(found); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(mask), 0o755); err != nil {
 		return fmt.Errorf("masking %s: %w", unit, err)
@@ -538,6 +535,27 @@ func (d *Driver) disableUnits(found string) error {
 		}
 	}
 	return nil
+}
+
+// maskable refuses a found unit meshd cannot mask in place: something of its own at
+// /etc/systemd/system/wg-quick@FOUND.service (a unit file copied there and edited, or a link
+// elsewhere). A takeover checks it before anything stops.
+func (d *Driver) maskable(found string) error {
+	unit := "wg-quick@" + found + ".service"
+	mask := filepath.Join(d.root, "etc/systemd/system", unit)
+	target, err := os.Readlink(mask)
+	switch {
+	case err == nil && target == "/dev/null":
+		return nil
+	case err == nil:
+		return fmt.Errorf("masking %s: %s is a link to %s, not a unit meshd can mask in place; remove it, then take the tunnel over", unit, mask, target)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	}
+	if _, serr := os.Lstat(mask); serr == nil {
+		return fmt.Errorf("masking %s: %s is a unit file of its own (copied and edited?); move it aside, then take the tunnel over", unit, mask)
+	}
+	return fmt.Errorf("masking %s: %w", unit, err)
 }
 
 // state reads which of the three states the node is in, and the peers as the device has them.
