@@ -145,7 +145,7 @@ func takeSpokeTunnelOf(ctx context.Context, t *testing.T, l *lab.Lab, hub, p *la
 			err = fmt.Errorf("%s's wg0 (the mesh's now) has key %s, want its found %s", p.Name, pub, key)
 		}
 		if err == nil {
-			if out, lerr := p.Exec(ctx, "ip", "link", "show", lab.TunnelIface); lerr == nil {
+			if out, found := foundLink(ctx, p); found {
 				err = fmt.Errorf("%s's found interface is still there: %s", p.Name, out)
 			}
 		}

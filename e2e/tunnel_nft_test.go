@@ -126,7 +126,7 @@ func TestTunnelOnAnNftablesHub(t *testing.T) {
 				err = fmt.Errorf("peer1's meshd0 has key %s, want its found %s", pub, p1Key)
 			}
 			if err == nil {
-				if out, lerr := peer1.Exec(ctx, "ip", "link", "show", lab.TunnelIface); lerr == nil {
+				if out, found := foundLink(ctx, peer1); found {
 					err = fmt.Errorf("peer1's found interface is still there: %s", out)
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/wg"
 )
 
 // tunnelShow reads `meshd tunnel show --json` on m; the error is the command's (non-zero in the
@@ -119,7 +120,7 @@ func linkIndex(ctx context.Context, m *lab.Machine, name string) (string, error)
 // mesh's interface is up with the found key, port and address.
 func checkTakenOver(ctx context.Context, t *testing.T, hub *lab.Machine, foundKey string, confBefore []byte) {
 	t.Helper()
-	if out, err := hub.Exec(ctx, "ip", "link", "show", lab.TunnelIface); err == nil {
+	if out, found := foundLink(ctx, hub); found {
 		t.Errorf("the found interface is still there: %s", out)
 	}
 	if now, err := hub.ReadFile(ctx, "/etc/wireguard/"+lab.TunnelIface+".conf"); err != nil || string(now) != string(confBefore) {
@@ -314,4 +315,12 @@ func waitMeshUp(ctx context.Context, t *testing.T, m *lab.Machine, within time.D
 	}); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// foundLink says whether m has a wg0 that is not meshd's: the found interface, still there or
+// raised again. The mesh's interface took the name (fsm.NodeInterface); meshd's link carries its
+// alias (wg.SetAlias).
+func foundLink(ctx context.Context, m *lab.Machine) (string, bool) {
+	out, err := m.Exec(ctx, "ip", "-d", "link", "show", lab.TunnelIface)
+	return out, err == nil && !strings.Contains(out, "alias "+wg.SetAlias)
 }
