@@ -47,7 +47,11 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		return
 	default:
 		var err error
-		if take, err = setup.ReadFoundTunnel(in.Node, in.Interface); err != nil {
+		take, err = setup.ReadFoundTunnel(in.Node, in.Interface)
+		if merr := setup.TunnelManaged(req.Context(), in.Interface, int(in.Requested.Port), s.cfg.DockerHost); merr != nil {
+			err = merr // refused before the take is recorded; the hub's driver asks again before it stops anything
+		}
+		if err != nil {
 			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: %v", in.Node, err)})
 			return
 		}
