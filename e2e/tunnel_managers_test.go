@@ -36,14 +36,14 @@ func TestTakeoverRefusesANetworkdInterface(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, extra := range [][]string{{"--dry-run"}, nil} {
-		args := hubGenesis(append([]string{"--adopted", "--take-tunnel", lab.TunnelIface}, extra...)...)
+		args := hubGenesis(append([]string{"--adopted", "--take-tunnel", lab.TunnelIface, "--port", "registry=5001"}, extra...)...)
 		out, err := meshd(ctx, hub, args...)
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 			t.Fatalf("meshd %s: %v, want exit 1\n%s", strings.Join(args, " "), err, out)
 		}
 		t.Logf("meshd %s:\n%s", strings.Join(args, " "), out)
-		for _, w := range []string{"tunnel.manager", lab.TunnelIface + " is managed by systemd-networkd", netdev, "networkctl reload", "then take it over"} {
+		for _, w := range []string{"1 problem(s) found", "tunnel.manager", lab.TunnelIface + " is managed by systemd-networkd", netdev, "networkctl reload", "then take it over"} {
 			if !strings.Contains(out, w) {
 				t.Errorf("meshd %s does not say %q:\n%s", strings.Join(args, " "), w, out)
 			}
