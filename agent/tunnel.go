@@ -116,7 +116,7 @@ func tunnelViewOf(r *fsm.Record, rep *report.Report, from string) api.TunnelView
 	var det report.TunnelDetail
 	if rep != nil && api.DecodeInto(rep.Kinds[fsm.KindTunnel], &det) {
 		v.State, v.Says, v.Reason = det.State, det.Says, det.Reason
-		v.Interface, v.Fields = det.Interface, det.Fields
+		v.Interface, v.Fields, v.FoundUnit = det.Interface, det.Fields, det.FoundUnit
 		v.ReportAt, v.ReportFrom = rep.When, from
 		seen := map[string]report.TunnelPeer{}
 		for _, p := range det.Peers {

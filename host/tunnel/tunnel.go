@@ -314,6 +314,7 @@ func (d *Driver) Reconcile(ctx context.Context, ps pass.Pass) pass.Outcome {
 		fail(err)
 	}
 	d.state(t, &det)
+	det.FoundUnit = d.foundUnit(t.Takeover)
 	if det.State == report.TunnelDark && len(out.Errors) == 0 {
 		fail(fmt.Errorf("%s", det.Says))
 	}
