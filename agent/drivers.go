@@ -40,7 +40,7 @@ func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 		return nil, err
 	}
 	tcfg := tunnel.Config{Keys: tunnel.SealedKey{Path: tunnel.KeyPath(cfg.DataDir), Seal: seal},
-		Logger: log.With("part", "tunnel")}
+		Logger: log.With("part", "tunnel"), DockerHost: cfg.DockerHost}
 	if exe, err := os.Executable(); err == nil {
 		tcfg.Device = wg.DeviceCommand{Path: exe, Args: []string{"tunnel-device"},
 			LogFile: filepath.Join(cfg.DataDir, "tunnel-device.log")}.Spawn

@@ -47,7 +47,11 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		return
 	default:
 		var err error
-		if take, err = setup.ReadFoundTunnel(in.Node, in.Interface); err != nil {
+		take, err = setup.ReadFoundTunnel(in.Node, in.Interface)
+		if merr := setup.TunnelManaged(req.Context(), in.Interface, int(in.Requested.Port), s.cfg.DockerHost); merr != nil {
+			err = merr // refused before the take is recorded; the hub's driver asks again before it stops anything
+		}
+		if err != nil {
 			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: %v", in.Node, err)})
 			return
 		}
@@ -112,7 +116,7 @@ func tunnelViewOf(r *fsm.Record, rep *report.Report, from string) api.TunnelView
 	var det report.TunnelDetail
 	if rep != nil && api.DecodeInto(rep.Kinds[fsm.KindTunnel], &det) {
 		v.State, v.Says, v.Reason = det.State, det.Says, det.Reason
-		v.Interface, v.Fields = det.Interface, det.Fields
+		v.Interface, v.Fields, v.FoundUnit = det.Interface, det.Fields, det.FoundUnit
 		v.ReportAt, v.ReportFrom = rep.When, from
 		seen := map[string]report.TunnelPeer{}
 		for _, p := range det.Peers {

@@ -41,6 +41,9 @@ type TunnelView struct {
 	// Fields put the found interface the hub took over beside its mesh interface as it runs,
 	// field by field, from its report; empty where nothing was taken over.
 	Fields []report.TunnelField `json:"fields,omitempty"`
+	// FoundUnit is the found interface's wg-quick@ unit on the hub, from its report (masked once
+	// taken over); "" when the hub has not said.
+	FoundUnit string `json:"found_unit,omitempty"`
 }
 
 // TunnelPeer is one peer of the tunnel: carried (not a node yet) or enrolled (a node now), with

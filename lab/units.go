@@ -160,7 +160,8 @@ var NotifyTimeout = 90 * time.Second
 // it stays one body.
 func (m *Machine) startUnit(ctx context.Context, name string, noBlock bool) error {
 	if m.UnitMasked(ctx, name) {
-		return fmt.Errorf("%s: unit %s is masked (/etc/systemd/system/%s is a link to /dev/null)", m.Name, name, name)
+		// systemctl's own words, so a test reads the refusal a real machine prints
+		return fmt.Errorf("%s: Failed to start %s: Unit %s is masked. (/etc/systemd/system/%s is a link to /dev/null)", m.Name, name, name, name)
 	}
 	u, err := m.readUnit(ctx, name)
 	if err != nil {

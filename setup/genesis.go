@@ -106,6 +106,10 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	var take *fsm.TunnelTake
 	if opts.TakeTunnel != "" {
 		if take, err = genesisTake(opts, settings); err != nil {
+			// Not on this machine (a container's), or unreadable: what manages it says why.
+			if fs := tunnelManagerFindings(context.Background(), opts.TakeTunnel, settings, opts.DockerHost); hasError(fs) {
+				return nil, &PreflightError{Findings: fs}
+			}
 			return nil, err
 		}
 		settings[catalogue.MeshModule+".tunnel"] = strconv.Itoa(int(take.Port))

@@ -294,6 +294,12 @@ func preflight(ctx context.Context, in preflightInput) []api.Finding {
 		}
 	}
 
+	// What else manages the found tunnel taken over or presented (networkd, NetworkManager, a
+	// container): refused like a firewall meshd does not speak.
+	if in.TakeTunnel != "" {
+		out = append(out, tunnelManagerFindings(ctx, in.TakeTunnel, in.Settings, in.DockerHost)...)
+	}
+
 	// The firewall found on the machine.
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	found, ferr := netfilter.Detect(dctx, netfilter.Env{})

@@ -193,7 +193,7 @@ func printTunnelView(w io.Writer, v api.TunnelView, now time.Time) {
 	fmt.Fprintf(w, "hub\t%s %s port %d\n", v.Hub, v.HubAddress, v.Port)
 	if v.Taken != "" {
 		fmt.Fprintf(w, "taken over\t%s\n", v.Taken)
-		fmt.Fprintf(w, "found unit\twg-quick@%[1]s masked on %[2]s; to raise it again by hand once the mesh's %[1]s is gone: systemctl unmask wg-quick@%[1]s && systemctl enable --now wg-quick@%[1]s\n", v.Taken, v.Hub)
+		fmt.Fprintf(w, "found unit\t%s\n", foundUnitLine(v.Taken, v.Hub, v.FoundUnit))
 	}
 	state := v.State
 	if state == "" {

@@ -26,7 +26,17 @@ type TunnelDetail struct {
 	// Fields put the found interface a takeover kept beside the mesh's interface as it runs,
 	// field by field (wg.Kept.Match); empty where nothing was taken over.
 	Fields []TunnelField `json:"fields,omitempty"`
+	// FoundUnit is the found interface's wg-quick@ unit as the machine has it: FoundUnitMasked
+	// (the takeover's), FoundUnitDisabled, FoundUnitEnabled; empty where nothing is found.
+	FoundUnit string `json:"found_unit,omitempty"`
 }
+
+// What a found interface's wg-quick@ unit is (TunnelDetail.FoundUnit).
+const (
+	FoundUnitMasked   = "masked"
+	FoundUnitDisabled = "disabled"
+	FoundUnitEnabled  = "enabled"
+)
 
 // TunnelField is one field of the found interface beside the mesh's (a preshared key says only
 // "set" or "none").

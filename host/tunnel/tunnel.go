@@ -20,6 +20,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"meshd/container"
 	"meshd/fsm"
 	"meshd/host/pass"
 	"meshd/host/report"
@@ -177,6 +178,8 @@ type Config struct {
 	// embeds wireguard-go in the agent, where it dies with the agent.
 	Device func(ctx context.Context, name string, mtu int) error
 	Logger *slog.Logger
+	// DockerHost is the Docker engine a takeover looks for a WireGuard container on (Managers).
+	DockerHost string
 }
 
 // Driver raises the mesh's WireGuard interface from the declaration's Tunnel section, or on
@@ -225,6 +228,8 @@ type Driver struct {
 	crasher  *pass.Crasher // pass.CrashEnv's point (the tunnel.* crash points); reaches nothing in production
 	// keptCache is the kept found interface once read (it changes only at a takeover).
 	keptCache *wg.Kept
+	// containers lists the machine's containers for refuseManaged; nil (the unit tests) looks at none.
+	containers func(context.Context) ([]container.Running, error)
 }
 
 // kept is the kept found interface, read once.
@@ -260,7 +265,9 @@ type heardMark struct {
 
 // New returns the tunnel driver; nothing happens until the first Reconcile.
 func New(cfg Config) *Driver {
-	return newDriver(cfg, wgMachine{spawn: cfg.Device, log: cfg.Logger}, cfg.Keys)
+	d := newDriver(cfg, wgMachine{spawn: cfg.Device, log: cfg.Logger}, cfg.Keys)
+	d.containers = containersAt(cfg.DockerHost)
+	return d
 }
 
 func newDriver(cfg Config, m machine, keys keyStore) *Driver {
@@ -307,6 +314,7 @@ func (d *Driver) Reconcile(ctx context.Context, ps pass.Pass) pass.Outcome {
 		fail(err)
 	}
 	d.state(t, &det)
+	det.FoundUnit = d.foundUnit(t.Takeover)
 	if det.State == report.TunnelDark && len(out.Errors) == 0 {
 		fail(fmt.Errorf("%s", det.Says))
 	}
@@ -423,6 +431,9 @@ func (d *Driver) takeover(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 		return fmt.Errorf("not taking %s over: its address is %s, the record says %s", found, f.Address(), cfg.Address)
 	}
 	if err := d.maskable(found); err != nil {
+		return fmt.Errorf("not taking %s over: %w", found, err)
+	}
+	if err := d.refuseManaged(ctx, f); err != nil {
 		return fmt.Errorf("not taking %s over: %w", found, err)
 	}
 	cfg.PrivateKey = f.PrivateKey
