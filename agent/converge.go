@@ -157,14 +157,14 @@ func (s *serverRole) postAdopt(w http.ResponseWriter, req *http.Request) {
 // flipCheck is how often the leader looks for a pending flip its node reports done.
 const flipCheck = 250 * time.Millisecond
 
-// finishFlips is the leader's part of every flip: once a node's report says it carried out its
-// pending flip (the one recorded at that time, to that mode), the node is recorded in that mode.
-// A leader that changes mid-way leaves the intent in the record; the next leader finishes it.
-func (s *serverRole) finishFlips(ctx context.Context) {
+// leaderEvery runs fn every interval while this server leads, once its record has caught up
+// with the log: the shape of each of the leader's own loops (finishing flips, recording host
+// events). It returns when ctx ends.
+func (s *serverRole) leaderEvery(ctx context.Context, interval time.Duration, fn func()) {
 	if err := s.raft.WaitCaughtUp(ctx); err != nil {
 		return
 	}
-	t := time.NewTicker(flipCheck)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -172,9 +172,17 @@ func (s *serverRole) finishFlips(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !s.raft.IsLeader() {
-			continue
+		if s.raft.IsLeader() {
+			fn()
 		}
+	}
+}
+
+// finishFlips is the leader's part of every flip: once a node's report says it carried out its
+// pending flip (the one recorded at that time, to that mode), the node is recorded in that mode.
+// A leader that changes mid-way leaves the intent in the record; the next leader finishes it.
+func (s *serverRole) finishFlips(ctx context.Context) {
+	s.leaderEvery(ctx, flipCheck, func() {
 		var pending []fsm.FlipDone
 		s.fsm.Read(func(r *fsm.Record, _ uint64) {
 			for _, name := range r.NodeNames() {
@@ -194,5 +202,5 @@ func (s *serverRole) finishFlips(ctx context.Context) {
 			}
 			s.log.Info("node flipped", "node", p.Node, "mode", p.To)
 		}
-	}
+	})
 }

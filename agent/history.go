@@ -119,20 +119,7 @@ const hostEventsCheck = time.Second
 // recordHostEvents is the leader's loop: each node whose report's conditions are not those the
 // record holds gets them committed.
 func (s *serverRole) recordHostEvents(ctx context.Context) {
-	if err := s.raft.WaitCaughtUp(ctx); err != nil {
-		return
-	}
-	t := time.NewTicker(hostEventsCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if !s.raft.IsLeader() {
-			continue
-		}
+	s.leaderEvery(ctx, hostEventsCheck, func() {
 		reports := s.metricReports()
 		var due []fsm.HostEvents
 		s.fsm.Read(func(r *fsm.Record, _ uint64) {
@@ -152,7 +139,7 @@ func (s *serverRole) recordHostEvents(ctx context.Context) {
 				s.log.Warn("record host events", "node", h.Node, "err", err)
 			}
 		}
-	}
+	})
 }
 
 // postHistoryKeep serves `meshd history keep`: the history's bounds, committed.
