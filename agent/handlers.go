@@ -269,8 +269,9 @@ func (s *serverRole) moduleAction(w http.ResponseWriter, req *http.Request) {
 	api.WriteJSON(w, http.StatusOK, v)
 }
 
-// getDeclaration serves a node's declaration. With ?index=N it blocks until the record has moved
-// past N (or ?wait= passes, default 5 minutes), so a node learns of a change at once.
+// getDeclaration serves a node's declaration. With ?index=N it blocks until the node's declaration
+// may differ from the one the caller holds at N (or ?wait= passes, default 5 minutes), so a node
+// learns of a change at once and is not woken by writes that leave it alone (history, reports).
 func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
 	if q := req.URL.Query().Get("index"); q != "" {
@@ -287,7 +288,7 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 			}
 		}
 		ctx, cancel := context.WithTimeout(req.Context(), wait)
-		s.fsm.Wait(ctx, index)
+		s.waitDeclaration(ctx, name, index)
 		cancel()
 	}
 	var v api.DeclarationView
@@ -307,6 +308,31 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 	}
 	w.Header().Set(api.HeaderIndex, strconv.FormatUint(v.Index, 10))
 	api.WriteJSON(w, http.StatusOK, v)
+}
+
+// waitDeclaration returns at once when the record is already past index (the caller may have
+// missed a change); otherwise it waits until a write changes the node's composed declaration.
+func (s *serverRole) waitDeclaration(ctx context.Context, name string, index uint64) {
+	compose := func() (b []byte, cur uint64) {
+		s.fsm.Read(func(r *fsm.Record, i uint64) {
+			cur = i
+			if d, err := fsm.Compose(r, name); err == nil {
+				b, _ = json.Marshal(d)
+			}
+		})
+		return b, cur
+	}
+	base, cur := compose()
+	if cur > index {
+		return
+	}
+	for ctx.Err() == nil {
+		s.fsm.Wait(ctx, cur)
+		var now []byte
+		if now, cur = compose(); !bytes.Equal(now, base) {
+			return
+		}
+	}
 }
 
 func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {

@@ -425,11 +425,21 @@ func TestCLISnapshot(t *testing.T) {
 	}
 }
 
-// The watch: a blocking declaration query returns as soon as the record changes.
+// The watch: a blocking declaration query returns as soon as the node's declaration changes, and
+// a write that leaves it alone (history's settings here) does not wake it.
 func TestDeclarationWatch(t *testing.T) {
 	n := newNode(t)
 	n.genesis("--adopted")
 	n.startAgent()
+	// The agent's first report lands in the history a moment after start; wait for it so the
+	// index taken below is the record's quiet one.
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(n.ok("history", "--json"), `"history.host"`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent's first host report never reached the history")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	var v struct{ Index uint64 }
 	out := n.ok("status", "--json")
 	_ = json.Unmarshal([]byte(out), &v)
@@ -438,10 +448,12 @@ func TestDeclarationWatch(t *testing.T) {
 		o, _, _ := n.run("declaration", "hub", "--wait-index", fmt.Sprint(v.Index), "--json")
 		done <- o
 	}()
+	time.Sleep(300 * time.Millisecond) // let the watch reach the server before the next write
+	n.ok("history", "keep", "--count", "1000")
 	select {
 	case o := <-done:
-		t.Fatalf("watch returned before any change: %s", o)
-	case <-time.After(300 * time.Millisecond):
+		t.Fatalf("watch returned on a write that left the declaration alone: %s", o)
+	case <-time.After(500 * time.Millisecond):
 	}
 	n.ok("module", "assign", "hub", "webapp")
 	select {

@@ -498,7 +498,8 @@ func declarationCmd(g *globals) *cobra.Command {
 modules, and every resource of its assigned modules with the node's settings filled in. A resource
 marked taken converges; one not taken is only prepared (what is found is held).
 
---wait-index N blocks until the record has moved past index N, the way a node watches.`,
+--wait-index N blocks until this node's declaration changes after index N, the way a node
+watches (writes that leave it alone, such as history, do not wake it).`,
 		Args: exactArgs("NODE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
@@ -532,7 +533,7 @@ marked taken converges; one not taken is only prepared (what is found is held).
 			})
 		},
 	}
-	cmd.Flags().Uint64Var(&index, "wait-index", 0, "block until the record moves past this index")
+	cmd.Flags().Uint64Var(&index, "wait-index", 0, "block until the declaration changes after this index")
 	return cmd
 }
 
