@@ -307,7 +307,20 @@ func (m *Machine) Stop(ctx context.Context) error {
 	if err := killAll(ctx, m.matcher(), "machine "+m.Name); err != nil {
 		return err
 	}
+	// What a power cycle loses: every firewall rule (nft, and legacy iptables beside it, with
+	// the chains' policies back to ACCEPT), every policy rule but the kernel's three, every link
+	// but the two the lab wires, addresses, routes, conntrack and forwarding sysctls.
 	clear := `nft flush ruleset 2>/dev/null || true
+for x in iptables-legacy ip6tables-legacy; do
+  command -v $x >/dev/null || continue
+  for t in filter nat mangle raw; do $x -t $t -F 2>/dev/null; $x -t $t -X 2>/dev/null; done
+  for c in INPUT FORWARD OUTPUT; do $x -P $c ACCEPT 2>/dev/null; done
+done
+for f in -4 -6; do
+  ip $f rule flush 2>/dev/null || true
+  ip $f rule add priority 32766 table main 2>/dev/null || true
+done
+ip -4 rule add priority 32767 table default 2>/dev/null || true
 for l in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1); do
   case "$l" in lo|eth0) ;; *) ip link del "$l" 2>/dev/null || true ;; esac
 done
@@ -316,6 +329,7 @@ ip link set eth0 down
 ip route flush table main
 conntrack -F >/dev/null 2>&1 || true
 sysctl -qw net.ipv4.ip_forward=0
+sysctl -qw net.ipv6.conf.all.forwarding=0 net.ipv4.conf.all.src_valid_mark=0 2>/dev/null || true
 `
 	cmd := exec.CommandContext(ctx, "nsenter", "--net="+m.Netns(), "--", "/bin/sh", "-c", clear)
 	cmd.Env = machineEnv()
