@@ -35,6 +35,8 @@ type Found struct {
 	// one per allowed IP in the main table, or its own table for a default route; none with
 	// Table = off). The kernel's own routes (an address's prefix) are not among them.
 	Routes []Route
+	// Rules are the policy rules that lead into the link's own routing tables (tableRules).
+	Rules []Rule
 	// Ours says the link is a device meshd configured (its alias is SetAlias): under the found
 	// interface's own name, the mesh's interface and a found one raised again by hand differ
 	// only there.
@@ -94,6 +96,13 @@ func Discover(iface, quickDir string) (*Found, error) {
 		return nil, fmt.Errorf("discovering WireGuard interface %s: %w", iface, err)
 	}
 	if f.Routes, err = linkRoutes(link); err != nil {
+		return nil, fmt.Errorf("discovering WireGuard interface %s: %w", iface, err)
+	}
+	var tables []int
+	for _, r := range f.Routes {
+		tables = append(tables, r.Table)
+	}
+	if f.Rules, err = tableRules(tables); err != nil {
 		return nil, fmt.Errorf("discovering WireGuard interface %s: %w", iface, err)
 	}
 

@@ -34,6 +34,8 @@ type Config struct {
 	// Routes are routes installed through the interface as they are (a found interface's, see
 	// Kept), in any table, beside those derived from the peers' allowed IPs.
 	Routes []Route
+	// Rules are policy rules put back as they were found (a full tunnel's into its table).
+	Rules []Rule
 	// AsFound are allowed IPs that get no derived route: they came from a found interface,
 	// whose routes (Routes) say how they are routed.
 	AsFound []netip.Prefix
@@ -310,7 +312,10 @@ func (i *Interface) syncRoutes(peers []Peer) error {
 			return fmt.Errorf("routing %s through %s: %w", p, i.cfg.Name, err)
 		}
 	}
-	return installRoutes(i.link, i.cfg.Routes)
+	if err := installRoutes(i.link, i.cfg.Routes); err != nil {
+		return err
+	}
+	return installRules(i.cfg.Rules)
 }
 
 // Close takes the interface down and away: the embedded device closes its TUN (which removes the

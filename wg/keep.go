@@ -34,8 +34,16 @@ type Kept struct {
 	// Addresses are every address of the found link, IPv4 and IPv6.
 	Addresses []netip.Prefix `json:"addresses,omitempty"`
 	// Routes are the routes through the found link its owner installed, every table.
-	Routes []Route    `json:"routes,omitempty"`
-	Peers  []KeptPeer `json:"peers,omitempty"`
+	Routes []Route `json:"routes,omitempty"`
+	// Rules are the policy rules into the found link's own tables (a full tunnel's).
+	Rules []Rule     `json:"rules,omitempty"`
+	Peers []KeptPeer `json:"peers,omitempty"`
+	// Hooks are the found wg-quick file's PreUp/PostUp/PreDown/PostDown lines, which meshd runs
+	// where wg-quick would have: PreUp and PostUp each time it raises the interface anew (a boot).
+	Hooks Hooks `json:"hooks,omitzero"`
+	// Tables are wg-quick's own nftables tables for the found interface (ReadQuickTables), put
+	// back when the interface is raised anew.
+	Tables []QuickTable `json:"wg_quick_tables,omitempty"`
 }
 
 // KeptPeer is what the found device had for one peer.
@@ -102,7 +110,10 @@ func ReadKept(b []byte) (Kept, error) {
 // Keep is what a takeover of f carries beyond the record.
 func Keep(f *Found) Kept {
 	pub := f.PrivateKey.PublicKey()
-	k := Kept{Name: f.Name, PublicKey: pub, PublicText: pub.String(), ListenPort: f.ListenPort, MTU: f.MTU, FwMark: f.FwMark, Addresses: slices.Clone(f.Addresses), Routes: slices.Clone(f.Routes)}
+	k := Kept{Name: f.Name, PublicKey: pub, PublicText: pub.String(), ListenPort: f.ListenPort, MTU: f.MTU, FwMark: f.FwMark, Addresses: slices.Clone(f.Addresses), Routes: slices.Clone(f.Routes), Rules: slices.Clone(f.Rules)}
+	if f.File != nil {
+		k.Hooks = f.File.Hooks
+	}
 	for _, p := range f.Peers {
 		k.Peers = append(k.Peers, KeptPeer{PublicKey: p.PublicKey, PresharedKey: p.PresharedKey,
 			AllowedIPs: slices.Clone(p.AllowedIPs), Keepalive: p.Keepalive, Endpoint: p.Endpoint})
@@ -128,6 +139,7 @@ func (k Kept) Apply(cfg Config) Config {
 		}
 	}
 	cfg.Routes = slices.Clone(k.Routes)
+	cfg.Rules = slices.Clone(k.Rules)
 	byKey := make(map[wgtypes.Key]KeptPeer, len(k.Peers))
 	for _, p := range k.Peers {
 		byKey[p.PublicKey] = p
@@ -205,6 +217,33 @@ func (k Kept) Match(mesh *Found) []Field {
 		sameRoutes = sameRoutes && haveRoute(r)
 	}
 	add("routes", listText(routes(k.Routes)), listText(routes(mesh.Routes)), sameRoutes)
+	rules := func(rs []Rule) []string {
+		var s []string
+		for _, r := range rs {
+			s = append(s, r.String())
+		}
+		return s
+	}
+	sameRules := true
+	for _, r := range k.Rules {
+		sameRules = sameRules && slices.ContainsFunc(mesh.Rules, func(m Rule) bool {
+			return m.Family == r.Family && m.Table == r.Table && m.Mark == r.Mark && m.Invert == r.Invert && m.SuppressPrefixlen == r.SuppressPrefixlen
+		})
+	}
+	if len(k.Rules) > 0 {
+		add("policy rules", listText(rules(k.Rules)), listText(rules(mesh.Rules)), sameRules)
+	}
+	if len(k.Tables) > 0 {
+		var names []string
+		for _, t := range k.Tables {
+			names = append(names, t.String())
+		}
+		add("wg-quick tables", listText(names), "kept, put back when meshd raises "+mesh.Name, true)
+	}
+	if !k.Hooks.Empty() {
+		n := len(k.Hooks.PreUp) + len(k.Hooks.PostUp)
+		add("hooks (PreUp, PostUp)", fmt.Sprintf("%d lines, run by wg-quick at up", n), fmt.Sprintf("%d lines, run by meshd when it raises %s", n, mesh.Name), true)
+	}
 	meshPeers := map[wgtypes.Key]PeerStatus{}
 	for _, p := range mesh.Peers {
 		meshPeers[p.PublicKey] = p
@@ -225,10 +264,30 @@ func (k Kept) Match(mesh *Found) []Field {
 	return out
 }
 
+// Preview is what a takeover of f will raise beside what f is, field by field, before anything
+// stops: the record's part as a take records it (the key, port and IPv4 address, each peer with
+// its addresses in the tunnel's range and its endpoint) with Keep(f) laid over it, as the
+// driver raises it. What the preflights list; a field that differs is one meshd cannot carry.
+func Preview(f *Found) []Field {
+	cfg := Config{Name: f.Name, PrivateKey: f.PrivateKey, ListenPort: f.ListenPort, Address: f.Address()}
+	rng := f.Range()
+	for _, p := range f.Peers {
+		var in []netip.Prefix
+		for _, a := range p.AllowedIPs {
+			if rng.IsValid() && a.Addr().Is4() == rng.Addr().Is4() && a.Bits() >= rng.Bits() && rng.Contains(a.Addr()) {
+				in = append(in, a)
+			}
+		}
+		cfg.Peers = append(cfg.Peers, Peer{PublicKey: p.PublicKey, AllowedIPs: in, Endpoint: p.Endpoint})
+	}
+	k := Keep(f)
+	return k.Match(ConfigView(k.Apply(cfg)))
+}
+
 // ConfigView is cfg as Discover would read the interface it raises: what a preview compares.
 func ConfigView(cfg Config) *Found {
 	f := &Found{Name: cfg.Name, PrivateKey: cfg.PrivateKey, ListenPort: cfg.ListenPort, MTU: cfg.MTU, FwMark: cfg.FwMark,
-		Addresses: append([]netip.Prefix{cfg.Address}, cfg.MoreAddresses...), Routes: slices.Clone(cfg.Routes)}
+		Addresses: append([]netip.Prefix{cfg.Address}, cfg.MoreAddresses...), Routes: slices.Clone(cfg.Routes), Rules: slices.Clone(cfg.Rules)}
 	if f.MTU == 0 {
 		f.MTU = 1420
 	}

@@ -20,6 +20,11 @@ func realHub(t *testing.T) (*Found, Config) {
 			{Dst: netip.MustParsePrefix("10.88.1.0/24"), Table: MainTable, Scope: 253},
 			{Dst: netip.MustParsePrefix("0.0.0.0/0"), Table: 51820, Scope: 253},
 		},
+		Rules: []Rule{
+			{Family: 2, Table: 51820, Mark: 51820, Invert: true, SuppressPrefixlen: -1},
+			{Family: 2, Table: MainTable, SuppressPrefixlen: 0},
+		},
+		File: &QuickFile{Hooks: Hooks{PostUp: []string{"iptables -A FORWARD -i %i -j ACCEPT"}}},
 		Peers: []PeerStatus{
 			{Peer: Peer{PublicKey: p1.PublicKey(), PresharedKey: psk1, Keepalive: 15 * time.Second, Endpoint: netip.MustParseAddrPort("198.51.100.2:44755"),
 				AllowedIPs: []netip.Prefix{netip.MustParsePrefix("10.77.0.2/32"), netip.MustParsePrefix("fd77::2/128"), netip.MustParsePrefix("10.88.1.0/24")}}},
@@ -48,6 +53,9 @@ func TestKeptCarriesEveryFieldOverTheRecord(t *testing.T) {
 	}
 	if !slices.Equal(cfg.Routes, f.Routes) {
 		t.Errorf("routes %v, want the found %v", cfg.Routes, f.Routes)
+	}
+	if !slices.Equal(cfg.Rules, f.Rules) {
+		t.Errorf("policy rules %v, want the found %v", cfg.Rules, f.Rules)
 	}
 	p1, p2 := cfg.Peers[0], cfg.Peers[1]
 	if p1.PresharedKey != f.Peers[0].PresharedKey || p2.PresharedKey != f.Peers[1].PresharedKey {
@@ -103,11 +111,40 @@ func TestKeptSurvivesItsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if k.PublicKey != f.PrivateKey.PublicKey() || k.MTU != 1380 || len(k.Peers) != 2 || k.Peers[0].PresharedKey != f.Peers[0].PresharedKey ||
-		k.Peers[0].Keepalive != 15*time.Second || !slices.Equal(k.Routes, f.Routes) {
+		k.Peers[0].Keepalive != 15*time.Second || !slices.Equal(k.Routes, f.Routes) || !slices.Equal(k.Rules, f.Rules) ||
+		!slices.Equal(k.Hooks.PostUp, f.File.Hooks.PostUp) {
 		t.Errorf("read back %+v", k)
 	}
 }
 
 func containsWord(s, w string) bool {
 	return strings.Contains(s, w)
+}
+
+// The preflight's preview of a takeover lists every field of a real hub, the same on both sides:
+// the preshared keys (as set), both addresses, the site behind a peer, the policy rules and the
+// hooks meshd will run at a boot.
+func TestPreviewListsTheRealHubFieldByField(t *testing.T) {
+	f, _ := realHub(t)
+	fields := Preview(f)
+	if d := Differs(fields); len(d) > 0 {
+		t.Errorf("the preview of a real hub differs: %v", d)
+	}
+	got := map[string]Field{}
+	for _, x := range fields {
+		got[x.Field] = x
+	}
+	p1 := "peer " + f.Peers[0].PublicKey.String()
+	for name, want := range map[string]string{
+		"addresses":             "10.77.0.1/24, fd77::1/64",
+		"mtu":                   "1380",
+		p1 + " preshared key":   "set",
+		p1 + " allowed ips":     "10.77.0.2/32, fd77::2/128, 10.88.1.0/24",
+		"policy rules":          "not fwmark 0xca6c lookup 51820, lookup main suppress_prefixlength 0",
+		"hooks (PreUp, PostUp)": "1 lines, run by wg-quick at up",
+	} {
+		if got[name].Found != want {
+			t.Errorf("preview field %q: found %q, want %q", name, got[name].Found, want)
+		}
+	}
 }

@@ -24,6 +24,33 @@ type QuickFile struct {
 	ListenPort int            // 0 when the file does not say
 	PrivateKey *wgtypes.Key   // nil when the file does not say (a PostUp may set it)
 	Peers      []QuickPeer
+	// Hooks are the file's PreUp, PostUp, PreDown and PostDown lines.
+	Hooks Hooks
+}
+
+// Hooks are the commands a wg-quick file runs around its interface, one line each, in order,
+// with %i standing for the interface's name: what a forwarding hub's PostUp adds (FORWARD
+// accepts, a masquerade) lives nowhere else on the machine and is gone after a reboot unless
+// someone runs it again.
+type Hooks struct {
+	PreUp    []string `json:"pre_up,omitempty"`
+	PostUp   []string `json:"post_up,omitempty"`
+	PreDown  []string `json:"pre_down,omitempty"`
+	PostDown []string `json:"post_down,omitempty"`
+}
+
+// Empty says there is no hook at all.
+func (h Hooks) Empty() bool {
+	return len(h.PreUp)+len(h.PostUp)+len(h.PreDown)+len(h.PostDown) == 0
+}
+
+// For is the hook lines with %i replaced by iface, as wg-quick runs them.
+func For(lines []string, iface string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = strings.ReplaceAll(l, "%i", iface)
+	}
+	return out
 }
 
 // QuickPeer is one [Peer] section.
@@ -58,7 +85,7 @@ func QuickPath(dir, iface string) string { return filepath.Join(dir, iface+".con
 
 // ParseQuick reads the wg-quick format: [Interface] and [Peer] sections of Key = Value lines,
 // keys case-insensitive, '#' starting a comment, list values comma-separated and repeatable.
-// Keys meshd does not use (DNS, MTU, Table, PostUp, …) are accepted and ignored.
+// Keys meshd does not use (DNS, MTU, Table, SaveConfig, …) are accepted and ignored.
 func ParseQuick(r io.Reader) (*QuickFile, error) {
 	q := &QuickFile{}
 	section := ""
@@ -132,6 +159,14 @@ func (q *QuickFile) setInterface(key, val string) error {
 			return err
 		}
 		q.PrivateKey = &k
+	case "preup":
+		q.Hooks.PreUp = append(q.Hooks.PreUp, val)
+	case "postup":
+		q.Hooks.PostUp = append(q.Hooks.PostUp, val)
+	case "predown":
+		q.Hooks.PreDown = append(q.Hooks.PreDown, val)
+	case "postdown":
+		q.Hooks.PostDown = append(q.Hooks.PostDown, val)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,9 @@ ListenPort=51820
 privatekey = ` + priv.String() + `
 DNS = 10.77.0.53
 PostUp = echo up   # a comment after a value
+PreUp = sysctl -w net.ipv4.ip_forward=1
+postup = iptables -A FORWARD -i %i -j ACCEPT; iptables -t nat -A POSTROUTING -o eth0 -j MASQUERADE
+PostDown = iptables -D FORWARD -i %i -j ACCEPT
 
 [Peer]
 # web1
@@ -77,6 +81,14 @@ PersistentKeepalive = 25
 	}
 	if b.EndpointAddr != netip.MustParseAddrPort("198.51.100.3:51820") || b.Keepalive != 25*time.Second {
 		t.Errorf("peer 2 endpoint %v keepalive %v", b.EndpointAddr, b.Keepalive)
+	}
+	// Hooks in file order, a line each, the comment cut as wg-quick cuts it.
+	up := For(q.Hooks.PostUp, "wg0")
+	if want := []string{"echo up", "iptables -A FORWARD -i wg0 -j ACCEPT; iptables -t nat -A POSTROUTING -o eth0 -j MASQUERADE"}; !slices.Equal(up, want) {
+		t.Errorf("PostUp for wg0 = %q, want %q", up, want)
+	}
+	if len(q.Hooks.PreUp) != 1 || len(q.Hooks.PostDown) != 1 || len(q.Hooks.PreDown) != 0 {
+		t.Errorf("hooks %+v", q.Hooks)
 	}
 }
 
