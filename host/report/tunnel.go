@@ -29,6 +29,10 @@ type TunnelDetail struct {
 	// FoundUnit is the found interface's wg-quick@ unit as the machine has it: FoundUnitMasked
 	// (the takeover's), FoundUnitDisabled, FoundUnitEnabled; empty where nothing is found.
 	FoundUnit string `json:"found_unit,omitempty"`
+	// Hooks says what meshd did of wg-quick's part when it last raised the interface anew (a
+	// boot): the found file's PreUp and PostUp lines, a failing line named, and wg-quick's own
+	// nftables tables put back; empty when there was nothing to do.
+	Hooks string `json:"hooks,omitempty"`
 }
 
 // What a found interface's wg-quick@ unit is (TunnelDetail.FoundUnit).

@@ -52,6 +52,7 @@ type fakeLink struct {
 	addr  netip.Prefix
 	peers []wg.Peer
 	found bool // the predecessor's, not raised by meshd
+	file  *wg.QuickFile
 }
 
 func newFakeWG() *fakeWG {
@@ -65,7 +66,7 @@ func (f *fakeWG) Discover(iface string) (*wg.Found, error) {
 	if l == nil {
 		return nil, fmt.Errorf("discovering %s: %w", iface, fs.ErrNotExist)
 	}
-	out := &wg.Found{Name: iface, Up: l.up, PrivateKey: l.key, ListenPort: l.port, Addresses: []netip.Prefix{l.addr}}
+	out := &wg.Found{Name: iface, Up: l.up, PrivateKey: l.key, ListenPort: l.port, Addresses: []netip.Prefix{l.addr}, File: l.file}
 	for _, p := range l.peers {
 		out.Peers = append(out.Peers, f.status(p))
 	}
@@ -144,6 +145,20 @@ func (f *fakeWG) Takeover(_ context.Context, found *wg.Found, cfg wg.Config, sto
 	f.links[cfg.Name].up = true
 	f.ops = append(f.ops, "up "+cfg.Name)
 	return wg.MeshUp, &fakeMesh{f: f, name: cfg.Name}, nil
+}
+
+func (f *fakeWG) QuickTables(context.Context, string) ([]wg.QuickTable, error) { return nil, nil }
+
+func (f *fakeWG) LoadQuickTables(context.Context, []wg.QuickTable) error { return nil }
+
+func (f *fakeWG) Hook(_ context.Context, line string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ops = append(f.ops, "hook "+line)
+	if strings.Contains(line, "fail") {
+		return errors.New("exit status 1")
+	}
+	return nil
 }
 
 func (f *fakeWG) Remove(name string) error {

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +48,12 @@ type machine interface {
 	Takeover(ctx context.Context, f *wg.Found, cfg wg.Config, stopped func()) (wg.State, meshLink, error)
 	// Remove takes the mesh's own interface of that name down and away (wg.Remove).
 	Remove(name string) error
+	// Hook runs one line of a found wg-quick file's hooks, as wg-quick runs it (bash).
+	Hook(ctx context.Context, line string) error
+	// QuickTables reads wg-quick's own nftables tables for iface; LoadQuickTables puts back those
+	// the machine lacks.
+	QuickTables(ctx context.Context, iface string) ([]wg.QuickTable, error)
+	LoadQuickTables(ctx context.Context, ts []wg.QuickTable) error
 }
 
 // meshLink is the mesh's interface once raised.
@@ -68,6 +75,22 @@ func (wgMachine) LinkUp(name string) bool                  { return wg.Observe(n
 func (wgMachine) Running(name string) bool                 { return wg.Running(name) }
 func (wgMachine) Remove(name string) error                 { return wg.Remove(name) }
 func (wgMachine) FoundUp(found, mesh string) bool          { return wg.FoundIsUp(found, mesh) }
+
+func (wgMachine) QuickTables(ctx context.Context, iface string) ([]wg.QuickTable, error) {
+	return wg.ReadQuickTables(ctx, iface)
+}
+
+func (wgMachine) LoadQuickTables(ctx context.Context, ts []wg.QuickTable) error {
+	return wg.LoadQuickTables(ctx, ts)
+}
+
+func (wgMachine) Hook(ctx context.Context, line string) error {
+	out, err := exec.CommandContext(ctx, "bash", "-c", line).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
 
 func (m wgMachine) Raise(ctx context.Context, cfg wg.Config) (meshLink, error) {
 	cfg.Spawn = m.spawn
@@ -146,6 +169,8 @@ type Driver struct {
 	crasher  *pass.Crasher // pass.CrashEnv's point (the tunnel.* crash points); reaches nothing in production
 	// keptCache is the kept found interface once read (it changes only at a takeover).
 	keptCache *wg.Kept
+	// hooksRan says what the found file's hooks did when this driver last raised the interface.
+	hooksRan string
 	// containers lists the machine's containers for refuseManaged; nil (the unit tests) looks at none.
 	containers func(context.Context) ([]container.Running, error)
 }
@@ -252,6 +277,12 @@ func (d *Driver) foundOnly(t fsm.TunnelView) pass.Outcome {
 	if d.m.LinkUp(t.Rides) {
 		det.State, det.Says = report.TunnelFoundUp, wg.FoundUp.String()
 		det.Peers = d.peers(fsm.TunnelView{Takeover: t.Rides, Peers: t.Peers})
+		// What `tunnel take` would raise in its place, field by field (its --dry-run shows it).
+		if f, err := d.m.Discover(t.Rides); err == nil {
+			for _, x := range wg.Preview(f) {
+				det.Fields = append(det.Fields, report.TunnelField{Field: x.Field, Found: x.Found, Mesh: x.Mesh, Same: x.Same})
+			}
+		}
 		return pass.Outcome{Detail: det}
 	}
 	det.State = report.TunnelDark
@@ -298,6 +329,10 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 		}
 		d.unitsOff = true
 	}
+	var (
+		hooks  wg.Hooks
+		tables []wg.QuickTable
+	)
 	if found != "" {
 		k, ok, err := d.kept()
 		if err != nil {
@@ -306,8 +341,10 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 		if ok {
 			cfg = k.Apply(cfg)
 			d.match(k, cfg, det)
+			hooks, tables = k.Hooks, k.Tables
 		}
 	}
+	defer func() { det.Hooks = d.hooksRan }()
 	if d.link != nil {
 		return d.link.SetPeers(cfg.Peers)
 	}
@@ -322,6 +359,13 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 		return fmt.Errorf("the sealed key for %s is %s's, not the recorded %s", cfg.Name, key.PublicKey(), want)
 	}
 	cfg.PrivateKey = key
+	// A link meshd raises anew (a boot: the device went with the machine) gets the found file's
+	// hooks as wg-quick would have run them; one it attaches to (an agent restart) ran them.
+	fresh := !d.m.Running(cfg.Name)
+	var pre string
+	if fresh {
+		pre = d.runHooks(ctx, "PreUp", wg.For(hooks.PreUp, cfg.Name))
+	}
 	rctx, cancel := context.WithTimeout(ctx, retryWait)
 	defer cancel()
 	link, err := d.m.Raise(rctx, cfg)
@@ -330,8 +374,49 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 	}
 	d.link, d.name, d.port, d.addr = link, cfg.Name, cfg.ListenPort, cfg.Address
 	out.Changes++
+	if fresh && (len(tables) > 0 || !hooks.Empty()) {
+		var put string
+		if len(tables) > 0 {
+			put = "wg-quick's tables put back"
+			if err := d.m.LoadQuickTables(ctx, tables); err != nil {
+				d.log.Error("putting back wg-quick's tables for the found interface", "err", err)
+				put = err.Error()
+			}
+		}
+		ran := []string{pre, put, d.runHooks(ctx, "PostUp", wg.For(hooks.PostUp, cfg.Name))}
+		d.hooksRan = strings.Join(slices.DeleteFunc(ran, func(s string) bool { return s == "" }), "; ")
+	}
 	return nil
 }
+
+// runHooks runs one stage of the found file's hooks, line by line as wg-quick does, and notes
+// what ran for the report (report.TunnelDetail.Hooks). A line that fails is named and the rest
+// still run: the tunnel stays up (wg-quick would have taken it down again, peers and all).
+func (d *Driver) runHooks(ctx context.Context, stage string, lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	at := time.Now().UTC().Format(time.RFC3339)
+	var failed []string
+	for i, l := range lines {
+		hctx, cancel := context.WithTimeout(ctx, hookWait)
+		err := d.m.Hook(hctx, l)
+		cancel()
+		if err != nil {
+			d.log.Error("a hook of the found wg-quick file failed", "stage", stage, "line", i+1, "command", l, "err", err)
+			failed = append(failed, fmt.Sprintf("%s line %d (%s): %v", stage, i+1, l, err))
+			continue
+		}
+		d.log.Info("ran a hook of the found wg-quick file", "stage", stage, "line", i+1, "command", l)
+	}
+	if failed != nil {
+		return fmt.Sprintf("%s at %s: %d of %d lines failed: %s", stage, at, len(failed), len(lines), strings.Join(failed, "; "))
+	}
+	return fmt.Sprintf("%s at %s: %d lines ran", stage, at, len(lines))
+}
+
+// hookWait bounds one hook line (an iptables or sysctl call takes milliseconds).
+const hookWait = 30 * time.Second
 
 // takeover takes the found interface over in place (see Driver).
 func (d *Driver) takeover(ctx context.Context, ps pass.Pass, cfg wg.Config, found string, det *report.TunnelDetail, out *pass.Outcome) error {
@@ -356,6 +441,9 @@ func (d *Driver) takeover(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 	}
 	cfg.PrivateKey = f.PrivateKey
 	kept := wg.Keep(f)
+	if kept.Tables, err = d.m.QuickTables(ctx, found); err != nil {
+		return fmt.Errorf("not taking %s over: %w", found, err)
+	}
 	seen := map[wgtypes.Key]netip.AddrPort{}
 	for _, p := range f.Peers {
 		seen[p.PublicKey] = p.Endpoint

@@ -209,6 +209,96 @@ func TestUnitTunnelAfterRestartAndReboot(t *testing.T) {
 	}
 }
 
+// The found file's hooks: nothing runs them at the takeover (what its PostUp did is in force)
+// nor at an agent restart (the interface runs on); the reboot's fresh raise runs PreUp before
+// the interface and PostUp after it, %i as the interface, a failing line named in the report
+// while the tunnel stays up.
+func TestUnitTunnelHooksRunWhenTheInterfaceIsRaisedAnew(t *testing.T) {
+	b := newTestBed(t)
+	conf := string(b.conf) + "PreUp = sysctl -w net.ipv4.ip_forward=1\n" +
+		"PostUp = iptables -A FORWARD -i %i -j ACCEPT\nPostUp = fail-me on %i\nPostDown = iptables -D FORWARD -i %i -j ACCEPT\n"
+	q, err := wg.ParseQuick(strings.NewReader(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.found["wg0"].file = q
+	hooks := func() []string {
+		var out []string
+		for _, op := range b.wg.ops {
+			if strings.HasPrefix(op, "hook ") || strings.HasPrefix(op, "up ") {
+				out = append(out, op)
+			}
+		}
+		return out
+	}
+	h := b.host()
+	hosttest.NoErrors(t, h.Reconcile(hosttest.Ctx(t), b.decl))
+	if got := hooks(); !slices.Equal(got, []string{"up " + fsm.MeshInterface}) {
+		t.Fatalf("the takeover ran %v; want the interface up and no hook", got)
+	}
+	h.Close()
+	b.wg.ops = nil
+	h = b.host()
+	hosttest.NoErrors(t, h.Reconcile(hosttest.Ctx(t), b.decl))
+	if got := hooks(); len(got) != 0 {
+		t.Fatalf("an agent restart ran %v; want nothing (the interface runs on)", got)
+	}
+	h.Close()
+
+	b.wg.reboot(b.root, b.found)
+	h = b.host()
+	rep := h.Reconcile(hosttest.Ctx(t), b.decl)
+	hosttest.NoErrors(t, rep)
+	m := fsm.MeshInterface
+	want := []string{"hook sysctl -w net.ipv4.ip_forward=1", "up " + m, "hook iptables -A FORWARD -i " + m + " -j ACCEPT", "hook fail-me on " + m}
+	if got := hooks(); !slices.Equal(got, want) {
+		t.Fatalf("after the reboot: %v\nwant %v", got, want)
+	}
+	det := detailOf(t, rep)
+	if det.State != report.TunnelMeshUp || !strings.Contains(det.Hooks, "PreUp") || !strings.Contains(det.Hooks, "1 of 2 lines failed") || !strings.Contains(det.Hooks, "fail-me on "+m) {
+		t.Fatalf("after the reboot: state %s, hooks %q; want mesh-up and the failing PostUp line named", det.State, det.Hooks)
+	}
+	b.wg.ops = nil
+	if rep = h.Reconcile(hosttest.Ctx(t), b.decl); len(hooks()) != 0 || detailOf(t, rep).Hooks != det.Hooks {
+		t.Fatalf("the next pass ran %v and says %q; want nothing run, the same words", hooks(), detailOf(t, rep).Hooks)
+	}
+}
+
+// The kept interface's hooks are commands run as root: a kept file changed on disk (one byte)
+// fails to open, so after a reboot no hook runs and the pass names the file; an edit of the
+// found wg-quick file after the takeover is not what runs either.
+func TestUnitTunnelATamperedKeptFileRunsNoHook(t *testing.T) {
+	b := newTestBed(t)
+	q, err := wg.ParseQuick(strings.NewReader(string(b.conf) + "PostUp = echo kept\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.found["wg0"].file = q
+	h := b.host()
+	hosttest.NoErrors(t, h.Reconcile(hosttest.Ctx(t), b.decl))
+	h.Close()
+	kept := SealedKey{Path: KeyPath(b.data), Seal: b.seal}.keptPath()
+	raw, err := os.ReadFile(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-1] ^= 1
+	if err := os.WriteFile(kept, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.wg.reboot(b.root, b.found)
+	h = b.host()
+	rep := h.Reconcile(hosttest.Ctx(t), b.decl)
+	for _, op := range b.wg.ops {
+		if strings.HasPrefix(op, "hook ") {
+			t.Errorf("a hook ran from a tampered kept file: %s", op)
+		}
+	}
+	if len(rep.Errors) == 0 || !strings.Contains(rep.Errors[0].Reason, filepath.Base(kept)) {
+		t.Errorf("the pass over a tampered kept file: errors %+v; want one naming %s", rep.Errors, kept)
+	}
+}
+
 // A found interface that is not the one the record took is not stopped: nothing changes and the
 // refusal names both values; a takeover that cannot prepare stops nothing (found up); one whose
 // mesh's interface cannot come up is the third state, an error.
