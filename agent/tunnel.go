@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sort"
+	"time"
 
 	"meshd/api"
 	"meshd/fsm"
@@ -51,12 +52,19 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		if merr := setup.TunnelManaged(req.Context(), in.Interface, int(in.Requested.Port), s.cfg.DockerHost); merr != nil {
 			err = merr // refused before the take is recorded; the hub's driver asks again before it stops anything
 		}
+		if err == nil {
+			err = setup.Uncarried(in.Interface)
+		}
 		if err != nil {
 			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: %v", in.Node, err)})
 			return
 		}
 	}
 	take.Requested = in.Requested
+	if in.DryRun {
+		s.previewTake(w, in, spoke)
+		return
+	}
 	if !spoke { // the hub's own key moves: it announces the move, signed with its identity
 		s.fsm.Read(func(r *fsm.Record, _ uint64) { announceTake(r, take, s.secrets.NodeKey) })
 	}
@@ -66,6 +74,30 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	api.WriteJSON(w, http.StatusOK, v)
+}
+
+// previewTake answers a take's --dry-run: the hub's found tunnel read here, a spoke's from its
+// last report (its host reads it on every pass while it rides it).
+func (s *serverRole) previewTake(w http.ResponseWriter, in api.TunnelTakeRequest, spoke bool) {
+	v := api.TunnelTakePreview{Node: in.Node, Interface: in.Interface, Fields: []report.TunnelField{}}
+	if !spoke {
+		fields, err := setup.TunnelPreview(in.Interface)
+		if err != nil {
+			api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: fmt.Sprintf("node %s: %v", in.Node, err)})
+			return
+		}
+		v.Fields, v.From = fields, "read on "+s.node.Name+" now"
+		api.WriteJSON(w, http.StatusOK, v)
+		return
+	}
+	rep, from := s.reportFrom(in.Node)
+	det, ok := tunnelDetail(rep)
+	if !ok || det.Found != in.Interface || len(det.Fields) == 0 {
+		api.WriteJSON(w, http.StatusConflict, api.ErrorBody{Error: fmt.Sprintf("node %s: its report does not show %s yet (its host reads it on each pass while the node rides it); try again in a moment, or see meshd node show %s", in.Node, in.Interface, in.Node)})
+		return
+	}
+	v.Fields, v.From = det.Fields, fmt.Sprintf("node %s's report of %s (%s)", in.Node, rep.When.UTC().Format(time.RFC3339), from)
 	api.WriteJSON(w, http.StatusOK, v)
 }
 
@@ -116,7 +148,7 @@ func tunnelViewOf(r *fsm.Record, rep *report.Report, from string) api.TunnelView
 	var det report.TunnelDetail
 	if rep != nil && api.DecodeInto(rep.Kinds[fsm.KindTunnel], &det) {
 		v.State, v.Says, v.Reason = det.State, det.Says, det.Reason
-		v.Interface, v.Fields, v.FoundUnit = det.Interface, det.Fields, det.FoundUnit
+		v.Interface, v.Fields, v.FoundUnit, v.Hooks = det.Interface, det.Fields, det.FoundUnit, det.Hooks
 		v.ReportAt, v.ReportFrom = rep.When, from
 		seen := map[string]report.TunnelPeer{}
 		for _, p := range det.Peers {
@@ -156,12 +188,16 @@ func addrLess(a, b string) bool {
 
 // tunnelState is a node's tunnel state from its report ("" when it reports none).
 func tunnelState(rep *report.Report) string {
+	det, _ := tunnelDetail(rep)
+	return det.State
+}
+
+// tunnelDetail is the tunnel part of a node's report; ok is false when it has none.
+func tunnelDetail(rep *report.Report) (det report.TunnelDetail, ok bool) {
 	if rep == nil {
-		return ""
+		return det, false
 	}
-	var det report.TunnelDetail
-	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && api.DecodeInto(raw, &det) {
-		return det.State
-	}
-	return ""
+	raw, ok := rep.Kinds[fsm.KindTunnel]
+	ok = ok && api.DecodeInto(raw, &det)
+	return det, ok
 }

@@ -12,6 +12,19 @@ type TunnelTakeRequest struct {
 	Node      string        `json:"node"`
 	Interface string        `json:"interface"`
 	Requested fsm.Placement `json:"requested"`
+	// DryRun asks for the preview alone (TunnelTakePreview): nothing is recorded.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// TunnelTakePreview is `meshd tunnel take --dry-run`: the found interface as read beside what
+// the node's host will raise in its place, field by field, and anything that refuses the take.
+type TunnelTakePreview struct {
+	Node      string               `json:"node"`
+	Interface string               `json:"interface"`
+	Fields    []report.TunnelField `json:"fields"`
+	// From says where the fields were read: "this server" (the hub's own tunnel), or the spoke's
+	// report and its age.
+	From string `json:"from"`
 }
 
 // TunnelView is `meshd tunnel show` (and the tunnel part of `meshd status`): the record's private
@@ -44,6 +57,9 @@ type TunnelView struct {
 	// FoundUnit is the found interface's wg-quick@ unit on the hub, from its report (masked once
 	// taken over); "" when the hub has not said.
 	FoundUnit string `json:"found_unit,omitempty"`
+	// Hooks says what the found wg-quick file's PreUp/PostUp lines did when the hub last raised
+	// its interface anew (a boot), from its report; "" when none ran.
+	Hooks string `json:"hooks,omitempty"`
 }
 
 // TunnelPeer is one peer of the tunnel: carried (not a node yet) or enrolled (a node now), with

@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"meshd/api"
+	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
@@ -64,6 +67,16 @@ func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
 	probesHeld(t, l, time.Now(), "the found tunnel, before anything (baseline)", 0)
 
 	installMeshd(ctx, t, bin, hub)
+	// The preflight lists what it read and what it will raise, field by field, all the same.
+	out, err := meshd(ctx, hub, hubGenesis("--adopted", "--take-tunnel", lab.TunnelIface, "--dry-run", "--json")...)
+	var dry struct {
+		OK     bool                 `json:"ok"`
+		Tunnel []report.TunnelField `json:"tunnel"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &dry) != nil || !dry.OK {
+		t.Fatalf("genesis --take-tunnel wg0 --dry-run on the %s hub: %v\n%s", fw, err, out)
+	}
+	previewSame(t, "the hub's genesis --dry-run", dry.Tunnel)
 	began := time.Now()
 	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--take-tunnel", lab.TunnelIface)...); err != nil {
 		t.Fatalf("genesis --adopted --take-tunnel wg0 on the %s hub: %v\n%s", fw, err, out)
@@ -84,6 +97,20 @@ func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
 			} else {
 				sameShape(t, p.Name+" after join --tunnel wg0 (nothing may change yet)", lab.TunnelIface, found[p], now)
 			}
+			var pv api.TunnelTakePreview
+			if err := testenv.Poll(t, 30*time.Second, func() error {
+				out, err := meshd(ctx, hub, "tunnel", "take", p.Name, lab.TunnelIface, "--dry-run", "--json")
+				if err != nil || json.Unmarshal([]byte(out), &pv) != nil {
+					return fmt.Errorf("tunnel take %s wg0 --dry-run: %v: %s", p.Name, err, out)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			previewSame(t, p.Name+"'s tunnel take --dry-run", pv.Fields)
+			if err := meshdOwns(ctx, p, lab.TunnelIface); err == nil {
+				t.Fatalf("%s: the dry run took wg0 over", p.Name)
+			}
 			taken := time.Now()
 			if out, err := meshd(ctx, hub, "tunnel", "take", p.Name, lab.TunnelIface); err != nil {
 				t.Errorf("tunnel take %s wg0: %v\n%s", p.Name, err, out)
@@ -97,6 +124,21 @@ func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
 		}
 	}
 
+	if full {
+		// The full-tunnel spoke's reboot: wg-quick's policy rules into table 51820 went with
+		// the kernel's state, and its default route through wg0 leads nowhere without them;
+		// meshd puts them back with the interface (wg.Kept.Rules).
+		rebooted := time.Now()
+		if err := peer2.Reboot(ctx); err != nil {
+			t.Fatalf("reboot of peer2: %v", err)
+		}
+		if err := testenv.Poll(t, 90*time.Second, func() error { return meshdOwns(ctx, peer2, lab.TunnelIface) }); err != nil {
+			t.Errorf("peer2 after its reboot: %v", err)
+		}
+		probesHeld(t, l, rebooted, "peer2's reboot", 0)
+		takenOver(ctx, t, peer2, found[peer2], conf[peer2], "peer2 after its reboot")
+	}
+
 	rebooted := time.Now()
 	if err := hub.Reboot(ctx); err != nil {
 		t.Fatalf("reboot of the hub: %v", err)
@@ -105,6 +147,28 @@ func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
 	// A reboot is an outage: each probe must answer again, with no bound on the gap.
 	probesHeld(t, l, rebooted, "the hub's reboot", 0)
 	takenOver(ctx, t, hub, found[hub], conf[hub], "the hub after its reboot")
+}
+
+// previewSame: a takeover's preview lists the found interface field by field (its key, port,
+// addresses, MTU, routes and every peer's preshared key and allowed IPs), each the same as what
+// the mesh will raise.
+func previewSame(t *testing.T, what string, fields []report.TunnelField) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, f := range fields {
+		seen[f.Field] = true
+		if !f.Same {
+			t.Errorf("%s: %s differs: found %s, mesh %s", what, f.Field, f.Found, f.Mesh)
+		}
+		if strings.HasSuffix(f.Field, "preshared key") && f.Found != "set" {
+			t.Errorf("%s: %s reads %q; the real hub's peers each have one", what, f.Field, f.Found)
+		}
+	}
+	for _, want := range []string{"interface", "public key", "listen port", "addresses", "mtu", "routes"} {
+		if !seen[want] {
+			t.Errorf("%s: no field %q in %+v", what, want, fields)
+		}
+	}
 }
 
 // probesHeld waits (30 s at most) until every real-hub probe answers over its last second, then

@@ -21,6 +21,7 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/host/report"
 	"meshd/host/tunnel"
 	"meshd/pki"
 )
@@ -62,6 +63,9 @@ type GenesisResult struct {
 	// Findings are the preflight's (warnings only, when genesis went ahead).
 	Findings []api.Finding `json:"findings"`
 	DryRun   bool          `json:"dry_run,omitempty"`
+	// Tunnel is the found interface taken over (or presented) beside what the mesh raises in
+	// its place, field by field (TunnelPreview); empty without a found tunnel.
+	Tunnel []report.TunnelField `json:"tunnel,omitempty"`
 	// SealKey is the seal key file the node's secrets are sealed under.
 	SealKey string `json:"seal_key,omitempty"`
 	// RecoveryCode restores a lost seal key file; set only when genesis made the key, and shown
@@ -153,8 +157,14 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 			return nil, &PreflightError{Findings: findings}
 		}
 	}
+	var preview []report.TunnelField
+	if opts.TakeTunnel != "" {
+		if preview, err = TunnelPreview(opts.TakeTunnel); err != nil {
+			return nil, fmt.Errorf("--take-tunnel %s: %w", opts.TakeTunnel, err)
+		}
+	}
 	if opts.DryRun {
-		return &GenesisResult{DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings, DryRun: true}, nil
+		return &GenesisResult{DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings, DryRun: true, Tunnel: preview}, nil
 	}
 	say("sealing the mesh's secrets: the CA, the node's identity, the gossip keyring")
 	sealPath := pki.SealKeyPath(opts.SealKey)
@@ -252,7 +262,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 		log.Warn("genesis snapshot", "err", err)
 	}
 	rn.Shutdown(log)
-	res := &GenesisResult{Node: v.(*fsm.Node), DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings,
+	res := &GenesisResult{Node: v.(*fsm.Node), DataDir: opts.DataDir, Advertise: opts.Advertise, Findings: findings, Tunnel: preview,
 		SealKey: sealPath, CAFingerprint: pki.Fingerprint(ca.Cert)}
 	if newSeal {
 		res.RecoveryCode = seal.RecoveryCode()

@@ -25,6 +25,7 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/host/report"
 	"meshd/host/tunnel"
 	"meshd/pki"
 	"meshd/wg"
@@ -66,6 +67,9 @@ type JoinResult struct {
 	// Findings are the preflight's (warnings only, when the join went ahead).
 	Findings []api.Finding `json:"findings"`
 	DryRun   bool          `json:"dry_run,omitempty"`
+	// Tunnel is the found interface taken over (or presented) beside what the mesh raises in
+	// its place, field by field (TunnelPreview); empty without a found tunnel.
+	Tunnel []report.TunnelField `json:"tunnel,omitempty"`
 	// Resumed says this join sent again the keys of an earlier one whose answer was lost, and
 	// got that enrolment's answer.
 	Resumed bool `json:"resumed,omitempty"`
@@ -110,8 +114,14 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	var preview []report.TunnelField
+	if opts.Tunnel != "" {
+		if preview, err = TunnelPreview(opts.Tunnel); err != nil {
+			return nil, fmt.Errorf("--tunnel %s: %w", opts.Tunnel, err)
+		}
+	}
 	if opts.DryRun {
-		return &JoinResult{DataDir: opts.DataDir, Servers: p.Bus, Mode: fsm.Mode(p.Mode), Findings: findings, DryRun: true}, nil
+		return &JoinResult{DataDir: opts.DataDir, Servers: p.Bus, Mode: fsm.Mode(p.Mode), Findings: findings, DryRun: true, Tunnel: preview}, nil
 	}
 	sealPath := pki.SealKeyPath(opts.SealKey)
 	seal, newSeal, err := sealKeyFor(sealPath)
@@ -254,7 +264,7 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 			return nil, fmt.Errorf("node %s enrolled, but its WireGuard key: %w", opts.Name, err)
 		}
 	}
-	res := &JoinResult{Node: resp.Node, DataDir: opts.DataDir, Servers: servers, Declaration: resp.Declaration.Declaration, SealKey: sealPath,
+	res := &JoinResult{Node: resp.Node, DataDir: opts.DataDir, Servers: servers, Declaration: resp.Declaration.Declaration, SealKey: sealPath, Tunnel: preview,
 		Mode: resp.Node.Mode, Findings: findings, Resumed: resumed}
 	if newSeal || pend.SealNew {
 		res.RecoveryCode = seal.RecoveryCode()

@@ -298,6 +298,7 @@ func preflight(ctx context.Context, in preflightInput) []api.Finding {
 	// container): refused like a firewall meshd does not speak.
 	if in.TakeTunnel != "" {
 		out = append(out, tunnelManagerFindings(ctx, in.TakeTunnel, in.Settings, in.DockerHost)...)
+		out = append(out, previewFindings(in.TakeTunnel)...)
 	}
 
 	// The firewall found on the machine.

@@ -5,8 +5,12 @@ package setup
 
 import (
 	"fmt"
+	"strings"
+
+	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/host/report"
 	"meshd/wg"
 )
 
@@ -54,4 +58,47 @@ func genesisTake(opts GenesisOptions, settings map[string]string) (*fsm.TunnelTa
 		return nil, fmt.Errorf("--take-tunnel %s: %w", opts.TakeTunnel, err)
 	}
 	return take, nil
+}
+
+// TunnelPreview is what a takeover of the found interface iface will raise beside what iface is
+// now, field by field (wg.Preview): what genesis --take-tunnel, join --tunnel and their
+// --dry-run list before anything stops, so the operator sees the same interface on both sides.
+// A preshared key shows only as set or none; the private key never.
+func TunnelPreview(iface string) ([]report.TunnelField, error) {
+	f, err := wg.Discover(iface, "")
+	if err != nil {
+		return nil, fmt.Errorf("reading the tunnel to take over: %w", err)
+	}
+	var out []report.TunnelField
+	for _, x := range wg.Preview(f) {
+		out = append(out, report.TunnelField{Field: x.Field, Found: x.Found, Mesh: x.Mesh, Same: x.Same})
+	}
+	return out, nil
+}
+
+// Uncarried refuses a takeover of iface whose preview differs: a field meshd would not carry.
+// nil when every field is the same, or when iface cannot be read (its own checks say why).
+func Uncarried(iface string) error {
+	fields, err := TunnelPreview(iface)
+	if err != nil {
+		return nil
+	}
+	var lost []string
+	for _, f := range fields {
+		if !f.Same {
+			lost = append(lost, fmt.Sprintf("%s (found %s, the mesh would raise %s)", f.Field, f.Found, f.Mesh))
+		}
+	}
+	if lost == nil {
+		return nil
+	}
+	return fmt.Errorf("the takeover of %s would not carry: %s; nothing was stopped", iface, strings.Join(lost, "; "))
+}
+
+// previewFindings is Uncarried as the preflight's finding.
+func previewFindings(iface string) []api.Finding {
+	if err := Uncarried(iface); err != nil {
+		return []api.Finding{{Check: "tunnel.carry", Level: api.LevelError, Message: err.Error()}}
+	}
+	return nil
 }

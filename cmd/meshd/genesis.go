@@ -94,13 +94,15 @@ flushing it and raises the mesh's interface in its place; see ` + "`meshd tunnel
 				return err
 			}
 			if res.DryRun {
-				return g.emit(map[string]any{"ok": true, "findings": res.Findings, "dry_run": true}, func(w io.Writer) {
+				return g.emit(map[string]any{"ok": true, "findings": res.Findings, "dry_run": true, "tunnel": res.Tunnel}, func(w io.Writer) {
 					fmt.Fprintln(w, "preflight passed; nothing was changed (--dry-run)")
 					printFindings(w, res.Findings)
+					printTunnelFields(w, "the takeover of "+opts.TakeTunnel+": what was read, beside what the mesh raises in its place", res.Tunnel)
 				})
 			}
 			return g.emit(res, func(w io.Writer) {
 				printFindings(w, res.Findings)
+				printTunnelFields(w, "the takeover of "+opts.TakeTunnel+": what was read, beside what the agent raises in its place", res.Tunnel)
 				n := res.Node
 				fmt.Fprintf(w, "genesis: node %s is the control-node, %s\n", n.Name, modeWord(n.Mode))
 				fmt.Fprintf(w, "id\t%s\n", n.ID)

@@ -96,13 +96,15 @@ token on the command line still works but is warned about: every user of the mac
 				return err
 			}
 			if res.DryRun {
-				return g.emit(map[string]any{"ok": true, "findings": res.Findings, "dry_run": true, "mode": res.Mode}, func(w io.Writer) {
+				return g.emit(map[string]any{"ok": true, "findings": res.Findings, "dry_run": true, "mode": res.Mode, "tunnel": res.Tunnel}, func(w io.Writer) {
 					fmt.Fprintf(w, "preflight passed for %s join; nothing was sent or changed (--dry-run)\n", withArticle(string(res.Mode)))
 					printFindings(w, res.Findings)
+					printTunnelFields(w, tunnelPresented(opts.Tunnel), res.Tunnel)
 				})
 			}
 			return g.emit(res, func(w io.Writer) {
 				printFindings(w, res.Findings)
+				printTunnelFields(w, tunnelPresented(opts.Tunnel), res.Tunnel)
 				n := res.Node
 				if res.Resumed {
 					fmt.Fprintf(w, "the enrolment sent earlier was answered now: the server had enrolled node %s with this machine's kept keys\n", n.Name)
@@ -168,4 +170,10 @@ func withArticle(word string) string {
 		return "an " + word
 	}
 	return "a " + word
+}
+
+// tunnelPresented heads the preview of a tunnel join presents: it keeps running untouched until
+// `meshd tunnel take` takes it over.
+func tunnelPresented(iface string) string {
+	return iface + " as read, beside what `meshd tunnel take` will raise in its place (until then it runs untouched)"
 }

@@ -25,8 +25,9 @@ func tunnelCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tunnel", Short: "The private network: take a found tunnel over, show the tunnel"}
 	var req fsm.Placement
 	var wf waitFlags
+	var dryRun bool
 	take := &cobra.Command{
-		Use:   "take NODE IFACE [--address IP] [--port N] [--range CIDR] [--wait 2m | --no-wait]",
+		Use:   "take NODE IFACE [--address IP] [--port N] [--range CIDR] [--wait 2m | --no-wait] [--dry-run]",
 		Short: "Take the WireGuard tunnel found on NODE over in place (ADR 0105)",
 		Long: `Take reads the WireGuard interface IFACE found on NODE (its key, port, address and range, and every
 peer) and records the take: the tunnel's port becomes NODE's mesh.tunnel setting, its range the
@@ -55,14 +56,29 @@ then the spoke's found tunnel carries its traffic, and the other nodes reach it 
 The take is recorded first (committed through Raft); the command then follows NODE until its report
 says the mesh's interface is up in place of IFACE (exit 0), or that the takeover failed (exit 1, naming the
 node, the tunnel resource and the node's reason: IFACE is left carrying the peers, or is back), or
-until --wait ends (exit 1; the take stays in the record). --no-wait returns once it is recorded.`,
+until --wait ends (exit 1; the take stays in the record). --no-wait returns once it is recorded.
+
+--dry-run records nothing: it lists IFACE as read beside what NODE's host will raise in its
+place, field by field (the hub's read where it runs; a spoke's from its last report). A take
+whose interface has a field meshd would not carry is refused, naming it, before anything stops.`,
 		Example: `  meshd tunnel take hub wg0
   meshd tunnel take hub wg0 --port 51820 --range 10.44.0.0/24
-  meshd tunnel take peer2 wg0     # a spoke that joined with --tunnel wg0`,
+  meshd tunnel take peer2 wg0     # a spoke that joined with --tunnel wg0
+  meshd tunnel take peer2 wg0 --dry-run`,
 		Args: exactArgs("NODE", "IFACE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
+			if dryRun {
+				var p api.TunnelTakePreview
+				if err := g.client().Post(ctx, "/v1/tunnel/take", api.TunnelTakeRequest{Node: args[0], Interface: args[1], Requested: req, DryRun: true}, &p); err != nil {
+					return err
+				}
+				return g.emit(p, func(w io.Writer) {
+					fmt.Fprintf(w, "nothing was recorded or stopped (--dry-run); %s, from %s\n", args[1], p.From)
+					printTunnelFields(w, "the takeover of "+args[1]+" on "+args[0]+": what was read, beside what its host raises in its place", p.Fields)
+				})
+			}
 			var v fsm.TunnelTaken
 			pr := g.progress()
 			pr.Step(fmt.Sprintf("reading %s on %s and recording its takeover (committed through Raft before the answer)", args[1], args[0]))
@@ -85,6 +101,7 @@ until --wait ends (exit 1; the take stays in the record). --no-wait returns once
 	take.Flags().Uint16Var(&req.Port, "port", 0, "the tunnel port the operator expects (refused if it is not the tunnel's; on a spoke: the found tunnel's port, which becomes its mesh.tunnel)")
 	take.Flags().StringVar(&req.Range, "range", "", "the range the operator expects (refused if it does not hold the tunnel's address)")
 	wf.add(take, "the takeover")
+	take.Flags().BoolVar(&dryRun, "dry-run", false, "list the found interface beside what the takeover raises, field by field, and record nothing")
 
 	show := &cobra.Command{
 		Use:   "show",
@@ -163,9 +180,9 @@ func writeTunnelTaken(w io.Writer, v fsm.TunnelTaken, rep *report.Report) {
 	fmt.Fprintf(w, "\nwatch it with: meshd tunnel show\n")
 }
 
-// printTunnelFields puts the found interface beside the mesh's, field by field: what the
-// takeover kept (a preshared key shows only as set or none).
-func printTunnelFields(w io.Writer, fs []report.TunnelField) {
+// printTunnelFields puts the found interface beside the mesh's, field by field, under title:
+// what the takeover kept, or will (a preshared key shows only as set or none).
+func printTunnelFields(w io.Writer, title string, fs []report.TunnelField) {
 	if len(fs) == 0 {
 		return
 	}
@@ -175,7 +192,7 @@ func printTunnelFields(w io.Writer, fs []report.TunnelField) {
 			differ++
 		}
 	}
-	fmt.Fprintf(w, "\nfound beside mesh (%d fields, %d differ)\n", len(fs), differ)
+	fmt.Fprintf(w, "\n%s (%d fields, %d differ)\n", title, len(fs), differ)
 	fmt.Fprintln(w, "FIELD\tFOUND\tMESH\tSAME")
 	for _, f := range fs {
 		same := "yes"
@@ -194,6 +211,9 @@ func printTunnelView(w io.Writer, v api.TunnelView, now time.Time) {
 	if v.Taken != "" {
 		fmt.Fprintf(w, "taken over\t%s\n", v.Taken)
 		fmt.Fprintf(w, "found unit\t%s\n", foundUnitLine(v.Taken, v.Hub, v.FoundUnit))
+		if v.Hooks != "" {
+			fmt.Fprintf(w, "found hooks\t%s\n", v.Hooks)
+		}
 	}
 	state := v.State
 	if state == "" {
@@ -211,7 +231,7 @@ func printTunnelView(w io.Writer, v api.TunnelView, now time.Time) {
 	if v.Interface != "" {
 		fmt.Fprintf(w, "mesh interface\t%s\n", v.Interface)
 	}
-	printTunnelFields(w, v.Fields)
+	printTunnelFields(w, "found beside mesh", v.Fields)
 	fmt.Fprintln(w)
 	printTunnelPeers(w, v.Peers, now)
 }
