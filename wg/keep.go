@@ -44,6 +44,9 @@ type Kept struct {
 	// Tables are wg-quick's own nftables tables for the found interface (ReadQuickTables), put
 	// back when the interface is raised anew.
 	Tables []QuickTable `json:"wg_quick_tables,omitempty"`
+	// DNS are the found file's DNS= values, handed to resolvconf as wg-quick does (DNSLine)
+	// when the interface is raised anew.
+	DNS []string `json:"dns,omitempty"`
 }
 
 // KeptPeer is what the found device had for one peer.
@@ -112,7 +115,7 @@ func Keep(f *Found) Kept {
 	pub := f.PrivateKey.PublicKey()
 	k := Kept{Name: f.Name, PublicKey: pub, PublicText: pub.String(), ListenPort: f.ListenPort, MTU: f.MTU, FwMark: f.FwMark, Addresses: slices.Clone(f.Addresses), Routes: slices.Clone(f.Routes), Rules: slices.Clone(f.Rules)}
 	if f.File != nil {
-		k.Hooks = f.File.Hooks
+		k.Hooks, k.DNS = f.File.Hooks, slices.Clone(f.File.DNS)
 	}
 	for _, p := range f.Peers {
 		k.Peers = append(k.Peers, KeptPeer{PublicKey: p.PublicKey, PresharedKey: p.PresharedKey,
@@ -239,6 +242,9 @@ func (k Kept) Match(mesh *Found) []Field {
 			names = append(names, t.String())
 		}
 		add("wg-quick tables", listText(names), "kept, put back when meshd raises "+mesh.Name, true)
+	}
+	if len(k.DNS) > 0 {
+		add("dns (resolvconf)", strings.Join(k.DNS, ", "), "handed to resolvconf when meshd raises "+mesh.Name, true)
 	}
 	if !k.Hooks.Empty() {
 		n := len(k.Hooks.PreUp) + len(k.Hooks.PostUp)

@@ -26,6 +26,9 @@ type QuickFile struct {
 	Peers      []QuickPeer
 	// Hooks are the file's PreUp, PostUp, PreDown and PostDown lines.
 	Hooks Hooks
+	// DNS are the DNS= values in order: addresses are name servers, the rest search domains,
+	// which wg-quick hands to resolvconf at up.
+	DNS []string
 }
 
 // Hooks are the commands a wg-quick file runs around its interface, one line each, in order,
@@ -43,6 +46,36 @@ type Hooks struct {
 func (h Hooks) Empty() bool {
 	return len(h.PreUp)+len(h.PostUp)+len(h.PreDown)+len(h.PostDown) == 0
 }
+
+// DNSLine is the bash line that does what wg-quick does with a file's DNS= values at up: the
+// addresses as name servers and the rest as search domains, handed to resolvconf for iface
+// (under the prefix /etc/resolvconf/interface-order gives, "tun." on Debian's resolvconf).
+// "" when there are none.
+func DNSLine(values []string, iface string) string {
+	var servers, search []string
+	for _, v := range values {
+		if _, err := netip.ParseAddr(v); err == nil {
+			servers = append(servers, v)
+		} else {
+			search = append(search, v)
+		}
+	}
+	if len(servers) == 0 {
+		return ""
+	}
+	text := ""
+	for _, s := range servers {
+		text += "nameserver " + s + "\n"
+	}
+	if len(search) > 0 {
+		text += "search " + strings.Join(search, " ") + "\n"
+	}
+	prefix := `$( [ -f /etc/resolvconf/interface-order ] && sed -n 's/^\([A-Za-z0-9-]*\)\*$/\1./p' /etc/resolvconf/interface-order | head -n 1 )`
+	return "printf %b " + shellQuote(text) + ` | resolvconf -a "` + prefix + `"` + shellQuote(iface) + " -m 0 -x"
+}
+
+// shellQuote is s as one bash word.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // For is the hook lines with %i replaced by iface, as wg-quick runs them.
 func For(lines []string, iface string) []string {
@@ -159,6 +192,12 @@ func (q *QuickFile) setInterface(key, val string) error {
 			return err
 		}
 		q.PrivateKey = &k
+	case "dns":
+		for _, v := range strings.Split(val, ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				q.DNS = append(q.DNS, v)
+			}
+		}
 	case "preup":
 		q.Hooks.PreUp = append(q.Hooks.PreUp, val)
 	case "postup":

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -143,4 +144,43 @@ func equalPrefixList(a, b []netip.Prefix) bool {
 		}
 	}
 	return true
+}
+
+// A file's DNS= goes to resolvconf as wg-quick hands it: the addresses as name servers, the rest
+// as search domains, for the interface (under interface-order's prefix when the machine has one).
+func TestDNSLineHandsResolvconfWhatWgQuickDoes(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	q, err := ParseQuick(strings.NewReader("[Interface]\nDNS = 10.44.0.1, fd44::1, lan\nDNS = corp.example\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	got := filepath.Join(dir, "got")
+	fake := "#!/bin/sh\necho \"$@\" > " + got + ".args\ncat > " + got + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "resolvconf"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	line := DNSLine(q.DNS, "wg0")
+	cmd := exec.Command("bash", "-c", line)
+	cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", line, err, out)
+	}
+	text, _ := os.ReadFile(got)
+	args, _ := os.ReadFile(got + ".args")
+	if want := "nameserver 10.44.0.1\nnameserver fd44::1\nsearch lan corp.example\n"; string(text) != want {
+		t.Errorf("resolvconf read %q, want %q", text, want)
+	}
+	prefix := ""
+	if b, err := os.ReadFile("/etc/resolvconf/interface-order"); err == nil && strings.Contains(string(b), "tun*") {
+		prefix = "tun."
+	}
+	if want := "-a " + prefix + "wg0 -m 0 -x\n"; string(args) != want {
+		t.Errorf("resolvconf ran with %q, want %q", args, want)
+	}
+	if DNSLine([]string{"lan"}, "wg0") != "" {
+		t.Error("search domains alone make a line; wg-quick sets nothing without a name server")
+	}
 }

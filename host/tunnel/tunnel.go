@@ -332,6 +332,7 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 	var (
 		hooks  wg.Hooks
 		tables []wg.QuickTable
+		dns    []string
 	)
 	if found != "" {
 		k, ok, err := d.kept()
@@ -341,7 +342,7 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 		if ok {
 			cfg = k.Apply(cfg)
 			d.match(k, cfg, det)
-			hooks, tables = k.Hooks, k.Tables
+			hooks, tables, dns = k.Hooks, k.Tables, k.DNS
 		}
 	}
 	defer func() { det.Hooks = d.hooksRan }()
@@ -374,7 +375,7 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 	}
 	d.link, d.name, d.port, d.addr = link, cfg.Name, cfg.ListenPort, cfg.Address
 	out.Changes++
-	if fresh && (len(tables) > 0 || !hooks.Empty()) {
+	if fresh && (len(tables) > 0 || !hooks.Empty() || len(dns) > 0) {
 		var put string
 		if len(tables) > 0 {
 			put = "wg-quick's tables put back"
@@ -383,7 +384,11 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 				put = err.Error()
 			}
 		}
-		ran := []string{pre, put, d.runHooks(ctx, "PostUp", wg.For(hooks.PostUp, cfg.Name))}
+		var setDNS string
+		if l := wg.DNSLine(dns, cfg.Name); l != "" {
+			setDNS = d.runHooks(ctx, "DNS", []string{l})
+		}
+		ran := []string{pre, put, setDNS, d.runHooks(ctx, "PostUp", wg.For(hooks.PostUp, cfg.Name))}
 		d.hooksRan = strings.Join(slices.DeleteFunc(ran, func(s string) bool { return s == "" }), "; ")
 	}
 	return nil

@@ -211,11 +211,11 @@ func TestUnitTunnelAfterRestartAndReboot(t *testing.T) {
 
 // The found file's hooks: nothing runs them at the takeover (what its PostUp did is in force)
 // nor at an agent restart (the interface runs on); the reboot's fresh raise runs PreUp before
-// the interface and PostUp after it, %i as the interface, a failing line named in the report
-// while the tunnel stays up.
+// the interface, hands its DNS to resolvconf and runs PostUp after it, %i as the interface, a
+// failing line named in the report while the tunnel stays up.
 func TestUnitTunnelHooksRunWhenTheInterfaceIsRaisedAnew(t *testing.T) {
 	b := newTestBed(t)
-	conf := string(b.conf) + "PreUp = sysctl -w net.ipv4.ip_forward=1\n" +
+	conf := string(b.conf) + "DNS = 10.44.0.1\nPreUp = sysctl -w net.ipv4.ip_forward=1\n" +
 		"PostUp = iptables -A FORWARD -i %i -j ACCEPT\nPostUp = fail-me on %i\nPostDown = iptables -D FORWARD -i %i -j ACCEPT\n"
 	q, err := wg.ParseQuick(strings.NewReader(conf))
 	if err != nil {
@@ -250,7 +250,8 @@ func TestUnitTunnelHooksRunWhenTheInterfaceIsRaisedAnew(t *testing.T) {
 	rep := h.Reconcile(hosttest.Ctx(t), b.decl)
 	hosttest.NoErrors(t, rep)
 	m := fsm.MeshInterface
-	want := []string{"hook sysctl -w net.ipv4.ip_forward=1", "up " + m, "hook iptables -A FORWARD -i " + m + " -j ACCEPT", "hook fail-me on " + m}
+	want := []string{"hook sysctl -w net.ipv4.ip_forward=1", "up " + m, "hook " + wg.DNSLine([]string{"10.44.0.1"}, m),
+		"hook iptables -A FORWARD -i " + m + " -j ACCEPT", "hook fail-me on " + m}
 	if got := hooks(); !slices.Equal(got, want) {
 		t.Fatalf("after the reboot: %v\nwant %v", got, want)
 	}
