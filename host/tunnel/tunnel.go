@@ -329,11 +329,7 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 		}
 		d.unitsOff = true
 	}
-	var (
-		hooks  wg.Hooks
-		tables []wg.QuickTable
-		dns    []string
-	)
+	var kept wg.Kept // what a fresh raise does of wg-quick's part (anewHooks)
 	if found != "" {
 		k, ok, err := d.kept()
 		if err != nil {
@@ -342,7 +338,7 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 		if ok {
 			cfg = k.Apply(cfg)
 			d.match(k, cfg, det)
-			hooks, tables, dns = k.Hooks, k.Tables, k.DNS
+			kept = k
 		}
 	}
 	defer func() { det.Hooks = d.hooksRan }()
@@ -365,7 +361,7 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 	fresh := !d.m.Running(cfg.Name)
 	var pre string
 	if fresh {
-		pre = d.runHooks(ctx, "PreUp", wg.For(hooks.PreUp, cfg.Name))
+		pre = d.runHooks(ctx, "PreUp", wg.For(kept.Hooks.PreUp, cfg.Name))
 	}
 	rctx, cancel := context.WithTimeout(ctx, retryWait)
 	defer cancel()
@@ -375,23 +371,32 @@ func (d *Driver) converge(ctx context.Context, ps pass.Pass, cfg wg.Config, foun
 	}
 	d.link, d.name, d.port, d.addr = link, cfg.Name, cfg.ListenPort, cfg.Address
 	out.Changes++
-	if fresh && (len(tables) > 0 || !hooks.Empty() || len(dns) > 0) {
-		var put string
-		if len(tables) > 0 {
-			put = "wg-quick's tables put back"
-			if err := d.m.LoadQuickTables(ctx, tables); err != nil {
-				d.log.Error("putting back wg-quick's tables for the found interface", "err", err)
-				put = err.Error()
-			}
+	if fresh {
+		if ran := d.anewHooks(ctx, cfg.Name, kept, pre); ran != "" {
+			d.hooksRan = ran
 		}
-		var setDNS string
-		if l := wg.DNSLine(dns, cfg.Name); l != "" {
-			setDNS = d.runHooks(ctx, "DNS", []string{l})
-		}
-		ran := []string{pre, put, setDNS, d.runHooks(ctx, "PostUp", wg.For(hooks.PostUp, cfg.Name))}
-		d.hooksRan = strings.Join(slices.DeleteFunc(ran, func(s string) bool { return s == "" }), "; ")
 	}
 	return nil
+}
+
+// anewHooks does, after the interface was raised anew, the rest of what wg-quick did at up:
+// its own nftables tables put back, the file's DNS handed to resolvconf, its PostUp lines run.
+// It says what it did, after pre (what PreUp did), for the report; "" when there was nothing.
+func (d *Driver) anewHooks(ctx context.Context, name string, k wg.Kept, pre string) string {
+	var put string
+	if len(k.Tables) > 0 {
+		put = "wg-quick's tables put back"
+		if err := d.m.LoadQuickTables(ctx, k.Tables); err != nil {
+			d.log.Error("putting back wg-quick's tables for the found interface", "err", err)
+			put = err.Error()
+		}
+	}
+	var setDNS string
+	if l := wg.DNSLine(k.DNS, name); l != "" {
+		setDNS = d.runHooks(ctx, "DNS", []string{l})
+	}
+	ran := []string{pre, put, setDNS, d.runHooks(ctx, "PostUp", wg.For(k.Hooks.PostUp, name))}
+	return strings.Join(slices.DeleteFunc(ran, func(s string) bool { return s == "" }), "; ")
 }
 
 // runHooks runs one stage of the found file's hooks, line by line as wg-quick does, and notes
