@@ -106,6 +106,7 @@ func Missing() []string {
 // Start brings scenario sc up and returns the running lab. On error it leaves the state file in
 // place so Down(o.Dir) removes whatever was created.
 func Start(ctx context.Context, sc Scenario, o Options) (*Lab, error) {
+	keepFDs()
 	if o.Name == "" {
 		o.Name = "lab"
 	}
@@ -306,6 +307,7 @@ var ErrLabExists = errors.New("already holds a lab")
 
 // Load attaches to a lab that is running, from its state directory.
 func Load(dir string) (*Lab, error) {
+	keepFDs()
 	b, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if err != nil {
 		return nil, fmt.Errorf("lab at %s: %w", dir, err)
