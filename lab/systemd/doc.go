@@ -5,8 +5,11 @@
 // The root is built once by scripts/labroot.sh (debootstrap, cached under /var/cache/meshd-lab by
 // a hash of its package list; root-current names it). Each machine boots from an overlay of it
 // whose upper layer is the machine's own temporary directory, so a machine never changes the
-// cache and what it writes survives its reboots. A reboot is `systemctl reboot` inside: nspawn
-// exits and the lab boots the machine again on the same overlay. Commands enter the machine with
+// cache and what it writes survives its reboots. A machine is run by a supervisor of its own (a
+// detached shell loop around nspawn, its state in files in the machine's directory), so it
+// outlives the process that booted it and Attach finds it again. A reboot is `systemctl reboot`
+// inside: nspawn exits 133, and the supervisor clears what a reboot loses and boots the machine
+// again on the same overlay. Commands enter the machine with
 // nsenter into its PID 1's namespaces and a clean environment (env -i), so nothing of the
 // caller's leaks in.
 //

@@ -3,7 +3,7 @@ package systemd
 import (
 	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,24 +37,31 @@ func CachedRoot() (string, error) {
 	return "", fmt.Errorf("no lab root in %s (bash scripts/labroot.sh builds it, as root): %v", cache, err)
 }
 
-// Machine is one systemd machine: its overlay, and its nspawn while it is up.
+// Machine is one systemd machine: its overlay, and the supervisor that runs its nspawn. The
+// supervisor is a process of its own (setsid, not the booting process's child), so a machine
+// outlives what booted it, as a lab's machines outlive `meshlab up`: Attach finds it again by
+// its directory. Everything the supervisor knows is in files there.
 type Machine struct {
-	Name string
+	Name string `json:"name"`
 	// NetNS is the lab namespace the machine's network is (a name under /run/netns).
-	NetNS string
+	NetNS string `json:"netns"`
 	// Root is the machine's file system as the host sees it, mounted from Boot to Stop: a file
 	// written under it is the machine's file, between boots too.
-	Root string
-
-	dir  string
-	log  string
-	cmd  *exec.Cmd
-	done chan error
-	// exit is how the last boot ended (nspawn's exit status: 133 is a reboot).
-	exit error
-	// Booted is when nspawn was last started: a boot's figures count from here.
-	Booted time.Time
+	Root string `json:"root"`
+	// Dir is the machine's own directory: the overlay's layers, the supervisor's files, the log.
+	Dir string `json:"dir"`
 }
+
+// The supervisor's files in the machine's directory.
+const (
+	fileState      = "machine.json"   // the Machine, for Attach
+	fileSupervisor = "supervisor.pid" // the supervisor's pid
+	fileNspawn     = "nspawn.pid"     // the running nspawn's pid
+	fileBooted     = "booted"         // when the running boot began (Unix seconds, nanoseconds)
+	fileExit       = "exit"           // how the last boot ended (nspawn's status: 133 is a reboot)
+	fileStop       = "stop"           // present: the next boot's end is the last
+	fileLog        = "nspawn.log"
+)
 
 // Boot mounts an overlay of the cached root at name's own directory and boots it in the network
 // namespace netns, waiting (within) until systemd says the system is running.
@@ -67,7 +74,7 @@ func Boot(name, netns string, within time.Duration) (*Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Machine{Name: name, NetNS: netns, Root: filepath.Join(dir, "root"), dir: dir, log: filepath.Join(dir, "nspawn.log")}
+	m := &Machine{Name: name, NetNS: netns, Root: filepath.Join(dir, "root"), Dir: dir}
 	for _, d := range []string{"upper", "work", "root"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
@@ -81,6 +88,11 @@ func Boot(name, netns string, within time.Duration) (*Machine, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("overlay for %s: %v: %s", name, err, out)
 	}
+	b, _ := json.Marshal(m)
+	if err := os.WriteFile(m.file(fileState), b, 0o644); err != nil {
+		m.Stop()
+		return nil, err
+	}
 	if err := m.start(); err != nil {
 		m.Stop()
 		return nil, err
@@ -91,48 +103,123 @@ func Boot(name, netns string, within time.Duration) (*Machine, error) {
 	return m, nil
 }
 
-// start runs systemd-nspawn on the machine's root. It registers with no machined and keeps to
-// the caller's unit (the host need not be run by systemd); the console is passive and the boot's
+// Attach is the machine booted earlier (by this process or another) whose directory is dir.
+func Attach(dir string) (*Machine, error) {
+	b, err := os.ReadFile(filepath.Join(dir, fileState))
+	if err != nil {
+		return nil, fmt.Errorf("no systemd machine at %s: %w", dir, err)
+	}
+	var m Machine
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("systemd machine at %s: %w", dir, err)
+	}
+	return &m, nil
+}
+
+func (m *Machine) file(name string) string { return filepath.Join(m.Dir, name) }
+
+// supervisor boots the machine, and boots it again each time it reboots, as a machine's
+// firmware would: nspawn runs in the background so its pid is known, and between boots the
+// network loses what a reboot loses (clearNetwork) and the machine's containers' cgroups go. It
+// ends with the first boot that ends otherwise than by a reboot, or after Stop asked.
+const supervisor = `d="$1"; ns="$2"; cg="$3"; shift 3
+echo $$ > "$d/` + fileSupervisor + `"
+while :; do
+  date +%s.%N > "$d/` + fileBooted + `"
+  echo "--- boot at $(date -u +%Y-%m-%dT%H:%M:%S.%NZ)" >> "$d/` + fileLog + `"
+  env -u CLEAR "$@" >> "$d/` + fileLog + `" 2>&1 < /dev/null &
+  echo $! > "$d/` + fileNspawn + `"
+  wait $!
+  rc=$?
+  rm -f "$d/` + fileNspawn + `"
+  echo $rc > "$d/` + fileExit + `"
+  for top in /sys/fs/cgroup/*/"$cg"; do
+    [ -d "$top" ] && find "$top" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+  [ "$rc" = 133 ] && [ ! -e "$d/` + fileStop + `" ] || exit 0
+  ip netns exec "$ns" sh -c "$CLEAR" >> "$d/` + fileLog + `" 2>&1
+done
+`
+
+// start runs the supervisor, detached (its own session, the booting process's nothing), over
+// systemd-nspawn on the machine's root. nspawn registers with no machined and keeps to the
+// caller's unit (the host need not be run by systemd); the console is passive and the boot's
 // messages go to the log (LogTail).
 func (m *Machine) start() error {
-	logf, err := os.OpenFile(m.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
+	for _, f := range []string{fileStop, fileExit, fileNspawn, fileSupervisor} {
+		_ = os.Remove(m.file(f))
 	}
-	defer logf.Close()
-	m.Booted = time.Now()
-	fmt.Fprintf(logf, "--- boot at %s\n", m.Booted.UTC().Format(time.RFC3339Nano))
 	// CAP_NET_ADMIN: nspawn keeps it only for a network it makes itself (--private-network and
 	// the like), not for one given by --network-namespace-path, so without it every unit in the
 	// machine is refused what a machine's own network needs: wireguard-go's TUNSETIFF ioctl on
 	// /dev/net/tun fails "operation not permitted" (the device node is there and no device cgroup
 	// applies: this host's devices controller is at its root), and so do wg-quick's ip commands and
 	// nftables' or ufw's rules. The capability reaches no further than the machine's namespace.
-	m.cmd = exec.Command("systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
-		"--console=passive", "--machine="+m.Name, "--directory="+m.Root,
-		"--network-namespace-path=/run/netns/"+m.NetNS, "--capability=CAP_NET_ADMIN",
+	nspawn := []string{"systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
+		"--console=passive", "--machine=" + m.Name, "--directory=" + m.Root,
+		"--network-namespace-path=/run/netns/" + m.NetNS, "--capability=CAP_NET_ADMIN",
 		// runc joins a session keyring for each container, and nspawn's seccomp filter refuses
 		// the keyring calls ("unable to join session keyring: operation not permitted").
-		"--system-call-filter=add_key keyctl request_key")
-	m.cmd.Stdout, m.cmd.Stderr = logf, logf
-	// Its own process group, and ended if the driving process dies first.
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	m.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	if err := m.cmd.Start(); err != nil {
-		return fmt.Errorf("systemd-nspawn %s: %w", m.Name, err)
+		"--system-call-filter=add_key keyctl request_key"}
+	cmd := exec.Command("setsid", append([]string{"-f", "sh", "-c", supervisor, "sh", m.Dir, m.NetNS, m.cgroup()}, nspawn...)...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CLEAR=" + clearScript}
+	logf, err := os.OpenFile(m.file(fileLog), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
 	}
-	done := make(chan error, 1)
-	go func(c *exec.Cmd) { done <- c.Wait() }(m.cmd)
-	m.done = done
+	defer logf.Close()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, logf, logf // files, not pipes: the supervisor outlives this call
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("systemd-nspawn %s: %w: %s", m.Name, err, m.LogTail())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.nspawnPID() == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("systemd-nspawn %s did not start: %s", m.Name, m.LogTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return nil
+}
+
+// pidIn is the live pid a file of the machine's directory names, 0 when none.
+func (m *Machine) pidIn(name string) int {
+	b, err := os.ReadFile(m.file(name))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+func (m *Machine) nspawnPID() int { return m.pidIn(fileNspawn) }
+
+// Booted is when the running boot began: a boot's figures count from here.
+func (m *Machine) Booted() time.Time {
+	b, _ := os.ReadFile(m.file(fileBooted))
+	f, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	if err != nil {
+		return time.Time{}
+	}
+	sec := int64(f)
+	return time.Unix(sec, int64((f-float64(sec))*1e9))
+}
+
+// lastExit is how the last boot ended ("" while none has).
+func (m *Machine) lastExit() string {
+	b, _ := os.ReadFile(m.file(fileExit))
+	return strings.TrimSpace(string(b))
 }
 
 // Leader is the machine's PID 1 as the host numbers it (nspawn's child), 0 while it is down.
 func (m *Machine) Leader() int {
-	if m.cmd == nil || m.cmd.Process == nil {
+	pid := m.nspawnPID()
+	if pid == 0 {
 		return 0
 	}
-	pid := m.cmd.Process.Pid
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 	if err != nil {
 		return 0
@@ -191,11 +278,8 @@ func (m *Machine) WaitRunning(within time.Duration) error {
 	deadline := time.Now().Add(within)
 	var state string
 	for time.Now().Before(deadline) {
-		select {
-		case err := <-m.done:
-			m.exit, m.cmd = err, nil
-			return fmt.Errorf("machine %s: nspawn exited while booting (%v): %s", m.Name, err, m.LogTail())
-		default:
+		if m.pidIn(fileSupervisor) == 0 && m.nspawnPID() == 0 {
+			return fmt.Errorf("machine %s: nspawn exited while booting (status %s): %s", m.Name, m.lastExit(), m.LogTail())
 		}
 		state = m.State()
 		switch state {
@@ -213,50 +297,47 @@ func (m *Machine) WaitRunning(within time.Duration) error {
 }
 
 // Reboot reboots the machine for real: `systemctl reboot` inside, nspawn exits (status 133, a
-// reboot), the network loses what a reboot loses (clearNetwork), and the machine boots again on
-// the same root; it waits (within) for running. Booted is when the new boot started.
+// reboot), the supervisor clears what a reboot loses from the network (clearScript) and boots the
+// machine again on the same root; it waits (within) for running. Booted is when the new boot
+// started.
 func (m *Machine) Reboot(within time.Duration) error {
+	old := m.nspawnPID()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_, err := m.Run(ctx, "systemctl", "reboot")
 	cancel()
 	if err != nil {
 		return err
 	}
-	if err := m.waitExit(within); err != nil {
-		return err
+	deadline := time.Now().Add(within)
+	for {
+		if now := m.nspawnPID(); now != 0 && now != old && m.Leader() != 0 {
+			break
+		}
+		if m.pidIn(fileSupervisor) == 0 {
+			return fmt.Errorf("machine %s: nspawn ended with status %s after systemctl reboot, not 133 (a reboot): %s", m.Name, m.lastExit(), m.LogTail())
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("machine %s: not booted again %s after systemctl reboot: %s", m.Name, within, m.LogTail())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	var ee *exec.ExitError
-	if !errors.As(m.exit, &ee) || ee.ExitCode() != 133 {
-		return fmt.Errorf("machine %s: nspawn ended with %v after systemctl reboot, not 133 (a reboot): %s", m.Name, m.exit, m.LogTail())
+	if e := m.lastExit(); e != "133" {
+		return fmt.Errorf("machine %s: nspawn ended with status %s after systemctl reboot, not 133 (a reboot): %s", m.Name, e, m.LogTail())
 	}
-	m.removeCgroups()
-	if err := m.clearNetwork(); err != nil {
-		return err
-	}
-	if err := m.start(); err != nil {
-		return err
-	}
-	return m.WaitRunning(within)
+	return m.WaitRunning(time.Until(deadline))
 }
 
-// clearNetwork drops what a real reboot loses from the machine's network, which is a lab
+// clearScript drops what a real reboot loses from the machine's network, which is a lab
 // namespace that outlives nspawn: netfilter's rules (so a firewall is back only if its own unit
 // loads it), every link but lo and the lab's cables, eth* (a TUN goes with its wireguard-go, a
 // bridge would not) and the connection tracking table. eth0's addresses and routes stay: they
 // stand for the network's own configuration, which a real machine sets up again at boot.
-func (m *Machine) clearNetwork() error {
-	script := `nft flush ruleset
+const clearScript = `nft flush ruleset
 for l in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1); do
   case "$l" in lo|eth*) ;; *) ip link del "$l" 2>/dev/null || true ;; esac
 done
 conntrack -F >/dev/null 2>&1 || true
 `
-	out, err := exec.Command("ip", "netns", "exec", m.NetNS, "sh", "-c", script).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("machine %s: clear namespace %s for the reboot: %v: %s", m.Name, m.NetNS, err, out)
-	}
-	return nil
-}
 
 // cgroupsUnit makes the host's cgroup v1 controllers writable in the machine before its engine
 // starts. nspawn mounts them read-only (it delegates only name=systemd), so runc could make no
@@ -344,47 +425,42 @@ func (m *Machine) removeCgroups() {
 	}
 }
 
-// waitExit waits (within) for the running nspawn to exit.
-func (m *Machine) waitExit(within time.Duration) error {
-	if m.cmd == nil {
-		return nil
-	}
-	select {
-	case m.exit = <-m.done:
-		m.cmd = nil
-		return nil
-	case <-time.After(within):
-		return fmt.Errorf("machine %s: nspawn still up %s after it was told to end: %s", m.Name, within, m.LogTail())
-	}
-}
-
-// Stop shuts the machine down (SIGTERM to nspawn: an orderly poweroff; SIGKILL to it and the
-// machine's PID 1 after 30 s), unmounts its overlay and removes its directory. It is safe to call
-// twice.
+// Stop shuts the machine down (SIGTERM to nspawn: an orderly poweroff, the supervisor told it
+// is the last; SIGKILL to it and the machine's PID 1 after 30 s), unmounts its overlay and
+// removes its directory. It is safe to call twice.
 func (m *Machine) Stop() error {
-	if m.cmd != nil {
+	if m.Dir == "" {
+		return nil
+	}
+	if _, err := os.Stat(m.Dir); err != nil {
+		return nil
+	}
+	_ = os.WriteFile(m.file(fileStop), nil, 0o644)
+	if pid := m.nspawnPID(); pid != 0 {
 		leader := m.Leader()
-		_ = m.cmd.Process.Signal(syscall.SIGTERM)
-		if err := m.waitExit(30 * time.Second); err != nil {
-			_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		deadline := time.Now().Add(30 * time.Second)
+		for m.nspawnPID() != 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if m.nspawnPID() != 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			if leader > 0 {
 				_ = syscall.Kill(leader, syscall.SIGKILL)
 			}
-			m.exit = <-m.done
-			m.cmd = nil
 		}
 	}
-	m.removeCgroups()
-	if m.dir == "" {
-		return nil
+	for deadline := time.Now().Add(10 * time.Second); m.pidIn(fileSupervisor) != 0 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
 	}
+	m.removeCgroups()
 	var err error
 	if out, e := exec.Command("umount", m.Root).CombinedOutput(); e != nil && !strings.Contains(string(out), "not mounted") {
 		err = fmt.Errorf("umount %s: %v: %s", m.Root, e, out)
 	}
 	if err == nil {
-		err = os.RemoveAll(m.dir)
-		m.dir = ""
+		err = os.RemoveAll(m.Dir)
+		m.Dir = ""
 	}
 	return err
 }
@@ -408,7 +484,7 @@ func (m *Machine) CopyIn(src, path string) error {
 
 // LogTail is the end of nspawn's log (its own messages; the boot's are in the machine's journal).
 func (m *Machine) LogTail() string {
-	b, _ := os.ReadFile(m.log)
+	b, _ := os.ReadFile(m.file(fileLog))
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
 	}

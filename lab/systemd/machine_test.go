@@ -47,8 +47,8 @@ func bootIn(t *testing.T, name, addr string) *Machine {
 }
 
 // A machine boots to running in its namespace, runs a command with nothing of the caller's
-// environment, reboots for real (a new PID 1, the same files), and stops leaving the cache as
-// it was.
+// environment, outlives its handle (attached again by its directory), reboots for real (a new
+// PID 1, the same files), and stops leaving the cache as it was.
 func TestMachineBootsAndReboots(t *testing.T) {
 	requireMachine(t)
 	t.Setenv("MESHD_SEAL_KEY", "/leaked")
@@ -70,8 +70,20 @@ func TestMachineBootsAndReboots(t *testing.T) {
 	if _, err := m.Run(ctx, "sh", "-c", "echo kept > /var/lib/marker"); err != nil {
 		t.Fatal(err)
 	}
-	pid1 := m.Leader()
-	if err := m.Reboot(bootTimeout); err != nil {
+	// The machine is not this process's: its supervisor is in a session of its own, so a lab
+	// machine outlives `meshlab up`, and another process finds it again by its directory.
+	if ppid := parentOf(t, m.pidIn(fileSupervisor)); ppid == os.Getpid() {
+		t.Errorf("the machine's supervisor is this test's child (ppid %d): it would die with its booter", ppid)
+	}
+	again, err := Attach(m.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid1 := again.Leader()
+	if pid1 == 0 || pid1 != m.Leader() {
+		t.Fatalf("the attached machine's PID 1 is %d, the booted one's %d", pid1, m.Leader())
+	}
+	if err := again.Reboot(bootTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if m.Leader() == pid1 {
@@ -84,4 +96,19 @@ func TestMachineBootsAndReboots(t *testing.T) {
 	if _, err := os.Stat(root + "/var/lib/marker"); err == nil {
 		t.Errorf("the machine wrote into the cached root %s", root)
 	}
+}
+
+// parentOf is pid's parent pid, from /proc.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("the supervisor (pid %d): %v", pid, err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ppid := 0
+	if len(f) > 1 {
+		fmt.Sscan(f[1], &ppid)
+	}
+	return ppid
 }

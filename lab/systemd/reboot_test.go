@@ -402,8 +402,8 @@ func TestSystemdHubReboot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s\n%s", err, r.ruleset(ctx), r.hub.journal(ctx))
 	}
-	t.Logf("boot to openings back: %s (the reboot took %s to the new boot)", back.Sub(r.hub.Booted).Round(time.Millisecond),
-		r.hub.Booted.Sub(rebooted).Round(time.Millisecond))
+	t.Logf("boot to openings back: %s (the reboot took %s to the new boot)", back.Sub(r.hub.Booted()).Round(time.Millisecond),
+		r.hub.Booted().Sub(rebooted).Round(time.Millisecond))
 
 	if a := unitIs(ctx, r.hub, "is-active", "nftables.service"); a != "active" {
 		t.Errorf("after the reboot the found firewall's unit nftables.service is %s", a)
@@ -506,7 +506,7 @@ func BenchmarkSystemdHubRebootOpenings(b *testing.B) {
 		if err != nil {
 			b.Fatalf("%v\n%s", err, r.hub.journal(ctx))
 		}
-		took = append(took, float64(back.Sub(r.hub.Booted).Microseconds())/1000)
+		took = append(took, float64(back.Sub(r.hub.Booted()).Microseconds())/1000)
 		if err := testenv.Poll(b, 30*time.Second, r.probeServes); err != nil {
 			b.Fatalf("after the reboot the peer does not reach the webapp: %v", err)
 		}
