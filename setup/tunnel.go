@@ -11,6 +11,7 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host/report"
+	"meshd/host/tunnel"
 	"meshd/wg"
 )
 
@@ -69,11 +70,7 @@ func TunnelPreview(iface string) ([]report.TunnelField, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the tunnel to take over: %w", err)
 	}
-	var out []report.TunnelField
-	for _, x := range wg.Preview(f) {
-		out = append(out, report.TunnelField{Field: x.Field, Found: x.Found, Mesh: x.Mesh, Same: x.Same})
-	}
-	return out, nil
+	return tunnel.Fields(wg.Preview(f)), nil
 }
 
 // Uncarried refuses a takeover of iface whose preview differs: a field meshd would not carry.
@@ -85,7 +82,7 @@ func Uncarried(iface string) error {
 	}
 	var lost []string
 	for _, f := range fields {
-		if !f.Same {
+		if !f.Same && !f.Added {
 			lost = append(lost, fmt.Sprintf("%s (found %s, the mesh would raise %s)", f.Field, f.Found, f.Mesh))
 		}
 	}

@@ -189,6 +189,9 @@ type Field struct {
 	Found string `json:"found"`
 	Mesh  string `json:"mesh"`
 	Same  bool   `json:"same"`
+	// Added says the mesh has what the found interface had not (a keepalive on a peer that had
+	// none): not the same, but nothing lost, so nothing refuses it.
+	Added bool `json:"added,omitempty"`
 }
 
 // Match lists k's fields beside mesh's, the mesh's interface as it is (Discover) or as it will
@@ -263,8 +266,9 @@ func (k Kept) Match(mesh *Found) []Field {
 		}
 		add(name+" preshared key", pskText(kp.PresharedKey), pskText(mp.PresharedKey), kp.PresharedKey == mp.PresharedKey)
 		add(name+" allowed ips", prefixesText(kp.AllowedIPs), prefixesText(mp.AllowedIPs), allIn(kp.AllowedIPs, mp.AllowedIPs))
-		if kp.Keepalive > 0 {
-			add(name+" keepalive", kp.Keepalive.String(), mp.Keepalive.String(), kp.Keepalive == mp.Keepalive)
+		if kp.Keepalive > 0 || mp.Keepalive > 0 {
+			add(name+" keepalive", durationText(kp.Keepalive), durationText(mp.Keepalive), kp.Keepalive == mp.Keepalive)
+			out[len(out)-1].Added = kp.Keepalive == 0 && mp.Keepalive > 0
 		}
 	}
 	return out
@@ -304,11 +308,12 @@ func ConfigView(cfg Config) *Found {
 	return f
 }
 
-// Differs lists the fields of fs that do not match, as "field: found X, mesh Y".
+// Differs lists the fields of fs that do not match, as "field: found X, mesh Y" (one the mesh
+// only added is not among them).
 func Differs(fs []Field) []string {
 	var out []string
 	for _, f := range fs {
-		if !f.Same {
+		if !f.Same && !f.Added {
 			out = append(out, fmt.Sprintf("%s: found %s, mesh %s", f.Field, f.Found, f.Mesh))
 		}
 	}
@@ -322,6 +327,13 @@ func allIn(want, have []netip.Prefix) bool {
 		}
 	}
 	return true
+}
+
+func durationText(d time.Duration) string {
+	if d == 0 {
+		return "none"
+	}
+	return d.String()
 }
 
 func keyText(k wgtypes.Key) string {

@@ -74,11 +74,21 @@ func TestKeptCarriesEveryFieldOverTheRecord(t *testing.T) {
 	if !containsPrefix(cfg.AsFound, netip.MustParsePrefix("10.88.1.0/24")) {
 		t.Errorf("the site's allowed IP is not marked as found: %v", cfg.AsFound)
 	}
-	// and the match says so, field by field
+	// and the match says so, field by field: every field the same, but the keepalive the mesh
+	// gives the peer that had none, which it says it added.
+	p2key := "peer " + f.Peers[1].PublicKey.String() + " keepalive"
 	for _, fd := range Keep(f).Match(ConfigView(cfg)) {
-		if !fd.Same {
+		switch {
+		case fd.Field == p2key:
+			if fd.Same || !fd.Added || fd.Found != "none" || fd.Mesh != DefaultKeepalive.String() {
+				t.Errorf("the keepalive the mesh adds reads %+v; want found none, mesh %s, added", fd, DefaultKeepalive)
+			}
+		case !fd.Same:
 			t.Errorf("field %s: found %s, mesh %s", fd.Field, fd.Found, fd.Mesh)
 		}
+	}
+	if d := Differs(Keep(f).Match(ConfigView(cfg))); len(d) > 0 {
+		t.Errorf("an added keepalive counts as a difference: %v", d)
 	}
 }
 

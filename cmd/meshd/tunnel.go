@@ -186,17 +186,23 @@ func printTunnelFields(w io.Writer, title string, fs []report.TunnelField) {
 	if len(fs) == 0 {
 		return
 	}
-	differ := 0
+	differ, added := 0, 0
 	for _, f := range fs {
-		if !f.Same {
+		switch {
+		case f.Added:
+			added++
+		case !f.Same:
 			differ++
 		}
 	}
-	fmt.Fprintf(w, "\n%s (%d fields, %d differ)\n", title, len(fs), differ)
+	fmt.Fprintf(w, "\n%s (%d fields, %d differ, %d added by the mesh)\n", title, len(fs), differ, added)
 	fmt.Fprintln(w, "FIELD\tFOUND\tMESH\tSAME")
 	for _, f := range fs {
 		same := "yes"
-		if !f.Same {
+		switch {
+		case f.Added:
+			same = "added"
+		case !f.Same:
 			same = "DIFFERS"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", f.Field, f.Found, f.Mesh, same)

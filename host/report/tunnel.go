@@ -49,6 +49,8 @@ type TunnelField struct {
 	Found string `json:"found"`
 	Mesh  string `json:"mesh"`
 	Same  bool   `json:"same"`
+	// Added: the mesh has what the found one had not (wg.Field.Added); nothing was lost.
+	Added bool `json:"added,omitempty"`
 }
 
 // TunnelPeer is one peer of the hub's tunnel as the device carrying it has it (the mesh's

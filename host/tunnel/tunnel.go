@@ -195,10 +195,16 @@ func (d *Driver) match(k wg.Kept, cfg wg.Config, det *report.TunnelDetail) {
 	if err != nil {
 		mesh = wg.ConfigView(cfg)
 	}
-	det.Fields = nil
-	for _, f := range k.Match(mesh) {
-		det.Fields = append(det.Fields, report.TunnelField{Field: f.Field, Found: f.Found, Mesh: f.Mesh, Same: f.Same})
+	det.Fields = Fields(k.Match(mesh))
+}
+
+// Fields are wg's field-by-field comparison in the report's words.
+func Fields(fs []wg.Field) []report.TunnelField {
+	out := make([]report.TunnelField, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, report.TunnelField{Field: f.Field, Found: f.Found, Mesh: f.Mesh, Same: f.Same, Added: f.Added})
 	}
+	return out
 }
 
 type heardMark struct {
@@ -279,9 +285,8 @@ func (d *Driver) foundOnly(t fsm.TunnelView) pass.Outcome {
 		det.Peers = d.peers(fsm.TunnelView{Takeover: t.Rides, Peers: t.Peers})
 		// What `tunnel take` would raise in its place, field by field (its --dry-run shows it).
 		if f, err := d.m.Discover(t.Rides); err == nil {
-			for _, x := range wg.Preview(f) {
-				det.Fields = append(det.Fields, report.TunnelField{Field: x.Field, Found: x.Found, Mesh: x.Mesh, Same: x.Same})
-			}
+			det.Fields = Fields(wg.Preview(f))
+			det.Interface, det.Port = t.Rides, uint16(f.ListenPort)
 		}
 		return pass.Outcome{Detail: det}
 	}

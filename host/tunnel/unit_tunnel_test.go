@@ -561,6 +561,11 @@ func TestUnitTunnelSpokeOnItsFoundTunnel(t *testing.T) {
 	if det := detailOf(t, rep); det.State != report.TunnelFoundUp || det.Found != "wg0" || len(det.Peers) != 2 {
 		t.Fatalf("a spoke on its found tunnel: %+v, want found-up with its two peers", det)
 	}
+	// node show's tunnel line and `tunnel take --dry-run` read the found interface from here: its
+	// name, its live port, and the take's preview field by field.
+	if det := detailOf(t, rep); det.Interface != "wg0" || det.Port != 51820 || len(det.Fields) == 0 {
+		t.Errorf("a spoke on its found tunnel reports interface %q port %d and %d preview fields; want wg0, 51820 and the preview", det.Interface, det.Port, len(det.Fields))
+	}
 
 	b.wg.mu.Lock()
 	b.wg.links["wg0"].up = false // wg-quick down wg0, or the predecessor's tunnel failing
