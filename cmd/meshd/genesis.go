@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -119,7 +120,7 @@ flushing it and raises the mesh's interface in its place; see ` + "`meshd tunnel
 				fmt.Fprintf(w, "mesh CA\t%s\n", res.CAFingerprint)
 				fmt.Fprintf(w, "seal key\t%s\n", res.SealKey)
 				printRecoveryCode(w, res.RecoveryCode, res.SealKey)
-				fmt.Fprintf(w, "\nstart it with: meshd agent --data-dir %s\n", res.DataDir)
+				fmt.Fprintf(w, "\n%s\n", startHint(res.DataDir))
 			})
 		},
 	}
@@ -165,4 +166,14 @@ func modeWord(m fsm.Mode) string {
 		return "ADOPTED (what is found is held until its module is taken)"
 	}
 	return string(m)
+}
+
+// startHint says how to start the agent genesis or join just made a node for: the package's
+// unit when its config (/etc/meshd/meshd.yaml, data_dir /var/lib/meshd) names this data dir.
+func startHint(dataDir string) string {
+	byHand := "meshd agent --data-dir " + dataDir
+	if filepath.Clean(dataDir) == "/var/lib/meshd" {
+		return "start it: systemctl enable --now meshd (the package's unit), or by hand: " + byHand
+	}
+	return "start it: set data_dir: " + dataDir + " in /etc/meshd/meshd.yaml, then systemctl enable --now meshd; or by hand: " + byHand
 }

@@ -131,7 +131,7 @@ token on the command line still works but is warned about: every user of the mac
 				}
 				fmt.Fprintf(w, "seal key\t%s\n", res.SealKey)
 				printRecoveryCode(w, res.RecoveryCode, res.SealKey)
-				fmt.Fprintf(w, "\nstart it with: meshd agent --data-dir %s\n", res.DataDir)
+				fmt.Fprintf(w, "\n%s\n", startHint(res.DataDir))
 			})
 		},
 	}
