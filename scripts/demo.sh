@@ -118,7 +118,8 @@ on hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-hos
 "$meshlab" install-agent --name "$lab" hub "$meshd_bin" -- "${agent_args[@]}"
 # shellcheck disable=SC2046
 wait_for "the mesh's interface to carry the tunnel" 60 hub -- sh -c "meshd tunnel show --json | grep -q '\"state\": *\"mesh-up\"'"
-say "meshd: the found wg0 is down, its file kept; meshd0 has its key, port, address and both peers, carried:"
+say "meshd: the found wg0 is down, its file kept; the mesh's wg0 in its place has its key, port, address and"
+say "both peers, carried:"
 on hub meshd tunnel show
 probes
 
@@ -143,7 +144,8 @@ for p in peer1 peer2; do
   printf '%s\n' "$tok" | quiet "$p" meshd join --token-file - --name "$p" --data-dir /var/lib/meshd --tunnel wg0 | sed 's/^/   /'
   "$meshlab" install-agent --name "$lab" "$p" "$meshd_bin" -- "${agent_args[@]}"
   on hub meshd tunnel take "$p" wg0
-  wait_for "$p's meshd0 to take wg0's place" 60 "$p" -- sh -c "wg show meshd0 >/dev/null && ! ip link show wg0 2>/dev/null"
+  # A found tunnel's name is kept: the mesh's interface is raised as wg0 in the found one's place.
+  wait_for "the mesh's wg0 to be up in $p's found wg0's place" 60 hub -- sh -c "meshd node show $p | grep -Eq '^tunnel +wg0 .*: mesh-up'"
   probes
 done
 
