@@ -145,7 +145,7 @@ for p in peer1 peer2; do
   "$meshlab" install-agent --name "$lab" "$p" "$meshd_bin" -- "${agent_args[@]}"
   on hub meshd tunnel take "$p" wg0
   # A found tunnel's name is kept: the mesh's interface is raised as wg0 in the found one's place.
-  wait_for "the mesh's wg0 to be up in $p's found wg0's place" 60 hub -- sh -c "meshd node show $p | grep -Eq '^tunnel +wg0 .*: mesh-up'"
+  wait_for "the mesh's wg0 to be up in $p's found wg0's place" 60 hub -- sh -c "meshd node show $p | grep -Eq '^tunnel[[:space:]]+wg0 .*: mesh-up'"
   probes
 done
 
