@@ -5,9 +5,9 @@
 # adopts it, takes its tunnel over in place, enrols the peers (keeping their addresses) and a new
 # machine (converged, a fresh address), takes the service over, then previews and converges every
 # node — while probes from the peers, a second machine and an outsider record every call. Each
-# step says what the operator does, what meshd reports and what the probes say; the end is
-# `meshd status` and the probes per step as a table. `meshlab down` at the end leaves nothing
-# behind (KEEP_LAB=1 keeps the lab to look around).
+# step says what the operator does, what meshd reports and what the probes say; then the probes
+# per step as a table, and the end is the board (`meshd status`) and `meshd history`. `meshlab
+# down` at the end leaves nothing behind (KEEP_LAB=1 keeps the lab to look around).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "demo: run as root (the lab is network namespaces and its own Docker engines)" >&2; exit 1; }
@@ -118,7 +118,8 @@ on hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-hos
 "$meshlab" install-agent --name "$lab" hub "$meshd_bin" -- "${agent_args[@]}"
 # shellcheck disable=SC2046
 wait_for "the mesh's interface to carry the tunnel" 60 hub -- sh -c "meshd tunnel show --json | grep -q '\"state\": *\"mesh-up\"'"
-say "meshd: the found wg0 is down, its file kept; meshd0 has its key, port, address and both peers, carried:"
+say "meshd: the found wg0 is down, its file kept; the mesh's wg0 in its place has its key, port, address and"
+say "both peers, carried:"
 on hub meshd tunnel show
 probes
 
@@ -133,7 +134,6 @@ lab start-service --name "$lab" hub predecessor-control
 wait_for "the report to say CHANGED BY SOMETHING ELSE" 30 hub -- sh -c "meshd node show hub | grep -q 'CHANGED BY SOMETHING ELSE'"
 lab stop-service --name "$lab" hub predecessor-control
 quiet hub meshd node show hub | grep -E 'app.conf|CHANGED' | sed 's/^/   /' || true
-shot status-changed.png=/ --want "1 changed by something else" --want "live: record index"
 probes
 
 for p in peer1 peer2; do
@@ -144,7 +144,8 @@ for p in peer1 peer2; do
   printf '%s\n' "$tok" | quiet "$p" meshd join --token-file - --name "$p" --data-dir /var/lib/meshd --tunnel wg0 | sed 's/^/   /'
   "$meshlab" install-agent --name "$lab" "$p" "$meshd_bin" -- "${agent_args[@]}"
   on hub meshd tunnel take "$p" wg0
-  wait_for "$p's meshd0 to take wg0's place" 60 "$p" -- sh -c "wg show meshd0 >/dev/null && ! ip link show wg0 2>/dev/null"
+  # A found tunnel's name is kept: the mesh's interface is raised as wg0 in the found one's place.
+  wait_for "the mesh's wg0 to be up in $p's found wg0's place" 60 hub -- sh -c "meshd node show $p | grep -Eq '^tunnel[[:space:]]+wg0 .*: mesh-up'"
   probes
 done
 
@@ -156,6 +157,10 @@ printf '%s\n' "$tok" | quiet newnode meshd join --token-file - --name newnode --
 "$meshlab" install-agent --name "$lab" newnode "$meshd_bin" -- "${agent_args[@]}"
 wait_for "newnode's meshd0 at its fresh address 10.44.0.4" 60 newnode -- sh -c "ip -4 addr show dev meshd0 | grep -q 10.44.0.4"
 on newnode wg show meshd0 | grep -E 'interface|listening|peer|endpoint' || true
+# The migration's midpoint: every machine enrolled, only newnode converged (it joined so), and
+# webapp's held file, changed by the predecessor's write, in the way of its take.
+shot status-changed.png=/ --want "1 of 4 nodes converged" --want "(webapp) changed by something else" \
+  --want "newnode enrolled" --want "live: record index"
 probes
 
 step "Take webapp on hub: the cutover (the found container swapped for meshd's)"
@@ -192,16 +197,18 @@ for node in hub peer1 peer2; do
   probes
 done
 
+printf '\n\033[1mThe probes per step\033[0m (calls and failed calls of the peers'"'"' and newnode'"'"'s probes; the longest outage that began in the step; the outsider'"'"'s calls to the store, refused and reached)\n'
+"$meshlab" probes --steps --name "$lab"
+# The end: the board with every node converged, beside the timeline.
+shot status-overview.png=/ --want "4 of 4 nodes converged" --want "peer2 is converged" --want "live: record index" \
+  status-node.png=/node/hub --want "Last host report"
+
 step "Done: every node converged"
 say "operator: meshd status (the summary line and the board: every node's steps, none in the way)"
 on hub meshd status
 step "What happened, when, and who did it"
 say "operator: meshd history (every command with who gave it, and the host events, by record index)"
 on hub meshd history
-shot status-overview.png=/ --want newnode --want peer2 --want "live: record index" \
-  status-node.png=/node/hub --want "Last host report"
-printf '\n\033[1mThe probes per step\033[0m (calls and failed calls of the peers'"'"' and newnode'"'"'s probes; the longest outage that began in the step; the outsider'"'"'s calls to the store, refused and reached)\n'
-"$meshlab" probes --steps --name "$lab"
 echo
 echo "The demo took $(( $(date +%s) - started )) s."
 if [ -n "$keep" ]; then

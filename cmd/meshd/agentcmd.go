@@ -47,9 +47,10 @@ a file, naming each problem's line and key.
 Prometheus metrics are at /metrics on the operator socket, and on each --metrics HOST:PORT given
 (plain HTTP): a loopback address, or one in the private network's range (served once the node's
 declaration names the range and the address is on the machine). An underlay address is refused
-unless --metrics-underlay says so. On a server that listener also serves the status page at / (every
-node, what it holds and what changed, its openings, the tunnel, what a converge would close; live in
-the browser): open http://HOST:PORT/ there, e.g. through ssh -L from your desk.
+unless --metrics-underlay says so. On a server that listener also serves the status page at / (first
+the board, where each node stands and what is in the way, beside the history; then every node, what
+it holds and what changed, its openings, the tunnel, what a converge would close; live in the
+browser): open http://HOST:PORT/ there, e.g. through ssh -L from your desk.
 
 The operator socket is root's alone (0600), or with --socket-group GROUP also that group's (0660); each
 caller's credentials are checked again on every connection. Something at the socket path that is not a

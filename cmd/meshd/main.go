@@ -77,8 +77,10 @@ A migration, in order (docs/runbook.md walks it step by step):
 Tunnel take, take and converge follow the node until its report says the act is carried out (exit
 0) or failed (exit 1, naming the resource and why); --no-wait returns once the record holds it.
 
-Look at any time: meshd status, meshd node show NODE, meshd monitor NODE, and a server's status page
-(meshd agent --metrics 127.0.0.1:9470, then http://127.0.0.1:9470/).
+Look at any time: meshd status (the board: where each node stands, what is in the way of its next
+step), meshd history (what happened when, and who did it), meshd node show NODE, meshd monitor
+NODE, and a server's status page, the board and the history live (meshd agent --metrics
+127.0.0.1:9470, then http://127.0.0.1:9470/).
 
 The operator's commands talk to the local agent over its socket (` + api.DefaultSocket + `;
 --socket or MESHD_SOCKET to change it). The record is read and written on a server's socket, or from

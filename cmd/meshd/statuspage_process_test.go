@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,10 @@ import (
 // pageBound is how soon the status page must show a change of the node: the issue's "within a
 // second".
 const pageBound = time.Second
+
+// pageSettle is how long the page may take to show what the tests wait for without bounding it:
+// a poll's deadline, not a measure.
+const pageSettle = 10 * time.Second
 
 // proxyInto serves on this machine's loopback what addr serves inside netns, so a browser run
 // here reaches an agent's listener in its namespace. It returns the local address.
@@ -72,15 +77,49 @@ func liveText(ctx context.Context) (string, error) {
 	return chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
 }
 
+// sectionText is what the page shows in the first element matching selector ("" when none).
+func sectionText(ctx context.Context, selector string) (string, error) {
+	return chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(
+		`(function(){var e=document.querySelector(%q);return e?e.innerText:""})()`, selector)))
+}
+
 // pageShows waits until the page's live part contains every want, at most within, and says how
 // long it took.
 func pageShows(t *testing.T, ctx context.Context, within time.Duration, what string, want ...string) time.Duration {
+	t.Helper()
+	return shows(t, ctx, within, what, liveText, want...)
+}
+
+// sectionShows is pageShows for what the page shows in the element matching selector.
+func sectionShows(t *testing.T, ctx context.Context, within time.Duration, what, selector string, want ...string) time.Duration {
+	t.Helper()
+	return shows(t, ctx, within, what, func(ctx context.Context) (string, error) { return sectionText(ctx, selector) }, want...)
+}
+
+// onFirstScreen fails unless every element matching each selector begins within the browser's
+// window as the page opens (unscrolled), and is shown.
+func onFirstScreen(t *testing.T, ctx context.Context, selectors ...string) {
+	t.Helper()
+	for _, sel := range selectors {
+		where, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(function(){
+  var e=document.querySelector(%q); if(!e) return "not on the page";
+  var r=e.getBoundingClientRect(); if(r.height===0||r.width===0) return "not shown";
+  if(r.top+window.scrollY>=window.innerHeight) return "below the first screen (at "+Math.round(r.top+window.scrollY)+"px of "+window.innerHeight+")";
+  return ""})()`, sel)))
+		if err != nil || where != "" {
+			t.Errorf("the page's %s: %s (%v)", sel, where, err)
+		}
+	}
+}
+
+// shows waits until read's text contains every want, at most within, and says how long it took.
+func shows(t *testing.T, ctx context.Context, within time.Duration, what string, read func(context.Context) (string, error), want ...string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var text string
 	for {
 		var err error
-		text, err = liveText(ctx)
+		text, err = read(ctx)
 		if err == nil {
 			missing := ""
 			for _, w := range want {
@@ -125,7 +164,9 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 
 // The status page in a real headless Chromium: a real agent's page shows the node's state, and
 // changes within a second, without a reload, when a held file is changed by something else and
-// when a module is taken. The node's page shows its last report, and names how to read a held file's
+// when a module is taken. Its first screen is the board (the summary, the node's steps, what is
+// in the way of the next) beside the timeline of the commands given, by whom, and the host's
+// events (issue 29). The node's page shows its last report, and names how to read a held file's
 // original without serving it.
 func TestProcessStatusPageInChromium(t *testing.T) {
 	n := newNode(t)
@@ -165,6 +206,20 @@ func TestProcessStatusPageInChromium(t *testing.T) {
 	}
 	pageShows(t, ctx, 20*time.Second, "the node's state", "hub", "adopted", "server", "legacy: prepared", heldConf, "held as found", "live: record index")
 	pageShows(t, ctx, pageBound, "the command that shows the original", "meshd node original hub "+heldConf)
+	// Issue 29: the first screen is the board (where each node stands) beside what happened.
+	onFirstScreen(t, ctx, "section.board", "section.history")
+	// The summary counts the mesh's own modules (genesis assigns them) beside legacy.
+	sectionShows(t, ctx, pageSettle, "the board's summary", "section.board", "0 of 1 nodes converged; 0 of ")
+	summary, _ := sectionText(ctx, "section.board p.summary")
+	m := regexp.MustCompile(`^0 of 1 nodes converged; 0 of (\d+) modules taken$`).FindStringSubmatch(strings.TrimSpace(summary))
+	if m == nil {
+		t.Fatalf("the board's summary is %q, want 0 of 1 nodes converged and none of its modules taken", summary)
+	}
+	modules := m[1]
+	sectionShows(t, ctx, pageSettle, "the hub's row on the board", "#board-hub",
+		"hub", "✓ enrolled", "✓ adopted", "✓ prepared legacy", "· taken legacy", "· converged", "taken legacy")
+	sectionShows(t, ctx, pageSettle, "the commands in the timeline, with who gave them", "section.history",
+		"module legacy added to the catalogue root on hub's socket", "legacy assigned to hub root on hub's socket")
 	screenshot(t, ctx, "status-overview.png")
 
 	if err := os.WriteFile(heldConf, []byte("the predecessor, still writing\n"), 0o644); err != nil {
@@ -172,11 +227,25 @@ func TestProcessStatusPageInChromium(t *testing.T) {
 	}
 	took := pageShows(t, ctx, pageBound, "a held file changed by something else", "1 changed by something else")
 	t.Logf("held file changed by something else: on the page after %s", took.Round(time.Millisecond))
+	// The board says what is in the way of the hub's next step, and the timeline has the host's
+	// event, both without a reload.
+	sectionShows(t, ctx, pageSettle, "what is in the way on the board", "#board-hub .blocking",
+		"held file "+heldConf+" (legacy) changed by something else")
+	sectionShows(t, ctx, pageSettle, "the host's event in the timeline", "section.history",
+		"held file "+heldConf+" changed by something else (host)")
 	screenshot(t, ctx, "status-changed.png")
 
 	n.ok("module", "take", "hub", "legacy", "--no-wait") // the page follows the record, not the CLI
 	took = pageShows(t, ctx, pageBound, "a module taken", "legacy: taken")
 	t.Logf("module taken: on the page after %s", took.Round(time.Millisecond))
+	sectionShows(t, ctx, pageSettle, "the take on the board's summary", "section.board", "0 of 1 nodes converged; 1 of "+modules+" modules taken")
+	sectionShows(t, ctx, pageSettle, "the take in the timeline, with who gave it", "section.history",
+		"legacy taken on hub root on hub's socket")
+	if first, err := chromedp.Run(ctx, chromedp.Evaluate[string](
+		`(function(){var e=document.querySelector("section.history li.event");return e?e.innerText:""})()`)); err != nil ||
+		!strings.Contains(first, "legacy taken on hub") {
+		t.Errorf("the timeline's newest event is %q (%v), want the take first", first, err)
+	}
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/node/hub")); err != nil {
 		t.Fatal(err)
