@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -35,6 +36,25 @@ func TestPageRetiredFirewallActiveAgain(t *testing.T) {
 	}
 	if !strings.Contains(card, `<p class="small warn">found firewall ufw, retired (disabled, its files on disk); ACTIVE AGAIN`) {
 		t.Errorf("the node's card:\n%s", card)
+	}
+}
+
+// On a converged node what a converge would close is closed already (meshd's filter admits it
+// not): the page says so instead of warning of a close to come; an adopted node's still warns.
+func TestPageConvergedNodeSaysNotAdmitted(t *testing.T) {
+	listener := report.PreviewListener{Listener: report.Listener{Proto: "tcp", Addr: netip.MustParseAddr("0.0.0.0"), Port: 5000}, Verdict: report.Verdict{Mark: report.MarkWillClose}}
+	n := PageNode{Name: "hub", Mode: fsm.Converged, Report: &report.Report{}, ReportFrom: "hub",
+		Preview: &report.ConvergePreview{Listeners: []report.PreviewListener{listener}}}
+	row, card := renderNode(t, n)
+	if !strings.Contains(row, "1 not admitted") || strings.Contains(row, "close 1") {
+		t.Errorf("a converged node's row:\n%s", row)
+	}
+	if !strings.Contains(card, "not admitted by meshd's filter") || strings.Contains(card, "would close:") {
+		t.Errorf("a converged node's card:\n%s", card)
+	}
+	n.Mode = fsm.Adopted
+	if row, card = renderNode(t, n); !strings.Contains(row, "close 1") || !strings.Contains(card, "would close:") {
+		t.Errorf("an adopted node's row and card:\n%s\n%s", row, card)
 	}
 }
 
