@@ -380,6 +380,15 @@ func Down(ctx context.Context, dir string) error {
 			_ = killPID(p.PID)
 		}
 	}
+	// A systemd machine is shut down by its own supervisor first (its overlay unmounted);
+	// whatever is left of it is the namespaces' and goes below.
+	for _, ms := range st.Machines {
+		if ms.Systemd {
+			if err := sdDown(filepath.Join(dir, "machines", ms.Name)); err != nil {
+				errs = append(errs, fmt.Errorf("machine %s: %w", ms.Name, err))
+			}
+		}
+	}
 	if err := killAll(ctx, m, "lab "+st.Name); err != nil {
 		errs = append(errs, err)
 	}

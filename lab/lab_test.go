@@ -21,9 +21,34 @@ func TestPredecessorUFW(t *testing.T)      { testPredecessor(t, lab.FirewallUFW)
 func TestPredecessorNftables(t *testing.T) { testPredecessor(t, lab.FirewallNftables) }
 func TestPredecessorIptables(t *testing.T) { testPredecessor(t, lab.FirewallIptables) }
 
+// The predecessor's hub as a systemd machine (issue 28): booted by real systemd under nspawn,
+// its firewall, Docker engine and the predecessor's units systemd's own, it passes every check
+// the namespace hub does, its reboot (the walk's "a reboot brings the predecessor's state
+// back") a real `systemctl reboot`.
+func TestPredecessorUFWOnASystemdHub(t *testing.T) {
+	sc, err := lab.Predecessor(lab.FirewallUFW).WithSystemd("hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := testPredecessorOf(t, lab.FirewallUFW, sc)
+	hub := l.Machine("hub")
+	ctx := testenv.Context(t, 4*time.Minute)
+	if out, err := hub.Exec(ctx, "systemctl", "is-system-running"); err != nil || strings.TrimSpace(out) != "running" {
+		t.Fatalf("the hub's systemd: %q, %v", out, err)
+	}
+	pid1, _ := hub.Exec(ctx, "sh", "-c", "cat /proc/1/comm")
+	if strings.TrimSpace(pid1) != "systemd" {
+		t.Errorf("the hub's PID 1 is %q, not systemd", pid1)
+	}
+}
+
 func testPredecessor(t *testing.T, fw lab.FirewallKind) {
+	testPredecessorOf(t, fw, lab.Predecessor(fw))
+}
+
+func testPredecessorOf(t *testing.T, fw lab.FirewallKind, sc lab.Scenario) *lab.Lab {
 	began := time.Now()
-	l := labtest.Up(t, lab.Predecessor(fw))
+	l := labtest.Up(t, sc)
 	if took := time.Since(began); took > time.Minute {
 		t.Errorf("lab came up in %s, want under a minute", took)
 	}
@@ -268,6 +293,7 @@ func testPredecessor(t *testing.T, fw lab.FirewallKind) {
 			t.Errorf("newnode does not reach the hub after restore: %v", err)
 		}
 	})
+	return l
 }
 
 // writeFakeAgent writes a stand-in for the meshd binary: it records its arguments, says READY=1
@@ -275,7 +301,7 @@ func testPredecessor(t *testing.T, fw lab.FirewallKind) {
 func writeFakeAgent(t *testing.T) string {
 	t.Helper()
 	p := t.TempDir() + "/meshd"
-	script := "#!/bin/sh\necho \"$@\" > /run/meshd/started\n" +
+	script := "#!/bin/sh\nmkdir -p /run/meshd\necho \"$@\" > /run/meshd/started\n" +
 		"systemd-notify --ready --status='stand-in agent serving'\nexec sleep infinity\n"
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)

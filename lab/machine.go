@@ -26,6 +26,10 @@ type MachineSpec struct {
 	Docker bool `json:"docker"`
 	// TunnelAddr is its address on the predecessor's tunnel, if it has one.
 	TunnelAddr string `json:"tunnel_addr,omitempty"`
+	// Systemd boots the machine with real systemd under systemd-nspawn (lab/systemd) instead of
+	// the namespace machines' unit runner: slower to raise, but its units, ordering, Restart=
+	// and reboots are systemd's own.
+	Systemd bool `json:"systemd,omitempty"`
 }
 
 // Machine is one lab machine.
@@ -74,6 +78,9 @@ func (m *Machine) DockerHost() string {
 	if !m.spec.Docker {
 		return ""
 	}
+	if m.spec.Systemd {
+		return "unix://" + filepath.Join(m.sdDir(), "root", sdDockerSock)
+	}
 	return "unix://" + filepath.Join(m.dir, "docker.sock")
 }
 
@@ -84,6 +91,9 @@ func (m *Machine) nsenterArgs() []string {
 // Command returns a command that runs inside the machine (its network, mount and UTS
 // namespaces), with a clean environment and / as working directory.
 func (m *Machine) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	if m.spec.Systemd {
+		return m.sdCommand(ctx, name, args...)
+	}
 	cmd := exec.CommandContext(ctx, "nsenter", append(append(m.nsenterArgs(), name), args...)...)
 	cmd.Env = machineEnv()
 	cmd.Dir = "/"
@@ -198,6 +208,13 @@ func (m *Machine) create(ctx context.Context) error {
 	if _, err := run(ctx, "ip", "-n", m.lab.st.Switch, "link", "set", m.Name, "master", BridgeName, "up"); err != nil {
 		return fmt.Errorf("%s: underlay port: %w", m.Name, err)
 	}
+	if m.spec.Systemd {
+		// Its network as a boot leaves it (the namespace machines' Boot does this), then systemd.
+		if err := m.upNetwork(ctx); err != nil {
+			return err
+		}
+		return m.sdCreate(ctx)
+	}
 	for _, f := range []string{m.MountNS(), m.UTSNS()} {
 		if err := os.WriteFile(f, nil, 0o644); err != nil {
 			return err
@@ -304,6 +321,13 @@ func (m *Machine) Processes() []int {
 // (netfilter tables, links, addresses, conntrack, forwarding) is cleared, and /run is gone. Its
 // disk (/etc, /usr/local, /var/lib, Docker data) stays. Boot starts it again.
 func (m *Machine) Stop(ctx context.Context) error {
+	if m.spec.Systemd {
+		sm, err := m.sd()
+		if err != nil {
+			return err
+		}
+		return sm.PowerOff(sdBoot)
+	}
 	if err := killAll(ctx, m.matcher(), "machine "+m.Name); err != nil {
 		return err
 	}
@@ -343,6 +367,19 @@ sysctl -qw net.ipv6.conf.all.forwarding=0 net.ipv4.conf.all.src_valid_mark=0 2>/
 
 // Reboot stops the machine and boots it again.
 func (m *Machine) Reboot(ctx context.Context) error {
+	if m.spec.Systemd {
+		sm, err := m.sd()
+		if err != nil {
+			return err
+		}
+		if err := sm.Reboot(sdBoot); err != nil {
+			return err
+		}
+		if m.spec.Docker {
+			return m.waitDocker(ctx)
+		}
+		return nil
+	}
 	if err := m.Stop(ctx); err != nil {
 		return err
 	}
@@ -368,11 +405,10 @@ func (m *Machine) Restore(ctx context.Context) error {
 // Docker engine (which starts the containers that have a restart policy), then every other unit
 // (the meshd agent, the predecessor's daemons). A masked unit (UnitMasked) is not started.
 func (m *Machine) Boot(ctx context.Context) error {
-	if _, err := m.Run(ctx, `set -e
-ip link set lo up
-ip addr replace "$1/24" dev eth0
-ip addr replace "$2/64" dev eth0 nodad
-ip link set eth0 up`, m.Addr.String(), m.Addr6.String()); err != nil {
+	if m.spec.Systemd {
+		return m.sdBootUp(ctx)
+	}
+	if err := m.upNetwork(ctx); err != nil {
 		return err
 	}
 	units, err := m.enabledUnits(ctx)
@@ -388,6 +424,17 @@ ip link set eth0 up`, m.Addr.String(), m.Addr6.String()); err != nil {
 		}
 	}
 	return nil
+}
+
+// upNetwork gives the machine's network what its configuration would at boot: lo, and eth0
+// with its underlay addresses.
+func (m *Machine) upNetwork(ctx context.Context) error {
+	_, err := run(ctx, "ip", "netns", "exec", m.lab.nsName(m.Name), "sh", "-c", `set -e
+ip link set lo up
+ip addr replace "$1/24" dev eth0
+ip addr replace "$2/64" dev eth0 nodad
+ip link set eth0 up`, "sh", m.Addr.String(), m.Addr6.String())
+	return err
 }
 
 func (m *Machine) waitDocker(ctx context.Context) error {

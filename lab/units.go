@@ -118,8 +118,7 @@ func (m *Machine) readUnit(ctx context.Context, name string) (unit, error) {
 		if !ok || strings.HasPrefix(line, "#") {
 			continue
 		}
-		v = strings.ReplaceAll(strings.TrimSpace(v), "%i", inst)
-		v = strings.ReplaceAll(v, "%I", inst)
+		v = unitUnescape(strings.TrimSpace(v), inst)
 		cmd := strings.TrimLeft(v, "-@+!:")
 		switch strings.TrimSpace(k) {
 		case "Type":
@@ -140,6 +139,18 @@ func (m *Machine) readUnit(ctx context.Context, name string) (unit, error) {
 		return u, fmt.Errorf("%s: unit %s has no ExecStart", m.Name, name)
 	}
 	return u, nil
+}
+
+// unitEscape writes a command line as a unit file must hold it for systemd to run it as given:
+// its own specifiers (%s is the user's shell, %N a name) and variables ($VAR) written %% and $$.
+func unitEscape(line string) string {
+	return strings.NewReplacer("%", "%%", "$", "$$").Replace(line)
+}
+
+// unitUnescape is what systemd makes of a unit's value before it runs it, as far as the lab's
+// units go: %i and %I the instance, %% and $$ a literal % and $.
+func unitUnescape(v, inst string) string {
+	return strings.NewReplacer("%%", "%", "$$", "$", "%i", inst, "%I", inst).Replace(v)
 }
 
 // appendOrReset is systemd's rule for a list setting: an empty value clears it.
@@ -239,6 +250,9 @@ func (m *Machine) UnitMasked(ctx context.Context, name string) bool {
 
 // logTail is the last n bytes of a long-running unit's log.
 func (m *Machine) logTail(name string, n int) string {
+	if m.spec.Systemd {
+		return m.sdLogTail(name, n)
+	}
 	b, _ := os.ReadFile(filepath.Join(m.dir, "log", strings.TrimSuffix(name, ".service")+".log"))
 	if len(b) > n {
 		b = b[len(b)-n:]
@@ -251,6 +265,9 @@ func (m *Machine) logTail(name string, n int) string {
 func (m *Machine) ReadyStatus(name string) (string, bool) {
 	if !strings.HasSuffix(name, ".service") {
 		name += ".service"
+	}
+	if m.spec.Systemd {
+		return m.sdReady(name)
 	}
 	b, err := os.ReadFile(filepath.Join(m.dir, "units", name+".ready"))
 	if err != nil {
@@ -271,18 +288,24 @@ func (m *Machine) EnableService(ctx context.Context, name, execStart string, env
 	for _, e := range env {
 		text += "Environment=\"" + e + "\"\n"
 	}
-	text += "ExecStart=" + execStart + "\n\n[Install]\nWantedBy=multi-user.target\n"
+	text += "ExecStart=" + unitEscape(execStart) + "\n\n[Install]\nWantedBy=multi-user.target\n"
 	if err := m.WriteFile(ctx, "/etc/systemd/system/"+name+".service", []byte(text), 0o644); err != nil {
 		return err
 	}
 	// The unit is written whole: no drop-in of an earlier one overrides it.
 	_, err := m.Run(ctx, `rm -rf "/etc/systemd/system/$1.service.d"; ln -sf "/etc/systemd/system/$1.service" "/etc/systemd/system/multi-user.target.wants/$1.service"`, name)
+	if err == nil && m.spec.Systemd {
+		err = m.systemctl(ctx, "daemon-reload")
+	}
 	return err
 }
 
 // DisableService removes a unit from the boot (it keeps running until stopped).
 func (m *Machine) DisableService(ctx context.Context, name string) error {
 	_, err := m.Run(ctx, `rm -f "/etc/systemd/system/multi-user.target.wants/$1.service" "/etc/systemd/system/sysinit.target.wants/$1.service"`, name)
+	if err == nil && m.spec.Systemd {
+		err = m.systemctl(ctx, "daemon-reload")
+	}
 	return err
 }
 
@@ -290,6 +313,15 @@ func (m *Machine) DisableService(ctx context.Context, name string) error {
 func (m *Machine) StartService(ctx context.Context, name string) error {
 	if !strings.HasSuffix(name, ".service") {
 		name += ".service"
+	}
+	if m.spec.Systemd {
+		if err := m.systemctl(ctx, "start", name); err != nil {
+			return err
+		}
+		if name == "docker.service" {
+			return m.waitDocker(ctx)
+		}
+		return nil
 	}
 	return m.startUnit(ctx, name, false)
 }
@@ -300,6 +332,9 @@ func (m *Machine) StartServiceNoBlock(ctx context.Context, name string) error {
 	if !strings.HasSuffix(name, ".service") {
 		name += ".service"
 	}
+	if m.spec.Systemd {
+		return m.systemctl(ctx, "start", "--no-block", name)
+	}
 	return m.startUnit(ctx, name, true)
 }
 
@@ -308,6 +343,9 @@ func (m *Machine) StartServiceNoBlock(ctx context.Context, name string) error {
 func (m *Machine) ReloadService(ctx context.Context, name string) error {
 	if !strings.HasSuffix(name, ".service") {
 		name += ".service"
+	}
+	if m.spec.Systemd {
+		return m.systemctl(ctx, "reload", name)
 	}
 	u, err := m.readUnit(ctx, name)
 	if err != nil {
@@ -335,6 +373,9 @@ func (m *Machine) ReloadService(ctx context.Context, name string) error {
 func (m *Machine) StopService(ctx context.Context, name string) error {
 	if !strings.HasSuffix(name, ".service") {
 		name += ".service"
+	}
+	if m.spec.Systemd {
+		return m.systemctl(ctx, "stop", name)
 	}
 	pidFile := filepath.Join(m.dir, "units", name+".pid")
 	b, err := os.ReadFile(pidFile)
@@ -437,6 +478,9 @@ func (m *Machine) SetAgentUnit(ctx context.Context, env []string, args ...string
 		}
 	}
 	_, err := m.Run(ctx, `ln -sf "$1" /etc/systemd/system/multi-user.target.wants/meshd.service`, AgentUnit)
+	if err == nil && m.spec.Systemd {
+		err = m.systemctl(ctx, "daemon-reload")
+	}
 	return err
 }
 

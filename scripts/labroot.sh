@@ -12,12 +12,13 @@ suite=bookworm
 # iptables, wg-quick with userspace wireguard-go), what meshd's package needs (procps: the
 # unit's ExecReload), apt (the package is installed with it, from the file, offline), and the
 # machine's own Docker engine (docker.io), so a module's container sees the machine's own files
-# (lab/systemd gives each machine what the engine needs under nspawn: see its Boot).
+# (lab/systemd gives each machine what the engine needs under nspawn: see its Boot), and curl,
+# which the lab's checks call from a machine as from any of the namespace machines.
 packages=(
-  systemd systemd-sysv dbus apt ca-certificates procps
+  systemd systemd-sysv dbus apt ca-certificates procps curl
   iproute2 nftables iptables ufw wireguard-tools wireguard-go docker.io
 )
-recipe="v4 $suite ${packages[*]}"
+recipe="v5 $suite ${packages[*]}"
 hash=$(printf '%s\n' "$recipe" | sha256sum | cut -c1-12)
 root="$cache/root-$hash"
 

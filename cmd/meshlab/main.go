@@ -2,7 +2,7 @@
 // and end-to-end tests build with package lab.
 //
 //	meshlab up [--scenario predecessor-ufw|predecessor-nftables|predecessor-iptables|predecessor-apps-ufw|predecessor-apps-nftables|
-//	            measured|measured-incoming|bare] [--name lab] [--dir DIR]
+//	            measured|measured-incoming|realhub-ufw|...|bare] [--systemd MACHINE,...] [--name lab] [--dir DIR]
 //	meshlab down [--name lab] [--dir DIR]     idempotent; also cleans a lab whose driver died
 //	meshlab down --all                        every lab on the host, tests' and orphans too
 //	meshlab status [--name lab] [--dir DIR]
@@ -37,7 +37,7 @@ import (
 
 // verbs says what each verb does, for `meshlab help` and each verb's -h.
 var verbs = []struct{ use, what string }{
-	{"up [--scenario NAME] [--name LAB] [--dir DIR]", "raise a lab: machines as namespaces, shaped by the scenario"},
+	{"up [--scenario NAME] [--systemd MACHINE,...] [--name LAB] [--dir DIR]", "raise a lab: machines as namespaces (those named by --systemd booted by real systemd), shaped by the scenario"},
 	{"down [--name LAB] [--dir DIR] | --all", "take a lab down (idempotent); --all takes down EVERY lab on this host, tests' included"},
 	{"status [--json] [--name LAB] [--dir DIR]", "the lab's machines, their addresses and state"},
 	{"exec [--name LAB] [--dir DIR] MACHINE -- CMD [ARG...]", "run a command on a machine (its namespaces)"},
@@ -63,7 +63,7 @@ func usage(code int) {
 
 // verbFlags are the flags each verb takes besides --name and --dir.
 var verbFlags = map[string][]string{
-	"up": {"scenario"}, "down": {"all"}, "status": {"json"}, "probes": {"json", "steps"}, "step": nil, "exec": nil,
+	"up": {"scenario", "systemd"}, "down": {"all"}, "status": {"json"}, "probes": {"json", "steps"}, "step": nil, "exec": nil,
 	"reboot": nil, "stop": nil, "boot": nil, "cutoff": nil, "restore": nil,
 	"install-agent": nil, "start-service": nil, "stop-service": nil, "reload-service": nil,
 }
@@ -138,11 +138,13 @@ func main() {
 	fs.Usage = func() { verbUsage(fs, verb) }
 	name := fs.String("name", "lab", "lab name")
 	dir := fs.String("dir", "", "lab state directory (default "+lab.DefaultStateRoot+"/NAME)")
-	scenario, asJSON, all, perStep := new(string), new(bool), new(bool), new(bool)
+	scenario, asJSON, all, perStep, sdNames := new(string), new(bool), new(bool), new(bool), new(string)
 	for _, f := range takes {
 		switch f {
 		case "scenario":
 			fs.StringVar(scenario, "scenario", "predecessor-ufw", "scenario to raise: "+strings.Join(lab.ScenarioNames, ", "))
+		case "systemd":
+			fs.StringVar(sdNames, "systemd", "", "machines to boot by real systemd under systemd-nspawn (comma-separated, e.g. hub; the cached root scripts/labroot.sh builds)")
 		case "json":
 			fs.BoolVar(asJSON, "json", false, "print JSON")
 		case "all":
@@ -158,7 +160,7 @@ func main() {
 	var err error
 	switch verb {
 	case "up":
-		err = up(ctx, *scenario, *name, *dir)
+		err = up(ctx, *scenario, *sdNames, *name, *dir)
 	case "down":
 		if *all {
 			var done []string
@@ -213,10 +215,15 @@ func load(name, dir string) (*lab.Lab, error) {
 	return nil, fmt.Errorf("no lab %s (nothing at %s); %s; raise it with `meshlab up --name %s`", name, dir, labs, name)
 }
 
-func up(ctx context.Context, scenario, name, dir string) error {
+func up(ctx context.Context, scenario, sdNames, name, dir string) error {
 	sc, err := lab.ScenarioByName(scenario)
 	if err != nil {
 		return err
+	}
+	if sdNames != "" {
+		if sc, err = sc.WithSystemd(strings.Split(sdNames, ",")...); err != nil {
+			return err
+		}
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)

@@ -66,17 +66,23 @@ const (
 // Boot mounts an overlay of the cached root at name's own directory and boots it in the network
 // namespace netns, waiting (within) until systemd says the system is running.
 func Boot(name, netns string, within time.Duration) (*Machine, error) {
-	lower, err := CachedRoot()
+	dir, err := os.MkdirTemp("", "meshd-lab-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "meshd-lab-"+name+"-")
+	return BootAt(dir, name, netns, within)
+}
+
+// BootAt is Boot with the machine's directory given (it must be empty or not there yet): a lab
+// keeps its machines under its own directory.
+func BootAt(dir, name, netns string, within time.Duration) (*Machine, error) {
+	lower, err := CachedRoot()
 	if err != nil {
 		return nil, err
 	}
 	m := &Machine{Name: name, NetNS: netns, Root: filepath.Join(dir, "root"), Dir: dir}
 	for _, d := range []string{"upper", "work", "root"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
 		}
 	}
@@ -325,6 +331,37 @@ func (m *Machine) Reboot(within time.Duration) error {
 		return fmt.Errorf("machine %s: nspawn ended with status %s after systemctl reboot, not 133 (a reboot): %s", m.Name, e, m.LogTail())
 	}
 	return m.WaitRunning(time.Until(deadline))
+}
+
+// PowerOff shuts the machine down for good (`systemctl poweroff`: the supervisor ends with the
+// boot), waiting (within); its overlay stays mounted, so PowerOn boots it again as it was.
+func (m *Machine) PowerOff(within time.Duration) error {
+	if m.nspawnPID() == 0 {
+		return nil
+	}
+	_ = os.WriteFile(m.file(fileStop), nil, 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, _ = m.Run(ctx, "systemctl", "poweroff")
+	cancel()
+	for deadline := time.Now().Add(within); m.pidIn(fileSupervisor) != 0 || m.nspawnPID() != 0; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("machine %s: still up %s after systemctl poweroff: %s", m.Name, within, m.LogTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m.removeCgroups()
+	return exec.Command("ip", "netns", "exec", m.NetNS, "sh", "-c", clearScript).Run()
+}
+
+// PowerOn boots a machine PowerOff shut down, waiting (within) for running.
+func (m *Machine) PowerOn(within time.Duration) error {
+	if m.nspawnPID() != 0 {
+		return nil
+	}
+	if err := m.start(); err != nil {
+		return err
+	}
+	return m.WaitRunning(within)
 }
 
 // clearScript drops what a real reboot loses from the machine's network, which is a lab

@@ -1,4 +1,4 @@
-package systemd
+package systemd_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/lab/systemd"
 	"meshd/packaging/deb"
 )
 
@@ -60,7 +61,7 @@ table inet filter {
 // unit and the tunnel taken; and a peer, a systemd machine too, whose wg-quick@wg0 talks to the
 // hub and whose probe unit calls the webapp through the tunnel.
 type rebootHub struct {
-	hub, peer *Machine
+	hub, peer *systemd.Machine
 	hubKey    wgtypes.Key
 	// openings are the rules meshd's agent added to the found firewall (marked as meshd's).
 	openings []string
@@ -71,7 +72,7 @@ type rebootHub struct {
 // setUpRebootHub builds the pair above; it fails t when any step does.
 func setUpRebootHub(t testing.TB) *rebootHub {
 	t.Helper()
-	requireMachine(t)
+	systemd.RequireMachine(t)
 	testenv.Require(t, "the package", testenv.Missing(false, "git", "go")...)
 	_, file, _, _ := runtime.Caller(0)
 	src := filepath.Join(filepath.Dir(file), "..", "..")
@@ -110,7 +111,7 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 		hubTunnelAddr, tunnelPort, r.hubKey, peerKey.PublicKey(), peerTunnelAddr)
 	peerConf := fmt.Sprintf("[Interface]\nAddress = %s/24\nListenPort = %d\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nEndpoint = %s:%d\nAllowedIPs = 10.44.0.0/24\nPersistentKeepalive = 1\n",
 		peerTunnelAddr, tunnelPort, peerKey, r.hubKey.PublicKey(), rebootHubAddr, tunnelPort)
-	for _, m := range []*Machine{r.hub, r.peer} {
+	for _, m := range []*systemd.Machine{r.hub, r.peer} {
 		if err := m.CopyIn(labsvc, "/usr/local/bin/labsvc"); err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +137,7 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 	// The predecessor's webapp: a container on the machine's own engine (the catalogue's webapp
 	// module declares its name, port and file), and the foundation's images meshd raises.
 	if err := testenv.Poll(t, 30*time.Second, func() error { _, err := r.hub.Run(ctx, "docker", "version"); return err }); err != nil {
-		t.Fatalf("the hub's Docker engine: %v\n%s", err, r.hub.unitJournal(ctx, "docker"))
+		t.Fatalf("the hub's Docker engine: %v\n%s", err, r.hub.UnitJournal(ctx, "docker"))
 	}
 	for _, name := range append([]string{"lab/echo:1"}, lab.CatalogueImages...) {
 		mustRun(ctx, t, r.hub, "docker", "import", "--change", `ENTRYPOINT ["/labsvc"]`, "--change", `CMD ["serve"]`, "/root/labsvc-image.tar", name)
@@ -166,12 +167,12 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 		}
 		return r.probeServes()
 	}); err != nil {
-		t.Fatalf("the adopted hub did not take its tunnel over: %v\n%s\n%s", err, r.hub.journal(ctx), r.ruleset(ctx))
+		t.Fatalf("the adopted hub did not take its tunnel over: %v\n%s\n%s", err, r.hub.Journal(ctx), r.ruleset(ctx))
 	}
 	// The webapp module taken: its found container and file held, then swapped for meshd's.
 	mustRun(ctx, t, r.hub, "meshd", "module", "assign", "hub", "webapp")
 	if err := testenv.Poll(t, 60*time.Second, func() error { return r.webapp(ctx, "held") }); err != nil {
-		t.Fatalf("webapp assigned: %v\n%s", err, r.hub.journal(ctx))
+		t.Fatalf("webapp assigned: %v\n%s", err, r.hub.Journal(ctx))
 	}
 	t.Logf("take:\n%s", mustRun(ctx, t, r.hub, "meshd", "module", "take", "hub", "webapp"))
 	if err := testenv.Poll(t, 60*time.Second, func() error {
@@ -180,7 +181,7 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 		}
 		return r.probeServes()
 	}); err != nil {
-		t.Fatalf("webapp taken: %v\n%s", err, r.hub.journal(ctx))
+		t.Fatalf("webapp taken: %v\n%s", err, r.hub.Journal(ctx))
 	}
 	r.settled = time.Now()
 	t.Logf("meshd's openings in the found firewall:\n%s", strings.Join(r.openings, "\n"))
@@ -188,9 +189,9 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 }
 
 // bootMachine boots name in the namespace ns (made by the caller) and stops it when t ends.
-func bootMachine(t testing.TB, name, ns string) *Machine {
+func bootMachine(t testing.TB, name, ns string) *systemd.Machine {
 	t.Helper()
-	m, err := Boot(name, ns, bootTimeout)
+	m, err := systemd.Boot(name, ns, systemd.BootTimeout)
 	if m != nil {
 		t.Cleanup(func() {
 			if err := m.Stop(); err != nil {
@@ -209,7 +210,7 @@ func unitFile(what, execStart string) string {
 		execStart + "\nRestart=always\nRestartSec=1\n\n[Install]\nWantedBy=multi-user.target\n"
 }
 
-func write(t testing.TB, m *Machine, path, text string, mode os.FileMode) {
+func write(t testing.TB, m *systemd.Machine, path, text string, mode os.FileMode) {
 	t.Helper()
 	dst := filepath.Join(m.Root, path)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -220,11 +221,11 @@ func write(t testing.TB, m *Machine, path, text string, mode os.FileMode) {
 	}
 }
 
-func mustRun(ctx context.Context, t testing.TB, m *Machine, args ...string) string {
+func mustRun(ctx context.Context, t testing.TB, m *systemd.Machine, args ...string) string {
 	t.Helper()
 	out, err := m.Run(ctx, args...)
 	if err != nil {
-		t.Fatalf("%v\n%s", err, m.journal(ctx))
+		t.Fatalf("%v\n%s", err, m.Journal(ctx))
 	}
 	return out
 }
@@ -370,7 +371,7 @@ func (r *rebootHub) openingsBack(ctx context.Context, within time.Duration) (tim
 }
 
 // unitIs is `systemctl is-X unit` on m (which exits non-zero for a no).
-func unitIs(ctx context.Context, m *Machine, is, unit string) string {
+func unitIs(ctx context.Context, m *systemd.Machine, is, unit string) string {
 	out, _ := m.Run(ctx, "systemctl", is, unit)
 	return strings.TrimSpace(out)
 }
@@ -395,12 +396,12 @@ func TestSystemdHubReboot(t *testing.T) {
 	if s, err := r.probeSince(r.settled); err != nil || s.Failures > 0 {
 		t.Errorf("the peer's probe failed before the reboot, after the takeover: %s, %v", s, err)
 	}
-	if err := r.hub.Reboot(bootTimeout); err != nil {
+	if err := r.hub.Reboot(systemd.BootTimeout); err != nil {
 		t.Fatal(err)
 	}
 	back, err := r.openingsBack(ctx, 60*time.Second)
 	if err != nil {
-		t.Fatalf("%v\n%s\n%s", err, r.ruleset(ctx), r.hub.journal(ctx))
+		t.Fatalf("%v\n%s\n%s", err, r.ruleset(ctx), r.hub.Journal(ctx))
 	}
 	t.Logf("boot to openings back: %s (the reboot took %s to the new boot)", back.Sub(r.hub.Booted()).Round(time.Millisecond),
 		r.hub.Booted().Sub(rebooted).Round(time.Millisecond))
@@ -412,7 +413,7 @@ func TestSystemdHubReboot(t *testing.T) {
 		t.Errorf("after the reboot the found firewall's own rules are not loaded:\n%s", rs)
 	}
 	if a := unitIs(ctx, r.hub, "is-active", "meshd.service"); a != "active" {
-		t.Fatalf("after the reboot meshd.service is %s\n%s", a, r.hub.journal(ctx))
+		t.Fatalf("after the reboot meshd.service is %s\n%s", a, r.hub.Journal(ctx))
 	}
 	if n := strings.TrimSpace(mustRun(ctx, t, r.hub, "systemctl", "show", "-p", "NRestarts", "--value", "meshd")); n != "0" {
 		t.Errorf("after the reboot meshd.service restarted %s times: it should have come up once by its unit", n)
@@ -423,7 +424,7 @@ func TestSystemdHubReboot(t *testing.T) {
 		now, err = r.meshIface(ctx)
 		return err
 	}); err != nil {
-		t.Fatalf("after the reboot: %v\n%s", err, r.hub.journal(ctx))
+		t.Fatalf("after the reboot: %v\n%s", err, r.hub.Journal(ctx))
 	}
 	if a := unitIs(ctx, r.hub, "is-active", "wg-quick@wg0.service"); a == "active" {
 		t.Errorf("after the reboot the found wg-quick@wg0 is active again")
@@ -483,7 +484,7 @@ func TestSystemdHubReboot(t *testing.T) {
 		}
 		return nil
 	}); err != nil {
-		t.Fatalf("the unit did not restart the killed agent: %v\n%s", err, r.hub.journal(ctx))
+		t.Fatalf("the unit did not restart the killed agent: %v\n%s", err, r.hub.Journal(ctx))
 	}
 }
 
@@ -499,12 +500,12 @@ func BenchmarkSystemdHubRebootOpenings(b *testing.B) {
 	var took, gaps []float64
 	for range b.N {
 		rebooted := time.Now()
-		if err := r.hub.Reboot(bootTimeout); err != nil {
+		if err := r.hub.Reboot(systemd.BootTimeout); err != nil {
 			b.Fatal(err)
 		}
 		back, err := r.openingsBack(ctx, 60*time.Second)
 		if err != nil {
-			b.Fatalf("%v\n%s", err, r.hub.journal(ctx))
+			b.Fatalf("%v\n%s", err, r.hub.Journal(ctx))
 		}
 		took = append(took, float64(back.Sub(r.hub.Booted()).Microseconds())/1000)
 		if err := testenv.Poll(b, 30*time.Second, r.probeServes); err != nil {
@@ -568,12 +569,12 @@ func TestSystemdHubRebootConverged(t *testing.T) {
 			}
 			return r.probeServes()
 		}); err != nil {
-			t.Fatalf("%s: %v\n%s\n%s", when, err, r.ruleset(ctx), r.hub.journal(ctx))
+			t.Fatalf("%s: %v\n%s\n%s", when, err, r.ruleset(ctx), r.hub.Journal(ctx))
 		}
 	}
 	converged("after the flip")
 
-	if err := r.hub.Reboot(bootTimeout); err != nil {
+	if err := r.hub.Reboot(systemd.BootTimeout); err != nil {
 		t.Fatal(err)
 	}
 	converged("after the reboot")
