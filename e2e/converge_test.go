@@ -36,7 +36,7 @@ func TestConvergeFlipNftables(t *testing.T) { testConvergeFlip(t, lab.FirewallNf
 
 // previewOf runs `meshd converge hub --preview --json` on hub: the preview and the exit code.
 func previewOf(ctx context.Context, hub *lab.Machine) (report.ConvergePreview, int, error) {
-	cmd := hub.Command(ctx, "/usr/local/bin/meshd", "converge", "hub", "--preview", "--json")
+	cmd := hub.Command(ctx, meshdPath(hub), "converge", "hub", "--preview", "--json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

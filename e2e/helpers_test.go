@@ -18,6 +18,7 @@ import (
 
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/packaging/deb"
 )
 
 // meshd runs the meshd CLI on a lab machine (its own socket, /run/meshd/meshd.sock). A client's
@@ -30,8 +31,17 @@ func meshd(ctx context.Context, m *lab.Machine, args ...string) (string, error) 
 	if path != "" && len(args) > 0 && !machineLocal(args) {
 		args = append([]string{"--credential", path}, args...)
 	}
-	out, err := m.Exec(ctx, "/usr/local/bin/meshd", args...)
+	out, err := m.Exec(ctx, meshdPath(m), args...)
 	return afterMeshd(ctx, m, args, out, err)
+}
+
+// meshdPath is where the meshd program is on m: the package's /usr/bin/meshd on a systemd
+// machine (installPackage), the lab's copy in /usr/local/bin elsewhere (installMeshd).
+func meshdPath(m *lab.Machine) string {
+	if m.Systemd() {
+		return "/usr/bin/meshd"
+	}
+	return "/usr/local/bin/meshd"
 }
 
 // afterMeshd follows a command run on m: the hub is where genesis ran, and a machine that joined
@@ -79,7 +89,7 @@ func machineLocal(args []string) bool {
 func giveCredential(ctx context.Context, hub, m *lab.Machine) error {
 	name := fmt.Sprintf("e2e-%s-%d", m.Name, time.Now().UnixNano()%1e9)
 	tmp := "/root/" + name + ".credential"
-	if out, err := hub.Exec(ctx, "/usr/local/bin/meshd", "operator", "credential", "create", "--name", name, "--out", tmp); err != nil {
+	if out, err := hub.Exec(ctx, meshdPath(hub), "operator", "credential", "create", "--name", name, "--out", tmp); err != nil {
 		return fmt.Errorf("%w\n%s", err, out)
 	}
 	b, err := hub.ReadFile(ctx, tmp)
@@ -103,7 +113,7 @@ func giveCredential(ctx context.Context, hub, m *lab.Machine) error {
 // input, the way the runbook joins (a token on the command line is readable by every user).
 func meshdJoin(ctx context.Context, m *lab.Machine, token string, args ...string) (string, error) {
 	full := append([]string{"join", "--token-file", "-"}, args...)
-	out, err := m.ExecStdin(ctx, []byte(token+"\n"), "/usr/local/bin/meshd", full...)
+	out, err := m.ExecStdin(ctx, []byte(token+"\n"), meshdPath(m), full...)
 	return afterMeshd(ctx, m, full, out, err)
 }
 
@@ -136,6 +146,32 @@ func agentArgs() []string {
 	return []string{"agent", "--data-dir", "/var/lib/meshd", "--docker-host", labDocker, "--reconcile-interval", "1s"}
 }
 
+// installPackage builds the Debian package from this tree and installs it on m with apt, as an
+// operator does on a real machine: the binary at /usr/bin/meshd, the unit enabled but not
+// started, the config at /etc/meshd/meshd.yaml.
+func installPackage(ctx context.Context, t testing.TB, m *lab.Machine) {
+	t.Helper()
+	root, err := lab.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg, _, err := deb.BuildIn(root, t.TempDir())
+	if err != nil {
+		t.Fatalf("building the package: %v", err)
+	}
+	b, err := os.ReadFile(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := "/root/" + filepath.Base(pkg)
+	if err := m.WriteFile(ctx, in, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := m.Exec(ctx, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", in); err != nil {
+		t.Fatalf("apt install %s on %s: %v\n%s", in, m.Name, err, out)
+	}
+}
+
 // installAgent installs and starts the agent (agentArgs) from bin on m.
 func installAgent(ctx context.Context, t testing.TB, m *lab.Machine, bin string) {
 	t.Helper()
@@ -158,8 +194,8 @@ func agentLogsOnFailure(t testing.TB, n int, machines ...*lab.Machine) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range machines {
-				if log, err := os.ReadFile(filepath.Join(m.Dir(), "log", "meshd.log")); err == nil {
-					t.Logf("%s agent log (tail):\n%s", m.Name, tail(string(log), n))
+				if log := m.UnitLog("meshd", n); log != "" {
+					t.Logf("%s agent log (tail):\n%s", m.Name, log)
 				}
 			}
 		}

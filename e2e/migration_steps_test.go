@@ -25,7 +25,7 @@ import (
 // previewNode runs `meshd converge NODE --preview --json` on the hub: the preview and the exit
 // code (0: nothing will close, 2: something will).
 func previewNode(ctx context.Context, hub *lab.Machine, node string) (report.ConvergePreview, int, error) {
-	cmd := hub.Command(ctx, "/usr/local/bin/meshd", "converge", node, "--preview", "--json")
+	cmd := hub.Command(ctx, meshdPath(hub), "converge", node, "--preview", "--json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -44,9 +44,26 @@ func TestTunnelTakeoverOnRealHubs(t *testing.T) {
 	}
 }
 
+// Issue 28: the same walk (ufw) on a hub booted by real systemd (lab.MachineSpec.Systemd): meshd
+// installed from the package the tree builds (`apt install ./meshd_*.deb`) and its agent run by
+// the package's unit (`systemctl enable --now meshd`); wg-quick@wg0, ufw and Docker real units;
+// the reboot a real `systemctl reboot`, after which systemd itself must leave the masked found
+// unit down and bring the agent back.
+func TestTunnelTakeoverOnARealHubRunBySystemd(t *testing.T) {
+	sc, err := lab.RealHub(lab.FirewallUFW).WithSystemd("hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	realHubWalkOn(t, sc, lab.FirewallUFW, false)
+}
+
 func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
+	realHubWalkOn(t, lab.RealHub(fw), fw, full)
+}
+
+func realHubWalkOn(t *testing.T, sc lab.Scenario, fw lab.FirewallKind, full bool) {
 	bin := labtest.Meshd(t)
-	l := labtest.Up(t, lab.RealHub(fw))
+	l := labtest.Up(t, sc)
 	ctx := testenv.Context(t, 12*time.Minute)
 	hub, peer1, peer2 := l.Machine("hub"), l.Machine("peer1"), l.Machine("peer2")
 	agentLogsOnFailure(t, 6000, hub, peer1, peer2)
@@ -66,7 +83,11 @@ func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
 	// machine stalls every namespace at once), not meshd's, and reads beside the takeovers' below.
 	probesHeld(t, l, time.Now(), "the found tunnel, before anything (baseline)", 0)
 
-	installMeshd(ctx, t, bin, hub)
+	if hub.Systemd() {
+		installPackage(ctx, t, hub)
+	} else {
+		installMeshd(ctx, t, bin, hub)
+	}
 	// The preflight lists what it read and what it will raise, field by field, all the same.
 	out, err := meshd(ctx, hub, hubGenesis("--adopted", "--take-tunnel", lab.TunnelIface, "--dry-run", "--json")...)
 	var dry struct {
@@ -81,7 +102,14 @@ func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
 	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--take-tunnel", lab.TunnelIface)...); err != nil {
 		t.Fatalf("genesis --adopted --take-tunnel wg0 on the %s hub: %v\n%s", fw, err, out)
 	}
-	installAgent(ctx, t, hub, bin)
+	if hub.Systemd() {
+		// The package's unit and config, with the lab agents' one-second pass.
+		if out, err := hub.Run(ctx, `sed -i 's/^reconcile_interval:.*/reconcile_interval: 1s/' /etc/meshd/meshd.yaml && systemctl enable --now meshd`); err != nil {
+			t.Fatalf("systemctl enable --now meshd: %v\n%s\n%s", err, out, hub.UnitLog("meshd", 3000))
+		}
+	} else {
+		installAgent(ctx, t, hub, bin)
+	}
 	waitMeshUp(ctx, t, hub, 60*time.Second, "the hub's tunnel never changed hands")
 	probesHeld(t, l, began, "the hub's takeover", realGapBound)
 	takenOver(ctx, t, hub, found[hub], conf[hub], "the hub after its takeover")
@@ -144,6 +172,13 @@ func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
 		t.Fatalf("reboot of the hub: %v", err)
 	}
 	waitMeshUp(ctx, t, hub, 90*time.Second, "the hub after its reboot")
+	if hub.Systemd() {
+		for unit, want := range map[string]string{"meshd": "active", "wg-quick@wg0": "inactive"} {
+			if out, _ := hub.Exec(ctx, "systemctl", "is-active", unit); strings.TrimSpace(out) != want {
+				t.Errorf("after the real reboot %s is %q, want %s", unit, strings.TrimSpace(out), want)
+			}
+		}
+	}
 	// A reboot is an outage: each probe must answer again, with no bound on the gap.
 	probesHeld(t, l, rebooted, "the hub's reboot", 0)
 	takenOver(ctx, t, hub, found[hub], conf[hub], "the hub after its reboot")

@@ -52,7 +52,11 @@ func (m *Machine) sdCommand(ctx context.Context, name string, args ...string) *e
 // what the lab's machines have: the lab's hosts, the scenario's engine reachable from the host
 // (or no engine), ufw quiet and off until the scenario says otherwise.
 func (m *Machine) sdCreate(ctx context.Context) error {
-	if _, err := systemd.BootAt(m.sdDir(), m.Name, m.lab.nsName(m.Name), sdBoot); err != nil {
+	bin := filepath.Join(m.lab.Dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return err
+	}
+	if _, err := systemd.BootAt(m.sdDir(), m.Name, m.lab.nsName(m.Name), sdBoot, bin); err != nil {
 		return fmt.Errorf("%s: %w", m.Name, err)
 	}
 	hosts := "127.0.0.1\tlocalhost\n"
@@ -81,19 +85,13 @@ mkdir -p /var/lib/meshd /etc/meshd
 	return err
 }
 
-// sdBoot boots the configured machine as it will run: the lab's programs copied in at the paths
-// its units name, then a real reboot, so every unit the scenario enabled comes up by systemd's
-// own boot, in systemd's order. A machine powered off is powered on instead.
+// sdBootUp boots the configured machine as it will run: a real reboot, so every unit the scenario
+// enabled comes up by systemd's own boot, in systemd's order (the lab's programs are bound in
+// read-only at the paths its units name). A machine powered off is powered on instead.
 func (m *Machine) sdBootUp(ctx context.Context) error {
 	sm, err := m.sd()
 	if err != nil {
 		return err
-	}
-	bins, _ := filepath.Glob(filepath.Join(m.lab.Dir, "bin", "*"))
-	for _, b := range bins {
-		if err := sm.CopyIn(b, b); err != nil {
-			return fmt.Errorf("%s: copy %s in: %w", m.Name, b, err)
-		}
 	}
 	if sm.Leader() == 0 {
 		err = sm.PowerOn(sdBoot)

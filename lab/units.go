@@ -248,6 +248,10 @@ func (m *Machine) UnitMasked(ctx context.Context, name string) bool {
 	return err == nil && strings.TrimSpace(out) == "/dev/null"
 }
 
+// UnitLog is the end (n bytes at most) of a unit's log: the lab's file for a namespace machine's
+// long-running unit, the journal on a systemd machine.
+func (m *Machine) UnitLog(name string, n int) string { return m.logTail(name, n) }
+
 // logTail is the last n bytes of a long-running unit's log.
 func (m *Machine) logTail(name string, n int) string {
 	if m.spec.Systemd {

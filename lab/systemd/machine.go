@@ -50,6 +50,9 @@ type Machine struct {
 	Root string `json:"root"`
 	// Dir is the machine's own directory: the overlay's layers, the supervisor's files, the log.
 	Dir string `json:"dir"`
+	// Binds are host directories the machine sees read-only at the same path (a lab's programs,
+	// which its units name by the host's path; /tmp is the machine's own tmpfs).
+	Binds []string `json:"binds,omitempty"`
 }
 
 // The supervisor's files in the machine's directory.
@@ -73,14 +76,15 @@ func Boot(name, netns string, within time.Duration) (*Machine, error) {
 	return BootAt(dir, name, netns, within)
 }
 
-// BootAt is Boot with the machine's directory given (it must be empty or not there yet): a lab
-// keeps its machines under its own directory.
-func BootAt(dir, name, netns string, within time.Duration) (*Machine, error) {
+// BootAt is Boot with the machine's directory given (it must be empty or not there yet), and
+// host directories bound into it read-only at their own paths: a lab keeps its machines under
+// its own directory, and its programs where its units name them.
+func BootAt(dir, name, netns string, within time.Duration, binds ...string) (*Machine, error) {
 	lower, err := CachedRoot()
 	if err != nil {
 		return nil, err
 	}
-	m := &Machine{Name: name, NetNS: netns, Root: filepath.Join(dir, "root"), Dir: dir}
+	m := &Machine{Name: name, NetNS: netns, Root: filepath.Join(dir, "root"), Dir: dir, Binds: binds}
 	for _, d := range []string{"upper", "work", "root"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
@@ -167,8 +171,14 @@ func (m *Machine) start() error {
 		// runc joins a session keyring for each container, and nspawn's seccomp filter refuses
 		// the keyring calls ("unable to join session keyring: operation not permitted").
 		"--system-call-filter=add_key keyctl request_key"}
+	for _, b := range m.Binds {
+		nspawn = append(nspawn, "--bind-ro="+b)
+	}
 	cmd := exec.Command("setsid", append([]string{"-f", "sh", "-c", supervisor, "sh", m.Dir, m.NetNS, m.cgroup()}, nspawn...)...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CLEAR=" + clearScript}
+	// SYSTEMD_NSPAWN_API_VFS_WRITABLE=network: /proc/sys/net writable in the machine, as on a real
+	// one (nspawn grants it by itself only for a network it makes), so a unit's sysctl for its
+	// own network (PiVPN's ip_forward) applies to the machine's namespace.
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CLEAR=" + clearScript, "SYSTEMD_NSPAWN_API_VFS_WRITABLE=network"}
 	logf, err := os.OpenFile(m.file(fileLog), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
