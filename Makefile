@@ -80,12 +80,12 @@ bench:
 	@bash scripts/deps.sh --bench
 	$(GO) run ./cmd/meshbench --out bench/results.json
 
-demo: build
+demo: build package
 	@bash scripts/demo.sh
 
 # The status page's screenshots in docs/img, taken by cmd/statusshot from the demo's lab (its hub,
 # with every machine's engine up) at two moments of the migration.
-screenshots: build
+screenshots: build package
 	@SCREENSHOTS=docs/img bash scripts/demo.sh
 
 clean:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: the whole migration of a lab fleet the predecessor mesh runs, narrated step by step.
-# The hub looks the way the predecessor leaves it (a ufw firewall, service containers, a file its
+# The hub is a Debian machine booted by real systemd (meshd installed from its package, its agent
+# run by the package's unit); it looks the way the predecessor leaves it (a ufw firewall, service containers, a file its
 # control keeps rewriting, a WireGuard tunnel to two peers that call a service through it); meshd
 # adopts it, takes its tunnel over in place, enrols the peers (keeping their addresses) and a new
 # machine (converged, a fresh address), takes the service over, then previews and converges every
@@ -87,6 +88,9 @@ shot() {
     sed 's/^/   /'
 }
 put_meshd() { "$meshlab" exec --name "$lab" "$1" -- sh -c "cat > /usr/local/bin/meshd && chmod 0755 /usr/local/bin/meshd" < "$meshd_bin"; }
+# The package `make package` built (the hub is a systemd machine: meshd goes on it as on a real one).
+deb=$(ls -t bin/meshd_*_amd64.deb 2>/dev/null | head -n 1)
+[ -n "$deb" ] || { echo "demo: no bin/meshd_*_amd64.deb (make demo builds it: make package)" >&2; exit 1; }
 cleanup() {
   if [ -z "$keep" ]; then "$meshlab" down --name "$lab" >/dev/null 2>&1 || true; fi
 }
@@ -97,14 +101,18 @@ say "The lab: hub (the predecessor's hub: ufw, containers webapp :8080, predeces
 say "a WireGuard tunnel wg0 10.44.0.1), peer1 and peer2 (calling webapp through the tunnel), newnode (bare),"
 say "outside (off the private network: it must never reach the store). Probes call all the time."
 "$meshlab" down --name "$lab" >/dev/null 2>&1 || true
-lab up --name "$lab" --scenario predecessor-ufw | sed 's/^/   /'
+lab up --name "$lab" --scenario predecessor-ufw --systemd hub | sed 's/^/   /'
 on hub ufw status
 on hub docker ps --format '{{.Names}}  {{.Ports}}'
 on hub wg show wg0 | grep -E 'interface|listening|peer|allowed' || true
 
 step "A converged genesis on a machine in use is refused"
+say "hub is a Debian machine booted by systemd (PID 1 there is systemd); meshd goes on it from its package:"
+quiet hub sh -c "cat > /root/$(basename "$deb")" < "$deb"
+printf 'hub$ apt install ./%s\n' "$(basename "$deb")"
+"$meshlab" exec --name "$lab" hub -- env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "/root/$(basename "$deb")" 2>&1 |
+  grep -E '^(Unpacking|Setting up|Created symlink)' | sed 's/^/   /' || true
 say "operator: meshd genesis (converged: it would load a drop-by-default ruleset)"
-put_meshd hub
 try hub meshd genesis --name hub --advertise 198.51.100.10 --docker-host unix:///run/docker.sock
 say "operator: meshd genesis --adopted (the registry's port 5000 is the predecessor's)"
 try hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --take-tunnel wg0
@@ -115,7 +123,10 @@ say "operator: stops the predecessor's control (its services keep serving on wha
 lab stop-service --name "$lab" hub predecessor-control
 say "operator: meshd genesis --adopted --port registry=5001 --take-tunnel wg0, then runs the agent"
 on hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --take-tunnel wg0 --port registry=5001
-"$meshlab" install-agent --name "$lab" hub "$meshd_bin" -- "${agent_args[@]}"
+say "operator: starts the agent by the package's unit (its config: /etc/meshd/meshd.yaml; a 2 s pass for the demo)"
+quiet hub sed -i 's/^reconcile_interval:.*/reconcile_interval: 2s/' /etc/meshd/meshd.yaml
+if [ -n "$shots" ]; then quiet hub sh -c "echo 'metrics: $page_addr' >> /etc/meshd/meshd.yaml"; fi
+on hub systemctl enable --now meshd
 # shellcheck disable=SC2046
 wait_for "the mesh's interface to carry the tunnel" 60 hub -- sh -c "meshd tunnel show --json | grep -q '\"state\": *\"mesh-up\"'"
 say "meshd: the found wg0 is down, its file kept; the mesh's wg0 in its place has its key, port, address and"
