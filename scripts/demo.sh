@@ -125,7 +125,7 @@ say "operator: meshd genesis --adopted --port registry=5001 --take-tunnel wg0, t
 on hub meshd genesis --name hub --adopted --advertise 198.51.100.10 --docker-host unix:///run/docker.sock --take-tunnel wg0 --port registry=5001
 say "operator: starts the agent by the package's unit (its config: /etc/meshd/meshd.yaml; a 2 s pass for the demo)"
 quiet hub sed -i 's/^reconcile_interval:.*/reconcile_interval: 2s/' /etc/meshd/meshd.yaml
-if [ -n "$shots" ]; then quiet hub sh -c "echo 'metrics: $page_addr' >> /etc/meshd/meshd.yaml"; fi
+if [ -n "$shots" ]; then quiet hub sh -c "printf 'metrics:\n  - %s\n' '$page_addr' >> /etc/meshd/meshd.yaml"; fi
 on hub systemctl enable --now meshd
 # shellcheck disable=SC2046
 wait_for "the mesh's interface to carry the tunnel" 60 hub -- sh -c "meshd tunnel show --json | grep -q '\"state\": *\"mesh-up\"'"
