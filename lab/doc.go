@@ -17,6 +17,11 @@
 // the order a real boot would reach them. Stop, Reboot, CutOff and Restore act on a machine the
 // way the real events would.
 //
+// A machine can instead be booted by real systemd (MachineSpec.Systemd, sdmachine.go): the same
+// network namespace on the same underlay, but a Debian root under systemd-nspawn (lab/systemd)
+// whose units, ordering, Restart= and reboots are systemd's own. Slower to raise, so the fast
+// tests keep the namespace machines.
+//
 // Probes are the lab's instruments: continuous, timestamped calls recorded to files
 // (labsvc probe), summarised as successes, failures and the longest outage.
 //
