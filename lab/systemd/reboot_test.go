@@ -486,6 +486,26 @@ func TestSystemdHubReboot(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the unit did not restart the killed agent: %v\n%s", err, r.hub.Journal(ctx))
 	}
+
+	// apt remove gives the found tunnel back to its own unit: the mesh's wg0 and its device
+	// process go, wg-quick@wg0 is unmasked, enabled and started from the file meshd never
+	// changed, and the peer reaches the webapp through it again; a reboot would raise it.
+	out := mustRun(ctx, t, r.hub, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "remove", "-y", "meshd")
+	if !strings.Contains(out, "gave wg0 back to wg-quick@wg0") {
+		t.Errorf("apt remove does not say it gave wg0 back:\n%s", out)
+	}
+	if a := unitIs(ctx, r.hub, "is-active", "wg-quick@wg0"); a != "active" {
+		t.Errorf("after apt remove wg-quick@wg0 is %s, want active", a)
+	}
+	if e := unitIs(ctx, r.hub, "is-enabled", "wg-quick@wg0"); e != "enabled" {
+		t.Errorf("after apt remove wg-quick@wg0 is %s, want enabled (a reboot raises it)", e)
+	}
+	if left, _ := r.hub.Run(ctx, "sh", "-c", "pgrep -af '^/usr/bin/meshd tunnel-device' || true"); strings.TrimSpace(left) != "" {
+		t.Errorf("the mesh's device runs after apt remove: %s", left)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error { return r.probeServes() }); err != nil {
+		t.Errorf("the peer does not reach the webapp through the found wg0 given back: %v\n%s", err, r.hub.UnitJournal(ctx, "wg-quick@wg0"))
+	}
 }
 
 // BenchmarkSystemdHubRebootOpenings is the time from a real reboot's new boot (nspawn started
