@@ -208,13 +208,6 @@ func (k Kept) Match(mesh *Found) []Field {
 	add("addresses", prefixesText(k.Addresses), prefixesText(mesh.Addresses), allIn(k.Addresses, mesh.Addresses))
 	add("mtu", strconv.Itoa(k.MTU), strconv.Itoa(mesh.MTU), k.MTU == 0 || k.MTU == mesh.MTU)
 	add("fwmark", markText(k.FwMark), markText(mesh.FwMark), k.FwMark == mesh.FwMark)
-	routes := func(rs []Route) []string {
-		var s []string
-		for _, r := range rs {
-			s = append(s, r.String())
-		}
-		return s
-	}
 	haveRoute := func(r Route) bool {
 		return slices.ContainsFunc(mesh.Routes, func(m Route) bool { return m.Dst == r.Dst && m.Table == r.Table })
 	}
@@ -222,14 +215,7 @@ func (k Kept) Match(mesh *Found) []Field {
 	for _, r := range k.Routes {
 		sameRoutes = sameRoutes && haveRoute(r)
 	}
-	add("routes", listText(routes(k.Routes)), listText(routes(mesh.Routes)), sameRoutes)
-	rules := func(rs []Rule) []string {
-		var s []string
-		for _, r := range rs {
-			s = append(s, r.String())
-		}
-		return s
-	}
+	add("routes", listText(texts(k.Routes)), listText(texts(mesh.Routes)), sameRoutes)
 	sameRules := true
 	for _, r := range k.Rules {
 		sameRules = sameRules && slices.ContainsFunc(mesh.Rules, func(m Rule) bool {
@@ -237,14 +223,10 @@ func (k Kept) Match(mesh *Found) []Field {
 		})
 	}
 	if len(k.Rules) > 0 {
-		add("policy rules", listText(rules(k.Rules)), listText(rules(mesh.Rules)), sameRules)
+		add("policy rules", listText(texts(k.Rules)), listText(texts(mesh.Rules)), sameRules)
 	}
 	if len(k.Tables) > 0 {
-		var names []string
-		for _, t := range k.Tables {
-			names = append(names, t.String())
-		}
-		add("wg-quick tables", listText(names), "kept, put back when meshd raises "+mesh.Name, true)
+		add("wg-quick tables", listText(texts(k.Tables)), "kept, put back when meshd raises "+mesh.Name, true)
 	}
 	if len(k.DNS) > 0 {
 		add("dns (resolvconf)", strings.Join(k.DNS, ", "), "handed to resolvconf when meshd raises "+mesh.Name, true)
@@ -327,6 +309,15 @@ func allIn(want, have []netip.Prefix) bool {
 		}
 	}
 	return true
+}
+
+// texts is each of vs as it prints.
+func texts[T fmt.Stringer](vs []T) []string {
+	out := make([]string, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, v.String())
+	}
+	return out
 }
 
 func durationText(d time.Duration) string {
