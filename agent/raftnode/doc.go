@@ -14,4 +14,8 @@
 // leads, the configuration and its changes, apply, barrier, snapshot and restore, the figures
 // status shows), so the rules of using Raft (wait for the record to catch up with the log before
 // trusting it, turn Raft's not-leader error into NotLeaderError) live in one place.
+//
+// OpenInmem runs the same Node with raft's in-memory stores and transport: the real algorithm
+// with no disk and no network, so what runs over the record is tested without either. Only
+// this package's own tests and the process tests start Raft on disk.
 package raftnode

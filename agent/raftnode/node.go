@@ -34,11 +34,24 @@ type Node struct {
 	applied   func() uint64
 	caughtUp  chan struct{}
 	catchUp   sync.Once
-	store     *raftboltdb.BoltStore
-	transport *raft.NetworkTransport
+	store     logStore
+	transport transport
 	// Committed, when set, is told how long each command this server proposed took to commit and
 	// apply (the agent's metrics).
 	Committed func(time.Duration)
+}
+
+// logStore is the log a Node reads entries back from and closes at shutdown: raft-boltdb's on
+// disk, raft's own in memory.
+type logStore interface {
+	raft.LogStore
+	Close() error
+}
+
+// transport is Raft's transport as a Node closes it at shutdown.
+type transport interface {
+	raft.Transport
+	Close() error
 }
 
 // Self is this server as Raft knows it: its node name, ID (its Raft server ID), whether the node
@@ -133,7 +146,7 @@ func raftConfig(n Self, logOut io.Writer) *raft.Config {
 // when there is none (the snapshot, which NewRaft has already restored, holds everything). Raft's
 // own applied index is no measure: it moves when entries are handed to the record, before the
 // record applied them, and it counts entries (no-ops, configuration) the record never sees.
-func lastCommand(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) uint64 {
+func lastCommand(store raft.LogStore, snaps raft.SnapshotStore) uint64 {
 	first, err1 := store.FirstIndex()
 	last, err2 := store.LastIndex()
 	if err1 != nil || err2 != nil {
