@@ -49,7 +49,7 @@ type apRecord struct {
 
 func (ar *apRecord) Servers() (servers []autopilot.Server, removed map[string]bool, control string) {
 	var peers map[string]api.GossipPeer
-	ar.s.fsm.Read(func(r *fsm.Record, _ uint64) { servers, peers, removed, control = recordServers(r, ar.s.node.Name) })
+	ar.s.rec.Read(func(r *fsm.Record, _ uint64) { servers, peers, removed, control = recordServers(r, ar.s.node.Name) })
 	ar.mu.Lock()
 	ar.peers = peers
 	ar.mu.Unlock()
@@ -58,7 +58,7 @@ func (ar *apRecord) Servers() (servers []autopilot.Server, removed map[string]bo
 
 func (ar *apRecord) ControlNode() string {
 	control := ""
-	ar.s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	ar.s.rec.Read(func(r *fsm.Record, _ uint64) {
 		if r.Genesis != nil {
 			control = r.Genesis.ControlNode
 		}

@@ -124,17 +124,17 @@ func startCommitGroup(b *testing.B, n int) string {
 		}
 		b.Cleanup(func() { s.close() })
 		roles = append(roles, s)
-		boot.Servers = append(boot.Servers, raft.Server{ID: raft.ServerID(nf.ID), Address: s.raft.LocalAddr()})
+		boot.Servers = append(boot.Servers, raft.Server{ID: raft.ServerID(nf.ID), Address: s.rec.LocalAddr()})
 	}
 	for _, s := range roles {
-		if err := s.raft.Bootstrap(boot.Servers); err != nil {
+		if err := s.rec.Bootstrap(boot.Servers); err != nil {
 			b.Fatal(err)
 		}
 	}
 	var leader *serverRole
 	if err := testenv.Poll(b, 20*time.Second, func() error {
 		for _, s := range roles {
-			if s.raft.IsLeader() {
+			if s.rec.IsLeader() {
 				leader = s
 				return nil
 			}
@@ -145,9 +145,9 @@ func startCommitGroup(b *testing.B, n int) string {
 	}
 	nf := leader.node
 	key := leader.secrets.NodeKey
-	if _, err := leader.raft.Apply(fsm.OpGenesis, fsm.Genesis{Node: nf.Name, ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
+	if _, err := propose(leader.rec, fsm.OpGenesis, fsm.Genesis{Node: nf.Name, ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
 		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Catalogue: catalogue.DefaultSources(),
-		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(nf.RaftPort)), "mesh.bus": strconv.Itoa(int(freeLoopbackPort(b)))}}, 10*time.Second); err != nil {
+		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(nf.RaftPort)), "mesh.bus": strconv.Itoa(int(freeLoopbackPort(b)))}}); err != nil {
 		b.Fatal(err)
 	}
 	srv := httptest.NewServer(leader.leaderAnswers("/v1/op", leader.recordAPI()))

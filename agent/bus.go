@@ -65,7 +65,7 @@ func (s *serverRole) runBus(ctx context.Context) {
 	for ctx.Err() == nil {
 		var port uint16
 		var perr error
-		s.fsm.Read(func(r *fsm.Record, i uint64) {
+		s.rec.Read(func(r *fsm.Record, i uint64) {
 			index = i
 			if n := r.Nodes[s.node.Name]; n != nil {
 				port, perr = BusPort(r, n)
@@ -101,7 +101,7 @@ func (s *serverRole) runBus(ctx context.Context) {
 		if retry || port == 0 {
 			wctx, cancel = context.WithTimeout(ctx, time.Second)
 		}
-		s.fsm.Wait(wctx, index)
+		s.rec.Wait(wctx, index)
 		cancel()
 	}
 	if srv != nil {
@@ -121,7 +121,7 @@ func (s *serverRole) busRoutes() http.Handler {
 	mux.HandleFunc("POST /v1/report", s.withNode(s.postReport))
 	mux.HandleFunc("GET /v1/gossip", s.withNode(s.getGossipView))
 	s.peerRoutes(mux)
-	return caughtUpOnly(s.raft, mux)
+	return caughtUpOnly(s.rec, mux)
 }
 
 // withNode lets a request through only with a client certificate from the mesh CA (the TLS layer
@@ -133,7 +133,7 @@ func (s *serverRole) withNode(h func(http.ResponseWriter, *http.Request, string)
 			return
 		}
 		known := false
-		s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		s.rec.Read(func(r *fsm.Record, _ uint64) {
 			if n := r.Nodes[name]; n != nil && n.PublicKey == pub {
 				known = true
 			}
@@ -251,7 +251,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	var cat catalogue.Catalogue
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { cat = r.Catalogue })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { cat = r.Catalogue })
 	if _, err := setup.JoinSettings(cat, in.Settings, in.Server); err != nil {
 		refuse(http.StatusBadRequest, err)
 		return
@@ -271,9 +271,9 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	applied := time.Now()
-	v, index, err := s.raft.ApplyAt(fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
+	v, index, err := s.rec.Propose("", fsm.OpNodeEnrol, fsm.Enrol{Node: in.Node, ID: in.ID, TokenHash: pki.TokenHash(in.Token),
 		PublicKey: in.PublicKey, Advertise: in.Advertise, Settings: in.Settings, WireGuardKey: in.WireGuardKey, FoundTunnel: in.FoundTunnel,
-		Server: in.Server}, applyTimeout)
+		Server: in.Server})
 	committedAt(w, index)
 	if err != nil {
 		var ref *fsm.Refusal
@@ -295,7 +295,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	out := api.EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring(), Again: again}
-	s.fsm.Read(func(r *fsm.Record, index uint64) {
+	s.rec.Read(func(r *fsm.Record, index uint64) {
 		out.Servers = busAddresses(r)
 		out.Declaration.Index = index
 		out.Declaration.Declaration, err = fsm.Compose(r, in.Node)
@@ -335,7 +335,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 	}
 	var bus []string
 	var rng string
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { bus, rng = busAddresses(r), r.Tunnel.Range })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { bus, rng = busAddresses(r), r.Tunnel.Range })
 	if len(bus) == 0 {
 		writeErr(w, errors.New("the record names no server with a bus address to put in the token"))
 		return
@@ -357,7 +357,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 	tv := api.TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(s.caCert), Hash: hash, Server: in.Server}
 	if in.Server {
 		var servers int
-		s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		s.rec.Read(func(r *fsm.Record, _ uint64) {
 			for _, n := range r.Nodes {
 				if n.Server {
 					servers++

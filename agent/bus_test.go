@@ -64,7 +64,7 @@ func (ts *testServer) newToken(t *testing.T, server bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC(), Server: server}, 10*time.Second); err != nil {
+	if _, err := propose(ts.s.rec, fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC(), Server: server}); err != nil {
 		t.Fatal(err)
 	}
 	return tok

@@ -48,7 +48,7 @@ func (s *serverRole) opAsker(w http.ResponseWriter, req *http.Request) (string, 
 		now := time.Now()
 		name, err := pki.VerifyOperator(cert, s.caCert, now)
 		if err == nil {
-			s.fsm.Read(func(r *fsm.Record, _ uint64) { err = r.CheckCredential(name, pki.CredentialID(cert), now) })
+			s.rec.Read(func(r *fsm.Record, _ uint64) { err = r.CheckCredential(name, pki.CredentialID(cert), now) })
 		}
 		if err != nil {
 			api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: err.Error() + ": refused"})
@@ -66,7 +66,7 @@ func (s *serverRole) opAsker(w http.ResponseWriter, req *http.Request) (string, 
 	}
 	var known, server bool
 	var servers []string
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		if n := r.Nodes[name]; n != nil && n.PublicKey == pub {
 			known, server = true, n.Server
 		}
@@ -110,7 +110,7 @@ func serversByName(r *fsm.Record) []string {
 // propose commits a command given by who asked req (api.HeaderAskedBy, set by the socket or the
 // bus, never by the caller) and waits until it is applied.
 func (s *serverRole) propose(req *http.Request, op fsm.Op, body any) (any, uint64, error) {
-	return s.raft.ApplyBy(req.Header.Get(api.HeaderAskedBy), op, body, applyTimeout)
+	return s.rec.Propose(req.Header.Get(api.HeaderAskedBy), op, body)
 }
 
 // withSocketAsker marks each request on node's operator socket with who asked: root, or the

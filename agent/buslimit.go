@@ -2,12 +2,13 @@ package agent
 
 import (
 	"errors"
-	"meshd/internal/netsource"
-	"meshd/internal/ratelog"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"meshd/internal/netsource"
+	"meshd/internal/ratelog"
 
 	"meshd/fsm"
 )
@@ -139,7 +140,7 @@ func (c *limitedConn) Close() error {
 // recordAddr says addr is one of the record's nodes', on the underlay or the private network.
 func (s *serverRole) recordAddr(addr netip.Addr) bool {
 	known := false
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, n := range r.Nodes {
 			for _, a := range []string{n.Advertise, n.Address} {
 				if p, err := netip.ParsePrefix(a); err == nil && p.Addr().Unmap() == addr {

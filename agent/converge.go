@@ -60,7 +60,7 @@ func (p *plans) get(token string) (report.ConvergePreview, bool) {
 func (s *serverRole) previewOf(node string) (report.ConvergePreview, error) {
 	var d *fsm.Declaration
 	var err error
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		d, err = fsm.Compose(r, node)
 	})
 	if err != nil {
@@ -114,7 +114,7 @@ func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	pending := false
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		if n := r.Nodes[node]; n != nil && n.Flip != nil && n.Flip.To == fsm.Converged {
 			pending = true
 		}
@@ -161,7 +161,7 @@ const flipCheck = 250 * time.Millisecond
 // with the log: the shape of each of the leader's own loops (finishing flips, recording host
 // events). It returns when ctx ends.
 func (s *serverRole) leaderEvery(ctx context.Context, interval time.Duration, fn func()) {
-	if err := s.raft.WaitCaughtUp(ctx); err != nil {
+	if err := s.rec.WaitCaughtUp(ctx); err != nil {
 		return
 	}
 	t := time.NewTicker(interval)
@@ -172,7 +172,7 @@ func (s *serverRole) leaderEvery(ctx context.Context, interval time.Duration, fn
 			return
 		case <-t.C:
 		}
-		if s.raft.IsLeader() {
+		if s.rec.IsLeader() {
 			fn()
 		}
 	}
@@ -184,7 +184,7 @@ func (s *serverRole) leaderEvery(ctx context.Context, interval time.Duration, fn
 func (s *serverRole) finishFlips(ctx context.Context) {
 	s.leaderEvery(ctx, flipCheck, func() {
 		var pending []fsm.FlipDone
-		s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		s.rec.Read(func(r *fsm.Record, _ uint64) {
 			for _, name := range r.NodeNames() {
 				if f := r.Nodes[name].Flip; f != nil {
 					pending = append(pending, fsm.FlipDone{Node: name, To: f.To, Since: f.Since})
@@ -196,7 +196,7 @@ func (s *serverRole) finishFlips(ctx context.Context) {
 			if fv == nil || !fv.Done || fv.To != p.To || !fv.Since.Equal(p.Since) {
 				continue
 			}
-			if _, err := s.raft.Apply(fsm.OpFlipDone, p, applyTimeout); err != nil {
+			if _, _, err := s.rec.Propose("", fsm.OpFlipDone, p); err != nil {
 				s.log.Warn("record a finished flip", "node", p.Node, "to", p.To, "err", err)
 				continue
 			}

@@ -25,7 +25,7 @@ func TestEnrolAgainWithTheSameKeyGetsTheSameAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+	if _, err := propose(ts.s.rec, fsm.OpTokenCreate, fsm.TokenCreate{Hash: pki.TokenHash(tok), Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	enrol := func(key ed25519.PrivateKey) (*api.EnrolResponse, error) {
@@ -53,7 +53,7 @@ func TestEnrolAgainWithTheSameKeyGetsTheSameAnswer(t *testing.T) {
 		t.Fatalf("the answer's certificate is not for the node's key: %v", err)
 	}
 	n := 0
-	ts.s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	ts.s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, node := range r.Nodes {
 			if node.Name == "edge" {
 				n++

@@ -17,7 +17,7 @@ func (s *serverRole) enrolledBefore(in *api.EnrolRequest, proof error) (again bo
 	var tok fsm.Token
 	var node fsm.Node
 	var haveTok, haveNode bool
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		if t := r.Tokens[pki.TokenHash(in.Token)]; t != nil {
 			tok, haveTok = *t, true
 			if n := r.Nodes[t.UsedBy]; n != nil {

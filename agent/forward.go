@@ -31,7 +31,7 @@ const forwardPatience = 8 * time.Second
 // follower's own record, saying how far behind it may be.
 func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if s.raft.IsLeader() {
+		if s.rec.IsLeader() {
 			w.Header().Set(api.HeaderServedBy, s.node.Name+" (leader)")
 			h.ServeHTTP(w, req)
 			return
@@ -45,7 +45,7 @@ func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
 		}
 		if by := req.Header.Get(api.HeaderForwardedBy); by != "" {
 			// Forwarded once already, to a server that no longer leads: the forwarder looks again.
-			nl := s.raft.NotLeader(raft.ErrNotLeader)
+			nl := s.rec.NotLeader(raft.ErrNotLeader)
 			writeErr(w, nl)
 			return
 		}
@@ -71,11 +71,11 @@ func (s *serverRole) forwardClient() *http.Client {
 
 // leaderBus is the leader's name and bus address, as this server knows them.
 func (s *serverRole) leaderBus() (name, addr string, err error) {
-	_, id := s.raft.Leader()
+	id := s.rec.Leader().ID
 	if id == "" {
 		return "", "", errors.New("no raft leader right now")
 	}
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, n := range r.Nodes {
 			if n.ID == string(id) {
 				name = n.Name
@@ -105,7 +105,7 @@ func (s *serverRole) forward(w http.ResponseWriter, req *http.Request, prefix st
 	deadline := time.Now().Add(forwardPatience)
 	var last error
 	for {
-		if s.raft.IsLeader() {
+		if s.rec.IsLeader() {
 			req.Body = io.NopCloser(bytes.NewReader(body))
 			return true
 		}

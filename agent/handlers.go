@@ -12,10 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"meshd/agent/autopilot"
 	"meshd/agent/raftnode"
+	"meshd/agent/record"
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
@@ -51,28 +50,20 @@ type notFound string
 func (e notFound) Error() string { return string(e) }
 
 func (s *serverRole) leader() api.LeaderView {
-	addr, id := s.raft.Leader()
-	lv := api.LeaderView{ID: string(id), Address: string(addr)}
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
-		for _, n := range r.Nodes {
-			if n.ID == lv.ID {
-				lv.Node = n.Name
-			}
-		}
-	})
-	return lv
+	l := s.rec.Leader()
+	return api.LeaderView{ID: l.ID, Address: l.Addr, Node: l.Node}
 }
 
 func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 	st := api.StatusView{Leader: s.leader(), Nodes: []api.NodeSummary{}, Gossip: api.GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}},
 		ServedBy: s.node.Name, Voters: s.voterNames()}
 	st.Warning = autopilot.EvenWarning(len(st.Voters))
-	if s.raft.IsLeader() {
+	if s.rec.IsLeader() {
 		st.Leader.Why = s.ap.Why()
 	} else {
 		st.Stale = staleText(s.raftState())
 	}
-	s.fsm.Read(func(r *fsm.Record, index uint64) {
+	s.rec.Read(func(r *fsm.Record, index uint64) {
 		st.Index = index
 		for _, name := range r.NodeNames() {
 			n := r.Nodes[name]
@@ -111,7 +102,7 @@ func (s *serverRole) getNode(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
 	var v *api.NodeView
 	var err error
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		n := r.Nodes[name]
 		if n == nil {
 			err = notFound(fmt.Sprintf("node %s: no such node (the record has: %s)", name, strings.Join(r.NodeNames(), ", ")))
@@ -201,7 +192,7 @@ func moduleView(r *fsm.Record, m *catalogue.Module) api.ModuleView {
 
 func (s *serverRole) listModules(w http.ResponseWriter, _ *http.Request) {
 	out := []api.ModuleView{}
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, name := range r.Catalogue.Names() {
 			out = append(out, moduleView(r, r.Catalogue[name]))
 		}
@@ -213,7 +204,7 @@ func (s *serverRole) getModule(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("module")
 	var v *api.ModuleView
 	var err error
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		m := r.Catalogue[name]
 		if m == nil {
 			msg := fmt.Sprintf("module %s: not in the catalogue", name)
@@ -293,7 +284,7 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 	}
 	var v api.DeclarationView
 	var err error
-	s.fsm.Read(func(r *fsm.Record, index uint64) {
+	s.rec.Read(func(r *fsm.Record, index uint64) {
 		v.Index = index
 		v.Declaration, err = fsm.Compose(r, name)
 	})
@@ -314,7 +305,7 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 // missed a change); otherwise it waits until a write changes the node's composed declaration.
 func (s *serverRole) waitDeclaration(ctx context.Context, name string, index uint64) {
 	compose := func() (b []byte, cur uint64) {
-		s.fsm.Read(func(r *fsm.Record, i uint64) {
+		s.rec.Read(func(r *fsm.Record, i uint64) {
 			cur = i
 			if d, err := fsm.Compose(r, name); err == nil {
 				b, _ = json.Marshal(d)
@@ -327,7 +318,7 @@ func (s *serverRole) waitDeclaration(ctx context.Context, name string, index uin
 		return
 	}
 	for ctx.Err() == nil {
-		s.fsm.Wait(ctx, cur)
+		s.rec.Wait(ctx, cur)
 		var now []byte
 		if now, cur = compose(); !bytes.Equal(now, base) {
 			return
@@ -336,14 +327,14 @@ func (s *serverRole) waitDeclaration(ctx context.Context, name string, index uin
 }
 
 func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
-	servers, err := s.raft.Configuration()
+	servers, err := s.rec.Configuration()
 	if err != nil {
 		writeErr(w, fmt.Errorf("raft configuration: %w", err))
 		return
 	}
 	leader := s.leader()
 	out := []api.PeerView{}
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		names := map[string]string{}
 		for _, n := range r.Nodes {
 			names[n.ID] = n.Name
@@ -358,20 +349,8 @@ func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
 
 // snapshotSave writes the record as committed: a barrier first, so every acknowledged command is in.
 func (s *serverRole) snapshotSave(w http.ResponseWriter, _ *http.Request) {
-	if err := s.raft.Barrier(applyTimeout); err != nil {
-		if nl := s.raft.NotLeader(err); nl != nil {
-			err = nl
-		}
-		writeErr(w, err)
-		return
-	}
-	snap, err := s.fsm.Snapshot()
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	var buf memSink
-	if err := snap.Persist(&buf); err != nil {
+	var buf bytes.Buffer
+	if err := s.rec.Save(&buf); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -386,25 +365,15 @@ func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if _, _, err := fsm.DecodeSnapshot(bytes.NewReader(data)); err != nil {
-		api.WriteJSON(w, http.StatusUnprocessableEntity, api.ErrorBody{Error: err.Error()})
-		return
-	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(data))}
-	if err := s.raft.Restore(meta, bytes.NewReader(data), time.Minute); err != nil {
-		if nl := s.raft.NotLeader(err); nl != nil {
-			err = nl
+	if err := s.rec.Restore(data, time.Minute); err != nil {
+		if errors.As(err, new(*record.BadSnapshot)) {
+			api.WriteJSON(w, http.StatusUnprocessableEntity, api.ErrorBody{Error: err.Error()})
+			return
 		}
 		writeErr(w, fmt.Errorf("restore: %w", err))
 		return
 	}
 	out := api.RestoreView{Restored: true}
-	s.fsm.Read(func(r *fsm.Record, index uint64) { out.Index, out.Nodes = index, len(r.Nodes) })
+	s.rec.Read(func(r *fsm.Record, index uint64) { out.Index, out.Nodes = index, len(r.Nodes) })
 	api.WriteJSON(w, http.StatusOK, out)
 }
-
-type memSink struct{ bytes.Buffer }
-
-func (s *memSink) ID() string    { return "api" }
-func (s *memSink) Cancel() error { return nil }
-func (s *memSink) Close() error  { return nil }

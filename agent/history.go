@@ -26,7 +26,7 @@ import (
 func (s *serverRole) boardNow() board.Board {
 	reports := s.metricReports()
 	var b board.Board
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { b = board.Build(r, reports, time.Now()) })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { b = board.Build(r, reports, time.Now()) })
 	return b
 }
 
@@ -42,12 +42,17 @@ func (s *serverRole) getHistory(w http.ResponseWriter, req *http.Request) {
 		}
 		since = time.Now().Add(-d)
 	}
-	v := historyView(s.fsm, node, since)
+	v := historyView(s.rec, node, since)
 	api.WriteJSON(w, http.StatusOK, v)
 }
 
+// reader reads the record at its index (record.Service).
+type reader interface {
+	Read(fn func(r *fsm.Record, index uint64))
+}
+
 // historyView is the record's history about node ("" every node) since since.
-func historyView(f *fsm.FSM, node string, since time.Time) api.HistoryView {
+func historyView(f reader, node string, since time.Time) api.HistoryView {
 	v := api.HistoryView{Events: []fsm.Event{}}
 	f.Read(func(r *fsm.Record, index uint64) {
 		v.Index = index
@@ -122,7 +127,7 @@ func (s *serverRole) recordHostEvents(ctx context.Context) {
 	s.leaderEvery(ctx, hostEventsCheck, func() {
 		reports := s.metricReports()
 		var due []fsm.HostEvents
-		s.fsm.Read(func(r *fsm.Record, _ uint64) {
+		s.rec.Read(func(r *fsm.Record, _ uint64) {
 			for _, name := range r.NodeNames() {
 				rep, ok := reports[name]
 				if !ok {
@@ -135,7 +140,7 @@ func (s *serverRole) recordHostEvents(ctx context.Context) {
 			}
 		})
 		for _, h := range due {
-			if _, err := s.raft.Apply(fsm.OpHostEvents, h, applyTimeout); err != nil {
+			if _, _, err := s.rec.Propose("", fsm.OpHostEvents, h); err != nil {
 				s.log.Warn("record host events", "node", h.Node, "err", err)
 			}
 		}
@@ -155,5 +160,5 @@ func (s *serverRole) postHistoryKeep(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, historyView(s.fsm, "", time.Now()))
+	api.WriteJSON(w, http.StatusOK, historyView(s.rec, "", time.Now()))
 }

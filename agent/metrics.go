@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -125,19 +126,19 @@ func (c reportCollector) Collect(ch chan<- prometheus.Metric) {
 
 // collectRole: a server's Raft state.
 func (s *serverRole) collectRole(ch chan<- prometheus.Metric) {
-	if s.raft == nil {
+	if !s.rec.Started() {
 		return
 	}
-	r, now := s.raft, time.Now()
+	st := s.rec.Figures()
 	leader, contact := 0.0, 0.0
-	if r.IsLeader() {
+	if st.State == raft.Leader {
 		leader = 1
-	} else if lc := r.LastContact(); !lc.IsZero() {
-		contact = now.Sub(lc).Seconds()
+	} else if !st.LastContact.IsZero() {
+		contact = time.Since(st.LastContact).Seconds()
 	}
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(descLastContact, prometheus.GaugeValue, contact)
-	ch <- prometheus.MustNewConstMetric(descCommitIndex, prometheus.GaugeValue, float64(r.CommitIndex()))
+	ch <- prometheus.MustNewConstMetric(descCommitIndex, prometheus.GaugeValue, float64(st.CommitIndex))
 	collectBoard(ch, s.boardNow())
 }
 
@@ -205,7 +206,7 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *report.Report,
 func (s *serverRole) metricReports() map[string]*report.Report {
 	out := map[string]*report.Report{}
 	var names []string
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { names = r.NodeNames() })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { names = r.NodeNames() })
 	for _, n := range names {
 		if rep := s.report(n); rep != nil {
 			out[n] = rep

@@ -63,7 +63,7 @@ func TestMetricsServer(t *testing.T) {
 	ts := startTestServer(t)
 	a := ts.s.Agent
 	a.mx = newMetrics(a)
-	ts.s.raft.Committed = func(d time.Duration) { a.mx.commitTime.Observe(d.Seconds()) }
+	ts.s.rec.OnCommit(func(d time.Duration) { a.mx.commitTime.Observe(d.Seconds()) })
 	root := t.TempDir()
 	h, err := host.Open(host.Config{DataDir: t.TempDir(), Root: root, Observe: a.mx.observePass})
 	if err != nil {
@@ -89,7 +89,7 @@ func TestMetricsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Reconcile(context.Background(), d)
-	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: "h", Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+	if _, err := propose(ts.s.rec, fsm.OpTokenCreate, fsm.TokenCreate{Hash: "h", Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}); err != nil {
 		t.Fatal(err)
 	}
 

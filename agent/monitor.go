@@ -5,13 +5,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"meshd/api"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
 	"time"
+
+	"meshd/api"
 )
 
 // `meshd monitor [NODE]` streams a node's log lines as the agent writes them. Every agent tees its

@@ -43,7 +43,7 @@ func (s *serverRole) removeNode(w http.ResponseWriter, req *http.Request) {
 	n := v.(*fsm.Node)
 	out := api.NodeRemoveView{Node: n.Name, ID: n.ID, Server: n.Server, Address: n.Address, QuarantineUntil: until, RevokedKey: n.PublicKey, Index: index}
 	if n.Server {
-		if err := s.raft.RemoveServer(n.ID, applyTimeout); err != nil {
+		if err := s.rec.RemoveServer(n.ID, applyTimeout); err != nil {
 			writeErr(w, fmt.Errorf("node %s is out of the record (index %d), but raft has not taken it out of the group yet (%w); its certificate is refused all the same", name, index, err))
 			return
 		}

@@ -27,11 +27,11 @@ func (ts *testServer) enrolNode(t *testing.T, node string, role pki.CertRole) *h
 	id, _, key := nodeIdentity(t, ts.ca, node, role)
 	hash := "tok-" + node
 	server := role == pki.ServerCert
-	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC(), Server: server}, 10*time.Second); err != nil {
+	if _, err := propose(ts.s.rec, fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC(), Server: server}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.s.raft.Apply(fsm.OpNodeEnrol, fsm.Enrol{Node: node, ID: node + "-id", TokenHash: hash, Server: server,
-		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Advertise: "127.0.0.5"}, 10*time.Second); err != nil {
+	if _, err := propose(ts.s.rec, fsm.OpNodeEnrol, fsm.Enrol{Node: node, ID: node + "-id", TokenHash: hash, Server: server,
+		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Advertise: "127.0.0.5"}); err != nil {
 		t.Fatal(err)
 	}
 	return tlsClient(pki.ClientTLS(&id, ts.ca.Cert))
@@ -113,7 +113,7 @@ func TestClientCertificateIsNoOperator(t *testing.T) {
 			t.Errorf("%s /v1/op%s with a client's certificate: %d %s", tc.method, tc.path, code, body)
 		}
 	}
-	ts.s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	ts.s.rec.Read(func(r *fsm.Record, _ uint64) {
 		if r.Catalogue["evil"] != nil || len(r.Nodes["hub"].Assigned) != 0 || len(r.Tokens) != 1 {
 			t.Errorf("the record changed: catalogue evil %v, hub assigned %v, %d tokens", r.Catalogue["evil"] != nil, r.Nodes["hub"].Assigned, len(r.Tokens))
 		}
@@ -161,7 +161,7 @@ func TestOperatorCredentialOnTheBus(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("assign with the credential: %d %s", code, body)
 	}
-	if c, err := ts.s.raft.Entry(idx); err != nil || c.By != "operator ops-laptop" || c.Op != fsm.OpModuleAssign {
+	if c, err := ts.s.rec.Entry(idx); err != nil || c.By != "operator ops-laptop" || c.Op != fsm.OpModuleAssign {
 		t.Fatalf("the log's entry %d: %+v %v", idx, c, err)
 	}
 	var tv api.TokenView
@@ -169,7 +169,7 @@ func TestOperatorCredentialOnTheBus(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &tv) != nil {
 		t.Fatalf("token with the credential: %d %s", code, body)
 	}
-	ts.s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	ts.s.rec.Read(func(r *fsm.Record, _ uint64) {
 		if tok := r.Tokens[tv.Hash]; tok == nil || tok.CreatedBy != "operator ops-laptop" {
 			t.Errorf("token as recorded: %+v", tok)
 		}
@@ -210,7 +210,7 @@ func TestOperatorCredentialOnTheBus(t *testing.T) {
 		t.Errorf("modules with an unlisted credential: %d %s", code, body)
 	}
 	// Expired: the certificate no longer verifies, nor does the record take it.
-	ts.s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	ts.s.rec.Read(func(r *fsm.Record, _ uint64) {
 		if err := r.CheckCredential("ops-laptop", made.Credential.ID, made.Credential.Expires); err == nil {
 			t.Error("the record takes the credential past its expiry")
 		}
@@ -235,7 +235,7 @@ func TestServerForwardKeepsWhoAsked(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("a server's forwarded assign: %d %s", code, body)
 	}
-	if c, err := ts.s.raft.Entry(idx); err != nil || c.By != "root on hub2's socket" {
+	if c, err := ts.s.rec.Entry(idx); err != nil || c.By != "root on hub2's socket" {
 		t.Fatalf("the log's entry %d: %+v %v", idx, c, err)
 	}
 }

@@ -35,7 +35,7 @@ func (s *serverRole) createCredential(w http.ResponseWriter, req *http.Request) 
 		return
 	}
 	var bus []string
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { bus = busAddresses(r) })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { bus = busAddresses(r) })
 	if len(bus) == 0 {
 		writeErr(w, fmt.Errorf("the record names no server with a bus address to put in the credential"))
 		return
@@ -76,7 +76,7 @@ func (s *serverRole) createCredential(w http.ResponseWriter, req *http.Request) 
 func (s *serverRole) listCredentials(w http.ResponseWriter, _ *http.Request) {
 	out := []api.CredentialView{}
 	now := time.Now()
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, c := range r.Credentials {
 			out = append(out, api.CredentialViewOf(*c, now))
 		}

@@ -44,12 +44,12 @@ func (e *NoQuorumError) Error() string {
 // cannot reach on their Raft port.
 func (s *serverRole) quorumError(cause error) error {
 	e := &NoQuorumError{Server: s.node.Name, Cause: cause}
-	cfg, err := s.raft.Configuration()
+	cfg, err := s.rec.Configuration()
 	if err != nil {
 		return e
 	}
 	names := map[string]string{}
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, n := range r.Nodes {
 			names[n.ID] = n.Name
 		}

@@ -24,7 +24,7 @@ import (
 // from a "leader" of a newer term carrying a token.create for hash, committed at once, the way a
 // forged leader would mint itself an enrolment token.
 func appendToken(ts *testServer, trans raft.Transport, hash string) error {
-	st := ts.s.raft.Stats()
+	st := ts.s.rec.Stats()
 	term, _ := strconv.ParseUint(st["term"], 10, 64)
 	last, _ := strconv.ParseUint(st["last_log_index"], 10, 64)
 	lastTerm, _ := strconv.ParseUint(st["last_log_term"], 10, 64)
@@ -55,12 +55,12 @@ func appendToken(ts *testServer, trans raft.Transport, hash string) error {
 func (ts *testServer) enrolServer(t *testing.T, node string, key ed25519.PrivateKey) {
 	t.Helper()
 	hash := "sha256:token-" + node
-	if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: fsm.Adopted, Server: true,
-		Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+	if _, err := propose(ts.s.rec, fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: fsm.Adopted, Server: true,
+		Expires: time.Now().Add(time.Hour).UTC()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.s.raft.Apply(fsm.OpNodeEnrol, fsm.Enrol{Node: node, ID: node + "-id", TokenHash: hash, Server: true,
-		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Advertise: "127.0.0.1"}, 10*time.Second); err != nil {
+	if _, err := propose(ts.s.rec, fsm.OpNodeEnrol, fsm.Enrol{Node: node, ID: node + "-id", TokenHash: hash, Server: true,
+		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Advertise: "127.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -107,7 +107,7 @@ func TestRaftRefusesAnyoneButAServer(t *testing.T) {
 	mintedID, _, _ := nodeIdentity(t, ts.ca, "intruder", pki.ServerCert)
 	removedID, _, removedKey := nodeIdentity(t, ts.ca, "hub-3", pki.ServerCert)
 	ts.enrolServer(t, "hub-3", removedKey)
-	if _, err := ts.s.raft.Apply(fsm.OpServerRemove, fsm.ServerRemove{Node: "hub-3"}, 10*time.Second); err != nil {
+	if _, err := propose(ts.s.rec, fsm.OpServerRemove, fsm.ServerRemove{Node: "hub-3"}); err != nil {
 		t.Fatal(err)
 	}
 	attackers := []struct {
@@ -133,7 +133,7 @@ func TestRaftRefusesAnyoneButAServer(t *testing.T) {
 		// A command through the real leader after the attempt: once it is applied, anything the
 		// attempt had got in would be too.
 		legit := fmt.Sprintf("sha256:legit-%d", i)
-		if _, err := ts.s.raft.Apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: legit, Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}, 10*time.Second); err != nil {
+		if _, err := propose(ts.s.rec, fsm.OpTokenCreate, fsm.TokenCreate{Hash: legit, Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour).UTC()}); err != nil {
 			t.Fatalf("after %s: the leader cannot commit: %v", a.name, err)
 		}
 		if !ts.hasToken(legit) || ts.hasToken(hash) {

@@ -29,7 +29,7 @@ func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	n := v.(*fsm.Node)
-	if err := s.raft.RemoveServer(n.ID, applyTimeout); err != nil {
+	if err := s.rec.RemoveServer(n.ID, applyTimeout); err != nil {
 		writeErr(w, fmt.Errorf("node %s is no longer a server in the record (index %d), but raft has not taken it out of the group yet (%w); the leader keeps trying", name, index, err))
 		return
 	}
@@ -41,7 +41,7 @@ func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
 
 // voterNames lists the voters of the configuration by node name.
 func (s *serverRole) voterNames() []string {
-	servers, err := s.raft.Configuration()
+	servers, err := s.rec.Configuration()
 	if err != nil {
 		return nil
 	}
@@ -57,7 +57,7 @@ func (s *serverRole) voterNames() []string {
 
 func (s *serverRole) namesByID() map[string]string {
 	names := map[string]string{}
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, n := range r.Nodes {
 			names[n.ID] = n.Name
 		}
@@ -74,7 +74,7 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 	}
 	var servers []autopilot.Server
 	var control string
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { servers, _, _, control = recordServers(r, s.node.Name) })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { servers, _, _, control = recordServers(r, s.node.Name) })
 	to := in.Node
 	if to == "" {
 		to = control
@@ -93,8 +93,8 @@ func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, notFound(fmt.Sprintf("node %s is not a server of the record; the servers are %s", to, serverNames(servers))))
 		return
 	}
-	if err := s.raft.TransferLeadership(target.ID, target.RaftAddr); err != nil {
-		if nl := s.raft.NotLeader(err); nl != nil {
+	if err := s.rec.TransferLeadership(target.ID, target.RaftAddr); err != nil {
+		if nl := s.rec.NotLeader(err); nl != nil {
 			err = nl
 		}
 		writeErr(w, fmt.Errorf("leadership transfer from %s to %s: %w", s.node.Name, to, err))

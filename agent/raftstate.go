@@ -2,19 +2,21 @@ package agent
 
 import (
 	"fmt"
-	"meshd/api"
 	"net/http"
 	"time"
+
+	"github.com/hashicorp/raft"
+
+	"meshd/api"
 )
 
 func (s *serverRole) raftState() api.RaftStateView {
-	r := s.raft
-	st := api.RaftStateView{Node: s.node.Name, ID: s.node.ID, State: r.State().String(), LastIndex: r.LastIndex(),
-		CommitIndex: r.CommitIndex(), Applied: s.raft.Applied(), Leader: s.leader().Node}
-	st.Term = r.Term()
-	if !r.IsLeader() {
-		if lc := r.LastContact(); !lc.IsZero() {
-			st.LastContact = time.Since(lc).Round(time.Millisecond).String()
+	f := s.rec.Figures()
+	st := api.RaftStateView{Node: s.node.Name, ID: s.node.ID, State: f.State.String(), LastIndex: f.LastIndex,
+		CommitIndex: f.CommitIndex, Applied: f.Applied, Leader: s.rec.Leader().Node, Term: f.Term}
+	if f.State != raft.Leader {
+		if !f.LastContact.IsZero() {
+			st.LastContact = time.Since(f.LastContact).Round(time.Millisecond).String()
 		} else {
 			st.LastContact = "never"
 		}

@@ -54,7 +54,7 @@ func (a *Agent) notifyReady(ctx context.Context) {
 }
 
 // waitReady: a server is ready once its record caught up with the Raft log.
-func (s *serverRole) waitReady(ctx context.Context) error { return s.raft.WaitCaughtUp(ctx) }
+func (s *serverRole) waitReady(ctx context.Context) error { return s.rec.WaitCaughtUp(ctx) }
 
 // waitReady: a client holds no record; it is ready once started.
 func (c *clientRole) waitReady(context.Context) error { return nil }

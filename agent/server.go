@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"meshd/agent/autopilot"
-	"meshd/agent/raftnode"
+	"meshd/agent/record"
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/host/report"
@@ -26,8 +26,8 @@ import (
 // reports clients post. Its gossip view and the keys it verifies reports with are the record's.
 type serverRole struct {
 	*Agent
-	fsm  *fsm.FSM
-	raft *raftnode.Node
+	// rec is the record and the Raft group under it (package record).
+	rec *record.Service
 
 	// reports are the clients' last host reports, as they posted them to this server's bus.
 	reportsMu sync.Mutex
@@ -56,7 +56,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 	if a.secrets.CA == nil {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
-	return &serverRole{Agent: a, fsm: fsm.NewFSM(), reports: map[string]report.Report{},
+	return &serverRole{Agent: a, rec: record.New(), reports: map[string]report.Report{},
 		busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute)}, nil
 }
 
@@ -73,16 +73,20 @@ func (s *serverRole) open() error {
 		}
 		return s.notRevoked(cs.PeerCertificates[0])
 	}
-	s.raft, err = raftnode.Open(s.cfg.DataDir, s.node.RaftSelf(), s.fsm, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput)
-	if err != nil {
+	if err := s.rec.Open(s.cfg.DataDir, s.node.RaftSelf(), raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput); err != nil {
 		return err
 	}
+	s.started()
+	return nil
+}
+
+// started wires what runs over the record once Raft is open: the commit metric, the autopilot.
+func (s *serverRole) started() {
 	if s.mx != nil {
-		s.raft.Committed = func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) }
+		s.rec.OnCommit(func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) })
 	}
 	ar := &apRecord{s: s}
-	s.ap = autopilot.New(autopilot.Config{Name: s.node.Name, ID: s.node.ID, Raft: s.raft, Record: ar, Asker: ar, Log: s.log})
-	return nil
+	s.ap = autopilot.New(autopilot.Config{Name: s.node.Name, ID: s.node.ID, Raft: s.rec, Record: ar, Asker: ar, Log: s.log})
 }
 
 // notRevoked refuses a certificate whose key the record revoked (a removed node's).
@@ -90,7 +94,7 @@ func (s *serverRole) notRevoked(cert *x509.Certificate) error {
 	key, _ := cert.PublicKey.(ed25519.PublicKey)
 	pub := pki.PublicKeyString(key)
 	var rev *fsm.Revocation
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for i := range r.Revoked {
 			if r.Revoked[i].PublicKey == pub {
 				v := r.Revoked[i]
@@ -105,9 +109,7 @@ func (s *serverRole) notRevoked(cert *x509.Certificate) error {
 }
 
 func (s *serverRole) close() {
-	if s.raft != nil {
-		s.raft.Shutdown(s.log)
-	}
+	s.rec.Close(s.log)
 }
 
 func (s *serverRole) logStarted() {
@@ -129,7 +131,7 @@ func (s *serverRole) runLoops(ctx context.Context) {
 // gossipView is the record's: it is always current, so refreshView has nothing to do.
 func (s *serverRole) gossipView() api.GossipView {
 	var v api.GossipView
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, s.node.Name) })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, s.node.Name) })
 	return v
 }
 
@@ -137,7 +139,7 @@ func (s *serverRole) refreshView(context.Context) error { return nil }
 
 func (s *serverRole) enrolledKey(node string) string {
 	var key string
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		if n := r.Nodes[node]; n != nil {
 			key = n.PublicKey
 		}
@@ -147,7 +149,7 @@ func (s *serverRole) enrolledKey(node string) string {
 
 func (s *serverRole) revokedKey(pub string) bool {
 	var revoked bool
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { revoked = r.IsRevoked(pub) })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { revoked = r.IsRevoked(pub) })
 	return revoked
 }
 
@@ -161,9 +163,9 @@ func (s *serverRole) servePeerBus(context.Context, uint16) {}
 // waitGossipRound wakes on a record change (a node enrolled) or after d.
 func (s *serverRole) waitGossipRound(ctx context.Context, d time.Duration) {
 	var index uint64
-	s.fsm.Read(func(_ *fsm.Record, i uint64) { index = i })
+	s.rec.Read(func(_ *fsm.Record, i uint64) { index = i })
 	wctx, cancel := context.WithTimeout(ctx, d)
-	s.fsm.Wait(wctx, index)
+	s.rec.Wait(wctx, index)
 	cancel()
 }
 
@@ -184,7 +186,7 @@ func (s *serverRole) operatorAPI() http.Handler {
 		local.HandleFunc("GET /v1/raft/peers", s.raftPeers)
 		local.HandleFunc("GET /v1/raft/state", s.getRaftState)
 		local.Handle("/", s.leaderAnswers("/v1/op", s.recordAPI()))
-		s.api = caughtUpOnly(s.raft, local)
+		s.api = caughtUpOnly(s.rec, local)
 	})
 	return s.api
 }
@@ -223,7 +225,7 @@ func (s *serverRole) recordAPI() http.Handler {
 // watchOwnDeclaration composes the node's declaration each time the record changes and passes it
 // on when it differs from the last one.
 func (s *serverRole) watchOwnDeclaration(ctx context.Context) {
-	if err := s.raft.WaitCaughtUp(ctx); err != nil {
+	if err := s.rec.WaitCaughtUp(ctx); err != nil {
 		return
 	}
 	var last []byte
@@ -231,7 +233,7 @@ func (s *serverRole) watchOwnDeclaration(ctx context.Context) {
 	for ctx.Err() == nil {
 		var d *fsm.Declaration
 		var err error
-		s.fsm.Read(func(r *fsm.Record, i uint64) {
+		s.rec.Read(func(r *fsm.Record, i uint64) {
 			index = i
 			if r.Nodes[s.node.Name] != nil {
 				d, err = fsm.Compose(r, s.node.Name)
@@ -253,6 +255,6 @@ func (s *serverRole) watchOwnDeclaration(ctx context.Context) {
 				}
 			}
 		}
-		s.fsm.Wait(ctx, index)
+		s.rec.Wait(ctx, index)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/record"
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/pki"
@@ -111,15 +112,15 @@ func startTestServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.close() })
-	if err := s.raft.Bootstrap([]raft.Server{{ID: raft.ServerID(nf.ID), Address: s.raft.LocalAddr()}}); err != nil {
+	if err := s.rec.Bootstrap([]raft.Server{{ID: raft.ServerID(nf.ID), Address: s.rec.LocalAddr()}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.raft.WaitLeader(15 * time.Second); err != nil {
+	if err := s.rec.WaitLeader(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.raft.Apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
+	if _, err := propose(s.rec, fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: nf.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
 		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Catalogue: catalogue.DefaultSources(),
-		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(raftPort)), "mesh.bus": strconv.Itoa(int(busPort))}}, 10*time.Second); err != nil {
+		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(raftPort)), "mesh.bus": strconv.Itoa(int(busPort))}}); err != nil {
 		t.Fatal(err)
 	}
 	ts.s = s
@@ -129,6 +130,12 @@ func startTestServer(t *testing.T) *testServer {
 // hasToken says whether the record holds a token with this hash.
 func (ts *testServer) hasToken(hash string) bool {
 	var ok bool
-	ts.s.fsm.Read(func(r *fsm.Record, _ uint64) { ok = r.Tokens[hash] != nil })
+	ts.s.rec.Read(func(r *fsm.Record, _ uint64) { ok = r.Tokens[hash] != nil })
 	return ok
+}
+
+// propose proposes a command as the agent itself and waits for its apply.
+func propose(rec *record.Service, op fsm.Op, body any) (any, error) {
+	v, _, err := rec.Propose("", op, body)
+	return v, err
 }

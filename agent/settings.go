@@ -66,7 +66,7 @@ func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
 	}
 	var binds []api.PortBind
 	var err error
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { binds, err = settingsBinds(r, node, body.Values) })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { binds, err = settingsBinds(r, node, body.Values) })
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -258,7 +258,7 @@ func judgeBinds(node string, binds []api.PortBind, listeners []report.Listener, 
 // the port the record says), and the leader moves each server's address in Raft's configuration to
 // the record's, so the group reaches a server that restarted on its new port.
 func (s *serverRole) followRaftPort(ctx context.Context) {
-	if err := s.raft.WaitCaughtUp(ctx); err != nil {
+	if err := s.rec.WaitCaughtUp(ctx); err != nil {
 		return
 	}
 	kept := s.node.RaftPort
@@ -266,7 +266,7 @@ func (s *serverRole) followRaftPort(ctx context.Context) {
 	for ctx.Err() == nil {
 		want := map[string]string{} // raft server ID -> advertise:raft, as the record says
 		var own uint16
-		s.fsm.Read(func(r *fsm.Record, i uint64) {
+		s.rec.Read(func(r *fsm.Record, i uint64) {
 			index = i
 			for _, n := range r.Nodes {
 				if !n.Server || n.Advertise == "" {
@@ -293,11 +293,11 @@ func (s *serverRole) followRaftPort(ctx context.Context) {
 					"bound", s.node.RaftPort, "record", own)
 			}
 		}
-		if s.raft.IsLeader() {
+		if s.rec.IsLeader() {
 			s.moveRaftAddresses(want)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		s.fsm.Wait(wctx, index)
+		s.rec.Wait(wctx, index)
 		cancel()
 	}
 }
@@ -305,7 +305,7 @@ func (s *serverRole) followRaftPort(ctx context.Context) {
 // moveRaftAddresses changes the address of every server in Raft's configuration whose address
 // differs from the record's; the leader alone may.
 func (s *serverRole) moveRaftAddresses(want map[string]string) {
-	servers, err := s.raft.Configuration()
+	servers, err := s.rec.Configuration()
 	if err != nil {
 		return
 	}
@@ -316,9 +316,9 @@ func (s *serverRole) moveRaftAddresses(want map[string]string) {
 		}
 		var err error
 		if srv.Suffrage == raft.Voter {
-			err = s.raft.AddVoter(string(srv.ID), addr, 5*time.Second)
+			err = s.rec.AddVoter(string(srv.ID), addr, 5*time.Second)
 		} else {
-			err = s.raft.AddNonvoter(string(srv.ID), addr, 5*time.Second)
+			err = s.rec.AddNonvoter(string(srv.ID), addr, 5*time.Second)
 		}
 		if err != nil {
 			s.log.Warn("raft address not moved to the record's", "server", srv.ID, "from", srv.Address, "to", addr, "err", err)

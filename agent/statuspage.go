@@ -157,7 +157,7 @@ type PageNodeDetail struct {
 
 // pageView builds the overview from this server's record and the reports it has.
 func (s *serverRole) pageView() PageOverview {
-	v := PageOverview{ServedBy: s.node.Name, At: time.Now(), Leads: s.raft.IsLeader()}
+	v := PageOverview{ServedBy: s.node.Name, At: time.Now(), Leads: s.rec.IsLeader()}
 	v.Leader = s.leader().Node
 	type recNode struct {
 		n       fsm.Node
@@ -166,7 +166,7 @@ func (s *serverRole) pageView() PageOverview {
 		taken   []string
 	}
 	var nodes []recNode
-	s.fsm.Read(func(r *fsm.Record, index uint64) {
+	s.rec.Read(func(r *fsm.Record, index uint64) {
 		v.Index = index
 		for _, name := range r.NodeNames() {
 			n := r.Nodes[name]
@@ -214,7 +214,7 @@ func (s *serverRole) pageView() PageOverview {
 		v.Tunnel = &tv
 	}
 	v.Board = s.boardNow()
-	evs := historyView(s.fsm, "", time.Time{}).Events
+	evs := historyView(s.rec, "", time.Time{}).Events
 	for i := len(evs) - 1; i >= 0 && len(v.History) < pageHistory; i-- {
 		v.History = append(v.History, evs[i])
 	}
@@ -359,7 +359,7 @@ func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
 		// Listen before rendering, so a change during the render wakes the next round.
 		reports := s.pagePulse.wait()
 		var index uint64
-		s.fsm.Read(func(_ *fsm.Record, i uint64) { index = i })
+		s.rec.Read(func(_ *fsm.Record, i uint64) { index = i })
 		body, at, err := render()
 		if err != nil {
 			_ = writeEvent(w, "gone", index, []byte(err.Error()))
@@ -378,7 +378,7 @@ func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
 		wctx, cancel := context.WithTimeout(ctx, pageRefresh)
 		recordMoved := make(chan struct{})
 		go func() {
-			s.fsm.Wait(wctx, index)
+			s.rec.Wait(wctx, index)
 			close(recordMoved)
 		}()
 		select {

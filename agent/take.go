@@ -22,7 +22,7 @@ func (s *serverRole) takePreview(w http.ResponseWriter, req *http.Request) {
 	node, module := req.PathValue("node"), req.PathValue("module")
 	var d *fsm.Declaration
 	var err error
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		var b []byte
 		if b, err = r.Marshal(); err != nil {
 			return

@@ -32,7 +32,7 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 	// A spoke presented its found tunnel at enrolment: the record already holds its key and
 	// address, and the spoke's host checks the found interface is that one before stopping it.
 	spoke, known := false, false
-	s.fsm.Read(func(r *fsm.Record, _ uint64) {
+	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		n := r.Nodes[in.Node]
 		known = n != nil
 		spoke = n != nil && r.Tunnel.Hub != "" && n.Name != r.Tunnel.Hub && n.FoundTunnel != ""
@@ -66,7 +66,7 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if !spoke { // the hub's own key moves: it announces the move, signed with its identity
-		s.fsm.Read(func(r *fsm.Record, _ uint64) { announceTake(r, take, s.secrets.NodeKey) })
+		s.rec.Read(func(r *fsm.Record, _ uint64) { announceTake(r, take, s.secrets.NodeKey) })
 	}
 	v, index, err := s.propose(req, fsm.OpTunnelTake, take)
 	committedAt(w, index)
@@ -121,9 +121,9 @@ func (s *serverRole) getTunnel(w http.ResponseWriter, _ *http.Request) {
 func (s *serverRole) tunnelView() api.TunnelView {
 	var v api.TunnelView
 	var hub string
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { hub = r.Tunnel.Hub })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { hub = r.Tunnel.Hub })
 	rep, from := s.reportFrom(hub)
-	s.fsm.Read(func(r *fsm.Record, _ uint64) { v = tunnelViewOf(r, rep, from) })
+	s.rec.Read(func(r *fsm.Record, _ uint64) { v = tunnelViewOf(r, rep, from) })
 	return v
 }
 
