@@ -87,6 +87,7 @@ func (ts *testServer) enrolWith(t *testing.T, tok, node string, key ed25519.Priv
 // log a few short lines, and a good enrolment from another address still works, and gets a
 // client node's certificate.
 func TestBusUnderAbuse(t *testing.T) {
+	t.Parallel()
 	ts := startTestServer(t)
 	ts.startBus(t)
 	const attacker = "127.0.0.2"

@@ -91,7 +91,7 @@ func tlsTransport(t *testing.T, ca *pki.CA, id tls.Certificate) raft.Transport {
 // gets an entry in: the record is unchanged. A server of the record does (the control that the
 // attack itself works), and a refusal is logged, a bounded number of times.
 func TestRaftRefusesAnyoneButAServer(t *testing.T) {
-	ts := startTestServer(t)
+	ts := startTestServerOnDisk(t)
 
 	plain, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
 	if err != nil {

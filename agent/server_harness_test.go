@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"meshd/agent/record"
 	"meshd/catalogue"
 	"meshd/fsm"
@@ -87,7 +85,16 @@ func nodeIdentity(t testing.TB, ca *pki.CA, node string, role pki.CertRole) (tls
 	return id, certPEM, key
 }
 
-func startTestServer(t *testing.T) *testServer {
+// startTestServer starts a server role over an in-memory Raft group of one (record.OpenInmem):
+// the real algorithm with no disk, its bus on loopback. Tests of the Raft port itself use
+// startTestServerOnDisk.
+func startTestServer(t *testing.T) *testServer { return startServer(t, false) }
+
+// startTestServerOnDisk starts a server role whose Raft is on disk behind its mTLS transport,
+// as the agent runs it.
+func startTestServerOnDisk(t *testing.T) *testServer { return startServer(t, true) }
+
+func startServer(t *testing.T, onDisk bool) *testServer {
 	t.Helper()
 	ca, err := pki.NewCA("hub", time.Now())
 	if err != nil {
@@ -108,11 +115,16 @@ func startTestServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	a.role = s
-	if err := s.open(); err != nil {
+	if onDisk {
+		err = s.open()
+	} else if err = s.rec.OpenInmem(nf.RaftSelf(), ts.log); err == nil {
+		s.started()
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.close() })
-	if err := s.rec.Bootstrap([]raft.Server{{ID: raft.ServerID(nf.ID), Address: s.rec.LocalAddr()}}); err != nil {
+	if err := s.rec.BootstrapSelf(nf.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.rec.WaitLeader(15 * time.Second); err != nil {

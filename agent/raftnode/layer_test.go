@@ -69,6 +69,7 @@ func TestRaftFloodFromOneSourceLeavesOthersTheirPlaces(t *testing.T) {
 // A connection that never speaks is closed within the short handshake deadline, giving its
 // place back. Before, it held it for 10 s.
 func TestRaftSilentConnectionIsClosedSoon(t *testing.T) {
+	t.Parallel()
 	l, _, _ := floodedLayer(t)
 	c, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {

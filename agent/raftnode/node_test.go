@@ -71,6 +71,7 @@ func openOne(t *testing.T, dataDir string) *Node {
 // A group of one answers what callers ask through the Node: it leads, its configuration holds
 // it as the one voter, the record has applied the command it committed.
 func TestNodeAnswersForItsGroup(t *testing.T) {
+	t.Parallel()
 	rn := openOne(t, t.TempDir())
 	if !rn.IsLeader() || rn.State() != raft.Leader {
 		t.Fatalf("a group of one does not lead: %s", rn.State())
@@ -93,6 +94,7 @@ func TestNodeAnswersForItsGroup(t *testing.T) {
 // Recover rewrites the configuration of a stopped server's log, and refuses a client node and a
 // keep that leaves out the server it runs on.
 func TestRecover(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rn := openOne(t, dir)
 	if _, err := Recover(dir, Self{Name: "hub", ID: "hub-id", Server: true}, nil, nil); err == nil ||
