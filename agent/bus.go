@@ -193,10 +193,7 @@ func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer s
 		return
 	}
 	rep.Node = peer
-	s.reportsMu.Lock()
-	s.reports[peer] = rep
-	s.reportsMu.Unlock()
-	s.pagePulse.fire()
+	s.fleet.post(peer, rep)
 	w.WriteHeader(http.StatusNoContent)
 }
 

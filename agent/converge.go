@@ -66,7 +66,7 @@ func (s *serverRole) previewOf(node string) (report.ConvergePreview, error) {
 	if err != nil {
 		return report.ConvergePreview{}, err
 	}
-	pv, err := preview.Converge(s.report(node), d)
+	pv, err := preview.Converge(s.fleet.report(node), d)
 	if err != nil {
 		return pv, notFound(err.Error())
 	}
@@ -192,7 +192,7 @@ func (s *serverRole) finishFlips(ctx context.Context) {
 			}
 		})
 		for _, p := range pending {
-			fv := report.ReportFlip(s.report(p.Node))
+			fv := report.ReportFlip(s.fleet.report(p.Node))
 			if fv == nil || !fv.Done || fv.To != p.To || !fv.Since.Equal(p.Since) {
 				continue
 			}

@@ -18,7 +18,6 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
 )
 
 // The API's views: what the operator's commands print.
@@ -76,7 +75,7 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
 		n.Liveness, _ = s.liveness(members, n.Name)
-		rep, from := s.reportFrom(n.Name)
+		rep, from := s.fleet.reportFrom(n.Name)
 		n.HeldFiles, n.HeldContainers = heldCounts(rep)
 		n.Tunnel = tunnelState(rep)
 		n.FirewallActiveAgain = activeAgain(rep)
@@ -84,10 +83,10 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 			n.ReportFrom = from
 		}
 	}
-	if tv := s.tunnelView(); tv.Range != "" {
+	if tv := s.fleet.tunnel(); tv.Range != "" {
 		st.Tunnel = &tv
 	}
-	b := s.boardNow()
+	b := s.fleet.board()
 	st.Board = &b
 	if g := s.member(); g != nil {
 		st.Gossip.Running = true
@@ -115,40 +114,10 @@ func (s *serverRole) getNode(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if rep := s.report(name); rep != nil {
+	if rep := s.fleet.report(name); rep != nil {
 		v.Report = rep
 	}
 	api.WriteJSON(w, http.StatusOK, v)
-}
-
-// report returns a node's last host report, if this agent has it.
-func (s *serverRole) report(node string) *report.Report {
-	rep, _ := s.reportFrom(node)
-	return rep
-}
-
-// reportFrom returns a node's last host report and how it came: its own ("local"), one gossip
-// carried and this node verified with the node's enrolled key ("gossip"), else one the node
-// posted to this server's bus over mTLS while its gossip reached no server ("bus").
-func (s *serverRole) reportFrom(node string) (*report.Report, string) {
-	if node == s.node.Name {
-		rep := s.host.Report()
-		if rep.When.IsZero() {
-			return nil, ""
-		}
-		return &rep, "local"
-	}
-	gossiped, ok := s.gossipReport(node)
-	s.reportsMu.Lock()
-	posted, posts := s.reports[node]
-	s.reportsMu.Unlock()
-	switch {
-	case ok && (!posts || !posted.When.After(gossiped.When)):
-		return gossiped, "gossip"
-	case posts:
-		return &posted, "bus"
-	}
-	return nil, ""
 }
 
 // getOriginal serves the original of a file the node's host held or replaced.

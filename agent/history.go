@@ -17,18 +17,9 @@ import (
 	"time"
 
 	"meshd/api"
-	"meshd/board"
 	"meshd/fsm"
 	"meshd/host/report"
 )
-
-// boardNow is the board of this server's record and the reports it has.
-func (s *serverRole) boardNow() board.Board {
-	reports := s.metricReports()
-	var b board.Board
-	s.rec.Read(func(r *fsm.Record, _ uint64) { b = board.Build(r, reports, time.Now()) })
-	return b
-}
 
 // getHistory serves `meshd history [NODE] [--since D]`: ?node= and ?since= (a duration).
 func (s *serverRole) getHistory(w http.ResponseWriter, req *http.Request) {

@@ -139,7 +139,7 @@ func (s *serverRole) collectRole(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(descLastContact, prometheus.GaugeValue, contact)
 	ch <- prometheus.MustNewConstMetric(descCommitIndex, prometheus.GaugeValue, float64(st.CommitIndex))
-	collectBoard(ch, s.boardNow())
+	collectBoard(ch, s.fleet.board())
 }
 
 // collectReport turns one node's host report into its gauges.
@@ -203,17 +203,7 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *report.Report,
 }
 
 // metricReports: a server shows every node of the record whose report it has.
-func (s *serverRole) metricReports() map[string]*report.Report {
-	out := map[string]*report.Report{}
-	var names []string
-	s.rec.Read(func(r *fsm.Record, _ uint64) { names = r.NodeNames() })
-	for _, n := range names {
-		if rep := s.report(n); rep != nil {
-			out[n] = rep
-		}
-	}
-	return out
-}
+func (s *serverRole) metricReports() map[string]*report.Report { return s.fleet.reports() }
 
 // collectRole: a client runs no Raft.
 func (c *clientRole) collectRole(chan<- prometheus.Metric) {}

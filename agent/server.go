@@ -29,9 +29,8 @@ type serverRole struct {
 	// rec is the record and the Raft group under it (package record).
 	rec *record.Service
 
-	// reports are the clients' last host reports, as they posted them to this server's bus.
-	reportsMu sync.Mutex
-	reports   map[string]report.Report
+	// fleet is every node's last report and gossip's word on it (fleet.go).
+	fleet *fleet
 
 	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
 	// over the limit), a few lines a minute.
@@ -56,8 +55,9 @@ func newServerRole(a *Agent) (*serverRole, error) {
 	if a.secrets.CA == nil {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
-	return &serverRole{Agent: a, rec: record.New(), reports: map[string]report.Report{},
-		busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute)}, nil
+	s := &serverRole{Agent: a, rec: record.New(), busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute)}
+	s.fleet = newFleet(a.node.Name, func() report.Report { return a.host.Report() }, s.rec, a, &a.pagePulse)
+	return s, nil
 }
 
 func (s *serverRole) open() error {

@@ -183,7 +183,7 @@ func (s *serverRole) pageView() PageOverview {
 			pn.Role = "server"
 		}
 		pn.Liveness, _ = s.liveness(members, n.Name)
-		rep, from := s.reportFrom(n.Name)
+		rep, from := s.fleet.reportFrom(n.Name)
 		pn.Report, pn.ReportFrom = rep, from
 		if rep != nil {
 			pn.Held = rep.Held
@@ -210,10 +210,10 @@ func (s *serverRole) pageView() PageOverview {
 		}
 		v.Nodes = append(v.Nodes, pn)
 	}
-	if tv := s.tunnelView(); tv.Range != "" {
+	if tv := s.fleet.tunnel(); tv.Range != "" {
 		v.Tunnel = &tv
 	}
-	v.Board = s.boardNow()
+	v.Board = s.fleet.board()
 	evs := historyView(s.rec, "", time.Time{}).Events
 	for i := len(evs) - 1; i >= 0 && len(v.History) < pageHistory; i-- {
 		v.History = append(v.History, evs[i])

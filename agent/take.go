@@ -48,7 +48,7 @@ func (s *serverRole) takePreview(w http.ResponseWriter, req *http.Request) {
 	// of it yet: wait a little for the pass the assignment wakes rather than preview from it.
 	deadline := time.Now().Add(reportBehindWait)
 	for {
-		pv, err := report.PreviewTake(s.report(node), d, module)
+		pv, err := report.PreviewTake(s.fleet.report(node), d, module)
 		var behind *report.ReportBehindError
 		switch {
 		case errors.As(err, &behind) && time.Now().Before(deadline):

@@ -91,7 +91,7 @@ func (s *serverRole) previewTake(w http.ResponseWriter, in api.TunnelTakeRequest
 		api.WriteJSON(w, http.StatusOK, v)
 		return
 	}
-	rep, from := s.reportFrom(in.Node)
+	rep, from := s.fleet.reportFrom(in.Node)
 	det, ok := tunnelDetail(rep)
 	if !ok || det.Found != in.Interface || len(det.Fields) == 0 {
 		api.WriteJSON(w, http.StatusConflict, api.ErrorBody{Error: fmt.Sprintf("node %s: its report does not show %s yet (its host reads it on each pass while the node rides it); try again in a moment, or see meshd node show %s", in.Node, in.Interface, in.Node)})
@@ -114,17 +114,7 @@ func announceTake(r *fsm.Record, take *fsm.TunnelTake, id ed25519.PrivateKey) {
 }
 
 func (s *serverRole) getTunnel(w http.ResponseWriter, _ *http.Request) {
-	api.WriteJSON(w, http.StatusOK, s.tunnelView())
-}
-
-// tunnelView composes the tunnel view from the record and the hub's report as this server has it.
-func (s *serverRole) tunnelView() api.TunnelView {
-	var v api.TunnelView
-	var hub string
-	s.rec.Read(func(r *fsm.Record, _ uint64) { hub = r.Tunnel.Hub })
-	rep, from := s.reportFrom(hub)
-	s.rec.Read(func(r *fsm.Record, _ uint64) { v = tunnelViewOf(r, rep, from) })
-	return v
+	api.WriteJSON(w, http.StatusOK, s.fleet.tunnel())
 }
 
 // tunnelViewOf is the tunnel view of record r with the hub's report rep (nil: none yet), which
