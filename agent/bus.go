@@ -115,7 +115,7 @@ func (s *serverRole) busRoutes() http.Handler {
 	mux.Handle("POST /v1/enrol", s.leaderAnswers("", http.HandlerFunc(s.enrol)))
 	// The operator's API: a follower forwarding to the leader, or an operator credential.
 	mux.HandleFunc("/v1/op/", s.serveOp)
-	mux.HandleFunc("GET /v1/raft/state", s.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { s.getRaftState(w, r) }))
+	mux.HandleFunc("GET /v1/raft/state", s.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { s.records.getRaftState(w, r) }))
 	// What a node asks for itself.
 	mux.HandleFunc("GET /v1/declaration/{node}", s.withNode(s.ownDeclaration))
 	mux.HandleFunc("POST /v1/report", s.withNode(s.postReport))
@@ -178,7 +178,7 @@ func (s *serverRole) ownDeclaration(w http.ResponseWriter, req *http.Request, pe
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Minute))
-	s.getDeclaration(w, req)
+	s.records.getDeclaration(w, req)
 }
 
 // postReport keeps a client's host report in memory, for `meshd node show`.
@@ -313,7 +313,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 
 // createToken signs a single-use token with the CA and records its hash through Raft; the token
 // is shown only once the record committed it.
-func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) createToken(w http.ResponseWriter, req *http.Request) {
 	var in api.TokenRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "token request: " + err.Error()})
@@ -351,7 +351,7 @@ func (s *serverRole) createToken(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	tv := api.TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(s.caCert), Hash: hash, Server: in.Server}
+	tv := api.TokenView{Token: tok, ID: p.ID, Mode: in.Mode, Expires: exp.UTC(), Bus: bus, CA: pki.Fingerprint(s.secrets.CA.Cert), Hash: hash, Server: in.Server}
 	if in.Server {
 		var servers int
 		s.rec.Read(func(r *fsm.Record, _ uint64) {

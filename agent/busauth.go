@@ -109,7 +109,7 @@ func serversByName(r *fsm.Record) []string {
 
 // propose commits a command given by who asked req (api.HeaderAskedBy, set by the socket or the
 // bus, never by the caller) and waits until it is applied.
-func (s *serverRole) propose(req *http.Request, op fsm.Op, body any) (any, uint64, error) {
+func (s *recordAPI) propose(req *http.Request, op fsm.Op, body any) (any, uint64, error) {
 	return s.rec.Propose(req.Header.Get(api.HeaderAskedBy), op, body)
 }
 

@@ -57,7 +57,7 @@ func (p *plans) get(token string) (report.ConvergePreview, bool) {
 }
 
 // previewOf composes node's converge preview from the record and its latest report.
-func (s *serverRole) previewOf(node string) (report.ConvergePreview, error) {
+func (s *recordAPI) previewOf(node string) (report.ConvergePreview, error) {
 	var d *fsm.Declaration
 	var err error
 	s.rec.Read(func(r *fsm.Record, _ uint64) {
@@ -75,7 +75,7 @@ func (s *serverRole) previewOf(node string) (report.ConvergePreview, error) {
 }
 
 // convergePreview serves `meshd converge NODE --preview`.
-func (s *serverRole) convergePreview(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) convergePreview(w http.ResponseWriter, req *http.Request) {
 	pv, err := s.previewOf(req.PathValue("node"))
 	if err != nil {
 		writeErr(w, err)
@@ -106,7 +106,7 @@ func checkPlan(node, plan string, now report.ConvergePreview, was func(string) (
 
 // postConverge serves `meshd converge NODE [--plan TOKEN]`: the preview made again and checked
 // against the plan, then the flip recorded as an intent.
-func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) postConverge(w http.ResponseWriter, req *http.Request) {
 	node := req.PathValue("node")
 	var body api.ConvergeRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body); err != nil && err != io.EOF {
@@ -144,7 +144,7 @@ func (s *serverRole) postConverge(w http.ResponseWriter, req *http.Request) {
 }
 
 // postAdopt serves `meshd adopt NODE`: the return recorded as an intent.
-func (s *serverRole) postAdopt(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) postAdopt(w http.ResponseWriter, req *http.Request) {
 	v, _, err := s.propose(req, fsm.OpFlip, fsm.Flip{Node: req.PathValue("node"), To: fsm.Adopted})
 	if err != nil {
 		writeErr(w, err)

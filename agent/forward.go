@@ -37,7 +37,7 @@ func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
 			return
 		}
 		if req.Method == http.MethodGet && isTrue(req.URL.Query().Get("stale")) {
-			st := s.raftState()
+			st := s.records.raftState()
 			w.Header().Set(api.HeaderServedBy, fmt.Sprintf("%s (%s, its own record)", s.node.Name, strings.ToLower(st.State)))
 			w.Header().Set(api.HeaderStale, staleText(st))
 			h.ServeHTTP(w, req)

@@ -325,7 +325,7 @@ func (a *Agent) gossipReport(node string) (*report.Report, bool) {
 }
 
 // liveness is node's state in this member's gossip view: alive, failed, left, or unknown.
-func (a *Agent) liveness(members map[string]gossip.Member, node string) (string, time.Time) {
+func liveness(members map[string]gossip.Member, node string) (string, time.Time) {
 	m, ok := members[node]
 	if !ok {
 		return "unknown", time.Time{}

@@ -48,17 +48,17 @@ type notFound string
 
 func (e notFound) Error() string { return string(e) }
 
-func (s *serverRole) leader() api.LeaderView {
+func (s *recordAPI) leader() api.LeaderView {
 	l := s.rec.Leader()
 	return api.LeaderView{ID: l.ID, Address: l.Addr, Node: l.Node}
 }
 
-func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
+func (s *recordAPI) getStatus(w http.ResponseWriter, _ *http.Request) {
 	st := api.StatusView{Leader: s.leader(), Nodes: []api.NodeSummary{}, Gossip: api.GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}},
 		ServedBy: s.node.Name, Voters: s.voterNames()}
 	st.Warning = autopilot.EvenWarning(len(st.Voters))
 	if s.rec.IsLeader() {
-		st.Leader.Why = s.ap.Why()
+		st.Leader.Why = s.why()
 	} else {
 		st.Stale = staleText(s.raftState())
 	}
@@ -71,10 +71,10 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 				Address: n.Address, Assigned: len(n.Assigned), Taken: len(n.EffectiveTaken())})
 		}
 	})
-	members := s.membersByName()
+	members := s.fleet.gossip.membersByName()
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
-		n.Liveness, _ = s.liveness(members, n.Name)
+		n.Liveness, _ = liveness(members, n.Name)
 		rep, from := s.fleet.reportFrom(n.Name)
 		n.HeldFiles, n.HeldContainers = heldCounts(rep)
 		n.Tunnel = tunnelState(rep)
@@ -88,7 +88,7 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 	}
 	b := s.fleet.board()
 	st.Board = &b
-	if g := s.member(); g != nil {
+	if g := s.fleet.gossip.member(); g != nil {
 		st.Gossip.Running = true
 		for r, c := range g.Rejected() {
 			st.Gossip.Rejected[string(r)] = c
@@ -97,7 +97,7 @@ func (s *serverRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 	api.WriteJSON(w, http.StatusOK, st)
 }
 
-func (s *serverRole) getNode(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) getNode(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
 	var v *api.NodeView
 	var err error
@@ -159,7 +159,7 @@ func moduleView(r *fsm.Record, m *catalogue.Module) api.ModuleView {
 	return v
 }
 
-func (s *serverRole) listModules(w http.ResponseWriter, _ *http.Request) {
+func (s *recordAPI) listModules(w http.ResponseWriter, _ *http.Request) {
 	out := []api.ModuleView{}
 	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, name := range r.Catalogue.Names() {
@@ -169,7 +169,7 @@ func (s *serverRole) listModules(w http.ResponseWriter, _ *http.Request) {
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
-func (s *serverRole) getModule(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) getModule(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("module")
 	var v *api.ModuleView
 	var err error
@@ -193,7 +193,7 @@ func (s *serverRole) getModule(w http.ResponseWriter, req *http.Request) {
 	api.WriteJSON(w, http.StatusOK, v)
 }
 
-func (s *serverRole) addModule(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) addModule(w http.ResponseWriter, req *http.Request) {
 	var body api.ModuleAddRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 4<<20)).Decode(&body); err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "bad request: " + err.Error()})
@@ -213,7 +213,7 @@ func (s *serverRole) addModule(w http.ResponseWriter, req *http.Request) {
 	api.WriteJSON(w, http.StatusOK, v)
 }
 
-func (s *serverRole) moduleAction(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) moduleAction(w http.ResponseWriter, req *http.Request) {
 	ops := map[string]fsm.Op{"assign": fsm.OpModuleAssign, "unassign": fsm.OpModuleUnassign, "take": fsm.OpModuleTake}
 	op, ok := ops[req.PathValue("action")]
 	if !ok {
@@ -232,7 +232,7 @@ func (s *serverRole) moduleAction(w http.ResponseWriter, req *http.Request) {
 // getDeclaration serves a node's declaration. With ?index=N it blocks until the node's declaration
 // may differ from the one the caller holds at N (or ?wait= passes, default 5 minutes), so a node
 // learns of a change at once and is not woken by writes that leave it alone (history, reports).
-func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) getDeclaration(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
 	if q := req.URL.Query().Get("index"); q != "" {
 		index, err := strconv.ParseUint(q, 10, 64)
@@ -272,7 +272,7 @@ func (s *serverRole) getDeclaration(w http.ResponseWriter, req *http.Request) {
 
 // waitDeclaration returns at once when the record is already past index (the caller may have
 // missed a change); otherwise it waits until a write changes the node's composed declaration.
-func (s *serverRole) waitDeclaration(ctx context.Context, name string, index uint64) {
+func (s *recordAPI) waitDeclaration(ctx context.Context, name string, index uint64) {
 	compose := func() (b []byte, cur uint64) {
 		s.rec.Read(func(r *fsm.Record, i uint64) {
 			cur = i
@@ -295,7 +295,7 @@ func (s *serverRole) waitDeclaration(ctx context.Context, name string, index uin
 	}
 }
 
-func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
+func (s *recordAPI) raftPeers(w http.ResponseWriter, _ *http.Request) {
 	servers, err := s.rec.Configuration()
 	if err != nil {
 		writeErr(w, fmt.Errorf("raft configuration: %w", err))
@@ -317,7 +317,7 @@ func (s *serverRole) raftPeers(w http.ResponseWriter, _ *http.Request) {
 }
 
 // snapshotSave writes the record as committed: a barrier first, so every acknowledged command is in.
-func (s *serverRole) snapshotSave(w http.ResponseWriter, _ *http.Request) {
+func (s *recordAPI) snapshotSave(w http.ResponseWriter, _ *http.Request) {
 	var buf bytes.Buffer
 	if err := s.rec.Save(&buf); err != nil {
 		writeErr(w, err)
@@ -328,7 +328,7 @@ func (s *serverRole) snapshotSave(w http.ResponseWriter, _ *http.Request) {
 }
 
 // snapshotRestore replaces the record with a saved one, through Raft, so every server gets it.
-func (s *serverRole) snapshotRestore(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) snapshotRestore(w http.ResponseWriter, req *http.Request) {
 	data, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
 	if err != nil {
 		writeErr(w, err)

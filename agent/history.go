@@ -22,7 +22,7 @@ import (
 )
 
 // getHistory serves `meshd history [NODE] [--since D]`: ?node= and ?since= (a duration).
-func (s *serverRole) getHistory(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) getHistory(w http.ResponseWriter, req *http.Request) {
 	node := req.URL.Query().Get("node")
 	var since time.Time
 	if q := req.URL.Query().Get("since"); q != "" {
@@ -139,7 +139,7 @@ func (s *serverRole) recordHostEvents(ctx context.Context) {
 }
 
 // postHistoryKeep serves `meshd history keep`: the history's bounds, committed.
-func (s *serverRole) postHistoryKeep(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) postHistoryKeep(w http.ResponseWriter, req *http.Request) {
 	var body fsm.HistoryKeepSet
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&body); err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "bad request: " + err.Error()})

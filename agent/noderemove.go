@@ -17,7 +17,7 @@ import (
 
 // removeNode takes a node out of the record (committed first: its key revoked, its address
 // quarantined), then, for a server, out of Raft's configuration.
-func (s *serverRole) removeNode(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) removeNode(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
 	var body api.NodeRemoveRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&body); err != nil && err != io.EOF {

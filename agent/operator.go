@@ -19,7 +19,7 @@ import (
 
 // createCredential issues an operator credential and lists it in the record; the credential file
 // (its private key included) goes back only once the record committed it.
-func (s *serverRole) createCredential(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) createCredential(w http.ResponseWriter, req *http.Request) {
 	var in api.CredentialRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "operator credential request: " + err.Error()})
@@ -73,7 +73,7 @@ func (s *serverRole) createCredential(w http.ResponseWriter, req *http.Request) 
 
 // listCredentials lists the record's operator credentials by name, revoked and expired ones
 // included.
-func (s *serverRole) listCredentials(w http.ResponseWriter, _ *http.Request) {
+func (s *recordAPI) listCredentials(w http.ResponseWriter, _ *http.Request) {
 	out := []api.CredentialView{}
 	now := time.Now()
 	s.rec.Read(func(r *fsm.Record, _ uint64) {
@@ -86,7 +86,7 @@ func (s *serverRole) listCredentials(w http.ResponseWriter, _ *http.Request) {
 }
 
 // revokeCredential revokes an operator credential: the bus refuses it from the next request on.
-func (s *serverRole) revokeCredential(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) revokeCredential(w http.ResponseWriter, req *http.Request) {
 	v, index, err := s.propose(req, fsm.OpCredentialRevoke, fsm.CredentialRevoke{Name: req.PathValue("name")})
 	committedAt(w, index)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 
 // removePeer takes a server out of the group: first the record (committed: the node stays, no
 // longer a server, so no autopilot adds it back), then Raft's configuration.
-func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) removePeer(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
 	v, index, err := s.propose(req, fsm.OpServerRemove, fsm.ServerRemove{Node: name})
 	committedAt(w, index)
@@ -40,7 +40,7 @@ func (s *serverRole) removePeer(w http.ResponseWriter, req *http.Request) {
 }
 
 // voterNames lists the voters of the configuration by node name.
-func (s *serverRole) voterNames() []string {
+func (s *recordAPI) voterNames() []string {
 	servers, err := s.rec.Configuration()
 	if err != nil {
 		return nil
@@ -55,7 +55,7 @@ func (s *serverRole) voterNames() []string {
 	return out
 }
 
-func (s *serverRole) namesByID() map[string]string {
+func (s *recordAPI) namesByID() map[string]string {
 	names := map[string]string{}
 	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, n := range r.Nodes {
@@ -66,7 +66,7 @@ func (s *serverRole) namesByID() map[string]string {
 }
 
 // transferLeader hands leadership to a voter: the one named, else the control-node.
-func (s *serverRole) transferLeader(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) transferLeader(w http.ResponseWriter, req *http.Request) {
 	var in api.TransferRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&in); err != nil && !errors.Is(err, io.EOF) {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "transfer request: " + err.Error()})

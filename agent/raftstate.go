@@ -10,7 +10,7 @@ import (
 	"meshd/api"
 )
 
-func (s *serverRole) raftState() api.RaftStateView {
+func (s *recordAPI) raftState() api.RaftStateView {
 	f := s.rec.Figures()
 	st := api.RaftStateView{Node: s.node.Name, ID: s.node.ID, State: f.State.String(), LastIndex: f.LastIndex,
 		CommitIndex: f.CommitIndex, Applied: f.Applied, Leader: s.rec.Leader().Node, Term: f.Term}
@@ -24,7 +24,7 @@ func (s *serverRole) raftState() api.RaftStateView {
 	return st
 }
 
-func (s *serverRole) getRaftState(w http.ResponseWriter, _ *http.Request) {
+func (s *recordAPI) getRaftState(w http.ResponseWriter, _ *http.Request) {
 	api.WriteJSON(w, http.StatusOK, s.raftState())
 }
 

@@ -29,14 +29,14 @@ type serverRole struct {
 	// rec is the record and the Raft group under it (package record).
 	rec *record.Service
 
-	// fleet is every node's last report and gossip's word on it (fleet.go).
-	fleet *fleet
+	// fleet is every node's last report and gossip's word on it (fleet.go); records the
+	// operator's API over the record (recordapi.go).
+	fleet   *fleet
+	records *recordAPI
 
 	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
 	// over the limit), a few lines a minute.
 	busRefusals *ratelog.Log
-	// plans are the converge previews this server handed out, by plan token.
-	plans plans
 	// ap is the leader's care of the group (package autopilot, made at open); fwd the client
 	// requests are forwarded to the leader with (forward.go).
 	ap      *autopilot.Autopilot
@@ -87,6 +87,8 @@ func (s *serverRole) started() {
 	}
 	ar := &apRecord{s: s}
 	s.ap = autopilot.New(autopilot.Config{Name: s.node.Name, ID: s.node.ID, Raft: s.rec, Record: ar, Asker: ar, Log: s.log})
+	s.records = &recordAPI{self: self{node: s.node, log: s.log}, rec: s.rec, fleet: s.fleet, why: s.ap.Why,
+		secrets: s.secrets, dockerHost: s.cfg.DockerHost, ask: s.Agent}
 }
 
 // notRevoked refuses a certificate whose key the record revoked (a removed node's).
@@ -183,43 +185,12 @@ func (s *serverRole) operatorAPI() http.Handler {
 		local.HandleFunc("GET /v1/keyring", s.getKeyring)
 		local.HandleFunc("POST /v1/keyring", s.postKeyring)
 		local.HandleFunc("GET /v1/reach/{node}", s.getReach)
-		local.HandleFunc("GET /v1/raft/peers", s.raftPeers)
-		local.HandleFunc("GET /v1/raft/state", s.getRaftState)
-		local.Handle("/", s.leaderAnswers("/v1/op", s.recordAPI()))
+		local.HandleFunc("GET /v1/raft/peers", s.records.raftPeers)
+		local.HandleFunc("GET /v1/raft/state", s.records.getRaftState)
+		local.Handle("/", s.leaderAnswers("/v1/op", s.records.routes()))
 		s.api = caughtUpOnly(s.rec, local)
 	})
 	return s.api
-}
-
-// recordAPI is the part of the operator's API that reads or writes the record.
-func (s *serverRole) recordAPI() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", s.getStatus)
-	mux.HandleFunc("GET /v1/history", s.getHistory)
-	mux.HandleFunc("POST /v1/history/keep", s.postHistoryKeep)
-	mux.HandleFunc("GET /v1/nodes/{node}", s.getNode)
-	mux.HandleFunc("GET /v1/modules", s.listModules)
-	mux.HandleFunc("GET /v1/modules/{module}", s.getModule)
-	mux.HandleFunc("POST /v1/modules", s.addModule)
-	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", s.moduleAction)
-	mux.HandleFunc("GET /v1/nodes/{node}/modules/{module}/take-preview", s.takePreview)
-	mux.HandleFunc("GET /v1/nodes/{node}/converge-preview", s.convergePreview)
-	mux.HandleFunc("POST /v1/nodes/{node}/converge", s.postConverge)
-	mux.HandleFunc("POST /v1/nodes/{node}/adopt", s.postAdopt)
-	mux.HandleFunc("POST /v1/nodes/{node}/settings", s.postSettings)
-	mux.HandleFunc("GET /v1/declaration/{node}", s.getDeclaration)
-	mux.HandleFunc("GET /v1/snapshot", s.snapshotSave)
-	mux.HandleFunc("POST /v1/snapshot", s.snapshotRestore)
-	mux.HandleFunc("POST /v1/tokens", s.createToken)
-	mux.HandleFunc("GET /v1/operator/credentials", s.listCredentials)
-	mux.HandleFunc("POST /v1/operator/credentials", s.createCredential)
-	mux.HandleFunc("POST /v1/operator/credentials/{name}/revoke", s.revokeCredential)
-	mux.HandleFunc("GET /v1/tunnel", s.getTunnel)
-	mux.HandleFunc("POST /v1/tunnel/take", s.postTunnelTake)
-	mux.HandleFunc("POST /v1/raft/peers/{node}/remove", s.removePeer)
-	mux.HandleFunc("POST /v1/nodes/{node}/remove", s.removeNode)
-	mux.HandleFunc("POST /v1/raft/transfer-leader", s.transferLeader)
-	return mux
 }
 
 // watchOwnDeclaration composes the node's declaration each time the record changes and passes it

@@ -53,7 +53,7 @@ func (e *SettingsRefusal) Error() string {
 
 // postSettings is `meshd node set`: the change is tried against the record, the ports it moves
 // are checked on the node, and only then is the command proposed.
-func (s *serverRole) postSettings(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) postSettings(w http.ResponseWriter, req *http.Request) {
 	node := req.PathValue("node")
 	var body api.SettingsRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body); err != nil {
@@ -157,19 +157,21 @@ func assignedCatalogue(cat catalogue.Catalogue, assigned []string) catalogue.Cat
 
 // checkOnNode runs the port check on the node: here when it is this node, else by asking the
 // node's agent over the peer bus.
-func (s *serverRole) checkOnNode(ctx context.Context, node string, binds []api.PortBind) ([]api.Finding, error) {
+func (s *recordAPI) checkOnNode(ctx context.Context, node string, binds []api.PortBind) ([]api.Finding, error) {
 	if len(binds) == 0 {
 		return nil, nil
 	}
 	if node == s.node.Name {
-		return checkBinds(ctx, s.node.Name, s.cfg.DockerHost, binds), nil
+		return checkBinds(ctx, s.node.Name, s.dockerHost, binds), nil
 	}
-	p, ok := s.gossipView().Peer(node)
+	var view api.GossipView
+	s.rec.Read(func(r *fsm.Record, _ uint64) { view = gossipViewOf(r, s.node.Name) })
+	p, ok := view.Peer(node)
 	if !ok || p.Advertise == "" || p.Bus == 0 {
 		return nil, fmt.Errorf("node %s has no bus address in the record", node)
 	}
 	var ans api.PortCheckAnswer
-	if err := s.peerJSON(ctx, p, http.MethodPost, "/v1/ports/check", api.PortCheckRequest{Binds: binds}, &ans); err != nil {
+	if err := s.ask.peerJSON(ctx, p, http.MethodPost, "/v1/ports/check", api.PortCheckRequest{Binds: binds}, &ans); err != nil {
 		return nil, err
 	}
 	return ans.Findings, nil

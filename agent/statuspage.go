@@ -158,7 +158,7 @@ type PageNodeDetail struct {
 // pageView builds the overview from this server's record and the reports it has.
 func (s *serverRole) pageView() PageOverview {
 	v := PageOverview{ServedBy: s.node.Name, At: time.Now(), Leads: s.rec.IsLeader()}
-	v.Leader = s.leader().Node
+	v.Leader = s.records.leader().Node
 	type recNode struct {
 		n       fsm.Node
 		control bool
@@ -182,7 +182,7 @@ func (s *serverRole) pageView() PageOverview {
 		if n.Server {
 			pn.Role = "server"
 		}
-		pn.Liveness, _ = s.liveness(members, n.Name)
+		pn.Liveness, _ = liveness(members, n.Name)
 		rep, from := s.fleet.reportFrom(n.Name)
 		pn.Report, pn.ReportFrom = rep, from
 		if rep != nil {

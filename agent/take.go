@@ -18,7 +18,7 @@ import (
 // takePreview serves what taking a module on a node will replace, changing nothing: the
 // declaration is composed on a copy of the record with the module taken (refused as the take
 // itself would be), and read against the node's latest host report.
-func (s *serverRole) takePreview(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) takePreview(w http.ResponseWriter, req *http.Request) {
 	node, module := req.PathValue("node"), req.PathValue("module")
 	var d *fsm.Declaration
 	var err error

@@ -23,7 +23,7 @@ import (
 // postTunnelTake records a take. The hub's found tunnel is read where it runs, so for the hub
 // NODE must be the node this agent is; a spoke's was presented when it enrolled (join --tunnel),
 // so it is taken from any server, and the spoke's host checks it before stopping anything.
-func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
+func (s *recordAPI) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 	var in api.TunnelTakeRequest
 	if err := json.NewDecoder(req.Body).Decode(&in); err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "malformed tunnel take: " + err.Error()})
@@ -49,7 +49,7 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 	default:
 		var err error
 		take, err = setup.ReadFoundTunnel(in.Node, in.Interface)
-		if merr := setup.TunnelManaged(req.Context(), in.Interface, int(in.Requested.Port), s.cfg.DockerHost); merr != nil {
+		if merr := setup.TunnelManaged(req.Context(), in.Interface, int(in.Requested.Port), s.dockerHost); merr != nil {
 			err = merr // refused before the take is recorded; the hub's driver asks again before it stops anything
 		}
 		if err == nil {
@@ -79,7 +79,7 @@ func (s *serverRole) postTunnelTake(w http.ResponseWriter, req *http.Request) {
 
 // previewTake answers a take's --dry-run: the hub's found tunnel read here, a spoke's from its
 // last report (its host reads it on every pass while it rides it).
-func (s *serverRole) previewTake(w http.ResponseWriter, in api.TunnelTakeRequest, spoke bool) {
+func (s *recordAPI) previewTake(w http.ResponseWriter, in api.TunnelTakeRequest, spoke bool) {
 	v := api.TunnelTakePreview{Node: in.Node, Interface: in.Interface, Fields: []report.TunnelField{}}
 	if !spoke {
 		fields, err := setup.TunnelPreview(in.Interface)
@@ -113,7 +113,7 @@ func announceTake(r *fsm.Record, take *fsm.TunnelTake, id ed25519.PrivateKey) {
 	take.Announcement = pki.AnnounceKey(id, take.Node, previous, take.PublicKey)
 }
 
-func (s *serverRole) getTunnel(w http.ResponseWriter, _ *http.Request) {
+func (s *recordAPI) getTunnel(w http.ResponseWriter, _ *http.Request) {
 	api.WriteJSON(w, http.StatusOK, s.fleet.tunnel())
 }
 
