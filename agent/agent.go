@@ -84,8 +84,6 @@ type Agent struct {
 	logs *logHub
 	// pagePulse wakes the status pages' event streams when a host report arrives (statuspage.go).
 	pagePulse pulse
-	// pageStreams counts the live pages streamed now (pageMaxStreams bounds it).
-	pageStreams atomic.Int32
 }
 
 // Start opens the node's data dir, starts its role (Raft on a server) and the operator API, and

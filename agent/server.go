@@ -33,6 +33,8 @@ type serverRole struct {
 	// operator's API over the record (recordapi.go).
 	fleet   *fleet
 	records *recordAPI
+	// page is the status page (statuspage.go).
+	page *page
 
 	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
 	// over the limit), a few lines a minute.
@@ -57,6 +59,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 	}
 	s := &serverRole{Agent: a, rec: record.New(), busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute)}
 	s.fleet = newFleet(a.node.Name, func() report.Report { return a.host.Report() }, s.rec, a, &a.pagePulse)
+	s.page = &page{self: self{node: a.node, log: a.log}, rec: s.rec, fleet: s.fleet}
 	return s, nil
 }
 

@@ -26,8 +26,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"meshd/agent/record"
 	"meshd/api"
 	"meshd/board"
 	"meshd/fsm"
@@ -155,10 +157,20 @@ type PageNodeDetail struct {
 	ReportJSON string
 }
 
+// page is a server's status page: the overview, each node's page and their live streams, read
+// from the record and the fleet's reports.
+type page struct {
+	self
+	rec   *record.Service
+	fleet *fleet
+	// streams counts the live pages streamed now (pageMaxStreams bounds it).
+	streams atomic.Int32
+}
+
 // pageView builds the overview from this server's record and the reports it has.
-func (s *serverRole) pageView() PageOverview {
+func (s *page) pageView() PageOverview {
 	v := PageOverview{ServedBy: s.node.Name, At: time.Now(), Leads: s.rec.IsLeader()}
-	v.Leader = s.records.leader().Node
+	v.Leader = s.rec.Leader().Node
 	type recNode struct {
 		n       fsm.Node
 		control bool
@@ -174,7 +186,7 @@ func (s *serverRole) pageView() PageOverview {
 			nodes = append(nodes, recNode{n: *n, control: r.Genesis != nil && r.Genesis.ControlNode == name, decl: d, taken: n.EffectiveTaken()})
 		}
 	})
-	members := s.membersByName()
+	members := s.fleet.gossip.membersByName()
 	for _, rn := range nodes {
 		n := rn.n
 		pn := PageNode{Name: n.Name, Mode: n.Mode, ModeSince: n.ModeSince, Role: "client", ControlNode: rn.control,
@@ -245,6 +257,9 @@ func (p *pulse) fire() {
 	}
 }
 
+// statusPage is the status page the metrics listeners serve beside /metrics.
+func (s *serverRole) statusPage() http.Handler { return s.page.routes() }
+
 // followReports fires the page's pulse after each of this node's own host passes (gossip and the
 // bus fire it as reports arrive).
 func (s *serverRole) followReports(ctx context.Context) {
@@ -263,8 +278,8 @@ func (s *serverRole) followReports(ctx context.Context) {
 // a record entry or a report: gossip liveness, and the ages the page shows.
 const pageRefresh = 2 * time.Second
 
-// statusPage is a server's status page; the routes are relative to the listener's root.
-func (s *serverRole) statusPage() http.Handler {
+// routes are the status page's; they are relative to the listener's root.
+func (s *page) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, req *http.Request) {
 		s.renderPage(w, "overview", s.pageView(), "/events")
@@ -287,7 +302,7 @@ func (s *serverRole) statusPage() http.Handler {
 }
 
 // pageDetail is node's page, false when the record has no such node.
-func (s *serverRole) pageDetail(name string) (PageNodeDetail, bool) {
+func (s *page) pageDetail(name string) (PageNodeDetail, bool) {
 	ov := s.pageView()
 	for _, n := range ov.Nodes {
 		if n.Name == name {
@@ -303,7 +318,7 @@ func (s *serverRole) pageDetail(name string) (PageNodeDetail, bool) {
 }
 
 // renderPage writes a whole page: the layout around the live part named live.
-func (s *serverRole) renderPage(w http.ResponseWriter, live string, data any, events string) {
+func (s *page) renderPage(w http.ResponseWriter, live string, data any, events string) {
 	var body bytes.Buffer
 	if err := pageTmpl.ExecuteTemplate(&body, live, data); err != nil {
 		http.Error(w, "status page: "+err.Error(), http.StatusInternalServerError)
@@ -326,13 +341,13 @@ func (s *serverRole) renderPage(w http.ResponseWriter, live string, data any, ev
 const pageMaxStreams = 32
 
 // pageEvents streams the live part of the overview (or of ?node=NAME's page) each time it changes.
-func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
-	if s.pageStreams.Add(1) > pageMaxStreams {
-		s.pageStreams.Add(-1)
+func (s *page) pageEvents(w http.ResponseWriter, req *http.Request) {
+	if s.streams.Add(1) > pageMaxStreams {
+		s.streams.Add(-1)
 		http.Error(w, fmt.Sprintf("this server streams %d live pages already: close one, or reload later", pageMaxStreams), http.StatusServiceUnavailable)
 		return
 	}
-	defer s.pageStreams.Add(-1)
+	defer s.streams.Add(-1)
 	node := req.URL.Query().Get("node")
 	render := func() ([]byte, uint64, error) {
 		var b bytes.Buffer
@@ -357,7 +372,7 @@ func (s *serverRole) pageEvents(w http.ResponseWriter, req *http.Request) {
 	ctx := req.Context()
 	for ctx.Err() == nil {
 		// Listen before rendering, so a change during the render wakes the next round.
-		reports := s.pagePulse.wait()
+		reports := s.fleet.pulse.wait()
 		var index uint64
 		s.rec.Read(func(_ *fsm.Record, i uint64) { index = i })
 		body, at, err := render()
