@@ -150,7 +150,7 @@ func startCommitGroup(b *testing.B, n int) string {
 		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(nf.RaftPort)), "mesh.bus": strconv.Itoa(int(freeLoopbackPort(b)))}}); err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(leader.leaderAnswers("/v1/op", leader.records.routes()))
+	srv := httptest.NewServer(leader.fwd.leaderAnswers("/v1/op", leader.records.routes()))
 	b.Cleanup(srv.Close)
 	return srv.URL
 }

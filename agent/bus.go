@@ -112,7 +112,7 @@ func (s *serverRole) runBus(ctx context.Context) {
 func (s *serverRole) busRoutes() http.Handler {
 	mux := http.NewServeMux()
 	// Enrolment writes the record: a follower forwards it to the leader, as it came.
-	mux.Handle("POST /v1/enrol", s.leaderAnswers("", http.HandlerFunc(s.enrol)))
+	mux.Handle("POST /v1/enrol", s.fwd.leaderAnswers("", http.HandlerFunc(s.enrol)))
 	// The operator's API: a follower forwarding to the leader, or an operator credential.
 	mux.HandleFunc("/v1/op/", s.serveOp)
 	mux.HandleFunc("GET /v1/raft/state", s.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { s.records.getRaftState(w, r) }))

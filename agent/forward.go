@@ -5,6 +5,8 @@ package agent
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,11 +14,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/record"
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/pki"
@@ -26,10 +30,21 @@ import (
 // there is none.
 const forwardPatience = 8 * time.Second
 
+// forwarder hands a request for the leader to it over the bus, with this server's certificate.
+type forwarder struct {
+	self
+	rec *record.Service
+	// identity and caCert are this server's TLS identity and the mesh CA, for the leader's bus.
+	identity tls.Certificate
+	caCert   *x509.Certificate
+	once     sync.Once
+	client   *http.Client
+}
+
 // leaderAnswers serves h on this server when it leads; otherwise it forwards the request to the
 // leader's bus (under prefix there), or, for a read asked with ?stale=1, answers from this
 // follower's own record, saying how far behind it may be.
-func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
+func (s *forwarder) leaderAnswers(prefix string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if s.rec.IsLeader() {
 			w.Header().Set(api.HeaderServedBy, s.node.Name+" (leader)")
@@ -37,7 +52,7 @@ func (s *serverRole) leaderAnswers(prefix string, h http.Handler) http.Handler {
 			return
 		}
 		if req.Method == http.MethodGet && isTrue(req.URL.Query().Get("stale")) {
-			st := s.records.raftState()
+			st := raftStateOf(s.node, s.rec)
 			w.Header().Set(api.HeaderServedBy, fmt.Sprintf("%s (%s, its own record)", s.node.Name, strings.ToLower(st.State)))
 			w.Header().Set(api.HeaderStale, staleText(st))
 			h.ServeHTTP(w, req)
@@ -61,16 +76,16 @@ func isTrue(v string) bool { return v == "1" || v == "true" || v == "yes" }
 
 // forwardClient calls the leader's bus with this server's certificate and no overall timeout (a
 // blocking query may wait long; the request's context ends it).
-func (s *serverRole) forwardClient() *http.Client {
-	s.fwdOnce.Do(func() {
+func (s *forwarder) forwardClient() *http.Client {
+	s.once.Do(func() {
 		// the leader is a server: only a server certificate of the mesh CA answers for it
-		s.fwd = &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&s.identity, s.caCert), IdleConnTimeout: time.Minute}}
+		s.client = &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&s.identity, s.caCert), IdleConnTimeout: time.Minute}}
 	})
-	return s.fwd
+	return s.client
 }
 
 // leaderBus is the leader's name and bus address, as this server knows them.
-func (s *serverRole) leaderBus() (name, addr string, err error) {
+func (s *forwarder) leaderBus() (name, addr string, err error) {
 	id := s.rec.Leader().ID
 	if id == "" {
 		return "", "", errors.New("no raft leader right now")
@@ -96,7 +111,7 @@ func (s *serverRole) leaderBus() (name, addr string, err error) {
 // leads before proposing), so a command is never applied twice; when no leader is found within
 // forwardPatience it answers with what the quorum lacks. It returns true, having answered
 // nothing, when this server itself became the leader meanwhile (req's body is restored for it).
-func (s *serverRole) forward(w http.ResponseWriter, req *http.Request, prefix string) (lead bool) {
+func (s *forwarder) forward(w http.ResponseWriter, req *http.Request, prefix string) (lead bool) {
 	body, err := io.ReadAll(io.LimitReader(req.Body, 256<<20))
 	if err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "request body: " + err.Error()})
@@ -138,7 +153,7 @@ func (s *serverRole) forward(w http.ResponseWriter, req *http.Request, prefix st
 	}
 }
 
-func (s *serverRole) sendToLeader(req *http.Request, addr, prefix string, body []byte) (*http.Response, error) {
+func (s *forwarder) sendToLeader(req *http.Request, addr, prefix string, body []byte) (*http.Response, error) {
 	fwd, err := http.NewRequestWithContext(req.Context(), req.Method, "https://"+addr+prefix+req.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ func (e *NoQuorumError) Error() string {
 
 // quorumError names the voters of the configuration this server holds and which of them it
 // cannot reach on their Raft port.
-func (s *serverRole) quorumError(cause error) error {
+func (s *forwarder) quorumError(cause error) error {
 	e := &NoQuorumError{Server: s.node.Name, Cause: cause}
 	cfg, err := s.rec.Configuration()
 	if err != nil {

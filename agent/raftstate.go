@@ -7,13 +7,18 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"meshd/agent/record"
 	"meshd/api"
+	"meshd/setup"
 )
 
-func (s *recordAPI) raftState() api.RaftStateView {
-	f := s.rec.Figures()
-	st := api.RaftStateView{Node: s.node.Name, ID: s.node.ID, State: f.State.String(), LastIndex: f.LastIndex,
-		CommitIndex: f.CommitIndex, Applied: f.Applied, Leader: s.rec.Leader().Node, Term: f.Term}
+func (s *recordAPI) raftState() api.RaftStateView { return raftStateOf(s.node, s.rec) }
+
+// raftStateOf is node's Raft state as its record service has it.
+func raftStateOf(node *setup.NodeFile, rec *record.Service) api.RaftStateView {
+	f := rec.Figures()
+	st := api.RaftStateView{Node: node.Name, ID: node.ID, State: f.State.String(), LastIndex: f.LastIndex,
+		CommitIndex: f.CommitIndex, Applied: f.Applied, Leader: rec.Leader().Node, Term: f.Term}
 	if f.State != raft.Leader {
 		if !f.LastContact.IsZero() {
 			st.LastContact = time.Since(f.LastContact).Round(time.Millisecond).String()

@@ -39,11 +39,10 @@ type serverRole struct {
 	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
 	// over the limit), a few lines a minute.
 	busRefusals *ratelog.Log
-	// ap is the leader's care of the group (package autopilot, made at open); fwd the client
-	// requests are forwarded to the leader with (forward.go).
-	ap      *autopilot.Autopilot
-	fwdOnce sync.Once
-	fwd     *http.Client
+	// ap is the leader's care of the group (package autopilot, made at open); fwd hands what the
+	// leader answers to it (forward.go).
+	ap  *autopilot.Autopilot
+	fwd *forwarder
 	// api is the operator's API, built once: the socket serves it, and the bus serves it under
 	// /v1/op to other nodes (a follower forwarding to the leader, a client for its operator).
 	apiOnce sync.Once
@@ -59,6 +58,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 	}
 	s := &serverRole{Agent: a, rec: record.New(), busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute)}
 	s.fleet = newFleet(a.node.Name, func() report.Report { return a.host.Report() }, s.rec, a, &a.pagePulse)
+	s.fwd = &forwarder{self: self{node: a.node, log: a.log}, rec: s.rec, identity: a.identity, caCert: a.caCert}
 	s.page = &page{self: self{node: a.node, log: a.log}, rec: s.rec, fleet: s.fleet}
 	return s, nil
 }
@@ -190,7 +190,7 @@ func (s *serverRole) operatorAPI() http.Handler {
 		local.HandleFunc("GET /v1/reach/{node}", s.getReach)
 		local.HandleFunc("GET /v1/raft/peers", s.records.raftPeers)
 		local.HandleFunc("GET /v1/raft/state", s.records.getRaftState)
-		local.Handle("/", s.leaderAnswers("/v1/op", s.records.routes()))
+		local.Handle("/", s.fwd.leaderAnswers("/v1/op", s.records.routes()))
 		s.api = caughtUpOnly(s.rec, local)
 	})
 	return s.api
