@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,9 +13,11 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"meshd/agent/autopilot"
+	"meshd/agent/record"
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
@@ -48,9 +51,42 @@ func busAddresses(r *fsm.Record) []string {
 	return out
 }
 
+// bus is a server's bus: the TLS API the other agents and the operators call. It holds the
+// node, the record, the handler sets it serves (the record API, forwarding, the fleet's
+// reports), the identity it serves with and what bounds anonymous callers; nothing of the agent.
+type bus struct {
+	self
+	rec     *record.Service
+	records *recordAPI
+	fwd     *forwarder
+	fleet   *fleet
+	// secrets are the node's (the mesh CA signs enrolled nodes' certificates); identity and
+	// caCert what the bus serves and verifies callers with.
+	secrets  *pki.NodeSecrets
+	identity tls.Certificate
+	caCert   *x509.Certificate
+	// refusals logs what anyone reaching the bus can cause (refused enrolments, connections
+	// over the limit), a few lines a minute.
+	refusals *ratelog.Log
+	// enrolMu takes enrolments one at a time (enrolproof.go).
+	enrolMu sync.Mutex
+	// op is the operator's whole API, which /v1/op serves to servers and operators.
+	op func() http.Handler
+	// peers are the routes every node's bus serves (peerbus.go).
+	peers peerRouter
+	// keyring is the gossip keyring an enrolled node is handed.
+	keyring func() [][]byte
+}
+
+// peerRouter is the peer bus every node serves (peerbus.go).
+type peerRouter interface {
+	peerRoutes(mux *http.ServeMux)
+	withPeer(serverOnly bool, h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc
+}
+
 // runBus serves the bus on the node's bus port as the record says it, moving when the setting
 // changes, until ctx ends.
-func (s *serverRole) runBus(ctx context.Context) {
+func (s *bus) runBus(ctx context.Context) {
 	var (
 		cur   uint16
 		srv   *http.Server
@@ -87,7 +123,7 @@ func (s *serverRole) runBus(ctx context.Context) {
 				srv = &http.Server{Handler: http.MaxBytesHandler(s.busRoutes(), busMaxBody), TLSConfig: tlsCfg, ErrorLog: errLog,
 					ReadHeaderTimeout: busReadHeaderTimeout, ReadTimeout: busReadTimeout, WriteTimeout: busWriteTimeout,
 					IdleTimeout: busIdleTimeout, MaxHeaderBytes: busMaxHeader}
-				limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, s.busRefusals, s.recordAddr)
+				limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, s.refusals, s.recordAddr)
 				go func(hs *http.Server) {
 					if err := hs.Serve(tls.NewListener(limited, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						s.log.Error("bus stopped", "port", port, "err", err)
@@ -109,24 +145,24 @@ func (s *serverRole) runBus(ctx context.Context) {
 	}
 }
 
-func (s *serverRole) busRoutes() http.Handler {
+func (s *bus) busRoutes() http.Handler {
 	mux := http.NewServeMux()
 	// Enrolment writes the record: a follower forwards it to the leader, as it came.
 	mux.Handle("POST /v1/enrol", s.fwd.leaderAnswers("", http.HandlerFunc(s.enrol)))
 	// The operator's API: a follower forwarding to the leader, or an operator credential.
 	mux.HandleFunc("/v1/op/", s.serveOp)
-	mux.HandleFunc("GET /v1/raft/state", s.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { s.records.getRaftState(w, r) }))
+	mux.HandleFunc("GET /v1/raft/state", s.peers.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { s.records.getRaftState(w, r) }))
 	// What a node asks for itself.
 	mux.HandleFunc("GET /v1/declaration/{node}", s.withNode(s.ownDeclaration))
 	mux.HandleFunc("POST /v1/report", s.withNode(s.postReport))
 	mux.HandleFunc("GET /v1/gossip", s.withNode(s.getGossipView))
-	s.peerRoutes(mux)
+	s.peers.peerRoutes(mux)
 	return caughtUpOnly(s.rec, mux)
 }
 
 // withNode lets a request through only with a client certificate from the mesh CA (the TLS layer
 // verified the chain) for a node the record holds with that very key, and passes the node's name.
-func (s *serverRole) withNode(h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+func (s *bus) withNode(h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		name, pub, ok := certIdentity(w, req, "; a machine gets one by `meshd join`")
 		if !ok {
@@ -138,7 +174,7 @@ func (s *serverRole) withNode(h func(http.ResponseWriter, *http.Request, string)
 				known = true
 			}
 		})
-		if err := s.notRevoked(req.TLS.PeerCertificates[0]); err != nil {
+		if err := notRevoked(s.rec, req.TLS.PeerCertificates[0]); err != nil {
 			api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: err.Error()})
 			return
 		}
@@ -170,7 +206,7 @@ func certIdentity(w http.ResponseWriter, req *http.Request, hint string) (name, 
 // ownDeclaration is the operator API's blocking declaration query, for the asking node alone.
 // The caller is a known node, so its long poll is freed from the bus's read and write timeouts
 // (which would end it), within a bound of its own.
-func (s *serverRole) ownDeclaration(w http.ResponseWriter, req *http.Request, peer string) {
+func (s *bus) ownDeclaration(w http.ResponseWriter, req *http.Request, peer string) {
 	if want := req.PathValue("node"); want != peer {
 		api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("node %s may read only its own declaration, not node %s's", peer, want)})
 		return
@@ -182,7 +218,7 @@ func (s *serverRole) ownDeclaration(w http.ResponseWriter, req *http.Request, pe
 }
 
 // postReport keeps a client's host report in memory, for `meshd node show`.
-func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer string) {
+func (s *bus) postReport(w http.ResponseWriter, req *http.Request, peer string) {
 	var rep report.Report
 	if err := json.NewDecoder(io.LimitReader(req.Body, 16<<20)).Decode(&rep); err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "host report from node " + peer + ": " + err.Error()})
@@ -206,7 +242,7 @@ func (s *serverRole) postReport(w http.ResponseWriter, req *http.Request, peer s
 //
 // Anyone may call it, so what it logs is bounded: refusals go to busRefusals (a few a minute),
 // with the caller's node name and the reason cut short.
-func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
+func (s *bus) enrol(w http.ResponseWriter, req *http.Request) {
 	var in api.EnrolRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, enrolMaxBody)).Decode(&in); err != nil {
 		code := http.StatusBadRequest
@@ -217,7 +253,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	refuse := func(code int, err error) {
-		s.busRefusals.Warn("enrolment refused", "node", ratelog.Clip(in.Node, 64), "from", req.RemoteAddr, "err", ratelog.Clip(err.Error(), 300))
+		s.refusals.Warn("enrolment refused", "node", ratelog.Clip(in.Node, 64), "from", req.RemoteAddr, "err", ratelog.Clip(err.Error(), 300))
 		api.WriteJSON(w, code, api.ErrorBody{Error: fmt.Sprintf("enrolment of node %s refused: %s", ratelog.Clip(in.Node, 64), ratelog.Clip(err.Error(), 1000))})
 	}
 	if _, err := pki.VerifyToken(in.Token, s.caCert, time.Now()); err != nil {
@@ -291,7 +327,7 @@ func (s *serverRole) enrol(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, fmt.Errorf("node %s is enrolled (index %d), but its certificate: %w; join again with the same token and key", node.Name, index, err))
 		return
 	}
-	out := api.EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.currentKeyring(), Again: again}
+	out := api.EnrolResponse{Node: node, CertPEM: string(cert), CACertPEM: string(s.secrets.CACertPEM), Keyring: s.keyring(), Again: again}
 	s.rec.Read(func(r *fsm.Record, index uint64) {
 		out.Servers = busAddresses(r)
 		out.Declaration.Index = index

@@ -29,7 +29,7 @@ func (ts *testServer) startBus(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go ts.s.runBus(ctx)
+	go ts.s.bus.runBus(ctx)
 	if err := testenv.Poll(t, 10*time.Second, func() error {
 		c, err := net.DialTimeout("tcp", ts.busAddr, time.Second)
 		if err == nil {

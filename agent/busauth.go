@@ -21,7 +21,7 @@ import (
 
 // serveOp serves the operator's API on the bus to a server or an operator credential, marked
 // with who asked; a node's own stop is never asked through the bus.
-func (s *serverRole) serveOp(w http.ResponseWriter, req *http.Request) {
+func (s *bus) serveOp(w http.ResponseWriter, req *http.Request) {
 	by, ok := s.opAsker(w, req)
 	if !ok {
 		return
@@ -31,14 +31,14 @@ func (s *serverRole) serveOp(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("server %s leaves the mesh only when asked on its own operator socket (meshd leave there), never through the bus", s.node.Name)})
 		return
 	}
-	http.StripPrefix("/v1/op", s.operatorAPI()).ServeHTTP(w, req)
+	http.StripPrefix("/v1/op", s.op()).ServeHTTP(w, req)
 }
 
 // opAsker says who asks a /v1/op request, answering it itself (and returning false) when the
 // caller may not: "operator NAME" for an operator credential; for a server's certificate, the
 // asker it passed on (a server forwarding), else "server NAME". A client node's certificate is
 // refused, naming where to run the command.
-func (s *serverRole) opAsker(w http.ResponseWriter, req *http.Request) (string, bool) {
+func (s *bus) opAsker(w http.ResponseWriter, req *http.Request) (string, bool) {
 	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
 		api.WriteJSON(w, http.StatusUnauthorized, api.ErrorBody{Error: "the operator's API on the bus (" + req.URL.Path + ") needs a server's certificate or an operator credential (mTLS; meshd operator credential create)"})
 		return "", false
@@ -60,7 +60,7 @@ func (s *serverRole) opAsker(w http.ResponseWriter, req *http.Request) (string, 
 	if !ok {
 		return "", false
 	}
-	if err := s.notRevoked(cert); err != nil {
+	if err := notRevoked(s.rec, cert); err != nil {
 		api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: err.Error()})
 		return "", false
 	}

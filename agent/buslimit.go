@@ -138,7 +138,7 @@ func (c *limitedConn) Close() error {
 }
 
 // recordAddr says addr is one of the record's nodes', on the underlay or the private network.
-func (s *serverRole) recordAddr(addr netip.Addr) bool {
+func (s *bus) recordAddr(addr netip.Addr) bool {
 	known := false
 	s.rec.Read(func(r *fsm.Record, _ uint64) {
 		for _, n := range r.Nodes {

@@ -13,7 +13,7 @@ import (
 // A token not yet used needs the proof alone. A used one enrols nothing new: only the same
 // enrolment again (the node it enrolled, with that node's key, signed by that key) goes on, and
 // again says so; everything else is refused as a used token, naming the node it enrolled.
-func (s *serverRole) enrolledBefore(in *api.EnrolRequest, proof error) (again bool, err error) {
+func (s *bus) enrolledBefore(in *api.EnrolRequest, proof error) (again bool, err error) {
 	var tok fsm.Token
 	var node fsm.Node
 	var haveTok, haveNode bool

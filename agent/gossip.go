@@ -359,7 +359,7 @@ func (a *Agent) getMembers(w http.ResponseWriter, _ *http.Request) {
 }
 
 // getGossipView serves a node its gossip view on the bus.
-func (s *serverRole) getGossipView(w http.ResponseWriter, _ *http.Request, peer string) {
+func (s *bus) getGossipView(w http.ResponseWriter, _ *http.Request, peer string) {
 	var v api.GossipView
 	s.rec.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, peer) })
 	api.WriteJSON(w, http.StatusOK, v)

@@ -36,9 +36,8 @@ type serverRole struct {
 	// page is the status page (statuspage.go).
 	page *page
 
-	// busRefusals logs what anyone reaching the bus can cause (refused enrolments, connections
-	// over the limit), a few lines a minute.
-	busRefusals *ratelog.Log
+	// bus is what the other agents and operators call (bus.go), made once Raft is open.
+	bus *bus
 	// ap is the leader's care of the group (package autopilot, made at open); fwd hands what the
 	// leader answers to it (forward.go).
 	ap  *autopilot.Autopilot
@@ -47,8 +46,6 @@ type serverRole struct {
 	// /v1/op to other nodes (a follower forwarding to the leader, a client for its operator).
 	apiOnce sync.Once
 	api     http.Handler
-	// enrolMu takes enrolments one at a time (enrolproof.go).
-	enrolMu sync.Mutex
 }
 
 // newServerRole checks that the node can act as a server: it holds the mesh CA key.
@@ -56,7 +53,7 @@ func newServerRole(a *Agent) (*serverRole, error) {
 	if a.secrets.CA == nil {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
 	}
-	s := &serverRole{Agent: a, rec: record.New(), busRefusals: ratelog.New(a.log.With("part", "bus"), 10, time.Minute)}
+	s := &serverRole{Agent: a, rec: record.New()}
 	s.fleet = newFleet(a.node.Name, func() report.Report { return a.host.Report() }, s.rec, a, &a.pagePulse)
 	s.fwd = &forwarder{self: self{node: a.node, log: a.log}, rec: s.rec, identity: a.identity, caCert: a.caCert}
 	s.page = &page{self: self{node: a.node, log: a.log}, rec: s.rec, fleet: s.fleet}
@@ -74,7 +71,7 @@ func (s *serverRole) open() error {
 		if err := verify(cs); err != nil {
 			return err
 		}
-		return s.notRevoked(cs.PeerCertificates[0])
+		return notRevoked(s.rec, cs.PeerCertificates[0])
 	}
 	if err := s.rec.Open(s.cfg.DataDir, s.node.RaftSelf(), raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput); err != nil {
 		return err
@@ -92,14 +89,17 @@ func (s *serverRole) started() {
 	s.ap = autopilot.New(autopilot.Config{Name: s.node.Name, ID: s.node.ID, Raft: s.rec, Record: ar, Asker: ar, Log: s.log})
 	s.records = &recordAPI{self: self{node: s.node, log: s.log}, rec: s.rec, fleet: s.fleet, why: s.ap.Why,
 		secrets: s.secrets, dockerHost: s.cfg.DockerHost, ask: s.Agent}
+	s.bus = &bus{self: self{node: s.node, log: s.log}, rec: s.rec, records: s.records, fwd: s.fwd, fleet: s.fleet, secrets: s.secrets,
+		identity: s.identity, caCert: s.caCert, refusals: ratelog.New(s.log.With("part", "bus"), 10, time.Minute), op: s.operatorAPI,
+		peers: s.Agent, keyring: s.currentKeyring}
 }
 
 // notRevoked refuses a certificate whose key the record revoked (a removed node's).
-func (s *serverRole) notRevoked(cert *x509.Certificate) error {
+func notRevoked(rec reader, cert *x509.Certificate) error {
 	key, _ := cert.PublicKey.(ed25519.PublicKey)
 	pub := pki.PublicKeyString(key)
 	var rev *fsm.Revocation
-	s.rec.Read(func(r *fsm.Record, _ uint64) {
+	rec.Read(func(r *fsm.Record, _ uint64) {
 		for i := range r.Revoked {
 			if r.Revoked[i].PublicKey == pub {
 				v := r.Revoked[i]
@@ -125,7 +125,7 @@ func (s *serverRole) logStarted() {
 // runLoops composes the node's own declaration from the record and serves the bus.
 func (s *serverRole) runLoops(ctx context.Context) {
 	go s.watchOwnDeclaration(ctx)
-	go s.runBus(ctx)
+	go s.bus.runBus(ctx)
 	go s.followRaftPort(ctx)
 	go s.finishFlips(ctx)
 	go s.recordHostEvents(ctx)
