@@ -58,10 +58,14 @@ type Agent struct {
 	cfg  Config
 	node *setup.NodeFile
 	log  *slog.Logger
-	role role
-	http *http.Server
-	ln   net.Listener
-	host *host.Host
+	// role is the node's kind's lifecycle; peers its part in gossip, views what it shows
+	// (role.go). One value, a server's or a client's, set once by setKind.
+	role  role
+	peers gossipRole
+	views roleViews
+	http  *http.Server
+	ln    net.Listener
+	host  *host.Host
 
 	// The node's identity and the mesh CA, unsealed at start.
 	secrets  *pki.NodeSecrets
@@ -124,14 +128,16 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("node %s: mesh CA certificate %s: %w", n.Name, pki.Path(cfg.DataDir, pki.CACertFile), err)
 	}
 	// The one place the node's kind is asked: from here on the agent calls its role.
+	var kind nodeKind
 	if n.Server {
-		a.role, err = newServerRole(a)
+		kind, err = newServerRole(a)
 	} else {
-		a.role, err = newClientRole(a)
+		kind, err = newClientRole(a)
 	}
 	if err != nil {
 		return nil, err
 	}
+	a.setKind(kind)
 	for _, addr := range cfg.Metrics {
 		if err := checkMetricsAddr(addr, "", true); err != nil {
 			return nil, err
@@ -175,7 +181,6 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 			a.log.Error("operator API stopped", "socket", cfg.Socket, "err", err)
 		}
 	}()
-	a.role.logStarted()
 	return a, nil
 }
 

@@ -118,7 +118,7 @@ func startCommitGroup(b *testing.B, n int) string {
 		if err != nil {
 			b.Fatal(err)
 		}
-		a.role = s
+		a.setKind(s)
 		if err := s.open(); err != nil {
 			b.Fatal(err)
 		}

@@ -60,6 +60,7 @@ func (c *clientRole) logStarted() {
 // runLoops watches the declaration on the bus and posts the host's reports there when gossip
 // cannot carry them.
 func (c *clientRole) runLoops(ctx context.Context) {
+	c.logStarted()
 	go c.watchBus(ctx)
 	go c.postReports(ctx)
 }

@@ -71,7 +71,7 @@ func (a *Agent) member() *gossip.Gossip {
 // verifyKey is gossip's Verify: the key node enrolled with, as the role knows it (from the record
 // on a server, from the server's view on a client).
 func (a *Agent) verifyKey(node string) (ed25519.PublicKey, bool) {
-	s := a.role.enrolledKey(node)
+	s := a.peers.enrolledKey(node)
 	if s == "" {
 		return nil, false
 	}
@@ -85,7 +85,7 @@ func (a *Agent) verifyKey(node string) (ed25519.PublicKey, bool) {
 // revokedIdentity is gossip's Revoked: whether the record revoked pub (a removed node's key), as
 // the role knows it.
 func (a *Agent) revokedIdentity(pub ed25519.PublicKey) bool {
-	return a.role.revokedKey(pki.PublicKeyString(pub))
+	return a.peers.revokedKey(pki.PublicKeyString(pub))
 }
 
 // runGossip starts the node's gossip member on its mesh.gossip port once it is known, joins the
@@ -105,7 +105,7 @@ func (a *Agent) runGossip(ctx context.Context) {
 	go a.publishReports(ctx)
 	for ctx.Err() == nil {
 		wait := 5 * time.Second
-		if err := a.role.refreshView(ctx); err != nil {
+		if err := a.peers.refreshView(ctx); err != nil {
 			warn("gossip: no server gave the mesh's gossip view; retrying", err, "servers", a.node.Servers)
 			if a.member() == nil {
 				wait = 2 * time.Second
@@ -113,14 +113,14 @@ func (a *Agent) runGossip(ctx context.Context) {
 			sleepCtx(ctx, wait)
 			continue
 		}
-		view := a.role.gossipView()
+		view := a.peers.gossipView()
 		self, ok := view.Peer(a.node.Name)
 		if !ok {
 			warn("gossip: the record does not hold this node yet", fmt.Errorf("node %s unknown", a.node.Name))
 			sleepCtx(ctx, time.Second)
 			continue
 		}
-		a.role.servePeerBus(ctx, self.Bus)
+		a.peers.servePeerBus(ctx, self.Bus)
 		if port := a.gossipPort(); port != 0 && port != self.Gossip {
 			// The record moved the node's gossip port (`meshd node set NODE mesh.gossip=N`): leave
 			// on the old one, so the others take the new address at once, and rejoin on the new.
@@ -146,7 +146,7 @@ func (a *Agent) runGossip(ctx context.Context) {
 			}
 			var targets []string
 			for _, p := range view.Nodes {
-				if p.Name == a.node.Name || alive[p.Name] || p.Advertise == "" || p.Gossip == 0 || !a.role.joinsGossip(p) {
+				if p.Name == a.node.Name || alive[p.Name] || p.Advertise == "" || p.Gossip == 0 || !a.peers.joinsGossip(p) {
 					continue
 				}
 				targets = append(targets, net.JoinHostPort(p.Advertise, strconv.Itoa(int(p.Gossip))))
@@ -160,7 +160,7 @@ func (a *Agent) runGossip(ctx context.Context) {
 				}
 			}
 		}
-		a.role.waitGossipRound(ctx, wait)
+		a.peers.waitGossipRound(ctx, wait)
 	}
 }
 

@@ -116,7 +116,7 @@ func (a *Agent) postLocalKeyring(w http.ResponseWriter, req *http.Request) {
 
 // fanOut runs f for every node (this one locally) at once and collects the answers by node.
 func (a *Agent) fanOut(ctx context.Context, local func() ([]api.KeyView, error), remote func(context.Context, api.GossipPeer) ([]api.KeyView, error)) api.KeyringResult {
-	view := a.role.gossipView()
+	view := a.peers.gossipView()
 	res := api.KeyringResult{Members: make([]api.KeyringMember, len(view.Nodes))}
 	var wg sync.WaitGroup
 	for i, p := range view.Nodes {

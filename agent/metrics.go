@@ -106,7 +106,7 @@ func (c reportCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c reportCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
-	for node, rep := range c.a.role.metricReports() {
+	for node, rep := range c.a.views.metricReports() {
 		collectReport(ch, node, rep, now)
 	}
 	members := map[string]int{"alive": 0, "failed": 0, "left": 0, "removed": 0}
@@ -121,7 +121,7 @@ func (c reportCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(n), string(reason))
 		}
 	}
-	c.a.role.collectRole(ch)
+	c.a.views.collectRole(ch)
 }
 
 // collectRole: a server's Raft state.
@@ -280,7 +280,7 @@ func (a *Agent) serveMetrics(ctx context.Context, addr string) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", a.mx.handler())
-		if page := a.role.statusPage(); page != nil {
+		if page := a.views.statusPage(); page != nil {
 			mux.Handle("/", page)
 		}
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

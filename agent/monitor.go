@@ -208,7 +208,7 @@ func (a *Agent) streamLog(w http.ResponseWriter, req *http.Request, level slog.L
 
 // streamPeerLog copies node's log lines from its bus to the operator.
 func (a *Agent) streamPeerLog(w http.ResponseWriter, req *http.Request, node string, level slog.Level) {
-	p, ok := a.role.gossipView().Peer(node)
+	p, ok := a.peers.gossipView().Peer(node)
 	if !ok {
 		writeErr(w, notFound(fmt.Sprintf("node %s: no such node in the record", node)))
 		return

@@ -84,7 +84,7 @@ func (a *Agent) withPeer(serverOnly bool, h func(http.ResponseWriter, *http.Requ
 		if !ok {
 			return
 		}
-		view := a.role.gossipView()
+		view := a.peers.gossipView()
 		p, ok := view.Peer(name)
 		if !ok || p.PublicKey != pub {
 			api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("node %s: node %s does not know a node of that name with this certificate's key", a.node.Name, name)})

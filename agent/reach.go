@@ -68,7 +68,7 @@ func (a *Agent) postReach(w http.ResponseWriter, req *http.Request, peer string)
 		return
 	}
 	// Probe only the asker, at the address this node knows for it.
-	p, ok := a.role.gossipView().Peer(peer)
+	p, ok := a.peers.gossipView().Peer(peer)
 	if !ok {
 		api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: fmt.Sprintf("node %s does not know node %s", a.node.Name, peer)})
 		return
@@ -79,10 +79,10 @@ func (a *Agent) postReach(w http.ResponseWriter, req *http.Request, peer string)
 // getReach is `meshd check reach NODE`.
 func (a *Agent) getReach(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("node")
-	if err := a.role.refreshView(req.Context()); err != nil {
+	if err := a.peers.refreshView(req.Context()); err != nil {
 		a.log.Warn("reach: the gossip view from a server", "err", err)
 	}
-	view := a.role.gossipView()
+	view := a.peers.gossipView()
 	p, ok := view.Peer(name)
 	if !ok {
 		var names []string

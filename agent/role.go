@@ -14,23 +14,32 @@ import (
 // role is what a node does by its kind, and the one place the agent's server/client split lives.
 // The agent core (the node's identity and secrets, the host reconciler loop, the operator socket,
 // gossip, the peer bus, the lifecycle) holds one role, chosen once at Start from the node file,
-// and calls it. serverRole (server.go) holds Raft and the record, serves the whole bus (enrolment,
-// the declaration watch, the reports clients post) and verifies reports with the record's keys;
-// clientRole (clientrole.go) holds no record: it watches its declaration on a server's bus over
-// mTLS, forwards the operator's reads to a server and refuses writes.
+// and calls it. serverRole (server.go) holds the record service and the handler sets over it
+// (the record API, the bus, forwarding, the page); clientRole (clientrole.go) holds no record:
+// it watches its declaration on a server's bus over mTLS and refuses the record's API.
+//
+// A role is its lifecycle alone. What a kind changes in gossip (gossipRole) and in what the
+// node shows (roleViews) are interfaces of their own, which the same value satisfies.
 type role interface {
 	// open starts what the role owns, once the host is open: Raft on a server.
 	open() error
-	// close stops what open started, leaving everything on disk for the next start.
-	close()
 	// operatorAPI is the handler the operator's socket serves.
 	operatorAPI() http.Handler
-	// logStarted says in the log that the agent started, and as what.
-	logStarted()
-	// runLoops starts the role's loops, which end with ctx: what feeds the host its declaration,
-	// and the way the node's host reports reach a server besides gossip.
+	// runLoops says in the log that the agent started, and as what, then starts the role's
+	// loops, which end with ctx: what feeds the host its declaration, and the way the node's
+	// host reports reach a server besides gossip.
 	runLoops(ctx context.Context)
+	// waitReady returns once the node serves what it is for (a server: its record replayed the
+	// Raft log), for systemd's READY=1 (sdnotify.go).
+	waitReady(ctx context.Context) error
+	// close stops what open started, leaving everything on disk for the next start.
+	close()
+}
 
+// gossipRole is how a node's kind takes part in gossip (gossip.go): where its view of the mesh
+// comes from (the record on a server, a server's answer on a client), whose keys it trusts and
+// whom it joins.
+type gossipRole interface {
 	// gossipView is the mesh's gossip as this node knows it: every node's endpoints and key.
 	gossipView() api.GossipView
 	// refreshView brings gossipView up to date before it is used.
@@ -45,17 +54,30 @@ type role interface {
 	// servePeerBus serves the node's bus on port, for the other nodes' calls, once gossip knows
 	// the node's own ports.
 	servePeerBus(ctx context.Context, port uint16)
+	// waitGossipRound waits for the next round of gossip joins, at most d.
+	waitGossipRound(ctx context.Context, d time.Duration)
+}
+
+// roleViews is what a node's kind shows besides its API (metrics.go).
+type roleViews interface {
 	// metricReports are the host reports the node's metrics show, by node: every node's on a
 	// server, its own on a client.
 	metricReports() map[string]*report.Report
 	// collectRole adds what only the role knows to a scrape: Raft's state on a server.
 	collectRole(ch chan<- prometheus.Metric)
-	// waitReady returns once the node serves what it is for (a server: its record replayed the
-	// Raft log), for systemd's READY=1 (sdnotify.go).
-	waitReady(ctx context.Context) error
 	// statusPage is the status page the metrics listeners serve beside /metrics: a server's
 	// (statuspage.go); nil on a client, which holds no record.
 	statusPage() http.Handler
-	// waitGossipRound waits for the next round of gossip joins, at most d.
-	waitGossipRound(ctx context.Context, d time.Duration)
+}
+
+// nodeKind is a role with its part in gossip and in what the node shows: a server or a client.
+type nodeKind interface {
+	role
+	gossipRole
+	roleViews
+}
+
+// setKind gives the agent its kind, once, at Start.
+func (a *Agent) setKind(k nodeKind) {
+	a.role, a.peers, a.views = k, k, k
 }

@@ -124,6 +124,7 @@ func (s *serverRole) logStarted() {
 
 // runLoops composes the node's own declaration from the record and serves the bus.
 func (s *serverRole) runLoops(ctx context.Context) {
+	s.logStarted()
 	go s.watchOwnDeclaration(ctx)
 	go s.bus.runBus(ctx)
 	go s.followRaftPort(ctx)

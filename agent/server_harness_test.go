@@ -114,7 +114,7 @@ func startServer(t *testing.T, onDisk bool) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.role = s
+	a.setKind(s)
 	if onDisk {
 		err = s.open()
 	} else if err = s.rec.OpenInmem(nf.RaftSelf(), ts.log); err == nil {
