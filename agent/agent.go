@@ -127,17 +127,6 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if a.caCert, err = pki.ParseCert(sec.CACertPEM); err != nil {
 		return nil, fmt.Errorf("node %s: mesh CA certificate %s: %w", n.Name, pki.Path(cfg.DataDir, pki.CACertFile), err)
 	}
-	// The one place the node's kind is asked: from here on the agent calls its role.
-	var kind nodeKind
-	if n.Server {
-		kind, err = newServerRole(a)
-	} else {
-		kind, err = newClientRole(a)
-	}
-	if err != nil {
-		return nil, err
-	}
-	a.setKind(kind)
 	for _, addr := range cfg.Metrics {
 		if err := checkMetricsAddr(addr, "", true); err != nil {
 			return nil, err
@@ -158,6 +147,18 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The one place the node's kind is asked: from here on the agent calls its role.
+	var kind nodeKind
+	if n.Server {
+		kind, err = newServerRole(a.core())
+	} else {
+		kind, err = newClientRole(a.core())
+	}
+	if err != nil {
+		a.host.Close()
+		return nil, err
+	}
+	a.setKind(kind)
 	if err := a.role.open(); err != nil {
 		a.host.Close()
 		return nil, err

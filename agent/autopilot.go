@@ -41,7 +41,10 @@ func recordServers(r *fsm.Record, self string) (servers []autopilot.Server, peer
 
 // apRecord is the record and the bus as this server's autopilot reads them.
 type apRecord struct {
-	s *serverRole
+	// self is this server's node name; ask calls another server's bus.
+	self string
+	rec  reader
+	ask  peerAsker
 	// peers are the servers' gossip peers as the last Servers call saw them: where to ask each.
 	mu    sync.Mutex
 	peers map[string]api.GossipPeer
@@ -49,7 +52,7 @@ type apRecord struct {
 
 func (ar *apRecord) Servers() (servers []autopilot.Server, removed map[string]bool, control string) {
 	var peers map[string]api.GossipPeer
-	ar.s.rec.Read(func(r *fsm.Record, _ uint64) { servers, peers, removed, control = recordServers(r, ar.s.node.Name) })
+	ar.rec.Read(func(r *fsm.Record, _ uint64) { servers, peers, removed, control = recordServers(r, ar.self) })
 	ar.mu.Lock()
 	ar.peers = peers
 	ar.mu.Unlock()
@@ -58,7 +61,7 @@ func (ar *apRecord) Servers() (servers []autopilot.Server, removed map[string]bo
 
 func (ar *apRecord) ControlNode() string {
 	control := ""
-	ar.s.rec.Read(func(r *fsm.Record, _ uint64) {
+	ar.rec.Read(func(r *fsm.Record, _ uint64) {
 		if r.Genesis != nil {
 			control = r.Genesis.ControlNode
 		}
@@ -75,7 +78,7 @@ func (ar *apRecord) Applied(ctx context.Context, g autopilot.Server) (uint64, er
 		return 0, fmt.Errorf("server %s has no bus port in the gossip view", g.Name)
 	}
 	var st api.RaftStateView
-	if err := ar.s.peerJSON(ctx, p, http.MethodGet, "/v1/raft/state", nil, &st); err != nil {
+	if err := ar.ask.peerJSON(ctx, p, http.MethodGet, "/v1/raft/state", nil, &st); err != nil {
 		return 0, err
 	}
 	return st.Applied, nil

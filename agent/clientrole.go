@@ -26,7 +26,9 @@ import (
 // gossip reaches no server, and answers the operator's read commands by asking a server. Its
 // gossip view and the keys it verifies reports with are a server's answer.
 type clientRole struct {
-	*Agent
+	core
+	// bus is the client's own bus, for the calls servers and nodes make of it (peerbus.go).
+	bus clientBus
 	// busClient calls the servers' bus with the node's certificate; servers are their bus
 	// addresses, the one that last answered first.
 	busClient *http.Client
@@ -39,12 +41,12 @@ type clientRole struct {
 }
 
 // newClientRole checks that the node knows a server to ask.
-func newClientRole(a *Agent) (*clientRole, error) {
-	if len(a.node.Servers) == 0 {
-		return nil, fmt.Errorf("client node %s knows no server (%s has no servers): join it again", a.node.Name, filepath.Join(a.cfg.DataDir, setup.NodeFileName))
+func newClientRole(c core) (*clientRole, error) {
+	if len(c.node.Servers) == 0 {
+		return nil, fmt.Errorf("client node %s knows no server (%s has no servers): join it again", c.node.Name, filepath.Join(c.cfg.DataDir, setup.NodeFileName))
 	}
-	return &clientRole{Agent: a, servers: a.node.Servers,
-		busClient: &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&a.identity, a.caCert),
+	return &clientRole{core: c, servers: c.node.Servers,
+		busClient: &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&c.identity, c.caCert),
 			ResponseHeaderTimeout: 90 * time.Second, IdleConnTimeout: time.Minute}}}, nil
 }
 
@@ -284,7 +286,7 @@ func (c *clientRole) postReports(ctx context.Context) {
 // serverAlive says whether this (client) node's gossip sees a server alive: while it does, its
 // reports reach the servers by gossip and the bus is not needed for them.
 func (c *clientRole) serverAlive() bool {
-	g := c.member()
+	g := c.gossip.member()
 	if g == nil {
 		return false
 	}
@@ -303,10 +305,7 @@ func (c *clientRole) serverAlive() bool {
 // other request is refused, naming where to run it (a server, or an operator credential).
 func (c *clientRole) operatorAPI() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/nodes/{node}/original", c.getOriginal)
-	mux.HandleFunc("GET /v1/members", c.getMembers)
-	mux.HandleFunc("POST /v1/leave", c.postLeave)
-	mux.HandleFunc("GET /v1/reach/{node}", c.getReach)
+	c.local.localRoutes(mux)
 	mux.HandleFunc("/", c.notHere)
 	return mux
 }

@@ -60,17 +60,14 @@ func grepLines(text, prefix string) string {
 // A server's /metrics shows its reconcile passes per kind, a held file and one changed by
 // something else, that it leads Raft and how long its commits took; every name passes promlint.
 func TestMetricsServer(t *testing.T) {
-	ts := startTestServer(t)
-	a := ts.s.Agent
-	a.mx = newMetrics(a)
-	ts.s.rec.OnCommit(func(d time.Duration) { a.mx.commitTime.Observe(d.Seconds()) })
 	root := t.TempDir()
-	h, err := host.Open(host.Config{DataDir: t.TempDir(), Root: root, Observe: a.mx.observePass})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	a.host = h
+	var h *host.Host
+	ts := startTestServer(t, func(a *Agent) {
+		a.mx = newMetrics(a)
+		h = openTestHost(t, host.Config{Root: root, Observe: a.mx.observePass})
+		a.host = h
+	})
+	a := ts.a
 	for _, p := range []string{"etc/app/a.conf", "etc/app/b.conf"} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
 			t.Fatal(err)
@@ -101,7 +98,7 @@ func TestMetricsServer(t *testing.T) {
 		`meshd_held_changed_resources{kind="file",node="hub"}`: 1,
 		`meshd_raft_leader`:                                    1,
 		`meshd_raft_last_contact_seconds`:                      0,
-		`meshd_raft_commit_duration_seconds_count`:             1,
+		`meshd_raft_commit_duration_seconds_count`:             2, // the genesis and the token
 		`meshd_gossip_members{state="alive"}`:                  0,
 		`meshd_reconcile_duration_seconds_count{kind="file"}`:  2,
 	} {
@@ -149,15 +146,8 @@ func TestMetricsAddrRefusesUnderlay(t *testing.T) {
 
 // The metrics listener serves /metrics and nothing of the operator's API.
 func TestMetricsListenerServesOnlyMetrics(t *testing.T) {
-	ts := startTestServer(t)
-	a := ts.s.Agent
-	a.mx = newMetrics(a)
-	h, err := host.Open(host.Config{DataDir: t.TempDir(), Root: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	a.host = h
+	ts := startTestServer(t, func(a *Agent) { a.mx = newMetrics(a) })
+	a := ts.a
 	addr := "127.0.0.1:" + strconv.Itoa(int(freeLoopbackPort(t)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

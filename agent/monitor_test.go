@@ -61,12 +61,8 @@ func waitLine(t *testing.T, lines <-chan string, want, bad string) {
 // meshd monitor streams the agent's lines as they are logged, with the node's attributes, at the
 // level asked (debug lines too, which the agent's own info-level log leaves out).
 func TestMonitorStreamsTheAgentsLog(t *testing.T) {
-	ts := startTestServer(t)
-	a := ts.s.Agent
-	a.mx = newMetrics(a)
-	a.logs = newLogHub()
-	// As Start does: the tee under the agent's own handler, the node's attributes over both.
-	a.log = slog.New(newTeeHandler(slog.NewTextHandler(ts.log, &slog.HandlerOptions{Level: slog.LevelInfo}), a.logs)).With("node", "hub")
+	ts := startTestServer(t, teeLog)
+	a := ts.a
 
 	lines, resp := monitorLines(t, a, "/v1/monitor?level=debug")
 	if resp.StatusCode != 200 {
@@ -112,11 +108,8 @@ func TestMonitorSlowReaderDropsLines(t *testing.T) {
 // From a server, meshd monitor NODE streams NODE's lines from NODE's bus over mTLS (here the
 // server asks its own bus, as it asks any node's).
 func TestMonitorThroughTheBus(t *testing.T) {
-	ts := startTestServer(t)
-	a := ts.s.Agent
-	a.mx = newMetrics(a)
-	a.logs = newLogHub()
-	a.log = slog.New(newTeeHandler(slog.NewTextHandler(ts.log, &slog.HandlerOptions{Level: slog.LevelInfo}), a.logs)).With("node", "hub")
+	ts := startTestServer(t, teeLog)
+	a := ts.a
 	ts.startBus(t)
 
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -145,4 +138,13 @@ func TestMonitorThroughTheBus(t *testing.T) {
 	waitLine(t, lines, "monitoring node hub's log at level INFO", "")
 	a.log.Info("reached through the bus")
 	waitLine(t, lines, `msg="reached through the bus" node=hub`, "")
+}
+
+// teeLog sets up an agent's log as Start does: the tee under the agent's own handler (into
+// its log output, the test server's log), the node's attributes over both; and its metrics.
+func teeLog(a *Agent) {
+	a.mx = newMetrics(a)
+	a.logs = newLogHub()
+	own := slog.NewTextHandler(a.cfg.LogOutput, &slog.HandlerOptions{Level: slog.LevelInfo})
+	a.log = slog.New(newTeeHandler(own, a.logs)).With("node", a.node.Name)
 }

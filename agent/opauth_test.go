@@ -90,7 +90,7 @@ func TestClientCertificateIsNoOperator(t *testing.T) {
 	ts.startBus(t)
 	web1 := ts.enrolNode(t, "web1", pki.ClientCert)
 	stopped := make(chan struct{})
-	ts.s.gs.stop = func() { close(stopped) }
+	ts.a.gs.stop = func() { close(stopped) }
 	evil := catalogue.Source{File: "evil.yaml", Data: "name: evil\nfiles:\n  - path: /etc/cron.d/evil\n    content: \"* * * * * root id\\n\"\n"}
 	base := "https://" + ts.busAddr + "/v1/op"
 	for _, tc := range []struct {
@@ -258,7 +258,7 @@ func TestClientSocketRefusesTheRecord(t *testing.T) {
 	}
 	id, _, _ := nodeIdentity(t, ca, "web1", pki.ClientCert)
 	a := &Agent{node: &setup.NodeFile{Name: "web1", ID: "web1-id", Servers: []string{"127.0.0.1:1"}}, identity: id, caCert: ca.Cert}
-	c, err := newClientRole(a)
+	c, err := newClientRole(a.core())
 	if err != nil {
 		t.Fatal(err)
 	}

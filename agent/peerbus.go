@@ -22,14 +22,19 @@ import (
 // reach check). Each route needs the caller's certificate from the mesh CA, for a node enrolled
 // with that very key; keyring operations are a server's alone.
 
+// peerBus is this node's calls to other nodes' buses.
 type peerBus struct {
 	clientsMu sync.Mutex
 	// clients are the mTLS clients for other nodes' buses, one per node and key: each accepts
 	// only that node's certificate (pki.PeerTLS).
 	clients map[string]*http.Client
-	srv     *http.Server
-	port    uint16 // the port srv serves
-	mu      sync.Mutex
+}
+
+// clientBus is a client node's own bus, which it serves on its mesh.bus port.
+type clientBus struct {
+	mu   sync.Mutex
+	srv  *http.Server
+	port uint16 // the port srv serves
 }
 
 // peerHTTP is the mTLS client this node calls node p's bus with: the answer must come with p's
@@ -110,9 +115,9 @@ func (a *Agent) peerRoutes(mux *http.ServeMux) {
 // startClientBus serves a client node's bus on its mesh.bus port, and moves it when the record
 // moves the port (`meshd node set NODE mesh.bus=N`): the new port is bound before the old is let go.
 func (c *clientRole) startClientBus(ctx context.Context, port uint16) {
-	c.pb.mu.Lock()
-	defer c.pb.mu.Unlock()
-	if port == 0 || (c.pb.srv != nil && c.pb.port == port) {
+	c.bus.mu.Lock()
+	defer c.bus.mu.Unlock()
+	if port == 0 || (c.bus.srv != nil && c.bus.port == port) {
 		return
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(port))))
@@ -120,21 +125,21 @@ func (c *clientRole) startClientBus(ctx context.Context, port uint16) {
 		c.log.Error("bus port", "port", port, "err", err)
 		return
 	}
-	if c.pb.srv != nil {
-		_ = c.pb.srv.Close()
-		c.log.Info("bus moving", "from", c.pb.port, "to", port)
+	if c.bus.srv != nil {
+		_ = c.bus.srv.Close()
+		c.log.Info("bus moving", "from", c.bus.port, "to", port)
 	}
-	c.pb.port = port
+	c.bus.port = port
 	tlsCfg := pki.PeerServerTLS(c.identity, c.caCert)
 	mux := http.NewServeMux()
-	c.peerRoutes(mux)
+	c.peerBus.peerRoutes(mux)
 	// The same bounds as a server's bus (buslimit.go): every route here needs a certificate, but
 	// anyone reaching the port can open connections.
 	srv := &http.Server{Handler: http.MaxBytesHandler(mux, busMaxBody), TLSConfig: tlsCfg,
 		ReadHeaderTimeout: busReadHeaderTimeout, ReadTimeout: busReadTimeout, WriteTimeout: busWriteTimeout,
 		IdleTimeout: busIdleTimeout, MaxHeaderBytes: busMaxHeader,
 		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)}
-	c.pb.srv = srv
+	c.bus.srv = srv
 	limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, ratelog.New(c.log.With("part", "bus"), 10, time.Minute), nil)
 	go func() {
 		if err := srv.Serve(tls.NewListener(limited, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {

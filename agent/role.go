@@ -2,13 +2,19 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"meshd/api"
+	"meshd/fsm"
+	"meshd/host"
 	"meshd/host/report"
+	"meshd/pki"
 )
 
 // role is what a node does by its kind, and the one place the agent's server/client split lives.
@@ -68,6 +74,63 @@ type roleViews interface {
 	// statusPage is the status page the metrics listeners serve beside /metrics: a server's
 	// (statuspage.go); nil on a client, which holds no record.
 	statusPage() http.Handler
+}
+
+// core is what the agent hands its role when it makes it: the node and its log, the agent's
+// config, the node's secrets and TLS identity, where its declarations go, its host, and the
+// agent's own parts a role calls, each a small interface the agent satisfies. A role holds no
+// *Agent.
+type core struct {
+	self
+	cfg      Config
+	secrets  *pki.NodeSecrets
+	identity tls.Certificate
+	caCert   *x509.Certificate
+	// declarations takes the node's own declaration each time it changes; privateRange keeps
+	// the private network's range the last one said.
+	declarations chan<- *fsm.Declaration
+	privateRange *atomic.Value
+	// host is the node's reconciler: its report and its passes.
+	host *host.Host
+	mx   *metrics
+	// pulse wakes the status pages when a report arrives.
+	pulse *pulse
+	// gossip reads the node's gossip member; ask calls another node's bus; peerBus is the
+	// routes every node's bus serves; local the routes about this machine the socket serves
+	// whatever the kind; keyring is the gossip keyring in use.
+	gossip  gossipReader
+	ask     peerAsker
+	peerBus peerRouter
+	local   localRouter
+	keyring func() [][]byte
+}
+
+// localRouter adds the operator socket's routes about this machine: its originals, its gossip
+// members, leaving, reach checks; and on a server the keyring's, which it fans out.
+type localRouter interface {
+	localRoutes(mux *http.ServeMux)
+	keyringRoutes(mux *http.ServeMux)
+}
+
+// core is what this agent hands its role.
+func (a *Agent) core() core {
+	return core{self: self{node: a.node, log: a.log}, cfg: a.cfg, secrets: a.secrets, identity: a.identity, caCert: a.caCert,
+		declarations: a.declarations, privateRange: &a.privateRange, host: a.host, mx: a.mx, pulse: &a.pagePulse,
+		gossip: a, ask: a, peerBus: a, local: a, keyring: a.currentKeyring}
+}
+
+// localRoutes are the socket's routes about this machine, on every kind of node.
+func (a *Agent) localRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/nodes/{node}/original", a.getOriginal)
+	mux.HandleFunc("GET /v1/members", a.getMembers)
+	mux.HandleFunc("POST /v1/leave", a.postLeave)
+	mux.HandleFunc("GET /v1/reach/{node}", a.getReach)
+}
+
+// keyringRoutes are the socket's keyring routes, a server's: it changes every node's ring.
+func (a *Agent) keyringRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/keyring", a.getKeyring)
+	mux.HandleFunc("POST /v1/keyring", a.postKeyring)
 }
 
 // nodeKind is a role with its part in gossip and in what the node shows: a server or a client.

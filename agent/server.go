@@ -16,7 +16,6 @@ import (
 	"meshd/agent/record"
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/ratelog"
 	"meshd/pki"
 )
@@ -25,7 +24,7 @@ import (
 // whole API (handlers.go) and serves the bus (bus.go): enrolment, each node's declaration watch, the
 // reports clients post. Its gossip view and the keys it verifies reports with are the record's.
 type serverRole struct {
-	*Agent
+	core
 	// rec is the record and the Raft group under it (package record).
 	rec *record.Service
 
@@ -49,14 +48,14 @@ type serverRole struct {
 }
 
 // newServerRole checks that the node can act as a server: it holds the mesh CA key.
-func newServerRole(a *Agent) (*serverRole, error) {
-	if a.secrets.CA == nil {
-		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", a.node.Name, pki.Path(a.cfg.DataDir, pki.CAKeyFile))
+func newServerRole(c core) (*serverRole, error) {
+	if c.secrets.CA == nil {
+		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", c.node.Name, pki.Path(c.cfg.DataDir, pki.CAKeyFile))
 	}
-	s := &serverRole{Agent: a, rec: record.New()}
-	s.fleet = newFleet(a.node.Name, func() report.Report { return a.host.Report() }, s.rec, a, &a.pagePulse)
-	s.fwd = &forwarder{self: self{node: a.node, log: a.log}, rec: s.rec, identity: a.identity, caCert: a.caCert}
-	s.page = &page{self: self{node: a.node, log: a.log}, rec: s.rec, fleet: s.fleet}
+	s := &serverRole{core: c, rec: record.New()}
+	s.fleet = newFleet(c.node.Name, c.host.Report, s.rec, c.gossip, c.pulse)
+	s.fwd = &forwarder{self: c.self, rec: s.rec, identity: c.identity, caCert: c.caCert}
+	s.page = &page{self: c.self, rec: s.rec, fleet: s.fleet}
 	return s, nil
 }
 
@@ -85,13 +84,13 @@ func (s *serverRole) started() {
 	if s.mx != nil {
 		s.rec.OnCommit(func(d time.Duration) { s.mx.commitTime.Observe(d.Seconds()) })
 	}
-	ar := &apRecord{s: s}
+	ar := &apRecord{self: s.node.Name, rec: s.rec, ask: s.ask}
 	s.ap = autopilot.New(autopilot.Config{Name: s.node.Name, ID: s.node.ID, Raft: s.rec, Record: ar, Asker: ar, Log: s.log})
-	s.records = &recordAPI{self: self{node: s.node, log: s.log}, rec: s.rec, fleet: s.fleet, why: s.ap.Why,
-		secrets: s.secrets, dockerHost: s.cfg.DockerHost, ask: s.Agent}
-	s.bus = &bus{self: self{node: s.node, log: s.log}, rec: s.rec, records: s.records, fwd: s.fwd, fleet: s.fleet, secrets: s.secrets,
+	s.records = &recordAPI{self: s.self, rec: s.rec, fleet: s.fleet, why: s.ap.Why,
+		secrets: s.secrets, dockerHost: s.cfg.DockerHost, ask: s.ask}
+	s.bus = &bus{self: s.self, rec: s.rec, records: s.records, fwd: s.fwd, fleet: s.fleet, secrets: s.secrets,
 		identity: s.identity, caCert: s.caCert, refusals: ratelog.New(s.log.With("part", "bus"), 10, time.Minute), op: s.operatorAPI,
-		peers: s.Agent, keyring: s.currentKeyring}
+		peers: s.peerBus, keyring: s.keyring}
 }
 
 // notRevoked refuses a certificate whose key the record revoked (a removed node's).
@@ -183,12 +182,8 @@ func (s *serverRole) waitGossipRound(ctx context.Context, d time.Duration) {
 func (s *serverRole) operatorAPI() http.Handler {
 	s.apiOnce.Do(func() {
 		local := http.NewServeMux()
-		local.HandleFunc("GET /v1/nodes/{node}/original", s.getOriginal)
-		local.HandleFunc("GET /v1/members", s.getMembers)
-		local.HandleFunc("POST /v1/leave", s.postLeave)
-		local.HandleFunc("GET /v1/keyring", s.getKeyring)
-		local.HandleFunc("POST /v1/keyring", s.postKeyring)
-		local.HandleFunc("GET /v1/reach/{node}", s.getReach)
+		s.local.localRoutes(local)
+		s.local.keyringRoutes(local)
 		local.HandleFunc("GET /v1/raft/peers", s.records.raftPeers)
 		local.HandleFunc("GET /v1/raft/state", s.records.getRaftState)
 		local.Handle("/", s.fwd.leaderAnswers("/v1/op", s.records.routes()))

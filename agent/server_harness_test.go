@@ -15,6 +15,7 @@ import (
 	"meshd/agent/record"
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/host"
 	"meshd/pki"
 	"meshd/setup"
 )
@@ -42,6 +43,7 @@ func (s *syncBuffer) String() string {
 // Nothing but the host reconciler and gossip is missing.
 type testServer struct {
 	s        *serverRole
+	a        *Agent
 	ca       *pki.CA
 	raftAddr string
 	busAddr  string
@@ -88,13 +90,17 @@ func nodeIdentity(t testing.TB, ca *pki.CA, node string, role pki.CertRole) (tls
 // startTestServer starts a server role over an in-memory Raft group of one (record.OpenInmem):
 // the real algorithm with no disk, its bus on loopback. Tests of the Raft port itself use
 // startTestServerOnDisk.
-func startTestServer(t *testing.T) *testServer { return startServer(t, false) }
+// Each prep runs on the agent before its role is made, as Start sets it up: its log, its
+// metrics, its host (a host of its own in a temporary root unless a prep opens one).
+func startTestServer(t *testing.T, prep ...func(*Agent)) *testServer {
+	return startServer(t, false, prep...)
+}
 
 // startTestServerOnDisk starts a server role whose Raft is on disk behind its mTLS transport,
 // as the agent runs it.
 func startTestServerOnDisk(t *testing.T) *testServer { return startServer(t, true) }
 
-func startServer(t *testing.T, onDisk bool) *testServer {
+func startServer(t *testing.T, onDisk bool, prep ...func(*Agent)) *testServer {
 	t.Helper()
 	ca, err := pki.NewCA("hub", time.Now())
 	if err != nil {
@@ -110,11 +116,18 @@ func startServer(t *testing.T, onDisk bool) *testServer {
 	a := &Agent{cfg: Config{DataDir: t.TempDir(), LogOutput: ts.log}, node: nf, log: log.With("node", "hub"), identity: id,
 		caCert: ca.Cert, declarations: make(chan *fsm.Declaration, 1),
 		secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}}
-	s, err := newServerRole(a)
+	for _, p := range prep {
+		p(a)
+	}
+	if a.host == nil {
+		a.host = openTestHost(t, host.Config{})
+	}
+	s, err := newServerRole(a.core())
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.setKind(s)
+	ts.a = a
 	if onDisk {
 		err = s.open()
 	} else if err = s.rec.OpenInmem(nf.RaftSelf(), ts.log); err == nil {
@@ -150,4 +163,20 @@ func (ts *testServer) hasToken(hash string) bool {
 func propose(rec *record.Service, op fsm.Op, body any) (any, error) {
 	v, _, err := rec.Propose("", op, body)
 	return v, err
+}
+
+// openTestHost opens a host with cfg in temporary directories (its data dir, and its root
+// unless cfg gives one); it closes with the test.
+func openTestHost(t testing.TB, cfg host.Config) *host.Host {
+	t.Helper()
+	cfg.DataDir = t.TempDir()
+	if cfg.Root == "" {
+		cfg.Root = t.TempDir()
+	}
+	h, err := host.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
 }

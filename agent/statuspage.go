@@ -269,7 +269,7 @@ func (s *serverRole) followReports(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-passed:
-			s.pagePulse.fire()
+			s.pulse.fire()
 		}
 	}
 }

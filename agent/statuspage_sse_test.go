@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"meshd/host"
 	"meshd/internal/testenv"
 )
 
@@ -65,12 +64,6 @@ func TestUnitEventTextCannotInjectFields(t *testing.T) {
 // and a place freed is taken again.
 func TestPageEventStreamsAreCapped(t *testing.T) {
 	ts := startTestServer(t)
-	h, err := host.Open(host.Config{DataDir: t.TempDir(), Root: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	ts.s.host = h
 	srv := httptest.NewServer(ts.s.statusPage())
 	defer srv.Close()
 	open := func() (*http.Response, context.CancelFunc) {
