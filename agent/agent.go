@@ -84,6 +84,8 @@ type Agent struct {
 	// range as the node's last declaration said it (a string, "" until then).
 	mx           *metrics
 	privateRange atomic.Value
+	// keys is the node's gossip keyring (keyring.go).
+	keys *keyrings
 	// logs tees the agent's log to `meshd monitor` (monitor.go).
 	logs *logHub
 	// pagePulse wakes the status pages' event streams when a host report arrives (statuspage.go).
@@ -116,6 +118,7 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	hub := newLogHub()
 	log = slog.New(newTeeHandler(log.Handler(), hub))
 	a := &Agent{cfg: cfg, node: n, log: log.With("node", n.Name), declarations: make(chan *fsm.Declaration, 1), secrets: sec, logs: hub}
+	a.keys = a.newKeyrings()
 	if a.identity, err = pki.Identity(sec.NodeCertPEM, sec.CACertPEM, sec.NodeKey); err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}

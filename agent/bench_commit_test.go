@@ -115,6 +115,7 @@ func startCommitGroup(b *testing.B, n int) string {
 		a := &Agent{cfg: Config{DataDir: b.TempDir(), LogOutput: io.Discard}, node: nf, log: quiet, identity: id,
 			caCert: ca.Cert, declarations: make(chan *fsm.Declaration, 1),
 			secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}}
+		a.keys = a.newKeyrings()
 		a.host = openTestHost(b, host.Config{})
 		s, err := newServerRole(a.core())
 		if err != nil {

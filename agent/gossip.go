@@ -54,10 +54,9 @@ func gossipViewOf(r *fsm.Record, node string) api.GossipView {
 
 // gossipState is the agent's gossip member and what it knows of the others.
 type gossipState struct {
-	mu    sync.Mutex
-	g     *gossip.Gossip
-	port  uint16     // the port g is bound to
-	keyMu sync.Mutex // serialises keyring operations and the sealed keyring's rewrite
+	mu   sync.Mutex
+	g    *gossip.Gossip
+	port uint16 // the port g is bound to
 	// stop ends the agent's Run (set by Run): `meshd leave` stops the agent after leaving.
 	stop context.CancelFunc
 }
@@ -182,9 +181,7 @@ func (a *Agent) startGossip(self api.GossipPeer) (*gossip.Gossip, error) {
 	if net.ParseIP(adv) == nil {
 		adv = ""
 	}
-	a.gs.keyMu.Lock()
-	keys := a.secrets.Keyring.Keys
-	a.gs.keyMu.Unlock()
+	keys := a.keys.currentKeyring()
 	g, err := gossip.Start(gossip.Config{
 		Name: a.node.Name, BindAddr: "0.0.0.0", BindPort: int(self.Gossip),
 		AdvertiseAddr: adv, AdvertisePort: int(self.Gossip),

@@ -20,6 +20,39 @@ import (
 // comes back with the same keys. Keys are shown by fingerprint (gossip.KeyID), never themselves,
 // except the one `meshd keyring install` makes, printed once.
 
+// keyrings is the node's gossip keyring: its ring in the running member and sealed on disk,
+// what enrolment hands a new node, and on a server each operation fanned out to every node.
+type keyrings struct {
+	self
+	dataDir, sealKey string
+	secrets          *pki.NodeSecrets
+	// mu serialises keyring operations and the sealed keyring's rewrite.
+	mu sync.Mutex
+	// member is the running gossip member (nil before it starts); view every node as this
+	// node's kind knows them; ask calls another node's bus.
+	member func() *gossip.Gossip
+	view   func() api.GossipView
+	ask    peerAsker
+}
+
+// newKeyrings is this agent's keyring, over its running member and its kind's gossip view.
+func (a *Agent) newKeyrings() *keyrings {
+	return &keyrings{self: self{node: a.node, log: a.log}, dataDir: a.cfg.DataDir, sealKey: a.cfg.SealKey, secrets: a.secrets,
+		member: a.member, view: func() api.GossipView { return a.peers.gossipView() }, ask: a}
+}
+
+// routes are the socket's keyring routes, a server's: it changes every node's ring.
+func (k *keyrings) routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/keyring", k.getKeyring)
+	mux.HandleFunc("POST /v1/keyring", k.postKeyring)
+}
+
+// peerRoutes are the bus's: a server asks each node for its ring and changes it.
+func (k *keyrings) peerRoutes(mux *http.ServeMux, withPeer func(bool, func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc) {
+	mux.HandleFunc("GET /v1/keyring/local", withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { k.getLocalKeyring(w, r) }))
+	mux.HandleFunc("POST /v1/keyring/local", withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { k.postLocalKeyring(w, r) }))
+}
+
 func keyViews(keys []gossip.Key) []api.KeyView {
 	out := make([]api.KeyView, len(keys))
 	for i, k := range keys {
@@ -29,21 +62,21 @@ func keyViews(keys []gossip.Key) []api.KeyView {
 }
 
 // localKeys is this node's ring.
-func (a *Agent) localKeys() ([]api.KeyView, error) {
-	g := a.member()
+func (k *keyrings) localKeys() ([]api.KeyView, error) {
+	g := k.member()
 	if g == nil {
-		return nil, fmt.Errorf("node %s: %w", a.node.Name, errNoGossip)
+		return nil, fmt.Errorf("node %s: %w", k.node.Name, errNoGossip)
 	}
 	return keyViews(g.KeyringList()), nil
 }
 
 // applyKeyring applies an operation to this node's running member and re-seals its keyring.
-func (a *Agent) applyKeyring(op string, key []byte) ([]api.KeyView, error) {
-	a.gs.keyMu.Lock()
-	defer a.gs.keyMu.Unlock()
-	g := a.member()
+func (k *keyrings) applyKeyring(op string, key []byte) ([]api.KeyView, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	g := k.member()
 	if g == nil {
-		return nil, fmt.Errorf("node %s: %w", a.node.Name, errNoGossip)
+		return nil, fmt.Errorf("node %s: %w", k.node.Name, errNoGossip)
 	}
 	var err error
 	switch op {
@@ -64,27 +97,27 @@ func (a *Agent) applyKeyring(op string, key []byte) ([]api.KeyView, error) {
 	for _, k := range keys {
 		ring.Keys = append(ring.Keys, k.Key)
 	}
-	if err := pki.WriteKeyring(a.cfg.DataDir, pki.SealKeyPath(a.cfg.SealKey), ring); err != nil {
-		return nil, fmt.Errorf("node %s: key %s %s in the running member, but the sealed keyring in %s: %w", a.node.Name, gossip.KeyID(key), op+"ed", a.cfg.DataDir, err)
+	if err := pki.WriteKeyring(k.dataDir, pki.SealKeyPath(k.sealKey), ring); err != nil {
+		return nil, fmt.Errorf("node %s: key %s %s in the running member, but the sealed keyring in %s: %w", k.node.Name, gossip.KeyID(key), op+"ed", k.dataDir, err)
 	}
-	a.secrets.Keyring = ring
+	k.secrets.Keyring = ring
 	return keyViews(keys), nil
 }
 
 // currentKeyring is the keyring enrolment hands a new node.
-func (a *Agent) currentKeyring() [][]byte {
-	a.gs.keyMu.Lock()
-	defer a.gs.keyMu.Unlock()
-	return a.secrets.Keyring.Keys
+func (k *keyrings) currentKeyring() [][]byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.secrets.Keyring.Keys
 }
 
-func (a *Agent) getLocalKeyring(w http.ResponseWriter, _ *http.Request) {
-	keys, err := a.localKeys()
+func (k *keyrings) getLocalKeyring(w http.ResponseWriter, _ *http.Request) {
+	keys, err := k.localKeys()
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, api.KeyringMember{Node: a.node.Name, Keys: keys})
+	api.WriteJSON(w, http.StatusOK, api.KeyringMember{Node: k.node.Name, Keys: keys})
 }
 
 func decodeKey(s string) ([]byte, error) {
@@ -95,7 +128,7 @@ func decodeKey(s string) ([]byte, error) {
 	return k, nil
 }
 
-func (a *Agent) postLocalKeyring(w http.ResponseWriter, req *http.Request) {
+func (k *keyrings) postLocalKeyring(w http.ResponseWriter, req *http.Request) {
 	var in api.KeyringRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&in); err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "keyring request: " + err.Error()})
@@ -106,17 +139,17 @@ func (a *Agent) postLocalKeyring(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: err.Error()})
 		return
 	}
-	keys, err := a.applyKeyring(in.Op, key)
+	keys, err := k.applyKeyring(in.Op, key)
 	if err != nil {
 		api.WriteJSON(w, http.StatusUnprocessableEntity, api.ErrorBody{Error: err.Error()})
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, api.KeyringMember{Node: a.node.Name, Keys: keys})
+	api.WriteJSON(w, http.StatusOK, api.KeyringMember{Node: k.node.Name, Keys: keys})
 }
 
 // fanOut runs f for every node (this one locally) at once and collects the answers by node.
-func (a *Agent) fanOut(ctx context.Context, local func() ([]api.KeyView, error), remote func(context.Context, api.GossipPeer) ([]api.KeyView, error)) api.KeyringResult {
-	view := a.peers.gossipView()
+func (k *keyrings) fanOut(ctx context.Context, local func() ([]api.KeyView, error), remote func(context.Context, api.GossipPeer) ([]api.KeyView, error)) api.KeyringResult {
+	view := k.view()
 	res := api.KeyringResult{Members: make([]api.KeyringMember, len(view.Nodes))}
 	var wg sync.WaitGroup
 	for i, p := range view.Nodes {
@@ -125,7 +158,7 @@ func (a *Agent) fanOut(ctx context.Context, local func() ([]api.KeyView, error),
 			defer wg.Done()
 			var keys []api.KeyView
 			var err error
-			if p.Name == a.node.Name {
+			if p.Name == k.node.Name {
 				keys, err = local()
 			} else {
 				keys, err = remote(ctx, p)
@@ -150,10 +183,10 @@ func (a *Agent) fanOut(ctx context.Context, local func() ([]api.KeyView, error),
 }
 
 // getKeyring is `meshd keyring list`: every node's ring.
-func (a *Agent) getKeyring(w http.ResponseWriter, req *http.Request) {
-	res := a.fanOut(req.Context(), a.localKeys, func(ctx context.Context, p api.GossipPeer) ([]api.KeyView, error) {
+func (k *keyrings) getKeyring(w http.ResponseWriter, req *http.Request) {
+	res := k.fanOut(req.Context(), k.localKeys, func(ctx context.Context, p api.GossipPeer) ([]api.KeyView, error) {
 		var m api.KeyringMember
-		err := a.peerJSON(ctx, p, http.MethodGet, "/v1/keyring/local", nil, &m)
+		err := k.ask.peerJSON(ctx, p, http.MethodGet, "/v1/keyring/local", nil, &m)
 		return m.Keys, err
 	})
 	api.WriteJSON(w, http.StatusOK, res)
@@ -162,7 +195,7 @@ func (a *Agent) getKeyring(w http.ResponseWriter, req *http.Request) {
 // postKeyring is `meshd keyring install|use|remove`: the operation on every node. `use` is
 // refused unless every node has the key installed, and `remove` unless no node uses it, so no
 // member is cut off by a step taken too early.
-func (a *Agent) postKeyring(w http.ResponseWriter, req *http.Request) {
+func (k *keyrings) postKeyring(w http.ResponseWriter, req *http.Request) {
 	var in api.KeyringRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<16)).Decode(&in); err != nil {
 		api.WriteJSON(w, http.StatusBadRequest, api.ErrorBody{Error: "keyring request: " + err.Error()})
@@ -189,9 +222,9 @@ func (a *Agent) postKeyring(w http.ResponseWriter, req *http.Request) {
 	}
 	id := gossip.KeyID(key)
 	if in.Op == "use" || in.Op == "remove" {
-		list := a.fanOut(req.Context(), a.localKeys, func(ctx context.Context, p api.GossipPeer) ([]api.KeyView, error) {
+		list := k.fanOut(req.Context(), k.localKeys, func(ctx context.Context, p api.GossipPeer) ([]api.KeyView, error) {
 			var m api.KeyringMember
-			err := a.peerJSON(ctx, p, http.MethodGet, "/v1/keyring/local", nil, &m)
+			err := k.ask.peerJSON(ctx, p, http.MethodGet, "/v1/keyring/local", nil, &m)
 			return m.Keys, err
 		})
 		var lacking, using []string
@@ -220,13 +253,13 @@ func (a *Agent) postKeyring(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	res := a.fanOut(req.Context(), func() ([]api.KeyView, error) { return a.applyKeyring(in.Op, key) },
+	res := k.fanOut(req.Context(), func() ([]api.KeyView, error) { return k.applyKeyring(in.Op, key) },
 		func(ctx context.Context, p api.GossipPeer) ([]api.KeyView, error) {
 			var m api.KeyringMember
-			err := a.peerJSON(ctx, p, http.MethodPost, "/v1/keyring/local", api.KeyringRequest{Op: in.Op, Key: in.Key}, &m)
+			err := k.ask.peerJSON(ctx, p, http.MethodPost, "/v1/keyring/local", api.KeyringRequest{Op: in.Op, Key: in.Key}, &m)
 			return m.Keys, err
 		})
 	res.Op, res.KeyID, res.Key = in.Op, id, made
-	a.log.Info("gossip keyring operation", "op", in.Op, "key", id, "failed", res.Failed)
+	k.log.Info("gossip keyring operation", "op", in.Op, "key", id, "failed", res.Failed)
 	api.WriteJSON(w, http.StatusOK, res)
 }

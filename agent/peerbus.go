@@ -105,8 +105,7 @@ func (a *Agent) withPeer(serverOnly bool, h func(http.ResponseWriter, *http.Requ
 
 // peerRoutes are the routes every node serves on its bus for the others.
 func (a *Agent) peerRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/keyring/local", a.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { a.getLocalKeyring(w, r) }))
-	mux.HandleFunc("POST /v1/keyring/local", a.withPeer(true, func(w http.ResponseWriter, r *http.Request, _ string) { a.postLocalKeyring(w, r) }))
+	a.keys.peerRoutes(mux, a.withPeer)
 	mux.HandleFunc("POST /v1/reach", a.withPeer(false, a.postReach))
 	mux.HandleFunc("POST /v1/ports/check", a.withPeer(true, a.postPortCheck))
 	mux.HandleFunc("GET /v1/monitor", a.withPeer(true, a.getPeerMonitor))

@@ -116,7 +116,7 @@ type localRouter interface {
 func (a *Agent) core() core {
 	return core{self: self{node: a.node, log: a.log}, cfg: a.cfg, secrets: a.secrets, identity: a.identity, caCert: a.caCert,
 		declarations: a.declarations, privateRange: &a.privateRange, host: a.host, mx: a.mx, pulse: &a.pagePulse,
-		gossip: a, ask: a, peerBus: a, local: a, keyring: a.currentKeyring}
+		gossip: a, ask: a, peerBus: a, local: a, keyring: a.keys.currentKeyring}
 }
 
 // localRoutes are the socket's routes about this machine, on every kind of node.
@@ -129,8 +129,7 @@ func (a *Agent) localRoutes(mux *http.ServeMux) {
 
 // keyringRoutes are the socket's keyring routes, a server's: it changes every node's ring.
 func (a *Agent) keyringRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/keyring", a.getKeyring)
-	mux.HandleFunc("POST /v1/keyring", a.postKeyring)
+	a.keys.routes(mux)
 }
 
 // nodeKind is a role with its part in gossip and in what the node shows: a server or a client.
