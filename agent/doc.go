@@ -4,18 +4,29 @@
 // SIGTERM, restart with nothing lost). What runs once before it (genesis, join, the preflight,
 // the node file, the boot unit) is package setup's.
 //
-// The agent is a core and a role. The core (agent.go) is what every node runs: its identity and
-// sealed secrets, the host reconciler loop, the operator socket, gossip (gossip.go), the peer bus
-// other nodes call for keyring operations and reach checks (peerbus.go, keyring.go, reach.go).
-// The role (role.go) is what a server and a client do differently, chosen once at Start from the
-// node file: serverRole (server.go, handlers.go, bus.go) runs Raft (package raftnode), holds the
-// record, serves the operator's whole API and the bus (enrolment, whose used token enrols only
-// its own node again, signed by that node's key (enrolproof.go), each node's declaration watch,
-// reports clients post); clientRole (clientrole.go) holds no record, watches its declaration on a
-// server's bus over mTLS, forwards the operator's reads to a server and refuses writes. What
-// crosses the socket and the bus (requests, views, headers, the JSON over HTTP) is package api's.
-// The leader's care of the group is package autopilot's; forwarding to the leader (forward.go),
-// the quorum error (quorum.go) and who may ask what on the bus (busauth.go) stay here.
+// The agent is a core and a role, and the role is rooms. The core (agent.go) is what every node
+// runs: its identity and sealed secrets, the host reconciler loop, the operator socket, gossip
+// (gossip.go), the keyring (keyring.go), the peer bus other nodes call for keyring operations
+// and reach checks (peerbus.go, reach.go). The role (role.go) is what a server and a client do
+// differently, chosen once at Start from the node file and made from a core: what the agent
+// hands it (the node, its secrets, its host, and the agent's parts as small interfaces), never
+// the *Agent itself. clientRole (clientrole.go) holds no record, watches its declaration on a
+// server's bus over mTLS and refuses the record's API. serverRole (server.go) holds the record
+// service (package agent/record: the FSM and Raft behind typed methods, no HTTP) and the
+// handler sets over it, each a type holding only what its handlers use:
+//
+//   - recordAPI (recordapi.go, handlers.go and the files named by their commands): the
+//     operator's API over the record, which the leader answers;
+//   - forwarder (forward.go, quorum.go): a follower's hand-off to the leader;
+//   - bus (bus.go, busauth.go, enrolproof.go): what agents and operators call, enrolment (whose
+//     used token enrols only its own node again, signed by that node's key), each node's
+//     declaration watch, the reports clients post, who may ask what;
+//   - page (statuspage.go): the status page;
+//   - fleet (fleet.go): what a server knows of every node besides the record, its reports.
+//
+// A test (rooms_test.go) keeps any receiver under 40 methods and *Agent unembedded. What crosses
+// the socket and the bus (requests, views, headers, the JSON over HTTP) is package api's; the
+// leader's care of the group is package autopilot's.
 //
 // Every operator command that changes the record is acknowledged only after Raft committed it and
 // the record applied it (invariant 7): the API answers from the apply future's response, never

@@ -6,6 +6,8 @@
 // node file that keeps the node's identity in its data dir, reading a found tunnel to take over,
 // and the meshd-boot unit that loads meshd's firewall table at boot.
 //
-// The agent imports setup for the node file and the port checks it runs again when a setting
-// changes; setup never imports the agent.
+// The arrows: the agent imports setup for the node file, enrolment and the port checks it runs
+// again when a setting changes; setup never imports package agent. Both import agent/raftnode,
+// which sits beneath them: genesis bootstraps the group of one there before any agent runs, and
+// the node file names the node as Raft knows it (NodeFile.RaftSelf). raftnode imports neither.
 package setup

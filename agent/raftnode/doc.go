@@ -15,6 +15,9 @@
 // status shows), so the rules of using Raft (wait for the record to catch up with the log before
 // trusting it, turn Raft's not-leader error into NotLeaderError) live in one place.
 //
+// Two packages import it, and it imports neither: setup (genesis bootstraps the group of one
+// before any agent runs) and agent/record (the running server's record service).
+//
 // OpenInmem runs the same Node with raft's in-memory stores and transport: the real algorithm
 // with no disk and no network, so what runs over the record is tested without either. Only
 // this package's own tests and the process tests start Raft on disk.
