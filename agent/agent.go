@@ -135,7 +135,7 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a.mx = newMetrics(a)
+	a.mx = newMetrics(a, &a.views)
 	drv, err := drivers(cfg, a.log)
 	if err != nil {
 		return nil, err

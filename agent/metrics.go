@@ -36,7 +36,9 @@ type metrics struct {
 	commitTime prometheus.Histogram
 }
 
-func newMetrics(a *Agent) *metrics {
+// newMetrics is an agent's registry: its own figures, and at each scrape what its gossip member
+// and its kind's views (read through views, set once the kind is made) show.
+func newMetrics(g gossipReader, views *roleViews) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshd_reconcile_passes_total",
@@ -50,7 +52,7 @@ func newMetrics(a *Agent) *metrics {
 			Help:    "How long a command this server proposed took to commit and apply.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
 	}
-	m.reg.MustRegister(m.passes, m.passErrors, m.passTime, m.commitTime, reportCollector{a},
+	m.reg.MustRegister(m.passes, m.passErrors, m.passTime, m.commitTime, reportCollector{gossip: g, views: views},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -91,8 +93,11 @@ var (
 		"The Raft log index this server knows committed.", nil, nil)
 )
 
-// reportCollector reads the agent's state at scrape time.
-type reportCollector struct{ a *Agent }
+// reportCollector reads the node's reports, gossip and Raft at scrape time.
+type reportCollector struct {
+	gossip gossipReader
+	views  *roleViews
+}
 
 func (c reportCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHeld, descChanged, descOpenings, descTunnelPeers, descHandshake,
@@ -106,22 +111,26 @@ func (c reportCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c reportCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
-	for node, rep := range c.a.views.metricReports() {
+	views := *c.views
+	if views == nil {
+		return // a scrape before the kind is made: nothing to show yet
+	}
+	for node, rep := range views.metricReports() {
 		collectReport(ch, node, rep, now)
 	}
 	members := map[string]int{"alive": 0, "failed": 0, "left": 0, "removed": 0}
-	for _, m := range c.a.membersByName() {
+	for _, m := range c.gossip.membersByName() {
 		members[string(m.State)]++
 	}
 	for state, n := range members {
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n), state)
 	}
-	if g := c.a.member(); g != nil {
+	if g := c.gossip.member(); g != nil {
 		for reason, n := range g.Rejected() {
 			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(n), string(reason))
 		}
 	}
-	c.a.views.collectRole(ch)
+	views.collectRole(ch)
 }
 
 // collectRole: a server's Raft state.

@@ -63,7 +63,7 @@ func TestMetricsServer(t *testing.T) {
 	root := t.TempDir()
 	var h *host.Host
 	ts := startTestServer(t, func(a *Agent) {
-		a.mx = newMetrics(a)
+		a.mx = newMetrics(a, &a.views)
 		h = openTestHost(t, host.Config{Root: root, Observe: a.mx.observePass})
 		a.host = h
 	})
@@ -146,7 +146,7 @@ func TestMetricsAddrRefusesUnderlay(t *testing.T) {
 
 // The metrics listener serves /metrics and nothing of the operator's API.
 func TestMetricsListenerServesOnlyMetrics(t *testing.T) {
-	ts := startTestServer(t, func(a *Agent) { a.mx = newMetrics(a) })
+	ts := startTestServer(t, func(a *Agent) { a.mx = newMetrics(a, &a.views) })
 	a := ts.a
 	addr := "127.0.0.1:" + strconv.Itoa(int(freeLoopbackPort(t)))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -143,7 +143,7 @@ func TestMonitorThroughTheBus(t *testing.T) {
 // teeLog sets up an agent's log as Start does: the tee under the agent's own handler (into
 // its log output, the test server's log), the node's attributes over both; and its metrics.
 func teeLog(a *Agent) {
-	a.mx = newMetrics(a)
+	a.mx = newMetrics(a, &a.views)
 	a.logs = newLogHub()
 	own := slog.NewTextHandler(a.cfg.LogOutput, &slog.HandlerOptions{Level: slog.LevelInfo})
 	a.log = slog.New(newTeeHandler(own, a.logs)).With("node", a.node.Name)
