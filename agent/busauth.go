@@ -107,12 +107,6 @@ func serversByName(r *fsm.Record) []string {
 	return out
 }
 
-// propose commits a command given by who asked req (api.HeaderAskedBy, set by the socket or the
-// bus, never by the caller) and waits until it is applied.
-func (s *recordAPI) propose(req *http.Request, op fsm.Op, body any) (any, uint64, error) {
-	return s.rec.Propose(req.Header.Get(api.HeaderAskedBy), op, body)
-}
-
 // withSocketAsker marks each request on node's operator socket with who asked: root, or the
 // caller's uid, on node's socket. What the caller sent as the mark is overwritten.
 func withSocketAsker(node string, next http.Handler) http.Handler {

@@ -7,6 +7,7 @@ import (
 
 	"meshd/agent/record"
 	"meshd/api"
+	"meshd/fsm"
 	"meshd/pki"
 	"meshd/setup"
 )
@@ -71,4 +72,10 @@ func (s *recordAPI) routes() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{node}/remove", s.removeNode)
 	mux.HandleFunc("POST /v1/raft/transfer-leader", s.transferLeader)
 	return mux
+}
+
+// propose commits a command given by who asked req (api.HeaderAskedBy, set by the socket or the
+// bus, never by the caller) and waits until it is applied.
+func (s *recordAPI) propose(req *http.Request, op fsm.Op, body any) (any, uint64, error) {
+	return s.rec.Propose(req.Header.Get(api.HeaderAskedBy), op, body)
 }
