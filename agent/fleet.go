@@ -43,6 +43,12 @@ func newFleet(self string, own func() report.Report, rec reader, g gossipReader,
 	return &fleet{self: self, own: own, rec: rec, gossip: g, pulse: p, posted: map[string]report.Report{}}
 }
 
+// members is every gossip member this node knows, by name; gossipMember the running member
+// (nil before gossip starts); changed waits for the next report to arrive.
+func (f *fleet) members() map[string]gossip.Member { return f.gossip.membersByName() }
+func (f *fleet) gossipMember() *gossip.Gossip      { return f.gossip.member() }
+func (f *fleet) changed() <-chan struct{}          { return f.pulse.wait() }
+
 // post keeps a report node posted to the bus and wakes the pages.
 func (f *fleet) post(node string, rep report.Report) {
 	f.mu.Lock()

@@ -71,7 +71,7 @@ func (s *recordAPI) getStatus(w http.ResponseWriter, _ *http.Request) {
 				Address: n.Address, Assigned: len(n.Assigned), Taken: len(n.EffectiveTaken())})
 		}
 	})
-	members := s.fleet.gossip.membersByName()
+	members := s.fleet.members()
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
 		n.Liveness, _ = liveness(members, n.Name)
@@ -88,7 +88,7 @@ func (s *recordAPI) getStatus(w http.ResponseWriter, _ *http.Request) {
 	}
 	b := s.fleet.board()
 	st.Board = &b
-	if g := s.fleet.gossip.member(); g != nil {
+	if g := s.fleet.gossipMember(); g != nil {
 		st.Gossip.Running = true
 		for r, c := range g.Rejected() {
 			st.Gossip.Rejected[string(r)] = c

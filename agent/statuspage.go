@@ -186,7 +186,7 @@ func (s *page) pageView() PageOverview {
 			nodes = append(nodes, recNode{n: *n, control: r.Genesis != nil && r.Genesis.ControlNode == name, decl: d, taken: n.EffectiveTaken()})
 		}
 	})
-	members := s.fleet.gossip.membersByName()
+	members := s.fleet.members()
 	for _, rn := range nodes {
 		n := rn.n
 		pn := PageNode{Name: n.Name, Mode: n.Mode, ModeSince: n.ModeSince, Role: "client", ControlNode: rn.control,
@@ -372,7 +372,7 @@ func (s *page) pageEvents(w http.ResponseWriter, req *http.Request) {
 	ctx := req.Context()
 	for ctx.Err() == nil {
 		// Listen before rendering, so a change during the render wakes the next round.
-		reports := s.fleet.pulse.wait()
+		reports := s.fleet.changed()
 		var index uint64
 		s.rec.Read(func(_ *fsm.Record, i uint64) { index = i })
 		body, at, err := render()
