@@ -55,7 +55,7 @@ func (s *recordAPI) leader() api.LeaderView {
 
 func (s *recordAPI) getStatus(w http.ResponseWriter, _ *http.Request) {
 	st := api.StatusView{Leader: s.leader(), Nodes: []api.NodeSummary{}, Gossip: api.GossipSummary{Node: s.node.Name, Rejected: map[string]uint64{}},
-		ServedBy: s.node.Name, Voters: s.voterNames()}
+		ServedBy: s.node.Name, Voters: s.rec.VoterNames()}
 	st.Warning = autopilot.EvenWarning(len(st.Voters))
 	if s.rec.IsLeader() {
 		st.Leader.Why = s.why()

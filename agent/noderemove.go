@@ -47,7 +47,7 @@ func (s *recordAPI) removeNode(w http.ResponseWriter, req *http.Request) {
 			writeErr(w, fmt.Errorf("node %s is out of the record (index %d), but raft has not taken it out of the group yet (%w); its certificate is refused all the same", name, index, err))
 			return
 		}
-		out.Voters = s.voterNames()
+		out.Voters = s.rec.VoterNames()
 		out.Warning = autopilot.EvenWarning(len(out.Voters))
 	}
 	s.log.Info("node removed by the operator", "removed", n.Name, "server", n.Server, "address", n.Address, "quarantine_until", until)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"meshd/fsm"
 )
 
 // NoQuorumError is a request no leader could answer: it names the voters this server cannot reach.
@@ -48,12 +46,7 @@ func (s *forwarder) quorumError(cause error) error {
 	if err != nil {
 		return e
 	}
-	names := map[string]string{}
-	s.rec.Read(func(r *fsm.Record, _ uint64) {
-		for _, n := range r.Nodes {
-			names[n.ID] = n.Name
-		}
-	})
+	names := s.rec.NamesByID()
 	for _, sv := range cfg {
 		if sv.Suffrage != raft.Voter {
 			continue

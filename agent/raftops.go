@@ -10,10 +10,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/hashicorp/raft"
-
 	"meshd/agent/autopilot"
-	"meshd/agent/raftnode"
 	"meshd/api"
 	"meshd/fsm"
 )
@@ -33,36 +30,10 @@ func (s *recordAPI) removePeer(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, fmt.Errorf("node %s is no longer a server in the record (index %d), but raft has not taken it out of the group yet (%w); the leader keeps trying", name, index, err))
 		return
 	}
-	out := api.RemovePeerView{Node: name, ID: n.ID, Index: index, Voters: s.voterNames()}
+	out := api.RemovePeerView{Node: name, ID: n.ID, Index: index, Voters: s.rec.VoterNames()}
 	out.Warning = autopilot.EvenWarning(len(out.Voters))
 	s.log.Info("raft: server removed by the operator", "server", name, "voters", out.Voters)
 	api.WriteJSON(w, http.StatusOK, out)
-}
-
-// voterNames lists the voters of the configuration by node name.
-func (s *recordAPI) voterNames() []string {
-	servers, err := s.rec.Configuration()
-	if err != nil {
-		return nil
-	}
-	names := s.namesByID()
-	var out []string
-	for _, sv := range servers {
-		if sv.Suffrage == raft.Voter {
-			out = append(out, raftnode.OrID(names[string(sv.ID)], string(sv.ID)))
-		}
-	}
-	return out
-}
-
-func (s *recordAPI) namesByID() map[string]string {
-	names := map[string]string{}
-	s.rec.Read(func(r *fsm.Record, _ uint64) {
-		for _, n := range r.Nodes {
-			names[n.ID] = n.Name
-		}
-	})
-	return names
 }
 
 // transferLeader hands leadership to a voter: the one named, else the control-node.
