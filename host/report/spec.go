@@ -7,12 +7,13 @@ import (
 	"strings"
 
 	"meshd/container"
+	"meshd/ctrspec"
 	"meshd/fsm"
 )
 
 // SpecDiff lists what declaring want changes of a container configured as have: image, env
 // (names only), ports, volumes, restart, command. meshd's own labels are not a difference.
-func SpecDiff(have, want container.Spec) []string {
+func SpecDiff(have, want ctrspec.Spec) []string {
 	var out []string
 	if container.NormalizeImageRef(have.Image) != container.NormalizeImageRef(want.Image) {
 		out = append(out, fmt.Sprintf("image %s → %s", have.Image, want.Image))
@@ -34,7 +35,7 @@ func SpecDiff(have, want container.Spec) []string {
 	norm := func(ps []string) []string {
 		var n []string
 		for _, p := range ps {
-			if b, err := container.ParsePort(p); err == nil {
+			if b, err := ctrspec.ParsePort(p); err == nil {
 				p = b.String()
 			}
 			n = append(n, p)
@@ -69,14 +70,14 @@ func RestartOf(r string) string {
 func AsideName(name, id string) string { return name + ".meshd-replaced-" + Short(id) }
 
 // SpecOf is the container a resource declares, with meshd's labels for its module.
-func SpecOf(r fsm.Resource) container.Spec {
+func SpecOf(r fsm.Resource) ctrspec.Spec {
 	c := r.Container
 	labels := maps.Clone(c.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	maps.Copy(labels, container.ManagedLabels(r.Module))
-	s := container.Spec{Name: c.Name, Image: c.Image, Env: c.Env, Ports: c.Ports, Volumes: c.Volumes,
+	maps.Copy(labels, ctrspec.ManagedLabels(r.Module))
+	s := ctrspec.Spec{Name: c.Name, Image: c.Image, Env: c.Env, Ports: c.Ports, Volumes: c.Volumes,
 		Restart: c.Restart, Labels: labels}
 	if len(c.Command) > 0 {
 		s.Cmd = slices.Clone(c.Command)
