@@ -1,62 +1,13 @@
 package report
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
-	"meshd/container"
 	"meshd/ctrspec"
 	"meshd/fsm"
 )
-
-// SpecDiff lists what declaring want changes of a container configured as have: image, env
-// (names only), ports, volumes, restart, command. meshd's own labels are not a difference.
-func SpecDiff(have, want ctrspec.Spec) []string {
-	var out []string
-	if container.NormalizeImageRef(have.Image) != container.NormalizeImageRef(want.Image) {
-		out = append(out, fmt.Sprintf("image %s → %s", have.Image, want.Image))
-	}
-	var env []string
-	for _, k := range slices.Sorted(maps.Keys(want.Env)) {
-		if v, ok := have.Env[k]; !ok || v != want.Env[k] {
-			env = append(env, k)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(have.Env)) {
-		if _, ok := want.Env[k]; !ok {
-			env = append(env, k+" (removed)")
-		}
-	}
-	if len(env) > 0 {
-		out = append(out, "env "+strings.Join(env, ", "))
-	}
-	norm := func(ps []string) []string {
-		var n []string
-		for _, p := range ps {
-			if b, err := ctrspec.ParsePort(p); err == nil {
-				p = b.String()
-			}
-			n = append(n, p)
-		}
-		slices.Sort(n)
-		return n
-	}
-	if a, b := norm(have.Ports), norm(want.Ports); !slices.Equal(a, b) {
-		out = append(out, fmt.Sprintf("ports [%s] → [%s]", strings.Join(a, " "), strings.Join(b, " ")))
-	}
-	if a, b := slices.Sorted(slices.Values(have.Volumes)), slices.Sorted(slices.Values(want.Volumes)); !slices.Equal(a, b) {
-		out = append(out, fmt.Sprintf("volumes [%s] → [%s]", strings.Join(a, " "), strings.Join(b, " ")))
-	}
-	if RestartOf(have.Restart) != RestartOf(want.Restart) {
-		out = append(out, fmt.Sprintf("restart %s → %s", RestartOf(have.Restart), RestartOf(want.Restart)))
-	}
-	if want.Cmd != nil && !slices.Equal(have.Cmd, want.Cmd) {
-		out = append(out, fmt.Sprintf("command %q → %q", have.Cmd, want.Cmd))
-	}
-	return out
-}
 
 // RestartOf is a restart policy as the engine reads it: "no" when none is given.
 func RestartOf(r string) string {
