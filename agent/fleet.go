@@ -8,7 +8,7 @@ import (
 	"meshd/board"
 	"meshd/fsm"
 	"meshd/gossip"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // fleet is what a server knows of every node besides the record: each node's last host report

@@ -34,7 +34,7 @@ import (
 	"meshd/board"
 	"meshd/fsm"
 	"meshd/host/preview"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 //go:embed statuspage

@@ -7,7 +7,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/preview"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // Overdue is how long a node may go without a report before the board says it is not heard from.

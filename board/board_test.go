@@ -13,7 +13,7 @@ import (
 	"meshd/board"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)

@@ -16,9 +16,9 @@ import (
 
 	"meshd/api"
 	"meshd/board"
-	"meshd/host/report"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/report"
 	"meshd/setup"
 )
 

@@ -26,10 +26,10 @@ import (
 
 	"meshd/api"
 	"meshd/board"
-	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/report"
 	"meshd/setup"
 )
 

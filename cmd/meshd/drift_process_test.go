@@ -18,8 +18,8 @@ import (
 	"meshd/container"
 	"meshd/ctrspec"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // driftBound is issue 20's promise: drift is seen (held) or put back (taken) within a second of

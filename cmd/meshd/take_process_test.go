@@ -13,8 +13,8 @@ import (
 
 	"meshd/container"
 	"meshd/ctrspec"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // A take through the CLI on a real agent and the machine's Docker engine: --preview lists the

@@ -9,7 +9,7 @@ import (
 
 	"meshd/container"
 	"meshd/ctrspec"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // one reconciles one declared container and returns how it stands: it looks, decides, then acts.

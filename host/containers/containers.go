@@ -38,7 +38,7 @@ import (
 	"meshd/ctrspec"
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // engine is what the container driver needs of a container engine, in the driver's terms:

@@ -16,8 +16,8 @@ import (
 	"meshd/fsm"
 	"meshd/host/hosttest"
 	"meshd/host/hosttest/drivertest"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 func asTaken(r fsm.Resource) fsm.Resource { r.Taken = true; return r }

@@ -5,7 +5,7 @@ import (
 
 	"meshd/container"
 	"meshd/ctrspec"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // step is what the driver does to one declared container this pass.

@@ -12,7 +12,7 @@ import (
 	"meshd/fsm"
 	"meshd/host/hosttest"
 	"meshd/host/preview"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // The preview of a take reads the node's report and the declaration with the module taken: the

@@ -10,7 +10,7 @@ import (
 	"meshd/container"
 	"meshd/ctrspec"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // record is what the driver remembers of one container name.

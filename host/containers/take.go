@@ -20,7 +20,7 @@ import (
 	"meshd/container"
 	"meshd/ctrspec"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // take replaces a found or held container with spec's, staged. o is the found container at the

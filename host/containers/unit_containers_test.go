@@ -18,7 +18,7 @@ import (
 	"meshd/fsm"
 	"meshd/host/hosttest"
 	"meshd/host/hosttest/drivertest"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // declContainer declares container name of module: image, one env value, one published port.

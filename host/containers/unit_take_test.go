@@ -19,7 +19,7 @@ import (
 	"meshd/host"
 	"meshd/host/hosttest"
 	"meshd/host/hosttest/drivertest"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 const (

@@ -19,8 +19,8 @@ import (
 	"meshd/container"
 	"meshd/ctrspec"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // The container tests run against this machine's Docker engine (and one private engine of their

@@ -14,7 +14,7 @@ import (
 	"meshd/container"
 	"meshd/ctrspec"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // ReportBehindError is a take preview asked of a report made before the module was assigned
