@@ -31,7 +31,6 @@ import (
 
 	"meshd/agent/record"
 	"meshd/api"
-	"meshd/board"
 	"meshd/fsm"
 	"meshd/host/preview"
 	"meshd/report"
@@ -72,7 +71,7 @@ type PageOverview struct {
 	Tunnel   *api.TunnelView
 	// Board is the first screen: where each node stands; History, beside it, the newest events
 	// first (the last pageHistory).
-	Board   board.Board
+	Board   api.Board
 	History []fsm.Event
 }
 
