@@ -14,7 +14,7 @@
 // travel as their own packages define them: a change to them is a change to this contract too.
 // Those packages, ctrspec and pki are all it imports of meshd: nothing of the host, the
 // firewall, the container engine or the tunnel, so a program that only speaks the API links no
-// driver.
+// driver (TestUnitImportsNoDriver holds it).
 //
 // The files go by topic: status.go (meshd status), board.go (where each node stands, as package
 // board works it out), nodes.go (a node, its settings, its removal), modules.go, converge.go,
