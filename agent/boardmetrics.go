@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"meshd/board"
+	"meshd/api"
 	"meshd/fsm"
 )
 
@@ -28,7 +28,7 @@ var (
 var boardDescs = []*prometheus.Desc{descNodesByStep, descAdoptedSeconds, descSteppedBack, descOverdue, descCarried}
 
 // collectBoard writes the board's gauges.
-func collectBoard(ch chan<- prometheus.Metric, b board.Board) {
+func collectBoard(ch chan<- prometheus.Metric, b api.Board) {
 	type key struct{ mode, step string }
 	byStep := map[key]int{}
 	for _, r := range b.Rows {

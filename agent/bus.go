@@ -21,9 +21,9 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/ratelog"
 	"meshd/pki"
+	"meshd/report"
 	"meshd/setup"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"meshd/api"
 	"meshd/gossip"
-	"meshd/host/report"
 	"meshd/pki"
+	"meshd/report"
 	"meshd/setup"
 )
 

@@ -20,7 +20,7 @@ import (
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/host/preview"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // plans remembers the previews a server handed out, by plan token, so that a stale token can be

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // The plan check a flip passes through: the token of the preview read, with the node unchanged,

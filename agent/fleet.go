@@ -8,7 +8,7 @@ import (
 	"meshd/board"
 	"meshd/fsm"
 	"meshd/gossip"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // fleet is what a server knows of every node besides the record: each node's last host report
@@ -101,9 +101,9 @@ func (f *fleet) reports() map[string]*report.Report {
 }
 
 // board is where each node stands now (package board).
-func (f *fleet) board() board.Board {
+func (f *fleet) board() api.Board {
 	reports := f.reports()
-	var b board.Board
+	var b api.Board
 	f.rec.Read(func(r *fsm.Record, _ uint64) { b = board.Build(r, reports, time.Now()) })
 	return b
 }

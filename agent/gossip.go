@@ -16,8 +16,8 @@ import (
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/gossip"
-	"meshd/host/report"
 	"meshd/pki"
+	"meshd/report"
 )
 
 // Every agent, server or client, is a gossip member: it listens on its node's mesh.gossip

@@ -18,7 +18,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // getHistory serves `meshd history [NODE] [--since D]`: ?node= and ?since= (a duration).

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 func TestUnitHostConditions(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // Every agent serves Prometheus metrics at /metrics on its operator socket, and on the TCP

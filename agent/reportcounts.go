@@ -7,7 +7,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // activeAgain is the kind of the retired found firewall rep reads active again, "" when none.

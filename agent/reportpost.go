@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // How a client posts its host report over the bus while its gossip reaches no server.

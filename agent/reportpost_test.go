@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // A two-minute outage of the servers' bus, on a fake clock: the client used to post every 250 ms

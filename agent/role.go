@@ -13,8 +13,8 @@ import (
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/host"
-	"meshd/host/report"
 	"meshd/pki"
+	"meshd/report"
 )
 
 // role is what a node does by its kind, and the one place the agent's server/client split lives.

@@ -23,7 +23,7 @@ import (
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host"
-	"meshd/host/report"
+	"meshd/report"
 	"meshd/setup"
 )
 

@@ -16,7 +16,7 @@ import (
 	"meshd/catalogue"
 	"meshd/container"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // settingsRecord is a record after an adopted genesis of node hub with the default catalogue and

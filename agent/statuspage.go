@@ -31,10 +31,9 @@ import (
 
 	"meshd/agent/record"
 	"meshd/api"
-	"meshd/board"
 	"meshd/fsm"
 	"meshd/host/preview"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 //go:embed statuspage
@@ -72,7 +71,7 @@ type PageOverview struct {
 	Tunnel   *api.TunnelView
 	// Board is the first screen: where each node stands; History, beside it, the newest events
 	// first (the last pageHistory).
-	Board   board.Board
+	Board   api.Board
 	History []fsm.Event
 }
 

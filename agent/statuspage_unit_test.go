@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // The status page names a converged node's found firewall retired, by the kind it was found as,

@@ -12,7 +12,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/host/preview"
 )
 
 // takePreview serves what taking a module on a node will replace, changing nothing: the
@@ -48,8 +48,8 @@ func (s *recordAPI) takePreview(w http.ResponseWriter, req *http.Request) {
 	// of it yet: wait a little for the pass the assignment wakes rather than preview from it.
 	deadline := time.Now().Add(reportBehindWait)
 	for {
-		pv, err := report.PreviewTake(s.fleet.report(node), d, module)
-		var behind *report.ReportBehindError
+		pv, err := preview.Take(s.fleet.report(node), d, module)
+		var behind *preview.ReportBehindError
 		switch {
 		case errors.As(err, &behind) && time.Now().Before(deadline):
 			select {

@@ -15,8 +15,8 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/pki"
+	"meshd/report"
 	"meshd/setup"
 )
 

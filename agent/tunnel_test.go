@@ -11,8 +11,8 @@ import (
 
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/pki"
+	"meshd/report"
 )
 
 func wgPub(t *testing.T) string {

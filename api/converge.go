@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // ConvergeRequest is the body of POST /v1/nodes/{node}/converge.

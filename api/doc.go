@@ -12,9 +12,12 @@
 // The record's types (fsm.Node, fsm.Declaration, catalogue.Module) and the host's report
 // (report.Report, which a client posts to a server's bus at POST /v1/report and NodeView carries)
 // travel as their own packages define them: a change to them is a change to this contract too.
+// Those packages, ctrspec and pki are all it imports of meshd: nothing of the host, the
+// firewall, the container engine or the tunnel, so a program that only speaks the API links no
+// driver (TestUnitImportsNoDriver holds it).
 //
-// The files go by topic: status.go (meshd status), nodes.go (a node, its settings, its removal),
-// modules.go, converge.go, tokens.go, enrol.go (the bus's enrolment), tunnel.go, raft.go,
-// gossip.go, keyring.go, reach.go, ports.go (a node's port check), snapshot.go, report.go,
-// headers.go, jsonhttp.go and client.go.
+// The files go by topic: status.go (meshd status), board.go (where each node stands, as package
+// board works it out), nodes.go (a node, its settings, its removal), modules.go, converge.go,
+// tokens.go, enrol.go (the bus's enrolment), tunnel.go, raft.go, gossip.go, keyring.go, reach.go,
+// ports.go (a node's port check), snapshot.go, report.go, headers.go, jsonhttp.go and client.go.
 package api

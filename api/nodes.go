@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // NodeView is `meshd node show`: the record's node and, when known, its host report.

@@ -3,7 +3,6 @@ package api
 import (
 	"time"
 
-	"meshd/board"
 	"meshd/fsm"
 )
 
@@ -24,9 +23,9 @@ type StatusView struct {
 	// Voters are the Raft group's voters; Warning is said when they are an even count.
 	Voters  []string `json:"voters"`
 	Warning string   `json:"warning,omitempty"`
-	// Board is where each node stands in its migration and what is in the way (package board),
-	// with the summary line.
-	Board *board.Board `json:"board,omitempty"`
+	// Board is where each node stands in its migration and what is in the way (board.go), with
+	// the summary line.
+	Board *Board `json:"board,omitempty"`
 }
 
 // GossipSummary is the answering server's gossip at a glance.

@@ -1,10 +1,10 @@
 package api
 
 import (
-	"meshd/host/report"
 	"time"
 
 	"meshd/fsm"
+	"meshd/report"
 )
 
 // TunnelTakeRequest is `meshd tunnel take NODE IFACE`, with the placement the operator asks for.

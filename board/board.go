@@ -5,48 +5,19 @@ import (
 	"strings"
 	"time"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/host/preview"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // Overdue is how long a node may go without a report before the board says it is not heard from.
 const Overdue = 60 * time.Second
 
-// Step is one step of a node's progress track.
-type Step struct {
-	// Name is enrolled, adopted, tunnel taken, "prepared MODULE", "taken MODULE" or converged.
-	Name string `json:"name"`
-	Done bool   `json:"done"`
-}
-
-// Row is one node on the board.
-type Row struct {
-	Node  string   `json:"node"`
-	Mode  fsm.Mode `json:"mode"`
-	Steps []Step   `json:"steps"`
-	// Next is the first step not done, "" when every step is.
-	Next string `json:"next,omitempty"`
-	// Blocking are what is in the way of the next step, read from the last report.
-	Blocking []string `json:"blocking,omitempty"`
-	// AdoptedFor is how long the node has been adopted (0 once converged).
-	AdoptedFor time.Duration `json:"adopted_for_ns,omitempty"`
-	// LastHeard is when its last report was made (zero: none yet).
-	LastHeard time.Time `json:"last_heard,omitzero"`
-}
-
-// Board is the whole mesh.
-type Board struct {
-	Summary string `json:"summary"`
-	Rows    []Row  `json:"rows"`
-	// The summary's counts.
-	Nodes, Converged, Modules, Taken, CarriedNotEnrolled int
-}
-
 // Build is the board of the record r with each node's last report (a node missing from reports
 // has made none that this reader has) at now.
-func Build(r *fsm.Record, reports map[string]*report.Report, now time.Time) Board {
-	b := Board{Rows: []Row{}}
+func Build(r *fsm.Record, reports map[string]*report.Report, now time.Time) api.Board {
+	b := api.Board{Rows: []api.BoardRow{}}
 	for _, name := range r.NodeNames() {
 		n := r.Nodes[name]
 		row := buildRow(r, n, reports[name], now)
@@ -77,27 +48,27 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-func buildRow(r *fsm.Record, n *fsm.Node, rep *report.Report, now time.Time) Row {
-	row := Row{Node: n.Name, Mode: n.Mode}
+func buildRow(r *fsm.Record, n *fsm.Node, rep *report.Report, now time.Time) api.BoardRow {
+	row := api.BoardRow{Node: n.Name, Mode: n.Mode}
 	if rep != nil {
 		row.LastHeard = rep.When
 	}
 	converged := n.Mode == fsm.Converged && n.Flip == nil
-	row.Steps = append(row.Steps, Step{Name: "enrolled", Done: true}, Step{Name: "adopted", Done: true})
+	row.Steps = append(row.Steps, api.BoardStep{Name: "enrolled", Done: true}, api.BoardStep{Name: "adopted", Done: true})
 	isHub := r.Tunnel.Hub == n.Name
 	if isHub || n.FoundTunnel != "" {
 		took := (isHub && r.Tunnel.Taken != "") || n.TookTunnel
 		if isHub && r.Tunnel.Taken == "" && n.FoundTunnel == "" {
 			took = true // a hub that found no tunnel raised the mesh's own
 		}
-		row.Steps = append(row.Steps, Step{Name: "tunnel taken", Done: took || converged})
+		row.Steps = append(row.Steps, api.BoardStep{Name: "tunnel taken", Done: took || converged})
 	}
 	for _, m := range n.Assigned {
 		prepared := rep != nil && (contains(rep.Assigned, m) || contains(rep.Taken, m))
 		taken := n.IsTaken(m) && report.ReportTake(rep, m).Done
-		row.Steps = append(row.Steps, Step{Name: "prepared " + m, Done: prepared || taken}, Step{Name: "taken " + m, Done: taken})
+		row.Steps = append(row.Steps, api.BoardStep{Name: "prepared " + m, Done: prepared || taken}, api.BoardStep{Name: "taken " + m, Done: taken})
 	}
-	row.Steps = append(row.Steps, Step{Name: "converged", Done: converged})
+	row.Steps = append(row.Steps, api.BoardStep{Name: "converged", Done: converged})
 	for _, s := range row.Steps {
 		if !s.Done {
 			row.Next = s.Name
@@ -166,17 +137,4 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
-}
-
-// Track is a row's steps in one line: "enrolled ✓ · adopted ✓ · taken webapp …".
-func (row Row) Track() string {
-	var parts []string
-	for _, s := range row.Steps {
-		mark := "·"
-		if s.Done {
-			mark = "✓"
-		}
-		parts = append(parts, mark+" "+s.Name)
-	}
-	return strings.Join(parts, "  ")
 }

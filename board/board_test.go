@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"meshd/api"
 	"meshd/board"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -49,14 +50,14 @@ func decoded(t *testing.T, rep report.Report) *report.Report {
 	return &out
 }
 
-func row(t *testing.T, b board.Board, node string) board.Row {
+func row(t *testing.T, b api.Board, node string) api.BoardRow {
 	for _, r := range b.Rows {
 		if r.Node == node {
 			return r
 		}
 	}
 	t.Fatalf("no row for %s in %+v", node, b)
-	return board.Row{}
+	return api.BoardRow{}
 }
 
 func TestUnitBoardSteps(t *testing.T) {

@@ -2,5 +2,7 @@
 // the nodes' last host reports (and the time now) that gives, per node, its steps (enrolled,
 // adopted, tunnel taken, each assigned module prepared then taken, converged), what is in the way
 // of its next step, how long it has been adopted, and a summary line for the whole mesh. It reads
-// no clock and changes nothing; `meshd status` and the status page show what it returns.
+// no clock and changes nothing; `meshd status` and the status page show what it returns. The
+// shape it returns is api's (api.Board): it reads the converge preview through host/preview, and
+// a reader of the API must not link that.
 package board

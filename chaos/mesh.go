@@ -17,8 +17,8 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"meshd/api"
-	"meshd/host/report"
 	"meshd/lab"
+	"meshd/report"
 )
 
 // The chaos lab: three servers (hub, the control-node, with its own Docker engine so the store

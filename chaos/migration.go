@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"meshd/api"
-	"meshd/host/report"
 	"meshd/lab"
+	"meshd/report"
 	"meshd/setup"
 )
 

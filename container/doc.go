@@ -10,9 +10,10 @@
 //
 // # Never recreate an unchanged container
 //
-// Diff compares a Spec with an Observed container and lists only real differences; an empty list
-// means the container must be left alone. A container as the engine reports it is never equal to
-// the spec it was created from, so Diff normalises both sides first:
+// Diff compares a Spec (package ctrspec: a container as declared, which needs no engine)
+// with an Observed container and lists only real differences; an empty list means the container
+// must be left alone. A container as the engine reports it is never equal to the spec it was
+// created from, so Diff normalises both sides first:
 //
 //   - image: references are compared in the engine's normalised form ("echo" and
 //     "docker.io/library/echo:latest" are the same). The same reference resolving now to another

@@ -16,6 +16,8 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/docker/go-connections/nat"
+
+	"meshd/ctrspec"
 )
 
 // DefaultHost is the engine's address on a machine with one engine.
@@ -173,7 +175,7 @@ func (e *Engine) observe(ctx context.Context, c dcontainer.InspectResponse, raw 
 }
 
 // Diff is the package's Diff, for callers holding an Engine.
-func (e *Engine) Diff(spec Spec, o Observed) []string { return Diff(spec, o) }
+func (e *Engine) Diff(spec ctrspec.Spec, o Observed) []string { return Diff(spec, o) }
 
 // ImageID returns the id of the image ref names; its error matches ErrImageMissing when the
 // engine has no such image.
@@ -188,7 +190,7 @@ func (e *Engine) ImageID(ctx context.Context, ref string) (string, error) {
 	return ii.ID, nil
 }
 
-func (e *Engine) checkImage(ctx context.Context, spec Spec) error {
+func (e *Engine) checkImage(ctx context.Context, spec ctrspec.Spec) error {
 	_, err := e.cli.ImageInspect(ctx, spec.Image)
 	if cerrdefs.IsNotFound(err) {
 		return &ImageMissingError{Image: spec.Image, Container: spec.Name, Host: e.host}
@@ -199,7 +201,7 @@ func (e *Engine) checkImage(ctx context.Context, spec Spec) error {
 // Create creates the container spec declares and starts it, returning its id. The image must be
 // on the machine (ErrImageMissing otherwise). If it cannot start (a port already held, say) the
 // half-made container is removed again, so the next attempt starts clean.
-func (e *Engine) Create(ctx context.Context, spec Spec) (string, error) {
+func (e *Engine) Create(ctx context.Context, spec ctrspec.Spec) (string, error) {
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}
@@ -209,7 +211,7 @@ func (e *Engine) Create(ctx context.Context, spec Spec) (string, error) {
 	return e.createAndStart(ctx, spec)
 }
 
-func (e *Engine) createAndStart(ctx context.Context, spec Spec) (string, error) {
+func (e *Engine) createAndStart(ctx context.Context, spec ctrspec.Spec) (string, error) {
 	cfg, hc := engineConfig(spec)
 	resp, err := e.cli.ContainerCreate(ctx, cfg, hc, nil, nil, spec.Name)
 	if err != nil {
@@ -234,7 +236,7 @@ func (e *Engine) createAndStart(ctx context.Context, spec Spec) (string, error) 
 }
 
 // engineConfig turns a validated Spec into the engine's configuration.
-func engineConfig(spec Spec) (*dcontainer.Config, *dcontainer.HostConfig) {
+func engineConfig(spec ctrspec.Spec) (*dcontainer.Config, *dcontainer.HostConfig) {
 	cfg := &dcontainer.Config{
 		Image:        spec.Image,
 		Labels:       maps0(spec.Labels),
@@ -248,7 +250,7 @@ func engineConfig(spec Spec) (*dcontainer.Config, *dcontainer.HostConfig) {
 	}
 	hc := &dcontainer.HostConfig{PortBindings: nat.PortMap{}}
 	for _, p := range spec.Ports {
-		b, _ := ParsePort(p) // validated
+		b, _ := ctrspec.ParsePort(p) // validated
 		port := nat.Port(strconv.Itoa(int(b.ContainerPort)) + "/" + b.Proto)
 		cfg.ExposedPorts[port] = struct{}{}
 		hp := ""
@@ -258,10 +260,10 @@ func engineConfig(spec Spec) (*dcontainer.Config, *dcontainer.HostConfig) {
 		hc.PortBindings[port] = append(hc.PortBindings[port], nat.PortBinding{HostIP: b.HostIP, HostPort: hp})
 	}
 	for _, s := range spec.Volumes {
-		v, _ := ParseVolume(s) // validated
+		v, _ := ctrspec.ParseVolume(s) // validated
 		hc.Binds = append(hc.Binds, v.String())
 	}
-	name, n, _ := ParseRestart(spec.Restart) // validated
+	name, n, _ := ctrspec.ParseRestart(spec.Restart) // validated
 	hc.RestartPolicy = dcontainer.RestartPolicy{Name: dcontainer.RestartPolicyMode(name), MaximumRetryCount: n}
 	return cfg, hc
 }
@@ -274,7 +276,7 @@ func engineConfig(spec Spec) (*dcontainer.Config, *dcontainer.HostConfig) {
 //
 // If the new container cannot be created or started, old is put back under its name and started
 // again, and the error says so: a failed take leaves the service as it was.
-func (e *Engine) Replace(ctx context.Context, old Observed, spec Spec) (id string, replaced json.RawMessage, err error) {
+func (e *Engine) Replace(ctx context.Context, old Observed, spec ctrspec.Spec) (id string, replaced json.RawMessage, err error) {
 	if err := spec.Validate(); err != nil {
 		return "", nil, err
 	}
@@ -396,7 +398,7 @@ func (e *Engine) Published(ctx context.Context) ([]Published, error) {
 				continue // exposed, not published
 			}
 			out = append(out, Published{
-				Container: name, ContainerID: c.ID, Module: c.Labels[LabelModule],
+				Container: name, ContainerID: c.ID, Module: c.Labels[ctrspec.LabelModule],
 				HostIP: p.IP, HostPort: p.PublicPort, ContainerPort: p.PrivatePort, Proto: p.Type,
 			})
 		}
@@ -422,7 +424,7 @@ func containerName(names []string, id string) string {
 // The image must be on the machine (ErrImageMissing otherwise); nothing else is touched. A take
 // prepares first, so that a missing image or a refused configuration stops it before the found
 // container is touched.
-func (e *Engine) Prepare(ctx context.Context, spec Spec, as string) (string, error) {
+func (e *Engine) Prepare(ctx context.Context, spec ctrspec.Spec, as string) (string, error) {
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}
@@ -460,7 +462,7 @@ func (e *Engine) Rename(ctx context.Context, ref, to string) error {
 // "always", "unless-stopped", "on-failure[:N]"). A take sets "no" on the found container it keeps
 // aside, so that a daemon restart or a reboot does not start it beside its replacement.
 func (e *Engine) SetRestart(ctx context.Context, ref, restart string) error {
-	name, n, err := ParseRestart(restart)
+	name, n, err := ctrspec.ParseRestart(restart)
 	if err != nil {
 		return fmt.Errorf("restart policy of container %s: %q: %w", ref, restart, err)
 	}

@@ -12,17 +12,19 @@ import (
 
 	dcontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/go-connections/nat"
+
+	"meshd/ctrspec"
 )
 
 // webappSpec is a module's declaration of one labsvc container answering on hostPort.
-func webappSpec(name, image string, hostPort int, greeting string) Spec {
-	return Spec{
+func webappSpec(name, image string, hostPort int, greeting string) ctrspec.Spec {
+	return ctrspec.Spec{
 		Name:    name,
 		Image:   image,
 		Env:     map[string]string{"GREETING": greeting},
 		Ports:   []string{fmt.Sprintf("127.0.0.1:%d:8080", hostPort)},
-		Restart: RestartUnlessStopped,
-		Labels:  ManagedLabels("webapp"),
+		Restart: ctrspec.RestartUnlessStopped,
+		Labels:  ctrspec.ManagedLabels("webapp"),
 		Cmd:     []string{"--listen", ":8080", "--name", "webapp"},
 	}
 }
@@ -77,7 +79,7 @@ func TestCreateMissingImage(t *testing.T) {
 	ctx := testCtx(t)
 	name := testName(t, "noimage")
 	missing := "ct-test/absent:" + runID
-	_, err := e.Create(ctx, Spec{Name: name, Image: missing})
+	_, err := e.Create(ctx, ctrspec.Spec{Name: name, Image: missing})
 	var im *ImageMissingError
 	if !errors.Is(err, ErrImageMissing) || !errors.As(err, &im) || im.Image != missing || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("Create with a missing image: %v, want ErrImageMissing naming %s", err, missing)
@@ -113,14 +115,14 @@ func TestUnchangedSpecNeverRecreated(t *testing.T) {
 	name := testName(t, "steady")
 	p1, p2 := freePort(t), freePort(t)
 	dir := t.TempDir()
-	spec := Spec{
+	spec := ctrspec.Spec{
 		Name:    name,
 		Image:   img.echo,
 		Env:     map[string]string{"GREETING": "steady", "MODE": "test"},
 		Ports:   []string{fmt.Sprintf("127.0.0.1:%d:8080", p1), fmt.Sprintf("127.0.0.1:%d:9090/tcp", p2)},
 		Volumes: []string{dir + ":/data:ro"},
-		Restart: RestartOnFailure + ":3",
-		Labels:  ManagedLabels("steady"),
+		Restart: ctrspec.RestartOnFailure + ":3",
+		Labels:  ctrspec.ManagedLabels("steady"),
 		Cmd:     []string{"--listen", ":8080", "--listen", ":9090", "--name", "steady"},
 	}
 	id, err := e.Create(ctx, spec)
@@ -163,7 +165,7 @@ func TestUnchangedSpecNeverRecreated(t *testing.T) {
 		t.Errorf("reconstructed env carries the image's PATH: %v", o.Spec.Env)
 	}
 
-	changed := func(field string, mutate func(*Spec)) {
+	changed := func(field string, mutate func(*ctrspec.Spec)) {
 		t.Helper()
 		s := spec
 		s.Env, s.Labels = maps.Clone(spec.Env), maps.Clone(spec.Labels)
@@ -174,16 +176,16 @@ func TestUnchangedSpecNeverRecreated(t *testing.T) {
 			t.Errorf("changed %s: Diff = %q, want a line about %s", field, d, field)
 		}
 	}
-	changed("env GREETING", func(s *Spec) { s.Env["GREETING"] = "other" })
-	changed("env EXTRA", func(s *Spec) { s.Env["EXTRA"] = "1" })
-	changed("env MODE", func(s *Spec) { delete(s.Env, "MODE") })
-	changed("image", func(s *Spec) { s.Image = img.echo2 })
-	changed("ports", func(s *Spec) { s.Ports[0] = fmt.Sprintf("127.0.0.1:%d:8081", p1) })
-	changed("ports", func(s *Spec) { s.Ports = s.Ports[:1] })
-	changed("volumes", func(s *Spec) { s.Volumes = []string{dir + ":/data"} })
-	changed("restart", func(s *Spec) { s.Restart = RestartAlways })
-	changed("labels meshd.module", func(s *Spec) { s.Labels[LabelModule] = "other" })
-	changed("cmd", func(s *Spec) { s.Cmd = []string{"--listen", ":8080"} })
+	changed("env GREETING", func(s *ctrspec.Spec) { s.Env["GREETING"] = "other" })
+	changed("env EXTRA", func(s *ctrspec.Spec) { s.Env["EXTRA"] = "1" })
+	changed("env MODE", func(s *ctrspec.Spec) { delete(s.Env, "MODE") })
+	changed("image", func(s *ctrspec.Spec) { s.Image = img.echo2 })
+	changed("ports", func(s *ctrspec.Spec) { s.Ports[0] = fmt.Sprintf("127.0.0.1:%d:8081", p1) })
+	changed("ports", func(s *ctrspec.Spec) { s.Ports = s.Ports[:1] })
+	changed("volumes", func(s *ctrspec.Spec) { s.Volumes = []string{dir + ":/data"} })
+	changed("restart", func(s *ctrspec.Spec) { s.Restart = ctrspec.RestartAlways })
+	changed("labels meshd.module", func(s *ctrspec.Spec) { s.Labels[ctrspec.LabelModule] = "other" })
+	changed("cmd", func(s *ctrspec.Spec) { s.Cmd = []string{"--listen", ":8080"} })
 
 	// The env value is never printed: it may be a secret.
 	s := spec
@@ -209,13 +211,13 @@ func TestFoundContainerInspectedFaithfully(t *testing.T) {
 	if err != nil || !found {
 		t.Fatalf("Inspect(%s) = found %v, %v", name, found, err)
 	}
-	want := Spec{
+	want := ctrspec.Spec{
 		Name:    name,
 		Image:   img.echo,
 		Env:     map[string]string{"GREETING": "old", "PREDECESSOR": "yes"},
 		Ports:   []string{fmt.Sprintf("127.0.0.1:%d:8080", port)},
 		Volumes: []string{dir + ":/data:ro"},
-		Restart: RestartUnlessStopped,
+		Restart: ctrspec.RestartUnlessStopped,
 		Labels:  map[string]string{"com.example.predecessor": "legacy"},
 		Cmd:     []string{"--listen", ":8080", "--name", "legacy"},
 	}
@@ -241,9 +243,9 @@ func TestFoundContainerInspectedFaithfully(t *testing.T) {
 	// Declared by a module, the difference is exactly meshd's labels (and what the module changes).
 	decl := o.Spec
 	decl.Labels = maps.Clone(decl.Labels)
-	maps.Copy(decl.Labels, ManagedLabels("legacy"))
+	maps.Copy(decl.Labels, ctrspec.ManagedLabels("legacy"))
 	d := Diff(decl, o)
-	if len(d) != 2 || !strings.HasPrefix(d[0], "labels "+LabelManaged) || !strings.HasPrefix(d[1], "labels "+LabelModule) {
+	if len(d) != 2 || !strings.HasPrefix(d[0], "labels "+ctrspec.LabelManaged) || !strings.HasPrefix(d[1], "labels "+ctrspec.LabelModule) {
 		t.Errorf("Diff with meshd's labels added = %q, want exactly the two labels", d)
 	}
 	// An id prefix is not a name.

@@ -13,6 +13,8 @@ import (
 	dcontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/go-connections/nat"
+
+	"meshd/ctrspec"
 )
 
 // Observed is one container as the engine reports it.
@@ -25,7 +27,8 @@ type Observed struct {
 	Running    bool
 	Status     string // created, running, paused, restarting, exited, dead
 
-	// Managed is true when the container carries LabelManaged=true; Module is its LabelModule.
+	// Managed is true when the container carries ctrspec.LabelManaged=true; Module is its
+	// ctrspec.LabelModule.
 	// Neither decides whether it is found: that is the host's record store's call.
 	Managed bool
 	Module  string
@@ -33,7 +36,7 @@ type Observed struct {
 	// Spec is the container reconstructed as a module would declare it: what the image already
 	// sets (env, labels, command) is left out, so a predecessor's container reads as what its
 	// creator asked for.
-	Spec Spec
+	Spec ctrspec.Spec
 
 	Env    map[string]string // every variable, the image's included
 	Labels map[string]string // every label, the image's included
@@ -55,7 +58,7 @@ type Observed struct {
 type Published struct {
 	Container     string // container name
 	ContainerID   string
-	Module        string // the container's LabelModule, "" when it is not meshd's
+	Module        string // the container's ctrspec.LabelModule, "" when it is not meshd's
 	HostIP        string // as the engine reports it: 0.0.0.0, ::, 127.0.0.1 ...
 	HostPort      uint16
 	ContainerPort uint16
@@ -102,8 +105,8 @@ func observe(c dcontainer.InspectResponse, raw []byte, img *image.InspectRespons
 		o.Labels = maps0(cfg.Labels)
 		o.Cmd = slices.Clone([]string(cfg.Cmd))
 	}
-	o.Managed = o.Labels[LabelManaged] == "true"
-	o.Module = o.Labels[LabelModule]
+	o.Managed = o.Labels[ctrspec.LabelManaged] == "true"
+	o.Module = o.Labels[ctrspec.LabelModule]
 	o.Spec.Image = o.ImageRef
 	o.Spec.Env = declaredOnly(o.Env, o.ImageEnv, o.ImageKnown)
 	o.Spec.Labels = declaredOnly(o.Labels, o.ImageLabels, o.ImageKnown)
@@ -117,7 +120,7 @@ func observe(c dcontainer.InspectResponse, raw []byte, img *image.InspectRespons
 		o.Spec.Volumes = append(o.Spec.Volumes, volumesOf(hc)...)
 		o.Spec.Restart = formatRestart(string(hc.RestartPolicy.Name), hc.RestartPolicy.MaximumRetryCount)
 	} else {
-		o.Spec.Restart = RestartNo
+		o.Spec.Restart = ctrspec.RestartNo
 	}
 	if ns := c.NetworkSettings; ns != nil {
 		for port, bs := range ns.Ports {
@@ -136,12 +139,12 @@ func observe(c dcontainer.InspectResponse, raw []byte, img *image.InspectRespons
 }
 
 // bindingsOf normalises the engine's configured port bindings, sorted.
-func bindingsOf(pm nat.PortMap) []PortBinding {
-	var out []PortBinding
+func bindingsOf(pm nat.PortMap) []ctrspec.PortBinding {
+	var out []ctrspec.PortBinding
 	for port, bs := range pm {
 		for _, b := range bs {
 			hp, _ := strconv.ParseUint(b.HostPort, 10, 16)
-			out = append(out, PortBinding{
+			out = append(out, ctrspec.PortBinding{
 				HostIP: normHostIP(b.HostIP), HostPort: uint16(hp),
 				ContainerPort: uint16(port.Int()), Proto: strings.ToLower(port.Proto()),
 			})
@@ -166,7 +169,7 @@ func normHostIP(ip string) string {
 func volumesOf(hc *dcontainer.HostConfig) []string {
 	var out []string
 	for _, b := range hc.Binds {
-		if v, err := ParseVolume(b); err == nil {
+		if v, err := ctrspec.ParseVolume(b); err == nil {
 			out = append(out, v.String())
 		} else {
 			out = append(out, b)
@@ -179,7 +182,7 @@ func volumesOf(hc *dcontainer.HostConfig) []string {
 		if m.Source == "" { // an anonymous volume
 			continue
 		}
-		out = append(out, Volume{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}.String())
+		out = append(out, ctrspec.Volume{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}.String())
 	}
 	sort.Strings(out)
 	return out
@@ -248,7 +251,7 @@ func NormalizeImageRef(ref string) string {
 // starting with the field it is about (image, env, ports, volumes, restart, labels, cmd). An
 // empty list means the container must not be recreated. How each field is normalised is in the
 // package documentation.
-func Diff(spec Spec, o Observed) []string {
+func Diff(spec ctrspec.Spec, o Observed) []string {
 	var d []string
 	// image
 	if NormalizeImageRef(spec.Image) != NormalizeImageRef(o.ImageRef) {
@@ -274,7 +277,7 @@ func Diff(spec Spec, o Observed) []string {
 	// ports
 	want := map[string]bool{}
 	for _, p := range spec.Ports {
-		b, err := ParsePort(p)
+		b, err := ctrspec.ParsePort(p)
 		if err != nil {
 			d = append(d, fmt.Sprintf("ports: declared %q is invalid: %v", p, err))
 			continue
@@ -285,18 +288,18 @@ func Diff(spec Spec, o Observed) []string {
 	// volumes
 	want = map[string]bool{}
 	for _, s := range spec.Volumes {
-		v, err := ParseVolume(s)
+		v, err := ctrspec.ParseVolume(s)
 		if err != nil {
 			d = append(d, fmt.Sprintf("volumes: declared %q is invalid: %v", s, err))
 			continue
 		}
-		want[v.key()] = true
+		want[v.String()] = true
 	}
 	d = append(d, setDiff("volumes", want, o.Spec.Volumes, "declared, not mounted", "mounted, not declared")...)
 	// restart
-	if name, n, err := ParseRestart(spec.Restart); err != nil {
+	if name, n, err := ctrspec.ParseRestart(spec.Restart); err != nil {
 		d = append(d, fmt.Sprintf("restart: declared %q is invalid: %v", spec.Restart, err))
-	} else if have := o.Spec.Restart; formatRestart(name, n) != have && !(have == "" && name == RestartNo) {
+	} else if have := o.Spec.Restart; formatRestart(name, n) != have && !(have == "" && name == ctrspec.RestartNo) {
 		d = append(d, fmt.Sprintf("restart: declared %s, container has %s", formatRestart(name, n), have))
 	}
 	// labels
@@ -367,4 +370,25 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// formatRestart is the engine's restart policy in a Spec's form.
+func formatRestart(name string, maxRetries int) string {
+	if name == "" {
+		name = ctrspec.RestartNo
+	}
+	if name == ctrspec.RestartOnFailure && maxRetries > 0 {
+		return fmt.Sprintf("%s:%d", name, maxRetries)
+	}
+	return name
+}
+
+// sortedKeys are m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

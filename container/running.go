@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	dcontainer "github.com/docker/docker/api/types/container"
+
+	"meshd/ctrspec"
 )
 
 // Running is one running container as a reader of the machine sees it: what it runs, the ports it
@@ -40,7 +42,7 @@ func (e *Engine) RunningContainers(ctx context.Context) ([]Running, error) {
 			if p.PublicPort == 0 {
 				continue // exposed, not published
 			}
-			r.Published = append(r.Published, Published{Container: r.Name, ContainerID: c.ID, Module: c.Labels[LabelModule],
+			r.Published = append(r.Published, Published{Container: r.Name, ContainerID: c.ID, Module: c.Labels[ctrspec.LabelModule],
 				HostIP: p.IP, HostPort: p.PublicPort, ContainerPort: p.PrivatePort, Proto: p.Type})
 		}
 		sortPublished(r.Published)

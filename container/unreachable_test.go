@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"meshd/ctrspec"
 	"meshd/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ func TestEngineUnreachableAndBack(t *testing.T) {
 			t.Fatalf("%s: Published = %v, %v", when, ps, err)
 		}
 		// A missing image on a live engine is a missing image, not an unreachable engine.
-		_, err := e.Create(ctx, Spec{Name: "ct-nothing-here", Image: "ct-test/absent:" + runID})
+		_, err := e.Create(ctx, ctrspec.Spec{Name: "ct-nothing-here", Image: "ct-test/absent:" + runID})
 		if !errors.Is(err, ErrImageMissing) || errors.Is(err, ErrEngineUnreachable) {
 			t.Fatalf("%s: Create with a missing image = %v", when, err)
 		}
@@ -51,12 +52,12 @@ func TestEngineUnreachableAndBack(t *testing.T) {
 			return err
 		},
 		"Create": func() error {
-			_, err := e.Create(ctx, Spec{Name: "ct-nothing-here", Image: "ct-test/echo:1"})
+			_, err := e.Create(ctx, ctrspec.Spec{Name: "ct-nothing-here", Image: "ct-test/echo:1"})
 			return err
 		},
 		"Remove": func() error { return e.Remove(ctx, "ct-nothing-here") },
 		"Replace": func() error {
-			_, _, err := e.Replace(ctx, Observed{Name: "ct-nothing-here"}, Spec{Name: "ct-nothing-here", Image: "ct-test/echo:1"})
+			_, _, err := e.Replace(ctx, Observed{Name: "ct-nothing-here"}, ctrspec.Spec{Name: "ct-nothing-here", Image: "ct-test/echo:1"})
 			return err
 		},
 	}

@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/report"
 )
 
 const (

@@ -25,10 +25,10 @@ import (
 	"time"
 
 	"meshd/host/pass"
-	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/report"
 )
 
 func TestConvergeFlipUFW(t *testing.T)      { testConvergeFlip(t, lab.FirewallUFW) }

@@ -15,10 +15,9 @@ import (
 	"time"
 
 	"meshd/api"
-	"meshd/board"
-	"meshd/host/report"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/report"
 	"meshd/setup"
 )
 
@@ -257,25 +256,25 @@ func reachRiderThroughHub(ctx context.Context, t *testing.T, hub, from, rider *l
 const pageAddr = "127.0.0.1:9464"
 
 // boardRow reads `meshd status --json` on m: the board's summary and node's row.
-func boardRow(ctx context.Context, m *lab.Machine, node string) (string, board.Row, error) {
+func boardRow(ctx context.Context, m *lab.Machine, node string) (string, api.BoardRow, error) {
 	out, err := meshd(ctx, m, "status", "--json")
 	if err != nil {
-		return "", board.Row{}, fmt.Errorf("status: %v %s", err, out)
+		return "", api.BoardRow{}, fmt.Errorf("status: %v %s", err, out)
 	}
 	var st api.StatusView
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Board == nil {
-		return "", board.Row{}, fmt.Errorf("status --json has no board (%v): %s", err, out)
+		return "", api.BoardRow{}, fmt.Errorf("status --json has no board (%v): %s", err, out)
 	}
 	for _, r := range st.Board.Rows {
 		if r.Node == node {
 			return st.Board.Summary, r, nil
 		}
 	}
-	return st.Board.Summary, board.Row{}, fmt.Errorf("the board has no row for %s: %+v", node, st.Board.Rows)
+	return st.Board.Summary, api.BoardRow{}, fmt.Errorf("the board has no row for %s: %+v", node, st.Board.Rows)
 }
 
 // stepDone says whether row's step named name is done.
-func stepDone(row board.Row, name string) bool {
+func stepDone(row api.BoardRow, name string) bool {
 	for _, s := range row.Steps {
 		if s.Name == name {
 			return s.Done
@@ -287,7 +286,7 @@ func stepDone(row board.Row, name string) bool {
 // boardSays polls until the board in `meshd status --json` and `meshd status` on hub, and the
 // status page's first screen, all show node's row as check wants it; blocking, when set, must be
 // among what is in the way, in the status's text and on the page too.
-func boardSays(ctx context.Context, t *testing.T, hub *lab.Machine, node, blocking string, check func(summary string, row board.Row) error) {
+func boardSays(ctx context.Context, t *testing.T, hub *lab.Machine, node, blocking string, check func(summary string, row api.BoardRow) error) {
 	t.Helper()
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		summary, row, err := boardRow(ctx, hub, node)

@@ -25,11 +25,10 @@ import (
 	"time"
 
 	"meshd/api"
-	"meshd/board"
-	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/report"
 	"meshd/setup"
 )
 
@@ -214,7 +213,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		firewallMarkedOnly(ctx, t, hub, dumpBefore)
 	})
 	t.Run("the board: webapp prepared on the hub, not taken; the hub adopted and its tunnel taken", func(t *testing.T) {
-		boardSays(ctx, t, hub, "hub", "", func(_ string, row board.Row) error {
+		boardSays(ctx, t, hub, "hub", "", func(_ string, row api.BoardRow) error {
 			if !stepDone(row, "tunnel taken") || !stepDone(row, "prepared webapp") || stepDone(row, "taken webapp") || row.AdoptedFor <= 0 {
 				return fmt.Errorf("want tunnel taken, webapp prepared and not taken, adopted for a while")
 			}
@@ -264,7 +263,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		}
 	})
 	t.Run("the board says the held file is in the way; the history has the host event once", func(t *testing.T) {
-		boardSays(ctx, t, hub, "hub", "held file "+lab.WebappFile+" (webapp) changed by something else", func(_ string, row board.Row) error {
+		boardSays(ctx, t, hub, "hub", "held file "+lab.WebappFile+" (webapp) changed by something else", func(_ string, row api.BoardRow) error {
 			if stepDone(row, "taken webapp") {
 				return fmt.Errorf("webapp taken already")
 			}
@@ -492,7 +491,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 
 	step("preview and converge hub")
 	t.Run("the board: webapp taken on the hub, the rest for its converge, the preview's closing ports in the way", func(t *testing.T) {
-		boardSays(ctx, t, hub, "hub", "will close", func(_ string, row board.Row) error {
+		boardSays(ctx, t, hub, "hub", "will close", func(_ string, row api.BoardRow) error {
 			// The foundation's modules (assigned at genesis) are taken by the converge itself.
 			if !stepDone(row, "taken webapp") || stepDone(row, "converged") || row.Next == "" {
 				return fmt.Errorf("want webapp taken and the converge to come")
@@ -553,7 +552,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 	})
 	t.Run("the board: every node converged, nothing in the way; the history in order with who gave each", func(t *testing.T) {
 		for _, name := range []string{"hub", "peer1", "peer2", "newnode"} {
-			boardSays(ctx, t, hub, name, "", func(summary string, row board.Row) error {
+			boardSays(ctx, t, hub, name, "", func(summary string, row api.BoardRow) error {
 				if !strings.HasPrefix(summary, "4 of 4 nodes converged; ") || row.Next != "" || row.AdoptedFor != 0 {
 					return fmt.Errorf("want every step done: %q", summary)
 				}

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"meshd/api"
-	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/report"
 	"meshd/wg"
 )
 

@@ -14,11 +14,11 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"meshd/api"
-	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
 	"meshd/pki"
+	"meshd/report"
 	"meshd/setup"
 )
 

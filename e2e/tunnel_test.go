@@ -10,10 +10,10 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
 	"meshd/lab"
+	"meshd/report"
 	"meshd/wg"
 )
 

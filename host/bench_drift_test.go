@@ -12,7 +12,7 @@ import (
 	"meshd/fsm"
 	"meshd/host/hosttest"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // BenchmarkDriftDetection is issue 20's figure: a held file rewritten by something else, until

@@ -8,7 +8,7 @@
 // The other kinds are Drivers, handed to Open by the agent: host/containers, host/openings and
 // host/tunnel, each over the package that speaks its engine (container/, netfilter/, wg/). They
 // share with the core only the vocabulary of host/pass (a pass, its outcome, the records, the
-// crash seam) and the report types of host/report, so the arrows run one way: agent, core,
+// crash seam) and the report types of package report, so the arrows run one way: agent, core,
 // drivers, pass and report.
 //
 // # Decide, then act

@@ -17,7 +17,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // fileCtx is one file pass: the records read at its start and the report it fills.

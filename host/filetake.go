@@ -17,7 +17,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // stagedWrite is one rendered write waiting for its module's cutover.

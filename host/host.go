@@ -13,7 +13,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // DefaultInterval is how often the loop reconciles when no new declaration arrives.

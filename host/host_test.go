@@ -14,7 +14,7 @@ import (
 	"meshd/fsm"
 	"meshd/host/hosttest"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // ADR 0100: on an adopted node a found file is kept until its module is taken: bytes and mtime

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // Listeners reads every listening socket of the network namespace this process is in, with the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 func TestParseHexAddr(t *testing.T) {

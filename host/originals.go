@@ -13,7 +13,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // FileOriginal returns what the host recorded of the file it found at the declared path p.

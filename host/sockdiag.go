@@ -8,7 +8,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // The listening sockets over the kernel's socket diagnostics (NETLINK_SOCK_DIAG, what ss uses),

@@ -12,7 +12,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/hosttest"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 func TestUnitDecideFile(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 const (

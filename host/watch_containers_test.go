@@ -12,8 +12,8 @@ import (
 	"meshd/fsm"
 	"meshd/host/containers"
 	"meshd/host/hosttest"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // ctViewOf is the container named name in rep, if the report has the container kind and it.

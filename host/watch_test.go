@@ -14,7 +14,7 @@ import (
 	"meshd/fsm"
 	"meshd/host/hosttest"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // driftBound is what issue 20 promises: drift on the machine is in the report (held) or put back

@@ -21,9 +21,9 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/host/tunnel"
 	"meshd/pki"
+	"meshd/report"
 )
 
 // GenesisOptions are genesis's inputs.

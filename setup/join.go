@@ -25,9 +25,9 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/host/tunnel"
 	"meshd/pki"
+	"meshd/report"
 	"meshd/wg"
 )
 

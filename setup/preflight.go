@@ -18,8 +18,8 @@ import (
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host"
-	"meshd/host/report"
 	"meshd/netfilter"
+	"meshd/report"
 )
 
 // PreflightError is a refused genesis or join: every error found, not only the first.

@@ -10,8 +10,8 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/host/tunnel"
+	"meshd/report"
 	"meshd/wg"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // BenchmarkTunnelDriftDetection is issue 20's figure for the tunnel: the mesh's interface on an

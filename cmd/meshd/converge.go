@@ -14,7 +14,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // exitStatus ends the command with code and no message: what it had to say is printed. The

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // The converge preview through the CLI on a real agent in its own network namespace: a service

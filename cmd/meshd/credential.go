@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/api"
-	"meshd/host/report"
 	"meshd/pki"
+	"meshd/report"
 )
 
 // credentialEnv names the operator credential file when --credential does not.

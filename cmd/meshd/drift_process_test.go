@@ -16,9 +16,10 @@ import (
 
 	"meshd/api"
 	"meshd/container"
+	"meshd/ctrspec"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // driftBound is issue 20's promise: drift is seen (held) or put back (taken) within a second of
@@ -109,7 +110,7 @@ func TestProcessDriftSeenAtOnceOnTheServer(t *testing.T) {
 		testenv.RemoveContainers(t, container.DefaultHost, mineName)
 		_ = eng.RemoveImage(context.Background(), image)
 	})
-	if _, err := eng.Create(ctx, container.Spec{Name: heldName, Image: image, Cmd: []string{"--listen", ":8080", "--name", "predecessor"}}); err != nil {
+	if _, err := eng.Create(ctx, ctrspec.Spec{Name: heldName, Image: image, Cmd: []string{"--listen", ":8080", "--name", "predecessor"}}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -300,7 +301,7 @@ func TestProcessDriftContainersSeenAtOnceFromAClient(t *testing.T) {
 		testenv.RemoveContainers(t, container.DefaultHost, mineName)
 		_ = eng.RemoveImage(context.Background(), image)
 	})
-	if _, err := eng.Create(ctx, container.Spec{Name: heldName, Image: image, Cmd: []string{"--listen", ":8080", "--name", "predecessor"}}); err != nil {
+	if _, err := eng.Create(ctx, ctrspec.Spec{Name: heldName, Image: image, Cmd: []string{"--listen", ":8080", "--name", "predecessor"}}); err != nil {
 		t.Fatal(err)
 	}
 

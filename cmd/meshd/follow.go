@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/api"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // waitFlags are the flags of a command that records an act and then follows the node carrying it

@@ -11,8 +11,8 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // On a terminal (a pty from util-linux's script), `meshd module take` follows the node on one

@@ -10,13 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshd/api"
-	"meshd/board"
 	"meshd/fsm"
 )
 
 // writeBoard is the board's text under status's nodes: a row per node with its track, the next
 // step, what is in its way and how long it has been adopted.
-func writeBoard(w io.Writer, b board.Board) {
+func writeBoard(w io.Writer, b api.Board) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "BOARD\tNEXT\tADOPTED FOR\tTRACK")
 	for _, r := range b.Rows {

@@ -14,7 +14,7 @@ import (
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // moduleCmd declares the module subcommands (list, show, add, assign, unassign, take); long only

@@ -12,8 +12,8 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // dialFrom connects to addr from the network namespace ns, within a second.

@@ -16,7 +16,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // statusCmd is `meshd status`; writeStatus renders it as text.

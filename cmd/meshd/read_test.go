@@ -7,7 +7,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // node show on a machine without a firewall says so, rather than "found firewall none" and

@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"meshd/container"
-	"meshd/host/report"
+	"meshd/ctrspec"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // A take through the CLI on a real agent and the machine's Docker engine: --preview lists the
@@ -35,7 +36,7 @@ func TestProcessTakePreviewAndOriginalContainer(t *testing.T) {
 		testenv.RemoveContainers(t, container.DefaultHost, name)
 		_ = eng.RemoveImage(context.Background(), image)
 	})
-	predID, err := eng.Create(ctx, container.Spec{Name: name, Image: image, Env: map[string]string{"GREETING": "old"},
+	predID, err := eng.Create(ctx, ctrspec.Spec{Name: name, Image: image, Env: map[string]string{"GREETING": "old"},
 		Cmd: []string{"--listen", ":8080", "--name", "predecessor"}})
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +161,7 @@ func TestProcessTakeFailedNamesTheResource(t *testing.T) {
 		testenv.RemoveContainers(t, container.DefaultHost, name)
 		_ = eng.RemoveImage(context.Background(), image)
 	})
-	predID, err := eng.Create(ctx, container.Spec{Name: name, Image: image, Cmd: []string{"--listen", ":8080", "--name", "predecessor"}})
+	predID, err := eng.Create(ctx, ctrspec.Spec{Name: name, Image: image, Cmd: []string{"--listen", ":8080", "--name", "predecessor"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 	"meshd/wg"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // The peers' table says, for each peer, carried or enrolled as which node, when the hub last

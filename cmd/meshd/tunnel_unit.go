@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // foundUnitLine is `meshd tunnel show`'s word on the found interface's wg-quick@ unit on the hub,

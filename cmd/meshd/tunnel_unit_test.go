@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // tunnel show says the found unit is masked and how to give the interface back by hand, or that

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"meshd/container"
-	"meshd/host/report"
+	"meshd/ctrspec"
+	"meshd/report"
 )
 
 // one reconciles one declared container and returns how it stands: it looks, decides, then acts.
-func (p *driverPass) one(ctx context.Context, module string, spec container.Spec, taken bool, rec *record) (report.ContainerView, error) {
+func (p *driverPass) one(ctx context.Context, module string, spec ctrspec.Spec, taken bool, rec *record) (report.ContainerView, error) {
 	view := report.ContainerView{Name: spec.Name, Module: module}
 	o, exists, err := p.d.eng.Inspect(ctx, spec.Name)
 	if err != nil {
@@ -27,7 +28,7 @@ func (p *driverPass) one(ctx context.Context, module string, spec container.Spec
 }
 
 // claim records a labelled container as the host's, as decided.
-func (p *driverPass) claim(ctx context.Context, c claim, module string, spec container.Spec, o container.Observed, rec *record) (*record, error) {
+func (p *driverPass) claim(ctx context.Context, c claim, module string, spec ctrspec.Spec, o container.Observed, rec *record) (*record, error) {
 	now := time.Now().UTC()
 	switch c {
 	case claimLabelled:
@@ -53,7 +54,7 @@ func (p *driverPass) claim(ctx context.Context, c claim, module string, spec con
 }
 
 // act executes the decision for one declared container.
-func (p *driverPass) act(ctx context.Context, a action, view report.ContainerView, spec container.Spec, o container.Observed, exists bool, rec *record) (report.ContainerView, error) {
+func (p *driverPass) act(ctx context.Context, a action, view report.ContainerView, spec ctrspec.Spec, o container.Observed, exists bool, rec *record) (report.ContainerView, error) {
 	name, module := spec.Name, view.Module
 	switch a.step {
 	case stepObserveHeld:
@@ -114,7 +115,7 @@ func (p *driverPass) act(ctx context.Context, a action, view report.ContainerVie
 
 // create creates a declared container where nothing is, not yet the host's; a held one's record
 // keeps what was found.
-func (p *driverPass) create(ctx context.Context, view report.ContainerView, spec container.Spec, rec *record) (report.ContainerView, error) {
+func (p *driverPass) create(ctx context.Context, view report.ContainerView, spec ctrspec.Spec, rec *record) (report.ContainerView, error) {
 	id, err := p.d.eng.Create(ctx, spec)
 	if err != nil {
 		return view, err
@@ -125,7 +126,7 @@ func (p *driverPass) create(ctx context.Context, view report.ContainerView, spec
 // toCreate is a declared container with no record and nothing at its name: the pass creates it.
 type toCreate struct {
 	id, module string
-	spec       container.Spec
+	spec       ctrspec.Spec
 }
 
 // createAll creates the pass's fresh containers at once (the engine creates and starts each in
@@ -153,7 +154,7 @@ func (p *driverPass) createAll(ctx context.Context, fresh []toCreate) {
 }
 
 // created records a container create just made (id) as the host's and reports it.
-func (p *driverPass) created(ctx context.Context, view report.ContainerView, spec container.Spec, rec *record, id string) (report.ContainerView, error) {
+func (p *driverPass) created(ctx context.Context, view report.ContainerView, spec ctrspec.Spec, rec *record, id string) (report.ContainerView, error) {
 	p.out.Changes++
 	now := time.Now().UTC()
 	nr := &record{Module: view.Module, State: report.ContainerCreated, ID: id, Image: spec.Image, At: now}
@@ -169,7 +170,7 @@ func (p *driverPass) created(ctx context.Context, view report.ContainerView, spe
 }
 
 // adopt makes a found or held container that already is the declaration the host's, in place.
-func (p *driverPass) adopt(ctx context.Context, view report.ContainerView, spec container.Spec, o container.Observed, rec *record, start bool) (report.ContainerView, error) {
+func (p *driverPass) adopt(ctx context.Context, view report.ContainerView, spec ctrspec.Spec, o container.Observed, rec *record, start bool) (report.ContainerView, error) {
 	name, module := spec.Name, view.Module
 	rec.State, rec.ID, rec.Image, rec.Module, rec.At = report.ContainerAdopted, o.ID, spec.Image, module, time.Now().UTC()
 	if err := p.put(name, rec); err != nil {
@@ -188,7 +189,7 @@ func (p *driverPass) adopt(ctx context.Context, view report.ContainerView, spec 
 }
 
 // recreate creates again a container of the host's that something else removed.
-func (p *driverPass) recreate(ctx context.Context, view report.ContainerView, spec container.Spec, rec *record) (report.ContainerView, error) {
+func (p *driverPass) recreate(ctx context.Context, view report.ContainerView, spec ctrspec.Spec, rec *record) (report.ContainerView, error) {
 	id, err := p.d.eng.Create(ctx, spec)
 	if err != nil {
 		view.Changed, view.Reason = true, report.RemovedBySomethingElse
@@ -206,7 +207,7 @@ func (p *driverPass) recreate(ctx context.Context, view report.ContainerView, sp
 }
 
 // converge recreates a container of the host's that differs from its declaration.
-func (p *driverPass) converge(ctx context.Context, view report.ContainerView, spec container.Spec, o container.Observed, rec *record, diff []string) (report.ContainerView, error) {
+func (p *driverPass) converge(ctx context.Context, view report.ContainerView, spec ctrspec.Spec, o container.Observed, rec *record, diff []string) (report.ContainerView, error) {
 	reason := report.ChangedBySomethingElse + ": " + strings.Join(diff, "; ")
 	p.d.log.Warn("container differs from its declaration: recreating it", "container", spec.Name, "module", view.Module, "id", report.Short(o.ID), "differences", strings.Join(diff, "; "))
 	id, _, err := p.d.eng.Replace(ctx, o, spec)

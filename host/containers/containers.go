@@ -35,9 +35,10 @@ import (
 	"time"
 
 	"meshd/container"
+	"meshd/ctrspec"
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // engine is what the container driver needs of a container engine, in the driver's terms:
@@ -50,14 +51,14 @@ type engine interface {
 	Inspect(ctx context.Context, name string) (o container.Observed, found bool, err error)
 	// Create creates and starts spec's container; a missing image is a
 	// container.ErrImageMissing.
-	Create(ctx context.Context, spec container.Spec) (id string, err error)
+	Create(ctx context.Context, spec ctrspec.Spec) (id string, err error)
 	// Replace puts spec's container in the place of old, checking the image first and putting
 	// old back when the new one cannot start; replaced is old's configuration. It recreates the
 	// host's own containers; a take is staged with Prepare, Stop and Rename instead.
-	Replace(ctx context.Context, old container.Observed, spec container.Spec) (id string, replaced json.RawMessage, err error)
+	Replace(ctx context.Context, old container.Observed, spec ctrspec.Spec) (id string, replaced json.RawMessage, err error)
 	// Prepare creates spec's container under the name as, not started; a missing image is a
 	// container.ErrImageMissing and touches nothing.
-	Prepare(ctx context.Context, spec container.Spec, as string) (id string, err error)
+	Prepare(ctx context.Context, spec ctrspec.Spec, as string) (id string, err error)
 	// Stop stops, Rename renames, Start starts and Remove removes a container by its exact name
 	// or its id; Remove of one that is not there is not an error.
 	Stop(ctx context.Context, ref string) error
@@ -256,7 +257,7 @@ func (d *Driver) WatchDrift(ctx context.Context, touched func(names ...string)) 
 }
 
 // ownMount refuses a container that mounts one of meshd's own paths on this machine.
-func (p *driverPass) ownMount(module string, spec container.Spec) error {
+func (p *driverPass) ownMount(module string, spec ctrspec.Spec) error {
 	for _, v := range spec.Volumes {
 		src, _, _ := strings.Cut(v, ":")
 		if err := p.own.Refuse("a mount of", module, src); err != nil {

@@ -12,11 +12,12 @@ import (
 
 	"meshd/catalogue"
 	"meshd/container"
+	"meshd/ctrspec"
 	"meshd/fsm"
 	"meshd/host/hosttest"
 	"meshd/host/hosttest/drivertest"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 func asTaken(r fsm.Resource) fsm.Resource { r.Taken = true; return r }
@@ -213,7 +214,7 @@ func TestContainerTakenConvergesBack(t *testing.T) {
 	if err := eng.Remove(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	byHand, err := eng.Create(ctx, container.Spec{Name: name, Image: other, Ports: []string{fmt.Sprintf("127.0.0.1:%d:8080", port)},
+	byHand, err := eng.Create(ctx, ctrspec.Spec{Name: name, Image: other, Ports: []string{fmt.Sprintf("127.0.0.1:%d:8080", port)},
 		Cmd: []string{"--listen", ":8080", "--name", "by-hand"}})
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +319,7 @@ func TestContainerFoundationAdoptedOnItsPort(t *testing.T) {
 	// Raised at genesis as the declaration says (by the installer's bundle, without meshd's
 	// labels), on the node's port.
 	c := d.Resources[0].Container
-	raised, err := eng.Create(hosttest.DockerCtx(t), container.Spec{Name: c.Name, Image: c.Image, Env: c.Env, Ports: c.Ports,
+	raised, err := eng.Create(hosttest.DockerCtx(t), ctrspec.Spec{Name: c.Name, Image: c.Image, Env: c.Env, Ports: c.Ports,
 		Volumes: c.Volumes, Restart: c.Restart, Labels: c.Labels, Cmd: c.Command})
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +386,7 @@ func TestContainerEngineDownAndBack(t *testing.T) {
 
 	name := hosttest.ContainerName(t, "unix://"+dd.Sock, "svc")
 	res := fsm.Resource{Module: "webapp", Kind: fsm.KindContainer, Taken: true, Container: &catalogue.Container{
-		Name: name, Image: img, Restart: container.RestartUnlessStopped, Command: []string{"--listen", ":8080", "--name", name}}}
+		Name: name, Image: img, Restart: ctrspec.RestartUnlessStopped, Command: []string{"--listen", ":8080", "--name", name}}}
 	d := hosttest.Decl(fsm.Converged, res, hosttest.File("webapp", hosttest.AppConf, "one\n", true))
 	rep := h.Reconcile(ctx, d)
 	hosttest.NoErrorsFatal(t, rep)
@@ -474,7 +475,7 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 	hosttest.Serves(t, port, "old from predecessor")
 	b.Place(hosttest.AppConf, hosttest.PredecessorContent)
 	blocker, blocked := hosttest.ContainerName(t, "", "blocker"), hosttest.FreePort(t)
-	if _, err := eng.Create(ctx, container.Spec{Name: blocker, Image: img, Ports: []string{fmt.Sprintf("127.0.0.1:%d:8080", blocked)},
+	if _, err := eng.Create(ctx, ctrspec.Spec{Name: blocker, Image: img, Ports: []string{fmt.Sprintf("127.0.0.1:%d:8080", blocked)},
 		Cmd: []string{"--listen", ":8080", "--name", "blocker"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +495,7 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 	if !strings.Contains(why, "starting the new container") || !strings.Contains(why, "is back") {
 		t.Fatalf("failed cutover reported as %q (errors %+v)", why, rep.Errors)
 	}
-	if o, ok := hosttest.Inspect(t, eng, found); !ok || o.ID != predID || !o.Running || o.Spec.Restart != container.RestartUnlessStopped {
+	if o, ok := hosttest.Inspect(t, eng, found); !ok || o.ID != predID || !o.Running || o.Spec.Restart != ctrspec.RestartUnlessStopped {
 		t.Fatalf("after a failed cutover %s is %s running %v restart %q; want the found %s, running, unless-stopped",
 			found, report.Short(o.ID), o.Running, o.Spec.Restart, report.Short(predID))
 	}
@@ -518,7 +519,7 @@ func TestContainerTakeStagedFailedCutoverAndAside(t *testing.T) {
 	hosttest.NoErrorsFatal(t, rep)
 	hosttest.Serves(t, port, "new from "+found)
 	aside := report.AsideName(found, predID)
-	if o, ok := hosttest.Inspect(t, eng, aside); !ok || o.ID != predID || o.Running || o.Spec.Restart != container.RestartNo {
+	if o, ok := hosttest.Inspect(t, eng, aside); !ok || o.ID != predID || o.Running || o.Spec.Restart != ctrspec.RestartNo {
 		t.Fatalf("the replaced container is not kept stopped as %s, restart no: found %v, id %s, running %v, restart %q",
 			aside, ok, report.Short(o.ID), o.Running, o.Spec.Restart)
 	}

@@ -4,7 +4,8 @@ import (
 	"maps"
 
 	"meshd/container"
-	"meshd/host/report"
+	"meshd/ctrspec"
+	"meshd/report"
 )
 
 // step is what the driver does to one declared container this pass.
@@ -53,7 +54,7 @@ type action struct {
 // pure function of the record (nil when there is none), what the engine shows at the name
 // (exists false when nothing), the declaration and whether its module is taken (every module is
 // on a converged node).
-func decideContainer(rec *record, o container.Observed, exists bool, spec container.Spec, module string, taken bool) action {
+func decideContainer(rec *record, o container.Observed, exists bool, spec ctrspec.Spec, module string, taken bool) action {
 	var a action
 	state := ""
 	if rec != nil {
@@ -140,13 +141,13 @@ func decideUndeclared(rec *record, o container.Observed, exists bool) leave {
 // compare lists the real differences between the declaration and a container. A container that
 // carries none of meshd's labels (a found one, or one adopted in place) is not asked to: labels
 // cannot be added to a running container, and adopting it must not recreate it.
-func compare(spec container.Spec, o container.Observed) []string {
-	_, hasManaged := o.Labels[container.LabelManaged]
-	_, hasModule := o.Labels[container.LabelModule]
+func compare(spec ctrspec.Spec, o container.Observed) []string {
+	_, hasManaged := o.Labels[ctrspec.LabelManaged]
+	_, hasModule := o.Labels[ctrspec.LabelModule]
 	if !hasManaged && !hasModule {
 		spec.Labels = maps.Clone(spec.Labels)
-		delete(spec.Labels, container.LabelManaged)
-		delete(spec.Labels, container.LabelModule)
+		delete(spec.Labels, ctrspec.LabelManaged)
+		delete(spec.Labels, ctrspec.LabelModule)
 	}
 	return container.Diff(spec, o)
 }

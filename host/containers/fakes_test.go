@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"meshd/container"
+	"meshd/ctrspec"
 )
 
 // fakeEngine is a container engine in memory: containers by name, the images it has, and whether
@@ -40,7 +41,7 @@ type fakeEngine struct {
 
 type fakeCtr struct {
 	id      string
-	spec    container.Spec
+	spec    ctrspec.Spec
 	running bool
 }
 
@@ -65,7 +66,7 @@ func (f *fakeEngine) newID() string {
 
 // run puts a container at spec.Name directly, as something other than the host would: a
 // predecessor's container, a hand edit. It returns its id.
-func (f *fakeEngine) run(spec container.Spec) string {
+func (f *fakeEngine) run(spec ctrspec.Spec) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id := f.newID()
@@ -110,13 +111,13 @@ func (f *fakeEngine) observe(name string, c *fakeCtr) container.Observed {
 	spec.Ports = nil
 	var pub []container.Published
 	for _, p := range c.spec.Ports {
-		b, err := container.ParsePort(p)
+		b, err := ctrspec.ParsePort(p)
 		if err != nil {
 			continue
 		}
 		spec.Ports = append(spec.Ports, b.String())
 		if c.running {
-			pub = append(pub, container.Published{Container: name, ContainerID: c.id, Module: c.spec.Labels[container.LabelModule],
+			pub = append(pub, container.Published{Container: name, ContainerID: c.id, Module: c.spec.Labels[ctrspec.LabelModule],
 				HostIP: "0.0.0.0", HostPort: b.HostPort, ContainerPort: b.ContainerPort, Proto: b.Proto})
 		}
 	}
@@ -126,8 +127,8 @@ func (f *fakeEngine) observe(name string, c *fakeCtr) container.Observed {
 	}
 	imageID := "sha256:image-of-" + c.spec.Image
 	return container.Observed{ID: c.id, Name: name, ImageRef: c.spec.Image, ImageID: imageID, RefImageID: imageID,
-		Running: c.running, Status: status, Managed: c.spec.Labels[container.LabelManaged] == "true",
-		Module: c.spec.Labels[container.LabelModule], Spec: spec, Env: maps.Clone(c.spec.Env),
+		Running: c.running, Status: status, Managed: c.spec.Labels[ctrspec.LabelManaged] == "true",
+		Module: c.spec.Labels[ctrspec.LabelModule], Spec: spec, Env: maps.Clone(c.spec.Env),
 		Labels: maps.Clone(c.spec.Labels), Cmd: slices.Clone(c.spec.Cmd), Ports: pub, ImageKnown: true}
 }
 
@@ -146,14 +147,14 @@ func (f *fakeEngine) Inspect(_ context.Context, name string) (container.Observed
 	return o, true, nil
 }
 
-func (f *fakeEngine) imageMissing(spec container.Spec) error {
+func (f *fakeEngine) imageMissing(spec ctrspec.Spec) error {
 	if f.images[spec.Image] {
 		return nil
 	}
 	return &container.ImageMissingError{Image: spec.Image, Container: spec.Name, Host: f.host}
 }
 
-func (f *fakeEngine) Create(_ context.Context, spec container.Spec) (string, error) {
+func (f *fakeEngine) Create(_ context.Context, spec ctrspec.Spec) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -171,7 +172,7 @@ func (f *fakeEngine) Create(_ context.Context, spec container.Spec) (string, err
 	return id, nil
 }
 
-func (f *fakeEngine) Replace(_ context.Context, old container.Observed, spec container.Spec) (string, json.RawMessage, error) {
+func (f *fakeEngine) Replace(_ context.Context, old container.Observed, spec ctrspec.Spec) (string, json.RawMessage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -241,7 +242,7 @@ func (f *fakeEngine) Remove(_ context.Context, ref string) error {
 	return nil
 }
 
-func (f *fakeEngine) Prepare(_ context.Context, spec container.Spec, as string) (string, error) {
+func (f *fakeEngine) Prepare(_ context.Context, spec ctrspec.Spec, as string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {

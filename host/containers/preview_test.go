@@ -11,7 +11,8 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host/hosttest"
-	"meshd/host/report"
+	"meshd/host/preview"
+	"meshd/report"
 )
 
 // The preview of a take reads the node's report and the declaration with the module taken: the
@@ -33,7 +34,7 @@ func TestUnitTakePreview(t *testing.T) {
 		t.Fatal(err)
 	}
 	notCreated := declContainer("other", "notyet", "web:2", "x", true)
-	pv, err := report.PreviewTake(&remote, takeDecl(true, asTaken(fresh), asTaken(guard), notCreated, asTaken(declContainer("webapp", "db", "web:2", "x", false))), "webapp")
+	pv, err := preview.Take(&remote, takeDecl(true, asTaken(fresh), asTaken(guard), notCreated, asTaken(declContainer("webapp", "db", "web:2", "x", false))), "webapp")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,21 +57,21 @@ func TestUnitTakePreview(t *testing.T) {
 		t.Fatalf("guarded: %q", pv.Guarded)
 	}
 	unitOps(t, f)
-	if _, err := report.PreviewTake(nil, takeDecl(true), "webapp"); err == nil || !strings.Contains(err.Error(), "no host report") {
+	if _, err := preview.Take(nil, takeDecl(true), "webapp"); err == nil || !strings.Contains(err.Error(), "no host report") {
 		t.Fatalf("a preview without a report: %v", err)
 	}
 	// A report of a pass made before webapp was assigned (right after `module assign`) holds
 	// nothing of webapp's: the preview refuses it, naming the node, the module and the report's
 	// time, rather than call webapp's found file and container "created".
 	before := h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted))
-	var behind *report.ReportBehindError
-	if _, err := report.PreviewTake(&before, takeDecl(true), "webapp"); !errors.As(err, &behind) ||
+	var behind *preview.ReportBehindError
+	if _, err := preview.Take(&before, takeDecl(true), "webapp"); !errors.As(err, &behind) ||
 		!strings.Contains(err.Error(), "node n1's latest report (of "+before.When.Format(time.RFC3339)) || !strings.Contains(err.Error(), "before webapp was assigned") {
 		t.Fatalf("a preview from a report made before the assignment: %v", err)
 	}
 	// An older agent's report says nothing of what was assigned: read as it is.
 	before.Assigned = nil
-	if _, err := report.PreviewTake(&before, takeDecl(true), "webapp"); err != nil {
+	if _, err := preview.Take(&before, takeDecl(true), "webapp"); err != nil {
 		t.Fatalf("a preview from a report without assignments: %v", err)
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"meshd/container"
+	"meshd/ctrspec"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // record is what the driver remembers of one container name.
@@ -23,7 +24,7 @@ type record struct {
 	FoundID      string          `json:"found_id,omitempty"`
 	FoundImage   string          `json:"found_image,omitempty"`
 	FoundImageID string          `json:"found_image_id,omitempty"`
-	FoundSpec    *container.Spec `json:"found_spec,omitempty"`
+	FoundSpec    *ctrspec.Spec   `json:"found_spec,omitempty"`
 	FoundAt      time.Time       `json:"found_at,omitzero"`
 	Original     json.RawMessage `json:"original,omitempty"`
 	// Replaced is the configuration of the container a take replaced, as the engine gave it just

@@ -18,8 +18,9 @@ import (
 	"time"
 
 	"meshd/container"
+	"meshd/ctrspec"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // take replaces a found or held container with spec's, staged. o is the found container at the
@@ -27,7 +28,7 @@ import (
 // It is one function, longer than most, because it is one ordered sequence whose every step
 // after the recorded cutover shares the same put-back: split up, the order and what each failure
 // undoes would no longer read in one place.
-func (p *driverPass) take(ctx context.Context, view report.ContainerView, spec container.Spec, o *container.Observed, rec *record) (report.ContainerView, error) {
+func (p *driverPass) take(ctx context.Context, view report.ContainerView, spec ctrspec.Spec, o *container.Observed, rec *record) (report.ContainerView, error) {
 	name := spec.Name
 	stage := stagedName(name)
 	held := func() report.ContainerView {
@@ -82,8 +83,8 @@ func (p *driverPass) take(ctx context.Context, view report.ContainerView, spec c
 	}
 	if o != nil {
 		// While the found container still serves: its restart policy, its name.
-		if report.RestartOf(cut.Restart) != container.RestartNo {
-			if err := p.d.eng.SetRestart(ctx, o.ID, container.RestartNo); err != nil {
+		if report.RestartOf(cut.Restart) != ctrspec.RestartNo {
+			if err := p.d.eng.SetRestart(ctx, o.ID, ctrspec.RestartNo); err != nil {
 				return fail("setting the found container's restart policy to no", err)
 			}
 		}
@@ -126,7 +127,7 @@ func (p *driverPass) take(ctx context.Context, view report.ContainerView, spec c
 
 // resume finishes a take a crash cut short after the found container was moved aside; if it is
 // not there either (something removed it), the declaration is simply created.
-func (p *driverPass) resume(ctx context.Context, view report.ContainerView, spec container.Spec, rec *record) (report.ContainerView, error) {
+func (p *driverPass) resume(ctx context.Context, view report.ContainerView, spec ctrspec.Spec, rec *record) (report.ContainerView, error) {
 	o, exists, err := p.d.eng.Inspect(ctx, rec.Cutover.Aside)
 	if err != nil {
 		p.viewFromRecord(&view, rec)
@@ -154,7 +155,7 @@ func (p *driverPass) putBack(ctx context.Context, name string, rec *record, move
 			errs = append(errs, fmt.Errorf("renaming the found container back from %s: %w", cut.Aside, err))
 		}
 	}
-	if report.RestartOf(cut.Restart) != container.RestartNo {
+	if report.RestartOf(cut.Restart) != ctrspec.RestartNo {
 		if err := p.d.eng.SetRestart(ctx, cut.OldID, cut.Restart); err != nil {
 			errs = append(errs, fmt.Errorf("giving the found container its restart policy %s back: %w", cut.Restart, err))
 		}
@@ -216,7 +217,7 @@ func (d *Driver) StepBack(ctx context.Context, ps pass.Pass, module string) erro
 }
 
 // takeKey names what a take replaces with what: a failed cutover's wait holds while both stay.
-func takeKey(spec container.Spec, foundID string) string {
+func takeKey(spec ctrspec.Spec, foundID string) string {
 	b, _ := json.Marshal(spec)
 	return pass.HashOf(append(b, foundID...))
 }

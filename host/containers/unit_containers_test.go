@@ -14,10 +14,11 @@ import (
 
 	"meshd/catalogue"
 	"meshd/container"
+	"meshd/ctrspec"
 	"meshd/fsm"
 	"meshd/host/hosttest"
 	"meshd/host/hosttest/drivertest"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // declContainer declares container name of module: image, one env value, one published port.
@@ -27,8 +28,8 @@ func declContainer(module, name, image, greeting string, taken bool) fsm.Resourc
 }
 
 // unitFound is what a predecessor left at name: the same shape, none of meshd's labels.
-func unitFound(name, image, greeting string) container.Spec {
-	return container.Spec{Name: name, Image: image, Env: map[string]string{"GREETING": greeting}, Ports: []string{"8080:80"}}
+func unitFound(name, image, greeting string) ctrspec.Spec {
+	return ctrspec.Spec{Name: name, Image: image, Env: map[string]string{"GREETING": greeting}, Ports: []string{"8080:80"}}
 }
 
 // unitTakeOps are the engine calls of a staged take of the found container foundID at name:
@@ -59,14 +60,14 @@ func unitOpsAnyOrder(t *testing.T, f *fakeEngine, want ...string) {
 func TestUnitDecideContainer(t *testing.T) {
 	spec := report.SpecOf(declContainer("webapp", "web", "web:2", "new", false))
 	same := container.Observed{ID: "c1", ImageRef: "web:2", Running: true,
-		Spec: container.Spec{Ports: []string{"8080:80"}}, Env: map[string]string{"GREETING": "new"}}
+		Spec: ctrspec.Spec{Ports: []string{"8080:80"}}, Env: map[string]string{"GREETING": "new"}}
 	differs := same
 	differs.Env = map[string]string{"GREETING": "old"}
 	stopped := same
 	stopped.Running = false
 	labelled := same
 	labelled.ID, labelled.Managed, labelled.Module = "c2", true, "webapp"
-	labelled.Labels = container.ManagedLabels("webapp")
+	labelled.Labels = ctrspec.ManagedLabels("webapp")
 	held := &record{State: report.ContainerHeld, ID: "c1", FoundID: "c1", Module: "webapp"}
 	created := &record{State: report.ContainerCreated, ID: "c1", Image: "web:2", Module: "webapp"}
 	stale := &record{State: report.ContainerCreated, ID: "c0", Image: "web:2", Module: "webapp"}
@@ -195,7 +196,7 @@ func TestUnitContainerAdoptedHeldThenTakenReplaced(t *testing.T) {
 		t.Fatalf("taken: %+v", v)
 	}
 	c, _ := f.get("web")
-	if c.spec.Image != "web:2" || c.spec.Labels[container.LabelModule] != "webapp" || !c.running {
+	if c.spec.Image != "web:2" || c.spec.Labels[ctrspec.LabelModule] != "webapp" || !c.running {
 		t.Fatalf("the declared container is not in place: %+v", c)
 	}
 	if orig, replaced, err := h.ContainerOriginal("web"); err != nil || !strings.Contains(string(orig), foundID) || !strings.Contains(string(replaced), other) {
@@ -226,7 +227,7 @@ func TestUnitContainerConvergedRecordsThenReplacesMissingCreated(t *testing.T) {
 			if v := hosttest.ContainerOf(t, rep, "notes"); v.State != report.ContainerCreated || v.Action != "created" || !v.Running {
 				t.Fatalf("missing container on a %s node: %+v", mode, v)
 			}
-			if c, _ := f.get("notes"); c.spec.Labels[container.LabelManaged] != "true" {
+			if c, _ := f.get("notes"); c.spec.Labels[ctrspec.LabelManaged] != "true" {
 				t.Fatalf("created without meshd's labels: %+v", c.spec.Labels)
 			}
 			if _, _, err := h.ContainerOriginal("notes"); err == nil || !strings.Contains(err.Error(), "created by the host") {
@@ -413,7 +414,7 @@ func TestUnitContainerMissingImage(t *testing.T) {
 		t.Fatalf("errors %+v, want container:web's naming image web:9", rep.Errors)
 	}
 	var missing *container.ImageMissingError
-	if !errors.As(f.imageMissing(container.Spec{Name: "web", Image: "web:9"}), &missing) {
+	if !errors.As(f.imageMissing(ctrspec.Spec{Name: "web", Image: "web:9"}), &missing) {
 		t.Fatal("the fake does not report a missing image as the engine does")
 	}
 	if c, ok := f.get("web"); !ok || c.id != foundID || !c.running {

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"meshd/container"
+	"meshd/ctrspec"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/host/hosttest"
 	"meshd/host/hosttest/drivertest"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 const (
@@ -143,24 +143,24 @@ func TestUnitTakeAsideDoesNotRestart(t *testing.T) {
 	f := newFakeEngine("web:1", "web:2")
 	h, _ := drivertest.Open(t, newDriver(f, hosttest.Log()))
 	found := unitFound("web", "web:1", "old")
-	found.Restart = container.RestartAlways
+	found.Restart = ctrspec.RestartAlways
 	foundID := f.run(found)
 	hosttest.NoErrorsFatal(t, h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", false))))
 	f.takeOps()
 
 	f.failStart["web:2"] = errors.New("port is already allocated")
 	h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", true)))
-	if c, _ := f.get("web"); c.id != foundID || !c.running || c.spec.Restart != container.RestartAlways {
+	if c, _ := f.get("web"); c.id != foundID || !c.running || c.spec.Restart != ctrspec.RestartAlways {
 		t.Fatalf("after a failed cutover: %+v", c)
 	}
 	delete(f.failStart, "web:2")
 	h.Driver(fsm.KindContainer).(*Driver).now = func() time.Time { return time.Now().Add(time.Minute) }
 	hosttest.NoErrorsFatal(t, h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Adopted, declContainer("webapp", "web", "web:2", "new", true))))
 	aside, _ := f.get(report.AsideName("web", foundID))
-	if aside.id != foundID || aside.running || aside.spec.Restart != container.RestartNo {
+	if aside.id != foundID || aside.running || aside.spec.Restart != ctrspec.RestartNo {
 		t.Fatalf("kept aside: %+v", aside)
 	}
-	if cf, err := h.ContainerFound("web"); err != nil || cf.AsideRestart != container.RestartAlways {
+	if cf, err := h.ContainerFound("web"); err != nil || cf.AsideRestart != ctrspec.RestartAlways {
 		t.Fatalf("what was found: %+v, %v", cf, err)
 	}
 }

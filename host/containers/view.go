@@ -7,7 +7,7 @@ import (
 
 	"meshd/container"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // observeHeld reports a held container, and whether something else changed it.

@@ -17,9 +17,10 @@ import (
 
 	"meshd/catalogue"
 	"meshd/container"
+	"meshd/ctrspec"
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // The container tests run against this machine's Docker engine (and one private engine of their
@@ -137,8 +138,8 @@ func DockerCtx(t *testing.T) context.Context {
 // Predecessor creates a container the way the predecessor did: no meshd labels.
 func Predecessor(t *testing.T, eng *container.Engine, name, image string, port int, greeting string) string {
 	t.Helper()
-	id, err := eng.Create(DockerCtx(t), container.Spec{Name: name, Image: image, Env: map[string]string{"GREETING": greeting},
-		Ports: []string{fmt.Sprintf("127.0.0.1:%d:8080", port)}, Restart: container.RestartUnlessStopped,
+	id, err := eng.Create(DockerCtx(t), ctrspec.Spec{Name: name, Image: image, Env: map[string]string{"GREETING": greeting},
+		Ports: []string{fmt.Sprintf("127.0.0.1:%d:8080", port)}, Restart: ctrspec.RestartUnlessStopped,
 		Cmd: []string{"--listen", ":8080", "--name", "predecessor"}})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func Webapp(module, name, image string, port int, greeting string, taken bool) f
 	return fsm.Resource{Module: module, Kind: fsm.KindContainer, Taken: taken, Container: &catalogue.Container{
 		Name: name, Image: image, Env: map[string]string{"GREETING": greeting},
 		Ports:   []string{fmt.Sprintf("127.0.0.1:%d:8080/tcp", port)},
-		Restart: container.RestartUnlessStopped,
+		Restart: ctrspec.RestartUnlessStopped,
 		Command: []string{"--listen", ":8080", "--name", name},
 	}}
 }

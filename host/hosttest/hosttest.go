@@ -21,8 +21,8 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // Bed is one node's machine for a test: a root the declared paths live under and a data dir.

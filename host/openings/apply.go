@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/netfilter"
+	"meshd/report"
 )
 
 // detect reads the found firewall and keeps a driver for it, rebuilt when its kind, its backend

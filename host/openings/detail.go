@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"meshd/fsm"
-	"meshd/host/report"
 	"meshd/netfilter"
+	"meshd/report"
 )
 
 // retiredFirewall is the found firewall as the host's record of its retirement describes it:

@@ -24,8 +24,8 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
 	"meshd/netfilter"
+	"meshd/report"
 )
 
 // retiredKey is the opening driver's record of the found firewall it retired.

@@ -16,8 +16,8 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
 	"meshd/netfilter"
+	"meshd/report"
 )
 
 // MeshInterface is the mesh's WireGuard interface: the private network's side of this machine.

@@ -18,9 +18,9 @@ import (
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/host/hosttest"
-	"meshd/host/report"
 	"meshd/internal/testenv"
 	"meshd/netfilter"
+	"meshd/report"
 )
 
 // The openings lab: network namespaces named with the prefix ho.

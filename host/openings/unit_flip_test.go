@@ -19,8 +19,8 @@ import (
 	"meshd/host"
 	"meshd/host/hosttest"
 	"meshd/host/hosttest/drivertest"
-	"meshd/host/report"
 	"meshd/netfilter"
+	"meshd/report"
 )
 
 var flipAt = time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)

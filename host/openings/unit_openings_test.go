@@ -18,8 +18,8 @@ import (
 	"meshd/host"
 	"meshd/host/hosttest"
 	"meshd/host/hosttest/drivertest"
-	"meshd/host/report"
 	"meshd/netfilter"
+	"meshd/report"
 )
 
 func unitOpening(module string, port uint16, proto, from string, guarded bool) fsm.Resource {

@@ -2,7 +2,7 @@ package pass
 
 import (
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // Pass is what one driver gets in one pass.

@@ -10,7 +10,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/openings"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // Converge works out the converge preview of d's node from rep, its latest report.

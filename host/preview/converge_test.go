@@ -15,7 +15,7 @@ import (
 
 	"meshd/catalogue"
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 func previewDecl() *fsm.Declaration {

@@ -23,7 +23,7 @@ import (
 	"meshd/container"
 	"meshd/fsm"
 	"meshd/host/pass"
-	"meshd/host/report"
+	"meshd/report"
 	"meshd/wg"
 )
 

@@ -23,8 +23,8 @@ import (
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/host/hosttest"
-	"meshd/host/report"
 	"meshd/pki"
+	"meshd/report"
 	"meshd/wg"
 )
 

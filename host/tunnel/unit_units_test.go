@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"meshd/host/hosttest"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // The report says what the found unit is: enabled before the takeover, masked after it (also on

@@ -4,7 +4,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // foundUnit says what the found interface's wg-quick@ unit is on the machine, as systemctl

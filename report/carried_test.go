@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"meshd/fsm"
-	"meshd/host/report"
+	"meshd/report"
 )
 
 // decoded is rep as a reader of the agent's API gets it: Kinds decoded into maps.

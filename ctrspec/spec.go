@@ -1,8 +1,9 @@
-package container
+package ctrspec
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"path"
 	"regexp"
@@ -13,7 +14,8 @@ import (
 )
 
 // Labels a container created by meshd carries. The host reconciler adds them through Spec.Labels
-// (this package never invents them), so a container without them was created by someone else.
+// (the engine driver never invents them), so a container without them was created by someone
+// else.
 const (
 	// LabelManaged is "true" on every container meshd created.
 	LabelManaged = "meshd.managed"
@@ -90,7 +92,7 @@ func (s Spec) Validate() error {
 	} else if strings.ContainsAny(s.Image, " \t\n") {
 		bad("image", s.Image, "contains whitespace")
 	}
-	for _, k := range sortedKeys(s.Env) {
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			bad("env", k, "variable name is empty or contains '=' or NUL")
 		}
@@ -115,7 +117,7 @@ func (s Spec) Validate() error {
 	if _, _, err := ParseRestart(s.Restart); err != nil {
 		bad("restart", s.Restart, err.Error())
 	}
-	for _, k := range sortedKeys(s.Labels) {
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
 		if k == "" {
 			bad("labels", k, "label key is empty")
 		}
@@ -247,8 +249,6 @@ func (v Volume) String() string {
 	return v.Source + ":" + v.Target + ":" + strings.Join(opts, ",")
 }
 
-func (v Volume) key() string { return v.String() }
-
 // ParseVolume parses "/host:/ctr[:ro]" (also "name:/ctr" and engine options such as "ro,z").
 func ParseVolume(s string) (Volume, error) {
 	var v Volume
@@ -309,23 +309,4 @@ func ParseRestart(s string) (name string, maxRetries int, err error) {
 		return "", 0, fmt.Errorf("only on-failure takes a retry limit")
 	}
 	return name, 0, nil
-}
-
-func formatRestart(name string, maxRetries int) string {
-	if name == "" {
-		name = RestartNo
-	}
-	if name == RestartOnFailure && maxRetries > 0 {
-		return fmt.Sprintf("%s:%d", name, maxRetries)
-	}
-	return name
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -3,7 +3,7 @@ package report
 import (
 	"time"
 
-	"meshd/container"
+	"meshd/ctrspec"
 )
 
 // Container states as the records and the report name them.
@@ -64,7 +64,7 @@ type ContainerView struct {
 	Aside string `json:"aside,omitempty"`
 	// Config is a held container's configuration as a module would declare it, for the take's
 	// preview.
-	Config *container.Spec `json:"config,omitempty"`
+	Config *ctrspec.Spec `json:"config,omitempty"`
 }
 
 // PublishedPort is one port a container publishes on the machine.
