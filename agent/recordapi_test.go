@@ -15,7 +15,7 @@ import (
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/gossip"
-	"meshd/host/report"
+	"meshd/report"
 	"meshd/setup"
 )
 
