@@ -103,6 +103,7 @@ func threeServers(t *testing.T) []*groupServer {
 // takes new connections between them. Before the record's servers had handshake places of
 // their own, the flood held all 64 and no vote got through for as long as it lasted.
 func TestRaftGroupElectsUnderFlood(t *testing.T) {
+	t.Parallel()
 	g := threeServers(t)
 	for i, s := range g {
 		flood(t, s.addr, loopbacks(10+i, 100), 1)

@@ -197,7 +197,7 @@ func (rn *Node) WaitLeader(d time.Duration) error {
 		if addr, _ := rn.raft.LeaderWithID(); addr != "" {
 			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Errorf("no raft leader after %s", d)
 }
