@@ -55,11 +55,11 @@ type nftView struct {
 func readNftView(c *nftables.Conn, env Env) (*nftView, error) {
 	tables, err := c.ListTables()
 	if err != nil {
-		return nil, fmt.Errorf("nftables ruleset in %s is unreadable: %w: %w", env.nsName(), err, ErrUnsupported)
+		return nil, fmt.Errorf("nftables ruleset in %s is unreadable: %w: %w", env.NSName(), err, ErrUnsupported)
 	}
 	chains, err := c.ListChains()
 	if err != nil {
-		return nil, fmt.Errorf("nftables chains in %s are unreadable: %w: %w", env.nsName(), err, ErrUnsupported)
+		return nil, fmt.Errorf("nftables chains in %s are unreadable: %w: %w", env.NSName(), err, ErrUnsupported)
 	}
 	v := &nftView{all: tables}
 	for _, t := range tables {
@@ -84,7 +84,7 @@ func readNftView(c *nftables.Conn, env Env) (*nftView, error) {
 // Detect reports the firewall found in env. firewalld, two firewalls at once, or a ruleset it
 // cannot read are errors wrapping ErrUnsupported and naming what was found.
 func Detect(ctx context.Context, env Env) (Found, error) {
-	c, closeConn, err := env.nftConn()
+	c, closeConn, err := env.NftConn()
 	if err != nil {
 		return Found{}, err
 	}
@@ -122,7 +122,7 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 	switch {
 	case nf != nil && xf != nil:
 		return Found{}, fmt.Errorf("two firewalls found in %s: an nftables ruleset (%s) and iptables-%s rules (%d incoming, %d forwarded): %w",
-			env.nsName(), strings.Join(nf.Tables, ", "), xf.Backend, xf.Incoming, xf.Forwarded, ErrUnsupported)
+			env.NSName(), strings.Join(nf.Tables, ", "), xf.Backend, xf.Incoming, xf.Forwarded, ErrUnsupported)
 	case nf != nil:
 		return *nf, nil
 	case xf != nil:
@@ -135,11 +135,11 @@ func Detect(ctx context.Context, env Env) (Found, error) {
 func refuseFirewalld(ctx context.Context, env Env, v *nftView) error {
 	for _, t := range v.all {
 		if t.Name == "firewalld" {
-			return fmt.Errorf("firewalld is active (nftables table %s) in %s: %w", tableName(t), env.nsName(), ErrUnsupported)
+			return fmt.Errorf("firewalld is active (nftables table %s) in %s: %w", TableName(t), env.NSName(), ErrUnsupported)
 		}
 	}
-	if _, ok, _ := env.readFile(ctx, "/run/firewalld/firewalld.pid"); ok {
-		return fmt.Errorf("firewalld is running (/run/firewalld/firewalld.pid) in %s: %w", env.nsName(), ErrUnsupported)
+	if _, ok, _ := env.ReadFile(ctx, "/run/firewalld/firewalld.pid"); ok {
+		return fmt.Errorf("firewalld is running (/run/firewalld/firewalld.pid) in %s: %w", env.NSName(), ErrUnsupported)
 	}
 	return nil
 }
@@ -147,7 +147,7 @@ func refuseFirewalld(ctx context.Context, env Env, v *nftView) error {
 // detectUFW finds ufw: its chains loaded in a backend, or enabled in its config. ok is false
 // when there is none.
 func detectUFW(ctx context.Context, env Env, dumps []*xtDump) (f Found, ok bool, err error) {
-	conf, _, err := env.readFile(ctx, ufwConf)
+	conf, _, err := env.ReadFile(ctx, ufwConf)
 	if err != nil {
 		return Found{}, false, err
 	}
@@ -175,7 +175,7 @@ func detectNftables(ctx context.Context, env Env, v *nftView, dumps []*xtDump) (
 	}
 	f := Found{Kind: KindNftables, Active: true}
 	for _, t := range v.tables {
-		f.Tables = append(f.Tables, tableName(t))
+		f.Tables = append(f.Tables, TableName(t))
 	}
 	sort.Strings(f.Tables)
 	var err error
@@ -185,7 +185,7 @@ func detectNftables(ctx context.Context, env Env, v *nftView, dumps []*xtDump) (
 	if f.Forwarded, err = countNft(env, v.forward); err != nil {
 		return nil, err
 	}
-	if _, ok, _ := env.readFile(ctx, nftConf); ok {
+	if _, ok, _ := env.ReadFile(ctx, nftConf); ok {
 		f.Config = nftConf
 	}
 	for _, d := range dumps {
@@ -228,7 +228,7 @@ func detectIptables(ctx context.Context, env Env, dumps, dumps6 []*xtDump) *Foun
 			// from what it saved when it was interrupted between them: a firewall whose IPv4
 			// rules are retired and whose ip6tables rules are not yet is still active.
 			f.Active = true
-			if _, ok, _ := env.readFile(ctx, iptRulesV4); ok {
+			if _, ok, _ := env.ReadFile(ctx, iptRulesV4); ok {
 				f.Config = iptRulesV4
 			}
 			return &f
@@ -240,12 +240,12 @@ func detectIptables(ctx context.Context, env Env, dumps, dumps6 []*xtDump) *Foun
 func countNft(env Env, chains []*nftables.Chain) (int, error) {
 	n := 0
 	for _, ch := range chains {
-		rules, err := env.listRules(ch)
+		rules, err := env.ListRules(ch)
 		if err != nil {
-			return 0, fmt.Errorf("nftables chain %s %s is unreadable: %w: %w", tableName(ch.Table), ch.Name, err, ErrUnsupported)
+			return 0, fmt.Errorf("nftables chain %s %s is unreadable: %w: %w", TableName(ch.Table), ch.Name, err, ErrUnsupported)
 		}
 		for _, r := range rules {
-			if _, ok := parseMark(r.Comment); !ok {
+			if _, ok := ParseMark(r.Comment); !ok {
 				n++
 			}
 		}
@@ -318,7 +318,7 @@ const ufwFileTries = 10
 // readWholeUFWFile reads one of ufw's rules files, again while it is caught mid-write.
 func readWholeUFWFile(ctx context.Context, env Env, p string) ([]byte, error) {
 	for try := 1; ; try++ {
-		b, ok, err := env.readFile(ctx, p)
+		b, ok, err := env.ReadFile(ctx, p)
 		switch {
 		case err != nil:
 			return nil, err
@@ -350,7 +350,7 @@ func countUFW(ctx context.Context, env Env, f *Found) error {
 		return err
 	}
 	for _, t := range ts {
-		if strings.HasPrefix(t.Comment, markPrefix) {
+		if strings.HasPrefix(t.Comment, MarkPrefix) {
 			continue
 		}
 		if t.Route {
@@ -375,8 +375,8 @@ var stampFiles = []string{"/run/firewalld/firewalld.pid", ufwConf, ufwUserRules,
 // generation; they are read again each time), the files are not seen from this process, or a
 // read failed.
 func Stamp(ctx context.Context, env Env) string {
-	gen, err := env.rulesetGeneration()
-	if err != nil || !env.seesFiles() {
+	gen, err := env.RulesetGeneration()
+	if err != nil || !env.SeesFiles() {
 		return ""
 	}
 	// A legacy filter table in either family (ip6tables-legacy as much as iptables-legacy).
@@ -385,7 +385,7 @@ func Stamp(ctx context.Context, env Env) string {
 		if env.NetNS == "" && env.Runner == nil {
 			names, err = os.ReadFile(f)
 		} else {
-			names, err = env.run(ctx, "cat", f)
+			names, err = env.Run(ctx, "cat", f)
 		}
 		if err == nil && bytes.Contains(append([]byte("\n"), names...), []byte("\nfilter\n")) {
 			return ""
@@ -393,7 +393,7 @@ func Stamp(ctx context.Context, env Env) string {
 	}
 	s := fmt.Sprintf("gen %d", gen)
 	for _, p := range stampFiles {
-		st, err := os.Stat(env.path(p))
+		st, err := os.Stat(env.Path(p))
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			s += "|-"

@@ -12,7 +12,7 @@ import (
 // at the head of every found filter chain at the input hook (incoming) or the forward hook
 // (forwarded). Every base chain at a hook must accept for a packet to pass, so each gets one.
 type nftDriver struct {
-	base
+	Base
 	found Found
 }
 
@@ -20,7 +20,7 @@ func (d *nftDriver) Kind() Kind { return KindNftables }
 
 // nftSlot names where a marked rule lives: family, table, chain and mark.
 func nftSlot(ch *nftables.Chain, mark string) string {
-	return familyName(ch.Table.Family) + "/" + ch.Table.Name + "/" + ch.Name + "/" + mark
+	return FamilyName(ch.Table.Family) + "/" + ch.Table.Name + "/" + ch.Name + "/" + mark
 }
 
 // nftMarked is one meshd-marked rule read from a found chain.
@@ -30,7 +30,7 @@ type nftMarked struct {
 	handle uint64
 }
 
-func (r nftMarked) slot() string { return nftSlot(r.chain, r.mark) }
+func (r nftMarked) Slot() string { return nftSlot(r.chain, r.mark) }
 
 // nftWanted is the rule one opening needs at the head of one found chain: its expressions,
 // or why they cannot be built.
@@ -41,18 +41,18 @@ type nftWanted struct {
 	err   error
 }
 
-func (w nftWanted) slot() string { return nftSlot(w.chain, w.o.Mark()) }
+func (w nftWanted) Slot() string { return nftSlot(w.chain, w.o.Mark()) }
 
 // nftRead reads the marked rules of the target chains, copies included.
 func nftRead(env Env, chains []*nftables.Chain) ([]nftMarked, error) {
 	var have []nftMarked
 	for _, ch := range chains {
-		rules, err := env.listRules(ch)
+		rules, err := env.ListRules(ch)
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range rules {
-			if m := r.Comment; len(m) > len(markPrefix) && m[:len(markPrefix)] == markPrefix {
+			if m := r.Comment; len(m) > len(MarkPrefix) && m[:len(MarkPrefix)] == MarkPrefix {
 				have = append(have, nftMarked{chain: ch, mark: m, handle: r.Handle})
 			}
 		}
@@ -76,7 +76,7 @@ func nftWant(v *nftView, want map[string]Opening, keys []string, priv Private) (
 			unfiltered[k] = true
 		}
 		for _, ch := range on {
-			ex, err := openingExprs(ch.Table.Family, o, priv)
+			ex, err := OpeningExprs(ch.Table.Family, o, priv)
 			if err == nil && ex == nil {
 				continue // a prefix of the other family: nothing to match in this table
 			}
@@ -87,35 +87,35 @@ func nftWant(v *nftView, want map[string]Opening, keys []string, priv Private) (
 }
 
 func (d *nftDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	want, keys, err := dedupe(desired)
+	d.Mu.Lock()
+	defer d.Mu.Unlock()
+	want, keys, err := Dedupe(desired)
 	if err != nil {
 		return Report{}, err
 	}
-	c, closeConn, err := d.env.nftConn()
+	c, closeConn, err := d.Env.NftConn()
 	if err != nil {
 		return Report{}, err
 	}
 	defer closeConn()
-	v, err := readNftView(c, d.env)
+	v, err := readNftView(c, d.Env)
 	if err != nil {
 		return Report{}, err
 	}
 	chains := append(append([]*nftables.Chain{}, v.input...), v.forward...)
-	have, err := nftRead(d.env, chains)
+	have, err := nftRead(d.Env, chains)
 	if err != nil {
 		return Report{}, err
 	}
 
-	rules, unfiltered := nftWant(v, want, keys, d.priv)
-	add, remove := plan(have, rules)
-	out := newOutcome()
+	rules, unfiltered := nftWant(v, want, keys, d.Priv)
+	add, remove := Plan(have, rules)
+	out := NewOutcome()
 	writes := len(remove)
 	for _, w := range add {
-		out.missingBefore[w.o.Mark()] = true
+		out.MissingBefore[w.o.Mark()] = true
 		if w.err != nil {
-			out.failed[w.o.Mark()] = w.err.Error()
+			out.Failed[w.o.Mark()] = w.err.Error()
 		} else {
 			writes++
 		}
@@ -126,16 +126,16 @@ func (d *nftDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 		}
 	}
 
-	held := heldSlots(have)
+	held := HeldSlots(have)
 	for _, k := range keys {
-		out.present[k] = out.failed[k] == ""
+		out.Present[k] = out.Failed[k] == ""
 	}
 	for _, w := range rules {
-		if held[w.slot()] == 0 {
-			out.present[w.o.Mark()] = false
+		if held[w.Slot()] == 0 {
+			out.Present[w.o.Mark()] = false
 		}
 	}
-	r := d.settle(KindNftables, keys, want, out)
+	r := d.Settle(KindNftables, keys, want, out)
 	for i := range r.Openings {
 		if unfiltered[r.Openings[i].Opening.Mark()] && r.Openings[i].State != Failed {
 			r.Openings[i].Reason = "the found ruleset does not filter this path"
@@ -151,18 +151,18 @@ func (d *nftDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 // own conn (DESIGN.md, traps) and a re-read is the only word on what landed; it records the
 // batch's error for added rules that did not land. Adds that could not be built (w.err) are
 // skipped: Converge has recorded them failed.
-func (d *nftDriver) apply(chains []*nftables.Chain, have []nftMarked, rules, add []nftWanted, remove []nftMarked, out *outcome) ([]nftMarked, error) {
-	dels := make([]ruleDelete, 0, len(remove))
+func (d *nftDriver) apply(chains []*nftables.Chain, have []nftMarked, rules, add []nftWanted, remove []nftMarked, out *Outcome) ([]nftMarked, error) {
+	dels := make([]RuleDelete, 0, len(remove))
 	for _, r := range remove {
-		dels = append(dels, ruleDelete{chain: r.chain, handle: r.handle})
+		dels = append(dels, RuleDelete{Chain: r.chain, Handle: r.handle})
 	}
-	adds := make([]ruleInsert, 0, len(add))
+	adds := make([]RuleInsert, 0, len(add))
 	for _, w := range add {
 		if w.err == nil {
-			adds = append(adds, ruleInsert{chain: w.chain, exprs: w.exprs, comment: w.o.Mark()})
+			adds = append(adds, RuleInsert{Chain: w.chain, Exprs: w.exprs, Comment: w.o.Mark()})
 		}
 	}
-	ferr := d.env.writeRules(dels, adds)
+	ferr := d.Env.WriteRules(dels, adds)
 	var after []nftMarked
 	if ferr == nil {
 		gone := map[uint64]bool{}
@@ -180,17 +180,17 @@ func (d *nftDriver) apply(chains []*nftables.Chain, have []nftMarked, rules, add
 			}
 		}
 	} else {
-		d.env.log().Warn("nftables batch failed, re-reading", "adds", len(add), "deletes", len(remove), "err", ferr)
+		d.Env.Logger().Warn("nftables batch failed, re-reading", "adds", len(add), "deletes", len(remove), "err", ferr)
 		var rerr error
-		if after, rerr = nftRead(d.env, chains); rerr != nil {
+		if after, rerr = nftRead(d.Env, chains); rerr != nil {
 			return nil, errors.Join(ferr, rerr)
 		}
 	}
 	var unheld []nftWanted
-	out.added, out.removed, unheld = written(after, rules, add, remove)
+	out.Added, out.Removed, unheld = Written(after, rules, add, remove)
 	for _, w := range unheld {
-		if ferr != nil && out.failed[w.o.Mark()] == "" {
-			out.failed[w.o.Mark()] = ferr.Error()
+		if ferr != nil && out.Failed[w.o.Mark()] == "" {
+			out.Failed[w.o.Mark()] = ferr.Error()
 		}
 	}
 	return after, nil

@@ -32,7 +32,7 @@ import (
 // policy. Like every opening it is read back on every pass and by the watch, which puts it back
 // if a reload drops it.
 type ufwDriver struct {
-	base
+	Base
 	found Found
 }
 
@@ -119,7 +119,7 @@ func ufwArgs(text string, del bool) ([]string, error) {
 }
 
 func (d *ufwDriver) ufw(ctx context.Context, args ...string) error {
-	_, err := d.env.run(ctx, "ufw", args...)
+	_, err := d.Env.Run(ctx, "ufw", args...)
 	return err
 }
 
@@ -127,14 +127,14 @@ func (d *ufwDriver) ufw(ctx context.Context, args ...string) error {
 // as. Its slot is both: a tuple carrying another opening's mark is not the rule wanted.
 type ufwMarked struct{ mark, text string }
 
-func (t ufwMarked) slot() string { return t.mark + "\t" + t.text }
+func (t ufwMarked) Slot() string { return t.mark + "\t" + t.text }
 
 // markedTuples is the rules meshd marked in ufw, one per ufw rule: a rule from anywhere is in
 // both user.rules and user6.rules, and the IPv4 tuple names it, its IPv6 twin folded into it.
 func markedTuples(tuples []ufwTuple) []ufwMarked {
 	all := map[ufwMarked]bool{}
 	for _, t := range tuples {
-		if strings.HasPrefix(t.Comment, markPrefix) {
+		if strings.HasPrefix(t.Comment, MarkPrefix) {
 			all[ufwMarked{t.Comment, t.Text}] = true
 		}
 	}
@@ -185,7 +185,7 @@ func ufwV4Twin(text string) string {
 func ufwWant(tuples []ufwTuple, want map[string]Opening, keys []string, priv Private, ipv6 bool) (rules []ufwMarked, heldBy, failed map[string]string) {
 	userOwned := map[string]bool{} // tuple texts of the found firewall's own rules
 	for _, t := range tuples {
-		if !strings.HasPrefix(t.Comment, markPrefix) {
+		if !strings.HasPrefix(t.Comment, MarkPrefix) {
 			userOwned[t.Text] = true
 		}
 	}
@@ -243,17 +243,17 @@ func ufwKeepsIPv6(def []byte) bool {
 // apply runs a plan, one ufw command per rule (ufw has no batch), deletes first: re-adding a
 // tuple ufw already holds would only rewrite its comment. A delete that fails is logged and
 // left for the next pass; an add that fails fails its opening.
-func (d *ufwDriver) apply(ctx context.Context, add, remove []ufwMarked, out *outcome) {
+func (d *ufwDriver) apply(ctx context.Context, add, remove []ufwMarked, out *Outcome) {
 	for _, t := range remove {
 		args, err := ufwArgs(t.text, true)
 		if err == nil {
 			err = d.ufw(ctx, args...)
 		}
 		if err != nil {
-			d.env.log().Warn("ufw delete failed", "tuple", t.text, "err", err)
+			d.Env.Logger().Warn("ufw delete failed", "tuple", t.text, "err", err)
 			continue
 		}
-		out.removed++
+		out.Removed++
 	}
 	for _, t := range add {
 		args, err := ufwArgs(t.text, false)
@@ -261,24 +261,24 @@ func (d *ufwDriver) apply(ctx context.Context, add, remove []ufwMarked, out *out
 			err = d.ufw(ctx, append(args, "comment", t.mark)...)
 		}
 		if err != nil {
-			out.failed[t.mark] = err.Error()
+			out.Failed[t.mark] = err.Error()
 			continue
 		}
-		out.added++
+		out.Added++
 	}
 }
 
 // Converge makes meshd's ufw rules equal to what desired needs (in one batch where this
 // process sees ufw's files, else one ufw command per rule), then its DOCKER-USER rules in ufw's iptables backend through xtConverge.
 func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	want, keys, err := dedupe(desired)
+	d.Mu.Lock()
+	defer d.Mu.Unlock()
+	want, keys, err := Dedupe(desired)
 	if err != nil {
 		return Report{}, err
 	}
 	convergeUFW := d.convergeCommands
-	if d.env.seesFiles() {
+	if d.Env.SeesFiles() {
 		convergeUFW = d.convergeFiles
 	}
 	rules, heldBy, have, out, err := convergeUFW(ctx, want, keys)
@@ -291,17 +291,17 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	if backend == "" {
 		backend = "nft"
 	}
-	xt, err := xtConverge(ctx, d.env, backend, false, d.priv, want, keys, ufwXTChains)
+	xt, err := xtConverge(ctx, d.Env, backend, false, d.Priv, want, keys, ufwXTChains)
 	if err != nil {
 		return Report{}, err
 	}
-	xt6, err := xtConverge(ctx, d.env, backend, true, d.priv, want, keys, ufwXTChains)
+	xt6, err := xtConverge(ctx, d.Env, backend, true, d.Priv, want, keys, ufwXTChains)
 	if err != nil {
 		return Report{}, err
 	}
-	xt.merge(xt6)
-	ufwMerge(keys, &out, xt, heldSlots(have), rules, d.notLoaded(ctx, backend))
-	r := d.settle(KindUFW, keys, want, out)
+	xt.Merge(xt6)
+	ufwMerge(keys, &out, xt, HeldSlots(have), rules, d.notLoaded(ctx, backend))
+	r := d.Settle(KindUFW, keys, want, out)
 	for i := range r.Openings {
 		if why := heldBy[r.Openings[i].Opening.Mark()]; why != "" && r.Openings[i].State != Failed {
 			r.Openings[i].Reason = why
@@ -327,26 +327,26 @@ func ufwXTChains(o Opening, x *xtDump) []string {
 
 // convergeCommands is the per-rule way, for a ufw whose files this process does not see: read,
 // plan, one ufw command per rule, re-read.
-func (d *ufwDriver) convergeCommands(ctx context.Context, want map[string]Opening, keys []string) (rules []ufwMarked, heldBy map[string]string, have []ufwMarked, out outcome, err error) {
-	tuples, err := readUFWTuples(ctx, d.env)
+func (d *ufwDriver) convergeCommands(ctx context.Context, want map[string]Opening, keys []string) (rules []ufwMarked, heldBy map[string]string, have []ufwMarked, out Outcome, err error) {
+	tuples, err := readUFWTuples(ctx, d.Env)
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
-	def, _, err := d.env.readFile(ctx, ufwDefaults)
+	def, _, err := d.Env.ReadFile(ctx, ufwDefaults)
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
-	rules, heldBy, failed := ufwWant(tuples, want, keys, d.priv, ufwKeepsIPv6(def))
+	rules, heldBy, failed := ufwWant(tuples, want, keys, d.Priv, ufwKeepsIPv6(def))
 	have = markedTuples(tuples)
-	add, remove := plan(have, rules)
-	out = newOutcome()
-	out.failed = failed
+	add, remove := Plan(have, rules)
+	out = NewOutcome()
+	out.Failed = failed
 	for _, t := range add {
-		out.missingBefore[t.mark] = true
+		out.MissingBefore[t.mark] = true
 	}
 	if len(add)+len(remove) > 0 {
 		d.apply(ctx, add, remove, &out)
-		if tuples, err = readUFWTuples(ctx, d.env); err != nil {
+		if tuples, err = readUFWTuples(ctx, d.Env); err != nil {
 			return nil, nil, nil, out, err
 		}
 		have = markedTuples(tuples)
@@ -357,8 +357,8 @@ func (d *ufwDriver) convergeCommands(ctx context.Context, want map[string]Openin
 // notLoaded says why ufw's rules do nothing, if it is enabled but its chains are absent from
 // its iptables backend; "" otherwise.
 func (d *ufwDriver) notLoaded(ctx context.Context, backend string) string {
-	if x, _, err := readXT(ctx, d.env, backend, false); err == nil && (x == nil || !x.has("ufw-user-input")) {
-		conf, _, _ := d.env.readFile(ctx, ufwConf)
+	if x, _, err := readXT(ctx, d.Env, backend, false); err == nil && (x == nil || !x.has("ufw-user-input")) {
+		conf, _, _ := d.Env.ReadFile(ctx, ufwConf)
 		if strings.Contains(string(conf), "ENABLED=yes") {
 			return "ufw is enabled but its chains are not loaded in iptables-" + backend
 		}
@@ -368,25 +368,25 @@ func (d *ufwDriver) notLoaded(ctx context.Context, backend string) string {
 
 // ufwMerge folds the DOCKER-USER pass (xt) into the ufw pass (out): an opening is in force
 // when neither failed, its ufw rule (if it needs one) is held, and ufw is loaded.
-func ufwMerge(keys []string, out *outcome, xt outcome, held map[string]int, rules []ufwMarked, notLoaded string) {
-	out.added += xt.added
-	out.removed += xt.removed
+func ufwMerge(keys []string, out *Outcome, xt Outcome, held map[string]int, rules []ufwMarked, notLoaded string) {
+	out.Added += xt.Added
+	out.Removed += xt.Removed
 	for _, k := range keys {
-		out.missingBefore[k] = out.missingBefore[k] || xt.missingBefore[k]
-		out.present[k] = out.failed[k] == "" && xt.failed[k] == "" && xt.present[k]
+		out.MissingBefore[k] = out.MissingBefore[k] || xt.MissingBefore[k]
+		out.Present[k] = out.Failed[k] == "" && xt.Failed[k] == "" && xt.Present[k]
 	}
 	for _, t := range rules {
-		if held[t.slot()] == 0 {
-			out.present[t.mark] = false
+		if held[t.Slot()] == 0 {
+			out.Present[t.mark] = false
 		}
 	}
 	for _, k := range keys {
 		if notLoaded != "" {
-			out.present[k] = false
-			out.failed[k] = notLoaded
+			out.Present[k] = false
+			out.Failed[k] = notLoaded
 		}
-		if xt.failed[k] != "" {
-			out.failed[k] = xt.failed[k]
+		if xt.Failed[k] != "" {
+			out.Failed[k] = xt.Failed[k]
 		}
 	}
 }

@@ -19,7 +19,7 @@ import (
 // found firewall leaves it, and meshd writes no IPv6 rule: an accept there would change nothing
 // but leave a table the found firewall never had (see docs/architecture.md).
 type xtDriver struct {
-	base
+	Base
 	backend string
 }
 
@@ -52,28 +52,28 @@ func xtChains6(o Opening, x *xtDump) []string {
 }
 
 func (d *xtDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	want, keys, err := dedupe(desired)
+	d.Mu.Lock()
+	defer d.Mu.Unlock()
+	want, keys, err := Dedupe(desired)
 	if err != nil {
 		return Report{}, err
 	}
-	out, err := xtConverge(ctx, d.env, d.backend, false, d.priv, want, keys, xtChains4)
+	out, err := xtConverge(ctx, d.Env, d.backend, false, d.Priv, want, keys, xtChains4)
 	if err != nil {
 		return Report{}, err
 	}
-	out6, err := xtConverge(ctx, d.env, d.backend, true, d.priv, want, keys, xtChains6)
+	out6, err := xtConverge(ctx, d.Env, d.backend, true, d.Priv, want, keys, xtChains6)
 	if err != nil {
 		return Report{}, err
 	}
-	out.merge(out6)
-	return d.settle(KindIptables, keys, want, out), nil
+	out.Merge(out6)
+	return d.Settle(KindIptables, keys, want, out), nil
 }
 
 // xtChains are where meshd puts (and so looks for) its marked iptables rules.
 var xtChains = map[string]bool{"INPUT": true, "FORWARD": true, "DOCKER-USER": true}
 
-func (r xtRule) slot() string { return r.Chain + "/" + r.Mark }
+func (r xtRule) Slot() string { return r.Chain + "/" + r.Mark }
 
 // xtWanted is the rule one opening needs at the head of one iptables chain: the line
 // iptables-restore inserts, or why there is none.
@@ -84,7 +84,7 @@ type xtWanted struct {
 	err   string
 }
 
-func (w xtWanted) slot() string { return w.chain + "/" + w.o.Mark() }
+func (w xtWanted) Slot() string { return w.chain + "/" + w.o.Mark() }
 
 // xtMarked is the marked rules of a dump in the chains meshd writes to, copies included.
 func xtMarked(x *xtDump) []xtRule {
@@ -148,20 +148,20 @@ func readXTOrEmpty(ctx context.Context, env Env, backend string, v6 bool) (*xtDu
 // where chainFor now wants nothing: an opening gone, or a table that stopped filtering, leaves no
 // accept behind in either family.
 func xtConverge(ctx context.Context, env Env, backend string, v6 bool, priv Private, want map[string]Opening, keys []string,
-	chainFor func(Opening, *xtDump) []string) (outcome, error) {
-	out := newOutcome()
+	chainFor func(Opening, *xtDump) []string) (Outcome, error) {
+	out := NewOutcome()
 	x, err := readXTOrEmpty(ctx, env, backend, v6)
 	if err != nil {
 		return out, err
 	}
 	rules := xtWant(x, priv, want, keys, chainFor)
 	have := xtMarked(x)
-	add, remove := plan(have, rules)
+	add, remove := Plan(have, rules)
 	var lines []string
 	for _, w := range add {
-		out.missingBefore[w.o.Mark()] = true
+		out.MissingBefore[w.o.Mark()] = true
 		if w.err != "" {
-			out.failed[w.o.Mark()] = w.err
+			out.Failed[w.o.Mark()] = w.err
 			continue
 		}
 		lines = append(lines, w.line)
@@ -172,12 +172,12 @@ func xtConverge(ctx context.Context, env Env, backend string, v6 bool, priv Priv
 		}
 	}
 	for _, k := range keys {
-		out.present[k] = out.failed[k] == ""
+		out.Present[k] = out.Failed[k] == ""
 	}
-	held := heldSlots(have)
+	held := HeldSlots(have)
 	for _, w := range rules {
-		if held[w.slot()] == 0 {
-			out.present[w.o.Mark()] = false
+		if held[w.Slot()] == 0 {
+			out.Present[w.o.Mark()] = false
 		}
 	}
 	return out, nil
@@ -186,10 +186,10 @@ func xtConverge(ctx context.Context, env Env, backend string, v6 bool, priv Priv
 // xtApplyAndReread writes a plan in one iptables-restore and re-reads the table whatever it
 // returned, recording in out what the re-read shows written and the restore's error for
 // added rules that did not land. It returns the re-read's marked rules.
-func xtApplyAndReread(ctx context.Context, env Env, backend string, v6 bool, rules, add []xtWanted, remove []xtRule, lines []string, out *outcome) ([]xtRule, error) {
+func xtApplyAndReread(ctx context.Context, env Env, backend string, v6 bool, rules, add []xtWanted, remove []xtRule, lines []string, out *Outcome) ([]xtRule, error) {
 	aerr := xtApply(ctx, env, backend, v6, remove, lines)
 	if aerr != nil {
-		env.log().Warn("iptables batch failed, re-reading", "tool", xtName(backend, v6), "err", aerr)
+		env.Logger().Warn("iptables batch failed, re-reading", "tool", xtName(backend, v6), "err", aerr)
 	}
 	x, err := readXTOrEmpty(ctx, env, backend, v6)
 	if err != nil {
@@ -197,10 +197,10 @@ func xtApplyAndReread(ctx context.Context, env Env, backend string, v6 bool, rul
 	}
 	after := xtMarked(x)
 	var unheld []xtWanted
-	out.added, out.removed, unheld = written(after, rules, add, remove)
+	out.Added, out.Removed, unheld = Written(after, rules, add, remove)
 	for _, w := range unheld {
 		if aerr != nil && w.err == "" {
-			out.failed[w.o.Mark()] = aerr.Error()
+			out.Failed[w.o.Mark()] = aerr.Error()
 		}
 	}
 	return after, nil

@@ -78,7 +78,7 @@ func TestGuard(t *testing.T) {
 	l.sh("nft -f /etc/nftables.conf")
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		if _, err := l.env.run(ctx, "nft", "list", "table", "inet", GuardTable); err == nil {
+		if _, err := l.env.Run(ctx, "nft", "list", "table", "inet", GuardTable); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -106,7 +106,7 @@ func newLab(t testing.TB) *lab {
 // sh runs a shell command on the host (its netns and mount namespace).
 func (l *lab) sh(cmd string) string {
 	l.t.Helper()
-	out, err := l.env.run(context.Background(), "sh", "-c", cmd)
+	out, err := l.env.Run(context.Background(), "sh", "-c", cmd)
 	if err != nil {
 		l.t.Fatalf("host: %s: %v", cmd, err)
 	}

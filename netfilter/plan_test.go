@@ -22,7 +22,7 @@ type rule struct {
 	id int
 }
 
-func (r rule) slot() string { return r.s }
+func (r rule) Slot() string { return r.s }
 
 func rules(spec ...string) []rule {
 	out := make([]rule, len(spec))
@@ -61,7 +61,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			add, remove := plan(c.have, c.want)
+			add, remove := Plan(c.have, c.want)
 			if got := slotsOf(add); !reflect.DeepEqual(got, c.wantAdd) {
 				t.Errorf("add %q, want %q", got, c.wantAdd)
 			}
@@ -82,14 +82,14 @@ func TestPlan(t *testing.T) {
 				t.Errorf("kept copies %v, want %v", kept, c.keptIDs)
 			}
 			// Applying the plan leaves exactly one rule per wanted slot.
-			after := heldSlots(c.have)
+			after := HeldSlots(c.have)
 			for _, r := range remove {
 				after[r.s]--
 			}
 			for _, w := range add {
 				after[w.s]++
 			}
-			for s := range heldSlots(c.want) {
+			for s := range HeldSlots(c.want) {
 				if after[s] != 1 {
 					t.Errorf("after applying, slot %s holds %d rules, want 1", s, after[s])
 				}
@@ -107,7 +107,7 @@ func TestPlan(t *testing.T) {
 func TestPlanOrderIndependent(t *testing.T) {
 	have := rules("a", "x", "b", "a", "y", "a", "x")
 	want := rules("c", "a", "d", "b", "c")
-	add0, rem0 := plan(have, want)
+	add0, rem0 := Plan(have, want)
 	// every rotation and the reversal of both inputs
 	for i := range have {
 		for j := range want {
@@ -118,7 +118,7 @@ func TestPlanOrderIndependent(t *testing.T) {
 					slices.Reverse(h)
 					slices.Reverse(w)
 				}
-				add, rem := plan(h, w)
+				add, rem := Plan(h, w)
 				if !reflect.DeepEqual(slotsOf(add), slotsOf(add0)) || !reflect.DeepEqual(slotsOf(rem), slotsOf(rem0)) {
 					t.Fatalf("have %v want %v: add %q remove %q; in the first order add %q remove %q",
 						slotsOf(h), slotsOf(w), slotsOf(add), slotsOf(rem), slotsOf(add0), slotsOf(rem0))
@@ -131,7 +131,7 @@ func TestPlanOrderIndependent(t *testing.T) {
 func TestPlanWritten(t *testing.T) {
 	have := rules("a", "a", "a", "x", "x")
 	want := rules("a", "b", "c")
-	add, remove := plan(have, want) // add b, c; remove a, a, x, x
+	add, remove := Plan(have, want) // add b, c; remove a, a, x, x
 	cases := []struct {
 		name                   string
 		after                  []rule
@@ -145,7 +145,7 @@ func TestPlanWritten(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			added, removed, unheld := written(c.after, want, add, remove)
+			added, removed, unheld := Written(c.after, want, add, remove)
 			if added != c.wantAdded || removed != c.wantRemoved {
 				t.Errorf("written: %d added, %d removed; want %d, %d", added, removed, c.wantAdded, c.wantRemoved)
 			}
@@ -479,7 +479,7 @@ func TestPlanUFWTuples(t *testing.T) {
 	v6 := Opening{Module: "v6", Proto: "tcp", Port: 7002, From: "2001:db8::/32", Path: PathIncoming}
 	priv := Private{Interface: "wg0", Range: netip.MustParsePrefix("10.99.0.0/16")}
 	store := Opening{Module: "store", Proto: "tcp", Port: 7001, From: FromPrivate, Path: PathIncoming}
-	want, keys, err := dedupe([]Opening{web, v6, store})
+	want, keys, err := Dedupe([]Opening{web, v6, store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestPlanUFWTuples(t *testing.T) {
 	if len(heldBy)+len(failed) != 0 {
 		t.Fatalf("held by %v, failed %v", heldBy, failed)
 	}
-	add, remove := plan(markedTuples(tuples), wantRules)
+	add, remove := Plan(markedTuples(tuples), wantRules)
 	if len(add) != 1 || add[0] != (ufwMarked{store.Mark(), text(store)}) {
 		t.Fatalf("add %v, want only store's rule on the current range", add)
 	}
@@ -509,7 +509,7 @@ func TestPlanUFWTuples(t *testing.T) {
 	ssh := Opening{Module: "ssh", Proto: "tcp", Port: 22, From: FromAnywhere, Path: PathIncoming}
 	www := web
 	www.Module = "www"
-	want, keys, _ = dedupe([]Opening{ssh, www, web})
+	want, keys, _ = Dedupe([]Opening{ssh, www, web})
 	wantRules, heldBy, _ = ufwWant(tuples, want, keys, priv, true)
 	if len(wantRules) != 1 || wantRules[0].mark != web.Mark() || heldBy[ssh.Mark()] == "" || heldBy[www.Mark()] == "" {
 		t.Fatalf("rules %v, held by %v", wantRules, heldBy)
@@ -526,11 +526,11 @@ func TestPlanNftWant(t *testing.T) {
 	web := Opening{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming}
 	app := Opening{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded}
 	store := Opening{Module: "store", Proto: "tcp", Port: 7001, From: FromPrivate, Path: PathIncoming}
-	want, keys, _ := dedupe([]Opening{v6, web, app, store})
+	want, keys, _ := Dedupe([]Opening{v6, web, app, store})
 	got, unfiltered := nftWant(v, want, keys, Private{})
 	var slots []string
 	for _, w := range got {
-		s := w.slot()
+		s := w.Slot()
 		if w.err != nil {
 			s += " (error)"
 		}
@@ -561,7 +561,7 @@ func TestPlanUFWProxyTuple(t *testing.T) {
 	store := Opening{Module: "store", Proto: "tcp", Port: 6379, From: FromPrivate, Path: PathForwarded}
 	web := Opening{Module: "web", Proto: "tcp", Port: 9000, From: FromAnywhere, Path: PathForwarded}
 	webIn := Opening{Module: "webin", Proto: "tcp", Port: 9000, From: FromAnywhere, Path: PathIncoming}
-	want, keys, err := dedupe([]Opening{app, office, lan, store, web, webIn})
+	want, keys, err := Dedupe([]Opening{app, office, lan, store, web, webIn})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,29 +57,29 @@ func Retire(ctx context.Context, env Env, found Found) (Retired, error) {
 		if err := openBuiltinPolicies(ctx, env, found.Backend); err != nil {
 			return r, fmt.Errorf("retire ufw: %w", err)
 		}
-		if _, err := env.run(ctx, "ufw", "disable"); err != nil {
+		if _, err := env.Run(ctx, "ufw", "disable"); err != nil {
 			return r, fmt.Errorf("retire ufw: %w", err)
 		}
 	case KindNftables:
 		var del strings.Builder
 		for _, name := range found.Tables {
-			out, err := env.run(ctx, "nft", "list", "table", strings.Fields(name)[0], strings.Fields(name)[1])
+			out, err := env.Run(ctx, "nft", "list", "table", strings.Fields(name)[0], strings.Fields(name)[1])
 			if err != nil {
 				return r, fmt.Errorf("retire nftables: save table %s: %w", name, err)
 			}
 			r.Tables = append(r.Tables, SavedTable{Name: name, Dump: string(out)})
 			fmt.Fprintf(&del, "delete table %s\n", name)
 		}
-		if err := r.save(env); err != nil {
+		if err := r.Save(env); err != nil {
 			return r, err
 		}
-		if _, err := env.runIn(ctx, []byte(del.String()), "nft", "-f", "-"); err != nil {
+		if _, err := env.RunIn(ctx, []byte(del.String()), "nft", "-f", "-"); err != nil {
 			return r, fmt.Errorf("retire nftables: remove tables %s: %w", strings.Join(found.Tables, ", "), err)
 		}
-		if _, err := env.run(ctx, "test", "-d", "/run/systemd/system"); err == nil {
-			out, _ := env.run(ctx, "systemctl", "is-enabled", "nftables.service")
+		if _, err := env.Run(ctx, "test", "-d", "/run/systemd/system"); err == nil {
+			out, _ := env.Run(ctx, "systemctl", "is-enabled", "nftables.service")
 			if strings.TrimSpace(string(out)) == "enabled" {
-				if _, err := env.run(ctx, "systemctl", "disable", "nftables.service"); err != nil {
+				if _, err := env.Run(ctx, "systemctl", "disable", "nftables.service"); err != nil {
 					return r, fmt.Errorf("retire nftables: disable loading at boot: %w", err)
 				}
 				r.BootDisabled = true
@@ -94,7 +94,7 @@ func Retire(ctx context.Context, env Env, found Found) (Retired, error) {
 	default:
 		return r, fmt.Errorf("retire found firewall %s: %w", found.Kind, ErrUnsupported)
 	}
-	return r, r.save(env)
+	return r, r.Save(env)
 }
 
 // xtBootUnit loads /etc/iptables/rules.v4 at boot on Debian (iptables-persistent).
@@ -164,7 +164,7 @@ func retireXT(ctx context.Context, env Env, found Found, r *Retired) error {
 	}
 	// Saved before anything is removed: a crash between leaves a record to restore from.
 	r.Removing = true
-	if err := r.save(env); err != nil {
+	if err := r.Save(env); err != nil {
 		return err
 	}
 	for _, f := range fams {
@@ -173,10 +173,10 @@ func retireXT(ctx context.Context, env Env, found Found, r *Retired) error {
 		}
 	}
 	r.Removing = false
-	if _, err := env.run(ctx, "test", "-d", "/run/systemd/system"); err == nil {
-		out, _ := env.run(ctx, "systemctl", "is-enabled", xtBootUnit)
+	if _, err := env.Run(ctx, "test", "-d", "/run/systemd/system"); err == nil {
+		out, _ := env.Run(ctx, "systemctl", "is-enabled", xtBootUnit)
 		if strings.TrimSpace(string(out)) == "enabled" {
-			if _, err := env.run(ctx, "systemctl", "disable", xtBootUnit); err != nil {
+			if _, err := env.Run(ctx, "systemctl", "disable", xtBootUnit); err != nil {
 				return fmt.Errorf("retire iptables: disable loading at boot (%s): %w", xtBootUnit, err)
 			}
 			r.BootDisabled = true
@@ -203,11 +203,11 @@ func openBuiltinPolicies(ctx context.Context, env Env, backend string) error {
 	for _, v6 := range []bool{false, true} {
 		if v6 {
 			// As ufw's stop: ip6tables only where it answers.
-			if _, err := env.run(ctx, xtBin(backend, true, ""), "-L", "INPUT", "-n"); err != nil {
+			if _, err := env.Run(ctx, xtBin(backend, true, ""), "-L", "INPUT", "-n"); err != nil {
 				continue
 			}
 		}
-		if _, err := env.runIn(ctx, []byte(open), xtBin(backend, v6, "-restore"), "--noflush"); err != nil {
+		if _, err := env.RunIn(ctx, []byte(open), xtBin(backend, v6, "-restore"), "--noflush"); err != nil {
 			return fmt.Errorf("open the built-in policies before ufw disable (%s): %w", xtName(backend, v6), err)
 		}
 	}
@@ -274,13 +274,13 @@ func xtApplyPolicies(ctx context.Context, env Env, backend string, v6 bool, poli
 		b.WriteString(a + "\n")
 	}
 	b.WriteString("COMMIT\n")
-	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, v6, "-restore"), "--noflush"); err != nil {
+	if _, err := env.RunIn(ctx, []byte(b.String()), xtBin(backend, v6, "-restore"), "--noflush"); err != nil {
 		return fmt.Errorf("%s-restore --noflush (%d policies, %d removed, %d added): %w", xtName(backend, v6), len(policies), len(del), len(add), err)
 	}
 	return nil
 }
 
-func (r Retired) save(env Env) error {
+func (r Retired) Save(env Env) error {
 	if env.StateDir == "" {
 		return nil
 	}
@@ -320,7 +320,7 @@ func Restore(ctx context.Context, env Env, r Retired) error {
 	switch r.Kind {
 	case KindNone:
 	case KindUFW:
-		if _, err := env.run(ctx, "ufw", "--force", "enable"); err != nil {
+		if _, err := env.Run(ctx, "ufw", "--force", "enable"); err != nil {
 			return fmt.Errorf("restore ufw: %w", err)
 		}
 	case KindNftables:
@@ -333,11 +333,11 @@ func Restore(ctx context.Context, env Env, r Retired) error {
 			b.WriteString(t.Dump)
 			b.WriteString("\n")
 		}
-		if _, err := env.runIn(ctx, []byte(b.String()), "nft", "-f", "-"); err != nil {
+		if _, err := env.RunIn(ctx, []byte(b.String()), "nft", "-f", "-"); err != nil {
 			return fmt.Errorf("restore nftables tables: %w", err)
 		}
 		if r.BootDisabled {
-			if _, err := env.run(ctx, "systemctl", "enable", "nftables.service"); err != nil {
+			if _, err := env.Run(ctx, "systemctl", "enable", "nftables.service"); err != nil {
 				return fmt.Errorf("restore nftables: enable loading at boot: %w", err)
 			}
 		}
@@ -372,14 +372,14 @@ func restoreXT(ctx context.Context, env Env, r Retired) error {
 		}
 	}
 	if r.BootDisabled {
-		if _, err := env.run(ctx, "systemctl", "enable", xtBootUnit); err != nil {
+		if _, err := env.Run(ctx, "systemctl", "enable", xtBootUnit); err != nil {
 			return fmt.Errorf("restore iptables: enable loading at boot (%s): %w", xtBootUnit, err)
 		}
 	}
 	if env.StateDir != "" {
 		if kept, err := LoadRetired(env.StateDir); err == nil && kept.Removing {
 			kept.Removing = false
-			return kept.save(env)
+			return kept.Save(env)
 		}
 	}
 	return nil

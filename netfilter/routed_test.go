@@ -15,7 +15,7 @@ func TestUnitRoutedOpening(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if back, ok := parseMark(o.Mark()); !ok || back != o {
+	if back, ok := ParseMark(o.Mark()); !ok || back != o {
 		t.Fatalf("mark %q reads back as %+v (%v)", o.Mark(), back, ok)
 	}
 	for _, bad := range []Opening{

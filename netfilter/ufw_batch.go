@@ -31,7 +31,7 @@ const ufwDefaults = "/etc/default/ufw"
 // lockUFW takes ufw's lock the way ufw takes it, waiting for a running ufw command to finish
 // (or ctx to end). The returned function releases it.
 func lockUFW(ctx context.Context, env Env) (func(), error) {
-	p := env.path(ufwLockPath)
+	p := env.Path(ufwLockPath)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("ufw's lock: %w", err)
@@ -69,7 +69,7 @@ type ufwFiles struct {
 }
 
 func readUFWFiles(env Env) (*ufwFiles, error) {
-	f := &ufwFiles{path4: env.path(ufwUserRules), path6: env.path(ufwUser6)}
+	f := &ufwFiles{path4: env.Path(ufwUserRules), path6: env.Path(ufwUser6)}
 	var err error
 	if f.v4, err = os.ReadFile(f.path4); err != nil {
 		return nil, fmt.Errorf("ufw is in use but its rules cannot be read: %w", err)
@@ -83,7 +83,7 @@ func readUFWFiles(env Env) (*ufwFiles, error) {
 	} else if !os.IsNotExist(err) {
 		return nil, err
 	}
-	def, _ := os.ReadFile(env.path(ufwDefaults))
+	def, _ := os.ReadFile(env.Path(ufwDefaults))
 	f.ipv6 = ufwKeepsIPv6(def)
 	for _, b := range [][]byte{f.v4, f.v6} {
 		if b == nil {
@@ -158,7 +158,7 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 	}
 	gone := map[string]bool{}
 	for _, r := range remove {
-		gone[r.slot()] = true
+		gone[r.Slot()] = true
 	}
 	if end < 0 {
 		// The file as the package shipped it (ufw writes its full layout, markers and all, the
@@ -181,7 +181,7 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 			return nil, err
 		}
 		folded := ufwMarked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}
-		if !gone[(ufwMarked{t.Comment, t.Text}).slot()] && !gone[folded.slot()] {
+		if !gone[(ufwMarked{t.Comment, t.Text}).Slot()] && !gone[folded.Slot()] {
 			out = append(out, l)
 			continue
 		}
@@ -218,7 +218,7 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 func touches(file []byte, add []ufwMarked, gone map[string]bool, v6 bool) bool {
 	ts, _ := parseUFWTuples(file)
 	for _, t := range ts {
-		if gone[(ufwMarked{t.Comment, t.Text}).slot()] || gone[(ufwMarked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}).slot()] {
+		if gone[(ufwMarked{t.Comment, t.Text}).Slot()] || gone[(ufwMarked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}).Slot()] {
 			return true
 		}
 	}
@@ -264,26 +264,26 @@ func writeUFWFile(path string, b []byte, was os.FileInfo) error {
 // changes load the edited files into the kernel (one iptables-restore --noflush per family,
 // which refills ufw's user chains exactly as `ufw reload` would) and then write them. A kernel
 // load that fails leaves the files as they were, so the next pass decides again.
-func (d *ufwDriver) convergeFiles(ctx context.Context, want map[string]Opening, keys []string) (rules []ufwMarked, heldBy map[string]string, have []ufwMarked, out outcome, err error) {
-	unlock, err := lockUFW(ctx, d.env)
+func (d *ufwDriver) convergeFiles(ctx context.Context, want map[string]Opening, keys []string) (rules []ufwMarked, heldBy map[string]string, have []ufwMarked, out Outcome, err error) {
+	unlock, err := lockUFW(ctx, d.Env)
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
 	defer func() { unlock() }()
-	files, err := readUFWFiles(d.env)
+	files, err := readUFWFiles(d.Env)
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
-	rules, heldBy, failed := ufwWant(files.tuples, want, keys, d.priv, files.ipv6)
+	rules, heldBy, failed := ufwWant(files.tuples, want, keys, d.Priv, files.ipv6)
 	have = markedTuples(files.tuples)
-	add, remove := plan(have, rules)
-	out = newOutcome()
-	out.failed = failed
+	add, remove := Plan(have, rules)
+	out = NewOutcome()
+	out.Failed = failed
 	if len(add)+len(remove) == 0 {
 		return rules, heldBy, have, out, nil
 	}
 	for _, t := range add {
-		out.missingBefore[t.mark] = true
+		out.MissingBefore[t.mark] = true
 	}
 	if err := d.writeBatch(ctx, files, add, remove); errors.Is(err, ErrUnsupported) {
 		// ufw's files are not in the layout meshd edits (a file ufw has not written yet): ufw's
@@ -292,18 +292,18 @@ func (d *ufwDriver) convergeFiles(ctx context.Context, want map[string]Opening, 
 		unlock = func() {}
 		return d.convergeCommands(ctx, want, keys)
 	} else if err != nil {
-		d.env.log().Warn("ufw batch failed", "added", len(add), "removed", len(remove), "err", err)
+		d.Env.Logger().Warn("ufw batch failed", "added", len(add), "removed", len(remove), "err", err)
 		for _, t := range add {
-			out.failed[t.mark] = err.Error()
+			out.Failed[t.mark] = err.Error()
 		}
 		return rules, heldBy, have, out, nil
 	}
-	out.added, out.removed = len(add), len(remove)
+	out.Added, out.Removed = len(add), len(remove)
 	// what ufw now holds: have less the removed, plus the added
-	gone := heldSlots(remove)
+	gone := HeldSlots(remove)
 	var now []ufwMarked
 	for _, h := range have {
-		if gone[h.slot()] == 0 {
+		if gone[h.Slot()] == 0 {
 			now = append(now, h)
 		}
 	}
@@ -330,17 +330,17 @@ func (d *ufwDriver) writeBatch(ctx context.Context, files *ufwFiles, add, remove
 	if backend == "" {
 		backend = "nft"
 	}
-	x, _, err := readXT(ctx, d.env, backend, false)
+	x, _, err := readXT(ctx, d.Env, backend, false)
 	if err != nil {
 		return err
 	}
 	if x != nil && x.has("ufw-user-input") { // ufw is loaded: the kernel first
-		if _, err := d.env.runIn(ctx, v4, xtBin(backend, false, "-restore"), "--noflush"); err != nil {
+		if _, err := d.Env.RunIn(ctx, v4, xtBin(backend, false, "-restore"), "--noflush"); err != nil {
 			return fmt.Errorf("load ufw's edited user.rules: %w", err)
 		}
 		if v6 != nil && files.ipv6 {
-			if _, err := d.env.runIn(ctx, v6, xtBin(backend, true, "-restore"), "--noflush"); err != nil {
-				_, _ = d.env.runIn(ctx, files.v4, xtBin(backend, false, "-restore"), "--noflush")
+			if _, err := d.Env.RunIn(ctx, v6, xtBin(backend, true, "-restore"), "--noflush"); err != nil {
+				_, _ = d.Env.RunIn(ctx, files.v4, xtBin(backend, false, "-restore"), "--noflush")
 				return fmt.Errorf("load ufw's edited user6.rules: %w", err)
 			}
 		}

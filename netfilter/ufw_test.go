@@ -275,7 +275,7 @@ func TestUFWBatchWritesWhatUFWWrites(t *testing.T) {
 	base := files()
 
 	byCommand := Env{NetNS: l.env.NetNS, Runner: l.env.Runner} // no Root: one ufw command per rule
-	if byCommand.seesFiles() {
+	if byCommand.SeesFiles() {
 		t.Fatal("a runner entering another mount namespace must not be taken for one that sees the files")
 	}
 	dc, _ := NewDriver(byCommand, f, l.private)

@@ -49,14 +49,14 @@ func readXT(ctx context.Context, env Env, backend string, v6 bool) (*xtDump, boo
 		if v6 {
 			names = "/proc/net/ip6_tables_names"
 		}
-		b, err := env.run(ctx, "cat", names)
+		b, err := env.Run(ctx, "cat", names)
 		if err != nil || !bytes.Contains(append([]byte("\n"), b...), []byte("\nfilter\n")) {
 			return nil, false, nil
 		}
 	}
 	name := xtName(backend, v6)
 	// stderr too: iptables-nft-save warns there, exiting 0, about a table it cannot show.
-	out, err := env.run(ctx, "sh", "-c", xtBin(backend, v6, "-save")+" -t filter 2>&1")
+	out, err := env.Run(ctx, "sh", "-c", xtBin(backend, v6, "-save")+" -t filter 2>&1")
 	if err != nil {
 		if strings.Contains(err.Error(), "exit status 127") || strings.Contains(err.Error(), "not found") {
 			return nil, false, nil
@@ -131,7 +131,7 @@ func xtComment(l string) string {
 	} else if j := strings.IndexByte(s, ' '); j >= 0 {
 		s = s[:j]
 	}
-	if strings.HasPrefix(s, markPrefix) {
+	if strings.HasPrefix(s, MarkPrefix) {
 		return s
 	}
 	return ""
@@ -277,7 +277,7 @@ func xtApply(ctx context.Context, env Env, backend string, v6 bool, del []xtRule
 		b.WriteString(a + "\n")
 	}
 	b.WriteString("COMMIT\n")
-	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, v6, "-restore"), "--noflush"); err != nil {
+	if _, err := env.RunIn(ctx, []byte(b.String()), xtBin(backend, v6, "-restore"), "--noflush"); err != nil {
 		return fmt.Errorf("%s-restore --noflush (%d removed, %d added): %w", xtName(backend, v6), len(del), len(add), err)
 	}
 	return nil

@@ -252,7 +252,7 @@ func TestIptablesRetireRestoreIPv6(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Removing = true
-	if err := first.save(l.env); err != nil {
+	if err := first.Save(l.env); err != nil {
 		t.Fatal(err)
 	}
 	if f2, err := Detect(ctx, l.env); err != nil || f2.Kind != KindIptables || !f2.Active {
