@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"meshd/netfilter"
+	"meshd/netfilter/firewall"
 	"meshd/netfilter/internal/nflab"
 )
 
@@ -22,7 +23,7 @@ func TestBootLoadsTheKeptTable(t *testing.T) {
 		t.Fatalf("nothing kept yet: %v, want ErrNothingKept", err)
 	}
 
-	spec := netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{"tcp", 7001}}}
+	spec := netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{Proto: "tcp", Port: 7001}}}
 	if _, err := netfilter.Guard(ctx, env, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -41,11 +42,11 @@ func TestBootLoadsTheKeptTable(t *testing.T) {
 	// the port to anyone (as a found firewall may, or Docker's published ports do): without the
 	// guard the port is open to the world, the gap meshd-boot closes.
 	l.Sh("nft flush ruleset && nft -f /etc/nftables.conf")
-	f, err := netfilter.Detect(ctx, env)
+	f, err := firewall.Detect(ctx, env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := netfilter.NewDriver(env, f, l.Private)
+	d, _ := firewall.NewDriver(env, f, l.Private)
 	nflab.MustConverge(t, d, []netfilter.Opening{{Module: "store", Proto: "tcp", Port: 7001, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}})
 	l.WantReach(l.Cli, l.HostAddr+":7001", true)
 	said, err := netfilter.LoadForBoot(ctx, env)
@@ -63,7 +64,7 @@ func TestBootLoadsTheKeptTable(t *testing.T) {
 	if err := netfilter.RemoveGuard(ctx, env); err != nil {
 		t.Fatal(err)
 	}
-	filter := netfilter.FilterSpec{Private: l.Private, MeshPorts: []netfilter.Port{{"tcp", 7001}},
+	filter := netfilter.FilterSpec{Private: l.Private, MeshPorts: []netfilter.Port{{Proto: "tcp", Port: 7001}},
 		Openings: []netfilter.Opening{{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}}}
 	if _, err := netfilter.KeepForBoot(env, netfilter.BootTables{Filter: &filter}); err != nil {
 		t.Fatal(err)

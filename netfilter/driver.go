@@ -1,28 +1,10 @@
 package netfilter
 
 import (
-	"context"
-	"fmt"
 	"sort"
 	"sync"
 	"time"
 )
-
-// NewDriver returns the driver for the found firewall. priv is the private network, needed
-// for openings from "private". A found kind meshd does not speak is an error.
-func NewDriver(env Env, found Found, priv Private) (Driver, error) {
-	switch found.Kind {
-	case KindNftables:
-		return &nftDriver{Base: NewBase(env, priv), found: found}, nil
-	case KindIptables:
-		return &xtDriver{Base: NewBase(env, priv), backend: found.Backend}, nil
-	case KindUFW:
-		return &ufwDriver{Base: NewBase(env, priv), found: found}, nil
-	case KindNone:
-		return &noneDriver{Base: NewBase(env, priv)}, nil
-	}
-	return nil, fmt.Errorf("found firewall %q: %w", found.Kind, ErrUnsupported)
-}
 
 // Base holds what every driver remembers between calls: when each opening was put in
 // force, so a later call that finds it missing reports it restored.
@@ -111,23 +93,4 @@ func (b *Base) Settle(kind Kind, keys []string, want map[string]Opening, out Out
 		r.Openings = append(r.Openings, st)
 	}
 	return r
-}
-
-// noneDriver: nothing filters, so every opening is in force as it is.
-type noneDriver struct{ Base }
-
-func (d *noneDriver) Kind() Kind { return KindNone }
-
-func (d *noneDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
-	d.Mu.Lock()
-	defer d.Mu.Unlock()
-	want, keys, err := Dedupe(desired)
-	if err != nil {
-		return Report{}, err
-	}
-	out := NewOutcome()
-	for _, k := range keys {
-		out.Present[k] = true
-	}
-	return d.Settle(KindNone, keys, want, out), nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"meshd/internal/testenv"
 	"meshd/netfilter"
+	"meshd/netfilter/firewall"
 	"meshd/netfilter/internal/nflab"
 )
 
@@ -20,11 +21,11 @@ import (
 func TestGuard(t *testing.T) {
 	l := nflab.NewNftables(t)
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := netfilter.NewDriver(l.Env, f, l.Private)
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
 	nflab.MustConverge(t, d, []netfilter.Opening{
 		{Module: "store", Proto: "tcp", Port: 8080, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded},
 		{Module: "store", Proto: "tcp", Port: 7001, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming},
@@ -32,7 +33,7 @@ func TestGuard(t *testing.T) {
 	l.WantReach(l.Cli, l.HostAddr+":8080", true)
 	l.WantReach(l.Cli, l.HostAddr+":7001", true)
 
-	spec := netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{"tcp", 8080}, {"tcp", 7001}}}
+	spec := netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{Proto: "tcp", Port: 8080}, {Proto: "tcp", Port: 7001}}}
 	wrote, err := netfilter.Guard(ctx, l.Env, spec)
 	if err != nil || !wrote {
 		t.Fatalf("guard: wrote=%v err=%v", wrote, err)
@@ -107,7 +108,7 @@ func TestDerivedFilter(t *testing.T) {
 	l.Serve(l.Ctr, "0.0.0.0:80")
 	spec := netfilter.FilterSpec{
 		Private:     l.Private,
-		MeshPorts:   []netfilter.Port{{"tcp", 7001}},
+		MeshPorts:   []netfilter.Port{{Proto: "tcp", Port: 7001}},
 		Openings:    []netfilter.Opening{{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}, {Module: "app", Proto: "tcp", Port: 8080, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded}},
 		ForwardFrom: []string{l.BrIf},
 	}
@@ -146,7 +147,7 @@ func TestDerivedFilterAdmitsOnlyServersToRaft(t *testing.T) {
 	testenv.Run(t, "ip", "-n", l.Cli, "addr", "add", "198.51.100.3/24", "dev", l.UpIf+"c")
 	testenv.Run(t, "ip", "-n", l.Cli, "addr", "add", "2001:db8:100::3/64", "dev", l.UpIf+"c", "nodad")
 	l.Serve(l.Host, "[::]:7071") // both families
-	raft := netfilter.Port{"tcp", 7071}
+	raft := netfilter.Port{Proto: "tcp", Port: 7071}
 	spec := netfilter.FilterSpec{
 		Private:   l.Private,
 		MeshPorts: []netfilter.Port{raft},

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -219,3 +220,8 @@ type Driver interface {
 	Kind() Kind
 	Converge(ctx context.Context, desired []Opening) (Report, error)
 }
+
+// ErrUnsupported is wrapped by Detect's refusals: a found firewall meshd does not speak, or
+// cannot read. Adoption refuses on it rather than adopt a machine with nothing protecting
+// the mesh's ports.
+var ErrUnsupported = errors.New("found firewall is not one meshd speaks")

@@ -1,4 +1,4 @@
-package netfilter_test
+package xt_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"meshd/netfilter"
+	"meshd/netfilter/firewall"
 	"meshd/netfilter/internal/nflab"
 )
 
@@ -48,7 +49,7 @@ func xtSave(l *nflab.Lab) string {
 func TestIptablesOpenings(t *testing.T) {
 	l := newXtLab(t)
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestIptablesOpenings(t *testing.T) {
 	l.Sh("iptables-save > " + saved)
 	before := xtSave(l)
 
-	d, err := netfilter.NewDriver(l.Env, f, l.Private)
+	d, err := firewall.NewDriver(l.Env, f, l.Private)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,18 +188,18 @@ func containsLine(s, prefix, sub string) bool {
 func TestIptablesRetireRestore(t *testing.T) {
 	l := newXtLab(t)
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := netfilter.NewDriver(l.Env, f, l.Private)
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
 	nflab.MustConverge(t, d, []netfilter.Opening{{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}})
 	before := xtSave(l)
 	nat := l.Sh("iptables-save -t nat | grep -v '^#'")
 	l.Sh("mkdir -p /etc/iptables && iptables-save > /etc/iptables/rules.v4")
 	conf := l.Sh("cat /etc/iptables/rules.v4")
 	l.WantReach(l.Cli, l.HostAddr+":7001", false)
-	ret, err := netfilter.Retire(ctx, l.Env, f)
+	ret, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestIptablesRetireRestore(t *testing.T) {
 	l.WantReach(l.Cli, l.HostAddr+":7001", true) // nothing filters now
 	l.WantReach(l.Cli, l.HostAddr+":8080", true) // Docker still forwards
 	for range 2 {
-		if err := netfilter.Restore(ctx, l.Env, ret); err != nil {
+		if err := firewall.Restore(ctx, l.Env, ret); err != nil {
 			t.Fatal(err)
 		}
 		if got := xtSave(l); got != before {

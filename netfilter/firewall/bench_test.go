@@ -1,4 +1,4 @@
-package netfilter_test
+package firewall_test
 
 import (
 	"context"
@@ -11,33 +11,9 @@ import (
 	"time"
 
 	"meshd/netfilter"
+	"meshd/netfilter/firewall"
 	"meshd/netfilter/internal/nflab"
 )
-
-// BenchmarkNoopConverge is the cost of the re-check every reconcile (and the watcher) pays
-// when nothing changed: read the found nftables ruleset, compare, write nothing.
-func BenchmarkNoopConverge(b *testing.B) {
-	l := nflab.New(b)
-	l.WriteHostFile("nftables.conf", nflab.FoundNftConf(l))
-	l.Sh("nft -f /etc/nftables.conf")
-	f, err := netfilter.Detect(context.Background(), l.Env)
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, _ := netfilter.NewDriver(l.Env, f, l.Private)
-	var want []netfilter.Opening
-	for i := 0; i < 100; i++ {
-		want = append(want, netfilter.Opening{Module: "m", Proto: "tcp", Port: uint16(30000 + i), From: netfilter.FromAnywhere, Path: netfilter.PathIncoming + ""})
-	}
-	nflab.MustConverge(b, d, want)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		r, err := d.Converge(context.Background(), want)
-		if err != nil || r.Added+r.Removed != 0 {
-			b.Fatalf("no-op converge wrote %d/%d: %v", r.Added, r.Removed, err)
-		}
-	}
-}
 
 // The side-by-side figures of docs/performance.md (issue 18), read by cmd/meshbench: each
 // sub-benchmark's name is KIND/WAY/N, WAY one of
@@ -143,11 +119,11 @@ func BenchmarkOpenings(b *testing.B) {
 				l = nflab.NewUFW(b)
 			}
 			k.setup(l)
-			f, err := netfilter.Detect(context.Background(), l.Env)
+			f, err := firewall.Detect(context.Background(), l.Env)
 			if err != nil {
 				b.Fatal(err)
 			}
-			d, _ := netfilter.NewDriver(l.Env, f, l.Private)
+			d, _ := firewall.NewDriver(l.Env, f, l.Private)
 			for _, n := range benchSizes() {
 				want := bulkOpenings(n, netfilter.PathIncoming)
 				ports := make([]int, n)

@@ -1,24 +1,25 @@
-package netfilter_test
+package nft_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"meshd/netfilter"
+	"meshd/netfilter/firewall"
 	"meshd/netfilter/internal/nflab"
+	"meshd/netfilter/nft"
 )
 
 func TestNftablesOpenings(t *testing.T) {
 	l := nflab.NewNftables(t)
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Kind != netfilter.KindNftables || !f.Active || f.Incoming != 3 || f.Forwarded != 2 || f.Config != netfilter.NftConf || !f.DockerUser {
+	if f.Kind != netfilter.KindNftables || !f.Active || f.Incoming != 3 || f.Forwarded != 2 || f.Config != nft.Conf || !f.DockerUser {
 		t.Fatalf("detected %+v", f)
 	}
 	t.Logf("found: %s", f)
@@ -29,7 +30,7 @@ func TestNftablesOpenings(t *testing.T) {
 
 	dump := func() string { return l.Sh("nft list table inet nffound") }
 	before := dump()
-	d, err := netfilter.NewDriver(l.Env, f, l.Private)
+	d, err := firewall.NewDriver(l.Env, f, l.Private)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +79,11 @@ func TestNftablesReloadAndReboot(t *testing.T) {
 	l := nflab.NewNftables(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := netfilter.NewDriver(l.Env, f, l.Private)
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
 	want := []netfilter.Opening{{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}}
 	nflab.MustConverge(t, d, want)
 	restored := make(chan time.Time, 16)
@@ -119,11 +120,11 @@ func TestNftablesThousandOpenings(t *testing.T) {
 	l := nflab.New(t)
 	l.WriteHostFile("nftables.conf", nflab.FoundNftConf(l))
 	l.Sh("nft -f /etc/nftables.conf")
-	f, err := netfilter.Detect(context.Background(), l.Env)
+	f, err := firewall.Detect(context.Background(), l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := netfilter.NewDriver(l.Env, f, l.Private)
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
 	var want []netfilter.Opening
 	for i := 0; i < 1000; i++ {
 		want = append(want, netfilter.Opening{Module: "bulk", Proto: "tcp", Port: uint16(20000 + i), From: netfilter.FromAnywhere, Path: netfilter.PathIncoming})
@@ -150,16 +151,16 @@ func TestNftablesThousandOpenings(t *testing.T) {
 func TestNftablesRetireRestore(t *testing.T) {
 	l := nflab.NewNftables(t)
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := netfilter.NewDriver(l.Env, f, l.Private)
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
 	nflab.MustConverge(t, d, []netfilter.Opening{{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}})
 	found := l.Sh("nft list table inet nffound")
 	docker := l.Sh("iptables-save | grep -v '^#'")
 	conf := l.Sh("cat /etc/nftables.conf")
-	ret, err := netfilter.Retire(ctx, l.Env, f)
+	ret, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestNftablesRetireRestore(t *testing.T) {
 		t.Fatal("retire touched /etc/nftables.conf")
 	}
 	l.WantReach(l.Cli, l.HostAddr+":8080", true) // nothing filters now; Docker still forwards
-	if err := netfilter.Restore(ctx, l.Env, ret); err != nil {
+	if err := firewall.Restore(ctx, l.Env, ret); err != nil {
 		t.Fatal(err)
 	}
 	if got := l.Sh("nft list table inet nffound"); got != found {
@@ -183,107 +184,4 @@ func TestNftablesRetireRestore(t *testing.T) {
 		t.Fatalf("Docker's rules changed by restore")
 	}
 	l.WantReach(l.Cli, l.HostAddr+":8080", false)
-}
-
-func TestDetectRefuses(t *testing.T) {
-	l := nflab.New(t)
-	ctx := context.Background()
-	if f, err := netfilter.Detect(ctx, l.Env); err != nil || f.Kind != netfilter.KindNone {
-		t.Fatalf("empty namespace: %+v %v", f, err)
-	}
-	l.Sh("nft add table inet firewalld && nft add chain inet firewalld filter_INPUT '{ type filter hook input priority 10; policy accept; }'")
-	_, err := netfilter.Detect(ctx, l.Env)
-	if !errors.Is(err, netfilter.ErrUnsupported) || !strings.Contains(err.Error(), "firewalld") {
-		t.Fatalf("firewalld not refused by name: %v", err)
-	}
-	t.Logf("firewalld: %v", err)
-	l.Sh("nft delete table inet firewalld")
-	// A table iptables cannot read: nft put a base chain iptables-nft does not know in it.
-	l.Sh("iptables -A INPUT -p tcp --dport 22 -j ACCEPT && nft add chain ip filter nfodd '{ type filter hook input priority 5; }'")
-	_, err = netfilter.Detect(ctx, l.Env)
-	if !errors.Is(err, netfilter.ErrUnsupported) || !strings.Contains(err.Error(), "filter") {
-		t.Fatalf("unreadable ruleset not refused by name: %v", err)
-	}
-	t.Logf("unreadable: %v", err)
-	l.Sh("nft delete chain ip filter nfodd")
-	f, err := netfilter.Detect(ctx, l.Env)
-	if err != nil || f.Kind != netfilter.KindIptables || f.Incoming != 1 {
-		t.Fatalf("plain iptables: %+v %v", f, err)
-	}
-}
-
-// Stamp stands for what Detect reads: equal while nothing changes, moved by a change of the
-// ruleset (whoever commits it) and by a rewrite of a found firewall's configuration file.
-func TestStampMovesWithTheFirewall(t *testing.T) {
-	l := nflab.New(t)
-	l.WriteHostFile("nftables.conf", nflab.FoundNftConf(l))
-	l.Sh("nft -f /etc/nftables.conf")
-	ctx := context.Background()
-	s1, s2 := netfilter.Stamp(ctx, l.Env), netfilter.Stamp(ctx, l.Env)
-	if s1 == "" || s1 != s2 {
-		t.Fatalf("two stamps of an unchanged firewall: %q and %q, want equal and not empty", s1, s2)
-	}
-	l.Sh("nft add rule inet nffound input tcp dport 9999 accept")
-	s3 := netfilter.Stamp(ctx, l.Env)
-	if s3 == "" || s3 == s2 {
-		t.Fatalf("a rule added by nft left the stamp at %q", s3)
-	}
-	l.WriteHostFile("nftables.conf", nflab.FoundNftConf(l)+"\n# edited by hand\n")
-	if s4 := netfilter.Stamp(ctx, l.Env); s4 == "" || s4 == s3 {
-		t.Fatalf("/etc/nftables.conf rewritten left the stamp at %q", s4)
-	}
-}
-
-// A watch's monitor counts every change committed, whoever commits it: its mark moves with a
-// rule added by nft and with a flush ruleset, and stays while nothing changes; the interval's
-// calls say they are the timer's, the start's and the events' say they are not.
-func TestWatchChangesMarkMovesWithEveryCommit(t *testing.T) {
-	l := nflab.New(t)
-	l.WriteHostFile("nftables.conf", nflab.FoundNftConf(l))
-	l.Sh("nft -f /etc/nftables.conf")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var changes netfilter.Changes
-	ticks := make(chan netfilter.Tick, 64)
-	done := make(chan error, 1)
-	go func() {
-		done <- netfilter.WatchChanges(ctx, l.Env, 200*time.Millisecond, &changes, func(_ context.Context, tk netfilter.Tick) {
-			select {
-			case ticks <- tk:
-			default:
-			}
-		})
-	}()
-	if tk := <-ticks; tk.Timer {
-		t.Fatal("the watch's first call reads as the timer's")
-	}
-	mark, live := changes.Mark()
-	if !live {
-		t.Fatal("the monitor is not live once the watch started")
-	}
-	for range 2 {
-		if tk := <-ticks; !tk.Timer {
-			t.Fatal("a call with nothing changed is not the timer's")
-		}
-	}
-	if m, live := changes.Mark(); m != mark || !live {
-		t.Fatalf("nothing changed, the mark moved from %d to %d (live %v)", mark, m, live)
-	}
-	for _, cmd := range []string{"nft add rule inet nffound input tcp dport 9999 accept", "nft -f /etc/nftables.conf"} {
-		l.Sh(cmd)
-		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if m, _ := changes.Mark(); m != mark {
-				mark = m
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the mark did not move within 2 s", cmd)
-			}
-		}
-	}
-	cancel()
-	<-done
-	if _, live := changes.Mark(); live {
-		t.Fatal("the monitor still reads live after the watch ended")
-	}
 }

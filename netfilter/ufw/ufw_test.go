@@ -1,4 +1,4 @@
-package netfilter_test
+package ufw_test
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 
 	"meshd/internal/testenv"
 	"meshd/netfilter"
+	"meshd/netfilter/firewall"
 	"meshd/netfilter/internal/nflab"
+	"meshd/netfilter/ufw"
 )
 
 // ufwState is the found ufw as a person would compare it: its rule tuples, and the kernel's
@@ -45,12 +47,12 @@ func TestUFWOpenings(t *testing.T) {
 	l := nflab.NewUFW(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("found: %s", f)
-	if f.Kind != netfilter.KindUFW || f.Backend != "nft" || !f.Active || f.Incoming != 2 || f.Config != netfilter.UFWDir || !f.DockerUser {
+	if f.Kind != netfilter.KindUFW || f.Backend != "nft" || !f.Active || f.Incoming != 2 || f.Config != ufw.ConfigDir || !f.DockerUser {
 		t.Fatalf("detected %+v", f)
 	}
 	pub := l.HostAddr + ":8080"
@@ -58,7 +60,7 @@ func TestUFWOpenings(t *testing.T) {
 	l.WantReach(l.Cli, pub, false)
 
 	tb, kb := ufwState(l)
-	d, _ := netfilter.NewDriver(l.Env, f, l.Private)
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
 	want := []netfilter.Opening{
 		{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming},
 		{Module: "store", Proto: "tcp", Port: 7001, From: netfilter.FromPrivate, Path: netfilter.PathIncoming},
@@ -187,7 +189,7 @@ func TestUFWOpenings(t *testing.T) {
 			}
 		}
 	}()
-	ret, err := netfilter.Retire(context.Background(), l.Env, f)
+	ret, err := firewall.Retire(context.Background(), l.Env, f)
 	close(stop)
 	during := <-probed
 	if err != nil {
@@ -203,7 +205,7 @@ func TestUFWOpenings(t *testing.T) {
 	if !strings.Contains(l.Sh("iptables-save -t nat"), "--to-destination 192.0.2.2:80") {
 		t.Fatal("retire removed Docker's DNAT")
 	}
-	if err := netfilter.Restore(context.Background(), l.Env, ret); err != nil {
+	if err := firewall.Restore(context.Background(), l.Env, ret); err != nil {
 		t.Fatal(err)
 	}
 	if _, k := ufwState(l); k != kernel {
@@ -220,7 +222,7 @@ func TestUFWOpenings(t *testing.T) {
 func TestUFWBatchWritesWhatUFWWrites(t *testing.T) {
 	l := nflab.NewUFW(t)
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +245,7 @@ func TestUFWBatchWritesWhatUFWWrites(t *testing.T) {
 	if byCommand.SeesFiles() {
 		t.Fatal("a runner entering another mount namespace must not be taken for one that sees the files")
 	}
-	dc, _ := netfilter.NewDriver(byCommand, f, l.Private)
+	dc, _ := firewall.NewDriver(byCommand, f, l.Private)
 	nflab.MustConverge(t, dc, want)
 	filesByUFW, chainsByUFW := files(), chains()
 	if r := nflab.MustConverge(t, dc, nil); r.Removed == 0 {
@@ -254,7 +256,7 @@ func TestUFWBatchWritesWhatUFWWrites(t *testing.T) {
 		t.Fatalf("ufw's files after removing by command: +%q -%q", added, removed)
 	}
 
-	db, _ := netfilter.NewDriver(l.Env, f, l.Private)
+	db, _ := firewall.NewDriver(l.Env, f, l.Private)
 	r := nflab.MustConverge(t, db, want)
 	t.Logf("batch: added %d, removed %d", r.Added, r.Removed)
 	if got := files(); got != filesByUFW {
@@ -305,7 +307,7 @@ func TestUFWForwardedOpeningReachesDockersIPv6Proxy(t *testing.T) {
 	l.Sh("iptables -t nat -A DOCKER ! -i " + l.BrIf + " -p tcp -m tcp --dport 9090 -j DNAT --to-destination 192.0.2.2:80")
 	l.Serve(l.Host, "[::]:9090") // Docker's proxy for 9090 over IPv6
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +320,7 @@ func TestUFWForwardedOpeningReachesDockersIPv6Proxy(t *testing.T) {
 		name string
 		env  netfilter.Env
 	}{{"batch", l.Env}, {"ufw commands", netfilter.Env{NetNS: l.Env.NetNS, Runner: l.Env.Runner}}} {
-		d, _ := netfilter.NewDriver(env.env, f, l.Private)
+		d, _ := firewall.NewDriver(env.env, f, l.Private)
 		r := nflab.MustConverge(t, d, []netfilter.Opening{proxied})
 		if len(r.Openings) != 1 || r.Openings[0].State != netfilter.InForce {
 			t.Fatalf("%s: %+v", env.name, r.Openings)

@@ -1,4 +1,4 @@
-package netfilter_test
+package xt_test
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"meshd/netfilter"
+	"meshd/netfilter/firewall"
 	"meshd/netfilter/internal/nflab"
+	"meshd/netfilter/xt"
 )
 
 // dockerV6 is Docker's IPv6 plumbing with its ip6tables option on, as docker() is IPv4's: the
@@ -67,7 +69,7 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 	l := newXtLab(t)
 	foundIP6tables(l)
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 	}
 	before4, before6 := xtSave(l), xt6Save(l)
 
-	d, err := netfilter.NewDriver(l.Env, f, l.Private)
+	d, err := firewall.NewDriver(l.Env, f, l.Private)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +102,7 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 			t.Fatalf("%s: %s (%s)", o.Opening, o.State, o.Reason)
 		}
 	}
-	if _, err := netfilter.Guard(ctx, l.Env, netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{"tcp", 6379}}}); err != nil {
+	if _, err := netfilter.Guard(ctx, l.Env, netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{Proto: "tcp", Port: 6379}}}); err != nil {
 		t.Fatal(err)
 	}
 	wantBoth(l, "7000", true) // the machine's own port
@@ -148,14 +150,14 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 
 	// The flip retires both families: the firewall then reads as none (nothing of its own in
 	// force in either), and the return gives both back rule for rule.
-	ret, err := netfilter.Retire(ctx, l.Env, f)
+	ret, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, err := netfilter.Detect(ctx, l.Env); err != nil || f.Kind != netfilter.KindNone {
+	if f, err := firewall.Detect(ctx, l.Env); err != nil || f.Kind != netfilter.KindNone {
 		t.Fatalf("after retiring both families: %+v %v", f, err)
 	}
-	if err := netfilter.Restore(ctx, l.Env, ret); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
+	if err := firewall.Restore(ctx, l.Env, ret); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
 		t.Fatalf("restore: %v", err)
 	}
 }
@@ -171,11 +173,11 @@ func TestIptablesRetireRestoreIPv6(t *testing.T) {
 	l.Env.StateDir = t.TempDir()
 	foundIP6tables(l)
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := netfilter.NewDriver(l.Env, f, l.Private)
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
 	web := netfilter.Opening{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}
 	nflab.MustConverge(t, d, []netfilter.Opening{web})
 	before4, before6 := xtSave(l), xt6Save(l)
@@ -184,7 +186,7 @@ func TestIptablesRetireRestoreIPv6(t *testing.T) {
 	conf6 := l.Sh("cat /etc/iptables/rules.v6")
 	wantBoth(l, "7001", false)
 
-	ret, err := netfilter.Retire(ctx, l.Env, f)
+	ret, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,12 +206,12 @@ func TestIptablesRetireRestoreIPv6(t *testing.T) {
 	if l.Sh("cat /etc/iptables/rules.v6") != conf6 {
 		t.Fatal("retire touched /etc/iptables/rules.v6")
 	}
-	if f, err := netfilter.Detect(ctx, l.Env); err != nil || f.Kind != netfilter.KindNone {
+	if f, err := firewall.Detect(ctx, l.Env); err != nil || f.Kind != netfilter.KindNone {
 		t.Fatalf("after retiring: %+v %v", f, err)
 	}
 	wantBoth(l, "7001", true) // nothing of the found firewall filters either family now
 	for range 2 {
-		if err := netfilter.Restore(ctx, l.Env, ret); err != nil {
+		if err := firewall.Restore(ctx, l.Env, ret); err != nil {
 			t.Fatal(err)
 		}
 		if xtSave(l) != before4 || xt6Save(l) != before6 {
@@ -221,21 +223,21 @@ func TestIptablesRetireRestoreIPv6(t *testing.T) {
 
 	// Interrupted between the families: IPv4's rules removed, IPv6's still in force, the record
 	// saying Removing. The firewall reads active (its IPv6 rules), so the flip retires again.
-	first, err := netfilter.Retire(ctx, l.Env, f)
+	first, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := netfilter.RestoreXTFamily(ctx, l.Env, first.XT6, true); err != nil {
+	if err := xt.RestoreFamily(ctx, l.Env, first.XT6, true); err != nil {
 		t.Fatal(err)
 	}
 	first.Removing = true
 	if err := first.Save(l.Env); err != nil {
 		t.Fatal(err)
 	}
-	if f2, err := netfilter.Detect(ctx, l.Env); err != nil || f2.Kind != netfilter.KindIptables || !f2.Active {
+	if f2, err := firewall.Detect(ctx, l.Env); err != nil || f2.Kind != netfilter.KindIptables || !f2.Active {
 		t.Fatalf("with only its ip6tables rules in force: %+v %v", f2, err)
 	}
-	again, err := netfilter.Retire(ctx, l.Env, f)
+	again, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +245,7 @@ func TestIptablesRetireRestoreIPv6(t *testing.T) {
 		again.XT.Policies["INPUT"] != "DROP" || again.XT6.Policies["INPUT"] != "DROP" {
 		t.Fatalf("the retirement gone on after an interruption saved %+v / %+v, want %+v / %+v", again.XT, again.XT6, ret.XT, ret.XT6)
 	}
-	if err := netfilter.Restore(ctx, l.Env, again); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
+	if err := firewall.Restore(ctx, l.Env, again); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
 		t.Fatalf("restore after the interrupted retirement: %v", err)
 	}
 	if kept, err := netfilter.LoadRetired(l.Env.StateDir); err != nil || kept.Removing {
@@ -260,7 +262,7 @@ func TestIptablesOpeningsIPv6Unfiltered(t *testing.T) {
 	l.AddIPv6()
 	dockerV6(l)
 	ctx := context.Background()
-	f, err := netfilter.Detect(ctx, l.Env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +271,7 @@ func TestIptablesOpeningsIPv6Unfiltered(t *testing.T) {
 		t.Fatalf("detected %+v", f)
 	}
 	before6 := xt6Save(l)
-	d, _ := netfilter.NewDriver(l.Env, f, l.Private)
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
 	web := netfilter.Opening{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}
 	app := netfilter.Opening{Module: "app", Proto: "tcp", Port: 8080, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded}
 	store := netfilter.Opening{Module: "store", Proto: "tcp", Port: 6379, From: netfilter.FromPrivate, Path: netfilter.PathForwarded}
@@ -284,7 +286,7 @@ func TestIptablesOpeningsIPv6Unfiltered(t *testing.T) {
 	wantBoth(l, "8080", true)
 	l.WantReach(l.Cli, l.HostAddr+":6379", false) // the found DOCKER-USER drop
 	l.WantReach(l.Cli, nflab.Host6+":6379", true) // the found firewall leaves IPv6 open
-	if _, err := netfilter.Guard(ctx, l.Env, netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{"tcp", 6379}}}); err != nil {
+	if _, err := netfilter.Guard(ctx, l.Env, netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{Proto: "tcp", Port: 6379}}}); err != nil {
 		t.Fatal(err)
 	}
 	wantBoth(l, "6379", false)
