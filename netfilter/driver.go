@@ -1,49 +1,32 @@
 package netfilter
 
 import (
-	"context"
-	"fmt"
 	"sort"
 	"sync"
 	"time"
 )
 
-// NewDriver returns the driver for the found firewall. priv is the private network, needed
-// for openings from "private". A found kind meshd does not speak is an error.
-func NewDriver(env Env, found Found, priv Private) (Driver, error) {
-	switch found.Kind {
-	case KindNftables:
-		return &nftDriver{base: newBase(env, priv), found: found}, nil
-	case KindIptables:
-		return &xtDriver{base: newBase(env, priv), backend: found.Backend}, nil
-	case KindUFW:
-		return &ufwDriver{base: newBase(env, priv), found: found}, nil
-	case KindNone:
-		return &noneDriver{base: newBase(env, priv)}, nil
-	}
-	return nil, fmt.Errorf("found firewall %q: %w", found.Kind, ErrUnsupported)
-}
-
-// base holds what every driver remembers between calls: when each opening was put in
+// Base holds what every driver remembers between calls: when each opening was put in
 // force, so a later call that finds it missing reports it restored.
-type base struct {
-	mu    sync.Mutex
-	env   Env
-	priv  Private
+type Base struct {
+	Mu    sync.Mutex
+	Env   Env
+	Priv  Private
 	since map[string]time.Time
 	now   func() time.Time
 }
 
-func newBase(env Env, priv Private) base {
-	return base{env: env, priv: priv, since: map[string]time.Time{}, now: time.Now}
+// NewBase is a driver's memory at its start: nothing in force yet.
+func NewBase(env Env, priv Private) Base {
+	return Base{Env: env, Priv: priv, since: map[string]time.Time{}, now: time.Now}
 }
 
 // Remember tells a driver made anew, for a firewall that changed under the last one (reloaded,
 // replaced, briefly gone), which openings were in force and since when: one it then finds missing
 // and puts back is reported Restored, not new.
-func (b *base) Remember(since map[string]time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *Base) Remember(since map[string]time.Time) {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
 	for k, v := range since {
 		if _, ok := b.since[k]; !ok {
 			b.since[k] = v
@@ -51,13 +34,13 @@ func (b *base) Remember(since map[string]time.Time) {
 	}
 }
 
-// Rememberer is implemented by every driver: see base.Remember.
+// Rememberer is implemented by every driver: see Base.Remember.
 type Rememberer interface {
 	Remember(since map[string]time.Time)
 }
 
-// dedupe validates desired and keys it by mark, in a stable order.
-func dedupe(desired []Opening) (map[string]Opening, []string, error) {
+// Dedupe validates desired and keys it by mark, in a stable order.
+func Dedupe(desired []Opening) (map[string]Opening, []string, error) {
 	m := map[string]Opening{}
 	for _, o := range desired {
 		if err := o.Validate(); err != nil {
@@ -73,12 +56,12 @@ func dedupe(desired []Opening) (map[string]Opening, []string, error) {
 	return m, keys, nil
 }
 
-// settle builds the report from what the final read showed. out.present says whether an
-// opening is in force; out.missingBefore says whether the first read of this call lacked it;
-// out.failed gives a reason for openings that could not be put in force.
-func (b *base) settle(kind Kind, keys []string, want map[string]Opening, out outcome) Report {
-	present, missingBefore, failed := out.present, out.missingBefore, out.failed
-	r := Report{Kind: kind, Added: out.added, Removed: out.removed}
+// Settle builds the report from what the final read showed. out.Present says whether an
+// opening is in force; out.MissingBefore says whether the first read of this call lacked it;
+// out.Failed gives a reason for openings that could not be put in force.
+func (b *Base) Settle(kind Kind, keys []string, want map[string]Opening, out Outcome) Report {
+	present, missingBefore, failed := out.Present, out.MissingBefore, out.Failed
+	r := Report{Kind: kind, Added: out.Added, Removed: out.Removed}
 	now := b.now()
 	for k := range b.since {
 		if _, ok := want[k]; !ok {
@@ -110,23 +93,4 @@ func (b *base) settle(kind Kind, keys []string, want map[string]Opening, out out
 		r.Openings = append(r.Openings, st)
 	}
 	return r
-}
-
-// noneDriver: nothing filters, so every opening is in force as it is.
-type noneDriver struct{ base }
-
-func (d *noneDriver) Kind() Kind { return KindNone }
-
-func (d *noneDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	want, keys, err := dedupe(desired)
-	if err != nil {
-		return Report{}, err
-	}
-	out := newOutcome()
-	for _, k := range keys {
-		out.present[k] = true
-	}
-	return d.settle(KindNone, keys, want, out), nil
 }

@@ -40,9 +40,9 @@ func bigBuffers(c *netlink.Conn) error {
 	return serr
 }
 
-// nftConn opens a google/nftables connection in env's network namespace, with big buffers.
+// NftConn opens a google/nftables connection in env's network namespace, with big buffers.
 // The returned close func releases the namespace handle and the socket.
-func (e Env) nftConn() (*nftables.Conn, func(), error) {
+func (e Env) NftConn() (*nftables.Conn, func(), error) {
 	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
 	var f *os.File
 	if e.NetNS != "" {
@@ -58,7 +58,7 @@ func (e Env) nftConn() (*nftables.Conn, func(), error) {
 		if f != nil {
 			f.Close()
 		}
-		return nil, nil, fmt.Errorf("netlink to nftables in %s: %w", e.nsName(), err)
+		return nil, nil, fmt.Errorf("netlink to nftables in %s: %w", e.NSName(), err)
 	}
 	return c, func() {
 		_ = c.CloseLasting()
@@ -68,14 +68,16 @@ func (e Env) nftConn() (*nftables.Conn, func(), error) {
 	}, nil
 }
 
-func (e Env) nsName() string {
+// NSName names env's network namespace for errors and logs.
+func (e Env) NSName() string {
 	if e.NetNS == "" {
 		return "the machine's network namespace"
 	}
 	return "network namespace " + e.NetNS
 }
 
-func familyName(f nftables.TableFamily) string {
+// FamilyName is a table family as nft names it (inet, ip, ip6, …).
+func FamilyName(f nftables.TableFamily) string {
 	switch f {
 	case nftables.TableFamilyINet:
 		return "inet"
@@ -93,7 +95,8 @@ func familyName(f nftables.TableFamily) string {
 	return fmt.Sprintf("family%d", f)
 }
 
-func tableName(t *nftables.Table) string { return familyName(t.Family) + " " + t.Name }
+// TableName is a table as nft names it: "inet filter".
+func TableName(t *nftables.Table) string { return FamilyName(t.Family) + " " + t.Name }
 
 func commentData(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
 
@@ -219,8 +222,8 @@ func matchPort(proto string, port uint16, original bool) []expr.Any {
 	return append(out, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)})
 }
 
-// openingExprs is the match-and-accept of an opening in a chain of family fam.
-func openingExprs(fam nftables.TableFamily, o Opening, priv Private) ([]expr.Any, error) {
+// OpeningExprs is the match-and-accept of an opening in a chain of family fam.
+func OpeningExprs(fam nftables.TableFamily, o Opening, priv Private) ([]expr.Any, error) {
 	var out []expr.Any
 	if o.Path == PathRouted {
 		if priv.Interface == "" || !priv.Range.IsValid() {

@@ -13,19 +13,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ruleRef is what meshd needs to know of a rule: its handle and its comment.
-type ruleRef struct {
+// RuleRef is what meshd needs to know of a rule: its handle and its comment.
+type RuleRef struct {
 	Handle  uint64
 	Comment string
 }
 
-// listRules dumps the rules of one chain, decoding only handle and comment.
+// ListRules dumps the rules of one chain, decoding only handle and comment.
 //
 // google/nftables v0.3.0 cannot read back a rule holding `ct original proto-dst` (it decodes
 // the kernel's one-byte direction attribute as a uint32 and fails the whole dump), and that
 // is exactly the match a forwarded opening needs; so meshd reads chains itself and leaves
 // expressions undecoded: its marks say what each rule is.
-func (e Env) listRules(ch *nftables.Chain) ([]ruleRef, error) {
+func (e Env) ListRules(ch *nftables.Chain) ([]RuleRef, error) {
 	c, err := e.dialNetfilter()
 	if err != nil {
 		return nil, err
@@ -46,9 +46,9 @@ func (e Env) listRules(ch *nftables.Chain) ([]ruleRef, error) {
 		Data: append([]byte{byte(ch.Table.Family), unix.NFNETLINK_V0, 0, 0}, attrs...),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list rules of %s %s: %w", tableName(ch.Table), ch.Name, err)
+		return nil, fmt.Errorf("list rules of %s %s: %w", TableName(ch.Table), ch.Name, err)
 	}
-	var out []ruleRef
+	var out []RuleRef
 	for _, m := range msgs {
 		if len(m.Data) < 4 {
 			continue
@@ -57,7 +57,7 @@ func (e Env) listRules(ch *nftables.Chain) ([]ruleRef, error) {
 		if err != nil {
 			return nil, err
 		}
-		var r ruleRef
+		var r RuleRef
 		var chain string
 		for ad.Next() {
 			switch ad.Type() {
@@ -70,7 +70,7 @@ func (e Env) listRules(ch *nftables.Chain) ([]ruleRef, error) {
 			}
 		}
 		if err := ad.Err(); err != nil {
-			return nil, fmt.Errorf("decode rule of %s %s: %w", tableName(ch.Table), ch.Name, err)
+			return nil, fmt.Errorf("decode rule of %s %s: %w", TableName(ch.Table), ch.Name, err)
 		}
 		if chain == ch.Name {
 			out = append(out, r)
@@ -92,7 +92,7 @@ func (e Env) dialNetfilter() (*netlink.Conn, error) {
 	}
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("netlink to nftables in %s: %w", e.nsName(), err)
+		return nil, fmt.Errorf("netlink to nftables in %s: %w", e.NSName(), err)
 	}
 	if err := bigBuffers(c); err != nil {
 		c.Close()
@@ -101,30 +101,30 @@ func (e Env) dialNetfilter() (*netlink.Conn, error) {
 	return c, nil
 }
 
-// ruleInsert is one rule to insert at the head of a chain: its expressions and its comment.
-type ruleInsert struct {
-	chain   *nftables.Chain
-	exprs   []expr.Any
-	comment string
+// RuleInsert is one rule to insert at the head of a chain: its expressions and its comment.
+type RuleInsert struct {
+	Chain   *nftables.Chain
+	Exprs   []expr.Any
+	Comment string
 }
 
-// ruleDelete is one rule to delete, by handle.
-type ruleDelete struct {
-	chain  *nftables.Chain
-	handle uint64
+// RuleDelete is one rule to delete, by handle.
+type RuleDelete struct {
+	Chain  *nftables.Chain
+	Handle uint64
 }
 
 // batchTimeout bounds the wait for the kernel's answer to one batch: it answers in
 // milliseconds, so reaching it means the answer was lost and the caller re-reads.
 const batchTimeout = 5 * time.Second
 
-// writeRules deletes and inserts rules in one nftables transaction, the way `nft -f` does:
+// WriteRules deletes and inserts rules in one nftables transaction, the way `nft -f` does:
 // no echo of each rule and one acknowledgement, for the batch's last message, instead of
 // google/nftables' echo and acknowledgement for every rule (at 1000 rules those were most of
 // a pass: docs/performance.md). The kernel answers after it committed or aborted the whole
 // batch, and a message that failed is answered with its error even unasked, so a nil return
 // means committed. After an error the caller re-reads: what landed is what the chain says.
-func (e Env) writeRules(dels []ruleDelete, adds []ruleInsert) error {
+func (e Env) WriteRules(dels []RuleDelete, adds []RuleInsert) error {
 	if len(dels)+len(adds) == 0 {
 		return nil
 	}
@@ -138,22 +138,22 @@ func (e Env) writeRules(dels []ruleDelete, adds []ruleInsert) error {
 	add(unix.NFNL_MSG_BATCH_BEGIN, 0, 0, unix.NFNL_SUBSYS_NFTABLES, nil)
 	for _, d := range dels {
 		attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
-			{Type: unix.NFTA_RULE_TABLE, Data: []byte(d.chain.Table.Name + "\x00")},
-			{Type: unix.NFTA_RULE_CHAIN, Data: []byte(d.chain.Name + "\x00")},
-			{Type: unix.NFTA_RULE_HANDLE, Data: binary.BigEndian.AppendUint64(nil, d.handle)},
+			{Type: unix.NFTA_RULE_TABLE, Data: []byte(d.Chain.Table.Name + "\x00")},
+			{Type: unix.NFTA_RULE_CHAIN, Data: []byte(d.Chain.Name + "\x00")},
+			{Type: unix.NFTA_RULE_HANDLE, Data: binary.BigEndian.AppendUint64(nil, d.Handle)},
 		})
 		if err != nil {
 			return err
 		}
-		add(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_DELRULE, 0, byte(d.chain.Table.Family), 0, attrs)
+		add(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_DELRULE, 0, byte(d.Chain.Table.Family), 0, attrs)
 	}
 	for _, a := range adds {
-		fam := byte(a.chain.Table.Family)
-		list := make([]netlink.Attribute, len(a.exprs))
-		for i, x := range a.exprs {
+		fam := byte(a.Chain.Table.Family)
+		list := make([]netlink.Attribute, len(a.Exprs))
+		for i, x := range a.Exprs {
 			b, err := expr.Marshal(fam, x)
 			if err != nil {
-				return fmt.Errorf("rule %q for %s %s: %w", a.comment, tableName(a.chain.Table), a.chain.Name, err)
+				return fmt.Errorf("rule %q for %s %s: %w", a.Comment, TableName(a.Chain.Table), a.Chain.Name, err)
 			}
 			list[i] = netlink.Attribute{Type: unix.NLA_F_NESTED | unix.NFTA_LIST_ELEM, Data: b}
 		}
@@ -162,10 +162,10 @@ func (e Env) writeRules(dels []ruleDelete, adds []ruleInsert) error {
 			return err
 		}
 		attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
-			{Type: unix.NFTA_RULE_TABLE, Data: []byte(a.chain.Table.Name + "\x00")},
-			{Type: unix.NFTA_RULE_CHAIN, Data: []byte(a.chain.Name + "\x00")},
+			{Type: unix.NFTA_RULE_TABLE, Data: []byte(a.Chain.Table.Name + "\x00")},
+			{Type: unix.NFTA_RULE_CHAIN, Data: []byte(a.Chain.Name + "\x00")},
 			{Type: unix.NLA_F_NESTED | unix.NFTA_RULE_EXPRESSIONS, Data: exprs},
-			{Type: unix.NFTA_RULE_USERDATA, Data: commentData(a.comment)},
+			{Type: unix.NFTA_RULE_USERDATA, Data: commentData(a.Comment)},
 		})
 		if err != nil {
 			return err
@@ -181,7 +181,7 @@ func (e Env) writeRules(dels []ruleDelete, adds []ruleInsert) error {
 		return err
 	}
 	defer c.Close()
-	what := fmt.Sprintf("nftables batch of %d deletes and %d inserts in %s", len(dels), len(adds), e.nsName())
+	what := fmt.Sprintf("nftables batch of %d deletes and %d inserts in %s", len(dels), len(adds), e.NSName())
 	sent, err := c.SendMessages(msgs)
 	if err != nil {
 		return fmt.Errorf("send %s: %w", what, err)
@@ -206,9 +206,9 @@ func (e Env) writeRules(dels []ruleDelete, adds []ruleInsert) error {
 	}
 }
 
-// rulesetGeneration asks the kernel for the nftables ruleset's generation id, which it bumps
+// RulesetGeneration asks the kernel for the nftables ruleset's generation id, which it bumps
 // with every committed transaction in env's network namespace.
-func (e Env) rulesetGeneration() (uint32, error) {
+func (e Env) RulesetGeneration() (uint32, error) {
 	c, err := e.dialNetfilter()
 	if err != nil {
 		return 0, err
@@ -222,7 +222,7 @@ func (e Env) rulesetGeneration() (uint32, error) {
 		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
 	})
 	if err != nil {
-		return 0, fmt.Errorf("nftables generation in %s: %w", e.nsName(), err)
+		return 0, fmt.Errorf("nftables generation in %s: %w", e.NSName(), err)
 	}
 	for _, m := range msgs {
 		if len(m.Data) < 4 {
@@ -239,5 +239,5 @@ func (e Env) rulesetGeneration() (uint32, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("nftables generation in %s: no id in the answer", e.nsName())
+	return 0, fmt.Errorf("nftables generation in %s: no id in the answer", e.NSName())
 }

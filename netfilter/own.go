@@ -59,7 +59,7 @@ type ownRule struct {
 // and built anew inside one transaction, so there is no moment without it. When the table
 // already reads as desired nothing is written. wrote says whether it wrote.
 func loadOwnTable(env Env, name string, chains []ownChain) (wrote bool, err error) {
-	c, closeConn, err := env.nftConn()
+	c, closeConn, err := env.NftConn()
 	if err != nil {
 		return false, err
 	}
@@ -88,11 +88,11 @@ func loadOwnTable(env Env, name string, chains []ownChain) (wrote bool, err erro
 	same, rerr := ownTableIs(env, c, t, chains)
 	switch {
 	case rerr != nil:
-		return true, fmt.Errorf("load nftables table inet %s in %s: %w (re-read: %v)", name, env.nsName(), ferr, rerr)
+		return true, fmt.Errorf("load nftables table inet %s in %s: %w (re-read: %v)", name, env.NSName(), ferr, rerr)
 	case !same && ferr != nil:
-		return true, fmt.Errorf("load nftables table inet %s in %s: %w", name, env.nsName(), ferr)
+		return true, fmt.Errorf("load nftables table inet %s in %s: %w", name, env.NSName(), ferr)
 	case !same:
-		return true, fmt.Errorf("load nftables table inet %s in %s: it does not read back as loaded", name, env.nsName())
+		return true, fmt.Errorf("load nftables table inet %s in %s: it does not read back as loaded", name, env.NSName())
 	}
 	return true, nil
 }
@@ -129,7 +129,7 @@ func ownTableIs(env Env, c *nftables.Conn, t *nftables.Table, chains []ownChain)
 			*ch.Priority != want.prio || ch.Policy == nil || *ch.Policy != want.policy {
 			return false, nil
 		}
-		rules, err := env.listRules(ch)
+		rules, err := env.ListRules(ch)
 		if err != nil {
 			return false, fmt.Errorf("read chain inet %s %s: %w", t.Name, ch.Name, err)
 		}
@@ -147,7 +147,7 @@ func ownTableIs(env Env, c *nftables.Conn, t *nftables.Table, chains []ownChain)
 
 // removeOwnTable deletes one of meshd's own tables if it exists.
 func removeOwnTable(env Env, name string) error {
-	c, closeConn, err := env.nftConn()
+	c, closeConn, err := env.NftConn()
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func removeOwnTable(env Env, name string) error {
 	c.AddTable(t)
 	c.DelTable(t)
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("remove nftables table inet %s in %s: %w", name, env.nsName(), err)
+		return fmt.Errorf("remove nftables table inet %s in %s: %w", name, env.NSName(), err)
 	}
 	return nil
 }
@@ -347,7 +347,7 @@ func filterChains(spec FilterSpec) ([]ownChain, error) {
 		}
 		var out []ownRule
 		for _, n := range admitted(o, spec.Admit) {
-			ex, err := openingExprs(nftables.TableFamilyINet, n.o(in), spec.Private)
+			ex, err := OpeningExprs(nftables.TableFamilyINet, n.o(in), spec.Private)
 			if err != nil {
 				return nil, err
 			}

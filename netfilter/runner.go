@@ -73,12 +73,12 @@ type Env struct {
 	Log      *slog.Logger
 }
 
-// path is p as this process sees the firewall's file system.
-func (e Env) path(p string) string { return filepath.Join("/", e.Root, p) }
+// Path is p as this process sees the firewall's file system.
+func (e Env) Path(p string) string { return filepath.Join("/", e.Root, p) }
 
-// seesFiles says whether this process sees the firewall's files at path(): Root is set, or
+// SeesFiles says whether this process sees the firewall's files at Path(): Root is set, or
 // commands run in this process's own mount namespace.
-func (e Env) seesFiles() bool {
+func (e Env) SeesFiles() bool {
 	if e.Root != "" || e.Runner == nil {
 		return true
 	}
@@ -94,11 +94,13 @@ func (e Env) seesFiles() bool {
 	return true
 }
 
-func (e Env) run(ctx context.Context, name string, args ...string) ([]byte, error) {
-	return e.runIn(ctx, nil, name, args...)
+// Run runs a command through the runner, with no standard input.
+func (e Env) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return e.RunIn(ctx, nil, name, args...)
 }
 
-func (e Env) runIn(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+// RunIn runs a command through the runner (ExecRunner{} when none is set), stdin on its input.
+func (e Env) RunIn(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	r := e.Runner
 	if r == nil {
 		r = ExecRunner{}
@@ -106,26 +108,27 @@ func (e Env) runIn(ctx context.Context, stdin []byte, name string, args ...strin
 	return r.Run(ctx, stdin, name, args...)
 }
 
-func (e Env) log() *slog.Logger {
+// Logger is Log, or slog's default when it is nil.
+func (e Env) Logger() *slog.Logger {
 	if e.Log != nil {
 		return e.Log
 	}
 	return slog.Default()
 }
 
-// readFile reads a file where the firewall lives (through the runner, so a mount namespace
+// ReadFile reads a file where the firewall lives (through the runner, so a mount namespace
 // is honoured). ok is false when it does not exist. A check that could not run (a cancelled
 // context, nsenter failing) is an error, never "absent": a caller deciding from an empty
 // read would take the found firewall's own rules for missing.
-func (e Env) readFile(ctx context.Context, path string) (data []byte, ok bool, err error) {
-	if _, err := e.run(ctx, "test", "-e", path); err != nil {
+func (e Env) ReadFile(ctx context.Context, path string) (data []byte, ok bool, err error) {
+	if _, err := e.Run(ctx, "test", "-e", path); err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) && exit.ExitCode() == 1 {
 			return nil, false, nil
 		}
 		return nil, false, fmt.Errorf("check %s: %w", path, err)
 	}
-	b, err := e.run(ctx, "cat", path)
+	b, err := e.Run(ctx, "cat", path)
 	if err != nil {
 		return nil, true, fmt.Errorf("read %s: %w", path, err)
 	}

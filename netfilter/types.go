@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -63,8 +64,8 @@ type Private struct {
 	Range     netip.Prefix
 }
 
-// markPrefix starts every comment meshd puts on a rule it adds.
-const markPrefix = "meshd:"
+// MarkPrefix starts every comment meshd puts on a rule it adds.
+const MarkPrefix = "meshd:"
 
 // Validate reports what is wrong with o, naming it.
 func (o Opening) Validate() error {
@@ -95,7 +96,7 @@ func (o Opening) Validate() error {
 // Mark is the comment meshd puts on the rules that implement o. It names every field, so
 // an opening can be read back from the rule alone: meshd:<module>:<path>:<proto>/<port>:<from>.
 func (o Opening) Mark() string {
-	return fmt.Sprintf("%s%s:%s:%s/%d:%s", markPrefix, o.Module, o.Path, o.Proto, o.Port, o.From)
+	return fmt.Sprintf("%s%s:%s:%s/%d:%s", MarkPrefix, o.Module, o.Path, o.Proto, o.Port, o.From)
 }
 
 // String names the opening for logs and errors.
@@ -107,12 +108,12 @@ func (o Opening) String() string {
 	return fmt.Sprintf("%s %s/%d from %s (%s)", m, o.Proto, o.Port, o.From, o.Path)
 }
 
-// parseMark is Mark's inverse; ok is false for a comment that is not meshd's.
-func parseMark(s string) (Opening, bool) {
-	if !strings.HasPrefix(s, markPrefix) {
+// ParseMark is Mark's inverse; ok is false for a comment that is not meshd's.
+func ParseMark(s string) (Opening, bool) {
+	if !strings.HasPrefix(s, MarkPrefix) {
 		return Opening{}, false
 	}
-	parts := strings.SplitN(strings.TrimPrefix(s, markPrefix), ":", 4)
+	parts := strings.SplitN(strings.TrimPrefix(s, MarkPrefix), ":", 4)
 	if len(parts) != 4 {
 		return Opening{}, false
 	}
@@ -219,3 +220,8 @@ type Driver interface {
 	Kind() Kind
 	Converge(ctx context.Context, desired []Opening) (Report, error)
 }
+
+// ErrUnsupported is wrapped by Detect's refusals: a found firewall meshd does not speak, or
+// cannot read. Adoption refuses on it rather than adopt a machine with nothing protecting
+// the mesh's ports.
+var ErrUnsupported = errors.New("found firewall is not one meshd speaks")

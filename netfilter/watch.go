@@ -73,16 +73,16 @@ func WatchChanges(ctx context.Context, env Env, interval time.Duration, changes 
 	}
 	kick := make(chan struct{}, 1)
 	startMonitor := func() (func(), <-chan struct{}) {
-		c, closeConn, err := env.nftConn()
+		c, closeConn, err := env.NftConn()
 		if err != nil {
-			env.log().Warn("nftables monitor unavailable, re-checking on the timer only", "err", err)
+			env.Logger().Warn("nftables monitor unavailable, re-checking on the timer only", "err", err)
 			return func() {}, nil
 		}
 		mon := nftables.NewMonitor(nftables.WithMonitorEventBuffer(1024))
 		events, err := c.AddMonitor(mon)
 		if err != nil {
 			closeConn()
-			env.log().Warn("nftables monitor unavailable, re-checking on the timer only", "err", err)
+			env.Logger().Warn("nftables monitor unavailable, re-checking on the timer only", "err", err)
 			return func() {}, nil
 		}
 		done := make(chan struct{})

@@ -19,6 +19,7 @@ import (
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/netfilter"
+	"meshd/netfilter/firewall"
 	"meshd/report"
 )
 
@@ -303,7 +304,7 @@ func preflight(ctx context.Context, in preflightInput) []api.Finding {
 
 	// The firewall found on the machine.
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	found, ferr := netfilter.Detect(dctx, netfilter.Env{})
+	found, ferr := firewall.Detect(dctx, netfilter.Env{})
 	cancel()
 	switch {
 	case ferr != nil && os.Geteuid() != 0:

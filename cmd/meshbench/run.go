@@ -46,7 +46,7 @@ type Suite struct {
 
 // DefaultSuites are the benchmarks docs/performance.md explains.
 var DefaultSuites = []Suite{
-	{Package: "./netfilter/", Bench: "^BenchmarkOpenings$"},
+	{Package: "./netfilter/firewall/", Bench: "^BenchmarkOpenings$"},
 	{Package: "./host/", Bench: "^BenchmarkNoOpPass$"},
 	{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
 	{Package: "./gossip/", Bench: "^(BenchmarkVerifyReport|BenchmarkReportSpread)$"},

@@ -18,7 +18,7 @@ import (
 func TestSmokeRun(t *testing.T) {
 	testenv.RequireRoot(t, "the openings benchmarks run on lab namespaces", "nft", "iptables", "ufw", "dockerd", "etcd")
 	res, err := Run(Options{Count: 1, Sizes: "10", Suites: []Suite{
-		{Package: "./netfilter/", Bench: "^BenchmarkOpenings$"},
+		{Package: "./netfilter/firewall/", Bench: "^BenchmarkOpenings$"},
 		{Package: "./fsm/", Bench: "^BenchmarkCompose$"},
 		{Package: "./agent/", Bench: "^BenchmarkOperatorCommit$", Benchtime: "20x"},
 		{Package: "./e2e/", Bench: "^BenchmarkAgentFootprint$", Benchtime: "1x", Env: []string{"MESHD_BENCH_WINDOW=5s"}},

@@ -8,7 +8,7 @@
 //
 // A declaration with a pending flip (fsm.Declaration.Flip) asks for the mode it flips to. To
 // converged, the opening driver loads the derived filter, then retires the found firewall
-// (netfilter.Retire: disabled, never flushed), recording the retirement before it starts and
+// (firewall.Retire: disabled, never flushed), recording the retirement before it starts and
 // what Restore needs once it is done. To adopted, it restores the retired firewall first, then
 // loads the guard and unloads the filter. The report's opening part says whether the flip is done
 // (OpeningDetail.Flip) and which firewall is retired (OpeningDetail.Retired); a server records the

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"meshd/netfilter"
+	"meshd/netfilter/firewall"
 )
 
 // packetFilter is what the opening driver needs of the machine's packet filter, in the driver's
@@ -15,7 +16,7 @@ type packetFilter interface {
 	// Detect reads the found firewall; an error matching netfilter.ErrUnsupported names one
 	// meshd does not speak.
 	Detect(ctx context.Context) (netfilter.Found, error)
-	// Stamp is a cheap read of what Detect depends on (netfilter.Stamp): equal stamps, the
+	// Stamp is a cheap read of what Detect depends on (firewall.Stamp): equal stamps, the
 	// same answer; "" when no stamp stands for the firewall (Detect must read it again).
 	Stamp(ctx context.Context) string
 	// NewDriver speaks the found firewall: its Converge makes its meshd-marked rules the
@@ -45,13 +46,13 @@ type packetFilter interface {
 type kernelFilter struct{ env netfilter.Env }
 
 func (k kernelFilter) Detect(ctx context.Context) (netfilter.Found, error) {
-	return netfilter.Detect(ctx, k.env)
+	return firewall.Detect(ctx, k.env)
 }
 
-func (k kernelFilter) Stamp(ctx context.Context) string { return netfilter.Stamp(ctx, k.env) }
+func (k kernelFilter) Stamp(ctx context.Context) string { return firewall.Stamp(ctx, k.env) }
 
 func (k kernelFilter) NewDriver(found netfilter.Found, priv netfilter.Private) (netfilter.Driver, error) {
-	return netfilter.NewDriver(k.env, found, priv)
+	return firewall.NewDriver(k.env, found, priv)
 }
 
 func (k kernelFilter) Guard(ctx context.Context, spec netfilter.GuardSpec) (bool, error) {
@@ -75,11 +76,11 @@ func (k kernelFilter) KeepForBoot(t netfilter.BootTables) (bool, error) {
 }
 
 func (k kernelFilter) Retire(ctx context.Context, found netfilter.Found) (netfilter.Retired, error) {
-	return netfilter.Retire(ctx, k.env, found)
+	return firewall.Retire(ctx, k.env, found)
 }
 
 func (k kernelFilter) Restore(ctx context.Context, r netfilter.Retired) error {
-	return netfilter.Restore(ctx, k.env, r)
+	return firewall.Restore(ctx, k.env, r)
 }
 
 func (k kernelFilter) Saved() (netfilter.Retired, error) {

@@ -4,10 +4,10 @@ package openings
 // declaration names a pending flip (fsm.Declaration.Flip) and asks for its mode.
 //
 // To converged: the derived filter is loaded first (apply, as on any converged pass), then the
-// found firewall is retired by disabling it, never flushing it (netfilter.Retire): the
+// found firewall is retired by disabling it, never flushing it (firewall.Retire): the
 // retirement is recorded in the host's record store before it starts and again, with what
 // Restore needs, once it is done. To adopted (the return): the retired firewall is restored from
-// that record first (netfilter.Restore: ufw enabled from its files, the found nftables tables
+// that record first (firewall.Restore: ufw enabled from its files, the found nftables tables
 // loaded from their dumps), then the pass loads the guard and unloads the filter. Each order
 // keeps the machine at least as closed as either firewall alone; never open.
 //
@@ -38,7 +38,7 @@ type retiredRecord struct {
 	// State is the found firewall as Detect read it when the retirement began.
 	State netfilter.Found `json:"state"`
 	At    time.Time       `json:"at"`
-	// Retired is what netfilter.Retire returned; nil while the retirement is under way (a
+	// Retired is what firewall.Retire returned; nil while the retirement is under way (a
 	// process killed then left it recorded and not finished).
 	Retired *netfilter.Retired `json:"retired,omitempty"`
 }

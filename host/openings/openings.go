@@ -57,8 +57,8 @@ type Config struct {
 // Driver converges the declared openings (fsm.KindOpening). It is a host.Driver.
 //
 // On an adopted node the firewall found on the machine stays in force (ADR 0100): every opening
-// goes through it in its own terms (netfilter.Detect, again whenever netfilter.Stamp moved, and
-// netfilter.NewDriver's Converge: meshd-marked rules, only those ever removed), and meshd loads
+// goes through it in its own terms (firewall.Detect, again whenever firewall.Stamp moved, and
+// firewall.NewDriver's Converge: meshd-marked rules, only those ever removed), and meshd loads
 // only the refuse-only guard (netfilter.Guard), with the ports of every guarded opening, dropping
 // traffic to them from anywhere but loopback and the private network's interface ahead of Docker's
 // DNAT. meshd loads no table that accepts, or drops by default, on an adopted node. A found
@@ -85,7 +85,7 @@ type Config struct {
 //
 // A pass with nothing to do writes nothing (every netfilter call reads first and writes only a
 // difference) and reports Changes 0; at rest (nothing moved since an application that left
-// everything in force: the desired state, netfilter.Stamp, the watch monitor's mark) a pass and
+// everything in force: the desired state, firewall.Stamp, the watch monitor's mark) a pass and
 // the watch's timer read the mark and the stamp and nothing else.
 type Driver struct {
 	pf          packetFilter

@@ -214,7 +214,7 @@ func TestUnitGuardFollowsTheDeclaredTunnelInterface(t *testing.T) {
 	}
 }
 
-// A pass detects the found firewall again only when its stamp moved (netfilter.Stamp: the
+// A pass detects the found firewall again only when its stamp moved (firewall.Stamp: the
 // nftables ruleset's generation, its files) or none stands for it: the firewall changing kind
 // between passes is still seen on the next pass, an unchanged one is not read pass after pass.
 func TestUnitOpeningsDetectOnlyWhenTheStampMoves(t *testing.T) {

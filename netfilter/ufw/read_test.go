@@ -1,4 +1,4 @@
-package netfilter
+package ufw
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"meshd/netfilter"
 )
 
 // fileRunner answers `test -e` and `cat` from a map of file contents, each path's reads in
@@ -44,27 +46,27 @@ const (
 
 func TestReadUFWTuplesWaitsOutAHalfWrittenFile(t *testing.T) {
 	half := ufwWhole[:strings.Index(ufwWhole, "### tuple")] // ufw has truncated and not yet written the rule
-	f := &fileRunner{files: map[string][]string{ufwUserRules: {half, "", ufwWhole}, ufwUser6: {ufw6Whole}}, reads: map[string]int{}}
-	ts, err := readUFWTuples(context.Background(), Env{Runner: f})
+	f := &fileRunner{files: map[string][]string{UserRules: {half, "", ufwWhole}, User6: {ufw6Whole}}, reads: map[string]int{}}
+	ts, err := readTuples(context.Background(), netfilter.Env{Runner: f})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(ts) != 1 || ts[0].Text != "allow tcp 22 0.0.0.0/0 any 0.0.0.0/0 in" || ts[0].Comment != "" {
 		t.Fatalf("read %+v, want the found firewall's own 22/tcp rule", ts)
 	}
-	if f.reads[ufwUserRules] != 3 {
-		t.Fatalf("user.rules read %d times, want 3 (half, empty, whole)", f.reads[ufwUserRules])
+	if f.reads[UserRules] != 3 {
+		t.Fatalf("user.rules read %d times, want 3 (half, empty, whole)", f.reads[UserRules])
 	}
 }
 
 func TestReadUFWTuplesNeverTakesAFailedReadForNoRules(t *testing.T) {
 	for name, f := range map[string]*fileRunner{
-		"test -e cannot run": {files: map[string][]string{ufwUserRules: {ufwWhole}}, testErr: errors.New("nsenter: cannot open /proc/1/ns/mnt")},
-		"user.rules missing": {files: map[string][]string{ufwUser6: {ufw6Whole}}},
-		"always half":        {files: map[string][]string{ufwUserRules: {ufwWhole[:40]}, ufwUser6: {ufw6Whole}}},
+		"test -e cannot run": {files: map[string][]string{UserRules: {ufwWhole}}, testErr: errors.New("nsenter: cannot open /proc/1/ns/mnt")},
+		"user.rules missing": {files: map[string][]string{User6: {ufw6Whole}}},
+		"always half":        {files: map[string][]string{UserRules: {ufwWhole[:40]}, User6: {ufw6Whole}}},
 	} {
 		f.reads = map[string]int{}
-		ts, err := readUFWTuples(context.Background(), Env{Runner: f})
+		ts, err := readTuples(context.Background(), netfilter.Env{Runner: f})
 		if err == nil {
 			t.Errorf("%s: read %d rules and no error; a pass would decide from a rule list that is not ufw's", name, len(ts))
 			continue
@@ -74,8 +76,8 @@ func TestReadUFWTuplesNeverTakesAFailedReadForNoRules(t *testing.T) {
 }
 
 func TestReadUFWTuplesWithoutUser6(t *testing.T) {
-	f := &fileRunner{files: map[string][]string{ufwUserRules: {ufwWhole}}, reads: map[string]int{}}
-	if ts, err := readUFWTuples(context.Background(), Env{Runner: f}); err != nil || len(ts) != 1 {
+	f := &fileRunner{files: map[string][]string{UserRules: {ufwWhole}}, reads: map[string]int{}}
+	if ts, err := readTuples(context.Background(), netfilter.Env{Runner: f}); err != nil || len(ts) != 1 {
 		t.Fatalf("read %+v, %v; want the one rule of user.rules", ts, err)
 	}
 }
@@ -85,13 +87,13 @@ func TestReadUFWTuplesWithoutUser6(t *testing.T) {
 // that would change it is refused as unsupported, so the driver lets ufw's own command write it.
 func TestEditUFWRulesLeavesAShippedFileAlone(t *testing.T) {
 	shipped := []byte("*filter\n:ufw6-user-input - [0:0]\n### RULES ###\nCOMMIT\n")
-	web := ufwMarked{mark: "meshd:web:incoming:tcp/7000:anywhere", text: "allow tcp 7000 0.0.0.0/0 any 0.0.0.0/0 in"}
-	office := ufwMarked{mark: "meshd:office:incoming:tcp/9000:10.0.0.0/8", text: "allow tcp 9000 0.0.0.0/0 any 10.0.0.0/8 in"}
-	got, err := editUFWRules(shipped, []ufwMarked{office}, nil, true)
+	web := marked{mark: "meshd:web:incoming:tcp/7000:anywhere", text: "allow tcp 7000 0.0.0.0/0 any 0.0.0.0/0 in"}
+	office := marked{mark: "meshd:office:incoming:tcp/9000:10.0.0.0/8", text: "allow tcp 9000 0.0.0.0/0 any 10.0.0.0/8 in"}
+	got, err := editRules(shipped, []marked{office}, nil, true)
 	if err != nil || string(got) != string(shipped) {
 		t.Fatalf("an IPv4-only rule changed the shipped user6.rules: %v\n%s", err, got)
 	}
-	if _, err := editUFWRules(shipped, []ufwMarked{web}, nil, true); !errors.Is(err, ErrUnsupported) {
+	if _, err := editRules(shipped, []marked{web}, nil, true); !errors.Is(err, netfilter.ErrUnsupported) {
 		t.Fatalf("an IPv6 twin into a file ufw has not written: %v, want ErrUnsupported", err)
 	}
 }

@@ -1,4 +1,4 @@
-package netfilter
+package ufw
 
 import (
 	"bytes"
@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"meshd/netfilter"
+	"meshd/netfilter/xt"
 )
 
-// ufwDriver converges openings through a found ufw in ufw's own terms: `ufw allow` for the
+// driver converges openings through a found ufw in ufw's own terms: `ufw allow` for the
 // incoming path and `ufw route allow` for the forwarded path, each with a meshd comment (ufw
 // keeps it hex-encoded in /etc/ufw/user.rules, not in the kernel). ufw has no batch: one ufw
 // invocation per rule added or removed, none when nothing changes.
@@ -31,20 +34,25 @@ import (
 // interface and out on it again, between the range's addresses, ahead of ufw's "deny routed"
 // policy. Like every opening it is read back on every pass and by the watch, which puts it back
 // if a reload drops it.
-type ufwDriver struct {
-	base
-	found Found
+type driver struct {
+	netfilter.Base
+	found netfilter.Found
 }
 
-func (d *ufwDriver) Kind() Kind { return KindUFW }
+// New returns the driver for a found ufw (found says its iptables backend).
+func New(env netfilter.Env, priv netfilter.Private, found netfilter.Found) netfilter.Driver {
+	return &driver{Base: netfilter.NewBase(env, priv), found: found}
+}
 
-// ufwTupleText is the tuple ufw writes in user.rules for the rule that implements o.
-func ufwTupleText(o Opening, priv Private) (string, error) {
+func (d *driver) Kind() netfilter.Kind { return netfilter.KindUFW }
+
+// tupleText is the tuple ufw writes in user.rules for the rule that implements o.
+func tupleText(o netfilter.Opening, priv netfilter.Private) (string, error) {
 	src := ""
 	iface := ""
 	switch o.From {
-	case FromAnywhere:
-	case FromPrivate:
+	case netfilter.FromAnywhere:
+	case netfilter.FromPrivate:
 		if priv.Interface == "" && !priv.Range.IsValid() {
 			return "", fmt.Errorf("opening %s: from private, but no private network is known", o)
 		}
@@ -67,7 +75,7 @@ func ufwTupleText(o Opening, priv Private) (string, error) {
 		src = anyNet
 	}
 	action := "allow"
-	if o.Path == PathForwarded {
+	if o.Path == netfilter.PathForwarded {
 		action = "route:allow"
 	}
 	dir := "in"
@@ -77,8 +85,8 @@ func ufwTupleText(o Opening, priv Private) (string, error) {
 	return fmt.Sprintf("%s %s %d %s any %s %s", action, o.Proto, o.Port, anyNet, src, dir), nil
 }
 
-// ufwArgs turns a tuple text back into the ufw command that adds (or, with del, deletes) it.
-func ufwArgs(text string, del bool) ([]string, error) {
+// commandArgs turns a tuple text back into the ufw command that adds (or, with del, deletes) it.
+func commandArgs(text string, del bool) ([]string, error) {
 	f := strings.Fields(text)
 	if len(f) != 7 {
 		return nil, fmt.Errorf("ufw tuple %q: unexpected shape", text)
@@ -118,34 +126,34 @@ func ufwArgs(text string, del bool) ([]string, error) {
 	return args, nil
 }
 
-func (d *ufwDriver) ufw(ctx context.Context, args ...string) error {
-	_, err := d.env.run(ctx, "ufw", args...)
+func (d *driver) command(ctx context.Context, args ...string) error {
+	_, err := d.Env.Run(ctx, "ufw", args...)
 	return err
 }
 
-// ufwMarked is a ufw rule meshd marked, found or wanted: its mark and the tuple ufw keeps it
+// marked is a ufw rule meshd marked, found or wanted: its mark and the tuple ufw keeps it
 // as. Its slot is both: a tuple carrying another opening's mark is not the rule wanted.
-type ufwMarked struct{ mark, text string }
+type marked struct{ mark, text string }
 
-func (t ufwMarked) slot() string { return t.mark + "\t" + t.text }
+func (t marked) Slot() string { return t.mark + "\t" + t.text }
 
 // markedTuples is the rules meshd marked in ufw, one per ufw rule: a rule from anywhere is in
 // both user.rules and user6.rules, and the IPv4 tuple names it, its IPv6 twin folded into it.
-func markedTuples(tuples []ufwTuple) []ufwMarked {
-	all := map[ufwMarked]bool{}
+func markedTuples(tuples []tuple) []marked {
+	all := map[marked]bool{}
 	for _, t := range tuples {
-		if strings.HasPrefix(t.Comment, markPrefix) {
-			all[ufwMarked{t.Comment, t.Text}] = true
+		if strings.HasPrefix(t.Comment, netfilter.MarkPrefix) {
+			all[marked{t.Comment, t.Text}] = true
 		}
 	}
-	var have []ufwMarked
-	seen := map[ufwMarked]bool{}
+	var have []marked
+	seen := map[marked]bool{}
 	for _, t := range tuples {
-		m := ufwMarked{t.Comment, t.Text}
+		m := marked{t.Comment, t.Text}
 		if !all[m] || seen[m] {
 			continue
 		}
-		if twin := (ufwMarked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}); twin != m && all[twin] {
+		if twin := (marked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}); twin != m && all[twin] {
 			continue
 		}
 		seen[m] = true
@@ -154,22 +162,22 @@ func markedTuples(tuples []ufwTuple) []ufwMarked {
 	return have
 }
 
-// ufwProxyTupleText is the IPv6 `ufw allow` a forwarded opening also needs for Docker's proxy (see
-// ufwDriver): the incoming rule from the same sources, in user6.rules alone; "" when its source
+// proxyTupleText is the IPv6 `ufw allow` a forwarded opening also needs for Docker's proxy (see
+// driver): the incoming rule from the same sources, in user6.rules alone; "" when its source
 // is of IPv4 alone (a CIDR, the private network's range), which no IPv6 packet matches.
-func ufwProxyTupleText(o Opening, priv Private) (string, error) {
+func proxyTupleText(o netfilter.Opening, priv netfilter.Private) (string, error) {
 	in := o
-	in.Path = PathIncoming
-	text, err := ufwTupleText(in, priv)
-	if err != nil || ufwSourceIsV6(text) {
+	in.Path = netfilter.PathIncoming
+	text, err := tupleText(in, priv)
+	if err != nil || sourceIsV6(text) {
 		return text, err
 	}
-	return ufwV6Twin(text), nil // "" for an IPv4 source
+	return v6Twin(text), nil // "" for an IPv4 source
 }
 
-// ufwV4Twin is the IPv4 tuple an IPv6 one from anywhere is the twin of (a rule from anywhere in
+// v4Twin is the IPv4 tuple an IPv6 one from anywhere is the twin of (a rule from anywhere in
 // both families); "" when it has none.
-func ufwV4Twin(text string) string {
+func v4Twin(text string) string {
 	f := strings.Fields(text)
 	if len(f) != 7 || f[5] != "::/0" {
 		return ""
@@ -177,25 +185,25 @@ func ufwV4Twin(text string) string {
 	return strings.ReplaceAll(text, "::/0", "0.0.0.0/0")
 }
 
-// ufwWant decides the ufw rules the openings need. An opening the found firewall's own rule
+// wantedRules decides the ufw rules the openings need. An opening the found firewall's own rule
 // already allows, or whose tuple another opening already needs, needs no rule of its own:
 // heldBy says why. An opening whose tuple cannot be written is failed. Where ufw keeps IPv6
-// rules (ipv6), a forwarded opening also needs its IPv6 proxy tuple (ufwProxyTupleText), unless
+// rules (ipv6), a forwarded opening also needs its IPv6 proxy tuple (proxyTupleText), unless
 // a rule from anywhere in both families already allows that port at the input path.
-func ufwWant(tuples []ufwTuple, want map[string]Opening, keys []string, priv Private, ipv6 bool) (rules []ufwMarked, heldBy, failed map[string]string) {
+func wantedRules(tuples []tuple, want map[string]netfilter.Opening, keys []string, priv netfilter.Private, ipv6 bool) (rules []marked, heldBy, failed map[string]string) {
 	userOwned := map[string]bool{} // tuple texts of the found firewall's own rules
 	for _, t := range tuples {
-		if !strings.HasPrefix(t.Comment, markPrefix) {
+		if !strings.HasPrefix(t.Comment, netfilter.MarkPrefix) {
 			userOwned[t.Text] = true
 		}
 	}
 	heldBy, failed = map[string]string{}, map[string]string{}
 	canon := map[string]string{} // tuple text -> the mark that carries it
 	for _, k := range keys {
-		if want[k].Path == PathRouted {
-			continue // at the head of FORWARD, through xtConverge: see Converge
+		if want[k].Path == netfilter.PathRouted {
+			continue // at the head of FORWARD, through xt.Converge: see Converge
 		}
-		text, err := ufwTupleText(want[k], priv)
+		text, err := tupleText(want[k], priv)
 		if err != nil {
 			failed[k] = err.Error()
 			continue
@@ -207,21 +215,21 @@ func ufwWant(tuples []ufwTuple, want map[string]Opening, keys []string, priv Pri
 			heldBy[k] = "shares the ufw rule of " + canon[text]
 		default:
 			canon[text] = k
-			rules = append(rules, ufwMarked{mark: k, text: text})
+			rules = append(rules, marked{mark: k, text: text})
 		}
 	}
 	if !ipv6 {
 		return rules, heldBy, failed
 	}
 	for _, k := range keys {
-		if want[k].Path != PathForwarded || failed[k] != "" {
+		if want[k].Path != netfilter.PathForwarded || failed[k] != "" {
 			continue
 		}
-		text, err := ufwProxyTupleText(want[k], priv)
+		text, err := proxyTupleText(want[k], priv)
 		if err != nil || text == "" {
 			continue
 		}
-		v4 := ufwV4Twin(text)
+		v4 := v4Twin(text)
 		switch {
 		case userOwned[text] || userOwned[v4]:
 			// the found firewall's own rule lets IPv6 in at the input path already
@@ -229,61 +237,61 @@ func ufwWant(tuples []ufwTuple, want map[string]Opening, keys []string, priv Pri
 			// another opening's rule does
 		default:
 			canon[text] = k
-			rules = append(rules, ufwMarked{mark: k, text: text})
+			rules = append(rules, marked{mark: k, text: text})
 		}
 	}
 	return rules, heldBy, failed
 }
 
-// ufwKeepsIPv6 says whether ufw keeps IPv6 rules (IPV6=yes in /etc/default/ufw, ufw's default).
-func ufwKeepsIPv6(def []byte) bool {
+// keepsIPv6 says whether ufw keeps IPv6 rules (IPV6=yes in /etc/default/ufw, ufw's default).
+func keepsIPv6(def []byte) bool {
 	return bytes.Contains(def, []byte("\nIPV6=yes")) || bytes.HasPrefix(def, []byte("IPV6=yes"))
 }
 
 // apply runs a plan, one ufw command per rule (ufw has no batch), deletes first: re-adding a
 // tuple ufw already holds would only rewrite its comment. A delete that fails is logged and
 // left for the next pass; an add that fails fails its opening.
-func (d *ufwDriver) apply(ctx context.Context, add, remove []ufwMarked, out *outcome) {
+func (d *driver) apply(ctx context.Context, add, remove []marked, out *netfilter.Outcome) {
 	for _, t := range remove {
-		args, err := ufwArgs(t.text, true)
+		args, err := commandArgs(t.text, true)
 		if err == nil {
-			err = d.ufw(ctx, args...)
+			err = d.command(ctx, args...)
 		}
 		if err != nil {
-			d.env.log().Warn("ufw delete failed", "tuple", t.text, "err", err)
+			d.Env.Logger().Warn("ufw delete failed", "tuple", t.text, "err", err)
 			continue
 		}
-		out.removed++
+		out.Removed++
 	}
 	for _, t := range add {
-		args, err := ufwArgs(t.text, false)
+		args, err := commandArgs(t.text, false)
 		if err == nil {
-			err = d.ufw(ctx, append(args, "comment", t.mark)...)
+			err = d.command(ctx, append(args, "comment", t.mark)...)
 		}
 		if err != nil {
-			out.failed[t.mark] = err.Error()
+			out.Failed[t.mark] = err.Error()
 			continue
 		}
-		out.added++
+		out.Added++
 	}
 }
 
 // Converge makes meshd's ufw rules equal to what desired needs (in one batch where this
-// process sees ufw's files, else one ufw command per rule), then its DOCKER-USER rules in ufw's iptables backend through xtConverge.
-func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	want, keys, err := dedupe(desired)
+// process sees ufw's files, else one ufw command per rule), then its DOCKER-USER rules in ufw's iptables backend through xt.Converge.
+func (d *driver) Converge(ctx context.Context, desired []netfilter.Opening) (netfilter.Report, error) {
+	d.Mu.Lock()
+	defer d.Mu.Unlock()
+	want, keys, err := netfilter.Dedupe(desired)
 	if err != nil {
-		return Report{}, err
+		return netfilter.Report{}, err
 	}
 	convergeUFW := d.convergeCommands
-	if d.env.seesFiles() {
+	if d.Env.SeesFiles() {
 		convergeUFW = d.convergeFiles
 	}
 	rules, heldBy, have, out, err := convergeUFW(ctx, want, keys)
 	if err != nil {
-		return Report{}, err
+		return netfilter.Report{}, err
 	}
 
 	// DOCKER-USER, in ufw's iptables backend.
@@ -291,35 +299,35 @@ func (d *ufwDriver) Converge(ctx context.Context, desired []Opening) (Report, er
 	if backend == "" {
 		backend = "nft"
 	}
-	xt, err := xtConverge(ctx, d.env, backend, false, d.priv, want, keys, ufwXTChains)
+	xtOut, err := xt.Converge(ctx, d.Env, backend, false, d.Priv, want, keys, xtChains)
 	if err != nil {
-		return Report{}, err
+		return netfilter.Report{}, err
 	}
-	xt6, err := xtConverge(ctx, d.env, backend, true, d.priv, want, keys, ufwXTChains)
+	xtOut6, err := xt.Converge(ctx, d.Env, backend, true, d.Priv, want, keys, xtChains)
 	if err != nil {
-		return Report{}, err
+		return netfilter.Report{}, err
 	}
-	xt.merge(xt6)
-	ufwMerge(keys, &out, xt, heldSlots(have), rules, d.notLoaded(ctx, backend))
-	r := d.settle(KindUFW, keys, want, out)
+	xtOut.Merge(xtOut6)
+	mergeXT(keys, &out, xtOut, netfilter.HeldSlots(have), rules, d.notLoaded(ctx, backend))
+	r := d.Settle(netfilter.KindUFW, keys, want, out)
 	for i := range r.Openings {
-		if why := heldBy[r.Openings[i].Opening.Mark()]; why != "" && r.Openings[i].State != Failed {
+		if why := heldBy[r.Openings[i].Opening.Mark()]; why != "" && r.Openings[i].State != netfilter.Failed {
 			r.Openings[i].Reason = why
 		}
 	}
 	return r, nil
 }
 
-// ufwXTChains is where an opening's rule goes in ufw's iptables backend, beside ufw's own: a
+// xtChains is where an opening's rule goes in ufw's iptables backend, beside ufw's own: a
 // forwarded one at the head of DOCKER-USER where Docker made that chain (in ip6tables only when
 // Docker filters IPv6 there, its ip6tables option), the routed one at the head of FORWARD (IPv4
 // alone: the private network's range is). A DOCKER-USER twin in ip6tables accepts only what
 // the IPv4 one accepts, for the same opening, and goes with it.
-func ufwXTChains(o Opening, x *xtDump) []string {
-	if o.Path == PathForwarded && x.has("DOCKER-USER") {
+func xtChains(o netfilter.Opening, x *xt.Dump) []string {
+	if o.Path == netfilter.PathForwarded && x.Has("DOCKER-USER") {
 		return []string{"DOCKER-USER"}
 	}
-	if o.Path == PathRouted {
+	if o.Path == netfilter.PathRouted {
 		return []string{"FORWARD"}
 	}
 	return nil
@@ -327,26 +335,26 @@ func ufwXTChains(o Opening, x *xtDump) []string {
 
 // convergeCommands is the per-rule way, for a ufw whose files this process does not see: read,
 // plan, one ufw command per rule, re-read.
-func (d *ufwDriver) convergeCommands(ctx context.Context, want map[string]Opening, keys []string) (rules []ufwMarked, heldBy map[string]string, have []ufwMarked, out outcome, err error) {
-	tuples, err := readUFWTuples(ctx, d.env)
+func (d *driver) convergeCommands(ctx context.Context, want map[string]netfilter.Opening, keys []string) (rules []marked, heldBy map[string]string, have []marked, out netfilter.Outcome, err error) {
+	tuples, err := readTuples(ctx, d.Env)
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
-	def, _, err := d.env.readFile(ctx, ufwDefaults)
+	def, _, err := d.Env.ReadFile(ctx, defaultsFile)
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
-	rules, heldBy, failed := ufwWant(tuples, want, keys, d.priv, ufwKeepsIPv6(def))
+	rules, heldBy, failed := wantedRules(tuples, want, keys, d.Priv, keepsIPv6(def))
 	have = markedTuples(tuples)
-	add, remove := plan(have, rules)
-	out = newOutcome()
-	out.failed = failed
+	add, remove := netfilter.Plan(have, rules)
+	out = netfilter.NewOutcome()
+	out.Failed = failed
 	for _, t := range add {
-		out.missingBefore[t.mark] = true
+		out.MissingBefore[t.mark] = true
 	}
 	if len(add)+len(remove) > 0 {
 		d.apply(ctx, add, remove, &out)
-		if tuples, err = readUFWTuples(ctx, d.env); err != nil {
+		if tuples, err = readTuples(ctx, d.Env); err != nil {
 			return nil, nil, nil, out, err
 		}
 		have = markedTuples(tuples)
@@ -356,9 +364,9 @@ func (d *ufwDriver) convergeCommands(ctx context.Context, want map[string]Openin
 
 // notLoaded says why ufw's rules do nothing, if it is enabled but its chains are absent from
 // its iptables backend; "" otherwise.
-func (d *ufwDriver) notLoaded(ctx context.Context, backend string) string {
-	if x, _, err := readXT(ctx, d.env, backend, false); err == nil && (x == nil || !x.has("ufw-user-input")) {
-		conf, _, _ := d.env.readFile(ctx, ufwConf)
+func (d *driver) notLoaded(ctx context.Context, backend string) string {
+	if x, _, err := xt.Read(ctx, d.Env, backend, false); err == nil && (x == nil || !x.Has("ufw-user-input")) {
+		conf, _, _ := d.Env.ReadFile(ctx, Conf)
 		if strings.Contains(string(conf), "ENABLED=yes") {
 			return "ufw is enabled but its chains are not loaded in iptables-" + backend
 		}
@@ -366,27 +374,27 @@ func (d *ufwDriver) notLoaded(ctx context.Context, backend string) string {
 	return ""
 }
 
-// ufwMerge folds the DOCKER-USER pass (xt) into the ufw pass (out): an opening is in force
+// mergeXT folds the DOCKER-USER pass (xtOut) into the ufw pass (out): an opening is in force
 // when neither failed, its ufw rule (if it needs one) is held, and ufw is loaded.
-func ufwMerge(keys []string, out *outcome, xt outcome, held map[string]int, rules []ufwMarked, notLoaded string) {
-	out.added += xt.added
-	out.removed += xt.removed
+func mergeXT(keys []string, out *netfilter.Outcome, xtOut netfilter.Outcome, held map[string]int, rules []marked, notLoaded string) {
+	out.Added += xtOut.Added
+	out.Removed += xtOut.Removed
 	for _, k := range keys {
-		out.missingBefore[k] = out.missingBefore[k] || xt.missingBefore[k]
-		out.present[k] = out.failed[k] == "" && xt.failed[k] == "" && xt.present[k]
+		out.MissingBefore[k] = out.MissingBefore[k] || xtOut.MissingBefore[k]
+		out.Present[k] = out.Failed[k] == "" && xtOut.Failed[k] == "" && xtOut.Present[k]
 	}
 	for _, t := range rules {
-		if held[t.slot()] == 0 {
-			out.present[t.mark] = false
+		if held[t.Slot()] == 0 {
+			out.Present[t.mark] = false
 		}
 	}
 	for _, k := range keys {
 		if notLoaded != "" {
-			out.present[k] = false
-			out.failed[k] = notLoaded
+			out.Present[k] = false
+			out.Failed[k] = notLoaded
 		}
-		if xt.failed[k] != "" {
-			out.failed[k] = xt.failed[k]
+		if xtOut.Failed[k] != "" {
+			out.Failed[k] = xtOut.Failed[k]
 		}
 	}
 }

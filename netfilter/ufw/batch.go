@@ -1,4 +1,4 @@
-package netfilter
+package ufw
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"meshd/netfilter"
+	"meshd/netfilter/xt"
 )
 
 // ufw in one batch. ufw has no batch command, and one `ufw allow` per rule costs about half a
@@ -21,17 +24,17 @@ import (
 // rules in the kernel, as ufw's own reload of its user rules does. The per-rule ufw commands
 // stay for a firewall seen only through a runner in another mount namespace.
 
-// ufwLockPath is the lock every ufw command holds (fcntl, whole file) while it reads and
+// lockPath is the lock every ufw command holds (fcntl, whole file) while it reads and
 // rewrites its files.
-const ufwLockPath = "/run/ufw.lock"
+const lockPath = "/run/ufw.lock"
 
-// ufwDefaults is where ufw says whether it keeps IPv6 rules (IPV6=yes).
-const ufwDefaults = "/etc/default/ufw"
+// defaultsFile is where ufw says whether it keeps IPv6 rules (IPV6=yes).
+const defaultsFile = "/etc/default/ufw"
 
-// lockUFW takes ufw's lock the way ufw takes it, waiting for a running ufw command to finish
+// lock takes ufw's lock the way ufw takes it, waiting for a running ufw command to finish
 // (or ctx to end). The returned function releases it.
-func lockUFW(ctx context.Context, env Env) (func(), error) {
-	p := env.path(ufwLockPath)
+func lock(ctx context.Context, env netfilter.Env) (func(), error) {
+	p := env.Path(lockPath)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("ufw's lock: %w", err)
@@ -59,17 +62,17 @@ func lockUFW(ctx context.Context, env Env) (func(), error) {
 	}
 }
 
-// ufwFiles is ufw's two rules files as read under its lock; v6 is nil when user6.rules is absent.
-type ufwFiles struct {
+// rulesFiles is ufw's two rules files as read under its lock; v6 is nil when user6.rules is absent.
+type rulesFiles struct {
 	v4, v6       []byte
 	ipv6         bool // ufw keeps IPv6 rules (IPV6=yes in /etc/default/ufw)
 	mode4, mode6 os.FileInfo
 	path4, path6 string
-	tuples       []ufwTuple
+	tuples       []tuple
 }
 
-func readUFWFiles(env Env) (*ufwFiles, error) {
-	f := &ufwFiles{path4: env.path(ufwUserRules), path6: env.path(ufwUser6)}
+func readFiles(env netfilter.Env) (*rulesFiles, error) {
+	f := &rulesFiles{path4: env.Path(UserRules), path6: env.Path(User6)}
 	var err error
 	if f.v4, err = os.ReadFile(f.path4); err != nil {
 		return nil, fmt.Errorf("ufw is in use but its rules cannot be read: %w", err)
@@ -83,16 +86,16 @@ func readUFWFiles(env Env) (*ufwFiles, error) {
 	} else if !os.IsNotExist(err) {
 		return nil, err
 	}
-	def, _ := os.ReadFile(env.path(ufwDefaults))
-	f.ipv6 = ufwKeepsIPv6(def)
+	def, _ := os.ReadFile(env.Path(defaultsFile))
+	f.ipv6 = keepsIPv6(def)
 	for _, b := range [][]byte{f.v4, f.v6} {
 		if b == nil {
 			continue
 		}
-		if !ufwFileComplete(b) {
-			return nil, fmt.Errorf("a ufw rules file does not end in COMMIT, though ufw's lock is held: %w", ErrUnsupported)
+		if !fileComplete(b) {
+			return nil, fmt.Errorf("a ufw rules file does not end in COMMIT, though ufw's lock is held: %w", netfilter.ErrUnsupported)
 		}
-		ts, err := parseUFWTuples(b)
+		ts, err := parseTuples(b)
 		if err != nil {
 			return nil, err
 		}
@@ -101,13 +104,13 @@ func readUFWFiles(env Env) (*ufwFiles, error) {
 	return f, nil
 }
 
-// ufwRuleLine is the iptables rule ufw writes under a tuple for meshd's openings' shapes:
+// ruleLine is the iptables rule ufw writes under a tuple for meshd's openings' shapes:
 // allow or route:allow, one protocol, one port, from anywhere or one prefix, optionally in on
 // one interface. v6 picks ufw's IPv6 chains.
-func ufwRuleLine(text string, v6 bool) (string, error) {
+func ruleLine(text string, v6 bool) (string, error) {
 	f := strings.Fields(text)
 	if len(f) != 7 || (f[0] != "allow" && f[0] != "route:allow") || f[4] != "any" {
-		return "", fmt.Errorf("ufw tuple %q: not a shape meshd writes: %w", text, ErrUnsupported)
+		return "", fmt.Errorf("ufw tuple %q: not a shape meshd writes: %w", text, netfilter.ErrUnsupported)
 	}
 	chain := "ufw-user-input"
 	if f[0] == "route:allow" {
@@ -129,15 +132,15 @@ func ufwRuleLine(text string, v6 bool) (string, error) {
 	return b.String(), nil
 }
 
-// ufwSourceIsV6 says whether a tuple's source is an IPv6 one (the rule lives in user6.rules only).
-func ufwSourceIsV6(text string) bool {
+// sourceIsV6 says whether a tuple's source is an IPv6 one (the rule lives in user6.rules only).
+func sourceIsV6(text string) bool {
 	f := strings.Fields(text)
 	return len(f) == 7 && strings.Contains(f[5], ":")
 }
 
-// ufwV6Twin is the IPv6 tuple ufw writes beside an IPv4 one from anywhere; "" when the rule
+// v6Twin is the IPv6 tuple ufw writes beside an IPv4 one from anywhere; "" when the rule
 // has an IPv4 source and so no twin.
-func ufwV6Twin(text string) string {
+func v6Twin(text string) string {
 	f := strings.Fields(text)
 	if len(f) != 7 || f[5] != "0.0.0.0/0" {
 		return ""
@@ -145,9 +148,9 @@ func ufwV6Twin(text string) string {
 	return strings.ReplaceAll(text, "0.0.0.0/0", "::/0")
 }
 
-// editUFWRules rewrites one rules file: the blocks of the removed rules out, the added ones in
+// editRules rewrites one rules file: the blocks of the removed rules out, the added ones in
 // before "### END RULES ###", everything else byte for byte. v6 says which file it is.
-func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error) {
+func editRules(file []byte, add, remove []marked, v6 bool) ([]byte, error) {
 	lines := strings.SplitAfter(string(file), "\n")
 	end := -1
 	for i, l := range lines {
@@ -158,7 +161,7 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 	}
 	gone := map[string]bool{}
 	for _, r := range remove {
-		gone[r.slot()] = true
+		gone[r.Slot()] = true
 	}
 	if end < 0 {
 		// The file as the package shipped it (ufw writes its full layout, markers and all, the
@@ -167,7 +170,7 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 		if !touches(file, add, gone, v6) {
 			return file, nil
 		}
-		return nil, fmt.Errorf("no \"### END RULES ###\" line (ufw has not written this file yet): %w", ErrUnsupported)
+		return nil, fmt.Errorf("no \"### END RULES ###\" line (ufw has not written this file yet): %w", netfilter.ErrUnsupported)
 	}
 	var out []string
 	for i := 0; i < end; i++ {
@@ -180,8 +183,8 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 		if err != nil {
 			return nil, err
 		}
-		folded := ufwMarked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}
-		if !gone[(ufwMarked{t.Comment, t.Text}).slot()] && !gone[folded.slot()] {
+		folded := marked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}
+		if !gone[(marked{t.Comment, t.Text}).Slot()] && !gone[folded.Slot()] {
 			out = append(out, l)
 			continue
 		}
@@ -195,15 +198,15 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 	}
 	for _, a := range add {
 		text := a.text
-		isV6 := ufwSourceIsV6(text)
+		isV6 := sourceIsV6(text)
 		if v6 && !isV6 {
-			if text = ufwV6Twin(text); text == "" {
+			if text = v6Twin(text); text == "" {
 				continue
 			}
 		} else if !v6 && isV6 {
 			continue
 		}
-		rule, err := ufwRuleLine(text, v6)
+		rule, err := ruleLine(text, v6)
 		if err != nil {
 			return nil, err
 		}
@@ -215,24 +218,24 @@ func editUFWRules(file []byte, add, remove []ufwMarked, v6 bool) ([]byte, error)
 
 // touches says whether an edit would change file: a tuple it holds is removed, or an added
 // rule belongs in it (an IPv6 twin or source in user6.rules, an IPv4 one in user.rules).
-func touches(file []byte, add []ufwMarked, gone map[string]bool, v6 bool) bool {
-	ts, _ := parseUFWTuples(file)
+func touches(file []byte, add []marked, gone map[string]bool, v6 bool) bool {
+	ts, _ := parseTuples(file)
 	for _, t := range ts {
-		if gone[(ufwMarked{t.Comment, t.Text}).slot()] || gone[(ufwMarked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}).slot()] {
+		if gone[(marked{t.Comment, t.Text}).Slot()] || gone[(marked{t.Comment, strings.ReplaceAll(t.Text, "::/0", "0.0.0.0/0")}).Slot()] {
 			return true
 		}
 	}
 	for _, a := range add {
-		isV6 := ufwSourceIsV6(a.text)
-		if isV6 == v6 || (v6 && ufwV6Twin(a.text) != "") {
+		isV6 := sourceIsV6(a.text)
+		if isV6 == v6 || (v6 && v6Twin(a.text) != "") {
 			return true
 		}
 	}
 	return false
 }
 
-// writeUFWFile replaces a rules file in one rename, with its mode and owner kept.
-func writeUFWFile(path string, b []byte, was os.FileInfo) error {
+// writeFile replaces a rules file in one rename, with its mode and owner kept.
+func writeFile(path string, b []byte, was os.FileInfo) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".meshd-"+filepath.Base(path)+"-*")
 	if err != nil {
 		return err
@@ -264,46 +267,46 @@ func writeUFWFile(path string, b []byte, was os.FileInfo) error {
 // changes load the edited files into the kernel (one iptables-restore --noflush per family,
 // which refills ufw's user chains exactly as `ufw reload` would) and then write them. A kernel
 // load that fails leaves the files as they were, so the next pass decides again.
-func (d *ufwDriver) convergeFiles(ctx context.Context, want map[string]Opening, keys []string) (rules []ufwMarked, heldBy map[string]string, have []ufwMarked, out outcome, err error) {
-	unlock, err := lockUFW(ctx, d.env)
+func (d *driver) convergeFiles(ctx context.Context, want map[string]netfilter.Opening, keys []string) (rules []marked, heldBy map[string]string, have []marked, out netfilter.Outcome, err error) {
+	unlock, err := lock(ctx, d.Env)
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
 	defer func() { unlock() }()
-	files, err := readUFWFiles(d.env)
+	files, err := readFiles(d.Env)
 	if err != nil {
 		return nil, nil, nil, out, err
 	}
-	rules, heldBy, failed := ufwWant(files.tuples, want, keys, d.priv, files.ipv6)
+	rules, heldBy, failed := wantedRules(files.tuples, want, keys, d.Priv, files.ipv6)
 	have = markedTuples(files.tuples)
-	add, remove := plan(have, rules)
-	out = newOutcome()
-	out.failed = failed
+	add, remove := netfilter.Plan(have, rules)
+	out = netfilter.NewOutcome()
+	out.Failed = failed
 	if len(add)+len(remove) == 0 {
 		return rules, heldBy, have, out, nil
 	}
 	for _, t := range add {
-		out.missingBefore[t.mark] = true
+		out.MissingBefore[t.mark] = true
 	}
-	if err := d.writeBatch(ctx, files, add, remove); errors.Is(err, ErrUnsupported) {
+	if err := d.writeBatch(ctx, files, add, remove); errors.Is(err, netfilter.ErrUnsupported) {
 		// ufw's files are not in the layout meshd edits (a file ufw has not written yet): ufw's
 		// own commands write it, one rule each, this once.
 		unlock()
 		unlock = func() {}
 		return d.convergeCommands(ctx, want, keys)
 	} else if err != nil {
-		d.env.log().Warn("ufw batch failed", "added", len(add), "removed", len(remove), "err", err)
+		d.Env.Logger().Warn("ufw batch failed", "added", len(add), "removed", len(remove), "err", err)
 		for _, t := range add {
-			out.failed[t.mark] = err.Error()
+			out.Failed[t.mark] = err.Error()
 		}
 		return rules, heldBy, have, out, nil
 	}
-	out.added, out.removed = len(add), len(remove)
+	out.Added, out.Removed = len(add), len(remove)
 	// what ufw now holds: have less the removed, plus the added
-	gone := heldSlots(remove)
-	var now []ufwMarked
+	gone := netfilter.HeldSlots(remove)
+	var now []marked
 	for _, h := range have {
-		if gone[h.slot()] == 0 {
+		if gone[h.Slot()] == 0 {
 			now = append(now, h)
 		}
 	}
@@ -311,10 +314,10 @@ func (d *ufwDriver) convergeFiles(ctx context.Context, want map[string]Opening, 
 }
 
 // writeBatch edits both files, loads them where ufw's chains are loaded, then writes them.
-func (d *ufwDriver) writeBatch(ctx context.Context, files *ufwFiles, add, remove []ufwMarked) error {
-	v4, err := editUFWRules(files.v4, add, remove, false)
+func (d *driver) writeBatch(ctx context.Context, files *rulesFiles, add, remove []marked) error {
+	v4, err := editRules(files.v4, add, remove, false)
 	if err != nil {
-		return fmt.Errorf("%s: %w", ufwUserRules, err)
+		return fmt.Errorf("%s: %w", UserRules, err)
 	}
 	var v6 []byte
 	if files.v6 != nil {
@@ -322,34 +325,34 @@ func (d *ufwDriver) writeBatch(ctx context.Context, files *ufwFiles, add, remove
 		if !files.ipv6 { // ufw writes no IPv6 twin then
 			add6 = nil
 		}
-		if v6, err = editUFWRules(files.v6, add6, remove, true); err != nil {
-			return fmt.Errorf("%s: %w", ufwUser6, err)
+		if v6, err = editRules(files.v6, add6, remove, true); err != nil {
+			return fmt.Errorf("%s: %w", User6, err)
 		}
 	}
 	backend := d.found.Backend
 	if backend == "" {
 		backend = "nft"
 	}
-	x, _, err := readXT(ctx, d.env, backend, false)
+	x, _, err := xt.Read(ctx, d.Env, backend, false)
 	if err != nil {
 		return err
 	}
-	if x != nil && x.has("ufw-user-input") { // ufw is loaded: the kernel first
-		if _, err := d.env.runIn(ctx, v4, xtBin(backend, false, "-restore"), "--noflush"); err != nil {
+	if x != nil && x.Has("ufw-user-input") { // ufw is loaded: the kernel first
+		if _, err := d.Env.RunIn(ctx, v4, xt.Bin(backend, false, "-restore"), "--noflush"); err != nil {
 			return fmt.Errorf("load ufw's edited user.rules: %w", err)
 		}
 		if v6 != nil && files.ipv6 {
-			if _, err := d.env.runIn(ctx, v6, xtBin(backend, true, "-restore"), "--noflush"); err != nil {
-				_, _ = d.env.runIn(ctx, files.v4, xtBin(backend, false, "-restore"), "--noflush")
+			if _, err := d.Env.RunIn(ctx, v6, xt.Bin(backend, true, "-restore"), "--noflush"); err != nil {
+				_, _ = d.Env.RunIn(ctx, files.v4, xt.Bin(backend, false, "-restore"), "--noflush")
 				return fmt.Errorf("load ufw's edited user6.rules: %w", err)
 			}
 		}
 	}
-	if err := writeUFWFile(files.path4, v4, files.mode4); err != nil {
+	if err := writeFile(files.path4, v4, files.mode4); err != nil {
 		return err
 	}
 	if v6 != nil {
-		if err := writeUFWFile(files.path6, v6, files.mode6); err != nil {
+		if err := writeFile(files.path6, v6, files.mode6); err != nil {
 			return err
 		}
 	}

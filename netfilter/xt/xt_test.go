@@ -1,10 +1,14 @@
-package netfilter
+package xt_test
 
 import (
 	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"meshd/netfilter"
+	"meshd/netfilter/firewall"
+	"meshd/netfilter/internal/nflab"
 )
 
 // newXtLab raises a found plain-iptables firewall through the system's iptables (iptables-nft,
@@ -12,32 +16,32 @@ import (
 // default, accepting established traffic, loopback and ssh; a DOCKER-USER rule of its own that
 // drops new traffic from the outside to the container bridge (so Docker's published ports are
 // filtered); then Docker starts (FORWARD policy DROP, DNAT of 8080 to the container's 80).
-func newXtLab(t *testing.T) *lab {
-	l := newLab(t)
-	l.sh(strings.Join([]string{
+func newXtLab(t *testing.T) *nflab.Lab {
+	l := nflab.New(t)
+	l.Sh(strings.Join([]string{
 		"iptables -P INPUT DROP",
 		"iptables -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"iptables -A INPUT -i lo -j ACCEPT",
 		"iptables -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
 		"iptables -N DOCKER-USER",
-		"iptables -A DOCKER-USER -i " + l.upIf + " -o " + l.brIf + " -j DROP",
+		"iptables -A DOCKER-USER -i " + l.UpIf + " -o " + l.BrIf + " -j DROP",
 	}, " && "))
-	l.docker()
-	l.serve(l.host, "0.0.0.0:7000")
-	l.serve(l.host, "0.0.0.0:7001")
-	l.serve(l.ctr, "0.0.0.0:80")
+	l.Docker()
+	l.Serve(l.Host, "0.0.0.0:7000")
+	l.Serve(l.Host, "0.0.0.0:7001")
+	l.Serve(l.Ctr, "0.0.0.0:80")
 	return l
 }
 
 // xtSave is the whole iptables ruleset (every table) as a person would compare two saves:
-// without iptables-save's dated comment lines and without packet counters.
-func xtSave(l *lab) string {
+// without iptables-save's dated comment lines and without packet nflab.Counters.
+func xtSave(l *nflab.Lab) string {
 	var out []string
-	for _, line := range strings.Split(l.sh("iptables-save"), "\n") {
+	for _, line := range strings.Split(l.Sh("iptables-save"), "\n") {
 		if strings.HasPrefix(line, "#") {
 			continue
 		}
-		out = append(out, counters.ReplaceAllString(line, ""))
+		out = append(out, nflab.Counters.ReplaceAllString(line, ""))
 	}
 	return strings.Join(out, "\n")
 }
@@ -45,62 +49,62 @@ func xtSave(l *lab) string {
 func TestIptablesOpenings(t *testing.T) {
 	l := newXtLab(t)
 	ctx := context.Background()
-	f, err := Detect(ctx, l.env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("found: %s", f)
 	// 3 incoming (established, lo, 22); 1 forwarded (its DOCKER-USER drop: Docker's own
 	// FORWARD plumbing and DOCKER-USER's closing RETURN are not the found firewall's rules).
-	if f.Kind != KindIptables || f.Backend != "nft" || !f.Active || f.Incoming != 3 || f.Forwarded != 1 || !f.DockerUser {
+	if f.Kind != netfilter.KindIptables || f.Backend != "nft" || !f.Active || f.Incoming != 3 || f.Forwarded != 1 || !f.DockerUser {
 		t.Fatalf("detected %+v", f)
 	}
-	cli, pub := l.cli, l.hostAddr+":8080"
-	l.wantReach(cli, l.hostAddr+":7000", false)
-	l.wantReach(l.peer, l.peerHost+":7001", false)
-	l.wantReach(cli, pub, false) // the found DOCKER-USER drop filters Docker's published port
+	cli, pub := l.Cli, l.HostAddr+":8080"
+	l.WantReach(cli, l.HostAddr+":7000", false)
+	l.WantReach(l.Peer, l.PeerHost+":7001", false)
+	l.WantReach(cli, pub, false) // the found DOCKER-USER drop filters Docker's published port
 
 	// The found rules as the machine would keep them on disk (iptables-save > rules.v4).
-	saved := filepath.Join(l.dir, "found.rules")
-	l.sh("iptables-save > " + saved)
+	saved := filepath.Join(l.Dir, "found.rules")
+	l.Sh("iptables-save > " + saved)
 	before := xtSave(l)
 
-	d, err := NewDriver(l.env, f, l.private)
+	d, err := firewall.NewDriver(l.Env, f, l.Private)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Kind() != KindIptables {
+	if d.Kind() != netfilter.KindIptables {
 		t.Fatalf("driver kind %s", d.Kind())
 	}
-	want := []Opening{
-		{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming},
-		{Module: "store", Proto: "tcp", Port: 7001, From: FromPrivate, Path: PathIncoming},
-		{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded},
+	want := []netfilter.Opening{
+		{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming},
+		{Module: "store", Proto: "tcp", Port: 7001, From: netfilter.FromPrivate, Path: netfilter.PathIncoming},
+		{Module: "app", Proto: "tcp", Port: 8080, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded},
 	}
-	r := mustConverge(t, d, want)
-	if r.Kind != KindIptables || r.Added != 3 || r.Removed != 0 {
+	r := nflab.MustConverge(t, d, want)
+	if r.Kind != netfilter.KindIptables || r.Added != 3 || r.Removed != 0 {
 		t.Fatalf("first converge: kind %s, %d added, %d removed; want iptables, 3 added", r.Kind, r.Added, r.Removed)
 	}
 	for _, o := range r.Openings {
-		if o.State != InForce || o.At.IsZero() {
+		if o.State != netfilter.InForce || o.At.IsZero() {
 			t.Fatalf("%s: %s at %v", o.Opening, o.State, o.At)
 		}
 	}
-	l.wantReach(cli, l.hostAddr+":7000", true)
-	l.wantReach(l.peer, l.peerHost+":7000", true)
-	l.wantReach(l.peer, l.peerHost+":7001", true)
-	l.wantReach(cli, l.hostAddr+":7001", false) // private: not from the outside
-	l.wantReach(cli, pub, true)                 // through Docker's DNAT to the container
+	l.WantReach(cli, l.HostAddr+":7000", true)
+	l.WantReach(l.Peer, l.PeerHost+":7000", true)
+	l.WantReach(l.Peer, l.PeerHost+":7001", true)
+	l.WantReach(cli, l.HostAddr+":7001", false) // private: not from the outside
+	l.WantReach(cli, pub, true)                 // through Docker's DNAT to the container
 	after := xtSave(l)
-	assertOnlyMarked(t, "after converge", before, after)
-	added, _ := diffLines(before, after)
+	nflab.AssertOnlyMarked(t, "after converge", before, after)
+	added, _ := nflab.DiffLines(before, after)
 	if len(added) != 3 {
 		t.Fatalf("converge added %d lines, want 3: %q", len(added), added)
 	}
 	t.Logf("meshd's rules: %q", added)
 	for _, o := range want {
 		chain := "-A INPUT "
-		if o.Path == PathForwarded {
+		if o.Path == netfilter.PathForwarded {
 			chain = "-A DOCKER-USER "
 		}
 		if !containsLine(after, chain, o.Mark()) {
@@ -109,61 +113,61 @@ func TestIptablesOpenings(t *testing.T) {
 	}
 
 	// Nothing to change: nothing written, and the ruleset is byte for byte the same.
-	r = mustConverge(t, d, want)
+	r = nflab.MustConverge(t, d, want)
 	if r.Added+r.Removed != 0 {
 		t.Fatalf("no-op converge wrote %d added, %d removed", r.Added, r.Removed)
 	}
 	if got := xtSave(l); got != after {
-		a, rm := diffLines(after, got)
+		a, rm := nflab.DiffLines(after, got)
 		t.Fatalf("no-op converge changed the ruleset: +%q -%q", a, rm)
 	}
 
 	// Unassigning a module removes its opening's rule and nothing else.
 	mid := xtSave(l)
-	r = mustConverge(t, d, want[:2])
+	r = nflab.MustConverge(t, d, want[:2])
 	if r.Removed != 1 || r.Added != 0 {
 		t.Fatalf("removing one opening wrote %d added, %d removed", r.Added, r.Removed)
 	}
-	l.wantReach(cli, pub, false)
-	l.wantReach(cli, l.hostAddr+":7000", true)
-	added, removed := diffLines(mid, xtSave(l))
+	l.WantReach(cli, pub, false)
+	l.WantReach(cli, l.HostAddr+":7000", true)
+	added, removed := nflab.DiffLines(mid, xtSave(l))
 	if len(added) != 0 || len(removed) != 1 || !strings.Contains(removed[0], want[2].Mark()) {
 		t.Fatalf("removal changed +%q -%q", added, removed)
 	}
-	assertOnlyMarked(t, "after removal", before, xtSave(l))
+	nflab.AssertOnlyMarked(t, "after removal", before, xtSave(l))
 
 	// A reload of the found rules (netfilter-persistent's iptables-restore < rules.v4) drops
 	// meshd's rules; the next converge puts them back and reports them restored.
-	l.sh("iptables-restore < " + saved)
+	l.Sh("iptables-restore < " + saved)
 	if got := xtSave(l); got != before {
-		a, rm := diffLines(before, got)
+		a, rm := nflab.DiffLines(before, got)
 		t.Fatalf("the reload did not give back the found rules: +%q -%q", a, rm)
 	}
-	l.wantReach(cli, l.hostAddr+":7000", false)
-	r = mustConverge(t, d, want[:2])
+	l.WantReach(cli, l.HostAddr+":7000", false)
+	r = nflab.MustConverge(t, d, want[:2])
 	if r.Added != 2 || r.Removed != 0 {
 		t.Fatalf("re-converge after reload wrote %d added, %d removed; want 2 added", r.Added, r.Removed)
 	}
 	for _, o := range r.Openings {
-		if o.State != Restored {
-			t.Fatalf("%s after the reload: %s, want %s", o.Opening, o.State, Restored)
+		if o.State != netfilter.Restored {
+			t.Fatalf("%s after the reload: %s, want %s", o.Opening, o.State, netfilter.Restored)
 		}
 	}
-	l.wantReach(cli, l.hostAddr+":7000", true)
-	l.wantReach(l.peer, l.peerHost+":7001", true)
-	l.wantReach(cli, l.hostAddr+":7001", false)
-	l.wantReach(cli, pub, false)
-	assertOnlyMarked(t, "after the reload and re-converge", before, xtSave(l))
-	if r = mustConverge(t, d, want[:2]); r.Added+r.Removed != 0 {
+	l.WantReach(cli, l.HostAddr+":7000", true)
+	l.WantReach(l.Peer, l.PeerHost+":7001", true)
+	l.WantReach(cli, l.HostAddr+":7001", false)
+	l.WantReach(cli, pub, false)
+	nflab.AssertOnlyMarked(t, "after the reload and re-converge", before, xtSave(l))
+	if r = nflab.MustConverge(t, d, want[:2]); r.Added+r.Removed != 0 {
 		t.Fatalf("no-op converge after restore wrote %d added, %d removed", r.Added, r.Removed)
 	}
 
 	// Converging the empty set leaves exactly the found rules.
-	if r = mustConverge(t, d, nil); r.Removed != 2 || r.Added != 0 {
+	if r = nflab.MustConverge(t, d, nil); r.Removed != 2 || r.Added != 0 {
 		t.Fatalf("empty converge wrote %d added, %d removed; want 2 removed", r.Added, r.Removed)
 	}
 	if got := xtSave(l); got != before {
-		a, rm := diffLines(before, got)
+		a, rm := nflab.DiffLines(before, got)
 		t.Fatalf("with no openings the ruleset differs from the found one: +%q -%q", a, rm)
 	}
 }
@@ -184,47 +188,47 @@ func containsLine(s, prefix, sub string) bool {
 func TestIptablesRetireRestore(t *testing.T) {
 	l := newXtLab(t)
 	ctx := context.Background()
-	f, err := Detect(ctx, l.env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := NewDriver(l.env, f, l.private)
-	mustConverge(t, d, []Opening{{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming}})
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
+	nflab.MustConverge(t, d, []netfilter.Opening{{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}})
 	before := xtSave(l)
-	nat := l.sh("iptables-save -t nat | grep -v '^#'")
-	l.sh("mkdir -p /etc/iptables && iptables-save > /etc/iptables/rules.v4")
-	conf := l.sh("cat /etc/iptables/rules.v4")
-	l.wantReach(l.cli, l.hostAddr+":7001", false)
-	ret, err := Retire(ctx, l.env, f)
+	nat := l.Sh("iptables-save -t nat | grep -v '^#'")
+	l.Sh("mkdir -p /etc/iptables && iptables-save > /etc/iptables/rules.v4")
+	conf := l.Sh("cat /etc/iptables/rules.v4")
+	l.WantReach(l.Cli, l.HostAddr+":7001", false)
+	ret, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ret.XT == nil || len(ret.XT.Rules) != 4 || ret.XT.Policies["INPUT"] != "DROP" {
 		t.Fatalf("retired: %+v", ret.XT)
 	}
-	after := l.sh("iptables-save -t filter | grep -v '^#'")
-	if !strings.Contains(after, ":INPUT ACCEPT") || strings.Contains(after, "--dport 22") || strings.Contains(after, "-A DOCKER-USER -i "+l.upIf) {
+	after := l.Sh("iptables-save -t filter | grep -v '^#'")
+	if !strings.Contains(after, ":INPUT ACCEPT") || strings.Contains(after, "--dport 22") || strings.Contains(after, "-A DOCKER-USER -i "+l.UpIf) {
 		t.Fatalf("found rules still in force after retire:\n%s", after)
 	}
 	if !strings.Contains(after, "meshd") {
 		t.Fatalf("retire removed meshd's marked rule:\n%s", after)
 	}
-	if got := l.sh("iptables-save -t nat | grep -v '^#'"); got != nat {
+	if got := l.Sh("iptables-save -t nat | grep -v '^#'"); got != nat {
 		t.Fatalf("Docker's NAT changed by retire:\n%s\nwant\n%s", got, nat)
 	}
-	if l.sh("cat /etc/iptables/rules.v4") != conf {
+	if l.Sh("cat /etc/iptables/rules.v4") != conf {
 		t.Fatal("retire touched /etc/iptables/rules.v4")
 	}
-	l.wantReach(l.cli, l.hostAddr+":7001", true) // nothing filters now
-	l.wantReach(l.cli, l.hostAddr+":8080", true) // Docker still forwards
+	l.WantReach(l.Cli, l.HostAddr+":7001", true) // nothing filters now
+	l.WantReach(l.Cli, l.HostAddr+":8080", true) // Docker still forwards
 	for range 2 {
-		if err := Restore(ctx, l.env, ret); err != nil {
+		if err := firewall.Restore(ctx, l.Env, ret); err != nil {
 			t.Fatal(err)
 		}
 		if got := xtSave(l); got != before {
 			t.Fatalf("restored ruleset differs from the one retired:\n%s\nwant\n%s", got, before)
 		}
 	}
-	l.wantReach(l.cli, l.hostAddr+":7001", false)
-	l.wantReach(l.cli, l.hostAddr+":8080", false)
+	l.WantReach(l.Cli, l.HostAddr+":7001", false)
+	l.WantReach(l.Cli, l.HostAddr+":8080", false)
 }

@@ -1,4 +1,4 @@
-package netfilter
+package firewall_test
 
 import (
 	"context"
@@ -9,32 +9,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// BenchmarkNoopConverge is the cost of the re-check every reconcile (and the watcher) pays
-// when nothing changed: read the found nftables ruleset, compare, write nothing.
-func BenchmarkNoopConverge(b *testing.B) {
-	l := newLab(b)
-	l.writeHostFile("nftables.conf", foundNftConf(l))
-	l.sh("nft -f /etc/nftables.conf")
-	f, err := Detect(context.Background(), l.env)
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, _ := NewDriver(l.env, f, l.private)
-	var want []Opening
-	for i := 0; i < 100; i++ {
-		want = append(want, Opening{Module: "m", Proto: "tcp", Port: uint16(30000 + i), From: FromAnywhere, Path: PathIncoming + ""})
-	}
-	mustConverge(b, d, want)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		r, err := d.Converge(context.Background(), want)
-		if err != nil || r.Added+r.Removed != 0 {
-			b.Fatalf("no-op converge wrote %d/%d: %v", r.Added, r.Removed, err)
-		}
-	}
-}
+	"meshd/netfilter"
+	"meshd/netfilter/firewall"
+	"meshd/netfilter/internal/nflab"
+)
 
 // The side-by-side figures of docs/performance.md (issue 18), read by cmd/meshbench: each
 // sub-benchmark's name is KIND/WAY/N, WAY one of
@@ -62,10 +41,10 @@ func benchSizes() []int {
 	return ns
 }
 
-func bulkOpenings(n int, path string) []Opening {
-	want := make([]Opening, n)
+func bulkOpenings(n int, path string) []netfilter.Opening {
+	want := make([]netfilter.Opening, n)
 	for i := range want {
-		want[i] = Opening{Module: "bulk", Proto: "tcp", Port: uint16(20000 + i), From: FromAnywhere, Path: path}
+		want[i] = netfilter.Opening{Module: "bulk", Proto: "tcp", Port: uint16(20000 + i), From: netfilter.FromAnywhere, Path: path}
 	}
 	return want
 }
@@ -74,11 +53,11 @@ func bulkOpenings(n int, path string) []Opening {
 // rules by hand, and how the found firewall is reloaded.
 type benchKind struct {
 	name   string
-	setup  func(l *lab)
-	byHand func(l *lab, ports []int)
-	reset  func(l *lab) // back to the found firewall alone
-	reload string       // the found firewall's own reload
-	path   string       // what the restore figure opens (ufw reload keeps incoming rules: they are ufw's)
+	setup  func(l *nflab.Lab)
+	byHand func(l *nflab.Lab, ports []int)
+	reset  func(l *nflab.Lab) // back to the found firewall alone
+	reload string             // the found firewall's own reload
+	path   string             // what the restore figure opens (ufw reload keeps incoming rules: they are ufw's)
 }
 
 func benchKinds() []benchKind {
@@ -87,31 +66,36 @@ func benchKinds() []benchKind {
 		"-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n-A FORWARD -j DOCKER-USER\nCOMMIT\n"
 	return []benchKind{
 		{
-			name: "nftables", path: PathIncoming, reload: "nft -f /etc/nftables.conf",
-			setup: func(l *lab) { l.writeHostFile("nftables.conf", foundNftConf(l)); l.sh("nft -f /etc/nftables.conf") },
-			byHand: func(l *lab, ports []int) {
-				l.sh(perPort("nft add rule inet nffound input tcp dport %d accept\n", ports))
+			name: "nftables", path: netfilter.PathIncoming, reload: "nft -f /etc/nftables.conf",
+			setup: func(l *nflab.Lab) {
+				l.WriteHostFile("nftables.conf", nflab.FoundNftConf(l))
+				l.Sh("nft -f /etc/nftables.conf")
 			},
-			reset: func(l *lab) { l.sh("nft -f /etc/nftables.conf") },
+			byHand: func(l *nflab.Lab, ports []int) {
+				l.Sh(perPort("nft add rule inet nffound input tcp dport %d accept\n", ports))
+			},
+			reset: func(l *nflab.Lab) { l.Sh("nft -f /etc/nftables.conf") },
 		},
 		{
-			name: "iptables", path: PathIncoming, reload: "iptables-restore < /etc/iptables/rules.v4",
-			setup: func(l *lab) {
-				l.writeHostFile("rules.v4", xtFound)
-				l.sh("mkdir -p /etc/iptables && cat > /etc/iptables/rules.v4 <<'EOF'\n" + xtFound + "EOF\niptables-restore < /etc/iptables/rules.v4")
+			name: "iptables", path: netfilter.PathIncoming, reload: "iptables-restore < /etc/iptables/rules.v4",
+			setup: func(l *nflab.Lab) {
+				l.WriteHostFile("rules.v4", xtFound)
+				l.Sh("mkdir -p /etc/iptables && cat > /etc/iptables/rules.v4 <<'EOF'\n" + xtFound + "EOF\niptables-restore < /etc/iptables/rules.v4")
 			},
-			byHand: func(l *lab, ports []int) { l.sh(perPort("iptables -A INPUT -p tcp --dport %d -j ACCEPT\n", ports)) },
-			reset:  func(l *lab) { l.sh("iptables-restore < /etc/iptables/rules.v4") },
+			byHand: func(l *nflab.Lab, ports []int) {
+				l.Sh(perPort("iptables -A INPUT -p tcp --dport %d -j ACCEPT\n", ports))
+			},
+			reset: func(l *nflab.Lab) { l.Sh("iptables-restore < /etc/iptables/rules.v4") },
 		},
 		{
-			name: "ufw", path: PathForwarded, reload: "ufw reload",
-			setup: func(l *lab) {
-				l.sh("ufw allow 22/tcp >/dev/null && ufw --force enable >/dev/null && " +
+			name: "ufw", path: netfilter.PathForwarded, reload: "ufw reload",
+			setup: func(l *nflab.Lab) {
+				l.Sh("ufw allow 22/tcp >/dev/null && ufw --force enable >/dev/null && " +
 					"cp /etc/ufw/user.rules /etc/ufw/user.rules.found && cp /etc/ufw/user6.rules /etc/ufw/user6.rules.found")
 			},
-			byHand: func(l *lab, ports []int) { l.sh(perPort("ufw allow %d/tcp >/dev/null\n", ports)) },
-			reset: func(l *lab) {
-				l.sh("cp /etc/ufw/user.rules.found /etc/ufw/user.rules && cp /etc/ufw/user6.rules.found /etc/ufw/user6.rules && ufw reload >/dev/null")
+			byHand: func(l *nflab.Lab, ports []int) { l.Sh(perPort("ufw allow %d/tcp >/dev/null\n", ports)) },
+			reset: func(l *nflab.Lab) {
+				l.Sh("cp /etc/ufw/user.rules.found /etc/ufw/user.rules && cp /etc/ufw/user6.rules.found /etc/ufw/user6.rules && ufw reload >/dev/null")
 			},
 		},
 	}
@@ -130,42 +114,42 @@ func BenchmarkOpenings(b *testing.B) {
 	long := os.Getenv("MESHD_BENCH_LONG") == "1"
 	for _, k := range benchKinds() {
 		b.Run(k.name, func(b *testing.B) {
-			l := newLab(b)
+			l := nflab.New(b)
 			if k.name == "ufw" {
-				l = newUFWLab(b)
+				l = nflab.NewUFW(b)
 			}
 			k.setup(l)
-			f, err := Detect(context.Background(), l.env)
+			f, err := firewall.Detect(context.Background(), l.Env)
 			if err != nil {
 				b.Fatal(err)
 			}
-			d, _ := NewDriver(l.env, f, l.private)
+			d, _ := firewall.NewDriver(l.Env, f, l.Private)
 			for _, n := range benchSizes() {
-				want := bulkOpenings(n, PathIncoming)
+				want := bulkOpenings(n, netfilter.PathIncoming)
 				ports := make([]int, n)
 				for i := range ports {
 					ports[i] = 20000 + i
 				}
 				b.Run("meshd/"+strconv.Itoa(n), func(b *testing.B) {
 					for i := 0; i < b.N; i++ {
-						if r := mustConverge(b, d, want); r.Added < n {
+						if r := nflab.MustConverge(b, d, want); r.Added < n {
 							b.Fatalf("added %d of %d", r.Added, n)
 						}
 						b.StopTimer()
-						mustConverge(b, d, nil)
+						nflab.MustConverge(b, d, nil)
 						b.StartTimer()
 					}
 				})
 				b.Run("recheck/"+strconv.Itoa(n), func(b *testing.B) {
-					mustConverge(b, d, want)
+					nflab.MustConverge(b, d, want)
 					b.ResetTimer()
 					for i := 0; i < b.N; i++ {
-						if r := mustConverge(b, d, want); r.Added+r.Removed != 0 {
+						if r := nflab.MustConverge(b, d, want); r.Added+r.Removed != 0 {
 							b.Fatalf("a pass with nothing to do wrote %d/%d", r.Added, r.Removed)
 						}
 					}
 					b.StopTimer()
-					mustConverge(b, d, nil)
+					nflab.MustConverge(b, d, nil)
 				})
 				if k.name == "nftables" {
 					b.Run("nft-f/"+strconv.Itoa(n), func(b *testing.B) {
@@ -173,13 +157,13 @@ func BenchmarkOpenings(b *testing.B) {
 						for _, p := range ports {
 							fmt.Fprintf(&file, "add rule inet nffound input tcp dport %d accept\n", p)
 						}
-						bulk := filepath.Join(l.dir, "bulk.nft")
+						bulk := filepath.Join(l.Dir, "bulk.nft")
 						if err := os.WriteFile(bulk, []byte(file.String()), 0o644); err != nil {
 							b.Fatal(err)
 						}
 						b.ResetTimer()
 						for i := 0; i < b.N; i++ {
-							l.sh("nft -f " + bulk)
+							l.Sh("nft -f " + bulk)
 							b.StopTimer()
 							k.reset(l)
 							b.StartTimer()
@@ -204,14 +188,14 @@ func BenchmarkOpenings(b *testing.B) {
 
 // benchRestore times the end of the found firewall's reload to the watch's pass that has every opening
 // back in force.
-func benchRestore(b *testing.B, l *lab, d Driver, k benchKind, want []Opening) {
-	mustConverge(b, d, want)
+func benchRestore(b *testing.B, l *nflab.Lab, d netfilter.Driver, k benchKind, want []netfilter.Opening) {
+	nflab.MustConverge(b, d, want)
 	ctx, cancel := context.WithCancel(context.Background())
 	restored := make(chan struct{}, 1)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		Watch(ctx, l.env, 500*time.Millisecond, func(ctx context.Context) {
+		netfilter.Watch(ctx, l.Env, 500*time.Millisecond, func(ctx context.Context) {
 			if r, err := d.Converge(ctx, want); err == nil && r.Added > 0 && allInForce(r) {
 				select {
 				case restored <- struct{}{}:
@@ -227,7 +211,7 @@ func benchRestore(b *testing.B, l *lab, d Driver, k benchKind, want []Opening) {
 		case <-restored:
 		default:
 		}
-		l.sh(k.reload + " >/dev/null") // from the reload's end: meshd cannot act before it is done
+		l.Sh(k.reload + " >/dev/null") // from the reload's end: meshd cannot act before it is done
 		b.StartTimer()
 		select {
 		case <-restored:
@@ -238,12 +222,12 @@ func benchRestore(b *testing.B, l *lab, d Driver, k benchKind, want []Opening) {
 	b.StopTimer()
 	cancel()
 	<-watched
-	mustConverge(b, d, nil)
+	nflab.MustConverge(b, d, nil)
 }
 
-func allInForce(r Report) bool {
+func allInForce(r netfilter.Report) bool {
 	for _, o := range r.Openings {
-		if o.State != InForce && o.State != Restored {
+		if o.State != netfilter.InForce && o.State != netfilter.Restored {
 			return false
 		}
 	}

@@ -1,4 +1,4 @@
-package netfilter
+package xt_test
 
 import (
 	"context"
@@ -6,47 +6,26 @@ import (
 	"strings"
 	"testing"
 
-	"meshd/internal/testenv"
+	"meshd/netfilter"
+	"meshd/netfilter/firewall"
+	"meshd/netfilter/internal/nflab"
+	"meshd/netfilter/xt"
 )
-
-// The lab's IPv6, beside its IPv4 (documentation addresses, 2001:db8::/32):
-//
-//	cli  2001:db8:100::2 ──── host 2001:db8:100::1    the outside machine
-//	ctr  2001:db8:2::2   ──── host 2001:db8:2::1      the container, on the bridge
-const (
-	host6 = "[2001:db8:100::1]"
-	ctr6  = "2001:db8:2::2"
-)
-
-// addIPv6 gives the host, the outside machine and the container their IPv6 addresses (nodad:
-// usable at once), the container its route, and the host IPv6 forwarding.
-func (l *lab) addIPv6() {
-	l.t.Helper()
-	add := func(ns, addr, dev string) {
-		testenv.Run(l.t, "ip", "-n", ns, "addr", "add", addr, "dev", dev, "nodad")
-	}
-	add(l.host, "2001:db8:100::1/64", l.upIf)
-	add(l.cli, "2001:db8:100::2/64", l.upIf+"c")
-	add(l.host, "2001:db8:2::1/64", l.brIf)
-	add(l.ctr, ctr6+"/64", l.brIf+"c")
-	testenv.Run(l.t, "ip", "-n", l.ctr, "-6", "route", "add", "default", "via", "2001:db8:2::1")
-	testenv.Run(l.t, "nsenter", "--net=/run/netns/"+l.host, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
-}
 
 // dockerV6 is Docker's IPv6 plumbing with its ip6tables option on, as docker() is IPv4's: the
 // published port 8080 DNATed to the container's [2001:db8:2::2]:80, FORWARD through DOCKER-USER
 // first, FORWARD's policy DROP. Docker publishes 9090 and 6379 too, to the container's port 80
 // over IPv4; their IPv6 is no DNAT but Docker's proxy on the host ([::]:9090, [::]:6379), as for
 // a container on a bridge without IPv6.
-func (l *lab) dockerV6() {
-	br := l.brIf
-	l.sh(strings.Join([]string{
+func dockerV6(l *nflab.Lab) {
+	br := l.BrIf
+	l.Sh(strings.Join([]string{
 		"iptables -t nat -A DOCKER ! -i " + br + " -p tcp -m tcp --dport 9090 -j DNAT --to-destination 192.0.2.2:80",
 		"iptables -t nat -A DOCKER ! -i " + br + " -p tcp -m tcp --dport 6379 -j DNAT --to-destination 192.0.2.2:80",
 		"ip6tables -t nat -N DOCKER",
 		"ip6tables -t nat -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER",
 		"ip6tables -t nat -A DOCKER -i " + br + " -j RETURN",
-		"ip6tables -t nat -A DOCKER ! -i " + br + " -p tcp -m tcp --dport 8080 -j DNAT --to-destination [" + ctr6 + "]:80",
+		"ip6tables -t nat -A DOCKER ! -i " + br + " -p tcp -m tcp --dport 8080 -j DNAT --to-destination [" + nflab.Ctr6 + "]:80",
 		"ip6tables -N DOCKER",
 		"ip6tables -N DOCKER-USER 2>/dev/null; true",
 		"ip6tables -P FORWARD DROP",
@@ -54,29 +33,29 @@ func (l *lab) dockerV6() {
 		"ip6tables -A FORWARD -o " + br + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"ip6tables -A FORWARD -o " + br + " -j DOCKER",
 		"ip6tables -A FORWARD -i " + br + " ! -o " + br + " -j ACCEPT",
-		"ip6tables -A DOCKER -d " + ctr6 + "/128 ! -i " + br + " -o " + br + " -p tcp -m tcp --dport 80 -j ACCEPT",
+		"ip6tables -A DOCKER -d " + nflab.Ctr6 + "/128 ! -i " + br + " -o " + br + " -p tcp -m tcp --dport 80 -j ACCEPT",
 		"ip6tables -A DOCKER-USER -j RETURN",
 	}, " && "))
-	l.serve(l.host, "[::]:9090") // Docker's proxy for 9090 over IPv6
-	l.serve(l.host, "[::]:6379") // and for 6379
+	l.Serve(l.Host, "[::]:9090") // Docker's proxy for 9090 over IPv6
+	l.Serve(l.Host, "[::]:6379") // and for 6379
 }
 
 // xt6Save is ip6tables-save as xtSave is iptables-save's.
-func xt6Save(l *lab) string {
+func xt6Save(l *nflab.Lab) string {
 	var out []string
-	for _, line := range strings.Split(l.sh("ip6tables-save"), "\n") {
+	for _, line := range strings.Split(l.Sh("ip6tables-save"), "\n") {
 		if !strings.HasPrefix(line, "#") {
-			out = append(out, counters.ReplaceAllString(line, ""))
+			out = append(out, nflab.Counters.ReplaceAllString(line, ""))
 		}
 	}
 	return strings.Join(out, "\n")
 }
 
 // wantBoth is wantReach over IPv4 and IPv6 from the outside machine.
-func (l *lab) wantBoth(port string, want bool) {
-	l.t.Helper()
-	l.wantReach(l.cli, l.hostAddr+":"+port, want)
-	l.wantReach(l.cli, host6+":"+port, want)
+func wantBoth(l *nflab.Lab, port string, want bool) {
+	l.T.Helper()
+	l.WantReach(l.Cli, l.HostAddr+":"+port, want)
+	l.WantReach(l.Cli, nflab.Host6+":"+port, want)
 }
 
 // A found plain-iptables firewall that filters both families (rules.v4 and rules.v6 alike: INPUT
@@ -88,53 +67,53 @@ func (l *lab) wantBoth(port string, want bool) {
 // each step starts from the rules the one before left, as the passes of one agent would.
 func TestIptablesOpeningsIPv6(t *testing.T) {
 	l := newXtLab(t)
-	l.foundIP6tables()
+	foundIP6tables(l)
 	ctx := context.Background()
-	f, err := Detect(ctx, l.env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("found: %s", f)
-	if f.Kind != KindIptables || !f.IPv6 || f.Incoming6 != 4 || f.Forwarded6 != 1 {
+	if f.Kind != netfilter.KindIptables || !f.IPv6 || f.Incoming6 != 4 || f.Forwarded6 != 1 {
 		t.Fatalf("detected %+v", f)
 	}
 	for _, p := range []string{"7000", "8080", "9090", "6379"} {
-		l.wantBoth(p, false)
+		wantBoth(l, p, false)
 	}
 	before4, before6 := xtSave(l), xt6Save(l)
 
-	d, err := NewDriver(l.env, f, l.private)
+	d, err := firewall.NewDriver(l.Env, f, l.Private)
 	if err != nil {
 		t.Fatal(err)
 	}
-	web := Opening{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming}
-	app := Opening{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded}
-	proxied := Opening{Module: "proxied", Proto: "tcp", Port: 9090, From: FromAnywhere, Path: PathForwarded}
-	store := Opening{Module: "store", Proto: "tcp", Port: 6379, From: FromPrivate, Path: PathForwarded}
-	want := []Opening{web, app, proxied, store}
-	r := mustConverge(t, d, want)
+	web := netfilter.Opening{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}
+	app := netfilter.Opening{Module: "app", Proto: "tcp", Port: 8080, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded}
+	proxied := netfilter.Opening{Module: "proxied", Proto: "tcp", Port: 9090, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded}
+	store := netfilter.Opening{Module: "store", Proto: "tcp", Port: 6379, From: netfilter.FromPrivate, Path: netfilter.PathForwarded}
+	want := []netfilter.Opening{web, app, proxied, store}
+	r := nflab.MustConverge(t, d, want)
 	// IPv4: four rules; IPv6: web's, app's and proxied's in DOCKER-USER and at INPUT for the
 	// proxy (store is from the private network, an IPv4 range: no twin).
 	if r.Added != 9 || r.Removed != 0 {
 		t.Fatalf("first converge: %d added, %d removed; want 9, 0", r.Added, r.Removed)
 	}
 	for _, o := range r.Openings {
-		if o.State != InForce {
+		if o.State != netfilter.InForce {
 			t.Fatalf("%s: %s (%s)", o.Opening, o.State, o.Reason)
 		}
 	}
-	if _, err := Guard(ctx, l.env, GuardSpec{Private: l.private, Ports: []Port{{"tcp", 6379}}}); err != nil {
+	if _, err := netfilter.Guard(ctx, l.Env, netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{Proto: "tcp", Port: 6379}}}); err != nil {
 		t.Fatal(err)
 	}
-	l.wantBoth("7000", true) // the machine's own port
-	l.wantBoth("8080", true) // through Docker's DNAT, in both families
-	l.wantBoth("9090", true) // IPv4 through the DNAT, IPv6 through the proxy
-	l.wantBoth("6379", false)
-	l.wantReach(l.peer, l.peerHost+":6379", true) // the store from the private network
+	wantBoth(l, "7000", true) // the machine's own port
+	wantBoth(l, "8080", true) // through Docker's DNAT, in both families
+	wantBoth(l, "9090", true) // IPv4 through the DNAT, IPv6 through the proxy
+	wantBoth(l, "6379", false)
+	l.WantReach(l.Peer, l.PeerHost+":6379", true) // the store from the private network
 	after4, after6 := xtSave(l), xt6Save(l)
-	assertOnlyMarked(t, "iptables after converge", before4, after4)
-	assertOnlyMarked(t, "ip6tables after converge", before6, after6)
-	added6, _ := diffLines(before6, after6)
+	nflab.AssertOnlyMarked(t, "iptables after converge", before4, after4)
+	nflab.AssertOnlyMarked(t, "ip6tables after converge", before6, after6)
+	added6, _ := nflab.DiffLines(before6, after6)
 	t.Logf("meshd's ip6tables rules: %q", added6)
 	if len(added6) != 5 || !containsLine(after6, "-A INPUT ", proxied.Mark()) || !containsLine(after6, "-A DOCKER-USER ", app.Mark()) ||
 		strings.Contains(after6, store.Mark()) {
@@ -142,7 +121,7 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 	}
 
 	// Nothing to change: nothing written in either family.
-	if r = mustConverge(t, d, want); r.Added+r.Removed != 0 {
+	if r = nflab.MustConverge(t, d, want); r.Added+r.Removed != 0 {
 		t.Fatalf("no-op converge wrote %d added, %d removed", r.Added, r.Removed)
 	}
 	if xtSave(l) != after4 || xt6Save(l) != after6 {
@@ -150,35 +129,35 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 	}
 
 	// The forwarded openings unassigned: closed over both families, their rules gone from both.
-	r = mustConverge(t, d, []Opening{web, store})
+	r = nflab.MustConverge(t, d, []netfilter.Opening{web, store})
 	if r.Removed != 6 || r.Added != 0 {
 		t.Fatalf("removing two forwarded openings wrote %d added, %d removed; want 0, 6", r.Added, r.Removed)
 	}
-	l.wantBoth("8080", false)
-	l.wantBoth("9090", false)
-	l.wantBoth("7000", true)
-	l.wantBoth("6379", false)
+	wantBoth(l, "8080", false)
+	wantBoth(l, "9090", false)
+	wantBoth(l, "7000", true)
+	wantBoth(l, "6379", false)
 
 	// Nothing declared: both families are the found ones again, and closed.
-	if r = mustConverge(t, d, nil); r.Removed != 3 {
+	if r = nflab.MustConverge(t, d, nil); r.Removed != 3 {
 		t.Fatalf("empty converge removed %d, want 3", r.Removed)
 	}
-	if RemoveGuard(ctx, l.env) != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
-		a, rm := diffLines(before6, xt6Save(l))
+	if netfilter.RemoveGuard(ctx, l.Env) != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
+		a, rm := nflab.DiffLines(before6, xt6Save(l))
 		t.Fatalf("with no openings the rulesets differ from the found ones (ip6tables +%q -%q)", a, rm)
 	}
-	l.wantBoth("7000", false)
+	wantBoth(l, "7000", false)
 
 	// The flip retires both families: the firewall then reads as none (nothing of its own in
 	// force in either), and the return gives both back rule for rule.
-	ret, err := Retire(ctx, l.env, f)
+	ret, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, err := Detect(ctx, l.env); err != nil || f.Kind != KindNone {
+	if f, err := firewall.Detect(ctx, l.Env); err != nil || f.Kind != netfilter.KindNone {
 		t.Fatalf("after retiring both families: %+v %v", f, err)
 	}
-	if err := Restore(ctx, l.env, ret); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
+	if err := firewall.Restore(ctx, l.Env, ret); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
 		t.Fatalf("restore: %v", err)
 	}
 }
@@ -191,74 +170,74 @@ func TestIptablesOpeningsIPv6(t *testing.T) {
 // on from what it saved: IPv4's saved rules are not lost to the empty table it finds.
 func TestIptablesRetireRestoreIPv6(t *testing.T) {
 	l := newXtLab(t)
-	l.env.StateDir = t.TempDir()
-	l.foundIP6tables()
+	l.Env.StateDir = t.TempDir()
+	foundIP6tables(l)
 	ctx := context.Background()
-	f, err := Detect(ctx, l.env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := NewDriver(l.env, f, l.private)
-	web := Opening{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming}
-	mustConverge(t, d, []Opening{web})
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
+	web := netfilter.Opening{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}
+	nflab.MustConverge(t, d, []netfilter.Opening{web})
 	before4, before6 := xtSave(l), xt6Save(l)
-	nat6 := l.sh("ip6tables-save -t nat | grep -v '^#'")
-	l.sh("ip6tables-save > /etc/iptables/rules.v6")
-	conf6 := l.sh("cat /etc/iptables/rules.v6")
-	l.wantBoth("7001", false)
+	nat6 := l.Sh("ip6tables-save -t nat | grep -v '^#'")
+	l.Sh("ip6tables-save > /etc/iptables/rules.v6")
+	conf6 := l.Sh("cat /etc/iptables/rules.v6")
+	wantBoth(l, "7001", false)
 
-	ret, err := Retire(ctx, l.env, f)
+	ret, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ret.XT6 == nil || len(ret.XT6.Rules) != 5 || ret.XT6.Policies["INPUT"] != "DROP" || ret.Removing {
 		t.Fatalf("retired from ip6tables: %+v (removing %v)", ret.XT6, ret.Removing)
 	}
-	after6 := l.sh("ip6tables-save -t filter | grep -v '^#'")
-	if !strings.Contains(after6, ":INPUT ACCEPT") || strings.Contains(after6, "--dport 22") || strings.Contains(after6, "-A DOCKER-USER -i "+l.upIf) {
+	after6 := l.Sh("ip6tables-save -t filter | grep -v '^#'")
+	if !strings.Contains(after6, ":INPUT ACCEPT") || strings.Contains(after6, "--dport 22") || strings.Contains(after6, "-A DOCKER-USER -i "+l.UpIf) {
 		t.Fatalf("found ip6tables rules still in force after retire:\n%s", after6)
 	}
 	if !strings.Contains(after6, web.Mark()) {
 		t.Fatalf("retire removed meshd's marked ip6tables rule:\n%s", after6)
 	}
-	if got := l.sh("ip6tables-save -t nat | grep -v '^#'"); got != nat6 {
+	if got := l.Sh("ip6tables-save -t nat | grep -v '^#'"); got != nat6 {
 		t.Fatalf("Docker's IPv6 NAT changed by retire:\n%s\nwant\n%s", got, nat6)
 	}
-	if l.sh("cat /etc/iptables/rules.v6") != conf6 {
+	if l.Sh("cat /etc/iptables/rules.v6") != conf6 {
 		t.Fatal("retire touched /etc/iptables/rules.v6")
 	}
-	if f, err := Detect(ctx, l.env); err != nil || f.Kind != KindNone {
+	if f, err := firewall.Detect(ctx, l.Env); err != nil || f.Kind != netfilter.KindNone {
 		t.Fatalf("after retiring: %+v %v", f, err)
 	}
-	l.wantBoth("7001", true) // nothing of the found firewall filters either family now
+	wantBoth(l, "7001", true) // nothing of the found firewall filters either family now
 	for range 2 {
-		if err := Restore(ctx, l.env, ret); err != nil {
+		if err := firewall.Restore(ctx, l.Env, ret); err != nil {
 			t.Fatal(err)
 		}
 		if xtSave(l) != before4 || xt6Save(l) != before6 {
-			a, rm := diffLines(before6, xt6Save(l))
+			a, rm := nflab.DiffLines(before6, xt6Save(l))
 			t.Fatalf("restored rulesets differ from the ones retired (ip6tables +%q -%q)", a, rm)
 		}
 	}
-	l.wantBoth("7001", false)
+	wantBoth(l, "7001", false)
 
 	// Interrupted between the families: IPv4's rules removed, IPv6's still in force, the record
 	// saying Removing. The firewall reads active (its IPv6 rules), so the flip retires again.
-	first, err := Retire(ctx, l.env, f)
+	first, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := restoreXTFamily(ctx, l.env, first.XT6, true); err != nil {
+	if err := xt.RestoreFamily(ctx, l.Env, first.XT6, true); err != nil {
 		t.Fatal(err)
 	}
 	first.Removing = true
-	if err := first.save(l.env); err != nil {
+	if err := first.Save(l.Env); err != nil {
 		t.Fatal(err)
 	}
-	if f2, err := Detect(ctx, l.env); err != nil || f2.Kind != KindIptables || !f2.Active {
+	if f2, err := firewall.Detect(ctx, l.Env); err != nil || f2.Kind != netfilter.KindIptables || !f2.Active {
 		t.Fatalf("with only its ip6tables rules in force: %+v %v", f2, err)
 	}
-	again, err := Retire(ctx, l.env, f)
+	again, err := firewall.Retire(ctx, l.Env, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,10 +245,10 @@ func TestIptablesRetireRestoreIPv6(t *testing.T) {
 		again.XT.Policies["INPUT"] != "DROP" || again.XT6.Policies["INPUT"] != "DROP" {
 		t.Fatalf("the retirement gone on after an interruption saved %+v / %+v, want %+v / %+v", again.XT, again.XT6, ret.XT, ret.XT6)
 	}
-	if err := Restore(ctx, l.env, again); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
+	if err := firewall.Restore(ctx, l.Env, again); err != nil || xtSave(l) != before4 || xt6Save(l) != before6 {
 		t.Fatalf("restore after the interrupted retirement: %v", err)
 	}
-	if kept, err := LoadRetired(l.env.StateDir); err != nil || kept.Removing {
+	if kept, err := netfilter.LoadRetired(l.Env.StateDir); err != nil || kept.Removing {
 		t.Fatalf("the kept record after the restore: removing %v, %v", kept.Removing, err)
 	}
 }
@@ -280,53 +259,53 @@ func TestIptablesRetireRestoreIPv6(t *testing.T) {
 // found firewall, is refused over IPv6 by the guard, which meshd loads in both families.
 func TestIptablesOpeningsIPv6Unfiltered(t *testing.T) {
 	l := newXtLab(t)
-	l.addIPv6()
-	l.dockerV6()
+	l.AddIPv6()
+	dockerV6(l)
 	ctx := context.Background()
-	f, err := Detect(ctx, l.env)
+	f, err := firewall.Detect(ctx, l.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("found: %s", f)
-	if f.Kind != KindIptables || f.IPv6 || !strings.Contains(f.String(), "IPv6 not filtered") {
+	if f.Kind != netfilter.KindIptables || f.IPv6 || !strings.Contains(f.String(), "IPv6 not filtered") {
 		t.Fatalf("detected %+v", f)
 	}
 	before6 := xt6Save(l)
-	d, _ := NewDriver(l.env, f, l.private)
-	web := Opening{Module: "web", Proto: "tcp", Port: 7000, From: FromAnywhere, Path: PathIncoming}
-	app := Opening{Module: "app", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathForwarded}
-	store := Opening{Module: "store", Proto: "tcp", Port: 6379, From: FromPrivate, Path: PathForwarded}
-	if r := mustConverge(t, d, []Opening{web, app, store}); r.Added != 3 {
+	d, _ := firewall.NewDriver(l.Env, f, l.Private)
+	web := netfilter.Opening{Module: "web", Proto: "tcp", Port: 7000, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}
+	app := netfilter.Opening{Module: "app", Proto: "tcp", Port: 8080, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded}
+	store := netfilter.Opening{Module: "store", Proto: "tcp", Port: 6379, From: netfilter.FromPrivate, Path: netfilter.PathForwarded}
+	if r := nflab.MustConverge(t, d, []netfilter.Opening{web, app, store}); r.Added != 3 {
 		t.Fatalf("converge added %d, want 3 (IPv4 alone)", r.Added)
 	}
 	if got := xt6Save(l); got != before6 {
-		a, rm := diffLines(before6, got)
+		a, rm := nflab.DiffLines(before6, got)
 		t.Fatalf("meshd wrote in an ip6tables that filters nothing: +%q -%q", a, rm)
 	}
-	l.wantBoth("7000", true)
-	l.wantBoth("8080", true)
-	l.wantReach(l.cli, l.hostAddr+":6379", false) // the found DOCKER-USER drop
-	l.wantReach(l.cli, host6+":6379", true)       // the found firewall leaves IPv6 open
-	if _, err := Guard(ctx, l.env, GuardSpec{Private: l.private, Ports: []Port{{"tcp", 6379}}}); err != nil {
+	wantBoth(l, "7000", true)
+	wantBoth(l, "8080", true)
+	l.WantReach(l.Cli, l.HostAddr+":6379", false) // the found DOCKER-USER drop
+	l.WantReach(l.Cli, nflab.Host6+":6379", true) // the found firewall leaves IPv6 open
+	if _, err := netfilter.Guard(ctx, l.Env, netfilter.GuardSpec{Private: l.Private, Ports: []netfilter.Port{{Proto: "tcp", Port: 6379}}}); err != nil {
 		t.Fatal(err)
 	}
-	l.wantBoth("6379", false)
-	l.wantReach(l.peer, l.peerHost+":6379", true)
+	wantBoth(l, "6379", false)
+	l.WantReach(l.Peer, l.PeerHost+":6379", true)
 }
 
 // foundIP6tables gives the lab IPv6 and a found plain-iptables firewall in ip6tables: a closed
 // INPUT allowing ssh (4 incoming rules), a DOCKER-USER that drops the uplink to the bridge (1
 // forwarded rule), and Docker publishing over IPv6.
-func (l *lab) foundIP6tables() {
-	l.addIPv6()
-	l.sh(strings.Join([]string{
+func foundIP6tables(l *nflab.Lab) {
+	l.AddIPv6()
+	l.Sh(strings.Join([]string{
 		"ip6tables -P INPUT DROP",
 		"ip6tables -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"ip6tables -A INPUT -i lo -j ACCEPT",
 		"ip6tables -A INPUT -p ipv6-icmp -j ACCEPT",
 		"ip6tables -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
 		"ip6tables -N DOCKER-USER",
-		"ip6tables -A DOCKER-USER -i " + l.upIf + " -o " + l.brIf + " -j DROP",
+		"ip6tables -A DOCKER-USER -i " + l.UpIf + " -o " + l.BrIf + " -j DROP",
 	}, " && "))
-	l.dockerV6()
+	dockerV6(l)
 }

@@ -1,4 +1,4 @@
-package netfilter
+package xt
 
 import (
 	"bufio"
@@ -7,40 +7,43 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"meshd/netfilter"
 )
 
-// xtRule is one rule of an iptables-save dump, as iptables-save prints it ("-A CHAIN ...").
-type xtRule struct {
+// Rule is one rule of an iptables-save dump, as iptables-save prints it ("-A CHAIN ...").
+type Rule struct {
 	Chain string
 	Line  string
 	Mark  string // the meshd comment, if any
 }
 
-// xtDump is the filter table of one iptables backend in one address family.
-type xtDump struct {
+// Dump is the filter table of one iptables backend in one address family.
+type Dump struct {
 	Backend  string            // "nft" or "legacy"
 	V6       bool              // ip6tables' table (IPv6), not iptables' (IPv4)
 	Policies map[string]string // built-in chain -> policy; user chains -> "-"
-	Rules    []xtRule
+	Rules    []Rule
 }
 
-func (d *xtDump) has(chain string) bool { _, ok := d.Policies[chain]; return ok }
+// Has says whether the table holds chain (built in or the user's).
+func (d *Dump) Has(chain string) bool { _, ok := d.Policies[chain]; return ok }
 
-// xtName is the tool of one backend and family: iptables-nft, ip6tables-legacy.
-func xtName(backend string, v6 bool) string {
+// Name is the tool of one backend and family: iptables-nft, ip6tables-legacy.
+func Name(backend string, v6 bool) string {
 	if v6 {
 		return "ip6tables-" + backend
 	}
 	return "iptables-" + backend
 }
 
-// xtBin is one of the tool's commands: suffix is "", "-save" or "-restore".
-func xtBin(backend string, v6 bool, suffix string) string { return xtName(backend, v6) + suffix }
+// Bin is one of the tool's commands: suffix is "", "-save" or "-restore".
+func Bin(backend string, v6 bool, suffix string) string { return Name(backend, v6) + suffix }
 
-// readXT dumps the filter table of one backend in one family (v6: ip6tables). ok is false when
+// Read dumps the filter table of one backend in one family (v6: ip6tables). ok is false when
 // the backend's tools are absent or the backend holds no filter table. An iptables-nft table
 // that nft rules made unreadable to iptables is an error naming it.
-func readXT(ctx context.Context, env Env, backend string, v6 bool) (*xtDump, bool, error) {
+func Read(ctx context.Context, env netfilter.Env, backend string, v6 bool) (*Dump, bool, error) {
 	// A legacy table is made the first time anything reads it in a network namespace: look in
 	// /proc first, so detecting the firewall never leaves a legacy filter table behind.
 	if backend == "legacy" {
@@ -49,14 +52,14 @@ func readXT(ctx context.Context, env Env, backend string, v6 bool) (*xtDump, boo
 		if v6 {
 			names = "/proc/net/ip6_tables_names"
 		}
-		b, err := env.run(ctx, "cat", names)
+		b, err := env.Run(ctx, "cat", names)
 		if err != nil || !bytes.Contains(append([]byte("\n"), b...), []byte("\nfilter\n")) {
 			return nil, false, nil
 		}
 	}
-	name := xtName(backend, v6)
+	name := Name(backend, v6)
 	// stderr too: iptables-nft-save warns there, exiting 0, about a table it cannot show.
-	out, err := env.run(ctx, "sh", "-c", xtBin(backend, v6, "-save")+" -t filter 2>&1")
+	out, err := env.Run(ctx, "sh", "-c", Bin(backend, v6, "-save")+" -t filter 2>&1")
 	if err != nil {
 		if strings.Contains(err.Error(), "exit status 127") || strings.Contains(err.Error(), "not found") {
 			return nil, false, nil
@@ -73,7 +76,7 @@ func readXT(ctx context.Context, env Env, backend string, v6 bool) (*xtDump, boo
 	if bytes.Contains(out, []byte("incompatible")) {
 		return nil, false, fmt.Errorf("%s filter table is unreadable (changed by a tool meshd does not speak): %s", name, firstLineWith(out, "incompatible"))
 	}
-	d := parseXT(out)
+	d := parse(out)
 	d.Backend, d.V6 = backend, v6
 	if len(d.Policies) == 0 {
 		return d, false, nil
@@ -90,8 +93,8 @@ func firstLineWith(b []byte, s string) string {
 	return ""
 }
 
-func parseXT(out []byte) *xtDump {
-	d := &xtDump{Policies: map[string]string{}}
+func parse(out []byte) *Dump {
+	d := &Dump{Policies: map[string]string{}}
 	inFilter := false
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
@@ -111,14 +114,14 @@ func parseXT(out []byte) *xtDump {
 			if len(f) < 2 {
 				continue
 			}
-			d.Rules = append(d.Rules, xtRule{Chain: f[1], Line: l, Mark: xtComment(l)})
+			d.Rules = append(d.Rules, Rule{Chain: f[1], Line: l, Mark: markIn(l)})
 		}
 	}
 	return d
 }
 
-// xtComment extracts a meshd comment from a rule line.
-func xtComment(l string) string {
+// markIn extracts a meshd comment from a rule line.
+func markIn(l string) string {
 	i := strings.Index(l, "--comment ")
 	if i < 0 {
 		return ""
@@ -131,14 +134,14 @@ func xtComment(l string) string {
 	} else if j := strings.IndexByte(s, ' '); j >= 0 {
 		s = s[:j]
 	}
-	if strings.HasPrefix(s, markPrefix) {
+	if strings.HasPrefix(s, netfilter.MarkPrefix) {
 		return s
 	}
 	return ""
 }
 
 // dockerBridges are the interfaces Docker's DOCKER chain forwards to (docker0, br-…).
-func (d *xtDump) dockerBridges() map[string]bool {
+func (d *Dump) dockerBridges() map[string]bool {
 	m := map[string]bool{"docker0": true}
 	for _, r := range d.Rules {
 		if r.Chain != "DOCKER" {
@@ -156,7 +159,7 @@ func (d *xtDump) dockerBridges() map[string]bool {
 
 // isDockerRule says whether a FORWARD/INPUT rule belongs to Docker's own plumbing: a jump to
 // one of its chains, or a rule for one of its bridges.
-func isDockerRule(r xtRule, bridges map[string]bool) bool {
+func isDockerRule(r Rule, bridges map[string]bool) bool {
 	if strings.Contains(r.Line, "-j DOCKER") || strings.HasPrefix(r.Chain, "DOCKER") {
 		return true
 	}
@@ -169,32 +172,32 @@ func isDockerRule(r xtRule, bridges map[string]bool) bool {
 	return false
 }
 
-// xtOpeningArgs is the rule (without -A/-I and chain) that implements o in one family's table
+// openingArgs is the rule (without -A/-I and chain) that implements o in one family's table
 // (v6: ip6tables), or "" when o needs no rule there: its source is a prefix of the other family
 // (a CIDR, or the private network's range), so nothing of this family can match it.
 // A forwarded opening matches conntrack's original destination port, the port the client
 // addressed before Docker's DNAT in nat PREROUTING rewrote it.
-func xtOpeningArgs(o Opening, priv Private, v6 bool) (string, error) {
-	return xtRuleArgs(o, priv, v6, o.Path != PathForwarded)
+func openingArgs(o netfilter.Opening, priv netfilter.Private, v6 bool) (string, error) {
+	return ruleArgs(o, priv, v6, o.Path != netfilter.PathForwarded)
 }
 
-// xtProxyArgs is the rule at the head of INPUT that lets a forwarded opening reach the container
+// proxyArgs is the rule at the head of INPUT that lets a forwarded opening reach the container
 // runtime's proxy, a process of the machine: Docker publishes every port on [::] too, and IPv6 to
 // a container on an IPv4-only bridge (Docker's default, and all IPv6 unless ip6tables is enabled
 // in its daemon) is no DNAT but a docker-proxy listening on the published port. The same port,
 // from the same sources, matched as the machine's own; "" when o needs no rule in this family.
-func xtProxyArgs(o Opening, priv Private, v6 bool) (string, error) {
-	return xtRuleArgs(o, priv, v6, true)
+func proxyArgs(o netfilter.Opening, priv netfilter.Private, v6 bool) (string, error) {
+	return ruleArgs(o, priv, v6, true)
 }
 
 // famMatches says whether a prefix can be matched in one family's table.
 func famMatches(p netip.Prefix, v6 bool) bool { return p.Addr().Is6() == v6 }
 
-// xtRuleArgs builds an opening's rule in one family; dport matches the destination port as the
+// ruleArgs builds an opening's rule in one family; dport matches the destination port as the
 // packet has it (incoming, the proxy), else conntrack's original one (forwarded).
-func xtRuleArgs(o Opening, priv Private, v6, dport bool) (string, error) {
+func ruleArgs(o netfilter.Opening, priv netfilter.Private, v6, dport bool) (string, error) {
 	var b strings.Builder
-	if o.Path == PathRouted {
+	if o.Path == netfilter.PathRouted {
 		if priv.Interface == "" || !priv.Range.IsValid() {
 			return "", fmt.Errorf("opening %s: routed between the private network's addresses, but its interface (%q) or range (%s) is not known", o, priv.Interface, priv.Range)
 		}
@@ -206,8 +209,8 @@ func xtRuleArgs(o Opening, priv Private, v6, dport bool) (string, error) {
 	}
 	fmt.Fprintf(&b, "-p %s", o.Proto)
 	switch o.From {
-	case FromAnywhere:
-	case FromPrivate:
+	case netfilter.FromAnywhere:
+	case netfilter.FromPrivate:
 		if priv.Interface == "" && !priv.Range.IsValid() {
 			return "", fmt.Errorf("opening %s: from private, but no private network is known", o)
 		}
@@ -239,11 +242,11 @@ func xtRuleArgs(o Opening, priv Private, v6, dport bool) (string, error) {
 	return b.String(), nil
 }
 
-// xtFilters counts one family's own rules (meshd's marked rules, Docker's plumbing and
+// filtering counts one family's own rules (meshd's marked rules, Docker's plumbing and
 // DOCKER-USER's closing RETURN excluded) on each path, and says whether that family is filtered
 // at all: a rule of its own, or a closed INPUT policy. A FORWARD policy alone does not count:
 // Docker closes it on every machine it runs on.
-func xtFilters(d *xtDump) (incoming, forwarded int, filters bool) {
+func filtering(d *Dump) (incoming, forwarded int, filters bool) {
 	bridges := d.dockerBridges()
 	for _, r := range d.Rules {
 		if r.Mark != "" {
@@ -262,9 +265,9 @@ func xtFilters(d *xtDump) (incoming, forwarded int, filters bool) {
 	return incoming, forwarded, incoming+forwarded > 0 || closed
 }
 
-// xtApply removes and inserts rules in one family's filter table in one iptables-restore
+// apply removes and inserts rules in one family's filter table in one iptables-restore
 // --noflush (ip6tables-restore for v6).
-func xtApply(ctx context.Context, env Env, backend string, v6 bool, del []xtRule, add []string) error {
+func apply(ctx context.Context, env netfilter.Env, backend string, v6 bool, del []Rule, add []string) error {
 	if len(del) == 0 && len(add) == 0 {
 		return nil
 	}
@@ -277,8 +280,8 @@ func xtApply(ctx context.Context, env Env, backend string, v6 bool, del []xtRule
 		b.WriteString(a + "\n")
 	}
 	b.WriteString("COMMIT\n")
-	if _, err := env.runIn(ctx, []byte(b.String()), xtBin(backend, v6, "-restore"), "--noflush"); err != nil {
-		return fmt.Errorf("%s-restore --noflush (%d removed, %d added): %w", xtName(backend, v6), len(del), len(add), err)
+	if _, err := env.RunIn(ctx, []byte(b.String()), Bin(backend, v6, "-restore"), "--noflush"); err != nil {
+		return fmt.Errorf("%s-restore --noflush (%d removed, %d added): %w", Name(backend, v6), len(del), len(add), err)
 	}
 	return nil
 }

@@ -1,25 +1,27 @@
-package netfilter
+package xt
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"meshd/netfilter"
 )
 
 // Each opening's rule in each family's table: the same rule where its source can be matched in
 // both, none in the family its source is not of, and a forwarded opening's proxy rule matching the
 // port the machine's own proxy listens on.
 func TestUnitXTRuleFamilies(t *testing.T) {
-	priv := Private{Interface: "meshd0", Range: netip.MustParsePrefix("10.44.0.0/24")}
-	mark := func(o Opening) string { return ` -m comment --comment "` + o.Mark() + `" -j ACCEPT` }
-	web := Opening{Module: "web", Proto: "tcp", Port: 8080, From: FromAnywhere, Path: PathIncoming}
-	app := Opening{Module: "app", Proto: "udp", Port: 5353, From: FromAnywhere, Path: PathForwarded}
-	store := Opening{Module: "store", Proto: "tcp", Port: 6379, From: FromPrivate, Path: PathIncoming}
-	doc4 := Opening{Module: "ops", Proto: "tcp", Port: 9100, From: "192.0.2.7/24", Path: PathForwarded}
-	doc6 := Opening{Module: "ops", Proto: "tcp", Port: 9100, From: "2001:db8::7/32", Path: PathIncoming}
-	routed := RoutedOpening("mesh")
+	priv := netfilter.Private{Interface: "meshd0", Range: netip.MustParsePrefix("10.44.0.0/24")}
+	mark := func(o netfilter.Opening) string { return ` -m comment --comment "` + o.Mark() + `" -j ACCEPT` }
+	web := netfilter.Opening{Module: "web", Proto: "tcp", Port: 8080, From: netfilter.FromAnywhere, Path: netfilter.PathIncoming}
+	app := netfilter.Opening{Module: "app", Proto: "udp", Port: 5353, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded}
+	store := netfilter.Opening{Module: "store", Proto: "tcp", Port: 6379, From: netfilter.FromPrivate, Path: netfilter.PathIncoming}
+	doc4 := netfilter.Opening{Module: "ops", Proto: "tcp", Port: 9100, From: "192.0.2.7/24", Path: netfilter.PathForwarded}
+	doc6 := netfilter.Opening{Module: "ops", Proto: "tcp", Port: 9100, From: "2001:db8::7/32", Path: netfilter.PathIncoming}
+	routed := netfilter.RoutedOpening("mesh")
 	for _, c := range []struct {
-		o          Opening
+		o          netfilter.Opening
 		v4, v6, px string // the rule in iptables, in ip6tables, the proxy's in ip6tables
 	}{
 		{web, "-p tcp -m tcp --dport 8080" + mark(web), "-p tcp -m tcp --dport 8080" + mark(web), "-p tcp -m tcp --dport 8080" + mark(web)},
@@ -34,9 +36,9 @@ func TestUnitXTRuleFamilies(t *testing.T) {
 			got  func() (string, error)
 			want string
 		}{
-			{"iptables", func() (string, error) { return xtOpeningArgs(c.o, priv, false) }, c.v4},
-			{"ip6tables", func() (string, error) { return xtOpeningArgs(c.o, priv, true) }, c.v6},
-			{"ip6tables proxy", func() (string, error) { return xtProxyArgs(c.o, priv, true) }, c.px},
+			{"iptables", func() (string, error) { return openingArgs(c.o, priv, false) }, c.v4},
+			{"ip6tables", func() (string, error) { return openingArgs(c.o, priv, true) }, c.v6},
+			{"ip6tables proxy", func() (string, error) { return proxyArgs(c.o, priv, true) }, c.px},
 		} {
 			got, err := f.got()
 			if err != nil || got != f.want {
@@ -46,7 +48,7 @@ func TestUnitXTRuleFamilies(t *testing.T) {
 	}
 	// A private network known only by its interface: its rule matches the interface in both.
 	for _, v6 := range []bool{false, true} {
-		if got, _ := xtOpeningArgs(store, Private{Interface: "meshd0"}, v6); got != "-p tcp -i meshd0 -m tcp --dport 6379"+mark(store) {
+		if got, _ := openingArgs(store, netfilter.Private{Interface: "meshd0"}, v6); got != "-p tcp -i meshd0 -m tcp --dport 6379"+mark(store) {
 			t.Errorf("store on an interface alone (v6 %v): %q", v6, got)
 		}
 	}
@@ -56,7 +58,7 @@ func TestUnitXTRuleFamilies(t *testing.T) {
 // firewall's own, or a closed INPUT policy; not Docker's plumbing, its closed FORWARD policy, or
 // meshd's own rules.
 func TestUnitXTFilters(t *testing.T) {
-	dump := func(s string) *xtDump { return parseXT([]byte("*filter\n" + s + "COMMIT\n")) }
+	dump := func(s string) *Dump { return parse([]byte("*filter\n" + s + "COMMIT\n")) }
 	docker := ":INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:DOCKER-USER - [0:0]\n:DOCKER - [0:0]\n" +
 		"-A FORWARD -j DOCKER-USER\n-A FORWARD -o docker0 -j DOCKER\n-A DOCKER-USER -j RETURN\n"
 	marked := `-A INPUT -p tcp -m tcp --dport 80 -m comment --comment "meshd:web:incoming:tcp/80:anywhere" -j ACCEPT` + "\n"
@@ -73,12 +75,12 @@ func TestUnitXTFilters(t *testing.T) {
 		{"a DOCKER-USER drop", docker + "-A DOCKER-USER -i eth0 -o docker0 -j DROP\n", 0, 1, true},
 		{"rules of its own", docker + "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n-A INPUT -j DROP\n", 2, 0, true},
 	} {
-		in, fwd, filters := xtFilters(dump(c.table))
+		in, fwd, filters := filtering(dump(c.table))
 		if in != c.in || fwd != c.fwd || filters != c.filters {
 			t.Errorf("%s: %d incoming, %d forwarded, filters %v; want %d, %d, %v", c.name, in, fwd, filters, c.in, c.fwd, c.filters)
 		}
 	}
-	f := Found{Kind: KindIptables, Backend: "nft", Active: true, Incoming: 3, Forwarded: 1}
+	f := netfilter.Found{Kind: netfilter.KindIptables, Backend: "nft", Active: true, Incoming: 3, Forwarded: 1}
 	if s := f.String(); !strings.Contains(s, "IPv6 not filtered") {
 		t.Errorf("found: %s", s)
 	}
