@@ -77,6 +77,10 @@ var (
 		"A node's openings by state (in_force, restored, failed), from its last host report.", []string{"node", "state"}, nil)
 	descTunnelPeers = prometheus.NewDesc("meshd_tunnel_peers",
 		"Peers of a node's tunnel, carried (not enrolled yet) or not, from its last host report.", []string{"node", "carried"}, nil)
+	descTunnelState = prometheus.NewDesc("meshd_tunnel_state",
+		"1 for the state a node's tunnel is in (found-up, mesh-up, found-down-mesh-not-up), 0 for the others, from its last host report.", []string{"node", "state"}, nil)
+	descFirewallAgain = prometheus.NewDesc("meshd_found_firewall_active_again",
+		"1 when the node's last host report reads the found firewall meshd retired at the flip active again, else 0.", []string{"node"}, nil)
 	descHandshake = prometheus.NewDesc("meshd_tunnel_peer_last_handshake_age_seconds",
 		"Seconds since a tunnel peer's last WireGuard handshake, as of the node's last host report.", []string{"node", "peer"}, nil)
 	descReportAge = prometheus.NewDesc("meshd_host_report_age_seconds",
@@ -100,8 +104,8 @@ type reportCollector struct {
 }
 
 func (c reportCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHeld, descChanged, descOpenings, descTunnelPeers, descHandshake,
-		descReportAge, descMembers, descRejected, descLeader, descLastContact, descCommitIndex} {
+	for _, d := range []*prometheus.Desc{descHeld, descChanged, descOpenings, descTunnelPeers, descTunnelState,
+		descFirewallAgain, descHandshake, descReportAge, descMembers, descRejected, descLeader, descLastContact, descCommitIndex} {
 		ch <- d
 	}
 	for _, d := range boardDescs {
@@ -188,6 +192,7 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *report.Report,
 		for state, n := range states {
 			gauge(descOpenings, n, strings.ReplaceAll(state, " ", "_"))
 		}
+		gauge(descFirewallAgain, oneIf(od.Firewall.ActiveAgain))
 	}
 	var td report.TunnelDetail
 	if raw, ok := rep.Kinds[fsm.KindTunnel]; ok && api.DecodeInto(raw, &td) && td.State != "" {
@@ -208,7 +213,19 @@ func collectReport(ch chan<- prometheus.Metric, node string, rep *report.Report,
 		}
 		gauge(descTunnelPeers, carried, "true")
 		gauge(descTunnelPeers, enrolled, "false")
+		// One-hot over the report's three words, which `meshd node show` prints too.
+		for _, state := range []string{report.TunnelFoundUp, report.TunnelMeshUp, report.TunnelDark} {
+			gauge(descTunnelState, oneIf(td.State == state), state)
+		}
 	}
+}
+
+// oneIf is a gauge's 1 for true, 0 for false.
+func oneIf(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // metricReports: a server shows every node of the record whose report it has.

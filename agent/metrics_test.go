@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"meshd/catalogue"
 	"meshd/fsm"
 	"meshd/host"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
 // scrape GETs /metrics from the agent's operator handler and returns the exposition text.
@@ -176,5 +178,61 @@ func TestMetricsListenerServesOnlyMetrics(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 {
 		t.Errorf("GET /v1/status on the metrics listener: %d, want 404", resp.StatusCode)
+	}
+}
+
+// reportViews is a role that shows the given reports and knows nothing else.
+type reportViews map[string]*report.Report
+
+func (v reportViews) metricReports() map[string]*report.Report { return v }
+func (reportViews) collectRole(chan<- prometheus.Metric)       {}
+func (reportViews) statusPage() http.Handler                   { return nil }
+
+// Each node's tunnel state is one-hot over the report's three words, and a retired found firewall
+// read active again is 1: what MeshdTunnelDark and MeshdFoundFirewallActiveAgain fire on.
+func TestMetricsTunnelStateAndFirewallAgain(t *testing.T) {
+	now := time.Now()
+	rep := func(tunnel string, fw report.FirewallView) *report.Report {
+		return &report.Report{When: now, Kinds: map[string]any{
+			fsm.KindTunnel:  report.TunnelDetail{State: tunnel, Interface: "wg0"},
+			fsm.KindOpening: report.OpeningDetail{Firewall: fw},
+		}}
+	}
+	retired := report.FirewallView{Kind: "ufw", Retired: true}
+	again := report.FirewallView{Kind: "ufw", Retired: true, ActiveAgain: true}
+	var views roleViews = reportViews{
+		"hub":  rep(report.TunnelDark, again),
+		"web1": rep(report.TunnelMeshUp, retired),
+		"web2": rep(report.TunnelFoundUp, report.FirewallView{Kind: "ufw"}),
+	}
+	m := newMetrics(noGossip{}, &views)
+	rec := httptest.NewRecorder()
+	m.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	text := rec.Body.String()
+	want := map[string]float64{
+		`meshd_found_firewall_active_again{node="hub"}`:  1,
+		`meshd_found_firewall_active_again{node="web1"}`: 0,
+		`meshd_found_firewall_active_again{node="web2"}`: 0,
+	}
+	for node, in := range map[string]string{"hub": report.TunnelDark, "web1": report.TunnelMeshUp, "web2": report.TunnelFoundUp} {
+		for _, state := range []string{report.TunnelFoundUp, report.TunnelMeshUp, report.TunnelDark} {
+			v := 0.0
+			if state == in {
+				v = 1
+			}
+			want[`meshd_tunnel_state{node="`+node+`",state="`+state+`"}`] = v
+		}
+	}
+	for series, v := range want {
+		if got := metricValue(t, text, series); got != v {
+			t.Errorf("%s = %v, want %v", series, got, v)
+		}
+	}
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 }
