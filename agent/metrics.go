@@ -103,12 +103,13 @@ type reportCollector struct {
 	views  *roleViews
 }
 
+// reportDescs are the collector's own metrics; boardDescs are the board's.
+var reportDescs = []*prometheus.Desc{descHeld, descChanged, descOpenings, descTunnelPeers, descTunnelState,
+	descFirewallAgain, descHandshake, descReportAge, descMembers, descRejected, descLeader, descLastContact,
+	descCommitIndex}
+
 func (c reportCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHeld, descChanged, descOpenings, descTunnelPeers, descTunnelState,
-		descFirewallAgain, descHandshake, descReportAge, descMembers, descRejected, descLeader, descLastContact, descCommitIndex} {
-		ch <- d
-	}
-	for _, d := range boardDescs {
+	for _, d := range append(append([]*prometheus.Desc{}, reportDescs...), boardDescs...) {
 		ch <- d
 	}
 }

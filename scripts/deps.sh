@@ -21,7 +21,7 @@ packages=(
   curl ca-certificates docker.io
   chromium  # the status page's test drives a real headless Chromium
   bash-completion  # what meshd completion bash builds on (and its test)
-  prometheus  # promtool checks docs/alerts.yml (its test); the server it ships is not run
+  prometheus  # promtool checks and unit-tests docs/alerts.yml (its test); its server is not run
 )
 # The package's checks (lintian, `make package`'s test) and the lab's systemd machines
 # (debootstrap builds their root, systemd-nspawn boots them).
