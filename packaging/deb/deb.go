@@ -41,6 +41,9 @@ const (
 	ConfigPath = "/etc/meshd/meshd.yaml"
 	UnitPath   = "/lib/systemd/system/meshd.service"
 	DocDir     = "/usr/share/doc/meshd"
+	// AlertsPath is docs/alerts.yml, for Prometheus's rule_files: under /usr/share/meshd, not
+	// the doc dir, which minimal images drop (dpkg path-exclude).
+	AlertsPath = "/usr/share/meshd/alerts.yml"
 	Maintainer = "meshd maintainers <maintainers@users.noreply.a-seed-be45f6d7.example>"
 )
 
@@ -57,7 +60,8 @@ var (
 type Options struct {
 	// Binary is the static meshd to ship; it must say Version in `meshd version --json`.
 	Binary string
-	// Repo is the repository's root: README.md and docs/runbook.md are shipped from it.
+	// Repo is the repository's root: README.md, docs/runbook.md and docs/alerts.yml are shipped
+	// from it.
 	Repo string
 	// Version is the package's version (GitVersion), and Date the commit's time: every file's
 	// time in the package and the changelog's date, so a build is reproducible.
@@ -143,6 +147,7 @@ func Build(o Options) (string, error) {
 	for dst, src := range map[string]string{"README.md": "README.md", "runbook.md": "docs/runbook.md"} {
 		add(DocDir+"/"+dst, filepath.Join(o.Repo, src), "", 0o644)
 	}
+	add(AlertsPath, filepath.Join(o.Repo, "docs", "alerts.yml"), "", 0o644)
 	if err := write(DocDir+"/copyright", []byte(copyright), "", 0o644); err != nil {
 		return "", err
 	}

@@ -1,6 +1,7 @@
 package deb
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -11,8 +12,8 @@ import (
 )
 
 // The package `make package` builds: lintian finds no error in it, and it holds the binary, the
-// unit, the config as a conffile, the completions, the man pages and the docs, with the tree's
-// version and its Depends.
+// unit, the config as a conffile, the completions, the man pages, the docs and the alert rules
+// (AlertsPath, docs/alerts.yml as it is), with the tree's version and its Depends.
 func TestPackage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds meshd and its package (about a minute)")
@@ -47,6 +48,7 @@ func TestPackage(t *testing.T) {
 		"./usr/share/man/man1/meshd.1.gz", "./usr/share/man/man1/meshd-genesis.1.gz",
 		"./usr/share/doc/meshd/README.md", "./usr/share/doc/meshd/runbook.md",
 		"./usr/share/doc/meshd/copyright", "./usr/share/doc/meshd/changelog.gz",
+		"." + AlertsPath,
 	} {
 		if !strings.Contains(list, " "+want+"\n") {
 			t.Errorf("dpkg-deb -c has no %s:\n%s", want, list)
@@ -65,6 +67,10 @@ func TestPackage(t *testing.T) {
 	testenv.Run(t, "dpkg-deb", "-e", path, ctrl)
 	if got := testenv.Run(t, "cat", filepath.Join(ctrl, "conffiles")); got != ConfigPath+"\n" {
 		t.Errorf("conffiles: %q, want %s", got, ConfigPath)
+	}
+	alerts := testenv.Run(t, "sh", "-c", "dpkg-deb --fsys-tarfile '"+path+"' | tar -xOf - ."+AlertsPath)
+	if want, err := os.ReadFile(filepath.Join(repo, "docs", "alerts.yml")); err != nil || alerts != string(want) {
+		t.Errorf("%s is not docs/alerts.yml (%v):\n%s", AlertsPath, err, alerts)
 	}
 	unit := testenv.Run(t, "sh", "-c", "dpkg-deb --fsys-tarfile '"+path+"' | tar -xOf - ./lib/systemd/system/meshd.service")
 	if !strings.Contains(unit, "ExecStart="+BinPath+" agent --config "+ConfigPath+"\n") {
