@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"meshd/api"
+	"meshd/fsm"
 	"meshd/gossip"
 	"meshd/pki"
 	"meshd/report"
@@ -35,9 +36,17 @@ type clientRole struct {
 	serversMu sync.Mutex
 	servers   []string
 
+	// answered is the server that answered last, at answeredAt (under serversMu).
+	answered   string
+	answeredAt time.Time
+
 	// view is the latest gossip view a server gave.
 	viewMu sync.Mutex
 	view   api.GossipView
+	// decl is the node's declaration the watch last passed on, at record index declIndex.
+	declMu    sync.Mutex
+	decl      *fsm.Declaration
+	declIndex uint64
 }
 
 // newClientRole checks that the node knows a server to ask.
@@ -170,6 +179,9 @@ func (c *clientRole) busDo(ctx context.Context, method, path string, in any) (*h
 	for _, addr := range servers {
 		resp, err := c.busAt(addr).Send(ctx, method, path, in)
 		if err == nil && resp.StatusCode < 500 {
+			c.serversMu.Lock()
+			c.answered, c.answeredAt = addr, time.Now()
+			c.serversMu.Unlock()
 			return resp, nil
 		}
 		if err == nil {
@@ -263,6 +275,9 @@ func (c *clientRole) watchBus(ctx context.Context) {
 		d := v.Declaration
 		c.log.Info("declaration", "index", index, "mode", d.Mode, "assigned", d.Assigned, "taken", d.Taken, "resources", len(d.Resources))
 		c.privateRange.Store(d.Tunnel.Range)
+		c.declMu.Lock()
+		c.decl, c.declIndex = d, index
+		c.declMu.Unlock()
 		select {
 		case c.declarations <- d:
 		case <-ctx.Done():
@@ -300,18 +315,25 @@ func (c *clientRole) serverAlive() bool {
 }
 
 // operatorAPI is a client node's operator socket: what is about this machine (its originals, its
-// gossip, its reach, its leave) is answered here. The record is not this node's to read or write:
-// its certificate reads its own declaration and posts its own report, nothing more, so every
-// other request is refused, naming where to run it (a server, or an operator credential).
+// gossip, its reach, its leave, its own status) is answered here. The record is not this node's
+// to read or write: its certificate reads its own declaration and posts its own report, nothing
+// more, so every other request is refused, naming where to run it (a server, or an operator
+// credential).
 func (c *clientRole) operatorAPI() http.Handler {
 	mux := http.NewServeMux()
 	c.local.localRoutes(mux)
+	mux.HandleFunc("GET /v1/status", c.getStatus)
 	mux.HandleFunc("/", c.notHere)
 	return mux
 }
 
 // notHere refuses a request about the record on a client's socket, naming the servers.
 func (c *clientRole) notHere(w http.ResponseWriter, _ *http.Request) {
+	api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: ClientRefusal(c.node.Name, c.serverNames())})
+}
+
+// serverNames are the servers by name as the gossip view has them, else by bus address.
+func (c *clientRole) serverNames() []string {
 	var servers []string
 	for _, p := range c.gossipView().Nodes {
 		if p.Server {
@@ -323,5 +345,5 @@ func (c *clientRole) notHere(w http.ResponseWriter, _ *http.Request) {
 		servers = append(servers, c.servers...)
 		c.serversMu.Unlock()
 	}
-	api.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: ClientRefusal(c.node.Name, servers)})
+	return servers
 }

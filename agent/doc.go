@@ -11,7 +11,8 @@
 // differently, chosen once at Start from the node file and made from a core: what the agent
 // hands it (the node, its secrets, its host, and the agent's parts as small interfaces), never
 // the *Agent itself. clientRole (clientrole.go) holds no record, watches its declaration on a
-// server's bus over mTLS and refuses the record's API. serverRole (server.go) holds the record
+// server's bus over mTLS, answers its own status (clientstatus.go: the node, the servers it
+// follows, where the whole record is read) and refuses the rest of the record's API. serverRole (server.go) holds the record
 // service (package agent/record: the FSM and Raft behind typed methods, no HTTP) and the
 // handler sets over it, each a type holding only what its handlers use:
 //

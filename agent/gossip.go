@@ -344,15 +344,22 @@ func (a *Agent) getMembers(w http.ResponseWriter, _ *http.Request) {
 	v := api.MembersView{Node: a.node.Name, Members: []api.MemberView{}, Rejected: map[string]uint64{}}
 	if g := a.member(); g != nil {
 		v.Running = true
-		for _, m := range g.Members() {
-			v.Members = append(v.Members, api.MemberView{Name: m.Name, Address: m.Addr, State: string(m.State), Since: m.Since})
-		}
+		v.Members = memberViews(g)
 		v.DetectionBound = g.DetectionBound().String()
 		for r, n := range g.Rejected() {
 			v.Rejected[string(r)] = n
 		}
 	}
 	api.WriteJSON(w, http.StatusOK, v)
+}
+
+// memberViews are g's members as `meshd members` and a client's status show them.
+func memberViews(g *gossip.Gossip) []api.MemberView {
+	out := []api.MemberView{}
+	for _, m := range g.Members() {
+		out = append(out, api.MemberView{Name: m.Name, Address: m.Addr, State: string(m.State), Since: m.Since})
+	}
+	return out
 }
 
 // getGossipView serves a node its gossip view on the bus.

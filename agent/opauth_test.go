@@ -249,9 +249,11 @@ func pemBody(t *testing.T, certPEM []byte) []byte {
 	return c.Raw
 }
 
-// A client's own socket answers nothing about the record: root there is told where to run it,
-// and nothing is sent to a server with the node's certificate.
-func TestClientSocketRefusesTheRecord(t *testing.T) {
+// A client's own socket answers its own status (issue 36: the README's `meshd status` after a
+// join): the node, its declaration, the servers it follows, where the whole record is read. The
+// rest of the record is refused, naming where to run it, and nothing is sent to a server with the
+// node's certificate.
+func TestClientSocketAnswersItsStatusAndRefusesTheRecord(t *testing.T) {
 	ca, err := pki.NewCA("hub", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +265,20 @@ func TestClientSocketRefusesTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.view = api.GossipView{Node: "web1", Nodes: []api.GossipPeer{{Name: "hub", Server: true}, {Name: "s2", Server: true}, {Name: "web1"}}}
-	for _, p := range []string{"GET /v1/status", "POST /v1/nodes/hub/modules/evil/assign", "POST /v1/tokens", "GET /v1/snapshot", "POST /v1/keyring"} {
+	c.decl, c.declIndex = &fsm.Declaration{Node: "web1", Mode: fsm.Adopted, Assigned: []string{"mesh"}, Taken: []string{}, Address: "10.99.0.2"}, 42
+	c.answered = "127.0.0.1:1"
+	rec := httptest.NewRecorder()
+	withSocketAsker("web1", c.operatorAPI()).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/status", nil))
+	var st api.StatusView
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &st) != nil || st.Client == nil {
+		t.Fatalf("status on the client's socket: %d %s", rec.Code, rec.Body.String())
+	}
+	cs := st.Client
+	if cs.Node != "web1" || cs.Mode != fsm.Adopted || cs.Index != 42 || cs.Address != "10.99.0.2" || len(cs.Assigned) != 1 ||
+		len(cs.Servers) != 1 || cs.Answered != "127.0.0.1:1" || !strings.Contains(cs.Record, "read on a server (hub, s2) or with an operator credential") {
+		t.Errorf("status on the client's socket: %+v", cs)
+	}
+	for _, p := range []string{"GET /v1/nodes/hub", "POST /v1/nodes/hub/modules/evil/assign", "POST /v1/tokens", "GET /v1/snapshot", "POST /v1/keyring"} {
 		method, path, _ := strings.Cut(p, " ")
 		rec := httptest.NewRecorder()
 		withSocketAsker("web1", c.operatorAPI()).ServeHTTP(rec, httptest.NewRequest(method, path, nil))

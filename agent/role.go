@@ -22,7 +22,8 @@ import (
 // gossip, the peer bus, the lifecycle) holds one role, chosen once at Start from the node file,
 // and calls it. serverRole (server.go) holds the record service and the handler sets over it
 // (the record API, the bus, forwarding, the page); clientRole (clientrole.go) holds no record:
-// it watches its declaration on a server's bus over mTLS and refuses the record's API.
+// it watches its declaration on a server's bus over mTLS, answers its own status and refuses the
+// rest of the record's API.
 //
 // A role is its lifecycle alone. What a kind changes in gossip (gossipRole) and in what the
 // node shows (roleViews) are interfaces of their own, which the same value satisfies.

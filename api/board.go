@@ -10,8 +10,35 @@ import (
 // BoardStep is one step of a node's progress track.
 type BoardStep struct {
 	// Name is enrolled, adopted, tunnel taken, "prepared MODULE", "taken MODULE" or converged.
+	// Done is false for a skipped step.
 	Name string `json:"name"`
 	Done bool   `json:"done"`
+	// Skipped, when set, says why the step does not apply to this node and is not to be done:
+	// a node that joined converged was never adopted ("joined converged").
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// Label is the step as the board writes it: "✓ adopted" done, "· taken webapp" to do,
+// "– adopted (joined converged)" not applicable.
+func (s BoardStep) Label() string {
+	switch {
+	case s.Skipped != "":
+		return "– " + s.Name + " (" + s.Skipped + ")"
+	case s.Done:
+		return "✓ " + s.Name
+	}
+	return "· " + s.Name
+}
+
+// Class is the step's state in a word, for the status page's style: done, todo or skipped.
+func (s BoardStep) Class() string {
+	switch {
+	case s.Skipped != "":
+		return "skipped"
+	case s.Done:
+		return "done"
+	}
+	return "todo"
 }
 
 // BoardRow is one node on the board.
@@ -38,15 +65,11 @@ type Board struct {
 	Nodes, Converged, Modules, Taken, CarriedNotEnrolled int
 }
 
-// Track is a row's steps in one line: "enrolled ✓ · adopted ✓ · taken webapp …".
+// Track is a row's steps in one line: "✓ enrolled  ✓ adopted  · taken webapp …".
 func (row BoardRow) Track() string {
 	var parts []string
 	for _, s := range row.Steps {
-		mark := "·"
-		if s.Done {
-			mark = "✓"
-		}
-		parts = append(parts, mark+" "+s.Name)
+		parts = append(parts, s.Label())
 	}
 	return strings.Join(parts, "  ")
 }

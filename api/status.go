@@ -26,6 +26,32 @@ type StatusView struct {
 	// Board is where each node stands in its migration and what is in the way (board.go), with
 	// the summary line.
 	Board *Board `json:"board,omitempty"`
+	// Client is set when a client's own socket answered: it holds no record, so the fields above
+	// are empty and Client says what the node itself knows.
+	Client *ClientStatus `json:"client,omitempty"`
+}
+
+// ClientStatus is `meshd status` on a client's socket: the node, its declaration as a server last
+// gave it, the servers it follows, its gossip view, and where the whole record is read.
+type ClientStatus struct {
+	Node string `json:"node"`
+	// Mode, Assigned, Taken and Address are the node's declaration at record index Index, as a
+	// server last gave it; Mode is "" before the first.
+	Mode     fsm.Mode `json:"mode,omitempty"`
+	Index    uint64   `json:"index"`
+	Assigned []string `json:"assigned"`
+	Taken    []string `json:"taken"`
+	Address  string   `json:"address,omitempty"`
+	// Servers are the servers' bus addresses the node follows; Answered is the one that answered
+	// last, at AnsweredAt ("" before any did).
+	Servers    []string  `json:"servers"`
+	Answered   string    `json:"answered,omitempty"`
+	AnsweredAt time.Time `json:"answered_at,omitzero"`
+	// Members is the node's gossip view.
+	Members []MemberView `json:"members"`
+	// Record says where the whole record is read: on a server (named), or with an operator
+	// credential.
+	Record string `json:"record"`
 }
 
 // GossipSummary is the answering server's gossip at a glance.

@@ -54,7 +54,11 @@ func buildRow(r *fsm.Record, n *fsm.Node, rep *report.Report, now time.Time) api
 		row.LastHeard = rep.When
 	}
 	converged := n.Mode == fsm.Converged && n.Flip == nil
-	row.Steps = append(row.Steps, api.BoardStep{Name: "enrolled", Done: true}, api.BoardStep{Name: "adopted", Done: true})
+	adopted := api.BoardStep{Name: "adopted", Done: true}
+	if joinedConverged(n) {
+		adopted = api.BoardStep{Name: "adopted", Skipped: "joined converged"}
+	}
+	row.Steps = append(row.Steps, api.BoardStep{Name: "enrolled", Done: true}, adopted)
 	isHub := r.Tunnel.Hub == n.Name
 	if isHub || n.FoundTunnel != "" {
 		took := (isHub && r.Tunnel.Taken != "") || n.TookTunnel
@@ -70,7 +74,7 @@ func buildRow(r *fsm.Record, n *fsm.Node, rep *report.Report, now time.Time) api
 	}
 	row.Steps = append(row.Steps, api.BoardStep{Name: "converged", Done: converged})
 	for _, s := range row.Steps {
-		if !s.Done {
+		if !s.Done && s.Skipped == "" {
 			row.Next = s.Name
 			break
 		}
@@ -80,6 +84,12 @@ func buildRow(r *fsm.Record, n *fsm.Node, rep *report.Report, now time.Time) api
 	}
 	row.Blocking = blocking(r, n, rep, row.Next, now)
 	return row
+}
+
+// joinedConverged says the node has been converged since it enrolled (a converged token, or a
+// converged genesis): it never was adopted. A node flipped since has a later ModeSince.
+func joinedConverged(n *fsm.Node) bool {
+	return n.Mode == fsm.Converged && n.ModeSince.Equal(n.EnrolledAt)
 }
 
 // blocking reads what is in the way of next from the node's last report.

@@ -121,3 +121,25 @@ func TestUnitBoardSteps(t *testing.T) {
 		t.Fatalf("summary: %q", b.Summary)
 	}
 }
+
+// Issue 36: a node that joined converged never was adopted; its board row said "✓ adopted". The
+// step reads as not applicable, and is not the next one; a node adopted then converged keeps it.
+func TestUnitBoardJoinedConvergedNeverAdopted(t *testing.T) {
+	r := record(t)
+	apply(t, r, fsm.OpTokenCreate, t0, fsm.TokenCreate{Hash: "tok-web1", Mode: fsm.Converged, Expires: t0.Add(time.Hour)})
+	apply(t, r, fsm.OpNodeEnrol, t0.Add(time.Minute), fsm.Enrol{Node: "web1", ID: "id-web1", TokenHash: "tok-web1", Advertise: "198.51.100.2"})
+	now := t0.Add(time.Hour)
+	rep := report.Report{Node: "web1", Mode: fsm.Converged, When: now, Assigned: []string{}, Taken: []string{}}
+	web1 := row(t, board.Build(r, map[string]*report.Report{"web1": decoded(t, rep)}, now), "web1")
+	if strings.Contains(web1.Track(), "✓ adopted") || !strings.Contains(web1.Track(), "– adopted (joined converged)") {
+		t.Fatalf("a node that joined converged: %s", web1.Track())
+	}
+	if web1.Next == "adopted" || web1.AdoptedFor != 0 {
+		t.Fatalf("a node that joined converged: next %q, adopted for %s", web1.Next, web1.AdoptedFor)
+	}
+	apply(t, r, fsm.OpModeSet, t0.Add(2*time.Minute), fsm.SetMode{Node: "hub", Mode: fsm.Converged})
+	hub := row(t, board.Build(r, nil, now), "hub")
+	if !strings.Contains(hub.Track(), "✓ adopted") {
+		t.Fatalf("a node adopted, then converged: %s", hub.Track())
+	}
+}

@@ -231,7 +231,8 @@ func writeConvergePreview(w io.Writer, pv report.ConvergePreview) {
 	if pv.Firewall.Description != "" {
 		fw = pv.Firewall.Description
 	}
-	fmt.Fprintf(w, "retire\t%s\t%s\t\n", fw, pv.Firewall.Retire)
+	// Its cells are not a column's: the firewall's description would widen every row's.
+	fmt.Fprintf(w, "retire\t%s: %s\n", fw, pv.Firewall.Retire)
 	if pv.FilterError != "" {
 		fmt.Fprintf(w, "filter\t%s\t\t\n", pv.FilterError)
 	} else {

@@ -265,9 +265,18 @@ func TestProcessEnrolment(t *testing.T) {
 		}
 		return ""
 	})
-	// The client's socket reads no record (issue 26), naming where to run the command.
-	if _, errs, code := edge.run("status"); code != 1 || !strings.Contains(errs, "node edge is a client") || !strings.Contains(errs, "run this on a server (hub)") {
-		t.Fatalf("status on the client: exit %d %s", code, errs)
+	// The client's socket answers its own status (issue 36), naming where the whole record is
+	// read; it reads nor writes any more of the record (issue 26), naming where to run it.
+	poll(t, 30*time.Second, "status on the client names its declaration and the hub", func() string {
+		out, errs, code := edge.run("status")
+		if code != 0 || !strings.Contains(out, "node: edge (client)") || !strings.Contains(out, "declaration: record index") ||
+			!strings.Contains(out, "read on a server (hub)") {
+			return fmt.Sprintf("exit %d\n%s%s", code, out, errs)
+		}
+		return ""
+	})
+	if _, errs, code := edge.run("node", "show", "hub"); code != 1 || !strings.Contains(errs, "node edge is a client") || !strings.Contains(errs, "run this on a server (hub)") {
+		t.Fatalf("node show on the client: exit %d %s", code, errs)
 	}
 	// With an operator credential made on the hub, the client's machine reads and writes the
 	// record over the bus: a write is answered from the leader once committed.

@@ -13,7 +13,6 @@ import (
 	"meshd/api"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,6 +27,9 @@ type globals struct {
 	out        io.Writer
 	// last is the last client made, to say after the command who answered it.
 	last *api.Client
+
+	// wide writes tables' lines whole on a terminal too (fit.go).
+	wide bool
 }
 
 func main() {
@@ -108,6 +110,7 @@ on a server makes one); a client machine's socket refuses record commands withou
 	root.PersistentFlags().StringVar(&g.socket, "socket", def, "the agent's operator socket (env MESHD_SOCKET)")
 	root.PersistentFlags().StringVar(&g.credential, "credential", os.Getenv(credentialEnv), "an operator credential file: talk to a server's bus with it instead of the local socket (env "+credentialEnv+"; meshd operator credential --help)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text")
+	root.PersistentFlags().BoolVar(&g.wide, "wide", false, "write tables' lines whole on a terminal too, instead of wrapping them to its width")
 	root.PersistentFlags().BoolVar(&g.stale, "stale", false, "let a follower server answer a read from its own record (it says how far behind it may be) instead of asking the leader")
 	root.PersistentPostRun = func(cmd *cobra.Command, _ []string) {
 		// --json: the answer is for a program, which reads the index from it; no extra line
@@ -149,16 +152,14 @@ func (g *globals) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 60*time.Second)
 }
 
-// emit prints v as JSON with --json, else calls text.
+// emit prints v as JSON with --json, else calls text, its tables fitted to the terminal (fit.go).
 func (g *globals) emit(v any, text func(w io.Writer)) error {
 	if g.json {
 		enc := json.NewEncoder(g.out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
-	tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
-	text(tw)
-	return tw.Flush()
+	return writeTable(g.out, g.width(), text)
 }
 
 func list(xs []string) string {

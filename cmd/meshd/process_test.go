@@ -157,16 +157,12 @@ func (n *node) startAgentEnv(env []string, extra ...string) {
 	for time.Now().Before(deadline) {
 		var st struct {
 			Leader struct{ ID string } `json:"leader"`
+			Client *struct{}           `json:"client"`
 		}
-		out, errs, code := n.run("status", "--json")
-		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Leader.ID != "" {
+		out, _, code := n.run("status", "--json")
+		// A client's socket answers its own status (issue 36): it is ready once it serves it.
+		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && (st.Leader.ID != "" || st.Client != nil) {
 			return
-		}
-		// A client's socket reads no record (issue 26): it is ready once it serves its own.
-		if code != 0 && strings.Contains(errs, "is a client") {
-			if _, _, mc := n.run("members", "--json"); mc == 0 {
-				return
-			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

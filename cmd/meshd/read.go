@@ -36,7 +36,11 @@ Below the nodes, the private network's peers as 'meshd tunnel show' lists them: 
 or enrolled (as which node), when the hub last heard it and the bytes moved, from the hub's report.
 A node whose tunnel is found-down-mesh-not-up (its peers reach nothing) is named TUNNEL DOWN; a
 converged node whose retired found firewall was enabled again by hand (it filters beside meshd's
-filter) is named FOUND FIREWALL ACTIVE AGAIN.`,
+filter) is named FOUND FIREWALL ACTIVE AGAIN.
+
+On a client's socket, which holds no record, status shows the node itself: its mode and modules
+as its declaration from a server says, the servers it follows and which answered last, its gossip
+members, and the servers where the whole record is read (or use an operator credential).`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
@@ -53,6 +57,10 @@ filter) is named FOUND FIREWALL ACTIVE AGAIN.`,
 // writeStatus is status's text: the leader and voters, the nodes, rejected reports, the tunnel's
 // peers, then what needs the operator (a tunnel down, a found firewall active again, adopted nodes).
 func writeStatus(w io.Writer, st api.StatusView) {
+	if st.Client != nil {
+		writeClientStatus(w, *st.Client, time.Now())
+		return
+	}
 	leader := st.Leader.Node
 	if leader == "" {
 		leader = "(none)"
