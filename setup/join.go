@@ -46,8 +46,12 @@ type JoinOptions struct {
 	Ports map[string]string
 	// DockerHost is the Docker engine the preflight asks for published ports.
 	DockerHost string
-	// DryRun runs the preflight and stops: nothing is sent, nothing written.
+	// DryRun runs the preflight and stops: nothing is sent, nothing written. It needs no token:
+	// without one, Preview says what a token would (its mode, a server's or not); a token given
+	// is read for those and its form, and is never presented, so it stays unused.
 	DryRun bool
+	// Preview is the token a dry run without one previews the join of: Mode and Server only.
+	Preview pki.TokenPayload
 	// Tunnel names the machine's found WireGuard interface (a predecessor's tunnel): its public
 	// key is presented, so the machine keeps the address the tunnel had for it.
 	Tunnel string
@@ -67,6 +71,8 @@ type JoinResult struct {
 	// Findings are the preflight's (warnings only, when the join went ahead).
 	Findings []api.Finding `json:"findings"`
 	DryRun   bool          `json:"dry_run,omitempty"`
+	// Settings are the node's settings the enrolment would send (a dry run's preview).
+	Settings map[string]string `json:"settings,omitempty"`
 	// Tunnel is the found interface taken over (or presented) beside what the mesh raises in
 	// its place, field by field (TunnelPreview); empty without a found tunnel.
 	Tunnel []report.TunnelField `json:"tunnel,omitempty"`
@@ -91,6 +97,7 @@ func (e *JoinError) Unwrap() error { return e.Err }
 // keyring, and (joining without --tunnel) its sealed WireGuard private key, made here so that
 // only its public half ever leaves the machine. A refused join
 // writes nothing, and a join refused by its preflight sends nothing: its token stays unused.
+// A dry run stops after the preflight, before anything is sent; it needs no token (joinToken).
 // It stays one body because the order of those steps is the promise.
 func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 	if opts.Name == "" {
@@ -103,12 +110,9 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		}
 		return nil, fmt.Errorf("%s already holds a node", opts.DataDir)
 	}
-	p, _, err := pki.ParseToken(opts.Token)
+	p, err := joinToken(opts)
 	if err != nil {
-		return nil, &JoinError{err}
-	}
-	if err := pki.CheckExpiry(p, time.Now()); err != nil {
-		return nil, &JoinError{err}
+		return nil, err
 	}
 	settings, findings, err := joinPreflight(ctx, opts, p)
 	if err != nil {
@@ -121,7 +125,8 @@ func Join(ctx context.Context, opts JoinOptions) (*JoinResult, error) {
 		}
 	}
 	if opts.DryRun {
-		return &JoinResult{DataDir: opts.DataDir, Servers: p.Bus, Mode: fsm.Mode(p.Mode), Findings: findings, DryRun: true, Tunnel: preview}, nil
+		return &JoinResult{DataDir: opts.DataDir, Servers: p.Bus, Mode: fsm.Mode(p.Mode), Findings: findings, DryRun: true,
+			Tunnel: preview, Settings: settings}, nil
 	}
 	sealPath := pki.SealKeyPath(opts.SealKey)
 	seal, newSeal, err := sealKeyFor(sealPath)
@@ -338,6 +343,28 @@ func writeJoinPending(dataDir string, seal *pki.SealKey, p *joinPending) (create
 		return created, fmt.Errorf("keep the join's keys in %s: %w", joinPendingPath(dataDir), err)
 	}
 	return created, nil
+}
+
+// joinToken reads the token's form and expiry; a dry run without a token previews opts.Preview's
+// instead, which must name a mode.
+func joinToken(opts JoinOptions) (*pki.TokenPayload, error) {
+	if opts.DryRun && opts.Token == "" {
+		if m := fsm.Mode(opts.Preview.Mode); m != fsm.Adopted && m != fsm.Converged {
+			return nil, errors.New("join --dry-run without a token previews the join of a token's mode: say which, --adopted or --converged (and --server for a server's)")
+		}
+		return &opts.Preview, nil
+	}
+	if opts.Preview.Mode != "" || opts.Preview.Server {
+		return nil, errors.New("the token says the mode and whether it enrols a server: --adopted, --converged and --server are for --dry-run without a token")
+	}
+	p, _, err := pki.ParseToken(opts.Token)
+	if err != nil {
+		return nil, &JoinError{err}
+	}
+	if err := pki.CheckExpiry(p, time.Now()); err != nil {
+		return nil, &JoinError{err}
+	}
+	return p, nil
 }
 
 // joinPreflight resolves join's --port values and runs the preflight on this machine for the

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"meshd/catalogue"
+	"meshd/pki"
 )
 
 // join --port takes genesis's syntax for the ports a client binds, and refuses the others.
@@ -37,5 +38,27 @@ func TestJoinSettings(t *testing.T) {
 	}
 	if got, err := JoinSettings(cat, map[string]string{"raft": "17300"}, true); err != nil || got["mesh.raft"] != "17300" {
 		t.Fatalf("a server join's raft port: %v %v", got, err)
+	}
+}
+
+// Issue 36: a dry run needs no token, only the mode one would carry; a real join needs one, and
+// a token's mode is the token's, not a flag's.
+func TestJoinTokenDryRun(t *testing.T) {
+	p, err := joinToken(JoinOptions{DryRun: true, Preview: pki.TokenPayload{Mode: "adopted", Server: true}})
+	if err != nil || p.Mode != "adopted" || !p.Server {
+		t.Fatalf("a dry run without a token: %+v %v", p, err)
+	}
+	for _, c := range []struct {
+		opts JoinOptions
+		says string
+	}{
+		{JoinOptions{DryRun: true}, "--adopted or --converged"},
+		{JoinOptions{DryRun: true, Preview: pki.TokenPayload{Mode: "sideways"}}, "--adopted or --converged"},
+		{JoinOptions{}, "empty"},
+		{JoinOptions{Token: "x.y", DryRun: true, Preview: pki.TokenPayload{Mode: "adopted"}}, "the token says the mode"},
+	} {
+		if _, err := joinToken(c.opts); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("joinToken(%+v): %v, want it refused saying %q", c.opts, err, c.says)
+		}
 	}
 }

@@ -32,7 +32,7 @@ func groupCommands(root *cobra.Command) {
 
 // completionCmd is `meshd completion bash|zsh|fish`.
 func completionCmd(root *cobra.Command) *cobra.Command {
-	return &cobra.Command{
+	return noJSON(&cobra.Command{
 		Use:   "completion bash|zsh|fish",
 		Short: "Print a shell completion script for meshd (bash, zsh or fish)",
 		Long: `Prints the script that completes meshd's commands and flags in your shell. Load it once in the
@@ -64,5 +64,5 @@ running shell, or install it for every new one (bash's needs Debian's bash-compl
 				return root.GenFishCompletion(os.Stdout, true)
 			}
 		},
-	}
+	}, "a shell script")
 }

@@ -56,7 +56,7 @@ it on docs/cli.md; a test fails when docs/cli.md is not what it would write.`,
 		},
 	}
 	cli.Flags().StringVar(&update, "update", "", "write the Markdown to this file instead of printing it")
-	docs.AddCommand(cli, docsManCmd())
+	docs.AddCommand(noJSON(cli, "Markdown"), noJSON(docsManCmd(), "man pages"))
 	return docs
 }
 

@@ -21,9 +21,11 @@ func joinCmd(g *globals) *cobra.Command {
 		opts      setup.JoinOptions
 		ports     []string
 		tokenFile string
+		adopted   bool
+		converged bool
 	)
 	cmd := &cobra.Command{
-		Use:   "join TOKEN|--token-file FILE --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--tunnel IFACE] [--dry-run] [--seal-key FILE]",
+		Use:   "join TOKEN|--token-file FILE|--dry-run --adopted|--converged --name NAME [--data-dir DIR] [--advertise IP] [--port KEY=N ...] [--tunnel IFACE] [--dry-run] [--seal-key FILE]",
 		Short: "Enrol this machine in a mesh with a token, as a client node or (with a server token) a server",
 		Long: `Join enrols this machine with a token from ` + "`meshd token create`" + `. It checks the token's form, then
 runs genesis's preflight on this machine before anything is sent: every port this node will bind (its
@@ -32,7 +34,10 @@ speaks (firewalld or an unreadable one is refused, adopted or not); and, for a c
 machine in use (an active firewall, anything listening on a non-loopback address, a published
 container port) refused and named: a converged node's first pass would close it. Join it with a token
 made by ` + "`meshd token create --adopted`" + ` instead. A join refused there sends nothing and writes nothing,
-so its token stays unused. --dry-run runs the preflight alone (--json for scripts).
+so its token stays unused. --dry-run runs the preflight alone and shows the settings the enrolment
+would send (--json for scripts); it needs no token and spends none: say the mode a token would
+carry with --adopted or --converged (and --server for a server's). A token given to a dry run is
+only read, for its form, expiry and mode; it is never sent, so it stays unused and valid.
 
 The ports are inputs, as at genesis: --port gossip=17946, --port bus=17170, --port tunnel=51821 become
 the node's settings in the record, and its agent binds them.
@@ -66,7 +71,7 @@ Give the token with --token-file FILE, or --token-file - to paste or pipe it on 
 token on the command line still works but is warned about: every user of the machine can read it
 (ps) while join runs.`,
 		Example: `  meshd join --token-file token.txt --name edge-1 --advertise 192.0.2.2
-  meshd join --token-file token.txt --name edge-1 --port tunnel=51821 --dry-run
+  meshd join --name edge-1 --adopted --port tunnel=51821 --dry-run
   meshd join --token-file - --name edge-1 < token.txt`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -75,8 +80,19 @@ token on the command line still works but is warned about: every user of the mac
 			if len(args) == 1 {
 				given = args[0]
 			}
-			if opts.Token, err = secretFrom("token", given, "TOKEN", tokenFile, "--token-file", cmd.InOrStdin()); err != nil {
-				return err
+			if adopted && converged {
+				return errors.New("--adopted or --converged: a token carries one mode")
+			}
+			if adopted {
+				opts.Preview.Mode = string(fsm.Adopted)
+			} else if converged {
+				opts.Preview.Mode = string(fsm.Converged)
+			}
+			if !opts.DryRun || given != "" || tokenFile != "" {
+				opts.Token, err = secretFrom("token", given, "TOKEN", tokenFile, "--token-file", cmd.InOrStdin())
+				if err != nil {
+					return err
+				}
 			}
 			if given != "" {
 				fmt.Fprintln(cmd.ErrOrStderr(), tokenArgWarning)
@@ -96,8 +112,12 @@ token on the command line still works but is warned about: every user of the mac
 				return err
 			}
 			if res.DryRun {
-				return g.emit(map[string]any{"ok": true, "findings": res.Findings, "dry_run": true, "mode": res.Mode, "tunnel": res.Tunnel}, func(w io.Writer) {
-					fmt.Fprintf(w, "preflight passed for %s join; nothing was sent or changed (--dry-run)\n", withArticle(string(res.Mode)))
+				return g.emit(map[string]any{"ok": true, "findings": res.Findings, "dry_run": true, "mode": res.Mode, "tunnel": res.Tunnel,
+					"name": opts.Name, "settings": res.Settings, "token_sent": false}, func(w io.Writer) {
+					fmt.Fprintf(w, "preflight passed for %s join; nothing was sent or changed, no token spent (--dry-run)\n", withArticle(string(res.Mode)))
+					if len(res.Settings) > 0 {
+						fmt.Fprintf(w, "settings it would send\t%s\n", settingsText(res.Settings))
+					}
 					printFindings(w, res.Findings)
 					printTunnelFields(w, tunnelPresented(opts.Tunnel), res.Tunnel)
 				})
@@ -123,11 +143,7 @@ token on the command line still works but is warned about: every user of the mac
 					fmt.Fprintf(w, "wireguard key\t%s (made here; its agent raises %s with it)\n", n.WireGuardKey, fsm.MeshInterface)
 				}
 				if len(n.Settings) > 0 {
-					var kv []string
-					for _, k := range sortedKeys(n.Settings) {
-						kv = append(kv, k+"="+n.Settings[k])
-					}
-					fmt.Fprintf(w, "settings\t%s\n", strings.Join(kv, " "))
+					fmt.Fprintf(w, "settings\t%s\n", settingsText(n.Settings))
 				}
 				fmt.Fprintf(w, "seal key\t%s\n", res.SealKey)
 				printRecoveryCode(w, res.RecoveryCode, res.SealKey)
@@ -144,9 +160,21 @@ token on the command line still works but is warned about: every user of the mac
 	f.StringVar(&opts.SealKey, "seal-key", "", "the seal key file (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
 	f.StringArrayVar(&ports, "port", nil, "a port this node binds, KEY=N (bus, gossip, tunnel; raft with a server token; repeatable)")
 	f.StringVar(&opts.DockerHost, "docker-host", "", "the Docker engine, for published ports (default unix:///var/run/docker.sock)")
-	f.BoolVar(&opts.DryRun, "dry-run", false, "run the preflight only: send nothing, change nothing")
+	f.BoolVar(&opts.DryRun, "dry-run", false, "run the preflight only: send nothing, change nothing; no token needed")
+	f.BoolVar(&adopted, "adopted", false, "--dry-run without a token: preview an adopted join (a token made with --adopted)")
+	f.BoolVar(&converged, "converged", false, "--dry-run without a token: preview a converged join")
+	f.BoolVar(&opts.Preview.Server, "server", false, "--dry-run without a token: preview a server's join (a token made with --server)")
 	_ = cmd.MarkFlagRequired("name")
 	return cmd
+}
+
+// settingsText is a node's settings as KEY=VALUE, sorted.
+func settingsText(s map[string]string) string {
+	var kv []string
+	for _, k := range sortedKeys(s) {
+		kv = append(kv, k+"="+s[k])
+	}
+	return strings.Join(kv, " ")
 }
 
 // tokenArgWarning is what join says on standard error when the token is its argument.

@@ -382,8 +382,8 @@ func listensIn(t *testing.T, netns string, port int) {
 // Issue 11: join runs genesis's preflight before anything is sent. token create says the mode or
 // is refused; a converged token on a machine in use (a service listening, an active firewall) is
 // refused naming both, in join's words, with nothing sent and nothing written on either side;
-// --dry-run shows the findings; once the machine is idle the same token joins (so it was never
-// spent), its --port values are the node's settings, and its agent binds them. A firewall meshd does
+// --dry-run shows the findings, also without a token; once the machine is idle the same token
+// joins (so it was never spent), its --port values are the node's settings, and its agent binds them. A firewall meshd does
 // not speak (firewalld) refuses an adopted join too.
 func TestProcessJoinPreflight(t *testing.T) {
 	hub, edge := newNode(t), newNode(t)
@@ -483,6 +483,15 @@ func TestProcessJoinPreflight(t *testing.T) {
 	if out, err := exec.Command("ip", "netns", "exec", edge.netns, "nft", "delete", "table", "inet", "found").CombinedOutput(); err != nil {
 		t.Fatalf("nft delete: %v %s", err, out)
 	}
+	// Issue 36: a dry run needs no token; told the mode one would carry, it spends none.
+	tokenless := []string{"join", "--name", "edge", "--converged", "--dry-run", "--data-dir", edge.dir, "--docker-host", noDocker,
+		"--port", "gossip=17946", "--port", "bus=17170"}
+	out, errs, code = edge.runIn(tokenless...)
+	if code != 0 || !strings.Contains(out, "preflight passed for a converged join") || !strings.Contains(out, "no token spent") ||
+		!strings.Contains(out, "mesh.bus=17170 mesh.gossip=17946") {
+		t.Fatalf("join --dry-run without a token on the idle machine: exit %d\n%s%s", code, out, errs)
+	}
+	unchanged("a dry run without a token", before)
 	out, errs, code = edge.runIn(append(join, "--dry-run")...)
 	if code != 0 || !strings.Contains(out, "preflight passed for a converged join") {
 		t.Fatalf("join --dry-run on the idle machine: exit %d\n%s%s", code, out, errs)

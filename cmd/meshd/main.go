@@ -1,13 +1,14 @@
 // Command meshd is the one binary of the mesh: `meshd agent` runs a node, and every other
 // subcommand is the operator's, talking to the local agent over its unix socket.
 //
-// Every read command takes --json; every command exits 0 on success and 1 on error, with a
-// message that names the thing.
+// --json prints JSON only, on stdout (jsonout.go); every command exits 0 on success and 1 on
+// error, with a message that names the thing.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"meshd/api"
@@ -35,7 +36,11 @@ type globals struct {
 func main() {
 	g := &globals{out: os.Stdout}
 	root := newRoot(g)
-	if err := unknownSubcommand(root, os.Args[1:]); err != nil {
+	err := unknownSubcommand(root, os.Args[1:])
+	if err == nil {
+		err = jsonRefused(root, os.Args[1:])
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "meshd: %v\n", err)
 		os.Exit(1)
 	}
@@ -101,6 +106,9 @@ on a server makes one); a client machine's socket refuses record commands withou
 			v := buildVersion()
 			return g.emit(v, v.text)
 		}
+		if g.json {
+			return errors.New("meshd --json: name a command (`meshd status --json`), or --version --json")
+		}
 		return cmd.Help()
 	}
 	def := os.Getenv("MESHD_SOCKET")
@@ -109,7 +117,7 @@ on a server makes one); a client machine's socket refuses record commands withou
 	}
 	root.PersistentFlags().StringVar(&g.socket, "socket", def, "the agent's operator socket (env MESHD_SOCKET)")
 	root.PersistentFlags().StringVar(&g.credential, "credential", os.Getenv(credentialEnv), "an operator credential file: talk to a server's bus with it instead of the local socket (env "+credentialEnv+"; meshd operator credential --help)")
-	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text")
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text: one document (monitor: one object a line); messages on stderr")
 	root.PersistentFlags().BoolVar(&g.wide, "wide", false, "write tables' lines whole on a terminal too, instead of wrapping them to its width")
 	root.PersistentFlags().BoolVar(&g.stale, "stale", false, "let a follower server answer a read from its own record (it says how far behind it may be) instead of asking the leader")
 	root.PersistentPostRun = func(cmd *cobra.Command, _ []string) {

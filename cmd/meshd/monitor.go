@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -19,7 +21,11 @@ func monitorCmd(g *globals) *cobra.Command {
 NODE's from a server, which asks NODE's bus for them (a client streams only its own). --log-level
 (debug, info, warn, error) is the lowest level shown, independently of the level the agent logs at:
 --log-level debug shows debug lines that its own log leaves out. Nothing is kept: the lines start
-when the monitor does. A monitor that reads too slowly is told how many lines it lost.`,
+when the monitor does. A monitor that reads too slowly is told how many lines it lost.
+
+With --json it prints one JSON object a line, a stream: "line" (as the agent wrote it) and,
+parsed from it, "time", "level", "msg" and the other keys in "attrs". The stream's own notices (it
+began, lines were lost) go to stderr.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			q := url.Values{"level": {level}}
@@ -28,7 +34,11 @@ when the monitor does. A monitor that reads too slowly is told how many lines it
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			err := g.client().Do(ctx, http.MethodGet, "/v1/monitor?"+q.Encode(), nil, g.out)
+			var out io.Writer = g.out
+			if g.json {
+				out = &logJSON{out: g.out, notes: os.Stderr}
+			}
+			err := g.client().Do(ctx, http.MethodGet, "/v1/monitor?"+q.Encode(), nil, out)
 			if ctx.Err() != nil {
 				return nil // the operator ended it
 			}

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -398,7 +402,9 @@ before anything else happens to it. "original NODE PATH" prints the bytes (or wr
 FILE, mode 0600), also after the module was taken and the file replaced; --latest prints instead the
 bytes a take saw just before it replaced the file (they differ when something else changed the file
 while it was held). "original NODE file PATH" shows the record: hashes, mode and owner of the original
-and of the latest bytes.
+and of the latest bytes. With --json "original NODE PATH" prints one JSON document instead of the
+bytes: node, path, show (original or latest), size, sha256, encoding (utf-8 when the bytes are
+text, else base64) and content (left out with --output).
 
 "original NODE container NAME" shows a found container's configuration as found and, once a take
 replaced it, the configuration replaced and the name it is kept under, stopped, until you remove it
@@ -426,7 +432,15 @@ and starting it.`,
 				return err
 			}
 			if output != "" {
-				return os.WriteFile(output, buf.Bytes(), 0o600)
+				if err := os.WriteFile(output, buf.Bytes(), 0o600); err != nil {
+					return err
+				}
+			}
+			if g.json {
+				return g.emit(originalDoc(args[0], args[1], latest, output, buf.Bytes()), nil)
+			}
+			if output != "" {
+				return nil
 			}
 			_, err := g.out.Write(buf.Bytes())
 			return err
@@ -435,6 +449,26 @@ and starting it.`,
 	cmd.Flags().StringVar(&output, "output", "", "write the original to FILE instead of printing it")
 	cmd.Flags().BoolVar(&latest, "latest", false, "the bytes a take saw just before it replaced the file, not the original")
 	return cmd
+}
+
+// originalDoc is `node original NODE PATH --json`: the bytes with what a script checks them by.
+// Text is carried as it is; other bytes in base64, which encoding names.
+func originalDoc(node, path string, latest bool, output string, b []byte) map[string]any {
+	sum := sha256.Sum256(b)
+	v := map[string]any{"node": node, "path": path, "show": "original", "size": len(b),
+		"sha256": "sha256:" + hex.EncodeToString(sum[:])}
+	if latest {
+		v["show"] = "latest"
+	}
+	switch {
+	case output != "":
+		v["output"] = output
+	case utf8.Valid(b):
+		v["encoding"], v["content"] = "utf-8", string(b)
+	default:
+		v["encoding"], v["content"] = "base64", base64.StdEncoding.EncodeToString(b)
+	}
+	return v
 }
 
 // originalRecord shows what the node recorded of a found file or container.

@@ -158,7 +158,7 @@ With --json: {"file", "valid", "keys" (the keys it sets), "errors" [{file, line,
 			return nil
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(noJSON(&cobra.Command{
 		Use:   "example",
 		Short: "Print the agent's config file with every key documented (packaging/meshd.yaml)",
 		Args:  cobra.NoArgs,
@@ -166,7 +166,7 @@ With --json: {"file", "valid", "keys" (the keys it sets), "errors" [{file, line,
 			fmt.Print(packaging.Config)
 			return nil
 		},
-	})
+	}, "a YAML file"))
 	return cmd
 }
 
@@ -221,6 +221,7 @@ Then: systemctl daemon-reload && systemctl enable --now meshd. --dry-run prints 
 			return nil
 		},
 	}
+	noJSON(cmd, "a unit file (--dry-run) or what it wrote")
 	f := cmd.Flags()
 	f.StringVar(&unitPath, "unit", "/etc/systemd/system/meshd.service", "where to write the unit")
 	f.StringVar(&configPath, "config", "/etc/meshd/meshd.yaml", "the config file the unit runs the agent with")

@@ -295,6 +295,7 @@ func tunnelDeviceCmd() *cobra.Command {
 			return wg.RunDevice(ctx, args[0], mtu, log.With("device", args[0]))
 		},
 	}
+	noJSON(cmd, "a device's log")
 	cmd.Flags().IntVar(&mtu, "mtu", 1420, "the device's MTU")
 	return cmd
 }
