@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -47,25 +48,29 @@ and succeeds (a boot is never failed for it). The agent, once it runs, takes ove
 				if err != nil {
 					return err
 				}
-				if wrote {
-					fmt.Fprintf(g.out, "wrote and enabled /etc/systemd/system/%s (runs %s boot --data-dir %s)\n", setup.BootUnitName, exe, dataDir)
-				} else {
-					fmt.Fprintf(g.out, "/etc/systemd/system/%s is already written and enabled\n", setup.BootUnitName)
-				}
-				return nil
+				unit := "/etc/systemd/system/" + setup.BootUnitName
+				return g.emit(map[string]any{"unit": unit, "wrote": wrote}, func(w io.Writer) {
+					if wrote {
+						fmt.Fprintf(w, "wrote and enabled %s (runs %s boot --data-dir %s)\n", unit, exe, dataDir)
+					} else {
+						fmt.Fprintf(w, "%s is already written and enabled\n", unit)
+					}
+				})
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			loaded, err := netfilter.LoadForBoot(ctx, netfilter.Env{StateDir: filepath.Join(dataDir, "netfilter")})
 			if errors.Is(err, netfilter.ErrNothingKept) {
-				fmt.Fprintf(g.out, "nothing to load: %v (the agent keeps its table there once it has loaded one)\n", err)
-				return nil
+				return g.emit(map[string]any{"loaded": "", "nothing_kept": err.Error()}, func(w io.Writer) {
+					fmt.Fprintf(w, "nothing to load: %v (the agent keeps its table there once it has loaded one)\n", err)
+				})
 			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.out, "loaded %s, as the agent last loaded it\n", loaded)
-			return nil
+			return g.emit(map[string]any{"loaded": loaded}, func(w io.Writer) {
+				fmt.Fprintf(w, "loaded %s, as the agent last loaded it\n", loaded)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", agent.DefaultDataDir, "the node's data dir (its netfilter/"+netfilter.BootFile+" is read)")
