@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/internal/labtest"
 	"meshd/internal/testenv"
@@ -216,6 +217,10 @@ func TestEnrolAndGossip(t *testing.T) {
 			t.Fatalf("check reach newnode with nothing blocked: %v\n%s", err, out)
 		}
 		t.Logf("check reach newnode:\n%s", out)
+		var reach api.ReachView
+		if err := meshdJSON(ctx, hub, &reach, "check", "reach", "newnode"); err != nil || len(reach.Blocked) != 0 || len(reach.Checks) == 0 {
+			t.Fatalf("check reach newnode --json with nothing blocked: %v: %+v", err, reach)
+		}
 		const table = "meshtest_reach"
 		// Dropped before routing (a cut on the path, not a firewall meshd adopts): an input-chain
 		// drop would be a found firewall on newnode, and meshd would rightly open its gossip

@@ -6,12 +6,14 @@ package e2e
 // is refused the guarded ports).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,14 +27,38 @@ import (
 // socket reads and writes no record (issue 26): once a machine joined, the hub issues it an
 // operator credential, and the record's commands run there with it (--credential), over the bus.
 func meshd(ctx context.Context, m *lab.Machine, args ...string) (string, error) {
+	args = withCredential(m, args)
+	out, err := m.Exec(ctx, meshdPath(m), args...)
+	return afterMeshd(ctx, m, args, out, err)
+}
+
+// withCredential puts the machine's operator credential before a record's command, once it has one.
+func withCredential(m *lab.Machine, args []string) []string {
 	credMu.Lock()
 	path := credOf[m]
 	credMu.Unlock()
 	if path != "" && len(args) > 0 && !machineLocal(args) {
-		args = append([]string{"--credential", path}, args...)
+		return append([]string{"--credential", path}, args...)
 	}
-	out, err := m.Exec(ctx, meshdPath(m), args...)
-	return afterMeshd(ctx, m, args, out, err)
+	return args
+}
+
+// meshdJSON runs a command with --json and decodes its stdout, which must be one JSON document
+// and nothing else (issue 36: messages go to stderr). A failed command's error carries stderr;
+// its stdout is still decoded into v when it is JSON.
+func meshdJSON(ctx context.Context, m *lab.Machine, v any, args ...string) error {
+	args = append(withCredential(m, args), "--json")
+	cmd := m.Command(ctx, meshdPath(m), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	runErr := cmd.Run()
+	if err := json.Unmarshal(out.Bytes(), v); err != nil {
+		return fmt.Errorf("%s: meshd %s: stdout is not one JSON document (%v): %q; stderr: %s", m.Name, strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	if runErr != nil {
+		return fmt.Errorf("%s: meshd %s: %w: %s", m.Name, strings.Join(args, " "), runErr, strings.TrimSpace(errb.String()))
+	}
+	return nil
 }
 
 // meshdPath is where the meshd program is on m: the package's /usr/bin/meshd on a systemd

@@ -187,9 +187,12 @@ func TestTunnelTakeOnARunningMesh(t *testing.T) {
 	}
 
 	took := time.Now()
-	out, err := meshd(ctx, hub, "tunnel", "take", "hub", lab.TunnelIface, "--json")
-	if err != nil {
-		t.Fatalf("tunnel take hub wg0 on the running mesh: %v\n%s", err, out)
+	var taken fsm.TunnelTaken
+	if err := meshdJSON(ctx, hub, &taken, "tunnel", "take", "hub", lab.TunnelIface); err != nil {
+		t.Fatalf("tunnel take hub wg0 on the running mesh: %v", err)
+	}
+	if taken.Node == nil || taken.Node.Name != "hub" || taken.Tunnel.Taken != lab.TunnelIface {
+		t.Errorf("tunnel take --json: node %v, taken %q; want hub taking %s", taken.Node, taken.Tunnel.Taken, lab.TunnelIface)
 	}
 	after := node()
 	if after.Node.WireGuardKey != foundKey {

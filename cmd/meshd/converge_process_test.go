@@ -111,9 +111,13 @@ func TestProcessConvergePreview(t *testing.T) {
 	if _, errs, code := n.run("converge", "hub"); code != 1 || !strings.Contains(errs, "already converged") {
 		t.Fatalf("converging a converged node: exit %d, %s", code, errs)
 	}
-	out, errs, code = n.run("adopt", "hub", "--wait", "60s")
-	if code != 0 || !strings.Contains(out, "hub is adopted") || !strings.Contains(out, "inet meshd_guard loaded") {
-		t.Fatalf("adopt: exit %d\n%s%s", code, out, errs)
+	var adopted struct{ Name, Mode string }
+	n.jsonOf(&adopted, "adopt", "hub", "--wait", "60s")
+	if adopted.Name != "hub" || adopted.Mode != "adopted" {
+		t.Fatalf("adopt --json: %+v, want hub adopted", adopted)
+	}
+	if b, err := n.inNetns("nft", "list", "table", "inet", "meshd_guard").CombinedOutput(); err != nil {
+		t.Fatalf("the guard is not loaded after the return: %v\n%s", err, b)
 	}
 	if b, err := n.inNetns("nft", "list", "table", "inet", "meshd_filter").CombinedOutput(); err == nil {
 		t.Fatalf("the derived filter is still loaded after the return:\n%s", b)

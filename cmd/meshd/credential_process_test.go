@@ -127,7 +127,8 @@ func TestProcessOperatorCredential(t *testing.T) {
 	_ = os.Chmod(file, 0o600)
 
 	// Revoked: refused from the next command on, naming it.
-	hub.ok("operator", "credential", "revoke", "ops-laptop")
+	var revoked any
+	hub.jsonOf(&revoked, "operator", "credential", "revoke", "ops-laptop")
 	if _, errs, code := edge.runIn("--credential", file, "status"); code != 1 || !strings.Contains(errs, "operator credential ops-laptop was revoked") {
 		t.Errorf("status with the revoked credential: exit %d: %s", code, errs)
 	}

@@ -357,7 +357,8 @@ func TestProcessEnrolment(t *testing.T) {
 		t.Fatalf("agent with a wrong seal key: exit %d\n%s%s", code, out, errs)
 	}
 	t.Logf("agent with a wrong seal key: %s", strings.TrimSpace(errs))
-	edge.ok("operator", "seal-key", "restore", "--recovery-code", edgeCode, "--data-dir", edge.dir)
+	var restored any
+	edge.jsonOf(&restored, "operator", "seal-key", "restore", "--recovery-code", edgeCode, "--data-dir", edge.dir)
 	if now, _ := os.ReadFile(edge.sealKey); !bytes.Equal(now, good) {
 		t.Fatal("the restored seal key is not the original")
 	}

@@ -2,17 +2,20 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
+	"meshd/api"
 )
 
 // jsonRun is how TestProcessEveryJSONParses runs one command with --json against its agent.
@@ -23,11 +26,12 @@ type jsonRun struct {
 	stream bool
 	// refused: --json has no meaning here; exit non-zero, nothing on stdout, the reason on stderr.
 	refused bool
-	skip    string // why it is not run
 }
 
-// jsonWalk is every command, in the order the walk runs them on one agent (an adopted hub with
-// a held file); a command added to the tree must be added here.
+// jsonWalk is what the walk runs on one agent (an adopted hub with a held file), in order; the
+// commands that need more (a group of three, a credential, a stopped node) are run with --json by
+// the tests that build it (jsonOf), and those that change the agent's keys or stop it come after
+// the walk. TestMain fails the package when a command with --json went unchecked.
 func jsonWalk(conf, extra, dir string) []jsonRun {
 	return []jsonRun{
 		{path: "version"},
@@ -75,31 +79,12 @@ func jsonWalk(conf, extra, dir string) []jsonRun {
 		{path: "docs man", args: []string{"--out", dir}, refused: true},
 		{path: "install-unit", args: []string{"--dry-run"}, refused: true},
 		{path: "tunnel-device", args: []string{"wg9"}, refused: true},
-		{path: "help", skip: "cobra's help: it prints help, --json or not"},
-		{path: "genesis", skip: "begins a record in a data dir and network namespace of its own"},
-		{path: "agent", skip: "runs an agent, which prints a log, not an answer; the walk's agent is one"},
-		{path: "boot", skip: "loads the kernel's tables kept in a data dir; needs a node's network namespace"},
-		{path: "check reach", skip: "needs a second node to probe (e2e runs it)"},
-		{path: "tunnel take", skip: "needs a found WireGuard tunnel"},
-		{path: "adopt", skip: "needs a converged node; the walk's is adopted"},
-		{path: "leave", skip: "would take the walk's only node out of its mesh"},
-		{path: "node remove", skip: "would remove the walk's only node"},
-		{path: "keyring install", skip: "changes the gossip key every later command rides on"},
-		{path: "keyring use", skip: "changes the gossip key every later command rides on"},
-		{path: "keyring remove", skip: "needs a second key installed"},
-		{path: "operator credential create", skip: "writes a credential file; TestProcessOperatorCredential runs it"},
-		{path: "operator credential revoke", skip: "needs a credential made first"},
-		{path: "operator raft remove-peer", skip: "would remove the walk's only voter"},
-		{path: "operator raft transfer-leader", skip: "needs a second server"},
-		{path: "operator raft recover", skip: "needs a stopped agent's data dir"},
-		{path: "operator seal-key restore", skip: "needs a recovery code and a stopped agent"},
-		{path: "snapshot restore", skip: "replaces the walk's record; TestCLISnapshot runs it"},
 	}
 }
 
 // Issue 36: every command's --json prints one JSON document on stdout (a stream: one a line), or
-// refuses --json with exit 1 and nothing on stdout. The walk covers the whole command tree on one
-// agent; a command it neither runs nor names a reason to skip fails it.
+// refuses --json with exit 1 and nothing on stdout. The walk runs what one agent can; TestMain
+// fails the package when a command with --json was run that way by no test (jsoncheck_test.go).
 func TestProcessEveryJSONParses(t *testing.T) {
 	n := newNode(t)
 	dir := t.TempDir()
@@ -127,13 +112,9 @@ func TestProcessEveryJSONParses(t *testing.T) {
 		return ""
 	})
 
-	runs := map[string]bool{}
 	for _, r := range jsonWalk(conf, extra, dir) {
-		runs[r.path] = true
 		args := append(append(strings.Fields(r.path), r.args...), "--json")
 		switch {
-		case r.skip != "":
-			t.Logf("meshd %s: skipped: %s", r.path, r.skip)
 		case r.stream:
 			jsonStream(t, n, args)
 		case r.refused:
@@ -148,20 +129,39 @@ func TestProcessEveryJSONParses(t *testing.T) {
 				t.Errorf("meshd %s: stdout is not one JSON document: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, clip(out), errs)
 			}
 		}
+		markJSON(strings.Fields(r.path))
 	}
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
-		for _, sub := range c.Commands() {
-			p := strings.TrimPrefix(sub.CommandPath(), "meshd ")
-			if sub.Flag("json") != nil && !runs[p] {
-				t.Errorf("meshd %s takes --json but the walk neither runs it nor says why not: add it to jsonWalk", p)
-			}
-			walk(sub)
-		}
+
+	// The gossip key turned over on the walk's one-member mesh: a key made and used, a second
+	// made and removed.
+	var made, second, res api.KeyringResult
+	n.jsonOf(&made, "keyring", "install")
+	n.jsonOf(&res, "keyring", "use", made.Key)
+	n.jsonOf(&second, "keyring", "install")
+	n.jsonOf(&res, "keyring", "remove", second.Key)
+	if made.Key == "" || len(res.Members) != 1 || !slices.Contains(res.Members[0].Keys, api.KeyView{ID: made.KeyID, Primary: true}) ||
+		slices.ContainsFunc(res.Members[0].Keys, func(k api.KeyView) bool { return k.ID == second.KeyID }) {
+		t.Errorf("the keyring after install, use, install, remove: %+v; want %s primary and %s gone", res.Members, made.KeyID, second.KeyID)
 	}
-	root := newRoot(&globals{})
-	root.InitDefaultHelpCmd()
-	walk(root)
+	// The node leaves, its agent stops; what the meshd-boot unit runs then loads its table again.
+	var left map[string]any
+	n.jsonOf(&left, "leave")
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.agent.Wait() }()
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the agent did not stop within 20s of meshd leave")
+	}
+	boot := n.inNetns(meshdBin, "boot", "--data-dir", n.dir, "--json")
+	var bout, berr bytes.Buffer
+	boot.Stdout, boot.Stderr = &bout, &berr
+	var booted struct{ Loaded string }
+	if err := boot.Run(); err != nil || json.Unmarshal(bout.Bytes(), &booted) != nil || booted.Loaded == "" {
+		t.Errorf("meshd boot --json: %v, stdout %q, stderr %q; want what it loaded, as JSON", err, clip(bout.String()), berr.String())
+	}
+	markJSON([]string{"boot"})
+	jsonWalkDone.Store(true)
 }
 
 // jsonStream runs a streaming command and reads its stdout until a line comes after a module
@@ -173,6 +173,10 @@ func jsonStream(t *testing.T, n *node, args []string) {
 	cmd := exec.CommandContext(ctx, meshdBin, args...)
 	cmd.Env = append(os.Environ(), "MESHD_SOCKET="+n.socket)
 	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,9 +192,28 @@ func jsonStream(t *testing.T, n *node, args []string) {
 		}
 		close(lines)
 	}()
-	time.Sleep(300 * time.Millisecond) // attached before the agent logs
-	n.ok("module", "assign", "hub", "webapp")
+	// The stream's first notice, on stderr, says it is attached: the assign's lines come after it.
+	attached := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(notes)
+		if sc.Scan() {
+			attached <- sc.Text()
+		}
+		close(attached)
+		_, _ = io.Copy(io.Discard, notes)
+	}()
 	deadline := time.After(20 * time.Second)
+	select {
+	case l := <-attached:
+		if !strings.HasPrefix(l, "# monitoring") {
+			t.Errorf("meshd %s: its first line on stderr is %q, not the stream's notice", strings.Join(args, " "), l)
+			return
+		}
+	case <-deadline:
+		t.Errorf("meshd %s: not attached within 20s", strings.Join(args, " "))
+		return
+	}
+	n.ok("module", "assign", "hub", "webapp")
 	for {
 		select {
 		case l, ok := <-lines:

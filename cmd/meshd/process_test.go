@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := m.Run()
+	code := failUnchecked(m.Run())
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -104,6 +104,9 @@ exec "$@"`
 	return cmd
 }
 
+// runTimeout bounds one command a process test runs (the longest waits 60s for a flip).
+const runTimeout = 2 * time.Minute
+
 // run runs meshd with the node's socket and returns stdout, stderr and the exit code.
 func (n *node) run(args ...string) (string, string, int) {
 	n.t.Helper()
@@ -115,7 +118,15 @@ func (n *node) run(args ...string) (string, string, int) {
 	cmd.Env = append(cmd.Env, "MESHD_SOCKET="+n.socket, "MESHD_SEAL_KEY="+n.sealKey)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		n.t.Fatalf("run meshd %v: %v", args, err)
+	}
+	// A command that hangs fails its test, named, rather than the package at its timeout.
+	timer := time.AfterFunc(runTimeout, func() { _ = cmd.Process.Kill() })
+	err := cmd.Wait()
+	if !timer.Stop() {
+		n.t.Fatalf("meshd %s did not finish within %s\n%s%s", strings.Join(args, " "), runTimeout, out.String(), errb.String())
+	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
@@ -142,6 +153,7 @@ func (n *node) jsonOf(v any, args ...string) {
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		n.t.Fatalf("meshd %v --json printed no JSON: %v\n%s", args, err, out)
 	}
+	markJSON(args)
 }
 
 func (n *node) startAgent(extra ...string) {
@@ -404,7 +416,8 @@ func TestCLISnapshot(t *testing.T) {
 	}
 	n.ok("module", "take", "hub", "webapp", "--no-wait") // no Docker engine: the record's side only
 	n.ok("module", "assign", "hub", "notes")
-	n.ok("snapshot", "restore", file)
+	var restored any
+	n.jsonOf(&restored, "snapshot", "restore", file)
 	if got := n.ok("declaration", "hub", "--json"); got != saved {
 		t.Fatalf("restored declaration differs:\n%s\n%s", saved, got)
 	}
