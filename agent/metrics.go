@@ -16,6 +16,7 @@ import (
 
 	"meshd/api"
 	"meshd/fsm"
+	"meshd/gossip"
 	"meshd/report"
 )
 
@@ -89,6 +90,8 @@ var (
 		"Gossip members this agent sees, by state (alive, failed, left).", []string{"state"}, nil)
 	descRejected = prometheus.NewDesc("meshd_gossip_rejected_reports_total",
 		"Host reports this agent's gossip member rejected, by reason.", []string{"reason"}, nil)
+	descRefused = prometheus.NewDesc("meshd_gossip_rejected_total",
+		"Datagrams and connections on the gossip port refused before any gossip key let them in (junk, a wrong key), by kind.", []string{"kind"}, nil)
 	descLeader = prometheus.NewDesc("meshd_raft_leader",
 		"1 on the server that leads the Raft group, else 0.", nil, nil)
 	descLastContact = prometheus.NewDesc("meshd_raft_last_contact_seconds",
@@ -105,7 +108,7 @@ type reportCollector struct {
 
 // reportDescs are the collector's own metrics; boardDescs are the board's.
 var reportDescs = []*prometheus.Desc{descHeld, descChanged, descOpenings, descTunnelPeers, descTunnelState,
-	descFirewallAgain, descHandshake, descReportAge, descMembers, descRejected, descLeader, descLastContact,
+	descFirewallAgain, descHandshake, descReportAge, descMembers, descRejected, descRefused, descLeader, descLastContact,
 	descCommitIndex}
 
 func (c reportCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -133,6 +136,10 @@ func (c reportCollector) Collect(ch chan<- prometheus.Metric) {
 	if g := c.gossip.member(); g != nil {
 		for reason, n := range g.Rejected() {
 			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(n), string(reason))
+		}
+		refused := g.Refused()
+		for _, kind := range gossip.RefusedKinds() {
+			ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(refused[kind]), kind)
 		}
 	}
 	views.collectRole(ch)

@@ -2,7 +2,11 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +22,7 @@ import (
 
 	"meshd/catalogue"
 	"meshd/fsm"
+	"meshd/gossip"
 	"meshd/host"
 	"meshd/internal/testenv"
 	"meshd/report"
@@ -226,6 +231,68 @@ func TestMetricsTunnelStateAndFirewallAgain(t *testing.T) {
 	for series, v := range want {
 		if got := metricValue(t, text, series); got != v {
 			t.Errorf("%s = %v, want %v", series, got, v)
+		}
+	}
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// oneMember is a node whose gossip member is g.
+type oneMember struct {
+	noGossip
+	g *gossip.Gossip
+}
+
+func (o oneMember) member() *gossip.Gossip { return o.g }
+
+// A datagram of junk on the gossip port shows in meshd_gossip_rejected_total under its kind; the
+// other kinds are there at 0 from the first scrape, so a rate over them starts from nothing.
+func TestMetricsGossipRejected(t *testing.T) {
+	key := make([]byte, gossip.KeySize)
+	_, id, _ := ed25519.GenerateKey(rand.Reader)
+	_, _ = rand.Read(key)
+	g, err := gossip.Start(gossip.Config{Name: "hub", BindAddr: "127.0.0.1", Keyring: [][]byte{key}, Identity: id,
+		Verify: func(string) (ed25519.PublicKey, bool) { return nil, false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Shutdown()
+	var views roleViews = reportViews{}
+	m := newMetrics(oneMember{g: g}, &views)
+	scrapeM := func() string {
+		rec := httptest.NewRecorder()
+		m.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	c, err := net.Dial("udp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// not a label's tag (244): the datagram is refused as one no key decrypts
+	if _, err := c.Write([]byte{1, 2, 3, 4, 5, 6, 7, 8}); err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	if err := testenv.Poll(t, 10*time.Second, func() error {
+		text = scrapeM()
+		if v := metricValue(t, text, `meshd_gossip_rejected_total{kind="packet_decrypt"}`); v != 1 {
+			return fmt.Errorf("packet_decrypt = %v, want 1", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range gossip.RefusedKinds() {
+		if kind != "packet_decrypt" {
+			if v := metricValue(t, text, `meshd_gossip_rejected_total{kind="`+kind+`"}`); v != 0 {
+				t.Errorf("meshd_gossip_rejected_total{kind=%q} = %v, want 0", kind, v)
+			}
 		}
 	}
 	problems, err := promlint.New(strings.NewReader(text)).Lint()

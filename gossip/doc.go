@@ -37,6 +37,12 @@
 // reads StateRemoved at once, every report its key signed is dropped and no
 // longer passed on, and what it sends after is rejected.
 //
+// Anyone who reaches the gossip port can make memberlist log a line per datagram or connection
+// (one no key decrypts, a bad label), each naming its sender. memberlist's logger therefore goes
+// through internal/ratelog by kind, not by text, so a flood from many addresses and ports comes
+// to a few lines a minute; what was refused before any key let it in is counted by kind
+// (Refused, the agent's meshd_gossip_rejected_total).
+//
 // Ping speaks just enough of memberlist's wire protocol (an encrypted ping)
 // to tell whether a member's udp gossip port answers; `meshd check reach`
 // uses it so the agent knows nothing of memberlist's packets.

@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"bytes"
-	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -152,6 +151,7 @@ type Gossip struct {
 	reports  map[string]*stored
 	seq      uint64
 	rejected map[Reason]uint64
+	refused  map[string]uint64 // what memberlist refused before any key let it in, by kind (wirelog.go)
 
 	keys      map[string][]byte    // each member's identity key, from its memberlist metadata
 	intents   map[string]time.Time // members that announced a graceful leave (signed), when
@@ -177,6 +177,7 @@ func Start(cfg Config) (*Gossip, error) {
 		members:   map[string]*Member{},
 		reports:   map[string]*stored{},
 		rejected:  map[Reason]uint64{},
+		refused:   map[string]uint64{},
 		keys:      map[string][]byte{},
 		intents:   map[string]time.Time{},
 		lastLeave: map[string]int64{},
@@ -201,7 +202,7 @@ func Start(cfg Config) (*Gossip, error) {
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	mc.Alive = (*admission)(g)
-	mc.Logger = log.New(&logBridge{log: g.log}, "", 0)
+	mc.Logger = log.New(g.newLogBridge(), "", 0)
 	g.mlcfg = mc
 	g.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes: func() int {
@@ -579,24 +580,3 @@ func (e oneLine) Error() string {
 }
 
 func (e oneLine) Unwrap() error { return e.err }
-
-// logBridge turns memberlist's "[LEVEL] memberlist: text" lines into slog records.
-type logBridge struct{ log *slog.Logger }
-
-func (b *logBridge) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	level := slog.LevelInfo
-	for prefix, l := range map[string]slog.Level{
-		"[DEBUG]": slog.LevelDebug, "[TRACE]": slog.LevelDebug, "[INFO]": slog.LevelInfo,
-		"[WARN]": slog.LevelWarn, "[ERR]": slog.LevelError, "[ERROR]": slog.LevelError,
-	} {
-		if strings.HasPrefix(line, prefix) {
-			level = l
-			line = strings.TrimSpace(strings.TrimPrefix(line, prefix))
-			break
-		}
-	}
-	line = strings.TrimPrefix(line, "memberlist: ")
-	b.log.Log(context.Background(), level, line, "source", "memberlist")
-	return len(p), nil
-}

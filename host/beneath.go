@@ -60,8 +60,11 @@ func openOrMakeDir(parent int, at, name string, create bool) (int, error) {
 	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	p := filepath.Join(at, name)
 	fd, err := unix.Openat(parent, name, flags, 0)
+	made := false
 	if errors.Is(err, unix.ENOENT) && create {
-		if err := unix.Mkdirat(parent, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		err = unix.Mkdirat(parent, name, 0o755)
+		made = err == nil
+		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return -1, fmt.Errorf("directory %s cannot be created: %w", p, err)
 		}
 		if err := unix.Fsync(parent); err != nil {
@@ -74,6 +77,14 @@ func openOrMakeDir(parent int, at, name string, create bool) (int, error) {
 		return -1, fmt.Errorf("%s %w", p, errSymlinkOnPath)
 	case err != nil:
 		return -1, fmt.Errorf("directory %s: %w", p, err)
+	}
+	// 0755 whatever the umask: the unit's is 0077, and a service reading a module's files
+	// (nginx as www-data, a container's user) must be able to pass through.
+	if made {
+		if err := unix.Fchmod(fd, 0o755); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("directory %s: %w", p, err)
+		}
 	}
 	return fd, nil
 }

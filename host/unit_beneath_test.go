@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"meshd/fsm"
@@ -195,5 +196,28 @@ func TestUnitRemoveThroughSwappedDirectoryRefused(t *testing.T) {
 	}
 	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0].Reason, p) || !strings.Contains(rep.Errors[0].Reason, "symlink") {
 		t.Fatalf("the refusal is not reported on %s: %+v", p, rep.Errors)
+	}
+}
+
+// Under the unit's UMask=0077 a declared file's missing directories are still made 0755, as
+// under the usual 0022: a service reading the module's files as another user passes through.
+func TestUnitDirectoriesMadeUnderAStrictUmaskAre0755(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	h, root := openTemp(t)
+	const p = "/srv/app/html/index.html"
+	d := hosttest.DeclUntaken(fsm.Converged, hosttest.OwnFile("app", p, "hello\n", true))
+	hosttest.NoErrorsFatal(t, h.Reconcile(hosttest.Ctx(t), d))
+	for _, dir := range []string{"/srv/app", "/srv/app/html"} {
+		st, err := os.Stat(root + dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o755 {
+			t.Errorf("%s made %v under umask 0077, want 0755", dir, st.Mode().Perm())
+		}
+	}
+	if st, err := os.Stat(root + p); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("%s: %v, %v; want its declared 0644", p, st.Mode(), err)
 	}
 }

@@ -23,9 +23,10 @@ packages=(
   bash-completion  # what meshd completion bash builds on (and its test)
   prometheus  # promtool checks and unit-tests docs/alerts.yml (its test); its server is not run
 )
-# The package's checks (lintian, `make package`'s test) and the lab's systemd machines
-# (debootstrap builds their root, systemd-nspawn boots them).
-packages+=(lintian debootstrap systemd-container)
+# The package's checks (lintian, `make package`'s test; systemd's systemd-analyze scores the
+# unit's sandbox) and the lab's systemd machines (debootstrap builds their root, systemd-nspawn
+# boots them).
+packages+=(lintian systemd debootstrap systemd-container)
 # Debian's etcd-server: the Raft figure's "versus" (cmd/meshbench), started by the bench itself.
 [ -n "$with_bench" ] && packages+=(etcd-server)
 missing=()

@@ -23,8 +23,13 @@ func (wgMachine) LoadQuickTables(ctx context.Context, ts []wg.QuickTable) error 
 	return wg.LoadQuickTables(ctx, ts)
 }
 
+// hookUmask is the umask a hook line runs under: wg-quick@.service's (systemd's default), not the
+// agent's unit's 0077, so what a line writes (resolvconf's resolv.conf, say) is as readable as
+// when wg-quick ran it.
+const hookUmask = "umask 022\n"
+
 func (wgMachine) Hook(ctx context.Context, line string) error {
-	out, err := exec.CommandContext(ctx, "bash", "-c", line).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "bash", "-c", hookUmask+line).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
 	}

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"meshd/internal/testenv"
 	"meshd/packaging/deb"
@@ -77,6 +80,8 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 	status(30 * time.Second)
 
 	pid := strings.TrimSpace(run("systemctl", "show", "-p", "MainPID", "--value", "meshd"))
+	sandboxed(t, run("cat", "/proc/"+pid+"/status"),
+		run("readlink", "/proc/1/ns/uts", "/proc/1/ns/mnt", "/proc/"+pid+"/ns/uts", "/proc/"+pid+"/ns/mnt"))
 	run("systemctl", "kill", "-s", "KILL", "meshd")
 	if err := testenv.Poll(t, 30*time.Second, func() error {
 		now := strings.TrimSpace(run("systemctl", "show", "-p", "MainPID", "--value", "meshd"))
@@ -149,6 +154,38 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 	}
 	if st := m.State(); st != "running" {
 		t.Errorf("after purge the machine is %s", st)
+	}
+}
+
+// sandboxed checks that the agent runs inside the unit's sandbox (docs/security.md), from its
+// /proc/PID/status and the UTS and mount namespaces of PID 1 then of the agent: a bounding set
+// with NET_ADMIN and without SYS_ADMIN, no new privileges, a seccomp filter, umask 0077, and
+// namespaces of its own (ProtectHostname, the Protect* mounts).
+func sandboxed(t *testing.T, status, namespaces string) {
+	t.Helper()
+	field := func(name string) string {
+		for _, l := range strings.Split(status, "\n") {
+			if v, ok := strings.CutPrefix(l, name+":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return ""
+	}
+	bnd, err := strconv.ParseUint(field("CapBnd"), 16, 64)
+	if err != nil {
+		t.Fatalf("the agent's CapBnd: %v\n%s", err, status)
+	}
+	if bnd&(1<<unix.CAP_NET_ADMIN) == 0 || bnd&(1<<unix.CAP_SYS_ADMIN) != 0 || bnd&(1<<unix.CAP_SYS_MODULE) != 0 {
+		t.Errorf("the agent's bounding set is %x: want NET_ADMIN and neither SYS_ADMIN nor SYS_MODULE", bnd)
+	}
+	for name, want := range map[string]string{"NoNewPrivs": "1", "Seccomp": "2", "Umask": "0077"} {
+		if got := field(name); got != want {
+			t.Errorf("the agent's %s is %q, want %q", name, got, want)
+		}
+	}
+	ns := strings.Fields(namespaces)
+	if len(ns) != 4 || ns[0] == ns[2] || ns[1] == ns[3] {
+		t.Errorf("the agent shares PID 1's UTS or mount namespace (PID 1's, then the agent's): %q", ns)
 	}
 }
 

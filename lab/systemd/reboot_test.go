@@ -30,6 +30,9 @@ const (
 	tunnelPort     = 51820
 	webappPort     = 8080
 	probeLog       = "/var/lib/meshlab-probe.log"
+	// postUpRoute and postUpFile are what the found wg0.conf's PostUp lines add.
+	postUpRoute = "10.45.0.0/24"
+	postUpFile  = "/run/meshlab-postup"
 )
 
 // rebootFirewall is the hub's found nftables firewall: each served port allowed, the rest denied.
@@ -107,8 +110,10 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 	if r.hubKey, err = wgtypes.GeneratePrivateKey(); err != nil {
 		t.Fatal(err)
 	}
-	hubConf := fmt.Sprintf("[Interface]\nAddress = %s/24\nListenPort = %d\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nAllowedIPs = %s/32\n",
-		hubTunnelAddr, tunnelPort, r.hubKey, peerKey.PublicKey(), peerTunnelAddr)
+	// Its PostUp lines: what a hub's hooks do (a route; a file written), for the agent to run
+	// again inside its unit's sandbox when it raises the interface anew after a reboot.
+	hubConf := fmt.Sprintf("[Interface]\nAddress = %s/24\nListenPort = %d\nPrivateKey = %s\nPostUp = ip route add %s dev %%i\nPostUp = echo up > %s\n\n[Peer]\nPublicKey = %s\nAllowedIPs = %s/32\n",
+		hubTunnelAddr, tunnelPort, r.hubKey, postUpRoute, postUpFile, peerKey.PublicKey(), peerTunnelAddr)
 	peerConf := fmt.Sprintf("[Interface]\nAddress = %s/24\nListenPort = %d\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nEndpoint = %s:%d\nAllowedIPs = 10.44.0.0/24\nPersistentKeepalive = 1\n",
 		peerTunnelAddr, tunnelPort, peerKey, r.hubKey.PublicKey(), rebootHubAddr, tunnelPort)
 	for _, m := range []*systemd.Machine{r.hub, r.peer} {
@@ -449,6 +454,20 @@ func TestSystemdHubReboot(t *testing.T) {
 
 	if err := testenv.Poll(t, 60*time.Second, func() error { return r.webapp(ctx, "replaced", "created", "adopted") }); err != nil {
 		t.Errorf("after the reboot the taken module's container: %v", err)
+	}
+	// The found file's PostUp lines ran again, by the agent inside its unit's sandbox, as
+	// wg-quick ran them: the route is there (the network is the agent's), and the file is
+	// written under wg-quick@'s umask 0022, not the unit's 0077.
+	if err := testenv.Poll(t, 30*time.Second, func() error {
+		if out, _ := r.hub.Run(ctx, "ip", "-4", "route", "show", postUpRoute); !strings.Contains(out, "dev "+now.Interface) {
+			return fmt.Errorf("no route %s through %s: %q", postUpRoute, now.Interface, out)
+		}
+		if out, _ := r.hub.Run(ctx, "stat", "-c", "%a", postUpFile); strings.TrimSpace(out) != "644" {
+			return fmt.Errorf("%s is mode %q, want 644", postUpFile, strings.TrimSpace(out))
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("after the reboot the found file's PostUp lines: %v\n%s", err, r.hub.Journal(ctx))
 	}
 
 	// The peer's probe: no failure before the reboot (above), none after it serves again, so its
