@@ -374,7 +374,7 @@ func applyCatalogueAdd(r *Record, c *Command, b *CatalogueAdd) (any, error) {
 		return nil, refuse(c.Op, "", m.Name, "%v", err)
 	}
 	if c.V >= privilegedSince {
-		if err := m.CheckPrivilege(nil); err != nil {
+		if err := m.CheckDenied(nil); err != nil {
 			return nil, refuse(c.Op, "", m.Name, "%v", err)
 		}
 	}
@@ -525,7 +525,7 @@ func checkPrivilege(cat catalogue.Catalogue, n *Node, c *Command, module string)
 	if c.V < privilegedSince || m == nil {
 		return nil
 	}
-	if err := m.CheckPrivilege(nodeValues(n, module)); err != nil {
+	if err := m.CheckDenied(nodeValues(n, module)); err != nil {
 		return refuse(c.Op, n.Name, module, "with this node's settings: %v", err)
 	}
 	return nil

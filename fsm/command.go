@@ -20,7 +20,7 @@ import (
 // it did then, so a replayed log composes what it composed.
 //
 // Version 4: a module that declares what makes it root on a machine (a cron or sudoers file, a
-// setuid mode, a mount of the engine's socket: catalogue.CheckPrivilege) must say privileged:
+// setuid mode, a mount of the engine's socket: catalogue.CheckDenied) must say privileged:
 // true, at catalogue.add and, with the node's settings filled in, at module.assign and
 // node.settings; the operator credential commands (operator.credential.create and .revoke); and
 // every command's By (who gave it) kept in the record where it says something: on a credential,

@@ -106,7 +106,7 @@ resolve it with its settings.`,
 			// Check locally first, for the operator's own file name in messages.
 			m, err := catalogue.Parse(src.File, data)
 			if err == nil {
-				err = m.CheckPrivilege(nil)
+				err = m.CheckDenied(nil)
 			}
 			if err != nil {
 				return fmt.Errorf("manifest refused, nothing stored:\n%w", err)
