@@ -47,16 +47,17 @@ func (r *Record) Unconfirmed() []Unconfirmed {
 		if r.Privileged[name] != nil {
 			continue
 		}
-		if reaches := r.reaches(name); len(reaches) > 0 {
+		if reaches := r.RootEquivalent(name); len(reaches) > 0 {
 			out = append(out, Unconfirmed{Module: name, Reaches: reaches})
 		}
 	}
 	return out
 }
 
-// reaches is what makes module root on a machine: with its defaults and with each assigned
-// node's settings, each said once; and that it says privileged: true.
-func (r *Record) reaches(module string) []string {
+// RootEquivalent is what makes module root on a machine, each with why: with its defaults and
+// with each assigned node's settings, each said once; and that it says privileged: true. Empty
+// for a module that stays in its own places.
+func (r *Record) RootEquivalent(module string) []string {
 	m := r.Catalogue[module]
 	if m == nil {
 		return nil
@@ -91,7 +92,7 @@ func (r *Record) reaches(module string) []string {
 // (a Grant), or it is unconfirmed and keeps working as it did until the operator confirms it.
 // Compose tells the host to confine every other module (Resource.Confined).
 func (r *Record) MayReach(module string) bool {
-	return r.Privileged[module] != nil || len(r.reaches(module)) > 0
+	return r.Privileged[module] != nil || len(r.RootEquivalent(module)) > 0
 }
 
 // checkPrivilege refuses, for a command of privilegedSince or newer, module on node n when its
@@ -111,7 +112,7 @@ func checkPrivilege(r *Record, n *Node, c *Command, module string) error {
 		return nil
 	case r.Privileged[module] != nil:
 		return nil
-	case len(r.reaches(module)) > 0:
+	case len(r.RootEquivalent(module)) > 0:
 		if c.Op == OpModuleAssign {
 			return refuse(c.Op, n.Name, module, "module %s is root on a machine and no operator has said it may be (it was added before this version): "+
 				"confirm it first (meshd module confirm %s), or add it again in its own places", module, module)
@@ -189,7 +190,7 @@ func applyModuleConfirm(r *Record, c *Command, b *ModuleConfirm) (any, error) {
 	case r.Privileged[b.Module] != nil:
 		g := r.Privileged[b.Module]
 		return nil, refuse(c.Op, "", b.Module, "already said privileged (by %s, %s)", orSomeone(g.By), g.At.UTC().Format(time.RFC3339))
-	case len(r.reaches(b.Module)) == 0:
+	case len(r.RootEquivalent(b.Module)) == 0:
 		return nil, refuse(c.Op, "", b.Module, "module %s stays in its own places and needs no privilege: nothing to confirm", b.Module)
 	}
 	if r.Privileged == nil {

@@ -181,13 +181,13 @@ func TestProcessStatusPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := filepath.Join(dir, "legacy.yaml")
-	if err := os.WriteFile(manifest, []byte(fmt.Sprintf("name: legacy\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n", heldConf)), 0o644); err != nil {
+	if err := os.WriteFile(manifest, []byte(fmt.Sprintf("name: legacy\nprivileged: true\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n", heldConf)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n.genesis("--adopted")
 	pagePort := freePort(t)
 	n.startAgent("--metrics", fmt.Sprintf("127.0.0.1:%d", pagePort), "--reconcile-interval", "10m")
-	n.ok("module", "add", manifest)
+	n.ok("module", "add", "--privileged", manifest)
 	n.ok("module", "assign", "hub", "legacy")
 
 	base := "http://" + proxyInto(t, n.netns, fmt.Sprintf("127.0.0.1:%d", pagePort))
