@@ -37,6 +37,11 @@ func TestAllowlistAtCommandVersion6(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ssh is the system's own name") {
 		t.Errorf("a module named ssh writing /etc/ssh: %v", err)
 	}
+	g := Genesis{Node: "hub", ID: "id-hub", Mode: Adopted, Advertise: "198.51.100.1",
+		Catalogue: append(catalogue.DefaultSources(), src("evil", "files: [{path: /etc/sudo.conf, content: x}]\n"))}
+	if _, err := Apply(NewRecord(), cmd(t, OpGenesis, t0, g)); err == nil || !strings.Contains(err.Error(), "outside the module's own places") {
+		t.Errorf("a genesis catalogue with a module writing /etc/sudo.conf: %v", err)
+	}
 	mustApply(t, r, cmd(t, OpCatalogueAdd, t0, CatalogueAdd{Source: src("nginx",
 		"files: [{path: /etc/nginx/nginx.conf, content: x}]\ncontainers: [{name: nginx, image: i, volumes: [\"/srv/nginx:/srv\"]}]\n")}))
 

@@ -162,6 +162,18 @@ func checkAddPrivilege(r *Record, c *Command, b *CatalogueAdd, m *catalogue.Modu
 	return nil
 }
 
+// checkGenesisPlaces keeps, from version 6, every module of the genesis catalogue to its own
+// places: genesis carries no operator's word, so none of them may be privileged.
+func checkGenesisPlaces(c *Command, m *catalogue.Module) error {
+	if c.V < placesSince {
+		return nil
+	}
+	if m.Privileged {
+		return m.FieldErr("privileged", "module %s says privileged: true; genesis takes in no privileged module: add it after, with --privileged", m.Name)
+	}
+	return m.CheckPlaces(nil)
+}
+
 // grantOnAdd records or drops, for a version 6 catalogue.add, the operator's word on m.
 func grantOnAdd(r *Record, c *Command, b *CatalogueAdd, m *catalogue.Module) {
 	if c.V < placesSince {
