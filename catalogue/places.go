@@ -152,9 +152,10 @@ func (m *Module) CheckPlaces(node map[string]string) error {
 	}
 	var errs Errors
 	for _, x := range r.Reaches() {
-		msg := privilegedNeed(x.What, x.Why) + ", and be added with --privileged" + m.via(m.rawOf(x.Field))
+		msg := fmt.Sprintf("%s: root on the machine (%s): a module that means it must say privileged: true, "+
+			"and be added with --privileged%s", x.What, x.Why, m.via(m.rawOf(x.Field)))
 		if x.Path != "" {
-			msg = Outside(m.Name, x.Path) + ": " + msg
+			msg = Outside(m.Name, x.Path) + "; " + msg
 		}
 		errs = append(errs, &FieldError{File: m.Source, Line: m.line(x.Field), Field: x.Field, Msg: msg})
 	}
