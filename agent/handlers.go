@@ -64,6 +64,7 @@ func (s *recordAPI) getStatus(w http.ResponseWriter, _ *http.Request) {
 	}
 	s.rec.Read(func(r *fsm.Record, index uint64) {
 		st.Index = index
+		st.Privileged = privilegedModules(r)
 		for _, name := range r.NodeNames() {
 			n := r.Nodes[name]
 			st.Nodes = append(st.Nodes, api.NodeSummary{Name: n.Name, Mode: n.Mode, ModeSince: n.ModeSince,
@@ -143,8 +144,37 @@ func (a *Agent) getOriginal(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(b)
 }
 
+// privilegeOf is module name's privilege as the record has it: who said it may be root, or that
+// no one has yet; nil for a module kept to its own places.
+func privilegeOf(r *fsm.Record, name string) *api.ModulePrivilege {
+	reaches, g := r.RootEquivalent(name), r.Privileged[name]
+	if g == nil && len(reaches) == 0 {
+		return nil
+	}
+	p := &api.ModulePrivilege{Module: name, Reaches: append([]string{}, reaches...)}
+	if g != nil {
+		p.By, p.At = g.By, g.At
+	} else {
+		p.Unconfirmed = true
+	}
+	return p
+}
+
+// privilegedModules is privilegeOf every module that has one, the unconfirmed first.
+func privilegedModules(r *fsm.Record) []api.ModulePrivilege {
+	var out []api.ModulePrivilege
+	for _, unconfirmed := range []bool{true, false} {
+		for _, name := range r.Catalogue.Names() {
+			if p := privilegeOf(r, name); p != nil && p.Unconfirmed == unconfirmed {
+				out = append(out, *p)
+			}
+		}
+	}
+	return out
+}
+
 func moduleView(r *fsm.Record, m *catalogue.Module) api.ModuleView {
-	v := api.ModuleView{Module: m, AssignedTo: []string{}, TakenOn: []string{}}
+	v := api.ModuleView{Module: m, AssignedTo: []string{}, TakenOn: []string{}, Privilege: privilegeOf(r, m.Name)}
 	for _, name := range r.NodeNames() {
 		n := r.Nodes[name]
 		for _, a := range n.Assigned {
@@ -204,7 +234,19 @@ func (s *recordAPI) addModule(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusUnprocessableEntity, api.ErrorBody{Error: err.Error()})
 		return
 	}
-	v, index, err := s.propose(req, fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source})
+	v, index, err := s.propose(req, fsm.OpCatalogueAdd, fsm.CatalogueAdd{Source: body.Source, Privileged: body.Privileged})
+	committedAt(w, index)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, v)
+}
+
+// confirmModule records the operator's word on a module the allowlist found root-equivalent
+// after an upgrade (fsm.OpModuleConfirm).
+func (s *recordAPI) confirmModule(w http.ResponseWriter, req *http.Request) {
+	v, index, err := s.propose(req, fsm.OpModuleConfirm, fsm.ModuleConfirm{Module: req.PathValue("module")})
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)

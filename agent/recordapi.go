@@ -53,6 +53,7 @@ func (s *recordAPI) routes() http.Handler {
 	mux.HandleFunc("GET /v1/modules", s.listModules)
 	mux.HandleFunc("GET /v1/modules/{module}", s.getModule)
 	mux.HandleFunc("POST /v1/modules", s.addModule)
+	mux.HandleFunc("POST /v1/modules/{module}/confirm", s.confirmModule)
 	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", s.moduleAction)
 	mux.HandleFunc("GET /v1/nodes/{node}/modules/{module}/take-preview", s.takePreview)
 	mux.HandleFunc("GET /v1/nodes/{node}/converge-preview", s.convergePreview)

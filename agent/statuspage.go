@@ -73,6 +73,9 @@ type PageOverview struct {
 	// first (the last pageHistory).
 	Board   api.Board
 	History []fsm.Event
+	// Privileged are the modules that are root on a machine, each reach with why; the
+	// unconfirmed first.
+	Privileged []api.ModulePrivilege
 }
 
 // pageHistory is how many of the newest events the page shows beside the board.
@@ -179,6 +182,7 @@ func (s *page) pageView() PageOverview {
 	var nodes []recNode
 	s.rec.Read(func(r *fsm.Record, index uint64) {
 		v.Index = index
+		v.Privileged = privilegedModules(r)
 		for _, name := range r.NodeNames() {
 			n := r.Nodes[name]
 			d, _ := fsm.Compose(r, name)

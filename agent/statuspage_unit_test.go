@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/report"
 )
@@ -69,4 +70,23 @@ func renderNode(t *testing.T, n PageNode) (row, card string) {
 		t.Fatal(err)
 	}
 	return r.String(), c.String()
+}
+
+// Issue 34, finding 1: the page names each module that is root on a machine, each privileged path
+// or mount with why, who said so, or that no one has yet and how to.
+func TestPageNamesPrivilegedModules(t *testing.T) {
+	v := PageOverview{Privileged: []api.ModulePrivilege{
+		{Module: "web", Unconfirmed: true, Reaches: []string{"file /etc/nginx/nginx.conf (root writes it outside the module's own places)"}},
+		{Module: "ops", By: "operator alice", Reaches: []string{"file /etc/sudoers.d/ops (sudo reads it)"}},
+	}}
+	var b bytes.Buffer
+	if err := pageTmpl.ExecuteTemplate(&b, "overview", v); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, want := range []string{"meshd module confirm web", "/etc/nginx/nginx.conf", "said by operator alice", "file /etc/sudoers.d/ops (sudo reads it)"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page does not say %q", want)
+		}
+	}
 }

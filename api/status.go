@@ -26,6 +26,9 @@ type StatusView struct {
 	// Board is where each node stands in its migration and what is in the way (board.go), with
 	// the summary line.
 	Board *Board `json:"board,omitempty"`
+	// Privileged are the modules that are root on a machine (ModulePrivilege), the unconfirmed
+	// ones first: `meshd status` names each unconfirmed one until an operator confirms it.
+	Privileged []ModulePrivilege `json:"privileged,omitempty"`
 	// Client is set when a client's own socket answered: it holds no record, so the fields above
 	// are empty and Client says what the node itself knows.
 	Client *ClientStatus `json:"client,omitempty"`

@@ -22,9 +22,9 @@ type Module struct {
 	Description string `json:"description,omitempty"`
 	// Foundation marks the modules genesis raises on the control-node.
 	Foundation bool `json:"foundation,omitempty"`
-	// Privileged says the module means to be root on the machines it is assigned to: a file
-	// where root reads or runs it, a setuid or setgid mode, a mount of the engine's socket or
-	// the system's trees (privileged.go lists them). Without it such a declaration is refused.
+	// Privileged says the module means to be root on the machines it is assigned to: a file or
+	// a mount outside its own places (places.go), or a setuid or setgid mode. Without it such a
+	// declaration is refused; with it, the record also wants the operator's own word (fsm).
 	Privileged bool `json:"privileged,omitempty"`
 	// Settings maps a setting's name to its default value.
 	Settings   map[string]string `json:"settings,omitempty"`

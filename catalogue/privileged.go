@@ -7,8 +7,10 @@ import (
 )
 
 // rootFiles are places where a file gives whoever wrote it root on the machine: it grants root,
-// runs as root, or is read by every root login. A module declaring one must say privileged: true.
-// A path under a directory here counts too.
+// runs as root, or is read by every root login. They were the record's deny list for command
+// versions 4 and 5 (CheckDenied), kept as they were so a log of then replays as it applied; now
+// they say why a file outside a module's places is root-equivalent (fileWhy). A path under a
+// directory here counts too.
 var rootFiles = []struct{ path, why string }{
 	{"/etc/sudoers", "sudo reads it"},
 	{"/etc/sudoers.d", "sudo reads it"},
@@ -44,7 +46,8 @@ var rootFiles = []struct{ path, why string }{
 	{"/usr/local/bin", "root's PATH finds it"},
 }
 
-// rootMounts are host paths whose mount into a container gives the container root on the machine:
+// rootMounts are host paths whose mount into a container gives the container root on the machine
+// (the deny list of command versions 4 and 5, as rootFiles):
 // the engine's socket and state, meshd's operator socket, root's home, the system's own trees. A
 // mount of one of them or of a directory above one needs privileged: true, and so does a path
 // under one marked under (a mount of /etc/webapp is the app's; of /root/.ssh, root's).
@@ -115,34 +118,84 @@ func privilegedNeed(what, why string) string {
 	return fmt.Sprintf("%s gives the module root on the machine (%s): a module that means it must say privileged: true", what, why)
 }
 
-// RootEquivalent lists what in the resolved module gives it root on the machine: what
-// `module show`, assign and the preview name for a privileged module.
-func (r *Resolved) RootEquivalent() []string {
-	var out []string
-	for _, f := range r.Files {
-		if why := rootFile(f.Path); why != "" {
-			out = append(out, fmt.Sprintf("file %s (%s)", f.Path, why))
-		}
-		if bits := setIDBits(f.Mode); bits != "" {
-			out = append(out, fmt.Sprintf("file %s is %s (mode %s)", f.Path, bits, f.Mode))
+// moreRoot are what the deny list above missed (issue 34, finding 1), kept to say why a path
+// outside a module's own places is root-equivalent; the allowlist (places.go) refuses them, and
+// every other path outside, whether it is named here or not.
+var moreRoot = []struct{ path, why string }{
+	{"/etc/sudo.conf", "sudo reads it"},
+	{"/usr/bin/sudo", "it runs as root"},
+	{"/etc/ld.so.conf", "every program's libraries are found through it"},
+	{"/etc/environment", "every login reads it"},
+	{"/etc/logrotate.d", "logrotate runs its scripts as root"},
+	{"/etc/sysctl.d", "it sets the kernel's parameters (kernel.core_pattern runs a program as root)"},
+	{"/etc/tmpfiles.d", "systemd-tmpfiles creates and changes files by it as root"},
+	{"/etc/udev", "udev runs its rules' programs as root"},
+	{"/etc/modprobe.d", "the kernel's module loader runs its install commands as root"},
+	{"/etc/anacrontab", "cron runs it as root"},
+	{"/etc/dpkg", "dpkg runs its hooks as root"},
+	{"/etc/update-motd.d", "every login runs it as root"},
+	{"/etc/polkit-1", "polkit grants root by its rules"},
+	{"/usr/bin", "the machine's programs, which root runs"},
+	{"/usr/sbin", "the machine's programs, which root runs"},
+	{"/usr/lib", "the machine's libraries and modules, which root loads"},
+	{"/usr/lib64", "the machine's libraries, which root loads"},
+	{"/usr/local", "root's PATH finds it"},
+	{"/run/dbus", "the system bus: root's services act on its messages"},
+	{"/run/containerd", "the container runtime's socket starts containers as root"},
+	{"/run/docker", "the engine's state and sockets start containers as root"},
+	{"/var/lib/containerd", "the container runtime's state"},
+}
+
+// outsideWhy is why a path outside a module's own places is root-equivalent when no table names
+// it: root writes there, where the system or another service reads or runs it.
+const outsideWhy = "root writes it outside the module's own places, where the system or another service reads or runs it"
+
+// fileWhy says why a file at the machine path p, outside its module's places, is root-equivalent.
+func fileWhy(p string) string {
+	n := Normalise(p)
+	if why := rootFile(n); why != "" {
+		return why
+	}
+	for _, f := range moreRoot {
+		if n == f.path || strings.HasPrefix(n, f.path+"/") {
+			return f.why
 		}
 	}
-	for _, c := range r.Containers {
-		for _, v := range c.Volumes {
-			host, _, _ := strings.Cut(v, ":")
-			if why := rootMount(host); why != "" {
-				out = append(out, fmt.Sprintf("container %s mounts %s (%s)", c.Name, host, why))
-			}
+	return outsideWhy
+}
+
+// mountWhy says why a mount of the machine path p, outside its module's places, is
+// root-equivalent.
+func mountWhy(p string) string {
+	n := Normalise(p)
+	if why := rootMount(n); why != "" {
+		return why
+	}
+	for _, f := range moreRoot {
+		if n == f.path || strings.HasPrefix(n, f.path+"/") || strings.HasPrefix(f.path, n+"/") {
+			return f.why
 		}
+	}
+	return "the container writes the machine's " + n + " as root, outside the module's own places"
+}
+
+// RootEquivalent lists what in the resolved module gives it root on the machine (Reaches), each
+// with why: what `module show`, add, assign, the preview and the status page name for a
+// privileged module.
+func (r *Resolved) RootEquivalent() []string {
+	var out []string
+	for _, x := range r.Reaches() {
+		out = append(out, fmt.Sprintf("%s (%s)", x.What, x.Why))
 	}
 	return out
 }
 
-// CheckPrivilege refuses what gives the module root on the machine, with node's settings filled
-// in (nil: the defaults), unless the module says privileged: true. It is apart from Parse and
-// Resolve so that the record applies it only to commands of the version that asks for it: a log
-// written before replays as it applied.
-func (m *Module) CheckPrivilege(node map[string]string) error {
+// CheckDenied refuses what the deny list (rootFiles, rootMounts) says gives the module root on the
+// machine, with node's settings filled in (nil: the defaults), unless the module says privileged:
+// true: the record's judgement for commands of versions 4 and 5, kept so that a log written then
+// replays as it applied. From version 6 the record judges by the allowlist (CheckPlaces). Both
+// are apart from Parse and Resolve so that the record applies each only to its own versions.
+func (m *Module) CheckDenied(node map[string]string) error {
 	if m.Privileged {
 		return nil
 	}

@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// Issue 26, finding 6, played from a manifest: a module declaring a cron file, a sudoers drop-in,
-// an authorized_keys, a setuid file, or mounting the engine's socket, meshd's socket directory,
+// Issue 26, finding 6, played from a manifest against the deny list of command versions 4 and 5
+// (CheckDenied, kept for their replay): a module declaring a cron file, a sudoers drop-in, an
+// authorized_keys, a setuid file, or mounting the engine's socket, meshd's socket directory,
 // the system's programs, root's home or the engine's state (the root and /etc are meshd's to
 // refuse outright) was accepted like any other and made whoever could
 // add a module root on every machine it was assigned to. Each is refused now, naming the field and
@@ -35,13 +36,13 @@ func TestRootEquivalentDeclarationsNeedPrivileged(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parse (which a replayed log still applies as before): %v", err)
 			}
-			err = m.CheckPrivilege(nil)
+			err = m.CheckDenied(nil)
 			if err == nil || !strings.Contains(err.Error(), c.field) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "privileged: true") {
 				t.Fatalf("want a refusal of %s naming %q and privileged: true, got %v", c.field, c.want, err)
 			}
 			m, err = Parse("evil.yaml", []byte("name: evil\nprivileged: true\n"+c.body+"\n"))
 			if err == nil {
-				err = m.CheckPrivilege(nil)
+				err = m.CheckDenied(nil)
 			}
 			if err != nil {
 				t.Fatalf("the module says privileged: true and is still refused: %v", err)
@@ -64,10 +65,10 @@ func TestRootEquivalentDeclarationsNeedPrivileged(t *testing.T) {
 	if r, err := m.Resolve(nil); err != nil || r.Privileged || len(r.RootEquivalent()) != 0 {
 		t.Fatalf("an ordinary module resolves as %v %v, root-equivalent %q", r, err, r.RootEquivalent())
 	}
-	if err := m.CheckPrivilege(nil); err != nil {
+	if err := m.CheckDenied(nil); err != nil {
 		t.Fatalf("an ordinary module needs privilege: %v", err)
 	}
-	if err := m.CheckPrivilege(map[string]string{"dir": "/etc/sudoers.d"}); err == nil || !strings.Contains(err.Error(), "from setting app.dir") {
+	if err := m.CheckDenied(map[string]string{"dir": "/etc/sudoers.d"}); err == nil || !strings.Contains(err.Error(), "from setting app.dir") {
 		t.Fatalf("a setting that moves the file into sudoers.d: %v", err)
 	}
 }

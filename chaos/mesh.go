@@ -55,7 +55,7 @@ var Engines = []string{"hub", "c1"}
 
 // HeldPath is chaos-a's file, which every node has before meshd arrives (found, so held on
 // assignment, its original recorded). The others' files are created on assignment.
-const HeldPath = "/etc/chaos/chaos-a.conf"
+const HeldPath = "/etc/chaos-a/chaos-a.conf"
 
 // FoundContent is what each node's HeldPath holds before meshd arrives.
 func FoundContent(node string) []byte {
@@ -75,7 +75,7 @@ func manifest(name string) string {
 	if name == "chaos-d" {
 		return "name: chaos-d\ndescription: a chaos test module with a container\nsettings:\n  greeting: g0\ncontainers:\n  - name: chaos-d\n    image: lab/echo:1\n    env: {GREETING: \"${greeting}\"}\n    restart: unless-stopped\n"
 	}
-	return fmt.Sprintf("name: %s\ndescription: a chaos test module\nsettings:\n  greeting: g0\nfiles:\n  - path: /etc/chaos/%s.conf\n    content: |\n      greeting = ${greeting}\n    mode: \"0644\"\n", name, name)
+	return fmt.Sprintf("name: %s\ndescription: a chaos test module\nsettings:\n  greeting: g0\nfiles:\n  - path: /etc/%s/%s.conf\n    content: |\n      greeting = ${greeting}\n    mode: \"0644\"\n", name, name, name)
 }
 
 // TunnelProbe is the probe from p1 through the tunnel to the hub's service: every failed call is

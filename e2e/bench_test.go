@@ -304,7 +304,7 @@ func takeToConverged(ctx context.Context, b *testing.B, hub, node *lab.Machine, 
 	manifest := "name: " + mod + "\nfiles:\n"
 	var paths []string
 	for i := range 3 {
-		p := fmt.Sprintf("/etc/bench/%s/%d.conf", mod, i)
+		p := fmt.Sprintf("/etc/%s/%d.conf", mod, i) // the module's own place
 		paths = append(paths, p)
 		manifest += fmt.Sprintf("  - path: %s\n    content: \"meshd's %d\\n\"\n    mode: \"0644\"\n", p, i)
 		if err := node.WriteFile(ctx, p, []byte("the predecessor's\n"), 0o644); err != nil {

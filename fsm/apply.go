@@ -89,6 +89,12 @@ func apply(r *Record, data []byte) (any, error) {
 			return nil, err
 		}
 		return applyCatalogueAdd(r, &c, &b)
+	case OpModuleConfirm:
+		var b ModuleConfirm
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyModuleConfirm(r, &c, &b)
 	case OpTunnelTake:
 		var b TunnelTake
 		if err := decode(&b); err != nil {
@@ -177,7 +183,7 @@ func applySettings(r *Record, c *Command, b *SetSettings) (any, error) {
 		return nil, err
 	}
 	for _, name := range trial.Assigned {
-		if err := checkPrivilege(r.Catalogue, trial, c, name); err != nil {
+		if err := checkPrivilege(r, trial, c, name); err != nil {
 			return nil, err
 		}
 	}
@@ -338,7 +344,7 @@ func applyModule(r *Record, c *Command, b *ModuleOnNode) (any, error) {
 		if err := checkNode(r.Catalogue, &trial, c.Op, b.Module); err != nil {
 			return nil, err
 		}
-		if err := checkPrivilege(r.Catalogue, &trial, c, b.Module); err != nil {
+		if err := checkPrivilege(r, &trial, c, b.Module); err != nil {
 			return nil, err
 		}
 		n.Assigned = trial.Assigned
@@ -373,10 +379,8 @@ func applyCatalogueAdd(r *Record, c *Command, b *CatalogueAdd) (any, error) {
 	if err := r.Catalogue.CheckAdd(m); err != nil {
 		return nil, refuse(c.Op, "", m.Name, "%v", err)
 	}
-	if c.V >= privilegedSince {
-		if err := m.CheckPrivilege(nil); err != nil {
-			return nil, refuse(c.Op, "", m.Name, "%v", err)
-		}
+	if err := checkAddPrivilege(r, c, b, m); err != nil {
+		return nil, err
 	}
 	trial := catalogue.Catalogue{}
 	for k, v := range r.Catalogue {
@@ -392,6 +396,7 @@ func applyCatalogueAdd(r *Record, c *Command, b *CatalogueAdd) (any, error) {
 		}
 	}
 	r.Catalogue[m.Name] = m
+	grantOnAdd(r, c, b, m)
 	return m, nil
 }
 
@@ -516,17 +521,4 @@ func cloneStrings(xs []string) []string {
 		return nil
 	}
 	return append(make([]string, 0, len(xs)), xs...)
-}
-
-// checkPrivilege refuses, for a command of privilegedSince or newer, module on node n when its
-// declarations with n's settings make it root on the machine and it does not say privileged.
-func checkPrivilege(cat catalogue.Catalogue, n *Node, c *Command, module string) error {
-	m := cat[module]
-	if c.V < privilegedSince || m == nil {
-		return nil
-	}
-	if err := m.CheckPrivilege(nodeValues(n, module)); err != nil {
-		return refuse(c.Op, n.Name, module, "with this node's settings: %v", err)
-	}
-	return nil
 }

@@ -20,7 +20,7 @@ import (
 // it did then, so a replayed log composes what it composed.
 //
 // Version 4: a module that declares what makes it root on a machine (a cron or sudoers file, a
-// setuid mode, a mount of the engine's socket: catalogue.CheckPrivilege) must say privileged:
+// setuid mode, a mount of the engine's socket: catalogue.CheckDenied) must say privileged:
 // true, at catalogue.add and, with the node's settings filled in, at module.assign and
 // node.settings; the operator credential commands (operator.credential.create and .revoke); and
 // every command's By (who gave it) kept in the record where it says something: on a credential,
@@ -29,7 +29,14 @@ import (
 // Version 5: every command applied appends an event to the record's history (history.go), and
 // the history's own commands (history.host, history.keep) exist. A version 4 command appends
 // nothing, so a replayed log holds the record it held.
-const Version = 5
+//
+// Version 6: a module is judged by the allowlist (catalogue.CheckPlaces: files and mounts only in
+// its own places, judged as the system spells them) instead of the deny list; a module saying
+// privileged: true is added only with the operator's word (CatalogueAdd.Privileged, kept in
+// Record.Privileged with who), and module.confirm gives that word to a module added before. A
+// version 5 command is judged by the deny list as it was, so a replayed log holds its record.
+// The allowlist's names and places are part of this version: changing them is a new one.
+const Version = 6
 
 // privilegedSince is the first command version that refuses an unsaid root-equivalent module.
 const privilegedSince = 4
@@ -136,6 +143,10 @@ type ModuleOnNode struct {
 // CatalogueAdd adds or updates a module from its manifest's source.
 type CatalogueAdd struct {
 	Source catalogue.Source `json:"source"`
+	// Privileged is the operator's own word that the module may be root on the machines it is
+	// assigned to (`meshd module add --privileged`): from version 6 a module that says
+	// privileged: true is refused without it, and it without one.
+	Privileged bool `json:"privileged,omitempty"`
 }
 
 // TokenCreate records an enrolment token's hash.

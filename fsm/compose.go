@@ -106,9 +106,14 @@ const (
 // Resource is one resource of an assigned module, filled in with the node's settings. Taken says
 // whether it converges (its module is taken) or is only prepared (found is held).
 type Resource struct {
-	Module    string                 `json:"module"`
-	Kind      string                 `json:"kind"`
-	Taken     bool                   `json:"taken"`
+	Module string `json:"module"`
+	Kind   string `json:"kind"`
+	Taken  bool   `json:"taken"`
+	// Confined says the module may write files and mount host paths only in its own places
+	// (catalogue.Places): the host refuses, before writing, a file or a mount whose path on the
+	// machine leaves them. False for a module the operator said may be root, and for one not
+	// yet confirmed since the upgrade that brought the allowlist (Record.MayReach).
+	Confined  bool                   `json:"confined,omitempty"`
 	File      *catalogue.File        `json:"file,omitempty"`
 	Container *catalogue.Container   `json:"container,omitempty"`
 	Opening   *catalogue.PortOpening `json:"opening,omitempty"`
@@ -181,12 +186,12 @@ func Compose(r *Record, node string) (*Declaration, error) {
 		for k, v := range res.Settings {
 			d.Settings[name+"."+k] = v
 		}
-		taken := n.IsTaken(name)
+		taken, confined := n.IsTaken(name), !r.MayReach(name)
 		for i := range res.Files {
-			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindFile, Taken: taken, File: &res.Files[i]})
+			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindFile, Taken: taken, Confined: confined, File: &res.Files[i]})
 		}
 		for i := range res.Containers {
-			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindContainer, Taken: taken, Container: &res.Containers[i]})
+			d.Resources = append(d.Resources, Resource{Module: name, Kind: KindContainer, Taken: taken, Confined: confined, Container: &res.Containers[i]})
 		}
 		for i := range res.Openings {
 			o := &res.Openings[i]

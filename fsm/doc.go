@@ -10,4 +10,11 @@
 // Compose(record, node) is the only place that decides what a node is told: its mode, its
 // assigned and taken modules, and every resource of its assigned modules with the node's settings
 // filled in. Every declaration says the mode and the taken modules (ADR 0100).
+//
+// A module is kept to its own places (catalogue.CheckPlaces) from command version 6; one that may
+// be root on a machine needs the operator's word, given at catalogue.add or, for a module the
+// record took in before version 6 and that the allowlist now finds root-equivalent, by
+// module.confirm (privileged.go). Such an unconfirmed module keeps working where it is assigned
+// and is listed (Record.Unconfirmed) until the word is given; nothing at upgrade changes the
+// record. Compose tells the host which resources are confined (Resource.Confined).
 package fsm

@@ -263,6 +263,8 @@ func describe(c *Command, v any) Event {
 		Server    bool              `json:"server"`
 		Values    map[string]string `json:"values"`
 		Expires   time.Time         `json:"expires"`
+		// Privileged is a catalogue.add's operator word (CatalogueAdd.Privileged).
+		Privileged bool `json:"privileged"`
 	}
 	_ = json.Unmarshal(c.Body, &b)
 	e := Event{Node: b.Node, Module: b.Module}
@@ -302,6 +304,11 @@ func describe(c *Command, v any) Event {
 			e.Module = m.Name
 		}
 		e.What = fmt.Sprintf("module %s added to the catalogue", e.Module)
+		if b.Privileged {
+			e.What += ", privileged: root on every machine it is assigned to"
+		}
+	case OpModuleConfirm:
+		e.What = fmt.Sprintf("module %s confirmed privileged: root on every machine it is assigned to", b.Module)
 	case OpTokenCreate:
 		e.What = fmt.Sprintf("an enrolment token made for a %s (%s, expires %s)", role, b.Mode, b.Expires.UTC().Format(time.RFC3339))
 	case OpTunnelTake:

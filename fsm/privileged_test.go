@@ -26,12 +26,13 @@ func cmdV(t testing.TB, v int, op Op, at time.Time, body any) []byte {
 // Issue 26, finding 6, as the record applies it: a module declaring a cron file without saying
 // privileged: true is refused at catalogue.add, naming the field; said, it is added; a setting
 // that moves an accepted module's file into /etc/cron.d is refused at node.settings and at
-// module.assign. A version 3 log (written before the rule) replays as it applied.
+// module.assign (all at version 5, judged by the deny list). A version 3 log (written before the
+// rule) replays as it applied.
 func TestPrivilegedModulesByCommandVersion(t *testing.T) {
 	evil := catalogue.Source{File: "evil.yaml", Data: "name: evil\nfiles:\n  - {path: /etc/cron.d/evil, content: \"* * * * * root id\\n\"}\n"}
 	r := NewRecord()
 	mustApply(t, r, genesisCmd(t, Adopted))
-	_, err := Apply(r, cmd(t, OpCatalogueAdd, t0.Add(time.Minute), CatalogueAdd{Source: evil}))
+	_, err := Apply(r, cmdV(t, 5, OpCatalogueAdd, t0.Add(time.Minute), CatalogueAdd{Source: evil}))
 	if err == nil || !strings.Contains(err.Error(), "files[0].path") || !strings.Contains(err.Error(), "privileged: true") {
 		t.Fatalf("catalogue.add of an unsaid cron module: %v", err)
 	}
@@ -39,12 +40,12 @@ func TestPrivilegedModulesByCommandVersion(t *testing.T) {
 		t.Fatal("the refused module is in the catalogue")
 	}
 	said := catalogue.Source{File: "evil.yaml", Data: "name: evil\nprivileged: true\n" + strings.TrimPrefix(evil.Data, "name: evil\n")}
-	mustApply(t, r, cmd(t, OpCatalogueAdd, t0.Add(2*time.Minute), CatalogueAdd{Source: said}))
+	mustApply(t, r, cmdV(t, 5, OpCatalogueAdd, t0.Add(2*time.Minute), CatalogueAdd{Source: said}))
 
 	app := catalogue.Source{File: "app.yaml", Data: "name: app\nsettings: {dir: /etc/app}\nfiles:\n  - {path: \"${dir}/job\", content: x}\n"}
-	mustApply(t, r, cmd(t, OpCatalogueAdd, t0.Add(3*time.Minute), CatalogueAdd{Source: app}))
-	mustApply(t, r, cmd(t, OpModuleAssign, t0.Add(4*time.Minute), ModuleOnNode{Node: "hub", Module: "app"}))
-	_, err = Apply(r, cmd(t, OpSettingsSet, t0.Add(5*time.Minute), SetSettings{Node: "hub", Values: map[string]string{"app.dir": "/etc/cron.d"}}))
+	mustApply(t, r, cmdV(t, 5, OpCatalogueAdd, t0.Add(3*time.Minute), CatalogueAdd{Source: app}))
+	mustApply(t, r, cmdV(t, 5, OpModuleAssign, t0.Add(4*time.Minute), ModuleOnNode{Node: "hub", Module: "app"}))
+	_, err = Apply(r, cmdV(t, 5, OpSettingsSet, t0.Add(5*time.Minute), SetSettings{Node: "hub", Values: map[string]string{"app.dir": "/etc/cron.d"}}))
 	if err == nil || !strings.Contains(err.Error(), "from setting app.dir") {
 		t.Fatalf("node.settings moving app's file into /etc/cron.d: %v", err)
 	}
@@ -64,9 +65,9 @@ func TestPrivilegedModulesByCommandVersion(t *testing.T) {
 	// And at version 4 an assign of the module, with a node's setting making it root, is refused.
 	r2 := NewRecord()
 	mustApply(t, r2, genesisCmd(t, Adopted))
-	mustApply(t, r2, cmd(t, OpCatalogueAdd, t0.Add(time.Minute), CatalogueAdd{Source: app}))
+	mustApply(t, r2, cmdV(t, 5, OpCatalogueAdd, t0.Add(time.Minute), CatalogueAdd{Source: app}))
 	mustApply(t, r2, cmdV(t, 3, OpSettingsSet, t0.Add(2*time.Minute), SetSettings{Node: "hub", Values: map[string]string{"app.dir": "/etc/sudoers.d"}}))
-	if _, err := Apply(r2, cmd(t, OpModuleAssign, t0.Add(3*time.Minute), ModuleOnNode{Node: "hub", Module: "app"})); err == nil || !strings.Contains(err.Error(), "sudo") {
+	if _, err := Apply(r2, cmdV(t, 5, OpModuleAssign, t0.Add(3*time.Minute), ModuleOnNode{Node: "hub", Module: "app"})); err == nil || !strings.Contains(err.Error(), "sudo") {
 		t.Fatalf("module.assign where the node's setting puts the file in sudoers.d: %v", err)
 	}
 }

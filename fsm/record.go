@@ -37,6 +37,9 @@ type Record struct {
 	// Credentials are the operator credentials, by name: the bus takes one only while it is
 	// listed here with its certificate's ID, unrevoked and unexpired.
 	Credentials map[string]*Credential `json:"credentials,omitempty"`
+	// Privileged are the operator's words that a module may be root on the machines it is
+	// assigned to, by module (privileged.go); nil until the first of command version 6.
+	Privileged map[string]*Grant `json:"privileged,omitempty"`
 	// History is what happened when and who did it (history.go); nil until the first command of
 	// version 5.
 	History *History `json:"history,omitempty"`

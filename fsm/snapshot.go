@@ -112,6 +112,11 @@ func (r *Record) check() error {
 			return fmt.Errorf("module %q is filed under %q", m.Name, name)
 		}
 	}
+	for _, name := range sortedKeys(r.Privileged) {
+		if r.Privileged[name] == nil || r.Catalogue[name] == nil {
+			return fmt.Errorf("module %q is said privileged but is not in the catalogue", name)
+		}
+	}
 	for _, h := range sortedKeys(r.Tokens) {
 		t := r.Tokens[h]
 		if t == nil || t.Hash != h {

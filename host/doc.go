@@ -56,6 +56,11 @@
 // and is never removed; a file the host created is removed and its record dropped; a file that
 // replaced a found one stays, its original kept.
 //
+// A confined resource (fsm.Resource.Confined: a module the operator has not said may be root) is
+// kept to its module's own places where its path leads on the machine: a file is judged where the
+// safe walk of its path ends, a mount where the engine would find it (pass.Confine), and one that
+// leads out is that resource's error before anything is recorded or written.
+//
 // A declared path that is a directory, a symlink leading out of the declared path's directory
 // (never followed), something other than a regular file, unreadable, or on a read-only file
 // system fails on its own, named with its reason in Report.Errors; every other resource

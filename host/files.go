@@ -196,6 +196,11 @@ func (h *Host) file(fc *fileCtx, r fsm.Resource, taken bool) error {
 	if err != nil {
 		return err
 	}
+	if r.Confined { // judged where the walk leads, before anything is recorded or written
+		if err := h.own.ConfineReal(h.root, "a file at", r.Module, p, loc.target); err != nil {
+			return err
+		}
+	}
 	w, ours := fc.written[p]
 	fr, wasFound := fc.found[p]
 	want := []byte(f.Content)

@@ -221,3 +221,49 @@ func TestUnitDirectoriesMadeUnderAStrictUmaskAre0755(t *testing.T) {
 		t.Errorf("%s: %v, %v; want its declared 0644", p, st.Mode(), err)
 	}
 }
+
+// Issue 34, finding 1, on the machine: a confined module's file outside its own places (as a
+// declaration from a record judging by the deny list would carry it; /var/run/systemd is the
+// other spelling of /run/systemd) is refused before anything is written, and so is one under
+// its own /etc/app when /etc/app is a symlink to /etc/cron.d; its file in its own place is
+// written. A module the operator said may be root (not confined) writes where it declares.
+func TestUnitConfinedFileOutsideItsPlacesIsRefused(t *testing.T) {
+	h, root := openTemp(t)
+	ctx := hosttest.Ctx(t)
+	for _, d := range []string{"/etc/cron.d", "/var/run/systemd/system"} {
+		if err := os.MkdirAll(root+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(root+"/etc/cron.d", root+"/etc/app"); err != nil {
+		t.Fatal(err)
+	}
+	confined := func(r fsm.Resource) fsm.Resource { r.Confined = true; return r }
+	d := hosttest.DeclUntaken(fsm.Converged,
+		confined(hosttest.OwnFile("app", "/etc/cron.d/job", "* * * * * root id\n", true)),
+		confined(hosttest.OwnFile("app", "/var/run/systemd/system/x.service", "[Service]\n", true)),
+		confined(hosttest.OwnFile("app", "/etc/app/job", "* * * * * root id\n", true)),
+		confined(hosttest.OwnFile("web", "/etc/web/web.conf", "ok\n", true)),
+		hosttest.OwnFile("ops", "/etc/cron.d/ops", "said\n", true))
+	rep := h.Reconcile(ctx, d)
+	for _, p := range []string{"/etc/cron.d/job", "/var/run/systemd/system/x.service", "/etc/app/job"} {
+		e := hosttest.ErrorOf(rep, p)
+		if e == nil || !strings.Contains(e.Reason, "outside the module's own places") || !strings.Contains(e.Reason, "before anything is written") {
+			t.Errorf("%s: %+v", p, e)
+		}
+	}
+	if e := hosttest.ErrorOf(rep, "/etc/app/job"); e != nil && !strings.Contains(e.Reason, "leads to /etc/cron.d/job") {
+		t.Errorf("the symlink is not named: %s", e.Reason)
+	}
+	for _, p := range []string{"/etc/cron.d/job", "/var/run/systemd/system/x.service"} {
+		if got := hosttest.ReadAt(t, root, p); got != "(missing)" {
+			t.Errorf("%s was written: %q", p, got)
+		}
+	}
+	if got := hosttest.ReadAt(t, root, "/etc/web/web.conf"); got != "ok\n" {
+		t.Errorf("the confined module's own file: %q", got)
+	}
+	if got := hosttest.ReadAt(t, root, "/etc/cron.d/ops"); got != "said\n" {
+		t.Errorf("the privileged module's file: %q", got)
+	}
+}

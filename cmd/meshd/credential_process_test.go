@@ -67,7 +67,7 @@ func TestProcessOperatorCredential(t *testing.T) {
 	if err := os.WriteFile(evil, []byte("name: evil\nprivileged: true\nfiles:\n  - path: /etc/cron.d/evil\n    content: \"* * * * * root id\\n\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"module", "add", evil}, {"module", "assign", "hub", "evil"}, {"token", "create", "--adopted"}} {
+	for _, args := range [][]string{{"module", "add", "--privileged", evil}, {"module", "assign", "hub", "evil"}, {"token", "create", "--adopted"}} {
 		_, errs, code := edge.run(args...)
 		if code != 1 || !strings.Contains(errs, "node edge is a client") || !strings.Contains(errs, "run this on a server (hub) or with an operator credential") {
 			t.Errorf("meshd %s on the client's socket: exit %d: %s", strings.Join(args, " "), code, errs)

@@ -120,8 +120,8 @@ func TestProcessDriftSeenAtOnceOnTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, m := range map[string]string{
-		"legacy": fmt.Sprintf("name: legacy\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\ncontainers:\n  - name: %s\n    image: %s\n    command: [\"--listen\", \":8080\", \"--name\", \"legacy\"]\n", heldConf, heldName, image),
-		"mine":   fmt.Sprintf("name: mine\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n    mode: \"0644\"\ncontainers:\n  - name: %s\n    image: %s\n    command: [\"--listen\", \":8080\", \"--name\", \"mine\"]\n", takenConf, mineName, image),
+		"legacy": fmt.Sprintf("name: legacy\nprivileged: true\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\ncontainers:\n  - name: %s\n    image: %s\n    command: [\"--listen\", \":8080\", \"--name\", \"legacy\"]\n", heldConf, heldName, image),
+		"mine":   fmt.Sprintf("name: mine\nprivileged: true\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n    mode: \"0644\"\ncontainers:\n  - name: %s\n    image: %s\n    command: [\"--listen\", \":8080\", \"--name\", \"mine\"]\n", takenConf, mineName, image),
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(m), 0o644); err != nil {
 			t.Fatal(err)
@@ -131,7 +131,7 @@ func TestProcessDriftSeenAtOnceOnTheServer(t *testing.T) {
 	n.genesis("--adopted")
 	n.startAgent("--docker-host", container.DefaultHost, "--reconcile-interval", "10m")
 	for _, m := range []string{"legacy", "mine"} {
-		n.ok("module", "add", filepath.Join(dir, m+".yaml"))
+		n.ok("module", "add", "--privileged", filepath.Join(dir, m+".yaml"))
 		n.ok("module", "assign", "hub", m)
 	}
 	n.ok("module", "take", "hub", "mine")
@@ -235,8 +235,8 @@ func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := filepath.Join(dir, "edgeapp.yaml")
-	os.WriteFile(manifest, []byte(fmt.Sprintf("name: edgeapp\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n", conf)), 0o644)
-	hub.ok("module", "add", manifest)
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: edgeapp\nprivileged: true\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n", conf)), 0o644)
+	hub.ok("module", "add", "--privileged", manifest)
 	hub.ok("module", "assign", "edge", "edgeapp")
 	poll(t, 30*time.Second, "the client's held file in node show on the server", func() string {
 		var v driftView

@@ -40,11 +40,11 @@ func TestProcessHeldFileThroughCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := filepath.Join(t.TempDir(), "legacy.yaml")
-	os.WriteFile(manifest, []byte(fmt.Sprintf("name: legacy\nsettings: {port: 9100}\nfiles:\n  - path: %s\n    content: |\n      port = ${port}\n    mode: \"0644\"\n", conf)), 0o644)
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: legacy\nprivileged: true\nsettings: {port: 9100}\nfiles:\n  - path: %s\n    content: |\n      port = ${port}\n    mode: \"0644\"\n", conf)), 0o644)
 
 	n.genesis("--adopted")
 	n.startAgent("--reconcile-interval", "200ms")
-	n.ok("module", "add", manifest)
+	n.ok("module", "add", "--privileged", manifest)
 	n.ok("module", "assign", "hub", "legacy")
 
 	held := func(want func(api.NodeView) string) func() string {
@@ -140,10 +140,10 @@ func TestProcessSurvivesSIGKILLAtEveryStep(t *testing.T) {
 				os.WriteFile(f.path, []byte(f.old), 0o644)
 			}
 			manifest := filepath.Join(t.TempDir(), "two.yaml")
-			os.WriteFile(manifest, []byte(fmt.Sprintf("name: two\nfiles:\n  - {path: %s, content: \"new a\\n\"}\n  - {path: %s, content: \"new b\\n\"}\n", files[0].path, files[1].path)), 0o644)
+			os.WriteFile(manifest, []byte(fmt.Sprintf("name: two\nprivileged: true\nfiles:\n  - {path: %s, content: \"new a\\n\"}\n  - {path: %s, content: \"new b\\n\"}\n", files[0].path, files[1].path)), 0o644)
 			n.genesis("--adopted")
 			n.startAgent("--reconcile-interval", "100ms")
-			n.ok("module", "add", manifest)
+			n.ok("module", "add", "--privileged", manifest)
 			heldBoth := func() string {
 				var v api.NodeView
 				n.jsonOf(&v, "node", "show", "hub")
@@ -220,11 +220,11 @@ func TestProcessSnapshotRestoreActedOnByHost(t *testing.T) {
 	n := newNode(t)
 	conf := filepath.Join(t.TempDir(), "restored", "app.conf")
 	manifest := filepath.Join(t.TempDir(), "restored.yaml")
-	os.WriteFile(manifest, []byte(fmt.Sprintf("name: restored\nfiles:\n  - path: %s\n    content: |\n      created\n", conf)), 0o644)
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: restored\nprivileged: true\nfiles:\n  - path: %s\n    content: |\n      created\n", conf)), 0o644)
 
 	n.genesis("--adopted")
 	n.startAgent()
-	n.ok("module", "add", manifest)
+	n.ok("module", "add", "--privileged", manifest)
 	saved := filepath.Join(t.TempDir(), "before-assign.snap")
 	n.ok("snapshot", "save", saved)
 	n.ok("module", "assign", "hub", "restored")

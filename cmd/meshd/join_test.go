@@ -301,8 +301,8 @@ func TestProcessEnrolment(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := filepath.Join(dir, "edgeapp.yaml")
-	os.WriteFile(manifest, []byte(fmt.Sprintf("name: edgeapp\nfiles:\n  - path: %s\n    content: |\n      port = 9100\n    mode: \"0644\"\n", conf)), 0o644)
-	hub.ok("module", "add", manifest)
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: edgeapp\nprivileged: true\nfiles:\n  - path: %s\n    content: |\n      port = 9100\n    mode: \"0644\"\n", conf)), 0o644)
+	hub.ok("module", "add", "--privileged", manifest)
 	hub.ok("module", "assign", "edge", "edgeapp")
 	poll(t, 15*time.Second, "the client's held file in node show on the server", func() string {
 		var v api.NodeView

@@ -45,7 +45,7 @@ func jsonWalk(conf, extra, dir string) []jsonRun {
 		{path: "node original", args: []string{"hub", conf}},
 		{path: "node original", args: []string{"hub", "file", conf}},
 		{path: "declaration", args: []string{"hub"}},
-		{path: "module add", args: []string{extra}},
+		{path: "module add", args: []string{"--privileged", extra}},
 		{path: "module list"},
 		{path: "module show", args: []string{"walkextra"}},
 		{path: "module assign", args: []string{"hub", "walkextra"}},
@@ -99,11 +99,11 @@ func TestProcessEveryJSONParses(t *testing.T) {
 		}
 		return p
 	}
-	legacy := manifest("legacy", fmt.Sprintf("name: legacy\nsettings: {port: 9100}\nfiles:\n  - path: %s\n    content: |\n      port = ${port}\n    mode: \"0644\"\n", conf))
-	extra := manifest("walkextra", fmt.Sprintf("name: walkextra\nfiles:\n  - path: %s\n    content: \"x\\n\"\n", filepath.Join(dir, "extra.conf")))
+	legacy := manifest("legacy", fmt.Sprintf("name: legacy\nprivileged: true\nsettings: {port: 9100}\nfiles:\n  - path: %s\n    content: |\n      port = ${port}\n    mode: \"0644\"\n", conf))
+	extra := manifest("walkextra", fmt.Sprintf("name: walkextra\nprivileged: true\nfiles:\n  - path: %s\n    content: \"x\\n\"\n", filepath.Join(dir, "extra.conf")))
 	n.genesis("--adopted")
 	n.startAgent("--reconcile-interval", "200ms")
-	n.ok("module", "add", legacy)
+	n.ok("module", "add", "--privileged", legacy)
 	n.ok("module", "assign", "hub", "legacy")
 	poll(t, 20*time.Second, "the held file's original recorded", func() string {
 		if _, errs, code := n.run("node", "original", "hub", conf); code != 0 {

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
-	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,7 +21,7 @@ import (
 func moduleCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "module",
-		Short: "The catalogue, and modules on nodes: list, show, add, assign, unassign, take",
+		Short: "The catalogue, and modules on nodes: list, show, add, confirm, assign, unassign, take",
 		Long: `Modules are the units of the catalogue: files, containers and openings, with settings.
 
 On an adopted node, assigning a module only prepares it: what it declares that is not on the machine
@@ -69,7 +68,7 @@ has moved: from then on its resources converge. On a converged node, assigning i
 					fmt.Fprintf(w, "description\t%s\n", m.Description)
 				}
 				fmt.Fprintf(w, "source\t%s\n", m.Source)
-				for _, line := range privilegedLines(m.Module) {
+				for _, line := range privilegedLines(m.Module, m.Privilege) {
 					fmt.Fprintf(w, "PRIVILEGED\t%s\n", line)
 				}
 				fmt.Fprintf(w, "assigned to\t%s\n", list(m.AssignedTo))
@@ -89,42 +88,7 @@ has moved: from then on its resources converge. On a converged node, assigning i
 			})
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
-		Use:   "add FILE",
-		Short: "Add a module to the catalogue, or update it, from its YAML manifest",
-		Long: `Add reads one manifest (one module a file) and records it in the catalogue, so every server
-agrees on it. A manifest with problems is refused whole, naming the file, line and field of each;
-nothing is stored. A module of the same name is replaced, if every node it is assigned to can still
-resolve it with its settings.`,
-		Args: exactArgs("FILE"),
-		RunE: func(_ *cobra.Command, args []string) error {
-			data, err := os.ReadFile(args[0])
-			if err != nil {
-				return err
-			}
-			src := catalogue.Source{File: filepath.Base(args[0]), Data: string(data)}
-			// Check locally first, for the operator's own file name in messages.
-			m, err := catalogue.Parse(src.File, data)
-			if err == nil {
-				err = m.CheckPrivilege(nil)
-			}
-			if err != nil {
-				return fmt.Errorf("manifest refused, nothing stored:\n%w", err)
-			}
-			ctx, cancel := g.ctx()
-			defer cancel()
-			var added catalogue.Module
-			if err := g.client().Post(ctx, "/v1/modules", api.ModuleAddRequest{Source: src}, &added); err != nil {
-				return err
-			}
-			return g.emit(added, func(w io.Writer) {
-				fmt.Fprintf(w, "module %s recorded in the catalogue\n", added.Name)
-				for _, line := range privilegedLines(&added) {
-					fmt.Fprintf(w, "PRIVILEGED: %s\n", line)
-				}
-			})
-		},
-	})
+	cmd.AddCommand(addCmd(g), confirmCmd(g))
 	cmd.AddCommand(takeCmd(g))
 	for _, c := range assignCmds(g) {
 		cmd.AddCommand(c)
@@ -292,21 +256,42 @@ func writeTakePreview(w io.Writer, pv report.TakePreview) {
 	}
 }
 
-// privilegedLines says, for a module that says privileged: true, what makes it root on a machine
-// (catalogue.RootEquivalent, with its defaults): what show, add, assign and the take preview
-// name loudly. Nothing for any other module.
-func privilegedLines(m *catalogue.Module) []string {
-	if m == nil || !m.Privileged {
+// privilegedLines says, for a module that is root on a machine, who said it may be (or that no
+// one has yet) and what makes it so, each with why (fsm.Record.RootEquivalent as the server
+// read it; catalogue.RootEquivalent with its defaults when the server did not say): what show,
+// add, confirm, assign and the take preview name loudly. Nothing for any other module.
+func privilegedLines(m *catalogue.Module, p *api.ModulePrivilege) []string {
+	if m == nil || (p == nil && !m.Privileged) {
 		return nil
 	}
-	out := []string{"module " + m.Name + " says privileged: true; it is root on every machine it is assigned to"}
-	if r, err := m.Resolve(nil); err == nil {
-		out = append(out, r.RootEquivalent()...)
+	out := []string{"module " + m.Name + " is root on every machine it is assigned to"}
+	var reaches []string
+	switch {
+	case p != nil && p.Unconfirmed:
+		out[0] += "; added before the allowlist, it is UNCONFIRMED: it keeps working where it is " +
+			"assigned, and is assigned nowhere more until an operator says so (meshd module confirm " + m.Name + ")"
+		reaches = p.Reaches
+	case p != nil:
+		out[0] += "; said so by " + orOperator(p.By) + " at " + p.At.UTC().Format(time.RFC3339)
+		reaches = p.Reaches
+	default:
+		out[0] += "; it says privileged: true"
+		if r, err := m.Resolve(nil); err == nil {
+			reaches = r.RootEquivalent()
+		}
 	}
-	return out
+	return append(out, reaches...)
 }
 
-// privilegedOf is privilegedLines for the catalogue's module named module, said of node; nothing
+// orOperator is who said a thing, or "an operator" when the record does not say.
+func orOperator(by string) string {
+	if by == "" {
+		return "an operator"
+	}
+	return by
+}
+
+// privilegedOf is privilegedLines for the catalogue's module named module, said of node (if any); nothing
 // when the module cannot be read (the command's own answer stands).
 func privilegedOf(ctx context.Context, g *globals, module, node string) []string {
 	// The command's own answer (its committed index) is what is said after it, not this read's.
@@ -316,9 +301,9 @@ func privilegedOf(ctx context.Context, g *globals, module, node string) []string
 	if err := g.client().Get(ctx, "/v1/modules/"+url.PathEscape(module), &m); err != nil || m.Module == nil {
 		return nil
 	}
-	lines := privilegedLines(m.Module)
-	if len(lines) > 0 {
-		lines[0] = "module " + module + " says privileged: true; it is root on node " + node
+	lines := privilegedLines(m.Module, m.Privilege)
+	if len(lines) > 0 && node != "" {
+		lines[0] = strings.Replace(lines[0], "is root on every machine it is assigned to", "is root on node "+node, 1)
 	}
 	return lines
 }

@@ -400,6 +400,35 @@ func TestCLIModuleAdd(t *testing.T) {
 	if !strings.Contains(n.ok("declaration", "hub"), "11211:8080/tcp") {
 		t.Fatal("assigned module's resources not in the declaration")
 	}
+
+	// Issue 34, finding 1: a module writing outside its own places is refused unless it says
+	// privileged: true and the operator says so too (--privileged); then show and the history
+	// name who did, and each privileged path with why.
+	outside := filepath.Join(dir, "sysctl.yaml")
+	os.WriteFile(outside, []byte("name: tune\nfiles:\n  - {path: /etc/sysctl.d/99-x.conf, content: x}\n"), 0o644)
+	if _, errs, code := n.run("module", "add", outside); code != 1 || !strings.Contains(errs, "outside the module's own places") || !strings.Contains(errs, "--privileged") {
+		t.Fatalf("a sysctl drop-in from an unprivileged module: exit %d, %q", code, errs)
+	}
+	said := filepath.Join(dir, "tune.yaml")
+	os.WriteFile(said, []byte("name: tune\nprivileged: true\nfiles:\n  - {path: /etc/sysctl.d/99-x.conf, content: x}\n"), 0o644)
+	if _, errs, code := n.run("module", "add", said); code != 1 || !strings.Contains(errs, "add it with --privileged") {
+		t.Fatalf("a privileged module without --privileged: exit %d, %q", code, errs)
+	}
+	if _, errs, code := n.run("module", "add", "--privileged", good); code != 1 || !strings.Contains(errs, "does not say privileged: true") {
+		t.Fatalf("--privileged for a module that does not say it: exit %d, %q", code, errs)
+	}
+	if out := n.ok("module", "add", "--privileged", said); !strings.Contains(out, "PRIVILEGED: file /etc/sysctl.d/99-x.conf (it sets the kernel's parameters") {
+		t.Fatalf("module add --privileged: %q", out)
+	}
+	if out := n.ok("module", "show", "tune"); !strings.Contains(out, "said so by root on hub's socket") || !strings.Contains(out, "/etc/sysctl.d/99-x.conf") {
+		t.Fatalf("module show of a privileged module: %q", out)
+	}
+	if out := n.ok("history"); !strings.Contains(out, "module tune added to the catalogue, privileged") {
+		t.Fatalf("the history does not say who made tune privileged: %q", out)
+	}
+	if _, errs, code := n.run("module", "confirm", "cache"); code != 1 || !strings.Contains(errs, "needs no privilege") {
+		t.Fatalf("confirming a module in its own places: exit %d, %q", code, errs)
+	}
 }
 
 // snapshot save and restore: the record comes back exactly as saved.

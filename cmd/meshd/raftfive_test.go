@@ -70,8 +70,8 @@ func TestProcessRaftFiveServers(t *testing.T) {
 	addModule := func(on *node, name string) (string, string) {
 		t.Helper()
 		m := filepath.Join(dir, name+".yaml")
-		os.WriteFile(m, []byte(fmt.Sprintf("name: %s\nfiles:\n  - path: %s\n    content: |\n      v = 1\n    mode: \"0644\"\n", name, filepath.Join(dir, name+".conf"))), 0o644)
-		return write(t, on, "module", "add", m)
+		os.WriteFile(m, []byte(fmt.Sprintf("name: %s\nprivileged: true\nfiles:\n  - path: %s\n    content: |\n      v = 1\n    mode: \"0644\"\n", name, filepath.Join(dir, name+".conf"))), 0o644)
+		return write(t, on, "module", "add", "--privileged", m)
 	}
 	acked := []string{}
 	if _, leader := addModule(nodes["s5"], "before"); leader != "hub" {

@@ -159,9 +159,9 @@ func TestProcessRaftGroup(t *testing.T) {
 	dir := t.TempDir()
 	manifest := filepath.Join(dir, "clapp.yaml")
 	conf := filepath.Join(dir, "cl-app.conf")
-	os.WriteFile(manifest, []byte(fmt.Sprintf("name: clapp\nfiles:\n  - path: %s\n    content: |\n      v = 1\n    mode: \"0644\"\n", conf)), 0o644)
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: clapp\nprivileged: true\nfiles:\n  - path: %s\n    content: |\n      v = 1\n    mode: \"0644\"\n", conf)), 0o644)
 	// The leader's record holds each write at once; it may be past it (a host event recorded).
-	idx, leader := write(t, s2, "module", "add", manifest)
+	idx, leader := write(t, s2, "module", "add", "--privileged", manifest)
 	if st, _ := statusOf(hub, false); leader != "hub" || int(st.Index) < atoi(idx) {
 		t.Fatalf("module add on follower s2: index %s by %s; the leader's record is at %d", idx, leader, st.Index)
 	}
@@ -235,8 +235,8 @@ func TestProcessRaftGroup(t *testing.T) {
 	for i, n := range []*node{s2, s3, cl} {
 		name := fmt.Sprintf("app%d", i)
 		m := filepath.Join(dir, name+".yaml")
-		os.WriteFile(m, []byte(fmt.Sprintf("name: %s\nfiles:\n  - path: %s\n    content: |\n      v = %d\n    mode: \"0644\"\n", name, filepath.Join(dir, name+".conf"), i)), 0o644)
-		write(t, n, opArgs(n, "module", "add", m)...)
+		os.WriteFile(m, []byte(fmt.Sprintf("name: %s\nprivileged: true\nfiles:\n  - path: %s\n    content: |\n      v = %d\n    mode: \"0644\"\n", name, filepath.Join(dir, name+".conf"), i)), 0o644)
+		write(t, n, opArgs(n, "module", "add", "--privileged", m)...)
 		idx, leader := write(t, n, opArgs(n, "module", "assign", "cl", name)...)
 		if leader != newLeader {
 			t.Fatalf("a write on %s was answered by %s, not the new leader %s", n.dir, leader, newLeader)

@@ -83,6 +83,13 @@ func writeStatus(w io.Writer, st api.StatusView) {
 	if st.Board != nil {
 		fmt.Fprintf(w, "migration: %s\n", st.Board.Summary)
 	}
+	for _, p := range st.Privileged {
+		if p.Unconfirmed {
+			fmt.Fprintf(w, "UNCONFIRMED: module %s is root on the machines it is assigned to (%s) and no operator has said it may be; "+
+				"it keeps working where it is assigned: meshd module confirm %s, or add it again in its own places\n",
+				p.Module, strings.Join(p.Reaches, "; "), p.Module)
+		}
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tLIVE\tHELD\tASSIGNED\tTAKEN")
 	adopted := 0

@@ -181,13 +181,13 @@ func TestProcessStatusPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := filepath.Join(dir, "legacy.yaml")
-	if err := os.WriteFile(manifest, []byte(fmt.Sprintf("name: legacy\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n", heldConf)), 0o644); err != nil {
+	if err := os.WriteFile(manifest, []byte(fmt.Sprintf("name: legacy\nprivileged: true\nfiles:\n  - path: %s\n    content: \"meshd's\\n\"\n", heldConf)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n.genesis("--adopted")
 	pagePort := freePort(t)
 	n.startAgent("--metrics", fmt.Sprintf("127.0.0.1:%d", pagePort), "--reconcile-interval", "10m")
-	n.ok("module", "add", manifest)
+	n.ok("module", "add", "--privileged", manifest)
 	n.ok("module", "assign", "hub", "legacy")
 
 	base := "http://" + proxyInto(t, n.netns, fmt.Sprintf("127.0.0.1:%d", pagePort))
@@ -219,7 +219,12 @@ func TestProcessStatusPageInChromium(t *testing.T) {
 	sectionShows(t, ctx, pageSettle, "the hub's row on the board", "#board-hub",
 		"hub", "✓ enrolled", "✓ adopted", "✓ prepared legacy", "· taken legacy", "· converged", "taken legacy")
 	sectionShows(t, ctx, pageSettle, "the commands in the timeline, with who gave them", "section.history",
-		"module legacy added to the catalogue root on hub's socket", "legacy assigned to hub root on hub's socket")
+		"module legacy added to the catalogue, privileged: root on every machine it is assigned to root on hub's socket",
+		"legacy assigned to hub root on hub's socket")
+	// Issue 34, finding 1: legacy writes outside its own places (the test's directory), so the
+	// page names it root on the machines it is assigned to, with each path and who said so.
+	sectionShows(t, ctx, pageSettle, "the privileged modules", "section.privileged",
+		"legacy", "said by root on hub's socket", "file "+heldConf)
 	screenshot(t, ctx, "status-overview.png")
 
 	if err := os.WriteFile(heldConf, []byte("the predecessor, still writing\n"), 0o644); err != nil {

@@ -51,6 +51,7 @@ func TestProcessTakePreviewAndOriginalContainer(t *testing.T) {
 	}
 	manifest := filepath.Join(t.TempDir(), "web.yaml")
 	os.WriteFile(manifest, []byte(fmt.Sprintf(`name: web
+privileged: true
 files:
   - path: %s
     content: "meshd's\n"
@@ -64,7 +65,7 @@ containers:
 
 	n.genesis("--adopted")
 	n.startAgent("--docker-host", container.DefaultHost, "--reconcile-interval", "200ms")
-	n.ok("module", "add", manifest)
+	n.ok("module", "add", "--privileged", manifest)
 	n.ok("module", "assign", "hub", "web")
 	// At once, no poll: the preview waits for a report of a pass that knew of the assignment,
 	// never reading the one before it (where nothing of web's is held yet).

@@ -173,7 +173,7 @@ func (d *Driver) Reconcile(ctx context.Context, ps pass.Pass) pass.Outcome {
 			p.fail(r.ID(), r.Module, err)
 			continue
 		}
-		if err := p.ownMount(r.Module, spec); err != nil {
+		if err := p.ownMount(r, spec); err != nil {
 			p.fail(r.ID(), r.Module, err)
 			continue
 		}
@@ -256,12 +256,20 @@ func (d *Driver) WatchDrift(ctx context.Context, touched func(names ...string)) 
 	}
 }
 
-// ownMount refuses a container that mounts one of meshd's own paths on this machine.
-func (p *driverPass) ownMount(module string, spec ctrspec.Spec) error {
+// ownMount refuses a container that mounts one of meshd's own paths on this machine, and, for a
+// confined module, one that mounts a path leading outside the module's own places (Own.Confine):
+// the engine follows a mount's symlinks on the machine, so where the path leads there is judged,
+// not how it is written.
+func (p *driverPass) ownMount(r fsm.Resource, spec ctrspec.Spec) error {
 	for _, v := range spec.Volumes {
 		src, _, _ := strings.Cut(v, ":")
-		if err := p.own.Refuse("a mount of", module, src); err != nil {
+		if err := p.own.Refuse("a mount of", r.Module, src); err != nil {
 			return err
+		}
+		if r.Confined {
+			if err := p.own.Confine("/", "a mount of", r.Module, src); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

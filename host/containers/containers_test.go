@@ -3,6 +3,7 @@ package containers
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -277,7 +278,8 @@ func TestContainerFoundationAdoptedOnItsPort(t *testing.T) {
 		Settings:  map[string]string{"store.port": fmt.Sprint(port), "store.image": img},
 		Catalogue: catalogue.DefaultSources(), Assign: []string{"store"}})
 	name := hosttest.ContainerName(t, "", "meshd-store")
-	dataDir := t.TempDir()
+	b := hosttest.NewBed(t)
+	dataDir := filepath.Join(b.Data, "store") // the store's own place in this node's data dir
 	compose := func() *fsm.Declaration {
 		t.Helper()
 		d, err := fsm.Compose(r, "hub")
@@ -326,7 +328,6 @@ func TestContainerFoundationAdoptedOnItsPort(t *testing.T) {
 	}
 	hosttest.Serves(t, port, "hello from store")
 
-	b := hosttest.NewBed(t)
 	h := drivertest.OpenBed(b, New(eng, hosttest.Log()))
 	ctx := hosttest.DockerCtx(t)
 	rep := h.Reconcile(ctx, d)

@@ -443,3 +443,36 @@ func TestUnitContainerMountingMeshdsOwnPathIsRefused(t *testing.T) {
 		t.Fatal("the engine created the container mounting meshd's data dir")
 	}
 }
+
+// Issue 34, finding 1, on the machine: a confined module mounting its own data directory, which
+// is a symlink to the machine's cron directory, would have the engine follow it and hand the
+// container the machine's cron. It is refused before the engine is asked, naming where the path
+// leads; a mount of a real directory in a module's own place is created.
+func TestUnitConfinedMountLeadingOutIsRefused(t *testing.T) {
+	f := newFakeEngine("web:2")
+	b := hosttest.NewBed(t)
+	h := drivertest.OpenBed(b, newDriver(f, hosttest.Log()))
+	for _, d := range []string{b.At("/etc/cron.d"), b.Data + "/web/data"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(b.At("/etc/cron.d"), b.Data+"/app"); err != nil {
+		t.Fatal(err)
+	}
+	evil := declContainer("app", "app", "web:2", "hi", true)
+	evil.Confined, evil.Container.Volumes = true, []string{b.Data + "/app:/data"}
+	fine := declContainer("web", "web", "web:2", "hi", true)
+	fine.Confined, fine.Container.Volumes, fine.Container.Ports = true, []string{b.Data + "/web/data:/data"}, nil
+	rep := h.Reconcile(hosttest.Ctx(t), hosttest.DeclUntaken(fsm.Converged, evil, fine))
+	if len(rep.Errors) != 1 || rep.Errors[0].Resource != "container:app" || !strings.Contains(rep.Errors[0].Reason, "leads to "+b.At("/etc/cron.d")) ||
+		!strings.Contains(rep.Errors[0].Reason, "outside the module's own places") {
+		t.Fatalf("the report's errors: %+v", rep.Errors)
+	}
+	if _, ok := f.get("app"); ok {
+		t.Fatal("the engine created the container whose mount leads to the machine's cron")
+	}
+	if _, ok := f.get("web"); !ok {
+		t.Fatal("the container mounting its own place was not created")
+	}
+}
