@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `make package-check`: Debian's own checks of the package `make package` builds, beyond the
+# tests (packaging/deb's TestPackage runs lintian too; the lab's systemd machines walk install,
+# upgrade, remove and purge under real systemd):
+#   lintian --pedantic   no error, no warning
+#   piuparts             in a bookworm chroot it debootstraps from Debian's mirror (as apt
+#                        does): install and purge leave nothing behind; install-upgrade-purge
+#                        from the first packaged build (ae14058, built once and cached by
+#                        commit, `meshpkg commit`), served to the chroot's apt as a local
+#                        repository, to the tree's.
+# Needs root (piuparts chroots), piuparts (installed here when missing) and Debian's mirror.
+# A few minutes; not part of `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mirror=${MESHD_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+first=${MESHD_FIRST_PACKAGED:-ae14058}
+
+if ! command -v piuparts >/dev/null; then
+  echo "package-check: installing piuparts (Debian's)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends piuparts >/dev/null
+fi
+
+pkg=$(go run ./cmd/meshpkg build --out bin | tail -n 1)
+echo "package-check: $pkg"
+lintian --pedantic --fail-on error,warning "$pkg"
+echo "package-check: lintian: no error, no warning"
+
+old=$(go run ./cmd/meshpkg commit "$first" | tail -n 1)
+repo=$(mktemp -d /tmp/meshd-piuparts-repo.XXXXXX)
+trap 'rm -rf "$repo"' EXIT
+cp "$old" "$repo/"
+# A flat repository of the one older package: its Packages stanza is the package's control
+# fields and where and how big the file is.
+deb=$(basename "$old")
+{
+  dpkg-deb -f "$repo/$deb"
+  echo "Filename: ./$deb"
+  echo "Size: $(stat -c %s "$repo/$deb")"
+  echo "SHA256: $(sha256sum "$repo/$deb" | cut -d' ' -f1)"
+  echo
+} >"$repo/Packages"
+chmod -R a+rX "$repo"
+
+# piuparts runs install-purge, then install-upgrade-purge since apt knows an older meshd (the
+# extra repository's): apt-get installs it, then the tree's file upgrades it.
+piuparts --distribution bookworm --mirror "$mirror" \
+  --bindmount "$repo" --extra-repo "deb [trusted=yes] file://$repo ./" \
+  --warn-on-others --log-level info "$pkg"
+echo "package-check: piuparts: install-purge and install-upgrade-purge from $(basename "$old") passed"
