@@ -43,8 +43,25 @@ deb=$(basename "$old")
 chmod -R a+rX "$repo"
 
 # piuparts runs install-purge, then install-upgrade-purge since apt knows an older meshd (the
-# extra repository's): apt-get installs it, then the tree's file upgrades it.
-piuparts --distribution bookworm --mirror "$mirror" \
+# extra repository's): apt-get installs it, then the tree's file upgrades it. Its bookworm chroot
+# is debootstrapped once (about four minutes) and kept beside the lab's machine root.
+cache=${MESHD_LAB_CACHE:-/var/cache/meshd-lab}
+base="$cache/piuparts-bookworm.tgz"
+if [ -f "$base" ]; then chroot_arg=(--basetgz "$base"); else mkdir -p "$cache"; chroot_arg=(--save "$base"); fi
+log=$(mktemp /tmp/meshd-piuparts.XXXXXX.log)
+echo "package-check: piuparts (its log: $log)"
+if ! piuparts --distribution bookworm --mirror "$mirror" "${chroot_arg[@]}" \
   --bindmount "$repo" --extra-repo "deb [trusted=yes] file://$repo ./" \
-  --warn-on-others --log-level info "$pkg"
-echo "package-check: piuparts: install-purge and install-upgrade-purge from $(basename "$old") passed"
+  --warn-on-others --log-level debug "$pkg" >"$log" 2>&1; then
+  grep -E ' (INFO|ERROR|FAIL)' "$log" | tail -n 30
+  echo "package-check: piuparts failed (its log: $log)" >&2
+  exit 1
+fi
+grep -E ' INFO: (PASS|Installation)' "$log"
+# The only meshd the chroot's apt knows is the extra repository's, the first build.
+oldv=$(dpkg-deb -f "$old" Version)
+if ! grep -q "Command ok: \[.*'apt-get', '-y', 'install', 'meshd'\]" "$log"; then
+  echo "package-check: piuparts passed but never installed $oldv through apt first: no upgrade was tested" >&2
+  exit 1
+fi
+echo "package-check: piuparts: install-purge, and install-upgrade-purge from $oldv, passed"

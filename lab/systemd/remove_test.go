@@ -27,6 +27,9 @@ func (r *rebootHub) removeGivesBack(ctx context.Context, t *testing.T, when stri
 	if e := unitIs(ctx, r.hub, "is-enabled", "wg-quick@wg0"); e != "enabled" {
 		t.Errorf("%s, after apt remove wg-quick@wg0 is %s, want enabled (unmasked: a reboot raises it)", when, e)
 	}
+	if out, err := r.hub.Run(ctx, "pgrep", "-af", "^wireguard-go wg0"); err != nil {
+		t.Errorf("%s, after apt remove no wireguard-go serves the found wg0 (wg-quick did not raise it): %v %s", when, err, out)
+	}
 	if left, _ := r.hub.Run(ctx, "sh", "-c", "pgrep -af '^/usr/bin/meshd ' || true"); strings.TrimSpace(left) != "" {
 		t.Errorf("%s, meshd's processes run after apt remove: %s", when, left)
 	}
