@@ -21,6 +21,7 @@ func (r *rebootHub) removeGivesBack(ctx context.Context, t *testing.T, when stri
 	if !strings.Contains(out, "gave wg0 back to wg-quick@wg0") {
 		t.Errorf("%s, apt remove does not say it gave wg0 back:\n%s", when, out)
 	}
+	t.Logf("%s, apt remove gave wg0 back", when)
 	if a := unitIs(ctx, r.hub, "is-active", "wg-quick@wg0"); a != "active" {
 		t.Errorf("%s, after apt remove wg-quick@wg0 is %s, want active", when, a)
 	}
