@@ -6,7 +6,7 @@ GO ?= go
 # Long soaks hide behind MESHD_SOAK=1 (none needs it yet); the default suite stays well under 20 minutes.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build deps test vet bench demo screenshots chaos clean package
+.PHONY: all build deps test vet bench demo screenshots chaos clean package package-check
 
 all: build
 
@@ -22,6 +22,12 @@ build: deps
 # static and stripped into bin/deb/meshd, stamped like the build's.
 package: deps
 	$(GO) run ./cmd/meshpkg build --out bin
+
+# Debian's checks of that package (scripts/package-check.sh): lintian, and piuparts in a bookworm
+# chroot from Debian's mirror, install-purge and an upgrade from the first packaged build. As
+# root; a few minutes; not part of `make test`.
+package-check: deps
+	@bash scripts/package-check.sh
 
 vet:
 	@bash scripts/deps.sh --staticcheck

@@ -44,6 +44,7 @@ func drivers(cfg Config, log *slog.Logger) ([]host.Driver, error) {
 	if exe, err := os.Executable(); err == nil {
 		tcfg.Device = wg.DeviceCommand{Path: exe, Args: []string{"tunnel-device"},
 			LogFile: filepath.Join(cfg.DataDir, "tunnel-device.log")}.Spawn
+		tcfg.DeviceProgram = exe
 	}
 	out = append(out, tunnel.New(tcfg))
 	// Containers, through the Docker engine at cfg.DockerHost. Nothing is dialled here: an engine

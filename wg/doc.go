@@ -22,7 +22,9 @@
 // Where the device lives: embedded in the calling process (Raise with no Config.Spawn), or in a
 // device process of its own (RunDevice, started by DeviceCommand.Spawn), configured from outside
 // through its UAPI socket, so the tunnel outlives a restart of the process that configures it;
-// Attach takes such a running device back without touching what it already has.
+// Attach takes such a running device back without touching what it already has. A device
+// process of another program (the old binary an upgrade leaves running) is not attached to but
+// replaced, the way a takeover replaces a found interface (Supersede, handover.go).
 //
 // Peers change as a diff (planPeers): only the peers that differ are added, updated or removed,
 // never the whole list, so an unrelated peer's session survives a change.

@@ -46,6 +46,9 @@ import (
 const helperEnv = "MESHD_WG_LAB_HELPER"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "tunnel-device" { // a copy of this binary, as meshd's device
+		os.Exit(runDevice(os.Args[2]))
+	}
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(runHelper(os.Stdin, os.Stdout))
 	}
@@ -335,6 +338,9 @@ type helperReq struct {
 	Port  int
 	Addr  string
 	Peers []Peer
+	// Program runs the mesh's device in a process of its own (`Program tunnel-device NAME`):
+	// raise, takeover and supersede start it so.
+	Program string
 }
 
 type helperResp struct {
@@ -342,6 +348,7 @@ type helperResp struct {
 	Found *Found
 	State State
 	Peers []PeerStatus
+	Stale []DeviceProcess
 }
 
 type helper struct {
@@ -453,7 +460,8 @@ func runHelper(in io.Reader, out io.Writer) int {
 			case "discover":
 				resp.Found, err = Discover(req.Iface, "")
 			case "raise":
-				cfg := Config{Name: req.Mesh, PrivateKey: req.Key, ListenPort: req.Port, Peers: req.Peers, Logger: log}
+				cfg := Config{Name: req.Mesh, PrivateKey: req.Key, ListenPort: req.Port, Peers: req.Peers, Logger: log,
+					Spawn: req.spawn()}
 				if cfg.Address, err = netip.ParsePrefix(req.Addr); err == nil {
 					iface, err = Raise(ctx, cfg)
 				}
@@ -462,9 +470,16 @@ func runHelper(in io.Reader, out io.Writer) int {
 				var cfg Config
 				if f, err = Discover(req.Iface, ""); err == nil {
 					if cfg, err = TakeoverConfig(f, req.Mesh); err == nil {
-						cfg.Logger = log
+						cfg.Logger, cfg.Spawn = log, req.spawn()
 						resp.State, iface, err = Takeover(ctx, f, cfg)
 					}
+				}
+			case "supersede":
+				iface, resp.Stale, err = supersede(ctx, req, log)
+			case "release":
+				if iface != nil {
+					iface.Release()
+					iface = nil
 				}
 			case "setpeers":
 				err = iface.SetPeers(req.Peers)

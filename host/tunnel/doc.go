@@ -3,6 +3,12 @@
 // a found WireGuard interface over in place (ADR 0105), and reports report.TunnelDetail. Its
 // private key is sealed under the node's seal key (SealedKey).
 //
+// The device process outlives the agent (the unit's KillMode=process), so an upgrade's restart
+// leaves the old binary's running. The new agent does not attach to it: it replaces it with one
+// of its own program, with the takeover's own short gap (handOver, wg.Supersede), so no process
+// of a program no longer installed is left, and a device serving another name (the first
+// packaged builds' meshd0) does not hold the port the mesh's interface needs.
+//
 // # Crash points
 //
 // It reads pass.CrashEnv inside a takeover of a found WireGuard interface (a hub's at

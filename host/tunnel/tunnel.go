@@ -66,7 +66,9 @@ type meshLink interface {
 // wgMachine is the machine's WireGuard through wg/.
 type wgMachine struct {
 	spawn func(ctx context.Context, name string, mtu int) error
-	log   *slog.Logger
+	// program is the file spawn runs; "" hands nothing over.
+	program string
+	log     *slog.Logger
 }
 
 func (wgMachine) Discover(iface string) (*wg.Found, error) { return wg.Discover(iface, "") }
@@ -77,6 +79,9 @@ func (wgMachine) FoundUp(found, mesh string) bool          { return wg.FoundIsUp
 
 func (m wgMachine) Raise(ctx context.Context, cfg wg.Config) (meshLink, error) {
 	cfg.Spawn = m.spawn
+	if link, err := m.handOver(ctx, cfg); link != nil || err != nil {
+		return link, err
+	}
 	if wg.Running(cfg.Name) {
 		return wg.Attach(ctx, cfg)
 	}
@@ -101,7 +106,11 @@ type Config struct {
 	// Device starts a userspace device in a process of its own (wg.DeviceCommand.Spawn); nil
 	// embeds wireguard-go in the agent, where it dies with the agent.
 	Device func(ctx context.Context, name string, mtu int) error
-	Logger *slog.Logger
+	// DeviceProgram is the file Device runs. A device process of another program (the old
+	// binary, which an upgrade's agent restart leaves running) is replaced by one of this
+	// program's when the interface is raised (wg.Supersede); "" replaces none.
+	DeviceProgram string
+	Logger        *slog.Logger
 	// DockerHost is the Docker engine a takeover looks for a WireGuard container on (Managers).
 	DockerHost string
 }
@@ -197,7 +206,7 @@ type heardMark struct {
 
 // New returns the tunnel driver; nothing happens until the first Reconcile.
 func New(cfg Config) *Driver {
-	d := newDriver(cfg, wgMachine{spawn: cfg.Device, log: cfg.Logger}, cfg.Keys)
+	d := newDriver(cfg, wgMachine{spawn: cfg.Device, program: cfg.DeviceProgram, log: cfg.Logger}, cfg.Keys)
 	d.containers = containersAt(cfg.DockerHost)
 	return d
 }

@@ -20,7 +20,8 @@ import (
 // it from the file (offline: the root has its dependencies) and leaves the unit enabled, not
 // started; genesis, then systemctl enable --now, and meshd status answers; the unit restarts a
 // killed agent; after a real reboot the agent is back by its unit; apt remove stops the agent and
-// keeps the data dir; apt purge removes the config and keeps the data dir and seal key, saying so.
+// keeps the data dir; apt purge removes the config and keeps the data dir and seal key, saying so,
+// and says the containers meshd raised keep running.
 func TestPackageOnSystemdMachine(t *testing.T) {
 	requireMachine(t)
 	testenv.Require(t, "the package", testenv.Missing(false, "git", "go")...)
@@ -139,6 +140,9 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 	out = run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "meshd")
 	if !strings.Contains(out, "Kept, on purpose") || !strings.Contains(out, "/etc/meshd/seal.key") {
 		t.Errorf("apt purge did not say what it keeps:\n%s", out)
+	}
+	if !strings.Contains(out, "Left running, on purpose: the containers meshd raised") {
+		t.Errorf("apt purge did not say the containers meshd raised keep running:\n%s", out)
 	}
 	t.Logf("apt purge:\n%s", out)
 	for _, kept := range []string{"/var/lib/meshd", "/etc/meshd/seal.key"} {

@@ -33,6 +33,8 @@ const (
 	// postUpRoute and postUpFile are what the found wg0.conf's PostUp lines add.
 	postUpRoute = "10.45.0.0/24"
 	postUpFile  = "/run/meshlab-postup"
+	// probeEvery is how often the peer's probe calls the webapp through the tunnel.
+	probeEvery = 50 * time.Millisecond
 )
 
 // rebootFirewall is the hub's found nftables firewall: each served port allowed, the rest denied.
@@ -70,18 +72,27 @@ type rebootHub struct {
 	openings []string
 	// settled is when the takeover was done and the peer's probe served through the mesh's tunnel.
 	settled time.Time
+	// pkg is the tree's package's file in the hub (/root/meshd_VERSION_amd64.deb), version its
+	// version; first, when set, the older package the hub was set up with.
+	pkg, version, first string
 }
 
-// setUpRebootHub builds the pair above; it fails t when any step does.
-func setUpRebootHub(t testing.TB) *rebootHub {
+// setUpRebootHub builds the pair above; it fails t when any step does. first, when not "", is a
+// commit whose package (built once and cached, cachedBuild) the hub installs and adopts with,
+// to be upgraded to the tree's (upgrade).
+func setUpRebootHub(t testing.TB, first string) *rebootHub {
 	t.Helper()
 	systemd.RequireMachine(t)
 	testenv.Require(t, "the package", testenv.Missing(false, "git", "go")...)
 	_, file, _, _ := runtime.Caller(0)
 	src := filepath.Join(filepath.Dir(file), "..", "..")
-	pkg, _, err := deb.BuildIn(src, t.TempDir())
+	pkg, version, err := deb.BuildIn(src, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
+	}
+	install := pkg
+	if first != "" {
+		install = cachedBuild(t, src, first)
 	}
 	labsvc := filepath.Join(t.TempDir(), "labsvc")
 	build := exec.Command("go", "build", "-o", labsvc, "./cmd/labsvc")
@@ -99,7 +110,7 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 		testenv.Run(t, "ip", "-n", ns, "link", "set", "eth0", "up")
 		testenv.Run(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	}
-	r := &rebootHub{}
+	r := &rebootHub{version: version}
 	r.hub, r.peer = bootMachine(t, "sd-hub", hubNS), bootMachine(t, "sd-peer", peerNS)
 	ctx := testenv.Context(t, 5*time.Minute)
 
@@ -133,7 +144,7 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 		t.Fatal(err)
 	}
 	write(t, r.peer, "/etc/systemd/system/meshlab-probe.service", unitFile("the lab's probe through the tunnel",
-		fmt.Sprintf("/usr/local/bin/labsvc probe --target http://%s:%d/ --out %s --every 100ms --timeout 300ms", hubTunnelAddr, webappPort, probeLog)), 0o644)
+		fmt.Sprintf("/usr/local/bin/labsvc probe --target http://%s:%d/ --out %s --every %s --timeout 150ms", hubTunnelAddr, webappPort, probeLog, probeEvery)), 0o644)
 	mustRun(ctx, t, r.hub, "systemctl", "daemon-reload")
 	mustRun(ctx, t, r.peer, "systemctl", "daemon-reload")
 	mustRun(ctx, t, r.hub, "systemctl", "enable", "--now", "nftables.service", "wg-quick@wg0.service")
@@ -155,11 +166,17 @@ func setUpRebootHub(t testing.TB) *rebootHub {
 		t.Fatalf("the peer does not reach the webapp through the found tunnel: %v", err)
 	}
 
-	in := "/root/" + filepath.Base(pkg)
-	if err := r.hub.CopyIn(pkg, in); err != nil {
+	r.pkg = "/root/" + filepath.Base(pkg)
+	if err := r.hub.CopyIn(pkg, r.pkg); err != nil {
 		t.Fatal(err)
 	}
-	mustRun(ctx, t, r.hub, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", in)
+	if install != pkg {
+		r.first = "/root/" + filepath.Base(install)
+		if err := r.hub.CopyIn(install, r.first); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustRun(ctx, t, r.hub, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "/root/"+filepath.Base(install))
 	t.Logf("genesis:\n%s", mustRun(ctx, t, r.hub, "meshd", "genesis", "--name", "hub", "--adopted",
 		"--advertise", rebootHubAddr, "--docker-host", "unix:///run/docker.sock", "--take-tunnel", "wg0"))
 	mustRun(ctx, t, r.hub, "systemctl", "enable", "--now", "meshd")
@@ -257,7 +274,7 @@ func (r *rebootHub) probeSince(t time.Time) (lab.ProbeSummary, error) {
 	if err != nil {
 		return lab.ProbeSummary{}, err
 	}
-	return lab.SummarizeEvery(strings.NewReader(string(b)), t, 100*time.Millisecond)
+	return lab.SummarizeEvery(strings.NewReader(string(b)), t, probeEvery)
 }
 
 // tunnelDetail is the hub's tunnel as its own report says it (meshd node show hub --json).
@@ -386,13 +403,17 @@ func unitIs(ctx context.Context, m *systemd.Machine, is, unit string) string {
 // found firewall is back by its own unit, every opening meshd added to it is in force again, the
 // found interface is not up and wg-quick@wg0 is not active, the mesh's interface is up with the
 // found key, port and address, the agent came up by its unit, and the peer's probe through the
-// tunnel saw only the reboot's own gap. Then the unit restarts a killed agent.
+// tunnel saw only the reboot's own gap. Then the unit restarts a killed agent, and apt remove
+// gives the tunnel back to wg-quick@wg0; so it does before the reboot (removeBeforeReboot: right
+// after the takeover and after an agent restart, each followed by the package installed again).
 //
 // The webapp module is taken: its container runs on the hub's own Docker engine, inside the
 // machine, and after the reboot it is meshd's and serves again.
 func TestSystemdHubReboot(t *testing.T) {
-	r := setUpRebootHub(t)
-	ctx := testenv.Context(t, 4*time.Minute)
+	r := setUpRebootHub(t, "HEAD^")
+	ctx := testenv.Context(t, 10*time.Minute)
+	r.upgrade(ctx, t)
+	r.removeBeforeReboot(ctx, t)
 	before, err := r.meshIface(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -506,25 +527,9 @@ func TestSystemdHubReboot(t *testing.T) {
 		t.Fatalf("the unit did not restart the killed agent: %v\n%s", err, r.hub.Journal(ctx))
 	}
 
-	// apt remove gives the found tunnel back to its own unit: the mesh's wg0 and its device
-	// process go, wg-quick@wg0 is unmasked, enabled and started from the file meshd never
-	// changed, and the peer reaches the webapp through it again; a reboot would raise it.
-	out := mustRun(ctx, t, r.hub, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "remove", "-y", "meshd")
-	if !strings.Contains(out, "gave wg0 back to wg-quick@wg0") {
-		t.Errorf("apt remove does not say it gave wg0 back:\n%s", out)
-	}
-	if a := unitIs(ctx, r.hub, "is-active", "wg-quick@wg0"); a != "active" {
-		t.Errorf("after apt remove wg-quick@wg0 is %s, want active", a)
-	}
-	if e := unitIs(ctx, r.hub, "is-enabled", "wg-quick@wg0"); e != "enabled" {
-		t.Errorf("after apt remove wg-quick@wg0 is %s, want enabled (a reboot raises it)", e)
-	}
-	if left, _ := r.hub.Run(ctx, "sh", "-c", "pgrep -af '^/usr/bin/meshd tunnel-device' || true"); strings.TrimSpace(left) != "" {
-		t.Errorf("the mesh's device runs after apt remove: %s", left)
-	}
-	if err := testenv.Poll(t, 60*time.Second, func() error { return r.probeServes() }); err != nil {
-		t.Errorf("the peer does not reach the webapp through the found wg0 given back: %v\n%s", err, r.hub.UnitJournal(ctx, "wg-quick@wg0"))
-	}
+	// apt remove gives the found tunnel back to its own unit (removeGivesBack), after the reboot
+	// as before it (removeBeforeReboot).
+	r.removeGivesBack(ctx, t, "after a reboot")
 }
 
 // BenchmarkSystemdHubRebootOpenings is the time from a real reboot's new boot (nspawn started
@@ -534,7 +539,7 @@ func TestSystemdHubReboot(t *testing.T) {
 // boot-to-openings-ms is the median, gap-ms the median longest outage the peer's probe through
 // the tunnel saw (2820 and 3506 here: the agent's unit starts after the Docker engine).
 func BenchmarkSystemdHubRebootOpenings(b *testing.B) {
-	r := setUpRebootHub(b)
+	r := setUpRebootHub(b, "")
 	ctx := testenv.Context(b, 10*time.Minute)
 	var took, gaps []float64
 	for range b.N {
@@ -576,8 +581,9 @@ func median(v []float64) float64 {
 // not load its rules again), the mesh's interface is up and the peer's probe through the tunnel
 // serves again.
 func TestSystemdHubRebootConverged(t *testing.T) {
-	r := setUpRebootHub(t)
-	ctx := testenv.Context(t, 4*time.Minute)
+	r := setUpRebootHub(t, firstPackaged)
+	ctx := testenv.Context(t, 5*time.Minute)
+	r.upgrade(ctx, t)
 	var token string
 	if err := testenv.Poll(t, 60*time.Second, func() error {
 		out, err := r.hub.Run(ctx, "meshd", "converge", "hub", "--preview", "--json")

@@ -275,8 +275,8 @@ func gz(b []byte) []byte {
 func changelog(v string, date time.Time) string {
 	return fmt.Sprintf(`meshd (%s) unstable; urgency=medium
 
-  * Built from the meshd repository at version %s.
+  * Built from the meshd repository (its commits counted in the version).
 
  -- %s  %s
-`, v, v, Maintainer, date.UTC().Format("Mon, 02 Jan 2006 15:04:05 -0700"))
+`, v, Maintainer, date.UTC().Format("Mon, 02 Jan 2006 15:04:05 -0700"))
 }

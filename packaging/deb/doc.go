@@ -6,7 +6,8 @@
 // started on a first install; a remove stops the agent and gives a WireGuard interface meshd took
 // over back to its own wg-quick unit; a purge keeps the node's data dir and seal key and says so).
 //
-// It also owns the package's version: the Debian form of `git describe --tags --always`, the
-// string `make build` stamps into `meshd version`. It is a package of its own, not part of
+// It also owns the package's version: the Debian form of `git describe --tags --always` with the
+// count of commits the build holds, so every commit sorts after its ancestors (Version says how),
+// the string `make build` stamps into `meshd version`. It is a package of its own, not part of
 // packaging, so that the meshd binary (which embeds packaging's unit) does not link nfpm.
 package deb
