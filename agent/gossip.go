@@ -303,22 +303,13 @@ func (a *Agent) publishOnce(last *[]byte, at *time.Time) bool {
 	return true
 }
 
-// gossipReport is node's latest verified report carried by gossip, if any.
-func (a *Agent) gossipReport(node string) (*report.Report, bool) {
-	g := a.member()
-	if g == nil {
-		return nil, false
+// reportFeed is the running member's verified reports (fleet.go reads them by what changed);
+// nil before gossip starts.
+func (a *Agent) reportFeed() reportFeed {
+	if g := a.member(); g != nil {
+		return g
 	}
-	r, ok := g.Reports()[node]
-	if !ok {
-		return nil, false
-	}
-	var rep report.Report
-	if err := json.Unmarshal(r.Payload, &rep); err != nil {
-		a.log.Warn("a verified report does not decode", "about", node, "err", err)
-		return nil, false
-	}
-	return &rep, true
+	return nil
 }
 
 // liveness is node's state in this member's gossip view: alive, failed, left, or unknown.

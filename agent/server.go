@@ -53,7 +53,7 @@ func newServerRole(c core) (*serverRole, error) {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", c.node.Name, pki.Path(c.cfg.DataDir, pki.CAKeyFile))
 	}
 	s := &serverRole{core: c, rec: record.New()}
-	s.fleet = newFleet(c.node.Name, c.host.Report, s.rec, c.gossip, c.pulse)
+	s.fleet = newFleet(c.node.Name, c.host.Report, s.rec, c.gossip, c.pulse, c.log)
 	s.fwd = &forwarder{self: c.self, rec: s.rec, identity: c.identity, caCert: c.caCert}
 	s.page = &page{self: c.self, rec: s.rec, fleet: s.fleet}
 	return s, nil

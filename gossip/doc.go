@@ -28,6 +28,14 @@
 // the gossip key still cannot forge another node's report, so it cannot move
 // that node's keys.
 //
+// A member keeps one report per node in a store (store.go) where each change
+// takes the next index: a reader asks for what changed since the index it
+// last saw (ReportsSince) and pays for the changes only, never for the
+// fleet, and one node's report is read alone (Report). A message is checked
+// against what is kept by the digest of its bytes, one lookup however many
+// reports are kept. That is how a server with a thousand nodes works on what
+// changed rather than reading the fleet on every tick.
+//
 // A node removed from the mesh has its identity key revoked (Config.Revoked).
 // Each member carries its identity key in memberlist's node metadata, and
 // memberlist's alive delegate refuses a member announcing a revoked one: it

@@ -149,7 +149,7 @@ type Gossip struct {
 
 	mu       sync.Mutex
 	members  map[string]*Member
-	reports  map[string]*stored
+	store    reportStore
 	seq      uint64
 	rejected map[Reason]uint64
 
@@ -175,7 +175,7 @@ func Start(cfg Config) (*Gossip, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		members:   map[string]*Member{},
-		reports:   map[string]*stored{},
+		store:     newReportStore(),
 		rejected:  map[Reason]uint64{},
 		keys:      map[string][]byte{},
 		intents:   map[string]time.Time{},
@@ -529,9 +529,9 @@ func (g *Gossip) sweep() {
 	}
 	var evs []MemberEvent
 	g.mu.Lock()
-	for name, s := range g.reports {
+	for name, s := range g.store.byNode {
 		if name != g.cfg.Name && g.cfg.Revoked(s.key) {
-			delete(g.reports, name)
+			g.store.drop(name)
 			g.log.Info("report dropped: its node's identity key was revoked", "about", name)
 		}
 	}

@@ -88,12 +88,14 @@ func signEnvelope(key ed25519.PrivateKey, node string, seq uint64, at time.Time,
 	return json.Marshal(&e)
 }
 
-// stored is a kept report, the exact bytes it arrived as (re-sent as is)
-// and the key that signed it.
+// stored is a kept report, the exact bytes it arrived as (re-sent as is),
+// the key that signed it, and its place in the store (store.go).
 type stored struct {
 	Report
-	raw []byte
-	key ed25519.PublicKey
+	raw    []byte
+	key    ed25519.PublicKey
+	index  uint64            // the store's index when it was kept
+	digest [sha256.Size]byte // of raw
 }
 
 // verifyReport decodes and checks one envelope. It returns the report, or
@@ -154,8 +156,8 @@ func (g *Gossip) Publish(report []byte) error {
 		g.mu.Unlock()
 		return fmt.Errorf("gossip %s: encode report: %w", g.cfg.Name, err)
 	}
-	g.reports[g.cfg.Name] = &stored{Report: Report{Node: g.cfg.Name, Seq: seq, At: time.Unix(0, now.UnixNano()), Payload: payload, From: "local"}, raw: raw,
-		key: g.cfg.Identity.Public().(ed25519.PublicKey)}
+	g.store.put(&stored{Report: Report{Node: g.cfg.Name, Seq: seq, At: time.Unix(0, now.UnixNano()), Payload: payload, From: "local"}, raw: raw,
+		key: g.cfg.Identity.Public().(ed25519.PublicKey)})
 	g.mu.Unlock()
 	g.spread(g.cfg.Name, raw)
 	return nil
@@ -189,15 +191,14 @@ func (g *Gossip) spread(node string, raw []byte) {
 // receive verifies one envelope and keeps it if it is newer. It returns
 // the report and whether it was kept.
 func (g *Gossip) receive(raw []byte, from string) (Report, bool) {
-	// A re-broadcast of what we hold already: nothing to check.
+	// A re-broadcast of what we hold already: nothing to check (one digest, one lookup).
+	digest := sha256.Sum256(raw)
 	g.mu.Lock()
-	for _, s := range g.reports {
-		if bytes.Equal(s.raw, raw) {
-			g.mu.Unlock()
-			return Report{}, false
-		}
-	}
+	held := g.store.holds(digest)
 	g.mu.Unlock()
+	if held {
+		return Report{}, false
+	}
 
 	r, key, reason, err := verifyReportKey(raw, g.cfg.Verify)
 	if err == nil && r.Node != g.cfg.Name && g.cfg.Revoked != nil && g.cfg.Revoked(key) {
@@ -209,7 +210,7 @@ func (g *Gossip) receive(raw []byte, from string) (Report, bool) {
 	}
 	r.From = from
 	g.mu.Lock()
-	if cur, ok := g.reports[r.Node]; ok && cur.Seq >= r.Seq {
+	if cur, ok := g.store.get(r.Node); ok && cur.Seq >= r.Seq {
 		g.mu.Unlock()
 		return r, false
 	}
@@ -217,7 +218,7 @@ func (g *Gossip) receive(raw []byte, from string) (Report, bool) {
 		// Our own report from an earlier life: never go below it again.
 		g.seq = max(g.seq, r.Seq)
 	}
-	g.reports[r.Node] = &stored{Report: r, raw: bytes.Clone(raw), key: key}
+	g.store.put(&stored{Report: r, raw: bytes.Clone(raw), key: key})
 	g.mu.Unlock()
 	g.log.Debug("report kept", "about", r.Node, "seq", r.Seq, "from", from)
 	if g.cfg.OnReport != nil {
@@ -238,13 +239,15 @@ func (g *Gossip) reject(rj Rejection) {
 	}
 }
 
-// Reports returns the latest verified report of every node, by node name.
+// Reports returns the latest verified report of every node, by node name: a
+// copy of every report. A reader of many reports, often, asks ReportsSince;
+// a reader of one asks Report.
 func (g *Gossip) Reports() map[string]Report {
 	g.sweep()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string]Report, len(g.reports))
-	for n, s := range g.reports {
+	out := make(map[string]Report, len(g.store.byNode))
+	for n, s := range g.store.byNode {
 		r := s.Report
 		r.Payload = bytes.Clone(r.Payload)
 		out[n] = r
@@ -319,8 +322,8 @@ func (d *delegate) LocalState(join bool) []byte {
 	g := (*Gossip)(d)
 	g.sweep()
 	g.mu.Lock()
-	st := pushPull{Reports: make([]json.RawMessage, 0, len(g.reports))}
-	for _, s := range g.reports {
+	st := pushPull{Reports: make([]json.RawMessage, 0, len(g.store.byNode))}
+	for _, s := range g.store.byNode {
 		st.Reports = append(st.Reports, s.raw)
 	}
 	g.mu.Unlock()

@@ -162,7 +162,7 @@ func gsBare(reg *gsRegistry, name string, onReject func(Rejection)) *Gossip {
 		cfg:       Config{Name: name, Verify: reg.verify, OnReject: onReject},
 		log:       slog.New(slog.DiscardHandler),
 		members:   map[string]*Member{},
-		reports:   map[string]*stored{},
+		store:     newReportStore(),
 		rejected:  map[Reason]uint64{},
 		intents:   map[string]time.Time{},
 		lastLeave: map[string]int64{},

@@ -53,6 +53,8 @@ var DefaultSuites = []Suite{
 	{Package: "./host/", Bench: "^BenchmarkDriftDetection$", Benchtime: "8x", Runs: 1},
 	{Package: "./cmd/meshd/", Bench: "^BenchmarkTunnelDriftDetection$", Benchtime: "8x", Runs: 1},
 	{Package: "./agent/", Bench: "^BenchmarkOperatorCommit$", Benchtime: "200x"},
+	// Its yardstick takes seconds a look at 1000 nodes.
+	{Package: "./agent/", Bench: "^BenchmarkHostEventsTick$", Benchtime: "3x", Runs: 3},
 	// The lab's figures: whole machines, a minute or more each, so one run; each is itself an
 	// average over its window.
 	{Package: "./e2e/", Bench: "^(BenchmarkAgentFootprint|BenchmarkMeasuredNode)$", Benchtime: "1x", Runs: 1},
@@ -325,6 +327,21 @@ func figures(b map[string]Bench, ns []string) []Figure {
 		m, model := x.Medians["ms-to-all"], x.Medians["model-ms"]
 		fs = append(fs, Figure{Key: "gossip.spread." + n, What: "a changed host report reaching all " + n + " members", MeshdMs: m,
 			VsMs: model, Versus: "memberlist's epidemic model", Ratio: model / m})
+	}
+	for _, n := range []int{100, 1000} {
+		pre := fmt.Sprintf("BenchmarkHostEventsTick/N=%d/", n)
+		every, ok := ms(pre + "every-report")
+		if !ok {
+			continue
+		}
+		if v, ok := ms(pre + "unchanged"); ok {
+			fs = append(fs, Figure{Key: fmt.Sprintf("fleet.host_events.%d", n), What: fmt.Sprintf("the leader's host-events look, %d nodes, none changed", n),
+				MeshdMs: v, VsMs: every, Versus: "decode every report", Ratio: every / v})
+		}
+		if v, ok := ms(fmt.Sprintf("%schanged-%d", pre, n/10)); ok {
+			fs = append(fs, Figure{Key: fmt.Sprintf("fleet.host_events.%d.changed", n), What: fmt.Sprintf("the leader's host-events look, %d nodes, %d changed", n, n/10),
+				MeshdMs: v, VsMs: every, Versus: "decode every report", Ratio: every / v})
+		}
 	}
 	if w, ok := b["BenchmarkDriftDetection/watch"]; ok && w.Medians["p50-ms"] > 0 {
 		f := Figure{Key: "drift.file.p50", What: "a held file rewritten until the report says so, p50", MeshdMs: w.Medians["p50-ms"], Goal: "≤ 1 s"}
