@@ -158,6 +158,13 @@ func (s *serverRole) revokedKey(pub string) bool {
 	return revoked
 }
 
+// isServer says whether the record holds node as a server.
+func (s *serverRole) isServer(node string) bool {
+	var server bool
+	s.rec.Read(func(r *fsm.Record, _ uint64) { server = r.Nodes[node] != nil && r.Nodes[node].Server })
+	return server
+}
+
 // joinsGossip is true for every node: servers join every node the record holds.
 func (s *serverRole) joinsGossip(api.GossipPeer) bool { return true }
 

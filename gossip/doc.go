@@ -15,9 +15,17 @@
 // The host reports ride on top. A report is opaque to this package: the
 // agent hands in the latest one with Publish, gossip signs it with the node's
 // enrolled ed25519 identity over a canonical envelope (node, signer, a
-// monotonic sequence, time, SHA-256 of the payload) and spreads it: as a
-// broadcast when it changes, through push-pull for the full state, so a
-// member that missed a broadcast or joined late still converges. A receiver
+// monotonic sequence, time, SHA-256 of the payload) and sends it where it is
+// read: to each live server (Config.Server), in one datagram when it fits,
+// else over TCP, and to no other member. A server keeps every node's report,
+// any other member its own only; what every member gossips is membership
+// (memberlist's, with each member's identity key in its metadata) and, in
+// push-pull, its own report's version, so a member's cost does not grow with
+// the reports of a fleet it never reads. The servers share the reports by a
+// path of their own (route.go): each push-pull interval, and when a server
+// joins, a server sends each other server a digest of what it keeps and is
+// sent the reports it lacks; a server that hears a newer version asks the
+// node for its report. A receiver
 // asks the caller which key each node enrolled with (Config.Verify; servers
 // take it from the record) and keeps a report only if that key signed it for
 // that node. Anything else — a wrong key, a truncated or garbled envelope, a
