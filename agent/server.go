@@ -158,8 +158,12 @@ func (s *serverRole) revokedKey(pub string) bool {
 	return revoked
 }
 
-// isServer says whether the record holds node as a server.
+// isServer says whether the record holds node as a server; this node is one, whatever the record
+// says yet (it may still be catching up).
 func (s *serverRole) isServer(node string) bool {
+	if node == s.node.Name {
+		return true
+	}
 	var server bool
 	s.rec.Read(func(r *fsm.Record, _ uint64) { server = r.Nodes[node] != nil && r.Nodes[node].Server })
 	return server

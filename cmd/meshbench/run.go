@@ -53,6 +53,8 @@ var DefaultSuites = []Suite{
 	{Package: "./host/", Bench: "^BenchmarkDriftDetection$", Benchtime: "8x", Runs: 1},
 	{Package: "./cmd/meshd/", Bench: "^BenchmarkTunnelDriftDetection$", Benchtime: "8x", Runs: 1},
 	{Package: "./agent/", Bench: "^BenchmarkOperatorCommit$", Benchtime: "200x"},
+	// A fleet of 30 members at rest for 10 s, then one killed: 20 s a run.
+	{Package: "./gossip/", Bench: "^BenchmarkFleetAtRest$", Benchtime: "1x", Runs: 3},
 	// Its yardstick takes seconds a look at 1000 nodes.
 	{Package: "./agent/", Bench: "^BenchmarkHostEventsTick$", Benchtime: "3x", Runs: 3},
 	// The lab's figures: whole machines, a minute or more each, so one run; each is itself an
@@ -386,6 +388,13 @@ func figures(b map[string]Bench, ns []string) []Figure {
 			}
 			fs = append(fs, f)
 		}
+	}
+	if x, ok := b["BenchmarkFleetAtRest/30"]; ok && x.Medians["client-Bps"] > 0 {
+		fs = append(fs,
+			Figure{Key: "gossip.at_rest.30.client", What: "gossip a client sends, 30 members (3 servers), a 5 KB report a second each", Value: x.Medians["client-Bps"] / 1000, Unit: "kB/s"},
+			Figure{Key: "gossip.at_rest.30.server", What: "gossip a server sends, the same fleet", Value: x.Medians["server-Bps"] / 1000, Unit: "kB/s"},
+			Figure{Key: "gossip.at_rest.30.cpu", What: "the same fleet's CPU, a member", Value: x.Medians["cpu-pct-member"], Unit: "% of a core"},
+			Figure{Key: "gossip.at_rest.30.failed", What: "a killed client until every member marks it failed", MeshdMs: x.Medians["failed-ms"]})
 	}
 	if x, ok := b["BenchmarkAgentFootprint"]; ok && x.Medians["client-rss-MB"] > 0 {
 		for _, role := range []string{"client", "server"} {
