@@ -22,9 +22,10 @@
 // (memberlist's, with each member's identity key in its metadata) and, in
 // push-pull, its own report's version, so a member's cost does not grow with
 // the reports of a fleet it never reads. The servers share the reports by a
-// path of their own (route.go): each push-pull interval, and when a server
-// joins, a server sends each other server a digest of what it keeps and is
-// sent the reports it lacks; a server that hears a newer version asks the
+// path of their own (route.go): two seconds after it starts (a restarted
+// server holds nothing) and each push-pull interval after, a server sends
+// each other server a digest of what it keeps and is sent the reports it
+// lacks; a server that hears a newer version asks the
 // node for its report. A receiver
 // asks the caller which key each node enrolled with (Config.Verify; servers
 // take it from the record) and keeps a report only if that key signed it for

@@ -165,7 +165,6 @@ type Gossip struct {
 	stopped   atomic.Bool
 	dropped   atomic.Uint64
 	stop      chan struct{} // closed by Shutdown: ends the servers' sync
-	kick      chan struct{} // a server joined: sync now
 	// sent counts the reports this member sent of its own; relayed those of other nodes it
 	// sent another server; foreign those of other nodes it received and, reading none, dropped.
 	sent, relayed, foreign atomic.Uint64
@@ -192,7 +191,6 @@ func Start(cfg Config) (*Gossip, error) {
 		lastLeave: map[string]int64{},
 		answered:  map[string]time.Time{},
 		stop:      make(chan struct{}),
-		kick:      make(chan struct{}, 1),
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -225,7 +223,7 @@ func Start(cfg Config) (*Gossip, error) {
 	g.ml = ml
 	g.mu.Unlock()
 	g.log.Info("gossip started", "addr", g.Addr(), "keys", len(cfg.Keyring))
-	go g.syncServers(mc.PushPullInterval)
+	go g.syncServers(firstSync, mc.PushPullInterval)
 
 	if len(cfg.Join) > 0 {
 		if _, err := g.Join(cfg.Join); err != nil {
@@ -448,12 +446,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	delete(g.intents, n.Name) // back after a leave or failure: a new life
 	g.mu.Unlock()
 	g.observe(EventJoin, n)
-	if n.Name != g.cfg.Name && g.isServer(n.Name) {
-		select { // a server joined: share the reports with it now
-		case g.kick <- struct{}{}:
-		default:
-		}
-	}
+
 }
 func (e *events) NotifyUpdate(n *memberlist.Node) { (*Gossip)(e).observe(EventUpdate, n) }
 func (e *events) NotifyLeave(n *memberlist.Node) {

@@ -14,9 +14,9 @@ import (
 // its own only. What every member gossips besides is memberlist's membership (each member's
 // identity key in its metadata, its liveness) and, in push-pull, its own report's version: a
 // few bytes, whatever the fleet's size. The servers share the reports among themselves by a path
-// of their own: every push-pull interval (and when a server joins) each server sends each other
-// server a digest of what it keeps (node and sequence), and is sent back, over TCP, the reports
-// it lacks or holds older. A server that hears through push-pull of a report newer than its own
+// of their own: a moment after it starts, and every push-pull interval after, each server sends
+// each other server a digest of what it keeps (node and sequence), and is sent back, over TCP,
+// the reports it lacks or holds older. A server that hears through push-pull of a report newer than its own
 // asks that node for it. Nothing is relayed further, so no report travels in a loop.
 
 // Message types of this file (report.go has the others).
@@ -29,6 +29,10 @@ const (
 // relayBatch bounds one relay message: a server that lacks many reports gets them in messages
 // of about this size.
 const relayBatch = 512 << 10
+
+// firstSync is how long after it starts a server sends its first digest: long enough to have
+// joined.
+const firstSync = 2 * time.Second
 
 // digestAnswerEvery is how often at most a server answers the digests of one other server: a
 // member holding the gossip key that sends digests in another server's name cannot make this
@@ -110,18 +114,19 @@ func (g *Gossip) sendTo(name string, msg []byte) error {
 	return fmt.Errorf("member %s is not alive", name)
 }
 
-// syncServers is a server's side of the servers' own path: every interval, and when a server
-// joins, it sends each other live server its digest. It returns when the member shuts down.
-func (g *Gossip) syncServers(interval time.Duration) {
-	t := time.NewTicker(interval)
+// syncServers is a server's side of the servers' own path: a moment after it starts (a server
+// that restarted has nothing yet) and then every interval, it sends each other live server its
+// digest. It returns when the member shuts down.
+func (g *Gossip) syncServers(first, interval time.Duration) {
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
 		case <-g.stop:
 			return
 		case <-t.C:
-		case <-g.kick:
 		}
+		t.Reset(interval)
 		if !g.isServer(g.cfg.Name) {
 			continue
 		}
