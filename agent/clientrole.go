@@ -43,6 +43,8 @@ type clientRole struct {
 	// view is the latest gossip view a server gave.
 	viewMu sync.Mutex
 	view   api.GossipView
+	// viewServers are the view's servers, by name: the members gossip sends the reports to.
+	viewServers map[string]bool
 	// decl is the node's declaration the watch last passed on, at record index declIndex.
 	declMu    sync.Mutex
 	decl      *fsm.Declaration
@@ -90,8 +92,14 @@ func (c *clientRole) refreshView(ctx context.Context) error {
 	if err := c.busJSON(rctx, http.MethodGet, "/v1/gossip", nil, &v); err != nil {
 		return err
 	}
+	names := map[string]bool{}
+	for _, p := range v.Nodes {
+		if p.Server {
+			names[p.Name] = true
+		}
+	}
 	c.viewMu.Lock()
-	c.view = v
+	c.view, c.viewServers = v, names
 	c.viewMu.Unlock()
 	c.followServers(v)
 	return nil
@@ -151,6 +159,13 @@ func (c *clientRole) revokedKey(pub string) bool {
 		}
 	}
 	return false
+}
+
+// isServer says whether node is a server in the last gossip view.
+func (c *clientRole) isServer(node string) bool {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	return c.viewServers[node]
 }
 
 // joinsGossip is true for servers only: a client joins the servers.

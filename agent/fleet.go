@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"encoding/json"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -14,6 +16,11 @@ import (
 // fleet is what a server knows of every node besides the record: each node's last host report
 // (its own host's, one gossip carried and verified, one posted to this server's bus) and
 // gossip's word on who is alive. The operator's API, the page and the metrics read it.
+//
+// It works on what changed: each report is decoded once, when gossip or the bus brings a new
+// one (gossip.ReportsSince answers only those), and kept decoded, stamped with the fleet's own
+// change sequence, so the leader's loops look at the nodes changed since their last look and a
+// read of one node copies nothing of the others. The reports it hands out are shared: read only.
 type fleet struct {
 	// self is the serving node's name; own its host's report now.
 	self string
@@ -23,24 +30,125 @@ type fleet struct {
 	gossip gossipReader
 	// pulse wakes the pages' event streams when a report arrives.
 	pulse *pulse
+	log   *slog.Logger
+	// decode turns a report's payload into a report (json; a unit test counts the calls).
+	decode func([]byte) (*report.Report, error)
 
 	mu sync.Mutex
-	// posted are the clients' last reports as they posted them to this server's bus.
-	posted map[string]report.Report
+	// feed is the member whose reports nodes holds; another one (gossip restarted) starts over.
+	feed reportFeed
+	// since is feed's index of the last look; seq the fleet's last change.
+	since, seq uint64
+	nodes      map[string]*known
+}
+
+// known is what the fleet holds of one node: its last report as gossip carried it and as the
+// node posted it to this server's bus, each decoded once, and the fleet's seq when either changed.
+type known struct {
+	gossiped, posted *report.Report
+	seq              uint64
 }
 
 // gossipReader is what the handler sets read of the node's gossip member (gossip.go).
 type gossipReader interface {
 	// member is the running member; nil before gossip starts.
 	member() *gossip.Gossip
-	// gossipReport is node's last report gossip carried and verified.
-	gossipReport(node string) (*report.Report, bool)
+	// reportFeed is the running member's verified reports; nil before gossip starts.
+	reportFeed() reportFeed
 	// membersByName is every member gossip knows, by node name.
 	membersByName() map[string]gossip.Member
 }
 
-func newFleet(self string, own func() report.Report, rec reader, g gossipReader, p *pulse) *fleet {
-	return &fleet{self: self, own: own, rec: rec, gossip: g, pulse: p, posted: map[string]report.Report{}}
+// reportFeed hands out the reports gossip verified and kept since an index (gossip.Gossip).
+type reportFeed interface {
+	ReportsSince(index uint64) (changed []gossip.Report, dropped []string, next uint64)
+}
+
+func newFleet(self string, own func() report.Report, rec reader, g gossipReader, p *pulse, log *slog.Logger) *fleet {
+	return &fleet{self: self, own: own, rec: rec, gossip: g, pulse: p, log: log, decode: decodeReport,
+		nodes: map[string]*known{}}
+}
+
+// decodeReport is a report's payload as the agent publishes it (json).
+func decodeReport(b []byte) (*report.Report, error) {
+	var rep report.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, nil
+}
+
+// refresh takes in what gossip kept or dropped since the last look, decoding the reports that
+// changed and nothing else. f.mu is held.
+func (f *fleet) refresh() {
+	feed := f.gossip.reportFeed()
+	if feed != f.feed {
+		for _, k := range f.nodes {
+			if k.gossiped != nil {
+				k.gossiped = nil
+				f.touch(k)
+			}
+		}
+		f.feed, f.since = feed, 0
+	}
+	if feed == nil {
+		return
+	}
+	changed, dropped, next := feed.ReportsSince(f.since)
+	f.since = next
+	for _, r := range changed {
+		rep, err := f.decode(r.Payload)
+		if err != nil {
+			f.log.Warn("a verified report does not decode", "about", r.Node, "err", err)
+			continue
+		}
+		k := f.node(r.Node)
+		k.gossiped = rep
+		f.touch(k)
+	}
+	for _, n := range dropped {
+		if k, ok := f.nodes[n]; ok && k.gossiped != nil {
+			k.gossiped = nil
+			f.touch(k)
+		}
+	}
+}
+
+// node is what the fleet holds of name, made empty on first use. f.mu is held.
+func (f *fleet) node(name string) *known {
+	k, ok := f.nodes[name]
+	if !ok {
+		k = &known{}
+		f.nodes[name] = k
+	}
+	return k
+}
+
+// touch stamps k changed now. f.mu is held.
+func (f *fleet) touch(k *known) {
+	f.seq++
+	k.seq = f.seq
+}
+
+// changedSince is every node whose report changed after seq (a value it returned before; 0 for
+// every node with a report) and the seq to ask from next. It decodes only what gossip brought
+// since the last look.
+func (f *fleet) changedSince(seq uint64) ([]string, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refresh()
+	if seq > f.seq {
+		seq = 0
+	}
+	var out []string
+	if seq < f.seq {
+		for n, k := range f.nodes {
+			if k.seq > seq {
+				out = append(out, n)
+			}
+		}
+	}
+	return out, f.seq
 }
 
 // members is every gossip member this node knows, by name; gossipMember the running member
@@ -52,7 +160,9 @@ func (f *fleet) changed() <-chan struct{}          { return f.pulse.wait() }
 // post keeps a report node posted to the bus and wakes the pages.
 func (f *fleet) post(node string, rep report.Report) {
 	f.mu.Lock()
-	f.posted[node] = rep
+	k := f.node(node)
+	k.posted = &rep
+	f.touch(k)
 	f.mu.Unlock()
 	f.pulse.fire()
 }
@@ -74,15 +184,18 @@ func (f *fleet) reportFrom(node string) (*report.Report, string) {
 		}
 		return &rep, "local"
 	}
-	gossiped, ok := f.gossip.gossipReport(node)
 	f.mu.Lock()
-	posted, posts := f.posted[node]
+	f.refresh()
+	var gossiped, posted *report.Report
+	if k, ok := f.nodes[node]; ok {
+		gossiped, posted = k.gossiped, k.posted
+	}
 	f.mu.Unlock()
 	switch {
-	case ok && (!posts || !posted.When.After(gossiped.When)):
+	case gossiped != nil && (posted == nil || !posted.When.After(gossiped.When)):
 		return gossiped, "gossip"
-	case posts:
-		return &posted, "bus"
+	case posted != nil:
+		return posted, "bus"
 	}
 	return nil, ""
 }

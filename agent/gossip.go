@@ -24,8 +24,10 @@ import (
 // setting (tcp and udp, all addresses), tells the others its advertise address, encrypts with
 // the node's sealed keyring and signs its host reports with its enrolled identity key. Servers
 // verify a report with the key the record holds for its node before they use it; a client
-// verifies with the keys a server gave it (GossipView). Membership (alive, failed, left) and the
-// verified reports are what `meshd status` and `meshd node show` show.
+// verifies with the keys a server gave it (GossipView). A node's report goes to the servers only
+// (the record's servers on a server, the view's on a client; package gossip's route.go), and a
+// client keeps no report but its own. Membership (alive, failed, left) and the verified reports
+// are what `meshd status` and `meshd node show` show.
 
 // meshPort is node n's mesh.SETTING port, as fsm works it out for the declaration too (its
 // setting, else the catalogue's default): one source, never recomputed here.
@@ -185,7 +187,7 @@ func (a *Agent) startGossip(self api.GossipPeer) (*gossip.Gossip, error) {
 	g, err := gossip.Start(gossip.Config{
 		Name: a.node.Name, BindAddr: "0.0.0.0", BindPort: int(self.Gossip),
 		AdvertiseAddr: adv, AdvertisePort: int(self.Gossip),
-		Keyring: keys, Identity: a.secrets.NodeKey, Verify: a.verifyKey, Revoked: a.revokedIdentity,
+		Keyring: keys, Identity: a.secrets.NodeKey, Verify: a.verifyKey, Revoked: a.revokedIdentity, Server: a.peers.isServer,
 		Logger: a.log, OnReport: func(gossip.Report) { a.pagePulse.fire() },
 	})
 	if err != nil {
@@ -303,22 +305,13 @@ func (a *Agent) publishOnce(last *[]byte, at *time.Time) bool {
 	return true
 }
 
-// gossipReport is node's latest verified report carried by gossip, if any.
-func (a *Agent) gossipReport(node string) (*report.Report, bool) {
-	g := a.member()
-	if g == nil {
-		return nil, false
+// reportFeed is the running member's verified reports (fleet.go reads them by what changed);
+// nil before gossip starts.
+func (a *Agent) reportFeed() reportFeed {
+	if g := a.member(); g != nil {
+		return g
 	}
-	r, ok := g.Reports()[node]
-	if !ok {
-		return nil, false
-	}
-	var rep report.Report
-	if err := json.Unmarshal(r.Payload, &rep); err != nil {
-		a.log.Warn("a verified report does not decode", "about", node, "err", err)
-		return nil, false
-	}
-	return &rep, true
+	return nil
 }
 
 // liveness is node's state in this member's gossip view: alive, failed, left, or unknown.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -113,29 +114,70 @@ func orWords(s, d string) string {
 const hostEventsCheck = time.Second
 
 // recordHostEvents is the leader's loop: each node whose report's conditions are not those the
-// record holds gets them committed.
+// record holds gets them committed. It looks only at the nodes whose report changed since its
+// last look (and its own host's, and those whose proposal failed); a new term looks at every
+// node once, since another leader may have recorded in between.
 func (s *serverRole) recordHostEvents(ctx context.Context) {
+	look := hostEventsLook{self: s.self.node.Name}
 	s.leaderEvery(ctx, hostEventsCheck, func() {
-		reports := s.metricReports()
-		var due []fsm.HostEvents
-		s.rec.Read(func(r *fsm.Record, _ uint64) {
-			for _, name := range r.NodeNames() {
-				rep, ok := reports[name]
-				if !ok {
-					continue
-				}
-				now := hostConditions(rep)
-				if !fsm.SameConditions(now, r.StandingConditions(name)) {
-					due = append(due, fsm.HostEvents{Node: name, Conditions: now})
-				}
-			}
-		})
-		for _, h := range due {
+		for _, h := range look.due(s.rec, s.fleet, s.rec.Figures().Term) {
 			if _, _, err := s.rec.Propose("", fsm.OpHostEvents, h); err != nil {
 				s.log.Warn("record host events", "node", h.Node, "err", err)
+				look.retry[h.Node] = true
+				continue
+			}
+			delete(look.retry, h.Node)
+		}
+	})
+}
+
+// hostEventsLook is what the leader's host-events loop remembers between looks: the term and
+// the fleet's change sequence it last looked at, and the nodes to look at again (a proposal
+// failed).
+type hostEventsLook struct {
+	self      string
+	term, seq uint64
+	retry     map[string]bool
+}
+
+// due is the host events to commit now: for each node whose report changed since the last look
+// (every node in a new term), its report's conditions where the record holds others.
+func (l *hostEventsLook) due(rec reader, fl *fleet, term uint64) []fsm.HostEvents {
+	if term != l.term || l.retry == nil {
+		l.term, l.seq, l.retry = term, 0, map[string]bool{}
+	}
+	changed, seq := fl.changedSince(l.seq)
+	l.seq = seq
+	look := map[string]bool{l.self: true}
+	for _, n := range changed {
+		look[n] = true
+	}
+	for n := range l.retry {
+		look[n] = true
+	}
+	// The reports are read before the record: the fleet may ask gossip, which may read the record.
+	conds := map[string][]fsm.HostCondition{}
+	for name := range look {
+		if rep := fl.report(name); rep != nil {
+			conds[name] = hostConditions(rep)
+		} else {
+			delete(l.retry, name)
+		}
+	}
+	var due []fsm.HostEvents
+	rec.Read(func(r *fsm.Record, _ uint64) {
+		for name, now := range conds {
+			if r.Nodes[name] == nil {
+				delete(l.retry, name)
+				continue
+			}
+			if !fsm.SameConditions(now, r.StandingConditions(name)) {
+				due = append(due, fsm.HostEvents{Node: name, Conditions: now})
 			}
 		}
 	})
+	sort.Slice(due, func(i, j int) bool { return due[i].Node < due[j].Node })
+	return due
 }
 
 // postHistoryKeep serves `meshd history keep`: the history's bounds, committed.

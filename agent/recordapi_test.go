@@ -22,9 +22,9 @@ import (
 // noGossip is a node whose gossip member has not started.
 type noGossip struct{}
 
-func (noGossip) member() *gossip.Gossip                     { return nil }
-func (noGossip) gossipReport(string) (*report.Report, bool) { return nil, false }
-func (noGossip) membersByName() map[string]gossip.Member    { return nil }
+func (noGossip) member() *gossip.Gossip                  { return nil }
+func (noGossip) reportFeed() reportFeed                  { return nil }
+func (noGossip) membersByName() map[string]gossip.Member { return nil }
 
 // inmemRecordAPI is the record API over a record in memory after an adopted genesis of hub:
 // no disk, no network, no bus, no agent.
@@ -44,7 +44,7 @@ func inmemRecordAPI(t *testing.T) (*recordAPI, *record.Service) {
 		Catalogue: catalogue.DefaultSources()}); err != nil {
 		t.Fatal(err)
 	}
-	fl := newFleet("hub", func() report.Report { return report.Report{} }, rec, noGossip{}, &pulse{})
+	fl := newFleet("hub", func() report.Report { return report.Report{} }, rec, noGossip{}, &pulse{}, log)
 	return &recordAPI{self: self{node: nf, log: log}, rec: rec, fleet: fl, why: func() string { return "it is alone" }}, rec
 }
 

@@ -56,6 +56,8 @@ type gossipRole interface {
 	// revokedKey says whether pub (as the record writes keys) is a removed node's: gossip refuses
 	// a member announcing it and drops what it signed.
 	revokedKey(pub string) bool
+	// isServer says whether node is a server: gossip sends the reports to the servers only.
+	isServer(node string) bool
 	// joinsGossip says whether this node joins p's gossip member.
 	joinsGossip(p api.GossipPeer) bool
 	// servePeerBus serves the node's bus on port, for the other nodes' calls, once gossip knows

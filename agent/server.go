@@ -53,7 +53,7 @@ func newServerRole(c core) (*serverRole, error) {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", c.node.Name, pki.Path(c.cfg.DataDir, pki.CAKeyFile))
 	}
 	s := &serverRole{core: c, rec: record.New()}
-	s.fleet = newFleet(c.node.Name, c.host.Report, s.rec, c.gossip, c.pulse)
+	s.fleet = newFleet(c.node.Name, c.host.Report, s.rec, c.gossip, c.pulse, c.log)
 	s.fwd = &forwarder{self: c.self, rec: s.rec, identity: c.identity, caCert: c.caCert}
 	s.page = &page{self: c.self, rec: s.rec, fleet: s.fleet}
 	return s, nil
@@ -156,6 +156,17 @@ func (s *serverRole) revokedKey(pub string) bool {
 	var revoked bool
 	s.rec.Read(func(r *fsm.Record, _ uint64) { revoked = r.IsRevoked(pub) })
 	return revoked
+}
+
+// isServer says whether the record holds node as a server; this node is one, whatever the record
+// says yet (it may still be catching up).
+func (s *serverRole) isServer(node string) bool {
+	if node == s.node.Name {
+		return true
+	}
+	var server bool
+	s.rec.Read(func(r *fsm.Record, _ uint64) { server = r.Nodes[node] != nil && r.Nodes[node].Server })
+	return server
 }
 
 // joinsGossip is true for every node: servers join every node the record holds.

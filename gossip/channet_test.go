@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -57,6 +58,20 @@ type chanTransport struct {
 	port    int
 	packets chan *memberlist.Packet
 	streams chan net.Conn
+	// sent counts the bytes this member sent, datagrams and streams.
+	sent atomic.Uint64
+}
+
+// countedConn counts what is written to a stream.
+type countedConn struct {
+	net.Conn
+	sent *atomic.Uint64
+}
+
+func (c countedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.sent.Add(uint64(n))
+	return n, err
 }
 
 var _ memberlist.NodeAwareTransport = (*chanTransport)(nil)
@@ -77,6 +92,7 @@ func (t *chanTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Tim
 		return time.Time{}, err
 	}
 	now := time.Now()
+	t.sent.Add(uint64(len(b)))
 	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: &net.UDPAddr{IP: t.ip, Port: t.port}, Timestamp: now}
 	select {
 	case dest.packets <- p:
@@ -98,8 +114,8 @@ func (t *chanTransport) DialAddressTimeout(a memberlist.Address, timeout time.Du
 	}
 	mine, theirs := net.Pipe()
 	select {
-	case dest.streams <- theirs:
-		return mine, nil
+	case dest.streams <- countedConn{theirs, &dest.sent}:
+		return countedConn{mine, &t.sent}, nil
 	case <-time.After(timeout):
 		mine.Close()
 		theirs.Close()

@@ -15,9 +15,18 @@
 // The host reports ride on top. A report is opaque to this package: the
 // agent hands in the latest one with Publish, gossip signs it with the node's
 // enrolled ed25519 identity over a canonical envelope (node, signer, a
-// monotonic sequence, time, SHA-256 of the payload) and spreads it: as a
-// broadcast when it changes, through push-pull for the full state, so a
-// member that missed a broadcast or joined late still converges. A receiver
+// monotonic sequence, time, SHA-256 of the payload) and sends it where it is
+// read: to each live server (Config.Server), in one datagram when it fits,
+// else over TCP, and to no other member. A server keeps every node's report,
+// any other member its own only; what every member gossips is membership
+// (memberlist's, with each member's identity key in its metadata) and, in
+// push-pull, its own report's version, so a member's cost does not grow with
+// the reports of a fleet it never reads. The servers share the reports by a
+// path of their own (route.go): two seconds after it starts (a restarted
+// server holds nothing) and each push-pull interval after, a server sends
+// each other server a digest of what it keeps and is sent the reports it
+// lacks; a server that hears a newer version asks the
+// node for its report. A receiver
 // asks the caller which key each node enrolled with (Config.Verify; servers
 // take it from the record) and keeps a report only if that key signed it for
 // that node. Anything else — a wrong key, a truncated or garbled envelope, a
@@ -27,6 +36,14 @@
 // said what. That is how DESIGN.md invariant 8 holds here: a member holding
 // the gossip key still cannot forge another node's report, so it cannot move
 // that node's keys.
+//
+// A member keeps one report per node in a store (store.go) where each change
+// takes the next index: a reader asks for what changed since the index it
+// last saw (ReportsSince) and pays for the changes only, never for the
+// fleet, and one node's report is read alone (Report). A message is checked
+// against what is kept by the digest of its bytes, one lookup however many
+// reports are kept. That is how a server with a thousand nodes works on what
+// changed rather than reading the fleet on every tick.
 //
 // A node removed from the mesh has its identity key revoked (Config.Revoked).
 // Each member carries its identity key in memberlist's node metadata, and

@@ -68,6 +68,11 @@ type Config struct {
 	OnReport func(Report)
 	// OnReject, if set, is called with each rejected report.
 	OnReject func(Rejection)
+	// Server, if set, says whether a node is a server: a member that reads every node's report.
+	// A member sends its own report to the live servers only; a server keeps every node's and
+	// shares them with the other servers, any other member keeps its own only (route.go). Nil
+	// makes every member a server.
+	Server func(node string) bool
 	// Tuning adjusts memberlist's timers; the zero value is memberlist's
 	// LAN profile.
 	Tuning Tuning
@@ -142,13 +147,12 @@ type Gossip struct {
 	ml    *memberlist.Memberlist
 	mlcfg *memberlist.Config
 	ring  *memberlist.Keyring
-	queue *memberlist.TransmitLimitedQueue
 
 	keyMu sync.Mutex // serialises keyring changes (memberlist's Keyring is not safe for concurrent writers)
 
 	mu       sync.Mutex
 	members  map[string]*Member
-	reports  map[string]*stored
+	store    reportStore
 	seq      uint64
 	rejected map[Reason]uint64
 	refused  map[string]uint64 // what memberlist refused before any key let it in, by kind (wirelog.go)
@@ -156,12 +160,17 @@ type Gossip struct {
 	keys      map[string][]byte    // each member's identity key, from its memberlist metadata
 	intents   map[string]time.Time // members that announced a graceful leave (signed), when
 	lastLeave map[string]int64     // the newest leave intent taken from each node (signed Unix ns): an older or equal one is a replay
+	answered  map[string]time.Time // when this server last answered each other server's digest (route.go)
 	leaveAcks chan string          // while this member leaves: who acknowledged its intent
 	stopped   atomic.Bool
 	dropped   atomic.Uint64
-	lifeMu    sync.Mutex // serialises Leave and Shutdown (memberlist panics on Leave after Shutdown)
-	hasLeft   bool
-	shutdown  bool
+	stop      chan struct{} // closed by Shutdown: ends the servers' sync
+	// sent counts the reports this member sent of its own; relayed those of other nodes it
+	// sent another server; foreign those of other nodes it received and, reading none, dropped.
+	sent, relayed, foreign atomic.Uint64
+	lifeMu                 sync.Mutex // serialises Leave and Shutdown (memberlist panics on Leave after Shutdown)
+	hasLeft                bool
+	shutdown               bool
 }
 
 // Start creates the member, binds its ports and, if cfg.Join is set, joins
@@ -175,12 +184,14 @@ func Start(cfg Config) (*Gossip, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		members:   map[string]*Member{},
-		reports:   map[string]*stored{},
+		store:     newReportStore(),
 		rejected:  map[Reason]uint64{},
 		refused:   map[string]uint64{},
 		keys:      map[string][]byte{},
 		intents:   map[string]time.Time{},
 		lastLeave: map[string]int64{},
+		answered:  map[string]time.Time{},
+		stop:      make(chan struct{}),
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -204,16 +215,6 @@ func Start(cfg Config) (*Gossip, error) {
 	mc.Alive = (*admission)(g)
 	mc.Logger = log.New(g.newLogBridge(), "", 0)
 	g.mlcfg = mc
-	g.queue = &memberlist.TransmitLimitedQueue{
-		NumNodes: func() int {
-			if ml := g.memberlist(); ml != nil {
-				return ml.NumMembers()
-			}
-			return 1
-		},
-		RetransmitMult: mc.RetransmitMult,
-	}
-
 	bind := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort))
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -223,6 +224,7 @@ func Start(cfg Config) (*Gossip, error) {
 	g.ml = ml
 	g.mu.Unlock()
 	g.log.Info("gossip started", "addr", g.Addr(), "keys", len(cfg.Keyring))
+	go g.syncServers(firstSync, mc.PushPullInterval)
 
 	if len(cfg.Join) > 0 {
 		if _, err := g.Join(cfg.Join); err != nil {
@@ -428,6 +430,7 @@ func (g *Gossip) Shutdown() error {
 	}
 	g.shutdown = true
 	g.stopped.Store(true)
+	close(g.stop)
 	if err := g.ml.Shutdown(); err != nil {
 		return fmt.Errorf("gossip %s: shutdown: %w", g.cfg.Name, err)
 	}
@@ -444,6 +447,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	delete(g.intents, n.Name) // back after a leave or failure: a new life
 	g.mu.Unlock()
 	g.observe(EventJoin, n)
+
 }
 func (e *events) NotifyUpdate(n *memberlist.Node) { (*Gossip)(e).observe(EventUpdate, n) }
 func (e *events) NotifyLeave(n *memberlist.Node) {
@@ -521,8 +525,8 @@ func (a *admission) NotifyAlive(n *memberlist.Node) error {
 
 // sweep applies Config.Revoked to what this member holds: a member whose
 // key was revoked reads StateRemoved from now on, and every kept report a
-// revoked key signed is dropped (no longer served, nor passed on by
-// push-pull). The record can revoke a key at any moment; memberlist has no
+// revoked key signed is dropped (no longer served, nor shared with the
+// other servers). The record can revoke a key at any moment; memberlist has no
 // way to be told, so every read looks.
 func (g *Gossip) sweep() {
 	if g.cfg.Revoked == nil {
@@ -530,9 +534,9 @@ func (g *Gossip) sweep() {
 	}
 	var evs []MemberEvent
 	g.mu.Lock()
-	for name, s := range g.reports {
+	for name, s := range g.store.byNode {
 		if name != g.cfg.Name && g.cfg.Revoked(s.key) {
-			delete(g.reports, name)
+			g.store.drop(name)
 			g.log.Info("report dropped: its node's identity key was revoked", "about", name)
 		}
 	}

@@ -9,17 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // MaxReportSize bounds a report's payload; a bigger one is refused by
 // Publish and rejected on receipt.
 const MaxReportSize = 1 << 20
 
-// maxBroadcast is the largest encoded report sent as a UDP broadcast;
-// bigger ones go to every member over TCP (memberlist's reliable send),
-// since memberlist never sends a broadcast that does not fit a packet.
+// maxBroadcast is the largest encoded report sent to a server in one UDP
+// datagram; bigger ones go over TCP (memberlist's reliable send).
 const maxBroadcast = 1100
 
 // Report is a host report this member verified (or published itself).
@@ -28,8 +25,9 @@ type Report struct {
 	Seq     uint64    // the node's sequence number: a higher one replaces a lower one
 	At      time.Time // when the node signed it (the node's clock)
 	Payload []byte    // the report itself; opaque to this package
-	// From says how it reached this member: "local" (Publish), "broadcast",
-	// "direct" (sent over TCP by its node) or "push-pull" (state sync).
+	// From says how it reached this member: "local" (Publish), "datagram" or
+	// "direct" (sent by its node, over UDP or TCP), "relay" (from another
+	// server) or "push-pull" (an older member's state).
 	From string
 }
 
@@ -88,12 +86,14 @@ func signEnvelope(key ed25519.PrivateKey, node string, seq uint64, at time.Time,
 	return json.Marshal(&e)
 }
 
-// stored is a kept report, the exact bytes it arrived as (re-sent as is)
-// and the key that signed it.
+// stored is a kept report, the exact bytes it arrived as (re-sent as is),
+// the key that signed it, and its place in the store (store.go).
 type stored struct {
 	Report
-	raw []byte
-	key ed25519.PublicKey
+	raw    []byte
+	key    ed25519.PublicKey
+	index  uint64            // the store's index when it was kept
+	digest [sha256.Size]byte // of raw
 }
 
 // verifyReport decodes and checks one envelope. It returns the report, or
@@ -136,7 +136,8 @@ func verifyReportKey(raw []byte, lookup func(string) (ed25519.PublicKey, bool)) 
 	return Report{Node: e.Node, Seq: e.Seq, At: time.Unix(0, e.At), Payload: e.Payload}, pub, "", nil
 }
 
-// Publish signs report as this node's latest and spreads it. Each call gets
+// Publish signs report as this node's latest and sends it to the live servers
+// (route.go). Each call gets
 // a higher sequence number than any before it, also across restarts (the
 // sequence starts from the clock and from any earlier report of this node
 // the mesh still carries).
@@ -154,50 +155,24 @@ func (g *Gossip) Publish(report []byte) error {
 		g.mu.Unlock()
 		return fmt.Errorf("gossip %s: encode report: %w", g.cfg.Name, err)
 	}
-	g.reports[g.cfg.Name] = &stored{Report: Report{Node: g.cfg.Name, Seq: seq, At: time.Unix(0, now.UnixNano()), Payload: payload, From: "local"}, raw: raw,
-		key: g.cfg.Identity.Public().(ed25519.PublicKey)}
+	g.store.put(&stored{Report: Report{Node: g.cfg.Name, Seq: seq, At: time.Unix(0, now.UnixNano()), Payload: payload, From: "local"}, raw: raw,
+		key: g.cfg.Identity.Public().(ed25519.PublicKey)})
 	g.mu.Unlock()
-	g.spread(g.cfg.Name, raw)
+	g.sendOwn(raw, g.liveServers())
 	return nil
-}
-
-// spread sends a report on: a broadcast if it fits a packet, else a
-// reliable (TCP) send to every other live member.
-func (g *Gossip) spread(node string, raw []byte) {
-	if 1+len(raw) <= maxBroadcast {
-		msg := append([]byte{msgReport}, raw...)
-		g.queue.QueueBroadcast(&broadcast{name: "report/" + node, msg: msg})
-		return
-	}
-	msg := append([]byte{msgReportDirect}, raw...)
-	if node != g.cfg.Name {
-		return // only its own node sends a large report to everyone; push-pull carries it further
-	}
-	ml := g.memberlist()
-	go func() {
-		for _, n := range ml.Members() {
-			if n.Name == g.cfg.Name || g.stopped.Load() {
-				continue
-			}
-			if err := ml.SendReliable(n, msg); err != nil {
-				g.log.Warn("report not sent", "member", n.Name, "addr", n.Address(), "err", err)
-			}
-		}
-	}()
 }
 
 // receive verifies one envelope and keeps it if it is newer. It returns
 // the report and whether it was kept.
 func (g *Gossip) receive(raw []byte, from string) (Report, bool) {
-	// A re-broadcast of what we hold already: nothing to check.
+	// A re-broadcast of what we hold already: nothing to check (one digest, one lookup).
+	digest := sha256.Sum256(raw)
 	g.mu.Lock()
-	for _, s := range g.reports {
-		if bytes.Equal(s.raw, raw) {
-			g.mu.Unlock()
-			return Report{}, false
-		}
-	}
+	held := g.store.holds(digest)
 	g.mu.Unlock()
+	if held {
+		return Report{}, false
+	}
 
 	r, key, reason, err := verifyReportKey(raw, g.cfg.Verify)
 	if err == nil && r.Node != g.cfg.Name && g.cfg.Revoked != nil && g.cfg.Revoked(key) {
@@ -207,9 +182,15 @@ func (g *Gossip) receive(raw []byte, from string) (Report, bool) {
 		g.reject(Rejection{Node: r.Node, Reason: reason, From: from, Err: err})
 		return Report{}, false
 	}
+	if r.Node != g.cfg.Name && !g.isServer(g.cfg.Name) {
+		// Another node's report, on a member that reads none (an older member's broadcast or
+		// push-pull): not kept, not passed on.
+		g.foreign.Add(1)
+		return Report{}, false
+	}
 	r.From = from
 	g.mu.Lock()
-	if cur, ok := g.reports[r.Node]; ok && cur.Seq >= r.Seq {
+	if cur, ok := g.store.get(r.Node); ok && cur.Seq >= r.Seq {
 		g.mu.Unlock()
 		return r, false
 	}
@@ -217,7 +198,7 @@ func (g *Gossip) receive(raw []byte, from string) (Report, bool) {
 		// Our own report from an earlier life: never go below it again.
 		g.seq = max(g.seq, r.Seq)
 	}
-	g.reports[r.Node] = &stored{Report: r, raw: bytes.Clone(raw), key: key}
+	g.store.put(&stored{Report: r, raw: bytes.Clone(raw), key: key})
 	g.mu.Unlock()
 	g.log.Debug("report kept", "about", r.Node, "seq", r.Seq, "from", from)
 	if g.cfg.OnReport != nil {
@@ -238,13 +219,15 @@ func (g *Gossip) reject(rj Rejection) {
 	}
 }
 
-// Reports returns the latest verified report of every node, by node name.
+// Reports returns the latest verified report of every node, by node name: a
+// copy of every report. A reader of many reports, often, asks ReportsSince;
+// a reader of one asks Report.
 func (g *Gossip) Reports() map[string]Report {
 	g.sweep()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string]Report, len(g.reports))
-	for n, s := range g.reports {
+	out := make(map[string]Report, len(g.store.byNode))
+	for n, s := range g.store.byNode {
 		r := s.Report
 		r.Payload = bytes.Clone(r.Payload)
 		out[n] = r
@@ -265,14 +248,16 @@ func (g *Gossip) Rejected() map[Reason]uint64 {
 
 // Message types (first byte of a user message).
 const (
-	msgReport       byte = 1 // a broadcast report; receivers pass it on
-	msgReportDirect byte = 2 // a large report sent over TCP by its own node to each member
+	msgReport       byte = 1 // a report its node sent to a server in one datagram
+	msgReportDirect byte = 2 // a report its node sent to a server over TCP (too large for a datagram)
 	msgLeave        byte = 3 // a node's signed announcement that it is leaving on purpose
 	msgLeaveAck     byte = 4 // a member's acknowledgement of a leave announcement
+	// 5, 6 and 7 are route.go's.
 )
 
-// pushPull is the state exchanged by push-pull: every report held, each
-// still in the exact bytes its node signed.
+// pushPull is a list of reports, each still in the exact bytes its node
+// signed: what a server relays to another (route.go), and what push-pull
+// exchanged before reports went to the servers only (an older member's state).
 type pushPull struct {
 	Reports []json.RawMessage `json:"reports"`
 }
@@ -296,12 +281,15 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	}
 	switch buf[0] {
 	case msgReport:
-		raw := bytes.Clone(buf[1:]) // memberlist may reuse buf
-		if r, kept := g.receive(raw, "broadcast"); kept {
-			g.spread(r.Node, raw) // epidemic: pass news on
-		}
+		g.receive(bytes.Clone(buf[1:]), "datagram") // memberlist may reuse buf
 	case msgReportDirect:
 		g.receive(buf[1:], "direct")
+	case msgReportRelay:
+		g.receiveRelay(buf[1:])
+	case msgReportDigest:
+		g.receiveDigest(buf[1:])
+	case msgReportWant:
+		g.receiveWant(buf[1:])
 	case msgLeave:
 		g.receiveLeave(buf[1:])
 	case msgLeaveAck:
@@ -311,31 +299,23 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	}
 }
 
-func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
-	return (*Gossip)(d).queue.GetBroadcasts(overhead, limit)
-}
+// GetBroadcasts is empty: nothing of this package is gossiped epidemically.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 
-func (d *delegate) LocalState(join bool) []byte {
-	g := (*Gossip)(d)
-	g.sweep()
-	g.mu.Lock()
-	st := pushPull{Reports: make([]json.RawMessage, 0, len(g.reports))}
-	for _, s := range g.reports {
-		st.Reports = append(st.Reports, s.raw)
-	}
-	g.mu.Unlock()
-	b, err := json.Marshal(&st)
-	if err != nil {
-		g.log.Error("push-pull state not encoded", "err", err)
-		return nil
-	}
-	return append([]byte{stateVersion}, b...)
-}
+// LocalState is this member's report's version: push-pull state is a few
+// bytes a member, however many there are.
+func (d *delegate) LocalState(join bool) []byte { return (*Gossip)(d).localVersion() }
 
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	g := (*Gossip)(d)
 	if len(buf) == 0 {
 		return // a member with nothing to say yet
+	}
+	if buf[0] == stateVersion2 {
+		if err := g.mergeVersion(buf[1:]); err != nil {
+			g.reject(Rejection{Reason: ReasonGarbled, From: "push-pull", Err: fmt.Errorf("push-pull state (%d bytes): %w", len(buf), err)})
+		}
+		return
 	}
 	var st pushPull
 	if buf[0] != stateVersion || json.Unmarshal(buf[1:], &st) != nil {
@@ -343,20 +323,6 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 		return
 	}
 	for _, raw := range st.Reports {
-		g.receive(raw, "push-pull")
+		g.receive(raw, "push-pull") // an older member's every report: a server keeps them, others their own
 	}
 }
-
-// broadcast is one queued report; a newer one of the same node replaces it.
-type broadcast struct {
-	name string
-	msg  []byte
-}
-
-func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
-	ob, ok := o.(*broadcast)
-	return ok && ob.name == b.name
-}
-func (b *broadcast) Name() string    { return b.name }
-func (b *broadcast) Message() []byte { return b.msg }
-func (b *broadcast) Finished()       {}

@@ -177,6 +177,15 @@ func (l *Lab) build(ctx context.Context, sc Scenario, o Options) error {
 	if _, err := run(ctx, "mount", "--make-private", nsdir); err != nil {
 		return err
 	}
+	for _, dir := range neighDirs {
+		said, err := raiseNeighbourTable(dir, len(l.machines))
+		if err != nil {
+			return fmt.Errorf("the kernel's neighbour table (%s): %w", dir, err)
+		}
+		if said != "" {
+			l.log.Info("raised the kernel's neighbour table for the lab's machines (host-wide, never lowered)", "dir", dir, "raised", said)
+		}
+	}
 	if _, err := run(ctx, "ip", "netns", "add", l.st.Switch); err != nil {
 		return fmt.Errorf("switch namespace: %w", err)
 	}

@@ -308,3 +308,18 @@ func writeFakeAgent(t *testing.T) string {
 	}
 	return p
 }
+
+// A lab of N machines raises the kernel's neighbour table to hold N² entries without collecting,
+// and never lowers what is there: the default (128, 512, 1024) stays for a lab of five.
+func TestUnitNeighbourTableHoldsTheFleet(t *testing.T) {
+	def := [3]int{128, 512, 1024}
+	if got := lab.NeighThresholds(5, def); got != def {
+		t.Errorf("5 machines: %v, want the default %v kept", got, def)
+	}
+	if got := lab.NeighThresholds(100, def); got != [3]int{10000, 20000, 40000} {
+		t.Errorf("100 machines: %v", got)
+	}
+	if got := lab.NeighThresholds(40, [3]int{128, 512, 100000}); got != [3]int{1600, 3200, 100000} {
+		t.Errorf("40 machines, a high gc_thresh3 already: %v", got)
+	}
+}

@@ -53,6 +53,10 @@ var DefaultSuites = []Suite{
 	{Package: "./host/", Bench: "^BenchmarkDriftDetection$", Benchtime: "8x", Runs: 1},
 	{Package: "./cmd/meshd/", Bench: "^BenchmarkTunnelDriftDetection$", Benchtime: "8x", Runs: 1},
 	{Package: "./agent/", Bench: "^BenchmarkOperatorCommit$", Benchtime: "200x"},
+	// A fleet of 30 members at rest for 10 s, then one killed: 20 s a run.
+	{Package: "./gossip/", Bench: "^BenchmarkFleetAtRest$", Benchtime: "1x", Runs: 3},
+	// Its yardstick takes seconds a look at 1000 nodes.
+	{Package: "./agent/", Bench: "^BenchmarkHostEventsTick$", Benchtime: "3x", Runs: 3},
 	// The lab's figures: whole machines, a minute or more each, so one run; each is itself an
 	// average over its window.
 	{Package: "./e2e/", Bench: "^(BenchmarkAgentFootprint|BenchmarkMeasuredNode)$", Benchtime: "1x", Runs: 1},
@@ -328,6 +332,21 @@ func figures(b map[string]Bench, ns []string) []Figure {
 		fs = append(fs, Figure{Key: "gossip.spread." + n, What: "a changed host report reaching all " + n + " members", MeshdMs: m,
 			VsMs: model, Versus: "memberlist's epidemic model", Ratio: model / m})
 	}
+	for _, n := range []int{100, 1000} {
+		pre := fmt.Sprintf("BenchmarkHostEventsTick/N=%d/", n)
+		every, ok := ms(pre + "every-report")
+		if !ok {
+			continue
+		}
+		if v, ok := ms(pre + "unchanged"); ok {
+			fs = append(fs, Figure{Key: fmt.Sprintf("fleet.host_events.%d", n), What: fmt.Sprintf("the leader's host-events look, %d nodes, none changed", n),
+				MeshdMs: v, VsMs: every, Versus: "decode every report", Ratio: every / v})
+		}
+		if v, ok := ms(fmt.Sprintf("%schanged-%d", pre, n/10)); ok {
+			fs = append(fs, Figure{Key: fmt.Sprintf("fleet.host_events.%d.changed", n), What: fmt.Sprintf("the leader's host-events look, %d nodes, %d changed", n, n/10),
+				MeshdMs: v, VsMs: every, Versus: "decode every report", Ratio: every / v})
+		}
+	}
 	if w, ok := b["BenchmarkDriftDetection/watch"]; ok && w.Medians["p50-ms"] > 0 {
 		f := Figure{Key: "drift.file.p50", What: "a held file rewritten until the report says so, p50", MeshdMs: w.Medians["p50-ms"], Goal: "≤ 1 s"}
 		f.Met = boolp(f.MeshdMs <= 1000)
@@ -371,6 +390,13 @@ func figures(b map[string]Bench, ns []string) []Figure {
 			}
 			fs = append(fs, f)
 		}
+	}
+	if x, ok := b["BenchmarkFleetAtRest/30"]; ok && x.Medians["client-Bps"] > 0 {
+		fs = append(fs,
+			Figure{Key: "gossip.at_rest.30.client", What: "gossip a client sends, 30 members (3 servers), a 5 KB report a second each", Value: x.Medians["client-Bps"] / 1000, Unit: "kB/s"},
+			Figure{Key: "gossip.at_rest.30.server", What: "gossip a server sends, the same fleet", Value: x.Medians["server-Bps"] / 1000, Unit: "kB/s"},
+			Figure{Key: "gossip.at_rest.30.cpu", What: "the same fleet's CPU, a member", Value: x.Medians["cpu-pct-member"], Unit: "% of a core"},
+			Figure{Key: "gossip.at_rest.30.failed", What: "a killed client until every member marks it failed", MeshdMs: x.Medians["failed-ms"]})
 	}
 	if x, ok := b["BenchmarkAgentFootprint"]; ok && x.Medians["client-rss-MB"] > 0 {
 		for _, role := range []string{"client", "server"} {

@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"meshd/catalogue"
+	"meshd/fsm"
+	"meshd/gossip"
+	"meshd/report"
+)
+
+// feedFake is gossip's store of verified reports as the fleet reads it: each change takes the
+// next index, and ReportsSince walks back over the changes only, as gossip's does.
+type feedFake struct {
+	mu    sync.Mutex
+	index uint64
+	log   []feedChange
+	last  map[string]gossip.Report
+}
+
+type feedChange struct {
+	node  string
+	index uint64
+}
+
+func (f *feedFake) put(t testing.TB, rep report.Report) {
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.last == nil {
+		f.last = map[string]gossip.Report{}
+	}
+	f.index++
+	f.last[rep.Node] = gossip.Report{Node: rep.Node, Seq: f.index, At: rep.When, Payload: b}
+	f.log = append(f.log, feedChange{rep.Node, f.index})
+}
+
+func (f *feedFake) ReportsSince(index uint64) ([]gossip.Report, []string, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []gossip.Report
+	seen := map[string]bool{}
+	for i := len(f.log) - 1; i >= 0 && f.log[i].index > index; i-- {
+		if n := f.log[i].node; !seen[n] {
+			seen[n] = true
+			out = append(out, f.last[n])
+		}
+	}
+	return out, nil, f.index
+}
+
+// all is every report, each payload copied: what gossip.Reports hands out.
+func (f *feedFake) all() map[string]gossip.Report {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]gossip.Report, len(f.last))
+	for n, r := range f.last {
+		r.Payload = append([]byte(nil), r.Payload...)
+		out[n] = r
+	}
+	return out
+}
+
+// feedGossip is a server's gossip member as the fleet reads it: only its reports.
+type feedGossip struct{ feed *feedFake }
+
+func (feedGossip) member() *gossip.Gossip                  { return nil }
+func (g feedGossip) reportFeed() reportFeed                { return g.feed }
+func (feedGossip) membersByName() map[string]gossip.Member { return nil }
+
+// fleetRecord is a record after an adopted genesis of hub and the enrolment of n nodes
+// node-0001…, applied straight to the state machine.
+func fleetRecord(t testing.TB, n int) *fsm.FSM {
+	at := time.Unix(1_700_000_000, 0)
+	f := fsm.NewFSM()
+	index := uint64(0)
+	apply := func(op fsm.Op, body any) {
+		b, err := fsm.Encode(op, at, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index++
+		if res, ok := f.Apply(&raft.Log{Index: index, Data: b}).(fsm.Result); !ok || res.Err != nil {
+			t.Fatalf("%s: %+v", op, res)
+		}
+	}
+	wide := map[string]string{"mesh.range": "10.96.0.0/16"} // the default /24 holds 253 nodes
+	apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: "hub-id", Mode: fsm.Adopted, Advertise: "127.0.0.1",
+		Catalogue: catalogue.DefaultSources(), Settings: wide})
+	for i := range n {
+		hash := fmt.Sprintf("token-%d", i)
+		apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: fsm.Adopted, Expires: at.Add(time.Hour)})
+		apply(fsm.OpNodeEnrol, fsm.Enrol{Node: fleetNode(i), ID: fmt.Sprintf("id-%d", i), TokenHash: hash, Settings: wide})
+	}
+	return f
+}
+
+func fleetNode(i int) string { return fmt.Sprintf("node-%04d", i) }
+
+// fleetReport is a client's report shaped like the lab's: a dozen held files, a dozen
+// containers, the listening sockets; changed marks one held file changed by something else.
+func fleetReport(node string, when time.Time, changed bool) report.Report {
+	rep := report.Report{Node: node, Mode: fsm.Adopted, When: when, Taken: []string{}, Assigned: []string{"webapp"}}
+	for i := range 12 {
+		rep.Held = append(rep.Held, report.HeldFile{Path: fmt.Sprintf("/etc/app/file-%02d.conf", i), Module: "webapp",
+			RecordedHash: "sha256:0123456789abcdef", CurrentHash: "sha256:0123456789abcdef", Since: when,
+			Changed: changed && i == 0, Reason: map[bool]string{true: report.ChangedBySomethingElse}[changed && i == 0]})
+	}
+	var cr report.ContainerReport
+	for i := range 12 {
+		cr.Containers = append(cr.Containers, report.ContainerView{Name: fmt.Sprintf("app-%02d", i), Module: "webapp",
+			State: report.ContainerHeld, Image: "registry.local/app:1.0", Running: true, Ports: []string{"0.0.0.0:8080->80/tcp"}})
+	}
+	rep.Kinds = map[string]any{fsm.KindContainer: cr}
+	for i := range 20 {
+		rep.Listeners = append(rep.Listeners, report.Listener{Proto: "tcp", Addr: netip.MustParseAddr("0.0.0.0"), Port: uint16(8000 + i)})
+	}
+	return rep
+}
+
+// fleetOf is a fleet over n enrolled nodes, each with a report in feed, whose decodes are
+// counted in decodes.
+func fleetOf(t testing.TB, n int) (*fleet, *fsm.FSM, *feedFake, *int) {
+	rec := fleetRecord(t, n)
+	feed := &feedFake{}
+	now := time.Now()
+	for i := range n {
+		feed.put(t, fleetReport(fleetNode(i), now, false))
+	}
+	fl := newFleet("hub", func() report.Report { return report.Report{} }, rec, feedGossip{feed}, &pulse{},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	decodes := new(int)
+	fl.decode = func(b []byte) (*report.Report, error) {
+		*decodes++
+		return decodeReport(b)
+	}
+	return fl, rec, feed, decodes
+}
+
+// The leader's host-events loop works on what changed: its first look decodes every report
+// once; a look at an unchanged fleet decodes nothing and has nothing due; a node whose report
+// changed (a held file changed by something else) is decoded alone and due, once; a node whose
+// conditions the record already holds is not due again; a new term looks at every node again,
+// from the reports already decoded.
+func TestUnitHostEventsLookAtChangedReportsOnly(t *testing.T) {
+	const n = 200
+	fl, rec, feed, decodes := fleetOf(t, n)
+	look := hostEventsLook{self: "hub"}
+
+	if due := look.due(rec, fl, 1); len(due) != 0 || *decodes != n {
+		t.Fatalf("first look: %d due, %d decodes; want 0 due, %d decodes", len(due), *decodes, n)
+	}
+	*decodes = 0
+	for range 3 {
+		if due := look.due(rec, fl, 1); len(due) != 0 || *decodes != 0 {
+			t.Fatalf("unchanged fleet: %d due, %d decodes; want none", len(due), *decodes)
+		}
+	}
+
+	feed.put(t, fleetReport(fleetNode(7), time.Now(), true))
+	due := look.due(rec, fl, 1)
+	if *decodes != 1 || len(due) != 1 || due[0].Node != fleetNode(7) || len(due[0].Conditions) != 1 {
+		t.Fatalf("one node's held file changed: %d decodes, due %+v; want 1 decode, %s due", *decodes, due, fleetNode(7))
+	}
+	b, err := fsm.Encode(fsm.OpHostEvents, time.Now(), due[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, ok := rec.Apply(&raft.Log{Index: rec.Applied() + 1, Data: b}).(fsm.Result); !ok || res.Err != nil {
+		t.Fatalf("record host events: %+v", res)
+	}
+
+	*decodes = 0
+	feed.put(t, fleetReport(fleetNode(7), time.Now().Add(time.Second), true)) // the same conditions, republished
+	if due := look.due(rec, fl, 1); len(due) != 0 || *decodes != 1 {
+		t.Fatalf("republished, conditions recorded: %d due, %d decodes; want 0 due, 1 decode", len(due), *decodes)
+	}
+	*decodes = 0
+	if due := look.due(rec, fl, 2); len(due) != 0 || *decodes != 0 {
+		t.Fatalf("a new term: %d due, %d decodes; want 0 due and no decode (every node looked at from the cache)", len(due), *decodes)
+	}
+}
+
+// One node's report, read among a thousand, is that node's only: nothing is copied or decoded
+// of the others.
+func TestUnitOneNodesReportCopiesNothingElse(t *testing.T) {
+	fl, _, feed, decodes := fleetOf(t, 1000)
+	fl.reports() // the fleet's first look
+	*decodes = 0
+	feed.put(t, fleetReport(fleetNode(3), time.Now(), true))
+	rep, from := fl.reportFrom(fleetNode(3))
+	if rep == nil || from != "gossip" || !rep.Held[0].Changed || *decodes != 1 {
+		t.Fatalf("node 3: %v from %q, %d decodes; want its new report from gossip, 1 decode", rep != nil, from, *decodes)
+	}
+	if rep := fl.report(fleetNode(4)); rep == nil || rep.Held[0].Changed || *decodes != 1 {
+		t.Fatalf("node 4 read after: %d decodes in all, want still 1", *decodes)
+	}
+}
