@@ -171,6 +171,7 @@ func propose(rec *record.Service, op fsm.Op, body any) (any, error) {
 func openTestHost(t testing.TB, cfg host.Config) *host.Host {
 	t.Helper()
 	cfg.DataDir = t.TempDir()
+	cfg.Seal = pki.NewSealKey("")
 	if cfg.Root == "" {
 		cfg.Root = t.TempDir()
 	}
