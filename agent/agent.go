@@ -145,7 +145,7 @@ func Start(cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.Socket != "" {
 		own = append(own, filepath.Dir(cfg.Socket))
 	}
-	a.host, err = host.Open(host.Config{DataDir: cfg.DataDir, Own: own, Interval: cfg.ReconcileInterval, Logger: a.log.With("part", "host"), Drivers: drv,
+	a.host, err = host.Open(host.Config{DataDir: cfg.DataDir, Seal: sec.Seal, Own: own, Interval: cfg.ReconcileInterval, Logger: a.log.With("part", "host"), Drivers: drv,
 		Observe: a.mx.observePass})
 	if err != nil {
 		return nil, err

@@ -114,7 +114,7 @@ func startCommitGroup(b *testing.B, n int) string {
 		nf := &setup.NodeFile{Name: name, ID: name + "-id", Server: true, Advertise: "127.0.0.1", RaftPort: freeLoopbackPort(b)}
 		a := &Agent{cfg: Config{DataDir: b.TempDir(), LogOutput: io.Discard}, node: nf, log: quiet, identity: id,
 			caCert: ca.Cert, declarations: make(chan *fsm.Declaration, 1),
-			secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}}
+			secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca, Seal: pki.NewSealKey("")}}
 		a.keys = a.newKeyrings()
 		a.host = openTestHost(b, host.Config{})
 		s, err := newServerRole(a.core())

@@ -72,7 +72,7 @@ func (s *serverRole) open() error {
 		}
 		return notRevoked(s.rec, cs.PeerCertificates[0])
 	}
-	if err := s.rec.Open(s.cfg.DataDir, s.node.RaftSelf(), raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput); err != nil {
+	if err := s.rec.Open(s.cfg.DataDir, s.node.RaftSelf(), s.secrets.Seal, raftTLS, s.log.With("part", "raft"), s.cfg.LogOutput); err != nil {
 		return err
 	}
 	s.started()

@@ -115,7 +115,7 @@ func startServer(t *testing.T, onDisk bool, prep ...func(*Agent)) *testServer {
 	nf := &setup.NodeFile{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1", RaftPort: raftPort}
 	a := &Agent{cfg: Config{DataDir: t.TempDir(), LogOutput: ts.log}, node: nf, log: log.With("node", "hub"), identity: id,
 		caCert: ca.Cert, declarations: make(chan *fsm.Declaration, 1),
-		secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca}}
+		secrets: &pki.NodeSecrets{NodeKey: key, NodeCertPEM: certPEM, CACertPEM: ca.CertPEM, Keyring: pki.NewKeyring(), CA: ca, Seal: pki.NewSealKey("")}}
 	a.keys = a.newKeyrings()
 	for _, p := range prep {
 		p(a)
@@ -171,6 +171,7 @@ func propose(rec *record.Service, op fsm.Op, body any) (any, error) {
 func openTestHost(t testing.TB, cfg host.Config) *host.Host {
 	t.Helper()
 	cfg.DataDir = t.TempDir()
+	cfg.Seal = pki.NewSealKey("")
 	if cfg.Root == "" {
 		cfg.Root = t.TempDir()
 	}

@@ -10,7 +10,7 @@ import (
 // drivertest.OpenBed does for the drivers' tests, which the host's own cannot import.
 func openBed(b *hosttest.Bed, drivers ...Driver) *Host {
 	b.T.Helper()
-	h, err := Open(Config{DataDir: b.Data, Root: b.Root, Logger: hosttest.Log(), Drivers: drivers})
+	h, err := Open(Config{DataDir: b.Data, Seal: hosttest.Seal, Root: b.Root, Logger: hosttest.Log(), Drivers: drivers})
 	if err != nil {
 		b.T.Fatal(err)
 	}

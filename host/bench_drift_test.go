@@ -28,7 +28,7 @@ func BenchmarkDriftDetection(b *testing.B) {
 		b.Run(way, func(b *testing.B) {
 			bd := hosttest.NewBed(b)
 			bd.Place(hosttest.AppConf, hosttest.PredecessorContent)
-			h, err := Open(Config{DataDir: bd.Data, Root: bd.Root, Logger: hosttest.Log(), Interval: DefaultInterval})
+			h, err := Open(Config{DataDir: bd.Data, Seal: hosttest.Seal, Root: bd.Root, Logger: hosttest.Log(), Interval: DefaultInterval})
 			if err != nil {
 				b.Fatal(err)
 			}

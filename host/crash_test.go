@@ -45,7 +45,7 @@ func childMain(specFile string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	h, err := Open(Config{DataDir: s.DataDir, Root: s.Root, Logger: hosttest.Log()})
+	h, err := Open(Config{DataDir: s.DataDir, Seal: hosttest.Seal, Root: s.Root, Logger: hosttest.Log()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

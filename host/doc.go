@@ -33,6 +33,12 @@
 // before the host acts on it. A file the host wrote in an earlier life of the node has a written
 // record, so it is not found after a restart.
 //
+// Every value in it (those records, the bytes, each driver's records: a found container's
+// configuration and env) is sealed under the node's seal key for its bucket and key; the keys,
+// declared paths and container names, are not. A store written before the seal is sealed once
+// when the host opens it: its values in place, then the file rewritten fresh (pki.RewriteSealed)
+// so no page bolt freed keeps them in clear.
+//
 // # Files
 //
 // Found means present at a declared path with no record. On an adopted node, for a module not yet

@@ -13,6 +13,7 @@ import (
 
 	"meshd/fsm"
 	"meshd/host/pass"
+	"meshd/pki"
 	"meshd/report"
 )
 
@@ -23,6 +24,8 @@ const DefaultInterval = 10 * time.Second
 type Config struct {
 	// DataDir is the node's data dir; the record store is DataDir/host.db.
 	DataDir string
+	// Seal is the node's seal key: every value of the record store is sealed under it.
+	Seal *pki.SealKey
 	// Root prefixes every declared path: "/etc/x" is Root/etc/x. Empty means "/" (production);
 	// tests give a temporary directory.
 	Root string
@@ -134,7 +137,7 @@ func Open(cfg Config) (*Host, error) {
 	if err := ensureDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	if h.st, err = openStore(storePath(cfg.DataDir)); err != nil {
+	if h.st, err = openStore(storePath(cfg.DataDir), cfg.Seal); err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
 	return h, nil

@@ -439,7 +439,7 @@ func BenchmarkNoOpPass(b *testing.B) {
 func TestRunIsLevelTriggered(t *testing.T) {
 	hosttest.RequireChown(t)
 	b := hosttest.NewBed(t)
-	h, err := Open(Config{DataDir: b.Data, Root: b.Root, Interval: 50 * time.Millisecond, Logger: hosttest.Log()})
+	h, err := Open(Config{DataDir: b.Data, Seal: hosttest.Seal, Root: b.Root, Interval: 50 * time.Millisecond, Logger: hosttest.Log()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +510,7 @@ func TestDriversPlugIn(t *testing.T) {
 	hosttest.RequireChown(t)
 	b := hosttest.NewBed(t)
 	drv := &countingDriver{kind: fsm.KindContainer}
-	h, err := Open(Config{DataDir: b.Data, Root: b.Root, Logger: hosttest.Log(), Drivers: []Driver{drv}})
+	h, err := Open(Config{DataDir: b.Data, Seal: hosttest.Seal, Root: b.Root, Logger: hosttest.Log(), Drivers: []Driver{drv}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +536,7 @@ func TestDriversPlugIn(t *testing.T) {
 	if rep.Changes != 0 {
 		t.Fatalf("second pass changed %d", rep.Changes)
 	}
-	if _, err := Open(Config{DataDir: t.TempDir(), Root: b.Root, Drivers: []Driver{drv, drv}}); err == nil {
+	if _, err := Open(Config{DataDir: t.TempDir(), Seal: hosttest.Seal, Root: b.Root, Drivers: []Driver{drv, drv}}); err == nil {
 		t.Fatal("two drivers for one kind accepted")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"meshd/host/pass"
+	"meshd/pki"
 )
 
 // Buckets of the record store. Written and found are keyed by the declared path (never the root
@@ -64,23 +65,42 @@ type latestRecord struct {
 }
 
 // store is the host's record store: bbolt in the data dir, every write transaction committed and
-// fsync'd before the call returns.
+// fsync'd before the call returns. Every value is sealed under the node's seal key for its
+// bucket and key (one record cannot stand in for another); the keys, declared paths and
+// container names, are not.
 type store struct {
 	db   *bolt.DB
 	path string
+	seal *pki.SealKey
 	// updates counts committed write transactions, so a test can prove a no-op pass wrote none.
 	updates atomic.Uint64
 }
 
-func openStore(path string) (*store, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+// storeTimeout is how long opening the record store waits for another process holding it.
+const storeTimeout = 2 * time.Second
+
+// openStore opens the record store at path sealed under seal; a store written before the seal
+// is sealed first, once (sealStore).
+func openStore(path string, seal *pki.SealKey) (*store, error) {
+	if seal == nil {
+		return nil, fmt.Errorf("record store %s: no seal key", path)
+	}
+	sealed, err := pki.BoltSealed(path, storeTimeout)
+	if err == nil && !sealed {
+		err = sealStore(path, seal)
+	}
 	if err != nil {
-		if errors.Is(err, bolterrors.ErrTimeout) {
-			return nil, fmt.Errorf("record store %s: held by another process (is another agent running?): %w", path, err)
-		}
+		return nil, storeOpenError(path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: storeTimeout})
+	if err != nil {
+		return nil, storeOpenError(path, err)
+	}
+	s := &store{db: db, path: path, seal: seal}
+	if err := s.opens(); err != nil {
+		db.Close()
 		return nil, fmt.Errorf("record store %s: %w", path, err)
 	}
-	s := &store{db: db, path: path}
 	missing := false
 	_ = db.View(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketWritten, bucketFound, bucketOriginals, bucketLatest, bucketDrivers} {
@@ -107,6 +127,105 @@ func openStore(path string) (*store, error) {
 	return s, nil
 }
 
+func storeOpenError(path string, err error) error {
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return fmt.Errorf("record store %s: held by another process (is another agent running?): %w", path, err)
+	}
+	return fmt.Errorf("record store %s: %w", path, err)
+}
+
+// sealStore seals in place every value of a record store written before the seal (one already
+// sealed, by a sealing a crash cut short, is left), then rewrites the file marked sealed.
+func sealStore(path string, seal *pki.SealKey) error {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: storeTimeout})
+	if err != nil {
+		return err
+	}
+	s := &store{db: db, path: path, seal: seal}
+	var walk func(b *bolt.Bucket, where string) error
+	walk = func(b *bolt.Bucket, where string) error {
+		type kv struct{ k, v []byte }
+		var plain []kv
+		var nested [][]byte
+		if err := b.ForEach(func(k, v []byte) error {
+			switch {
+			case v == nil:
+				nested = append(nested, append([]byte{}, k...))
+			case !pki.IsSealed(v):
+				plain = append(plain, kv{append([]byte{}, k...), s.sealValue(where, k, v)})
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, e := range plain {
+			if err := b.Put(e.k, e.v); err != nil {
+				return err
+			}
+		}
+		for _, k := range nested {
+			if err := walk(b.Bucket(k), where+"/"+string(k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error { return walk(b, string(name)) })
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sealing what it kept in clear: %w", err)
+	}
+	return pki.RewriteSealed(path, storeTimeout)
+}
+
+// opens says whether the first value of the store opens under its seal key, so that a wrong
+// key is named when the store opens rather than on each record a pass reads.
+func (s *store) opens() error {
+	var err error
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketWritten, bucketFound} {
+			b := tx.Bucket(name)
+			if b == nil {
+				continue
+			}
+			if k, v := b.Cursor().First(); k != nil {
+				if _, oerr := s.openValue(string(name), k, v); errors.Is(oerr, pki.ErrWrongSealKey) {
+					err = fmt.Errorf("it was sealed under another seal key than %s: %w", s.seal.Path, oerr)
+				}
+				return nil
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+// sealValue seals a value kept under key in the bucket where ("originals", "drivers/container").
+func (s *store) sealValue(where string, key, v []byte) []byte {
+	return s.seal.Seal(valuePurpose(where, key), v)
+}
+
+// openValue opens what sealValue sealed.
+func (s *store) openValue(where string, key, v []byte) ([]byte, error) {
+	plain, err := s.seal.Open(valuePurpose(where, key), v)
+	if err != nil {
+		return nil, fmt.Errorf("%s record %s: %w", where, key, err)
+	}
+	return plain, nil
+}
+
+func valuePurpose(where string, key []byte) string { return "host.db " + where + " " + string(key) }
+
+// Seal and Open are sealValue and openValue for pass.Records.
+func (s *store) Seal(where, key string, v []byte) []byte { return s.sealValue(where, []byte(key), v) }
+func (s *store) Open(where, key string, v []byte) ([]byte, error) {
+	return s.openValue(where, []byte(key), v)
+}
+
 func (s *store) close() error { return s.db.Close() }
 
 // update runs one write transaction; bbolt commits it with an fsync before returning.
@@ -125,6 +244,10 @@ func (s *store) records() (map[string]writtenRecord, map[string]foundRecord, err
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketWritten).ForEach(func(k, v []byte) error {
 			var r writtenRecord
+			v, err := s.openValue("written", k, v)
+			if err != nil {
+				return err
+			}
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("written record %s: %w", k, err)
 			}
@@ -135,6 +258,10 @@ func (s *store) records() (map[string]writtenRecord, map[string]foundRecord, err
 		}
 		return tx.Bucket(bucketFound).ForEach(func(k, v []byte) error {
 			var r foundRecord
+			v, err := s.openValue("found", k, v)
+			if err != nil {
+				return err
+			}
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("found record %s: %w", k, err)
 			}
@@ -154,11 +281,12 @@ func (s *store) putFound(path string, r foundRecord, original []byte) error {
 	if err != nil {
 		return err
 	}
+	k := []byte(path)
 	err = s.update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketOriginals).Put([]byte(path), original); err != nil {
+		if err := tx.Bucket(bucketOriginals).Put(k, s.sealValue("originals", k, original)); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketFound).Put([]byte(path), meta)
+		return tx.Bucket(bucketFound).Put(k, s.sealValue("found", k, meta))
 	})
 	if err != nil {
 		return fmt.Errorf("record store %s: recording the original of %s: %w", s.path, path, err)
@@ -173,11 +301,12 @@ func (s *store) putLatest(path string, r foundRecord, latest []byte) error {
 	if err != nil {
 		return err
 	}
+	k := []byte(path)
 	err = s.update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketLatest).Put([]byte(path), latest); err != nil {
+		if err := tx.Bucket(bucketLatest).Put(k, s.sealValue("latest", k, latest)); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketFound).Put([]byte(path), meta)
+		return tx.Bucket(bucketFound).Put(k, s.sealValue("found", k, meta))
 	})
 	if err != nil {
 		return fmt.Errorf("record store %s: recording the latest bytes of %s before a take: %w", s.path, path, err)
@@ -190,10 +319,14 @@ func (s *store) latest(path string) ([]byte, bool, error) {
 	var out []byte
 	ok := false
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketLatest).Get([]byte(path)); v != nil {
-			out, ok = append([]byte{}, v...), true
+		v := tx.Bucket(bucketLatest).Get([]byte(path))
+		if v == nil {
+			return nil
 		}
-		return nil
+		var err error
+		out, err = s.openValue("latest", []byte(path), v)
+		ok = err == nil
+		return err
 	})
 	return out, ok, err
 }
@@ -206,6 +339,10 @@ func (s *store) found(path string) (foundRecord, bool, error) {
 		v := tx.Bucket(bucketFound).Get([]byte(path))
 		if v == nil {
 			return nil
+		}
+		v, err := s.openValue("found", []byte(path), v)
+		if err != nil {
+			return err
 		}
 		ok = true
 		return json.Unmarshal(v, &r)
@@ -221,7 +358,8 @@ func (s *store) putWritten(path string, r writtenRecord) error {
 	if err != nil {
 		return err
 	}
-	if err := s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketWritten).Put([]byte(path), v) }); err != nil {
+	k := []byte(path)
+	if err := s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketWritten).Put(k, s.sealValue("written", k, v)) }); err != nil {
 		return fmt.Errorf("record store %s: recording %s as written: %w", s.path, path, err)
 	}
 	return nil
@@ -239,11 +377,14 @@ func (s *store) original(path string) ([]byte, bool, error) {
 	var out []byte
 	ok := false
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketOriginals).Get([]byte(path)); v != nil {
-			out = append([]byte{}, v...)
-			ok = true
+		v := tx.Bucket(bucketOriginals).Get([]byte(path))
+		if v == nil {
+			return nil
 		}
-		return nil
+		var err error
+		out, err = s.openValue("originals", []byte(path), v)
+		ok = err == nil
+		return err
 	})
 	return out, ok, err
 }

@@ -122,7 +122,7 @@ func TestUnitFilesAdoptedAndConverged(t *testing.T) {
 func TestUnitFilesRefuseMeshdsConfiguredPaths(t *testing.T) {
 	b := hosttest.NewBed(t)
 	own := filepath.Join(b.Root, "/srv/meshd-keys")
-	h, err := Open(Config{DataDir: b.Data, Root: b.Root, Logger: hosttest.Log(), Own: []string{own}})
+	h, err := Open(Config{DataDir: b.Data, Seal: hosttest.Seal, Root: b.Root, Logger: hosttest.Log(), Own: []string{own}})
 	if err != nil {
 		t.Fatal(err)
 	}

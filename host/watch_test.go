@@ -37,7 +37,7 @@ type running struct {
 
 func runHost(t *testing.T, b *hosttest.Bed, drivers ...Driver) *running {
 	t.Helper()
-	h, err := Open(Config{DataDir: b.Data, Root: b.Root, Logger: hosttest.Log(), Interval: time.Hour, Drivers: drivers})
+	h, err := Open(Config{DataDir: b.Data, Seal: hosttest.Seal, Root: b.Root, Logger: hosttest.Log(), Interval: time.Hour, Drivers: drivers})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,5 +9,8 @@
 // `base64url(payload JSON) + "." + base64url(CA signature)`; the record keeps only its SHA-256,
 // so a stolen snapshot enrols nothing. Sealed files are AES-256-GCM under a seal key kept in its
 // own file (default /etc/meshd/seal.key), away from the data dir, so a copy of the data dir alone
-// opens no secret; the seal key's recovery code, printed once, restores a lost key file.
+// opens no secret; the seal key's recovery code, printed once, restores a lost key file. The
+// same key seals the record at rest (the Raft log and snapshots, the host's record store):
+// sealbolt.go marks a bolt file whose values are all sealed, and rewrites one sealed in place
+// into a fresh file, so no freed page keeps what it held before.
 package pki

@@ -34,6 +34,9 @@ type NodeSecrets struct {
 	Keyring     Keyring
 	// CA is the mesh CA with its key, on servers only (nil on a client).
 	CA *CA
+	// Seal is the seal key they were opened with, which the Raft log and the host's record
+	// store are sealed under too (set by OpenNodeSecrets).
+	Seal *SealKey
 }
 
 // WriteNodeSecrets writes the node's pki dir: certificates as they are, every secret sealed.
@@ -89,7 +92,7 @@ func OpenNodeSecrets(dataDir, keyFile string) (*NodeSecrets, error) {
 }
 
 func openWith(dataDir string, k *SealKey) (*NodeSecrets, error) {
-	s := &NodeSecrets{}
+	s := &NodeSecrets{Seal: k}
 	var err error
 	if _, err := os.Stat(filepath.Join(dataDir, Subdir)); err != nil {
 		return nil, fmt.Errorf("%s holds no node keys (%w): was the node made by `meshd genesis` or `meshd join`?", filepath.Join(dataDir, Subdir), err)

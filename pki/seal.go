@@ -37,6 +37,24 @@ var ErrWrongSealKey = errors.New("wrong seal key")
 type SealKey struct {
 	key  []byte
 	Path string
+	// aead is the key's AES-256-GCM, made once: the record seals every Raft entry with it.
+	// It holds no state between calls, so it is used from many goroutines at once.
+	aead cipher.AEAD
+	id   []byte
+}
+
+// newSealKey is the seal key k kept at path.
+func newSealKey(k []byte, path string) *SealKey {
+	b, err := aes.NewCipher(k)
+	if err != nil {
+		panic(err)
+	}
+	g, err := cipher.NewGCM(b)
+	if err != nil {
+		panic(err)
+	}
+	sum := sha256.Sum256(append([]byte("meshd seal key id"), k...))
+	return &SealKey{key: k, Path: path, aead: g, id: sum[:8]}
 }
 
 // NewSealKey makes a new random seal key, to be written to path.
@@ -45,7 +63,7 @@ func NewSealKey(path string) *SealKey {
 	if _, err := rand.Read(k); err != nil {
 		panic(err)
 	}
-	return &SealKey{key: k, Path: path}
+	return newSealKey(k, path)
 }
 
 // SealKeyPath is the seal key file to use: flag, else MESHD_SEAL_KEY, else the default.
@@ -69,7 +87,7 @@ func ReadSealKey(path string) (*SealKey, error) {
 	if err != nil || len(k) != SealKeySize {
 		return nil, fmt.Errorf("seal key %s is not a meshd seal key (%d base64 bytes)", path, SealKeySize)
 	}
-	return &SealKey{key: k, Path: path}, nil
+	return newSealKey(k, path), nil
 }
 
 // Write writes the seal key to its file, 0600, in a directory made 0700 if it is new. An existing
@@ -82,10 +100,7 @@ func (k *SealKey) Write() error {
 }
 
 // ID is a short public name of the key: the first 8 bytes of its SHA-256.
-func (k *SealKey) ID() []byte {
-	sum := sha256.Sum256(append([]byte("meshd seal key id"), k.key...))
-	return sum[:8]
-}
+func (k *SealKey) ID() []byte { return append([]byte{}, k.id...) }
 
 // Seal encrypts plain for a purpose (the file's role, such as "ca.key"); the purpose is
 // authenticated, so one sealed file cannot stand in for another.
@@ -119,17 +134,7 @@ func (k *SealKey) Open(purpose string, sealed []byte) ([]byte, error) {
 	return plain, nil
 }
 
-func (k *SealKey) gcm() cipher.AEAD {
-	b, err := aes.NewCipher(k.key)
-	if err != nil {
-		panic(err)
-	}
-	g, err := cipher.NewGCM(b)
-	if err != nil {
-		panic(err)
-	}
-	return g
-}
+func (k *SealKey) gcm() cipher.AEAD { return k.aead }
 
 // WriteSealed seals plain and writes it to path, 0600.
 func (k *SealKey) WriteSealed(path, purpose string, plain []byte) error {
@@ -188,7 +193,7 @@ func SealKeyFromRecoveryCode(code, path string) (*SealKey, error) {
 	if !bytes.Equal(sum[:3], b[SealKeySize:]) {
 		return nil, errors.New("the recovery code's checksum does not match: a character is mistyped")
 	}
-	return &SealKey{key: b[:SealKeySize], Path: path}, nil
+	return newSealKey(b[:SealKeySize], path), nil
 }
 
 // Keyring is the gossip keyring as kept sealed: every key, the primary first.

@@ -217,7 +217,7 @@ func Genesis(opts GenesisOptions, log *slog.Logger) (*GenesisResult, error) {
 	}
 	say("starting Raft in " + raftnode.Dir(opts.DataDir))
 	f := fsm.NewFSM()
-	rn, err := raftnode.Open(opts.DataDir, nf.RaftSelf(), f, raftTLS, log, logOut)
+	rn, err := raftnode.Open(opts.DataDir, nf.RaftSelf(), f, seal, raftTLS, log, logOut)
 	if err != nil {
 		os.RemoveAll(raftnode.Dir(opts.DataDir))
 		return nil, err

@@ -1,6 +1,8 @@
 // Package raftnode is a server's Raft on disk: hashicorp/raft with its log and stable store in
-// one raft-boltdb file and snapshots beside it, over a mutual-TLS stream layer that only a server
-// of the mesh gets through, and the recovery of a group that lost its quorum (Recover).
+// one raft-boltdb file and snapshots beside it, both sealed at rest under the node's seal key
+// (seal.go: every entry's data and every snapshot; a data dir from before the seal is sealed
+// once when Raft opens it), over a mutual-TLS stream layer that only a server of the mesh gets
+// through, and the recovery of a group that lost its quorum (Recover).
 //
 // Who reaches Raft is the record's to say: a peer's server certificate of the mesh CA must also
 // be for the key of one of the record's current servers (admit.go), at either end of a

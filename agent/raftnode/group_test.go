@@ -34,7 +34,7 @@ func openServer(t *testing.T, ca *pki.CA, m member) *groupServer {
 	g := &groupServer{m: m, f: fsm.NewFSM(), addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))),
 		self: Self{Name: m.name, ID: m.name + "-id", Server: true, Advertise: "127.0.0.1", Port: port}}
 	log := discardLog()
-	g.rn, err = Open(t.TempDir(), g.self, g.f, m.raftTLS(t, ca), log, io.Discard)
+	g.rn, err = Open(t.TempDir(), g.self, g.f, testSeal, m.raftTLS(t, ca), log, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

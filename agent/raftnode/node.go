@@ -18,9 +18,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"meshd/fsm"
+	"meshd/pki"
 )
 
 // Node is a running Raft server with the stores it owns. Nothing outside this package holds its
@@ -68,19 +68,19 @@ type Self struct {
 func Dir(dataDir string) string { return filepath.Join(dataDir, "raft") }
 
 // Open starts Raft for server n on its data dir. The log and stable store are one bolt file;
-// snapshots are files beside it. Its transport is mutual TLS with tlsCfg (pki.RaftTLS), and the
+// snapshots are files beside it; both sealed under seal (seal.go). Its transport is mutual TLS with tlsCfg (pki.RaftTLS), and the
 // record f decides who is a server (admit.go): only the record's servers reach the log; refused
 // peers are logged to log, a few a minute.
-func Open(dataDir string, n Self, f *fsm.FSM, tlsCfg *tls.Config, log *slog.Logger, logOut io.Writer) (*Node, error) {
+func Open(dataDir string, n Self, f *fsm.FSM, seal *pki.SealKey, tlsCfg *tls.Config, log *slog.Logger, logOut io.Writer) (*Node, error) {
 	dir := Dir(dataDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	store, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+	store, err := openLog(filepath.Join(dir, "raft.db"), seal, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open raft log %s: %w", filepath.Join(dir, "raft.db"), err)
 	}
-	snaps, err := raft.NewFileSnapshotStore(dir, 3, logOut)
+	snaps, err := openSnapshots(dir, seal, logOut)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("open raft snapshots in %s: %w", dir, err)

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"crypto/ed25519"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -18,8 +19,17 @@ import (
 	"meshd/pki"
 )
 
-// openOne opens a group of one on loopback in dataDir, as genesis does, and records its genesis.
-func openOne(t *testing.T, dataDir string) *Node {
+// testSeal is the seal key this package's tests seal their Raft data dirs under.
+var testSeal = pki.NewSealKey("")
+
+// oneServer is a server of a group of one on loopback: its Raft identity and TLS.
+type oneServer struct {
+	self Self
+	tls  *tls.Config
+	key  ed25519.PrivateKey
+}
+
+func newOneServer(t *testing.T) oneServer {
 	t.Helper()
 	ca, err := pki.NewCA("hub", time.Now())
 	if err != nil {
@@ -47,25 +57,50 @@ func openOne(t *testing.T, dataDir string) *Node {
 	}
 	port := uint16(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
-	self := Self{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1", Port: port}
+	return oneServer{self: Self{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1", Port: port}, tls: tlsCfg, key: key}
+}
+
+// open opens o's Raft on dataDir over record f, sealed under testSeal; it is shut down when the
+// test ends, if not before.
+func (o oneServer) open(t *testing.T, dataDir string, f *fsm.FSM) *Node {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rn, err := Open(dataDir, self, fsm.NewFSM(), tlsCfg, log, io.Discard)
+	rn, err := Open(dataDir, o.self, f, testSeal, o.tls, log, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rn.Shutdown(log) })
-	if err := rn.Bootstrap([]raft.Server{{ID: raft.ServerID(self.ID), Address: rn.LocalAddr()}}); err != nil {
+	return rn
+}
+
+// openOne opens a group of one on loopback in dataDir, as genesis does, and records its genesis.
+func openOne(t *testing.T, dataDir string) *Node {
+	t.Helper()
+	o := newOneServer(t)
+	rn := o.open(t, dataDir, fsm.NewFSM())
+	o.bootstrap(t, rn)
+	return rn
+}
+
+// bootstrap makes rn, o's Raft on an empty data dir, a group of one and records its genesis.
+func (o oneServer) bootstrap(t *testing.T, rn *Node) {
+	t.Helper()
+	if err := rn.Bootstrap([]raft.Server{{ID: raft.ServerID(o.self.ID), Address: rn.LocalAddr()}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := rn.WaitLeader(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rn.Apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: self.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
-		PublicKey: pki.PublicKeyString(key.Public().(ed25519.PublicKey)), Catalogue: catalogue.DefaultSources(),
-		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(port))}}, 10*time.Second); err != nil {
+	if _, err := rn.Apply(fsm.OpGenesis, o.genesis(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	return rn
+}
+
+// genesis is the first command of o's group.
+func (o oneServer) genesis() fsm.Genesis {
+	return fsm.Genesis{Node: "hub", ID: o.self.ID, Mode: fsm.Adopted, Advertise: "127.0.0.1",
+		PublicKey: pki.PublicKeyString(o.key.Public().(ed25519.PublicKey)), Catalogue: catalogue.DefaultSources(),
+		Settings: map[string]string{"mesh.raft": strconv.Itoa(int(o.self.Port))}}
 }
 
 // A group of one answers what callers ask through the Node: it leads, its configuration holds
@@ -97,19 +132,19 @@ func TestRecover(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	rn := openOne(t, dir)
-	if _, err := Recover(dir, Self{Name: "hub", ID: "hub-id", Server: true}, nil, nil); err == nil ||
+	if _, err := Recover(dir, Self{Name: "hub", ID: "hub-id", Server: true}, testSeal, nil, nil); err == nil ||
 		!strings.Contains(err.Error(), "is locked") {
 		t.Fatalf("recover beside a running server: %v, want the log locked", err)
 	}
 	rn.Shutdown(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if _, err := Recover(dir, Self{Name: "edge", ID: "edge-id"}, nil, nil); err == nil || !strings.Contains(err.Error(), "is a client") {
+	if _, err := Recover(dir, Self{Name: "edge", ID: "edge-id"}, testSeal, nil, nil); err == nil || !strings.Contains(err.Error(), "is a client") {
 		t.Fatalf("recover on a client: %v", err)
 	}
-	if _, err := Recover(dir, Self{Name: "hub", ID: "hub-id", Server: true}, []string{"s2"}, nil); err == nil ||
+	if _, err := Recover(dir, Self{Name: "hub", ID: "hub-id", Server: true}, testSeal, []string{"s2"}, nil); err == nil ||
 		!strings.Contains(err.Error(), "leaves out this server") {
 		t.Fatalf("recover keeping only another server: %v", err)
 	}
-	res, err := Recover(dir, Self{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1"}, nil, nil)
+	res, err := Recover(dir, Self{Name: "hub", ID: "hub-id", Server: true, Advertise: "127.0.0.1"}, testSeal, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

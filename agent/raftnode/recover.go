@@ -16,11 +16,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"meshd/fsm"
+	"meshd/pki"
 )
 
 // RecoverResult says what recovery kept: the new voters, the servers dropped from the
@@ -45,7 +44,7 @@ type RecoverResult struct {
 // server, then start their agents: they elect a leader among themselves. One body: each step
 // (lock the log, read what it holds, write the new configuration, say what was kept) needs the
 // one before.
-func Recover(dataDir string, n Self, keep []string, logOut io.Writer) (*RecoverResult, error) {
+func Recover(dataDir string, n Self, seal *pki.SealKey, keep []string, logOut io.Writer) (*RecoverResult, error) {
 	if logOut == nil {
 		logOut = io.Discard
 	}
@@ -60,7 +59,7 @@ func Recover(dataDir string, n Self, keep []string, logOut io.Writer) (*RecoverR
 	}
 	dir := Dir(dataDir)
 	path := filepath.Join(dir, "raft.db")
-	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+	store, err := openLog(path, seal, time.Second)
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("raft log %s is locked: the agent of node %s is running; stop it first (recover rewrites what it holds)", path, n.Name)
 	}
@@ -68,7 +67,7 @@ func Recover(dataDir string, n Self, keep []string, logOut io.Writer) (*RecoverR
 		return nil, fmt.Errorf("open raft log %s: %w", path, err)
 	}
 	defer store.Close()
-	snaps, err := raft.NewFileSnapshotStore(dir, 3, logOut)
+	snaps, err := openSnapshots(dir, seal, logOut)
 	if err != nil {
 		return nil, fmt.Errorf("open raft snapshots in %s: %w", dir, err)
 	}
@@ -133,7 +132,7 @@ func Recover(dataDir string, n Self, keep []string, logOut io.Writer) (*RecoverR
 }
 
 // replay restores the newest snapshot into f and applies the commands logged after it.
-func replay(f *fsm.FSM, store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error {
+func replay(f *fsm.FSM, store raft.LogStore, snaps raft.SnapshotStore) error {
 	var from uint64
 	if metas, err := snaps.List(); err == nil && len(metas) > 0 {
 		_, rc, err := snaps.Open(metas[0].ID)

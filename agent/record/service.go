@@ -11,6 +11,7 @@ import (
 
 	"meshd/agent/raftnode"
 	"meshd/fsm"
+	"meshd/pki"
 )
 
 // ApplyTimeout is how long a proposed command may take to commit and apply.
@@ -27,9 +28,10 @@ type Service struct {
 // start (a TLS check at Open) reads it empty.
 func New() *Service { return &Service{fsm: fsm.NewFSM()} }
 
-// Open starts Raft for self on its data dir, over mutual TLS with tlsCfg (raftnode.Open).
-func (s *Service) Open(dataDir string, self raftnode.Self, tlsCfg *tls.Config, log *slog.Logger, logOut io.Writer) error {
-	rn, err := raftnode.Open(dataDir, self, s.fsm, tlsCfg, log, logOut)
+// Open starts Raft for self on its data dir, its log and snapshots sealed under seal, over
+// mutual TLS with tlsCfg (raftnode.Open).
+func (s *Service) Open(dataDir string, self raftnode.Self, seal *pki.SealKey, tlsCfg *tls.Config, log *slog.Logger, logOut io.Writer) error {
+	rn, err := raftnode.Open(dataDir, self, s.fsm, seal, tlsCfg, log, logOut)
 	if err != nil {
 		return err
 	}

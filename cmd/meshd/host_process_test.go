@@ -2,13 +2,15 @@ package main
 
 import (
 	"fmt"
-	"meshd/api"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"meshd/api"
+	"meshd/internal/testenv"
 )
 
 // poll runs check until it returns "" or the deadline passes, then fails with its last word.
@@ -35,12 +37,12 @@ func TestProcessHeldFileThroughCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(etc, "legacy.conf")
-	original := []byte("# written by the predecessor\nport = 9000\n")
+	original := []byte("# written by the predecessor\nport = 9000\npassword = predecessorSecret0b7a\n")
 	if err := os.WriteFile(conf, original, 0o640); err != nil {
 		t.Fatal(err)
 	}
 	manifest := filepath.Join(t.TempDir(), "legacy.yaml")
-	os.WriteFile(manifest, []byte(fmt.Sprintf("name: legacy\nprivileged: true\nsettings: {port: 9100}\nfiles:\n  - path: %s\n    content: |\n      port = ${port}\n    mode: \"0644\"\n", conf)), 0o644)
+	os.WriteFile(manifest, []byte(fmt.Sprintf("name: legacy\nprivileged: true\nsettings: {port: 9100}\nfiles:\n  - path: %s\n    content: |\n      port = ${port}\n      token = moduleSecret6e1f\n    mode: \"0644\"\n", conf)), 0o644)
 
 	n.genesis("--adopted")
 	n.startAgent("--reconcile-interval", "200ms")
@@ -73,7 +75,7 @@ func TestProcessHeldFileThroughCLI(t *testing.T) {
 	}
 
 	// The predecessor, still writing: reported, never reverted.
-	edited := []byte("# written by the predecessor, again\nport = 9001\n")
+	edited := []byte("# written by the predecessor, again\nport = 9001\npassword = editedSecret2c5d\n")
 	if err := os.WriteFile(conf, edited, 0o640); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func TestProcessHeldFileThroughCLI(t *testing.T) {
 	n.ok("module", "take", "hub", "legacy")
 	poll(t, 10*time.Second, "taken file converged", func() string {
 		b, _ := os.ReadFile(conf)
-		if string(b) != "port = 9100\n" {
+		if string(b) != "port = 9100\ntoken = moduleSecret6e1f\n" {
 			return fmt.Sprintf("content %q", b)
 		}
 		return ""
@@ -114,6 +116,14 @@ func TestProcessHeldFileThroughCLI(t *testing.T) {
 	}
 	if _, errs, code := n.run("node", "original", "hub", "/etc/never-declared"); code != 1 || !strings.Contains(errs, "/etc/never-declared") {
 		t.Fatalf("original of an unknown path: exit %d %q", code, errs)
+	}
+
+	// A copy of the data dir opens none of it (issue 34): the module's content in the Raft log,
+	// the original and the bytes the take replaced in the host's record store are all sealed.
+	for _, secret := range []string{"moduleSecret6e1f", "predecessorSecret0b7a", "editedSecret2c5d"} {
+		if held := testenv.FilesHolding(t, n.dir, secret); len(held) > 0 {
+			t.Errorf("%s is in clear in the data dir: %v", secret, held)
+		}
 	}
 }
 

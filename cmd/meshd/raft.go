@@ -11,6 +11,7 @@ import (
 	"meshd/agent"
 	"meshd/agent/raftnode"
 	"meshd/api"
+	"meshd/pki"
 	"meshd/setup"
 )
 
@@ -81,9 +82,10 @@ func recoverCmd(g *globals) *cobra.Command {
 	var (
 		dataDir string
 		keep    []string
+		sealKey string
 	)
 	cmd := &cobra.Command{
-		Use:   "recover [--keep NODE,...] [--data-dir DIR]",
+		Use:   "recover [--keep NODE,...] [--data-dir DIR] [--seal-key FILE]",
 		Short: "Bring back a Raft group that lost its quorum, from the surviving servers",
 		Long: `Recover is for a group that lost its quorum for good (two of three servers gone): no leader can
 be elected, and every write is refused naming the missing voters. Stop the agent on each surviving
@@ -105,7 +107,12 @@ again as non-voters by the leader; remove-peer takes out the ones gone for good.
 			if err != nil {
 				return err
 			}
-			res, err := raftnode.Recover(dataDir, n.RaftSelf(), keep, os.Stderr)
+			// The log is sealed under the node's seal key: the key that opens its secrets.
+			sec, err := pki.OpenNodeSecrets(dataDir, pki.SealKeyPath(sealKey))
+			if err != nil {
+				return err
+			}
+			res, err := raftnode.Recover(dataDir, n.RaftSelf(), sec.Seal, keep, os.Stderr)
 			if err != nil {
 				return err
 			}
@@ -121,6 +128,7 @@ again as non-voters by the leader; remove-peer takes out the ones gone for good.
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", agent.DefaultDataDir, "the stopped server's data dir")
+	cmd.Flags().StringVar(&sealKey, "seal-key", "", "the seal key file the node's Raft log is sealed under (default $MESHD_SEAL_KEY, else /etc/meshd/seal.key)")
 	cmd.Flags().StringSliceVar(&keep, "keep", nil, "the surviving servers to keep as voters, by node name (default: this server)")
 	return cmd
 }

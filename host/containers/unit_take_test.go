@@ -265,7 +265,7 @@ func TestUnitTakeCrashSafety(t *testing.T) {
 			h.Close()
 			d := newDriver(f, hosttest.Log())
 			d.crash = hosttest.Armed(point).Reach
-			h, err := host.Open(host.Config{DataDir: data, Root: root, Logger: hosttest.Log(),
+			h, err := host.Open(host.Config{DataDir: data, Seal: hosttest.Seal, Root: root, Logger: hosttest.Log(),
 				Drivers: []host.Driver{d}, Crasher: hosttest.Armed(point)})
 			if err != nil {
 				t.Fatal(err)
@@ -281,7 +281,7 @@ func TestUnitTakeCrashSafety(t *testing.T) {
 			h.Close()
 
 			// Restarted, without the crash point.
-			h, err = host.Open(host.Config{DataDir: data, Root: root, Logger: hosttest.Log(), Drivers: []host.Driver{newDriver(f, hosttest.Log())}})
+			h, err = host.Open(host.Config{DataDir: data, Seal: hosttest.Seal, Root: root, Logger: hosttest.Log(), Drivers: []host.Driver{newDriver(f, hosttest.Log())}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,8 +22,19 @@ import (
 	"meshd/fsm"
 	"meshd/host/pass"
 	"meshd/internal/testenv"
+	"meshd/pki"
 	"meshd/report"
 )
+
+// Seal is the seal key the tests' record stores are sealed under: always the same, so a store
+// reopened, also by a crash test's child process, opens.
+var Seal = func() *pki.SealKey {
+	k, err := pki.SealKeyFromRecoveryCode("MESHD-R4EOZW5S-5XCTH6WN-C3QBKI2A-6MWQLWST-RQCEKOQB-OEWBAQXL-LYGMSBZC", "")
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 // Bed is one node's machine for a test: a root the declared paths live under and a data dir.
 type Bed struct {

@@ -229,7 +229,7 @@ func hoHost(t *testing.T, l *hoLab) (*host.Host, *Driver) {
 	drv := New(Config{Env: l.env, Interface: l.wgIf, Recheck: 500 * time.Millisecond, Logger: hosttest.Log()})
 	t.Cleanup(func() { drv.Close() })
 	b := hosttest.NewBed(t)
-	h, err := host.Open(host.Config{DataDir: b.Data, Root: b.Root, Logger: hosttest.Log(), Drivers: []host.Driver{drv}})
+	h, err := host.Open(host.Config{DataDir: b.Data, Seal: hosttest.Seal, Root: b.Root, Logger: hosttest.Log(), Drivers: []host.Driver{drv}})
 	if err != nil {
 		t.Fatal(err)
 	}

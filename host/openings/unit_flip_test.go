@@ -134,7 +134,7 @@ func TestUnitFlipCrashSafety(t *testing.T) {
 
 			d := newDriver(Config{Logger: hosttest.Log()}, pf)
 			d.crasher = hosttest.Armed(c.point)
-			h, err := host.Open(host.Config{DataDir: data, Root: root, Logger: hosttest.Log(), Drivers: []host.Driver{d}})
+			h, err := host.Open(host.Config{DataDir: data, Seal: hosttest.Seal, Root: root, Logger: hosttest.Log(), Drivers: []host.Driver{d}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,7 +148,7 @@ func TestUnitFlipCrashSafety(t *testing.T) {
 			}()
 			h.Close()
 
-			h, err = host.Open(host.Config{DataDir: data, Root: root, Logger: hosttest.Log(), Drivers: []host.Driver{newDriver(Config{Logger: hosttest.Log()}, pf)}})
+			h, err = host.Open(host.Config{DataDir: data, Seal: hosttest.Seal, Root: root, Logger: hosttest.Log(), Drivers: []host.Driver{newDriver(Config{Logger: hosttest.Log()}, pf)}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -204,7 +204,7 @@ func TestUnitAManagedInterfaceRefusesTheTakeover(t *testing.T) {
 			writeAt(t, b.root, c.files)
 			drv := newDriver(Config{Root: b.root, Logger: hosttest.Log()}, b.wg, SealedKey{Path: KeyPath(b.data), Seal: b.seal})
 			drv.containers = func(context.Context) ([]container.Running, error) { return c.containers, nil }
-			h, err := host.Open(host.Config{DataDir: b.data, Root: b.root, Logger: hosttest.Log(), Drivers: []host.Driver{drv}})
+			h, err := host.Open(host.Config{DataDir: b.data, Seal: hosttest.Seal, Root: b.root, Logger: hosttest.Log(), Drivers: []host.Driver{drv}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -97,7 +97,7 @@ func (b *testBed) host() *host.Host {
 	if b.clock != nil {
 		drv.now = b.clock
 	}
-	h, err := host.Open(host.Config{DataDir: b.data, Root: b.root, Logger: hosttest.Log(), Drivers: []host.Driver{drv}})
+	h, err := host.Open(host.Config{DataDir: b.data, Seal: hosttest.Seal, Root: b.root, Logger: hosttest.Log(), Drivers: []host.Driver{drv}})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -589,7 +589,7 @@ func TestUnitTunnelLinkEventRunsAPass(t *testing.T) {
 	b, _ := ownKeyBed(t)
 	m := linkEventsWG{fakeWG: b.wg, events: make(chan string)}
 	drv := newDriver(Config{Root: b.root, Logger: hosttest.Log()}, m, SealedKey{Path: KeyPath(b.data), Seal: b.seal})
-	h, err := host.Open(host.Config{DataDir: b.data, Root: b.root, Logger: hosttest.Log(), Interval: time.Hour, Drivers: []host.Driver{drv}})
+	h, err := host.Open(host.Config{DataDir: b.data, Seal: hosttest.Seal, Root: b.root, Logger: hosttest.Log(), Interval: time.Hour, Drivers: []host.Driver{drv}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,7 +639,7 @@ func TestUnitTunnelTakeoverCrashSafety(t *testing.T) {
 			drv := newDriver(Config{Root: b.root, Logger: hosttest.Log()}, b.wg,
 				SealedKey{Path: KeyPath(b.data), Seal: b.seal})
 			drv.crasher = hosttest.Armed(point)
-			h, err := host.Open(host.Config{DataDir: b.data, Root: b.root, Logger: hosttest.Log(), Drivers: []host.Driver{drv}})
+			h, err := host.Open(host.Config{DataDir: b.data, Seal: hosttest.Seal, Root: b.root, Logger: hosttest.Log(), Drivers: []host.Driver{drv}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,7 @@ import (
 // OpenBed opens a host on b with the given drivers, closed when the test ends.
 func OpenBed(b *hosttest.Bed, drivers ...host.Driver) *host.Host {
 	b.T.Helper()
-	h, err := host.Open(host.Config{DataDir: b.Data, Root: b.Root, Logger: hosttest.Log(), Drivers: drivers})
+	h, err := host.Open(host.Config{DataDir: b.Data, Seal: hosttest.Seal, Root: b.Root, Logger: hosttest.Log(), Drivers: drivers})
 	if err != nil {
 		b.T.Fatal(err)
 	}
