@@ -31,7 +31,7 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := bootIn(t, "sd-pkg", "198.51.100.10/24")
-	ctx := testenv.Context(t, 3*time.Minute)
+	ctx := testenv.Context(t, 4*time.Minute)
 	run := func(args ...string) string {
 		t.Helper()
 		out, err := m.Run(ctx, args...)
@@ -159,6 +159,13 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 	if st := m.State(); st != "running" {
 		t.Errorf("after purge the machine is %s", st)
 	}
+	// Installed again, the kept node is named, not made again, and its agent comes back.
+	out = run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", in)
+	if !strings.Contains(out, "This machine is already a node") || strings.Contains(out, "meshd genesis --name") {
+		t.Errorf("apt install after a purge does not say the machine is already a node:\n%s", out)
+	}
+	run("systemctl", "start", "meshd")
+	status(30 * time.Second)
 }
 
 // sandboxed checks that the agent runs inside the unit's sandbox (docs/security.md), from its
