@@ -71,7 +71,8 @@ A migration, in order (docs/runbook.md walks it step by step):
      meshd genesis --name hub --adopted --take-tunnel wg0
                                                      the record begins; what is found is held, and the
                                                      predecessor's tunnel wg0 is the mesh's, in place
-     meshd install-unit && systemctl enable --now meshd     the agent, under systemd
+     systemctl enable --now meshd                   the agent, under systemd (the package's unit;
+                                                     without the package: meshd install-unit first)
   2. meshd token create --adopted > token            a token for the next machine
   3. meshd join --token-file token --name web1 --tunnel wg0
                                                      on that machine: it enrols, adopted, keeping the
