@@ -360,3 +360,36 @@ func historyHas(ctx context.Context, t *testing.T, hub *lab.Machine, want ...[2]
 		t.Fatal(err)
 	}
 }
+
+// adoptedAgainOpensNoMore returns the converged hub to adopted, its found firewall of kind fw in
+// force again and meshd's openings converged through it, and checks what a user would: webapp's
+// published 8080 and the registry's 5001 answer from newnode, and the containers no rule allows
+// (metrics and dashboard, each published on its own port, both listening inside on the
+// registry's 5001) answer neither outside nor newnode. The step's row of the probes' table holds
+// the same from outside for the whole step.
+func adoptedAgainOpensNoMore(ctx context.Context, t *testing.T, hub, nn, outside *lab.Machine, fw lab.FirewallKind) {
+	t.Helper()
+	if out, err := meshd(ctx, hub, "adopt", "hub", "--wait", "3m"); err != nil {
+		t.Fatalf("adopt: %v\n%s", err, out)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error { return consistent(ctx, hub, fw, "adopted") }); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.Poll(t, 60*time.Second, func() error {
+		for _, p := range []int{lab.WebappPort, lab.DeniedInsidePort} {
+			if out, err := nn.Reach(ctx, fmt.Sprintf("http://%s:%d/", lab.HubAddr, p)); err != nil {
+				return fmt.Errorf("newnode does not reach the declared %d: %v %s", p, err, out)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*lab.Machine{outside, nn} {
+		for _, p := range []int{lab.DeniedPort, lab.DashboardPort} {
+			if out, err := m.Reach(ctx, fmt.Sprintf("tcp://%s:%d", lab.HubAddr, p)); err == nil {
+				t.Errorf("%s reached %d, which no rule allows (its container listens inside on the registry's %d): %s", m.Name, p, lab.DeniedInsidePort, out)
+			}
+		}
+	}
+}

@@ -6,7 +6,7 @@ package e2e
 // with the registry's port moved and the tunnel taken; peer1 and peer2 enrolled adopted, keeping
 // their addresses, their tunnels taken too; newnode enrolled converged with a fresh address;
 // modules assigned and taken one at a time; each node previewed and converged; `meshd status`
-// shows every node converged. ADR 0100's "How it is checked" is walked on the way (the refusals
+// shows every node converged; on the ufw hub, the hub returned to adopted. ADR 0100's "How it is checked" is walked on the way (the refusals
 // of genesis, nothing that serves changed, the store unreachable from outside, the openings
 // surviving a reload of the found firewall and a reboot, a predecessor still writing caught,
 // assigning prepares and taking cuts over, converging previews then changes), and ADR 0105's
@@ -14,7 +14,9 @@ package e2e
 // gets a fresh one, directly peered with the others; the tunnel's device outlives an agent
 // restart; a pushed port reaches every endpoint). Every step is said to the lab (Lab.Step), so the probes' records read back
 // per step: failed calls, the longest outage and the step it began in, and whether outside ever
-// reached the store — at any probe, in any step, it must not have.
+// reached the store or the containers no rule allows (metrics, dashboard: published on ports of
+// their own, listening inside on the port of meshd's registry, whose forwarded opening is in force
+// from genesis on) — at any probe, in any step, it must not have.
 
 import (
 	"encoding/json"
@@ -570,7 +572,16 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		t.Logf("meshd history:\n%s", out)
 	})
 
-	t.Run("the probes per step: the store never reached from outside; the peers' outages short", func(t *testing.T) {
+	if fw == lab.FirewallUFW {
+		// Once, not per firewall: the hub returned to adopted converges its openings through ufw
+		// again, whose after.rules hands DOCKER-USER to ufw's route rules (issue 34).
+		step("adopt hub again (ufw in force again)")
+		t.Run("returned to adopted, the openings answer and the containers no rule allows do not", func(t *testing.T) {
+			adoptedAgainOpensNoMore(ctx, t, hub, nn, outside, fw)
+		})
+	}
+
+	t.Run("the probes per step: the store and the containers no rule allows never reached from outside; the peers' outages short", func(t *testing.T) {
 		rows, err := l.StepReport()
 		if err != nil {
 			t.Fatal(err)
@@ -578,7 +589,20 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 		refused := 0
 		for _, r := range rows {
 			refused += r.Refused
-			if r.Breaches > 0 {
+			breached := r.Breached
+			if strings.HasPrefix(r.Step, "reload") {
+				// While `ufw reload` reloads the found firewall, its own drop of
+				// what no rule allows is briefly not in force (the ufw hub's goes through
+				// ufw-after-forward, which ufw's stop empties): metrics and dashboard are then the
+				// predecessor's firewall's to keep, not an opening's; the store is meshd's guard's.
+				breached = slices.DeleteFunc(slices.Clone(breached), func(p string) bool {
+					return p == "outside-metrics" || p == "outside-dashboard"
+				})
+				if len(breached) < len(r.Breached) {
+					t.Logf("step %q: outside reached %s while the found firewall reloaded", r.Step, strings.Join(r.Breached, ", "))
+				}
+			}
+			if len(breached) > 0 {
 				t.Errorf("step %q: outside reached what it must not (%s) %d times", r.Step, strings.Join(r.Breached, ", "), r.Breaches)
 			}
 			// A reload that drops Docker's rules and a reboot are outages by design; every

@@ -96,6 +96,10 @@ const (
 	// management port (15672) on loopback.
 	MeasuredStorePort  = 16379
 	MeasuredBrokerPort = 5673
+	// MeasuredSharedInsidePort is where svc01 and svc02 listen inside their containers, each
+	// published on its own port (8101, 8102), as services built from one image are: the found
+	// firewall's forwarding rule for either (on the port after Docker's DNAT) names both.
+	MeasuredSharedInsidePort = 8100
 	// OperatorHome is the operator's home on the measured hub (under /var/lib, which a lab
 	// machine overlays: /root would be the host's).
 	OperatorHome = "/var/lib/operator"
@@ -138,8 +142,9 @@ type measuredCtr struct {
 }
 
 // measuredHub is the measured hub's containers for n containers in all: the predecessor's
-// store, broker (management port on loopback), registry and webapp; services svcNN each
-// published on its own port; and pairs svcNN-redis (6379 on the bridge, unpublished) and
+// store, broker (published on 5673, 5672 inside; management port on loopback), registry and
+// webapp; services svcNN each published on its own port (svc01 and svc02 listening inside on one
+// port, MeasuredSharedInsidePort); and pairs svcNN-redis (6379 on the bridge, unpublished) and
 // svcNN-worker (a container calling its redis and the broker at their bridge addresses on the
 // standard ports). n = 60 gives 52 published containers and 4 pairs; n = 12 gives 10 and 1.
 type measuredHub struct {
@@ -168,9 +173,12 @@ func measuredLayout(n int) (measuredHub, error) {
 			extra: []string{"-e", "GREETING=hello", "-v", "/etc/webapp:/etc/webapp:ro"}},
 	}
 	for i := 1; i <= services; i++ {
-		p := 8100 + i
+		p, inside := 8100+i, 8100+i
+		if i <= 2 {
+			inside = MeasuredSharedInsidePort // svc01 and svc02: one port inside, each its own published
+		}
 		lay.ctrs = append(lay.ctrs, measuredCtr{name: fmt.Sprintf("svc%02d", i), image: ImageName,
-			publish: []string{fmt.Sprintf("%d:%d", p, p)}, listen: []int{p}, served: p, forwardPort: p})
+			publish: []string{fmt.Sprintf("%d:%d", p, inside)}, listen: []int{inside}, served: p, forwardPort: inside})
 	}
 	for i := 1; i <= pairs; i++ {
 		name := fmt.Sprintf("svc%02d-redis", i)

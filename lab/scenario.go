@@ -30,7 +30,8 @@ type FirewallKind string
 
 const (
 	// FirewallUFW: ufw over iptables, incoming `allow` and forwarded `route allow` rules, the
-	// forwarded ones reached from Docker's DOCKER-USER chain.
+	// forwarded ones reached from Docker's DOCKER-USER chain the way ufw-docker's after.rules
+	// sends it there (ufwDockerRules).
 	FirewallUFW FirewallKind = "ufw"
 	// FirewallNftables: a plain ruleset in /etc/nftables.conf (beginning with `flush ruleset`),
 	// loaded by nftables.service.
@@ -63,8 +64,16 @@ const (
 	RegistryPort = 5000
 	// StorePort is the store's foundation port default: nothing serves it in the predecessor.
 	StorePort = 6379
-	// DeniedPort is published by the metrics container and allowed by no firewall rule.
-	DeniedPort = 9090
+	// DeniedPort is published by the metrics container and allowed by no firewall rule;
+	// DashboardPort is the dashboard container's, allowed by none either. Both containers listen
+	// inside on DeniedInsidePort, each published on its own port: what a forwarded opening of
+	// DeniedInsidePort opens is the port the client addresses, never theirs (issue 34).
+	DeniedPort    = 9090
+	DashboardPort = 9091
+	// DeniedInsidePort is where meshd's registry is published in the walks (genesis --port
+	// registry=5001, the predecessor's registry holding 5000), so a forwarded opening of it is in
+	// force from genesis on; no found rule names it.
+	DeniedInsidePort = 5001
 
 	// PredecessorControl is the unit standing in for the predecessor's control daemon.
 	PredecessorControl = "predecessor-control"
@@ -145,6 +154,8 @@ func Predecessor(fw FirewallKind) Scenario {
 			{Name: "peer2-tunnel", From: "peer2", Target: fmt.Sprintf("http://%s:%d/", HubTunnelAddr, WebappPort), Expect: ExpectReach},
 			{Name: "served", From: "newnode", Target: fmt.Sprintf("http://%s:%d/", HubAddr, WebappPort), Expect: ExpectReach},
 			{Name: "outside-store", From: "outside", Target: fmt.Sprintf("tcp://%s:%d", HubAddr, StorePort), Expect: ExpectUnreachable},
+			{Name: "outside-metrics", From: "outside", Target: fmt.Sprintf("tcp://%s:%d", HubAddr, DeniedPort), Expect: ExpectUnreachable},
+			{Name: "outside-dashboard", From: "outside", Target: fmt.Sprintf("tcp://%s:%d", HubAddr, DashboardPort), Expect: ExpectUnreachable},
 		},
 		Configure: func(ctx context.Context, l *Lab) error { return configurePredecessor(ctx, l, fw) },
 		Populate:  populatePredecessor,
@@ -204,19 +215,32 @@ func enableTunnel(ctx context.Context, m *Machine, conf string) error {
 	return err
 }
 
-// ufwDockerRules hook Docker's published ports into ufw: DOCKER-USER (which Docker puts first in
-// FORWARD) hands new connections from outside to ufw's route rules and drops what they do not
-// allow. Both chains it jumps to are ufw's primary chains, which `ufw disable` flushes and keeps,
-// so a disabled ufw lets Docker's forwarding through again. ufw loads after.rules before its user
-// chains exist, so this declares the one it jumps to (user.rules fills it right after).
-const ufwDockerRules = `# meshlab: the predecessor filters Docker's published ports with ufw route rules
+// ufwDockerRules hook Docker's published ports into ufw in the shape ufw-docker's after.rules
+// gives them (said here in the lab's own words): DOCKER-USER, which Docker puts first in FORWARD,
+// hands every packet to ufw's route rules first (ufw-user-forward), so a `ufw route allow` there
+// matches the container's port after Docker's DNAT; then lets the private networks through (the
+// tunnel's range, the containers' own traffic) and DNS answers; then drops what starts a
+// connection toward a private network (the containers' bridges) from anywhere else. The drop goes
+// through ufw-after-forward, one of ufw's primary chains, which `ufw disable` flushes and keeps,
+// so a disabled ufw (retired at the flip) lets Docker's forwarding through again; ufw-docker's own
+// deny chain would outlive `ufw disable`. ufw loads after.rules before its user chains exist, so
+// this declares the one it jumps to (user.rules fills it right after).
+const ufwDockerRules = `# meshlab: Docker's published ports go through ufw's route rules (ufw-docker's shape)
 *filter
 :DOCKER-USER - [0:0]
 :ufw-user-forward - [0:0]
--A DOCKER-USER -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN
--A DOCKER-USER -i docker0 -j RETURN
 -A DOCKER-USER -j ufw-user-forward
--A DOCKER-USER -j ufw-after-forward
+-A DOCKER-USER -s 10.0.0.0/8 -j RETURN
+-A DOCKER-USER -s 172.16.0.0/12 -j RETURN
+-A DOCKER-USER -s 192.168.0.0/16 -j RETURN
+-A DOCKER-USER -p udp -m udp --sport 53 --dport 1024:65535 -j RETURN
+-A DOCKER-USER -d 10.0.0.0/8 -p tcp -m tcp --tcp-flags FIN,SYN,RST,ACK SYN -j ufw-after-forward
+-A DOCKER-USER -d 172.16.0.0/12 -p tcp -m tcp --tcp-flags FIN,SYN,RST,ACK SYN -j ufw-after-forward
+-A DOCKER-USER -d 192.168.0.0/16 -p tcp -m tcp --tcp-flags FIN,SYN,RST,ACK SYN -j ufw-after-forward
+-A DOCKER-USER -d 10.0.0.0/8 -p udp -m udp --dport 0:32767 -j ufw-after-forward
+-A DOCKER-USER -d 172.16.0.0/12 -p udp -m udp --dport 0:32767 -j ufw-after-forward
+-A DOCKER-USER -d 192.168.0.0/16 -p udp -m udp --dport 0:32767 -j ufw-after-forward
+-A DOCKER-USER -j RETURN
 -A ufw-after-forward -o docker0 -m conntrack --ctstate NEW -j DROP
 COMMIT
 `
@@ -363,8 +387,11 @@ func populatePredecessor(ctx context.Context, l *Lab) error {
 			"-p", fmt.Sprintf("%d:%d", RegistryPort, RegistryPort),
 			ImageName, "serve", "--listen", fmt.Sprintf(":%d", RegistryPort), "--name", "predecessor-registry"},
 		{"run", "-d", "--name", "metrics", "--restart", "unless-stopped",
-			"-p", fmt.Sprintf("%d:%d", DeniedPort, DeniedPort),
-			ImageName, "serve", "--listen", fmt.Sprintf(":%d", DeniedPort), "--name", "metrics"},
+			"-p", fmt.Sprintf("%d:%d", DeniedPort, DeniedInsidePort),
+			ImageName, "serve", "--listen", fmt.Sprintf(":%d", DeniedInsidePort), "--name", "metrics"},
+		{"run", "-d", "--name", "dashboard", "--restart", "unless-stopped",
+			"-p", fmt.Sprintf("%d:%d", DashboardPort, DeniedInsidePort),
+			ImageName, "serve", "--listen", fmt.Sprintf(":%d", DeniedInsidePort), "--name", "dashboard"},
 	}
 	for _, r := range runs {
 		if _, err := hub.Docker(ctx, r...); err != nil {

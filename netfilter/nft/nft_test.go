@@ -25,8 +25,13 @@ func TestNftablesOpenings(t *testing.T) {
 	t.Logf("found: %s", f)
 	cli := l.Cli
 	pub := l.HostAddr + ":8080"
+	// metrics: published on 9090, listening inside on 8080, the port app's opening names
+	metrics := l.HostAddr + ":9090"
+	l.Publish(9090, 8080)
+	l.Serve(l.Ctr, "0.0.0.0:8080")
 	l.WantReach(cli, l.HostAddr+":7000", false)
 	l.WantReach(cli, pub, false) // Docker's DNAT and accept do not pass the found forward chain
+	l.WantReach(cli, metrics, false)
 
 	dump := func() string { return l.Sh("nft list table inet nffound") }
 	before := dump()
@@ -44,7 +49,8 @@ func TestNftablesOpenings(t *testing.T) {
 		t.Fatalf("first converge wrote %d/%d, want 3 added", r.Added, r.Removed)
 	}
 	l.WantReach(cli, l.HostAddr+":7000", true)
-	l.WantReach(cli, pub, true) // through Docker's DNAT to the container
+	l.WantReach(cli, pub, true)      // through Docker's DNAT to the container
+	l.WantReach(cli, metrics, false) // the published port addressed, not the container's
 	l.WantReach(l.Peer, l.PeerHost+":7001", true)
 	l.WantReach(cli, l.HostAddr+":7001", false)
 	nflab.AssertOnlyMarked(t, "after converge", before, dump())

@@ -12,28 +12,33 @@ import (
 )
 
 // driver converges openings through a found ufw in ufw's own terms: `ufw allow` for the
-// incoming path and `ufw route allow` for the forwarded path, each with a meshd comment (ufw
-// keeps it hex-encoded in /etc/ufw/user.rules, not in the kernel). ufw has no batch: one ufw
-// invocation per rule added or removed, none when nothing changes.
+// incoming path, with a meshd comment (ufw keeps it hex-encoded in /etc/ufw/user.rules, not in
+// the kernel). ufw has no batch: one ufw invocation per rule added or removed, none when nothing
+// changes.
+//
+// A forwarded opening is no `ufw route allow`: ufw's route rules match the destination port as
+// the packet has it in FORWARD, after Docker's DNAT rewrote it to the container's own port, so
+// `ufw route allow … port 8080` opens every container listening on 8080 inside, whatever port it
+// is published on (reached from DOCKER-USER, as ufw-docker's after.rules sends it there). It
+// goes into ufw's iptables backend instead, matched on conntrack's original destination port,
+// the published port the client addressed: at the head of DOCKER-USER where Docker made that
+// chain (Docker's own FORWARD rules run before ufw's), else at the head of FORWARD, ahead of
+// ufw's "deny routed" policy. Where Docker made DOCKER-USER in ip6tables too, the rule has its
+// IPv6 twin there.
 //
 // A forwarded opening is also an IPv6 `ufw allow` (in user6.rules alone: `ufw allow proto tcp
 // from ::/0 to any port P`, listed by `ufw status` as `P/tcp (v6)` with its meshd comment) where
 // ufw keeps IPv6 rules: Docker publishes every port on [::] too, and IPv6 to a container on an
 // IPv4-only bridge (Docker's default) is no DNAT but Docker's proxy, a process of the machine
-// listening on the published port, so the input path, which `ufw route allow` does not open. It
+// listening on the published port, so the input path, where the port is the one addressed. It
 // is the plain-iptables driver's INPUT twin in ip6tables, and the derived filter's proxy rule, in
 // ufw's words; it carries the opening's mark and goes with it.
 //
-// A forwarded opening to a published container port is also put at the head of DOCKER-USER,
-// matched on conntrack's original destination port: ufw's route rules see the port after
-// Docker's DNAT, and Docker's own FORWARD rules run before ufw's. Where Docker made DOCKER-USER
-// in ip6tables too, the rule has its IPv6 twin there.
-//
 // The routed opening (a node reaching a spoke on its found tunnel through the hub) is no ufw
-// tuple: it goes at the head of FORWARD in ufw's iptables backend, in on the private network's
-// interface and out on it again, between the range's addresses, ahead of ufw's "deny routed"
-// policy. Like every opening it is read back on every pass and by the watch, which puts it back
-// if a reload drops it.
+// tuple either: it goes at the head of FORWARD in ufw's iptables backend, in on the private
+// network's interface and out on it again, between the range's addresses, ahead of ufw's "deny
+// routed" policy. Like every opening it is read back on every pass and by the watch, which puts
+// it back if a reload drops it.
 type driver struct {
 	netfilter.Base
 	found netfilter.Found
@@ -46,7 +51,8 @@ func New(env netfilter.Env, priv netfilter.Private, found netfilter.Found) netfi
 
 func (d *driver) Kind() netfilter.Kind { return netfilter.KindUFW }
 
-// tupleText is the tuple ufw writes in user.rules for the rule that implements o.
+// tupleText is the tuple ufw writes in user.rules for the `ufw allow` of o at the input path
+// (for a forwarded opening, its proxy tuple's IPv4 twin: see proxyTupleText).
 func tupleText(o netfilter.Opening, priv netfilter.Private) (string, error) {
 	src := ""
 	iface := ""
@@ -75,9 +81,6 @@ func tupleText(o netfilter.Opening, priv netfilter.Private) (string, error) {
 		src = anyNet
 	}
 	action := "allow"
-	if o.Path == netfilter.PathForwarded {
-		action = "route:allow"
-	}
 	dir := "in"
 	if iface != "" {
 		dir += "_" + iface
@@ -185,11 +188,13 @@ func v4Twin(text string) string {
 	return strings.ReplaceAll(text, "::/0", "0.0.0.0/0")
 }
 
-// wantedRules decides the ufw rules the openings need. An opening the found firewall's own rule
-// already allows, or whose tuple another opening already needs, needs no rule of its own:
-// heldBy says why. An opening whose tuple cannot be written is failed. Where ufw keeps IPv6
-// rules (ipv6), a forwarded opening also needs its IPv6 proxy tuple (proxyTupleText), unless
-// a rule from anywhere in both families already allows that port at the input path.
+// wantedRules decides the ufw rules the openings need. An incoming opening the found firewall's
+// own rule already allows, or whose tuple another opening already needs, needs no rule of its
+// own: heldBy says why. An opening whose tuple cannot be written is failed. A forwarded or routed
+// opening has no ufw tuple of its own (see driver); where ufw keeps IPv6 rules (ipv6), a
+// forwarded opening needs its IPv6 proxy tuple (proxyTupleText), unless a rule from anywhere in
+// both families already allows that port at the input path. A route rule meshd marked, left by a
+// meshd that opened forwarded ports that way, is wanted by nothing and so removed.
 func wantedRules(tuples []tuple, want map[string]netfilter.Opening, keys []string, priv netfilter.Private, ipv6 bool) (rules []marked, heldBy, failed map[string]string) {
 	userOwned := map[string]bool{} // tuple texts of the found firewall's own rules
 	for _, t := range tuples {
@@ -200,8 +205,8 @@ func wantedRules(tuples []tuple, want map[string]netfilter.Opening, keys []strin
 	heldBy, failed = map[string]string{}, map[string]string{}
 	canon := map[string]string{} // tuple text -> the mark that carries it
 	for _, k := range keys {
-		if want[k].Path == netfilter.PathRouted {
-			continue // at the head of FORWARD, through xt.Converge: see Converge
+		if want[k].Path != netfilter.PathIncoming {
+			continue // in ufw's iptables backend, through xt.Converge: see Converge
 		}
 		text, err := tupleText(want[k], priv)
 		if err != nil {
@@ -222,11 +227,15 @@ func wantedRules(tuples []tuple, want map[string]netfilter.Opening, keys []strin
 		return rules, heldBy, failed
 	}
 	for _, k := range keys {
-		if want[k].Path != netfilter.PathForwarded || failed[k] != "" {
+		if want[k].Path != netfilter.PathForwarded {
 			continue
 		}
 		text, err := proxyTupleText(want[k], priv)
-		if err != nil || text == "" {
+		if err != nil {
+			failed[k] = err.Error()
+			continue
+		}
+		if text == "" {
 			continue
 		}
 		v4 := v4Twin(text)
@@ -277,7 +286,8 @@ func (d *driver) apply(ctx context.Context, add, remove []marked, out *netfilter
 }
 
 // Converge makes meshd's ufw rules equal to what desired needs (in one batch where this
-// process sees ufw's files, else one ufw command per rule), then its DOCKER-USER rules in ufw's iptables backend through xt.Converge.
+// process sees ufw's files, else one ufw command per rule), then its rules in ufw's iptables
+// backend (DOCKER-USER, FORWARD: xtChains) through xt.Converge.
 func (d *driver) Converge(ctx context.Context, desired []netfilter.Opening) (netfilter.Report, error) {
 	d.Mu.Lock()
 	defer d.Mu.Unlock()
@@ -294,7 +304,7 @@ func (d *driver) Converge(ctx context.Context, desired []netfilter.Opening) (net
 		return netfilter.Report{}, err
 	}
 
-	// DOCKER-USER, in ufw's iptables backend.
+	// DOCKER-USER and FORWARD, in ufw's iptables backend.
 	backend := d.found.Backend
 	if backend == "" {
 		backend = "nft"
@@ -320,14 +330,18 @@ func (d *driver) Converge(ctx context.Context, desired []netfilter.Opening) (net
 
 // xtChains is where an opening's rule goes in ufw's iptables backend, beside ufw's own: a
 // forwarded one at the head of DOCKER-USER where Docker made that chain (in ip6tables only when
-// Docker filters IPv6 there, its ip6tables option), the routed one at the head of FORWARD (IPv4
-// alone: the private network's range is). A DOCKER-USER twin in ip6tables accepts only what
-// the IPv4 one accepts, for the same opening, and goes with it.
+// Docker filters IPv6 there, its ip6tables option), else at the head of FORWARD (IPv4 alone:
+// without Docker's ip6tables no published port is DNATed over IPv6, its proxy takes it on the
+// input path); the routed one at the head of FORWARD (IPv4 alone: the private network's range
+// is). A DOCKER-USER twin in ip6tables accepts only what the IPv4 one accepts, for the same
+// opening, and goes with it.
 func xtChains(o netfilter.Opening, x *xt.Dump) []string {
-	if o.Path == netfilter.PathForwarded && x.Has("DOCKER-USER") {
+	switch {
+	case o.Path == netfilter.PathForwarded && x.Has("DOCKER-USER"):
 		return []string{"DOCKER-USER"}
-	}
-	if o.Path == netfilter.PathRouted {
+	case o.Path == netfilter.PathForwarded && !x.V6:
+		return []string{"FORWARD"}
+	case o.Path == netfilter.PathRouted:
 		return []string{"FORWARD"}
 	}
 	return nil

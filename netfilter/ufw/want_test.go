@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"meshd/netfilter"
+	"meshd/netfilter/xt"
 )
 
 // The IPv6 twin ufw keeps in user6.rules of a rule from anywhere is the same ufw rule, not a
@@ -53,8 +54,8 @@ func TestPlanUFWTuples(t *testing.T) {
 	}
 }
 
-// A forwarded opening through ufw also needs an IPv6 `ufw allow` at the input path, for Docker's
-// proxy: from the opening's sources (none from an IPv4 range), only where ufw keeps IPv6 rules,
+// A forwarded opening through ufw needs an IPv6 `ufw allow` at the input path, for Docker's
+// proxy, and no ufw tuple of its own (its rule is in DOCKER-USER, on the port addressed): from the opening's sources (none from an IPv4 range), only where ufw keeps IPv6 rules,
 // none where a rule from anywhere already lets that port in at the input path in both families.
 // Its command is IPv6 alone (ufw reads "from any" as both).
 func TestPlanUFWProxyTuple(t *testing.T) {
@@ -90,11 +91,11 @@ func TestPlanUFWProxyTuple(t *testing.T) {
 			t.Errorf("a proxy tuple that matches no IPv6 packet, or one a rule from anywhere already carries: %q", r)
 		}
 	}
-	if len(rules) != 8 { // six openings' own, two proxy tuples
-		t.Errorf("rules %q, want 8", got)
+	if len(rules) != 3 { // the incoming opening's own, two proxy tuples
+		t.Errorf("rules %q, want 3", got)
 	}
-	if rules, _, _ := wantedRules(nil, want, keys, priv, false); len(rules) != 6 {
-		t.Errorf("with IPV6=no: %d rules, want only the openings' own 6", len(rules))
+	if rules, _, _ := wantedRules(nil, want, keys, priv, false); len(rules) != 1 {
+		t.Errorf("with IPV6=no: %d rules, want only the incoming opening's own", len(rules))
 	}
 	args, err := commandArgs("allow tcp 8080 ::/0 any ::/0 in", false)
 	if err != nil || strings.Join(args, " ") != "allow proto tcp from ::/0 to any port 8080" {
@@ -103,5 +104,66 @@ func TestPlanUFWProxyTuple(t *testing.T) {
 	args, _ = commandArgs("allow tcp 8080 0.0.0.0/0 any 0.0.0.0/0 in", true)
 	if strings.Join(args, " ") != "delete allow proto tcp from any to any port 8080" {
 		t.Errorf("ufw args of a rule from anywhere: %q", args)
+	}
+}
+
+// A forwarded opening is never a `ufw route allow`: ufw's route rules match the port after
+// Docker's DNAT, so one on the published port opens every container listening on that port
+// inside. A route rule meshd marked (left by a meshd that wrote them) is removed, the found
+// firewall's own route rule left alone and not taken as allowing the opening.
+func TestPlanUFWNoRouteTuple(t *testing.T) {
+	priv := netfilter.Private{Interface: "wg0", Range: netip.MustParsePrefix("10.99.0.0/16")}
+	webapp := netfilter.Opening{Module: "webapp", Proto: "tcp", Port: 8080, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded}
+	registry := netfilter.Opening{Module: "registry", Proto: "tcp", Port: 5000, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded}
+	want, keys, err := netfilter.Dedupe([]netfilter.Opening{webapp, registry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tuples := []tuple{
+		{Text: "route:allow tcp 8080 0.0.0.0/0 any 0.0.0.0/0 in", Comment: webapp.Mark(), Route: true}, // an older meshd's
+		{Text: "route:allow tcp 8080 ::/0 any ::/0 in", Comment: webapp.Mark(), Route: true},
+		{Text: "route:allow tcp 5000 0.0.0.0/0 any 0.0.0.0/0 in", Route: true}, // the found firewall's own
+	}
+	for _, ipv6 := range []bool{false, true} {
+		rules, heldBy, failed := wantedRules(tuples, want, keys, priv, ipv6)
+		if len(heldBy)+len(failed) != 0 {
+			t.Fatalf("ipv6 %v: held by %v, failed %v", ipv6, heldBy, failed)
+		}
+		for _, r := range rules {
+			if strings.HasPrefix(r.text, "route:") {
+				t.Errorf("ipv6 %v: a route rule wanted: %v", ipv6, r)
+			}
+		}
+		_, remove := netfilter.Plan(markedTuples(tuples), rules)
+		if len(remove) != 1 || remove[0].text != "route:allow tcp 8080 0.0.0.0/0 any 0.0.0.0/0 in" || remove[0].mark != webapp.Mark() {
+			t.Errorf("ipv6 %v: remove %v, want the marked route rule (one ufw rule, both families)", ipv6, remove)
+		}
+	}
+}
+
+// A forwarded opening's rule in ufw's iptables backend goes at the head of DOCKER-USER where
+// Docker made it, else at the head of FORWARD in IPv4 (never a route rule); over IPv6 only into a
+// DOCKER-USER Docker made there.
+func TestXTChainsForwarded(t *testing.T) {
+	fwd := netfilter.Opening{Module: "webapp", Proto: "tcp", Port: 8080, From: netfilter.FromAnywhere, Path: netfilter.PathForwarded}
+	dump := func(v6 bool, chains ...string) *xt.Dump {
+		x := &xt.Dump{V6: v6, Policies: map[string]string{"INPUT": "DROP", "FORWARD": "DROP", "OUTPUT": "ACCEPT"}}
+		for _, c := range chains {
+			x.Policies[c] = "-"
+		}
+		return x
+	}
+	for _, c := range []struct {
+		x    *xt.Dump
+		want string
+	}{
+		{dump(false, "DOCKER-USER"), "DOCKER-USER"},
+		{dump(false), "FORWARD"},
+		{dump(true, "DOCKER-USER"), "DOCKER-USER"},
+		{dump(true), ""},
+	} {
+		if got := strings.Join(xtChains(fwd, c.x), ","); got != c.want {
+			t.Errorf("v6 %v, chains %v: %q, want %q", c.x.V6, c.x.Policies, got, c.want)
+		}
 	}
 }

@@ -60,6 +60,11 @@ func TestIptablesOpenings(t *testing.T) {
 		t.Fatalf("detected %+v", f)
 	}
 	cli, pub := l.Cli, l.HostAddr+":8080"
+	// metrics: published on 9090, listening inside on 8080, the port app's opening names
+	metrics := l.HostAddr + ":9090"
+	l.Publish(9090, 8080)
+	l.Serve(l.Ctr, "0.0.0.0:8080")
+	l.WantReach(cli, metrics, false)
 	l.WantReach(cli, l.HostAddr+":7000", false)
 	l.WantReach(l.Peer, l.PeerHost+":7001", false)
 	l.WantReach(cli, pub, false) // the found DOCKER-USER drop filters Docker's published port
@@ -95,6 +100,7 @@ func TestIptablesOpenings(t *testing.T) {
 	l.WantReach(l.Peer, l.PeerHost+":7001", true)
 	l.WantReach(cli, l.HostAddr+":7001", false) // private: not from the outside
 	l.WantReach(cli, pub, true)                 // through Docker's DNAT to the container
+	l.WantReach(cli, metrics, false)            // the published port addressed, not the container's
 	after := xtSave(l)
 	nflab.AssertOnlyMarked(t, "after converge", before, after)
 	added, _ := nflab.DiffLines(before, after)

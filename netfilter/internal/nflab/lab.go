@@ -167,6 +167,19 @@ func (l *Lab) Docker() {
 	}, " && "))
 }
 
+// Publish adds a published port the way Docker adds one to a running container: hostPort DNATed
+// to the container's ctrPort (in nat DOCKER), and new traffic to that container port accepted
+// (in filter DOCKER). What answers there is the caller's: Serve on l.Ctr. Several published
+// ports may lead to one container port, as several containers listening on one port inside
+// each have their own published one.
+func (l *Lab) Publish(hostPort, ctrPort int) {
+	l.T.Helper()
+	br := l.BrIf
+	l.Sh(fmt.Sprintf("iptables -t nat -A DOCKER ! -i %[1]s -p tcp -m tcp --dport %[2]d -j DNAT --to-destination 192.0.2.2:%[3]d && "+
+		"{ iptables -C DOCKER -d 192.0.2.2/32 ! -i %[1]s -o %[1]s -p tcp -m tcp --dport %[3]d -j ACCEPT 2>/dev/null || "+
+		"iptables -A DOCKER -d 192.0.2.2/32 ! -i %[1]s -o %[1]s -p tcp -m tcp --dport %[3]d -j ACCEPT; }", br, hostPort, ctrPort))
+}
+
 // The lab's IPv6, beside its IPv4 (documentation addresses, 2001:db8::/32):
 //
 //	cli  2001:db8:100::2 ──── host 2001:db8:100::1    the outside machine
