@@ -3,6 +3,7 @@ package lab_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -296,15 +297,16 @@ func testPredecessorOf(t *testing.T, fw lab.FirewallKind, sc lab.Scenario) *lab.
 	return l
 }
 
-// writeFakeAgent writes a stand-in for the meshd binary: it records its arguments, says READY=1
-// to $NOTIFY_SOCKET (meshd's unit is Type=notify) and stays up.
+// writeFakeAgent builds a stand-in for the meshd binary (testdata/fakeagent): it records its
+// arguments, says READY=1 to $NOTIFY_SOCKET from its own process (meshd's unit is Type=notify,
+// NotifyAccess=main) and stays up.
 func writeFakeAgent(t *testing.T) string {
 	t.Helper()
 	p := t.TempDir() + "/meshd"
-	script := "#!/bin/sh\nmkdir -p /run/meshd\necho \"$@\" > /run/meshd/started\n" +
-		"systemd-notify --ready --status='stand-in agent serving'\nexec sleep infinity\n"
-	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
+	build := exec.Command("go", "build", "-o", p, "./testdata/fakeagent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the stand-in agent: %v\n%s", err, out)
 	}
 	return p
 }
