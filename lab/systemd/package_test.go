@@ -83,7 +83,7 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 	pid := strings.TrimSpace(run("systemctl", "show", "-p", "MainPID", "--value", "meshd"))
 	sandboxed(t, run("cat", "/proc/"+pid+"/status"),
 		run("readlink", "/proc/1/ns/uts", "/proc/1/ns/mnt", "/proc/"+pid+"/ns/uts", "/proc/"+pid+"/ns/mnt"))
-	run("systemctl", "kill", "-s", "KILL", "meshd")
+	run("systemctl", "kill", "--kill-whom=main", "-s", "KILL", "meshd")
 	if err := testenv.Poll(t, 30*time.Second, func() error {
 		now := strings.TrimSpace(run("systemctl", "show", "-p", "MainPID", "--value", "meshd"))
 		if a := what("is-active"); a != "active" || now == pid || now == "0" {

@@ -516,7 +516,7 @@ func TestSystemdHubReboot(t *testing.T) {
 	}
 
 	pid := strings.TrimSpace(mustRun(ctx, t, r.hub, "systemctl", "show", "-p", "MainPID", "--value", "meshd"))
-	mustRun(ctx, t, r.hub, "systemctl", "kill", "-s", "KILL", "meshd")
+	mustRun(ctx, t, r.hub, "systemctl", "kill", "--kill-whom=main", "-s", "KILL", "meshd")
 	if err := testenv.Poll(t, 30*time.Second, func() error {
 		now := strings.TrimSpace(mustRun(ctx, t, r.hub, "systemctl", "show", "-p", "MainPID", "--value", "meshd"))
 		if a := unitIs(ctx, r.hub, "is-active", "meshd"); a != "active" || now == pid || now == "0" {
