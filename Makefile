@@ -37,31 +37,33 @@ vet:
 	"$$($(GO) env GOPATH)/bin/staticcheck" ./...
 
 # Each run writes its own log (two runs at once never share one); its path is printed first and last.
-# After the suite: the packages whose goroutines share the record, the host's state and gossip run
-# again under the race detector, and each fuzz target runs briefly from its seed corpus (a crasher
-# it finds is written under the package's testdata/fuzz and fails the run). Minimizing each new
-# input is capped at 1 s: at Go's default (60 s) a 10 s run spends itself minimizing, a dozen execs.
-# Each target's budget is a count of executions (seconds each here), not a duration: with a
-# duration Go 1.26's coordinator can report its own deadline as the target failing ("context
-# deadline exceeded", no input written: golang/go#75804, fixed in Go 1.27); a count has no deadline
-# to race.
+# Beside the suite: the packages whose goroutines share the record, the host's state and gossip
+# run again under the race detector, and each fuzz target runs briefly from its seed corpus (a
+# crasher it finds is written under the package's testdata/fuzz and fails the run). They run in
+# the background while the suite runs (its lab tests wait on machines more than they compute, so
+# the second core is mostly free), write their own log, and it is appended to the suite's at the
+# end; the exit code is the suite's, else theirs. Their tests pick random names, as every root
+# test does, so two runs of one test never meet. Minimizing each new input is capped at 1 s: at
+# Go's default (60 s) a 10 s run spends itself minimizing, a dozen execs. Each target's budget is
+# a count of executions (seconds each here), not a duration: with a duration Go 1.26's
+# coordinator can report its own deadline as the target failing ("context deadline exceeded", no
+# input written: golang/go#75804, fixed in Go 1.27); a count has no deadline to race.
 RACE_PKGS ?= ./fsm ./gossip ./agent ./host/...
 FUZZ_PARSE ?= 100000x
 FUZZ_SNAPSHOT ?= 60000x
 
 test: vet
 	@bash scripts/deps.sh --bench
-	@log=$$(mktemp /tmp/meshd-test.XXXXXX.log); echo "test log: $$log"; \
+	@log=$$(mktemp /tmp/meshd-test.XXXXXX.log); passes=$${log%.log}.passes.log; \
+	  echo "test log: $$log (race and fuzz passes: $$passes, appended at the end)"; \
+	  ( $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS) && \
+	    $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_PARSE) -fuzzminimizetime 1s ./catalogue && \
+	    $(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZ_SNAPSHOT) -fuzzminimizetime 1s ./fsm \
+	  ) >"$$passes" 2>&1 & pid=$$!; \
 	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee "$$log"; code=$${PIPESTATUS[0]}; \
-	  if [ $$code -eq 0 ]; then \
-	    $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS) 2>&1 | tee -a "$$log"; code=$${PIPESTATUS[0]}; \
-	  fi; \
-	  if [ $$code -eq 0 ]; then \
-	    $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_PARSE) -fuzzminimizetime 1s ./catalogue 2>&1 | tee -a "$$log"; code=$${PIPESTATUS[0]}; \
-	  fi; \
-	  if [ $$code -eq 0 ]; then \
-	    $(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZ_SNAPSHOT) -fuzzminimizetime 1s ./fsm 2>&1 | tee -a "$$log"; code=$${PIPESTATUS[0]}; \
-	  fi; \
+	  wait $$pid; pcode=$$?; \
+	  echo "== the race and fuzz passes (exit $$pcode)" | tee -a "$$log"; tee -a "$$log" <"$$passes"; \
+	  if [ $$code -eq 0 ]; then code=$$pcode; fi; \
 	  echo "test log: $$log"; exit $$code
 
 # The chaos soak (docs/chaos.md): runs with fresh seeds for CHAOS_MINUTES; `make chaos SEED=N`

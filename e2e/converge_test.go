@@ -31,8 +31,8 @@ import (
 	"meshd/report"
 )
 
-func TestConvergeFlipUFW(t *testing.T)      { testConvergeFlip(t, lab.FirewallUFW) }
-func TestConvergeFlipNftables(t *testing.T) { testConvergeFlip(t, lab.FirewallNftables) }
+func TestConvergeFlipUFW(t *testing.T)      { t.Parallel(); testConvergeFlip(t, lab.FirewallUFW) }
+func TestConvergeFlipNftables(t *testing.T) { t.Parallel(); testConvergeFlip(t, lab.FirewallNftables) }
 
 // previewOf runs `meshd converge hub --preview --json` on hub: the preview and the exit code.
 func previewOf(ctx context.Context, hub *lab.Machine) (report.ConvergePreview, int, error) {

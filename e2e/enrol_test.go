@@ -27,6 +27,7 @@ import (
 // liveness and signed reports in `meshd status`, check reach, a key rotation on the running mesh,
 // a forged report rejected, a killed node seen failed, a graceful leave seen at once.
 func TestEnrolAndGossip(t *testing.T) {
+	t.Parallel()
 	bin := labtest.Meshd(t)
 	l := labtest.Up(t, lab.Predecessor(lab.FirewallNftables))
 	ctx := testenv.Context(t, 8*time.Minute)

@@ -79,11 +79,11 @@ func afterMeshd(ctx context.Context, m *lab.Machine, args []string, out string, 
 	switch args[0] {
 	case "genesis":
 		credMu.Lock()
-		genesisOn = m
+		genesisOn[labOf(m)] = m
 		credMu.Unlock()
 	case "join":
 		credMu.Lock()
-		hub := genesisOn
+		hub := genesisOn[labOf(m)]
 		credMu.Unlock()
 		if hub != nil && hub != m {
 			if cerr := giveCredential(ctx, hub, m); cerr != nil {
@@ -96,11 +96,15 @@ func afterMeshd(ctx context.Context, m *lab.Machine, args []string, out string, 
 
 var (
 	credMu sync.Mutex
-	// genesisOn is the machine the last genesis ran on: the lab's hub, which issues credentials.
-	genesisOn *lab.Machine
+	// genesisOn is, per lab (its directory), the machine the last genesis ran on: the lab's hub,
+	// which issues credentials. Per lab, since the tests run in parallel, each on its own lab.
+	genesisOn = map[string]*lab.Machine{}
 	// credOf is each joined machine's operator credential file.
 	credOf = map[*lab.Machine]string{}
 )
+
+// labOf names m's lab by its directory: a machine's directory is LAB/machines/NAME.
+func labOf(m *lab.Machine) string { return filepath.Dir(filepath.Dir(m.Dir())) }
 
 // machineLocal says a command is about the machine itself, asked on its own socket.
 func machineLocal(args []string) bool {

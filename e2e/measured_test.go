@@ -149,6 +149,7 @@ func (g *guardCounter) refusedByGuard(ctx context.Context, t *testing.T) {
 // every packet to a guarded port from anything but lo and the private interface) fails it at
 // genesis: app-redis's calls are dropped.
 func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
+	t.Parallel()
 	bin := labtest.Meshd(t)
 	l := labtest.Up(t, lab.PredecessorWithApps(lab.FirewallNftables))
 	ctx := testenv.Context(t, 6*time.Minute)
@@ -247,6 +248,7 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 // traffic is a shape, not a scale: its machine runs 15 containers (the same kinds: the store, the
 // broker, services, worker pairs), which saves the suite a minute of raising.
 func TestAdoptMeasuredMachine(t *testing.T) {
+	t.Parallel()
 	t.Run("firewall filters incoming and forwarded", func(t *testing.T) {
 		testAdoptMeasured(t, lab.MeasuredFull, lab.MeasuredContainers)
 	})
@@ -254,6 +256,7 @@ func TestAdoptMeasuredMachine(t *testing.T) {
 }
 
 func testAdoptMeasured(t *testing.T, fw lab.MeasuredFirewall, containers int) {
+	t.Parallel()
 	bin := labtest.Meshd(t)
 	sc, err := lab.Measured(containers, fw)
 	if err != nil {

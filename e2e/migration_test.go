@@ -34,9 +34,9 @@ import (
 	"meshd/setup"
 )
 
-func TestMigrationUFW(t *testing.T)      { testMigration(t, lab.FirewallUFW) }
-func TestMigrationNftables(t *testing.T) { testMigration(t, lab.FirewallNftables) }
-func TestMigrationIptables(t *testing.T) { testMigration(t, lab.FirewallIptables) }
+func TestMigrationUFW(t *testing.T)      { t.Parallel(); testMigration(t, lab.FirewallUFW) }
+func TestMigrationNftables(t *testing.T) { t.Parallel(); testMigration(t, lab.FirewallNftables) }
+func TestMigrationIptables(t *testing.T) { t.Parallel(); testMigration(t, lab.FirewallIptables) }
 
 // testMigration walks the migration on one lab; kept in one body because it is one operator's
 // sequence, each step starting from the machines the step before left (one lab, raised once).

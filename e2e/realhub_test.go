@@ -38,6 +38,7 @@ const realGapBound = 500 * time.Millisecond
 // a kind) also enrols peer1 (no ListenPort) and peer2 (full tunnel) with `join --tunnel wg0` and
 // takes each over with `tunnel take`, each held to the same.
 func TestTunnelTakeoverOnRealHubs(t *testing.T) {
+	t.Parallel()
 	full := os.Getenv("MESHD_E2E_REALHUB_FULL") == "1"
 	for _, fw := range []lab.FirewallKind{lab.FirewallNftables, lab.FirewallUFW, lab.FirewallIptables} {
 		t.Run(string(fw), func(t *testing.T) { realHubWalk(t, fw, full || fw == lab.FirewallNftables) })
@@ -50,6 +51,7 @@ func TestTunnelTakeoverOnRealHubs(t *testing.T) {
 // the reboot a real `systemctl reboot`, after which systemd itself must leave the masked found
 // unit down and bring the agent back.
 func TestTunnelTakeoverOnARealHubRunBySystemd(t *testing.T) {
+	t.Parallel()
 	sc, err := lab.RealHub(lab.FirewallUFW).WithSystemd("hub")
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +60,7 @@ func TestTunnelTakeoverOnARealHubRunBySystemd(t *testing.T) {
 }
 
 func realHubWalk(t *testing.T, fw lab.FirewallKind, full bool) {
+	t.Parallel()
 	realHubWalkOn(t, lab.RealHub(fw), fw, full)
 }
 

@@ -56,6 +56,7 @@ func nodeSettings(ctx context.Context, t *testing.T, m *lab.Machine, node string
 // A port held on a node (checked there, over the bus for a client) is refused naming its holder,
 // the record unchanged; a client's moved gossip port is learnt by the others from the record.
 func TestNodeSetMovesTheStore(t *testing.T) {
+	t.Parallel()
 	bin := labtest.Meshd(t)
 	l := labtest.Up(t, lab.Predecessor(lab.FirewallUFW))
 	ctx := testenv.Context(t, 8*time.Minute)

@@ -19,6 +19,7 @@ import (
 // So is `tunnel take hub wg0` on the running mesh, and a spoke's `join --tunnel wg0` where
 // NetworkManager has a connection for its wg0.
 func TestTakeoverRefusesAManagedInterface(t *testing.T) {
+	t.Parallel()
 	bin := labtest.Meshd(t)
 	l := labtest.Up(t, lab.Predecessor(lab.FirewallUFW))
 	ctx := testenv.Context(t, 4*time.Minute)

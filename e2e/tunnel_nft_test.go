@@ -31,6 +31,7 @@ const routedMark = "meshd:mesh:routed:all/0:private"
 // announcement posted over the bus with an enrolled machine's certificate moves no key; and
 // converging the spoke takes its found tunnel over.
 func TestTunnelOnAnNftablesHub(t *testing.T) {
+	t.Parallel()
 	bin := labtest.Meshd(t)
 	l := labtest.Up(t, lab.Predecessor(lab.FirewallNftables))
 	ctx := testenv.Context(t, 9*time.Minute)

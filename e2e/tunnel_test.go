@@ -151,6 +151,7 @@ func checkTakenOver(ctx context.Context, t *testing.T, hub *lab.Machine, foundKe
 // takes the found tunnel's key as its overlay key, announced in a message signed with that
 // identity, which the record checks before the key moves; the peers notice nothing.
 func TestTunnelTakeOnARunningMesh(t *testing.T) {
+	t.Parallel()
 	bin := labtest.Meshd(t)
 	l := labtest.Up(t, lab.Predecessor(lab.FirewallUFW))
 	ctx := testenv.Context(t, 6*time.Minute)

@@ -304,8 +304,17 @@ func (m *Machine) WaitRunning(within time.Duration) error {
 		case "degraded":
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			failed, _ := m.Run(ctx, "systemctl", "--failed", "--no-legend", "--plain")
+			// Each failed unit's own journal says why: a boot that failed once is rarely
+			// reproduced on demand.
+			why := ""
+			for _, line := range strings.Split(strings.TrimSpace(failed), "\n") {
+				if f := strings.Fields(line); len(f) > 0 {
+					j, _ := m.Run(ctx, "journalctl", "-b", "--no-pager", "-n", "15", "-u", f[0])
+					why += "\n" + f[0] + ":\n" + j
+				}
+			}
 			cancel()
-			return fmt.Errorf("machine %s booted degraded; failed units:\n%s", m.Name, failed)
+			return fmt.Errorf("machine %s booted degraded; failed units:\n%s%s", m.Name, failed, why)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
