@@ -119,7 +119,7 @@ on a server makes one); a client machine's socket refuses record commands withou
 	root.PersistentFlags().StringVar(&g.socket, "socket", def, "the agent's operator socket (env MESHD_SOCKET)")
 	root.PersistentFlags().StringVar(&g.credential, "credential", os.Getenv(credentialEnv), "an operator credential file: talk to a server's bus with it instead of the local socket (env "+credentialEnv+"; meshd operator credential --help)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text: one document (monitor: one object a line); messages on stderr")
-	root.PersistentFlags().BoolVar(&g.wide, "wide", false, "write tables' lines whole on a terminal too, instead of wrapping them to its width")
+	root.PersistentFlags().BoolVar(&g.wide, "wide", false, "write tables' lines whole on a terminal too, instead of wrapping their cells to its width")
 	root.PersistentFlags().BoolVar(&g.stale, "stale", false, "let a follower server answer a read from its own record (it says how far behind it may be) instead of asking the leader")
 	root.PersistentPostRun = func(cmd *cobra.Command, _ []string) {
 		// --json: the answer is for a program, which reads the index from it; no extra line

@@ -39,16 +39,7 @@ has moved: from then on its resources converge. On a converged node, assigning i
 			if err := g.client().Get(ctx, "/v1/modules", &mods); err != nil {
 				return err
 			}
-			return g.emit(mods, func(w io.Writer) {
-				fmt.Fprintln(w, "MODULE\tFOUNDATION\tASSIGNED TO\tTAKEN ON\tDESCRIPTION")
-				for _, m := range mods {
-					f := ""
-					if m.Foundation {
-						f = "yes"
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.Name, f, list(m.AssignedTo), list(m.TakenOn), m.Description)
-				}
-			})
+			return g.emit(mods, func(w io.Writer) { writeModules(w, mods) })
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -94,6 +85,18 @@ has moved: from then on its resources converge. On a converged node, assigning i
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// writeModules is module list's text: one module a line.
+func writeModules(w io.Writer, mods []api.ModuleView) {
+	fmt.Fprintln(w, "MODULE\tFOUNDATION\tASSIGNED TO\tTAKEN ON\tDESCRIPTION")
+	for _, m := range mods {
+		f := ""
+		if m.Foundation {
+			f = "yes"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.Name, f, list(m.AssignedTo), list(m.TakenOn), m.Description)
+	}
 }
 
 // assignCmds are `meshd module assign` and `unassign`: one record change each, answered with the
