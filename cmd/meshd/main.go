@@ -161,12 +161,13 @@ func (g *globals) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 60*time.Second)
 }
 
-// emit prints v as JSON with --json, else calls text, its tables fitted to the terminal (fit.go).
+// emit prints v as JSON with --json (its empty collections [] and {}, jsonempty.go), else calls
+// text, its tables fitted to the terminal (fit.go).
 func (g *globals) emit(v any, text func(w io.Writer)) error {
 	if g.json {
 		enc := json.NewEncoder(g.out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return enc.Encode(emptied(v))
 	}
 	return writeTable(g.out, g.width(), text)
 }
