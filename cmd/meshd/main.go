@@ -64,7 +64,8 @@ Raft group holding the record (each node's mode, modules assigned and taken, set
 A node in use is adopted first: what meshd finds on it is held, not replaced, until the operator
 takes each module. The operator converges the node when its migration is done.
 
-A migration, in order (docs/runbook.md walks it step by step):
+A migration, in order (the runbook walks it step by step: docs/runbook.md, installed as
+/usr/share/doc/meshd/docs/runbook.md):
 
   1. meshd genesis --name hub --adopted --take-tunnel wg0 --dry-run
                                                      on the control-node: the preflight alone
@@ -91,9 +92,10 @@ NODE, and a server's status page, the board and the history live (meshd agent --
 127.0.0.1:9470, then http://127.0.0.1:9470/).
 
 The operator's commands talk to the local agent over its socket (` + api.DefaultSocket + `;
---socket or MESHD_SOCKET to change it). The record is read and written on a server's socket, or from
-any machine with an operator credential (--credential FILE or MESHD_CREDENTIAL: ` + "`meshd operator credential create`" + `
-on a server makes one); a client machine's socket refuses record commands without one.`,
+--socket or MESHD_SOCKET to change it). The record is read and written on a server's socket, or
+from any machine with an operator credential (--credential FILE or MESHD_CREDENTIAL; a server
+makes one: ` + "`meshd operator credential create`" + `); a client machine's socket answers its own
+status and refuses the record's commands without one.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -31,7 +31,11 @@ has moved: from then on its resources converge. On a converged node, assigning i
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the catalogue's modules and where they are assigned",
-		Args:  cobra.NoArgs,
+		Long: `List prints one line a module of the catalogue: FOUNDATION "yes" for a module genesis raises on
+the control-node, ASSIGNED TO the nodes it is assigned to (prepared there), TAKEN ON those where it
+is also taken (its resources converge; on the others what is found is held), and its description.
+"-" is none.`,
+		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
@@ -45,7 +49,12 @@ has moved: from then on its resources converge. On a converged node, assigning i
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show MODULE",
 		Short: "Show a module's manifest as the record holds it",
-		Args:  exactArgs("MODULE"),
+		Long: `Show prints a module as the record holds it: its description and source, a PRIVILEGED line for
+each thing that makes it root on the machines it is assigned to (and who said it may be), the
+nodes it is assigned to and taken on, its settings with their defaults (a node's own value is in
+` + "`meshd node show NODE`" + `), and each file, container and opening it declares. With --json, the
+manifest itself with assigned_to, taken_on and privilege.`,
+		Args: exactArgs("MODULE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
