@@ -17,8 +17,8 @@ import (
 // same offset on every line. On a terminal, a table wider than it has its widest columns narrowed
 // (the narrow ones, and the first when it takes at most a third, keep their width; none is made
 // narrower than its longest word where that fits) and each cell wrapped inside its own column:
-// nothing is cut off.
-// Piped, or with --wide, every line is written whole, as scripts and grep read it.
+// nothing is cut off. Piped, or with --wide, every line is written whole, as scripts and grep
+// read it.
 
 // fallbackWidth is the width of a terminal that says none, with COLUMNS unset.
 const fallbackWidth = 80
@@ -146,29 +146,36 @@ func fits(rows [][]string, nat []int, width int) bool {
 	return true
 }
 
-// maxFloor is the most a column keeps for its longest word when it is narrowed.
-const maxFloor = 16
+// floorCaps are the most a column keeps for its longest word when it is narrowed, tried in turn
+// until the floors fit; then every column may be narrowed to minColumn.
+var floorCaps = []int{16, 10}
 
 // narrow is the columns' widths in room: the first column keeps its width when it takes at
-// most a third (it names the row), and no column is narrowed under its longest word (up to
-// maxFloor); where that cannot fit, every column may be narrowed to minColumn.
+// most a third (it names the row), and no column is narrowed under its longest word (up to a
+// cap of floorCaps); where that cannot fit, every column may be narrowed to minColumn.
 func narrow(rows [][]string, nat []int, room int) []int {
-	floor := make([]int, len(nat))
+	longest := make([]int, len(nat))
 	for _, r := range rows {
 		for j, c := range r {
 			for _, word := range strings.Fields(c) {
-				floor[j] = max(floor[j], min(runes(word), nat[j], maxFloor))
+				longest[j] = max(longest[j], min(runes(word), nat[j]))
 			}
 		}
 	}
-	if nat[0] <= room/3 {
-		fl := append([]int{nat[0]}, floor[1:]...)
-		if sum(fl) <= room {
-			return share(nat, fl, room)
+	floor := make([]int, len(nat))
+	for _, limit := range floorCaps {
+		for j := range floor {
+			floor[j] = min(longest[j], limit)
 		}
-	}
-	if sum(floor) <= room {
-		return share(nat, floor, room)
+		if nat[0] <= room/3 {
+			fl := append([]int{nat[0]}, floor[1:]...)
+			if sum(fl) <= room {
+				return share(nat, fl, room)
+			}
+		}
+		if sum(floor) <= room {
+			return share(nat, floor, room)
+		}
 	}
 	for j := range floor {
 		floor[j] = min(nat[j], minColumn)
@@ -176,40 +183,45 @@ func narrow(rows [][]string, nat []int, room int) []int {
 	return share(nat, floor, room)
 }
 
-// share gives each column its natural width when it is at most an even share of room, a column
-// whose floor is more than that share its floor, and the rest an even share of what those
-// leave: the widest columns wrap, the narrow ones keep every cell on one line.
+// share gives each column its natural width when it is at most an even share of room, then a
+// column whose floor is more than an even share its floor, and the rest an even share of what
+// those leave: the widest columns wrap, the narrow ones keep every cell on one line.
 func share(nat, floor []int, room int) []int {
 	cols := make([]int, len(nat))
 	left := make([]int, 0, len(nat))
 	for j := range nat {
 		left = append(left, j)
 	}
-	for len(left) > 0 {
+	fix := func(width func(j int) int, when func(j, each int) bool) bool {
 		each := room / len(left)
-		var wide []int
+		var rest []int
 		for _, j := range left {
-			switch {
-			case nat[j] <= each:
-				cols[j] = nat[j]
-				room -= nat[j]
-			case floor[j] >= each:
-				cols[j] = floor[j]
-				room -= floor[j]
-			default:
-				wide = append(wide, j)
+			if when(j, each) {
+				cols[j] = width(j)
+				room -= cols[j]
+			} else {
+				rest = append(rest, j)
 			}
 		}
-		if len(wide) == len(left) {
-			for i, j := range wide {
-				cols[j] = max(each, minColumn)
-				if i < room%len(wide) { // the remainder to the leftmost
-					cols[j]++
-				}
-			}
-			break
+		fixed := len(rest) < len(left)
+		left = rest
+		return fixed
+	}
+	natural := func(j int) int { return nat[j] }
+	floored := func(j int) int { return floor[j] }
+	for len(left) > 0 {
+		if fix(natural, func(j, each int) bool { return nat[j] <= each }) ||
+			fix(floored, func(j, each int) bool { return floor[j] > each }) {
+			continue
 		}
-		left = wide
+		each := room / len(left)
+		for i, j := range left {
+			cols[j] = max(each, minColumn)
+			if i < room%len(left) { // the remainder to the leftmost
+				cols[j]++
+			}
+		}
+		break
 	}
 	return cols
 }
