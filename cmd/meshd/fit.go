@@ -15,10 +15,10 @@ import (
 // or 120-column terminal, and rows fitted alone left their columns misaligned). A table is a run
 // of lines holding tabs; its columns are sized over all of its lines, so a column starts at the
 // same offset on every line. On a terminal, a table wider than it has its widest columns narrowed
-// (the narrow ones, and the first when it takes at most a third, keep their width; none is made
-// narrower than its longest word where that fits) and each cell wrapped inside its own column:
-// nothing is cut off. Piped, or with --wide, every line is written whole, as scripts and grep
-// read it.
+// (the narrow ones, and the first when it takes at most a third, keep their width; the last keeps
+// a third; none is made narrower than its longest word where that fits) and each cell wrapped
+// inside its own column: nothing is cut off. Piped, or with --wide, every line is written
+// whole, as scripts and grep read it.
 
 // fallbackWidth is the width of a terminal that says none, with COLUMNS unset.
 const fallbackWidth = 80
@@ -97,7 +97,7 @@ func layTable(rows [][]string, width int) []string {
 	}
 	cols := nat
 	if width > 0 && !fits(rows, nat, width) {
-		cols = narrow(rows, nat, width-gap*n)
+		cols = narrowTable(rows, nat, width-gap*n)
 	}
 	offs := make([]int, n+1)
 	for j := 1; j <= n; j++ {
@@ -150,13 +150,28 @@ func fits(rows [][]string, nat []int, width int) bool {
 // until the floors fit; then every column may be narrowed to minColumn.
 var floorCaps = []int{16, 10}
 
-// narrow is the columns' widths in room: the first column keeps its width when it takes at
-// most a third (it names the row), and no column is narrowed under its longest word (up to a
-// cap of floorCaps); where that cannot fit, every column may be narrowed to minColumn.
-func narrow(rows [][]string, nat []int, room int) []int {
+// narrowTable is the columns' widths in room. The last column, a table's words (a track, a
+// description, what happened), is kept at least a third of room, and the others narrowed in
+// the rest (narrow); where they cannot be, every column is narrowed together.
+func narrowTable(rows [][]string, nat []int, room int) []int {
+	if n := len(nat) - 1; n > 0 {
+		last := min(nat[n], room/3)
+		if cols, ok := narrow(rows, nat[:n], room-last); ok {
+			return append(cols, room-sum(cols))
+		}
+	}
+	cols, _ := narrow(rows, nat, room)
+	return cols
+}
+
+// narrow is the widths of the columns nat gives the natural widths of, in room: the first
+// column keeps its width when it takes at most a third (it names the row), and no column is
+// narrowed under its longest word (up to a cap of floorCaps). Where that cannot fit, every
+// column may be narrowed to minColumn, and ok is false.
+func narrow(rows [][]string, nat []int, room int) (cols []int, ok bool) {
 	longest := make([]int, len(nat))
 	for _, r := range rows {
-		for j, c := range r {
+		for j, c := range r[:min(len(r), len(nat))] {
 			for _, word := range strings.Fields(c) {
 				longest[j] = max(longest[j], min(runes(word), nat[j]))
 			}
@@ -170,17 +185,17 @@ func narrow(rows [][]string, nat []int, room int) []int {
 		if nat[0] <= room/3 {
 			fl := append([]int{nat[0]}, floor[1:]...)
 			if sum(fl) <= room {
-				return share(nat, fl, room)
+				return share(nat, fl, room), true
 			}
 		}
 		if sum(floor) <= room {
-			return share(nat, floor, room)
+			return share(nat, floor, room), true
 		}
 	}
 	for j := range floor {
 		floor[j] = min(nat[j], minColumn)
 	}
-	return share(nat, floor, room)
+	return share(nat, floor, room), false
 }
 
 // share gives each column its natural width when it is at most an even share of room, then a
