@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -25,15 +26,60 @@ import (
 // to the kernel, and every connection's peer credentials (SO_PEERCRED) are checked again, so a
 // socket whose mode was changed behind the agent's back still lets no one else in.
 
-// listenSocket opens the operator's unix socket at path: its directory created 0700; a socket
-// left by an agent that died is replaced, one another agent is serving is not, and anything at
-// the path that is not a socket is refused, never removed. The socket is bound in a private
-// directory, given its mode (0600, or 0660 and the group gid when gid >= 0) and only then moved to
-// path, so it is never reachable with the default mode.
+// The socket's directory (/run/meshd) holds the socket alone, and a caller must search it to
+// connect: it is 0700, root's; with a socket group 0750 and that group's, so its members reach
+// the socket (whose own mode and SO_PEERCRED still decide). A directory the agent creates, and
+// meshd's own /run/meshd whoever created it first (the unit's RuntimeDirectory=, a 0755 mkdir),
+// is given that mode at every start; a directory of the operator's choosing that exists is left
+// as it is.
+
+// ownSocketDir is meshd's own directory for its socket; a variable for the tests.
+var ownSocketDir = filepath.Dir(api.DefaultSocket)
+
+// socketDirMode is the mode of the socket's directory: 0700, or 0750 with a group (gid >= 0).
+func socketDirMode(gid int) os.FileMode {
+	if gid >= 0 {
+		return 0o750
+	}
+	return 0o700
+}
+
+// makeSocketDir creates the socket's directory dir, or gives meshd's own its mode and group.
+func makeSocketDir(dir string, gid int) error {
+	mode := socketDirMode(gid)
+	st, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, mode); err != nil {
+			return fmt.Errorf("create socket dir %s: %w", dir, err)
+		}
+	case err != nil:
+		return fmt.Errorf("socket dir %s: %w", dir, err)
+	case !st.IsDir():
+		return fmt.Errorf("socket dir %s is a %s, not a directory: move it away or give the agent --socket", dir, fileKind(st.Mode()))
+	case filepath.Clean(dir) != ownSocketDir:
+		return nil // the operator's own directory
+	}
+	if gid >= 0 {
+		if err := os.Lchown(dir, -1, gid); err != nil {
+			return fmt.Errorf("socket dir %s: give it group %d: %w", dir, gid, err)
+		}
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return fmt.Errorf("socket dir %s: chmod %04o: %w", dir, mode, err)
+	}
+	return nil
+}
+
+// listenSocket opens the operator's unix socket at path, in a directory made by makeSocketDir; a
+// socket left by an agent that died is replaced, one another agent is serving is not, and
+// anything at the path that is not a socket is refused, never removed. The socket is bound in a
+// private directory, given its mode (0600, or 0660 and the group gid when gid >= 0) and only then
+// moved to path, so it is never reachable with the default mode.
 func listenSocket(path string, gid int) (net.Listener, error) {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create socket dir %s: %w", dir, err)
+	if err := makeSocketDir(dir, gid); err != nil {
+		return nil, err
 	}
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode().Type() != fs.ModeSocket {

@@ -12,8 +12,8 @@ type NodeView struct {
 	Node        *fsm.Node `json:"node"`
 	ControlNode bool      `json:"control_node,omitempty"`
 	Taken       []string  `json:"taken_effective"`
-	// Report is the node's last host report; nil until its host has reconciled once.
-	Report *report.Report `json:"report"`
+	// Report is the node's last host report; nil (left out) until its host has reconciled once.
+	Report *report.Report `json:"report,omitempty"`
 }
 
 // DefaultQuarantine is how long a removed node's private-network address is held back from new

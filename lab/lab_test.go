@@ -207,6 +207,10 @@ func testPredecessorOf(t *testing.T, fw lab.FirewallKind, sc lab.Scenario) *lab.
 		if _, err := hub.ReadFile(ctx, "/run/meshd/started"); err != nil {
 			t.Fatalf("InstallAgent returned, the agent ready, but it did not start: %v", err)
 		}
+		// The unit's RuntimeDirectory= made /run/meshd root's alone, as systemd does (it was 0755).
+		if out, err := hub.Exec(ctx, "stat", "-c", "%a %U", "/run/meshd"); err != nil || strings.TrimSpace(out) != "700 root" {
+			t.Errorf("/run/meshd under the agent's unit: %q %v, want 700 root", out, err)
+		}
 		type state struct{ firewall, tunnel, containers string }
 		dump := func() (state, error) {
 			var s state

@@ -275,7 +275,7 @@ for p in etc usr/local var/lib srv; do
   mount -t overlay overlay -o "lowerdir=/$p,upperdir=$d/$n-upper,workdir=$d/$n-work" "/$p"
 done
 mount -t tmpfs -o mode=0755,size=256m tmpfs /run
-mkdir -p /run/lock /run/wireguard /run/meshd /var/lib/meshd
+mkdir -p /run/lock /run/wireguard /var/lib/meshd
 `
 
 func (m *Machine) newMountNS(ctx context.Context) error {

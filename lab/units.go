@@ -4,6 +4,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -87,6 +88,9 @@ type unit struct {
 	execStop   []string
 	execReload []string
 	env        []string
+	// runDirs are RuntimeDirectory='s, made under /run with runDirMode before the unit starts.
+	runDirs    []string
+	runDirMode string
 }
 
 func (m *Machine) readUnit(ctx context.Context, name string) (unit, error) {
@@ -129,6 +133,10 @@ func (m *Machine) readUnit(ctx context.Context, name string) (unit, error) {
 			u.execStop = appendOrReset(u.execStop, cmd)
 		case "ExecReload":
 			u.execReload = appendOrReset(u.execReload, cmd)
+		case "RuntimeDirectory":
+			u.runDirs = append(u.runDirs, strings.Fields(v)...)
+		case "RuntimeDirectoryMode":
+			u.runDirMode = v
 		case "Environment":
 			for _, kv := range strings.Fields(v) {
 				u.env = append(u.env, strings.Trim(kv, `"`))
@@ -177,6 +185,13 @@ func (m *Machine) startUnit(ctx context.Context, name string, noBlock bool) erro
 	u, err := m.readUnit(ctx, name)
 	if err != nil {
 		return err
+	}
+	// RuntimeDirectory=: made under /run with its mode (0755 unless told), as systemd does.
+	for _, d := range u.runDirs {
+		mode := cmp.Or(u.runDirMode, "0755")
+		if out, err := m.Run(ctx, `mkdir -p "/run/$1" && chmod "$2" "/run/$1"`, d, mode); err != nil {
+			return fmt.Errorf("%s: unit %s: RuntimeDirectory=%s: %w: %s", m.Name, name, d, err, out)
+		}
 	}
 	if u.oneshot {
 		for _, line := range u.execStart {

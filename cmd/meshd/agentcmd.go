@@ -52,8 +52,9 @@ the board, where each node stands and what is in the way, beside the history; th
 it holds and what changed, its openings, the tunnel, what a converge would close; live in the
 browser): open http://HOST:PORT/ there, e.g. through ssh -L from your desk.
 
-The operator socket is root's alone (0600), or with --socket-group GROUP also that group's (0660); each
-caller's credentials are checked again on every connection. Something at the socket path that is not a
+The operator socket is root's alone (0600, in /run/meshd made 0700), or with --socket-group GROUP also
+that group's (0660, the directory 0750 and the group's); each caller's credentials are checked again
+on every connection. Something at the socket path that is not a
 socket is never removed: the agent refuses to start, naming it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -18,7 +18,7 @@ func groupCommands(root *cobra.Command) {
 	groups := map[string]string{
 		"genesis": "migrate", "token": "migrate", "join": "migrate", "tunnel": "migrate", "module": "migrate",
 		"converge": "migrate", "adopt": "migrate", "node": "migrate",
-		"status": "look", "members": "look", "monitor": "look", "declaration": "look", "check": "look",
+		"status": "look", "members": "look", "monitor": "look", "declaration": "look", "check": "look", "history": "look",
 	}
 	for _, c := range root.Commands() {
 		if g, ok := groups[c.Name()]; ok {

@@ -53,7 +53,7 @@ The history lives in the record, so it survives snapshots and restores. It is bo
 NODE shows only the events about that node; --since 1h only those of the last hour.`,
 		Example: `  meshd history
   meshd history web1 --since 30m
-  meshd history --json | jq '.events[] | select(.by != "")'`,
+  meshd history --json | jq '.events[] | select(.by)'     # the commands someone gave`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()

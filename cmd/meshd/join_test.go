@@ -275,6 +275,16 @@ func TestProcessEnrolment(t *testing.T) {
 		}
 		return ""
 	})
+	// Its --json has [] where it has nothing (no nodes, no voters), not null: scripts iterate it.
+	var cst struct {
+		Nodes  []any            `json:"nodes"`
+		Voters []string         `json:"voters"`
+		Client api.ClientStatus `json:"client"`
+	}
+	edge.jsonOf(&cst, "status")
+	if cst.Nodes == nil || cst.Voters == nil || cst.Client.Node != "edge" {
+		t.Errorf("status --json on the client: nodes %v, voters %v, client %q; want [] and [] and edge", cst.Nodes, cst.Voters, cst.Client.Node)
+	}
 	if _, errs, code := edge.run("node", "show", "hub"); code != 1 || !strings.Contains(errs, "node edge is a client") || !strings.Contains(errs, "run this on a server (hub)") {
 		t.Fatalf("node show on the client: exit %d %s", code, errs)
 	}

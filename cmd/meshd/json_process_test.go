@@ -128,6 +128,7 @@ func TestProcessEveryJSONParses(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &v); err != nil {
 				t.Errorf("meshd %s: stdout is not one JSON document: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, clip(out), errs)
 			}
+			noNull(t, args, out)
 		}
 		markJSON(strings.Fields(r.path))
 	}
@@ -160,6 +161,7 @@ func TestProcessEveryJSONParses(t *testing.T) {
 	if err := boot.Run(); err != nil || json.Unmarshal(bout.Bytes(), &booted) != nil || booted.Loaded == "" {
 		t.Errorf("meshd boot --json: %v, stdout %q, stderr %q; want what it loaded, as JSON", err, clip(bout.String()), berr.String())
 	}
+	noNull(t, []string{"boot"}, bout.String())
 	markJSON([]string{"boot"})
 	jsonWalkDone.Store(true)
 }
@@ -226,6 +228,7 @@ func jsonStream(t *testing.T, n *node, args []string) {
 				t.Errorf("meshd %s: a line is not a JSON object: %v\n%s", strings.Join(args, " "), err, clip(l))
 				return
 			}
+			noNull(t, args, l)
 			if v["msg"] == "declaration" {
 				return
 			}

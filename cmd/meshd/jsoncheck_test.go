@@ -1,13 +1,17 @@
 package main
 
 import (
+	"cmp"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 
 	"github.com/spf13/cobra"
 )
@@ -104,4 +108,54 @@ func failUnchecked(code int) int {
 		"(run each through jsonOf in the test that builds what it needs, or name where it is run in jsonElsewhere)\n",
 		strings.Join(missing, ", meshd "))
 	return 1
+}
+
+// jsonVerbatim are the parts of a command's JSON that carry another program's document as that
+// program wrote it, nulls and all, by command path: noNull does not look inside them.
+var jsonVerbatim = map[string][]string{
+	// the container engine's inspect documents, as found and as replaced
+	"node original": {".original", ".replaced"},
+}
+
+// noNull fails t when the JSON document out (args' answer) holds a null anywhere outside what
+// jsonVerbatim names: an empty collection prints [] or {}, and a value that is absent is left
+// out (jsonempty.go). The walk, jsonOf and the streams pass each answer they parse through it.
+func noNull(t testing.TB, args []string, out string) {
+	t.Helper()
+	verbatim := jsonVerbatim[jsonPath(args)]
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var v any
+		if dec.Decode(&v) != nil {
+			return // the caller says it is not JSON
+		}
+		paths := slices.DeleteFunc(nullPaths(v, ""), func(p string) bool {
+			return slices.ContainsFunc(verbatim, func(part string) bool {
+				return p == part || strings.HasPrefix(p, part+".") || strings.HasPrefix(p, part+"[")
+			})
+		})
+		if len(paths) > 0 {
+			t.Errorf("meshd %s --json: null at %s (an empty collection is [] or {}, an absent value left out)",
+				strings.Join(slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--json" }), " "), strings.Join(paths, ", "))
+		}
+	}
+}
+
+// nullPaths is where in v (a decoded document) a null is, as jq paths.
+func nullPaths(v any, at string) []string {
+	var paths []string
+	switch x := v.(type) {
+	case nil:
+		return []string{cmp.Or(at, ".")}
+	case map[string]any:
+		for k, e := range x {
+			paths = append(paths, nullPaths(e, at+"."+k)...)
+		}
+	case []any:
+		for i, e := range x {
+			paths = append(paths, nullPaths(e, fmt.Sprintf("%s[%d]", at, i))...)
+		}
+	}
+	sort.Strings(paths)
+	return paths
 }

@@ -64,7 +64,8 @@ Raft group holding the record (each node's mode, modules assigned and taken, set
 A node in use is adopted first: what meshd finds on it is held, not replaced, until the operator
 takes each module. The operator converges the node when its migration is done.
 
-A migration, in order (docs/runbook.md walks it step by step):
+A migration, in order (the runbook walks it step by step: docs/runbook.md, installed as
+/usr/share/doc/meshd/docs/runbook.md):
 
   1. meshd genesis --name hub --adopted --take-tunnel wg0 --dry-run
                                                      on the control-node: the preflight alone
@@ -91,9 +92,10 @@ NODE, and a server's status page, the board and the history live (meshd agent --
 127.0.0.1:9470, then http://127.0.0.1:9470/).
 
 The operator's commands talk to the local agent over its socket (` + api.DefaultSocket + `;
---socket or MESHD_SOCKET to change it). The record is read and written on a server's socket, or from
-any machine with an operator credential (--credential FILE or MESHD_CREDENTIAL: ` + "`meshd operator credential create`" + `
-on a server makes one); a client machine's socket refuses record commands without one.`,
+--socket or MESHD_SOCKET to change it). The record is read and written on a server's socket, or
+from any machine with an operator credential (--credential FILE or MESHD_CREDENTIAL; a server
+makes one: ` + "`meshd operator credential create`" + `); a client machine's socket answers its own
+status and refuses the record's commands without one.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -119,7 +121,7 @@ on a server makes one); a client machine's socket refuses record commands withou
 	root.PersistentFlags().StringVar(&g.socket, "socket", def, "the agent's operator socket (env MESHD_SOCKET)")
 	root.PersistentFlags().StringVar(&g.credential, "credential", os.Getenv(credentialEnv), "an operator credential file: talk to a server's bus with it instead of the local socket (env "+credentialEnv+"; meshd operator credential --help)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON for scripts instead of text: one document (monitor: one object a line); messages on stderr")
-	root.PersistentFlags().BoolVar(&g.wide, "wide", false, "write tables' lines whole on a terminal too, instead of wrapping them to its width")
+	root.PersistentFlags().BoolVar(&g.wide, "wide", false, "write tables' lines whole on a terminal too, instead of wrapping their cells to its width")
 	root.PersistentFlags().BoolVar(&g.stale, "stale", false, "let a follower server answer a read from its own record (it says how far behind it may be) instead of asking the leader")
 	root.PersistentPostRun = func(cmd *cobra.Command, _ []string) {
 		// --json: the answer is for a program, which reads the index from it; no extra line
@@ -161,12 +163,13 @@ func (g *globals) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 60*time.Second)
 }
 
-// emit prints v as JSON with --json, else calls text, its tables fitted to the terminal (fit.go).
+// emit prints v as JSON with --json (its empty collections [] and {}, jsonempty.go), else calls
+// text, its tables fitted to the terminal (fit.go).
 func (g *globals) emit(v any, text func(w io.Writer)) error {
 	if g.json {
 		enc := json.NewEncoder(g.out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return enc.Encode(emptied(v))
 	}
 	return writeTable(g.out, g.width(), text)
 }

@@ -31,7 +31,11 @@ has moved: from then on its resources converge. On a converged node, assigning i
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the catalogue's modules and where they are assigned",
-		Args:  cobra.NoArgs,
+		Long: `List prints one line a module of the catalogue: FOUNDATION "yes" for a module genesis raises on
+the control-node, ASSIGNED TO the nodes it is assigned to (prepared there), TAKEN ON those where it
+is also taken (its resources converge; on the others what is found is held), and its description.
+"-" is none.`,
+		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
@@ -39,22 +43,18 @@ has moved: from then on its resources converge. On a converged node, assigning i
 			if err := g.client().Get(ctx, "/v1/modules", &mods); err != nil {
 				return err
 			}
-			return g.emit(mods, func(w io.Writer) {
-				fmt.Fprintln(w, "MODULE\tFOUNDATION\tASSIGNED TO\tTAKEN ON\tDESCRIPTION")
-				for _, m := range mods {
-					f := ""
-					if m.Foundation {
-						f = "yes"
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.Name, f, list(m.AssignedTo), list(m.TakenOn), m.Description)
-				}
-			})
+			return g.emit(mods, func(w io.Writer) { writeModules(w, mods) })
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show MODULE",
 		Short: "Show a module's manifest as the record holds it",
-		Args:  exactArgs("MODULE"),
+		Long: `Show prints a module as the record holds it: its description and source, a PRIVILEGED line for
+each thing that makes it root on the machines it is assigned to (and who said it may be), the
+nodes it is assigned to and taken on, its settings with their defaults (a node's own value is in
+` + "`meshd node show NODE`" + `), and each file, container and opening it declares. With --json, the
+manifest itself with assigned_to, taken_on and privilege.`,
+		Args: exactArgs("MODULE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
 			defer cancel()
@@ -94,6 +94,18 @@ has moved: from then on its resources converge. On a converged node, assigning i
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// writeModules is module list's text: one module a line.
+func writeModules(w io.Writer, mods []api.ModuleView) {
+	fmt.Fprintln(w, "MODULE\tFOUNDATION\tASSIGNED TO\tTAKEN ON\tDESCRIPTION")
+	for _, m := range mods {
+		f := ""
+		if m.Foundation {
+			f = "yes"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.Name, f, list(m.AssignedTo), list(m.TakenOn), m.Description)
+	}
 }
 
 // assignCmds are `meshd module assign` and `unassign`: one record change each, answered with the

@@ -45,6 +45,7 @@ func (n *node) genesisJSON(t *testing.T, args ...string) (findings, string, int)
 	if err := json.Unmarshal([]byte(out), &f); err != nil {
 		t.Fatalf("genesis --json printed no JSON (exit %d): %v\n%s%s", code, err, out, errs)
 	}
+	noNull(t, base, out)
 	markJSON(base)
 	return f, errs, code
 }

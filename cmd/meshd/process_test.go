@@ -153,6 +153,7 @@ func (n *node) jsonOf(v any, args ...string) {
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		n.t.Fatalf("meshd %v --json printed no JSON: %v\n%s", args, err, out)
 	}
+	noNull(n.t, args, out)
 	markJSON(args)
 }
 

@@ -32,9 +32,13 @@ func statusCmd(g *globals) *cobra.Command {
 found on it stay in force until its modules are taken and it is converged, so a node left behind is
 visible here.
 
-LIVE is the node's state in the answering server's gossip view (alive, failed, left, or unknown
-when gossip never saw it); HELD counts the files and containers its last report holds as found
-(reports travel by gossip, signed by the node and verified by the server).
+ROLE is server or client (",control" for the control-node); LIVE is the node's state in the
+answering server's gossip view (alive, failed, left, or unknown when gossip never saw it); HELD
+counts the files and containers its last report holds as found (reports travel by gossip, signed by
+the node and verified by the server); ASSIGNED and TAKEN count its modules.
+
+While a migration runs, the board follows: each node's NEXT step, how long it has been adopted,
+its TRACK (✓ done, · to do) and, indented, what is in the way of its next step.
 
 Below the nodes, the private network's peers as 'meshd tunnel show' lists them: each peer carried
 or enrolled (as which node), when the hub last heard it and the bytes moved, from the hub's report.
@@ -44,7 +48,11 @@ filter) is named FOUND FIREWALL ACTIVE AGAIN.
 
 On a client's socket, which holds no record, status shows the node itself: its mode and modules
 as its declaration from a server says, the servers it follows and which answered last, its gossip
-members, and the servers where the whole record is read (or use an operator credential).`,
+members, and the servers where the whole record is read (or use an operator credential).
+
+With --json, one document: leader, index, voters, nodes, gossip, served_by, and board, tunnel and
+privileged when there are any; on a client's socket nodes and voters are [] and client holds the
+node's own view.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := g.ctx()
@@ -153,7 +161,8 @@ replaced at take) and every published port, the found firewall and each opening 
 carries it, and the tunnel's state.
 
 The report is the node's latest (one pass, 10 s by default, or sooner after a change): right after
-an assign or a take it can still be the one from before; "host report at" says when it was made.`,
+an assign or a take it can still be the one from before; "host report at" says when it was made.
+Before the node's host first reported it reads "host report none yet" (--json: no "report" key).`,
 		Args: exactArgs("NODE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()

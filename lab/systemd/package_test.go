@@ -79,6 +79,10 @@ func TestPackageOnSystemdMachine(t *testing.T) {
 	t.Logf("genesis:\n%s", run("meshd", "genesis", "--name", "hub", "--adopted", "--advertise", "198.51.100.10"))
 	run("systemctl", "enable", "--now", "meshd")
 	status(30 * time.Second)
+	// The socket's directory is root's alone (the unit's RuntimeDirectoryMode=, the agent).
+	if mode := strings.TrimSpace(run("stat", "-c", "%a %U", "/run/meshd")); mode != "700 root" {
+		t.Errorf("/run/meshd is %s, want 700 root", mode)
+	}
 
 	pid := strings.TrimSpace(run("systemctl", "show", "-p", "MainPID", "--value", "meshd"))
 	sandboxed(t, run("cat", "/proc/"+pid+"/status"),

@@ -40,10 +40,15 @@ const (
 	BinPath    = "/usr/bin/meshd"
 	ConfigPath = "/etc/meshd/meshd.yaml"
 	UnitPath   = "/lib/systemd/system/meshd.service"
-	DocDir     = "/usr/share/doc/meshd"
-	// AlertsPath is docs/alerts.yml, for Prometheus's rule_files: under /usr/share/meshd, not
-	// the doc dir, which minimal images drop (dpkg path-exclude).
-	AlertsPath = "/usr/share/meshd/alerts.yml"
+	// DocDir holds the docs in the source's layout (README.md, docs/runbook.md, docs/img/...), so
+	// that each reference one makes to another resolves on an installed machine.
+	DocDir      = "/usr/share/doc/meshd"
+	RunbookPath = DocDir + "/docs/runbook.md"
+	// AlertsDir holds docs/alerts.yml, for Prometheus's rule_files, and its promtool tests: not
+	// the doc dir, which minimal images drop (dpkg path-exclude); DocDir's docs/alerts*.yml are
+	// links to them.
+	AlertsDir  = "/usr/share/meshd"
+	AlertsPath = AlertsDir + "/alerts.yml"
 	Maintainer = "meshd maintainers <maintainers@users.noreply.a-seed-be45f6d7.example>"
 )
 
@@ -60,8 +65,7 @@ var (
 type Options struct {
 	// Binary is the static meshd to ship; it must say Version in `meshd version --json`.
 	Binary string
-	// Repo is the repository's root: README.md, docs/runbook.md and docs/alerts.yml are shipped
-	// from it.
+	// Repo is the repository's root: README.md, CONTRIBUTING.md and docs/ are shipped from it.
 	Repo string
 	// Version is the package's version (GitVersion), and Date the commit's time: every file's
 	// time in the package and the changelog's date, so a build is reproducible.
@@ -142,12 +146,20 @@ func Build(o Options) (string, error) {
 			return "", err
 		}
 	}
-	// The docs. A native package's changelog is changelog.gz (lintian:
-	// wrong-name-for-changelog-of-native-package for changelog.Debian.gz).
-	for dst, src := range map[string]string{"README.md": "README.md", "runbook.md": "docs/runbook.md"} {
-		add(DocDir+"/"+dst, filepath.Join(o.Repo, src), "", 0o644)
+	// The docs, as the source lays them out. A native package's changelog is changelog.gz
+	// (lintian: wrong-name-for-changelog-of-native-package for changelog.Debian.gz).
+	docs, err := shippedDocs(o.Repo)
+	if err != nil {
+		return "", err
 	}
-	add(AlertsPath, filepath.Join(o.Repo, "docs", "alerts.yml"), "", 0o644)
+	for _, rel := range docs {
+		add(DocDir+"/"+rel, filepath.Join(o.Repo, rel), "", 0o644)
+	}
+	for _, name := range alertFiles {
+		add(AlertsDir+"/"+name, filepath.Join(o.Repo, "docs", name), "", 0o644)
+		contents = append(contents, &files.Content{Source: "../../../meshd/" + name, Destination: DocDir + "/docs/" + name,
+			Type: files.TypeSymlink, FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", MTime: o.Date}})
+	}
 	if err := write(DocDir+"/copyright", []byte(copyright), "", 0o644); err != nil {
 		return "", err
 	}
@@ -279,4 +291,28 @@ func changelog(v string, date time.Time) string {
 
  -- %s  %s
 `, v, Maintainer, date.UTC().Format("Mon, 02 Jan 2006 15:04:05 -0700"))
+}
+
+// alertFiles are the alert rules and their promtool tests (whose rule_files name alerts.yml
+// beside them), shipped in AlertsDir.
+var alertFiles = []string{"alerts.yml", "alerts_test.yml", "alerts_week_test.yml"}
+
+// shippedDocs is what DocDir holds of the repository at repo, by its path there: the README, the
+// contributing guide and every page and image of docs/ (the README and the runbook name them).
+func shippedDocs(repo string) ([]string, error) {
+	docs := []string{"README.md", "CONTRIBUTING.md"}
+	for _, pattern := range []string{"docs/*.md", "docs/img/*.png"} {
+		found, err := filepath.Glob(filepath.Join(repo, pattern))
+		if err != nil || len(found) == 0 {
+			return nil, fmt.Errorf("no %s in %s: %v", pattern, repo, err)
+		}
+		for _, f := range found {
+			rel, err := filepath.Rel(repo, f)
+			if err != nil {
+				return nil, err
+			}
+			docs = append(docs, filepath.ToSlash(rel))
+		}
+	}
+	return docs, nil
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func main() {
-	if err := os.MkdirAll("/run/meshd", 0o755); err != nil {
+	if err := os.MkdirAll("/run/meshd", 0o700); err != nil {
 		os.Exit(1)
 	}
 	if err := os.WriteFile("/run/meshd/started", []byte(strings.Join(os.Args[1:], " ")+"\n"), 0o644); err != nil {
