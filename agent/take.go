@@ -45,13 +45,15 @@ func (s *recordAPI) takePreview(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	// Right after `module assign` the node's latest report may be of a pass that did not know
-	// of it yet: wait a little for the pass the assignment wakes rather than preview from it.
+	// of it yet, and right after its agent started there may be none: wait a little for the
+	// pass that follows rather than preview from what is not there.
 	deadline := time.Now().Add(reportBehindWait)
 	for {
 		pv, err := preview.Take(s.fleet.report(node), d, module)
 		var behind *preview.ReportBehindError
+		var none *preview.NoReportError
 		switch {
-		case errors.As(err, &behind) && time.Now().Before(deadline):
+		case (errors.As(err, &behind) || errors.As(err, &none)) && time.Now().Before(deadline):
 			select {
 			case <-req.Context().Done():
 				return
@@ -70,7 +72,7 @@ func (s *recordAPI) takePreview(w http.ResponseWriter, req *http.Request) {
 }
 
 // reportBehindWait is how long a take preview waits for a report made after the module's
-// assignment (a pass is woken by the declaration at once; the node may be a client whose report
+// assignment (or for the node's first report) (a pass is woken by the declaration at once; the node may be a client whose report
 // comes over gossip), polled every reportBehindPoll.
 const (
 	reportBehindWait = 5 * time.Second

@@ -57,7 +57,9 @@ func TestUnitTakePreview(t *testing.T) {
 		t.Fatalf("guarded: %q", pv.Guarded)
 	}
 	unitOps(t, f)
-	if _, err := preview.Take(nil, takeDecl(true), "webapp"); err == nil || !strings.Contains(err.Error(), "no host report") {
+	// No report yet (the agent just started): a NoReportError, which the agent waits on.
+	var none *preview.NoReportError
+	if _, err := preview.Take(nil, takeDecl(true), "webapp"); !errors.As(err, &none) || !strings.Contains(err.Error(), "node n1 has sent no host report") {
 		t.Fatalf("a preview without a report: %v", err)
 	}
 	// A report of a pass made before webapp was assigned (right after `module assign`) holds

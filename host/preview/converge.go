@@ -17,7 +17,7 @@ import (
 func Converge(rep *report.Report, d *fsm.Declaration) (report.ConvergePreview, error) {
 	pv := report.ConvergePreview{Node: d.Node, Mode: d.Mode, Listeners: []report.PreviewListener{}, Published: []report.PreviewPublished{}, Take: []string{}}
 	if rep == nil {
-		return pv, fmt.Errorf("node %s has sent no host report yet: what listens on it is not known; try again once its agent has made a pass", d.Node)
+		return pv, &NoReportError{Node: d.Node, What: "what listens on it"}
 	}
 	if rep.Listeners == nil {
 		why := "its agent does not report its listening sockets (an older meshd?)"

@@ -30,12 +30,22 @@ func (e *ReportBehindError) Error() string {
 		e.Node, e.At.Format(time.RFC3339), e.Module, e.Node)
 }
 
+// NoReportError is a preview asked of a node that has sent no host report yet (its agent just
+// started, or is not running): nothing of what it holds is known.
+type NoReportError struct {
+	Node, What string // What: what the preview needs to know ("what it holds")
+}
+
+func (e *NoReportError) Error() string {
+	return fmt.Sprintf("node %s has sent no host report yet: %s is not known; try again once its agent has made a pass", e.Node, e.What)
+}
+
 // Take works out what taking module does, from rep (the node's latest report; nil when
 // there is none yet) and d, the declaration with the module taken.
 func Take(rep *report.Report, d *fsm.Declaration, module string) (report.TakePreview, error) {
 	pv := report.TakePreview{Node: d.Node, Module: module, Containers: []report.PreviewContainer{}, Files: []report.PreviewFile{}, Created: []string{}, Guarded: []string{}}
 	if rep == nil {
-		return pv, fmt.Errorf("node %s has sent no host report yet: what it holds is not known; try again once its agent has made a pass", d.Node)
+		return pv, &NoReportError{Node: d.Node, What: "what it holds"}
 	}
 	if rep.Assigned != nil && !slices.Contains(rep.Assigned, module) {
 		return pv, &ReportBehindError{Node: d.Node, Module: module, At: rep.When}
