@@ -1,0 +1,188 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"meshd/ctrspec"
+	"meshd/internal/testenv"
+)
+
+// fullSpec declares every Runtime field a container on user-defined networks can have.
+func fullSpec(t *testing.T, name, image string, port int) ctrspec.Spec {
+	t.Helper()
+	net1, net2, vol := name+"-a", name+"-b", name+"-data"
+	t.Cleanup(func() {
+		testenv.RemoveContainers(t, DefaultHost, name)
+		_ = exec.Command("docker", "network", "rm", net1, net2).Run()
+		_ = exec.Command("docker", "volume", "rm", "-f", vol).Run()
+	})
+	bind := t.TempDir()
+	stop := 3
+	return ctrspec.Spec{
+		Name:    name,
+		Image:   image,
+		Env:     map[string]string{"GREETING": "full"},
+		Ports:   []string{fmt.Sprintf("127.0.0.1:%d:8080", port)},
+		Volumes: []string{vol + ":/data", bind + ":/bind:ro"},
+		Restart: "on-failure:2",
+		Labels:  ctrspec.ManagedLabels("full"),
+		Cmd:     []string{"serve", "--listen", ":8080", "--name", "full"},
+		Runtime: ctrspec.Runtime{
+			Entrypoint: []string{"/labsvc"},
+			WorkingDir: "/work",
+			User:       "65534:65534",
+			Hostname:   "fullhost",
+			Networks: []ctrspec.Network{
+				{Name: net1, Aliases: []string{"api", "api2"}, IPv4: "10.213.7.5"},
+				{Name: net2, Aliases: []string{"other"}},
+			},
+			CapAdd:      []string{"NET_ADMIN", "cap_sys_time"},
+			CapDrop:     []string{"MKNOD"},
+			Devices:     []string{"/dev/zero:/dev/zero2:r"},
+			Memory:      "64m",
+			MemorySwap:  "256m",
+			CPUs:        "0.5",
+			PidsLimit:   100,
+			Ulimits:     []string{"nofile=1024:2048"},
+			Healthcheck: &ctrspec.Healthcheck{Test: []string{"CMD", "/labsvc", "health"}, Interval: "5s", Timeout: "2s", StartPeriod: "1s", Retries: 3},
+			Logging:     &ctrspec.Logging{Driver: "json-file", Options: map[string]string{"max-size": "1m"}},
+			ExtraHosts:  []string{"db:10.1.2.3"},
+			DNS:         []string{"10.1.2.53"},
+			DNSSearch:   []string{"example.internal"},
+			DNSOptions:  []string{"ndots:2"},
+			StopSignal:  "SIGINT",
+			StopTimeout: &stop,
+			Tmpfs:       []string{"/run:size=1m"},
+			ReadOnly:    true,
+			Init:        true,
+			SecurityOpt: []string{"no-new-privileges"},
+		},
+	}
+}
+
+// TestInspectEveryKeyClassified creates a container with every field from a manifest's Spec,
+// then reads `docker inspect` of it: every key is classified (reproduced, or why not), the
+// container reads back as the Spec it was made from, and Diff finds nothing. A key the engine
+// adds that nobody classified fails it.
+func TestInspectEveryKeyClassified(t *testing.T) {
+	e := requireEngine(t)
+	img := labsvcImages(t, e)
+	ctx := testCtx(t)
+	host := fullSpec(t, testName(t, "full"), img.echo, freePort(t))
+	// Created, not started: a privileged container cannot start in every lab (a rootless engine).
+	hostMode := ctrspec.Spec{Name: testName(t, "hostmode"), Image: img.echo, Labels: ctrspec.ManagedLabels("full"),
+		Cmd: []string{"--listen", "127.0.0.1:0"}, Runtime: ctrspec.Runtime{NetworkMode: "host", PID: "host", Privileged: true}}
+	for _, spec := range []ctrspec.Spec{host, hostMode} {
+		if err := spec.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		create := e.Create
+		if spec.Privileged {
+			create = func(ctx context.Context, spec ctrspec.Spec) (string, error) { return e.Prepare(ctx, spec, spec.Name) }
+		}
+		if _, err := create(ctx, spec); err != nil {
+			t.Fatalf("create %s: %v", spec.Name, err)
+		}
+		out, err := exec.Command("docker", "inspect", spec.Name).Output()
+		if err != nil {
+			t.Fatalf("docker inspect %s: %v", spec.Name, err)
+		}
+		var raws []json.RawMessage
+		if err := json.Unmarshal(out, &raws); err != nil || len(raws) != 1 {
+			t.Fatalf("docker inspect %s: %v (%d objects)", spec.Name, err, len(raws))
+		}
+		keys, err := unclassified(raws[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			t.Errorf("container %s: inspect key %s is not classified in inspectKeys: reproduce it from the Spec or say why not", spec.Name, k)
+		}
+		o, found, err := e.Inspect(ctx, spec.Name)
+		if err != nil || !found {
+			t.Fatalf("Inspect(%s) = %v, %v", spec.Name, found, err)
+		}
+		if d := Diff(spec, o); len(d) > 0 {
+			t.Errorf("container %s created from its Spec differs from it:\n%s", spec.Name, strings.Join(d, "\n"))
+		}
+		want := spec.Runtime
+		want.CapAdd, want.CapDrop = normCaps(want.CapAdd), normCaps(want.CapDrop)
+		got, _ := json.Marshal(o.Spec.Runtime)
+		wantJSON, _ := json.Marshal(want)
+		if string(got) != string(wantJSON) {
+			t.Errorf("container %s reads back as\n%s\nwant\n%s", spec.Name, got, wantJSON)
+		}
+		if len(o.Spec.Unexpressed) > 0 {
+			t.Errorf("container %s made from a Spec has what a Spec cannot say: %v", spec.Name, o.Spec.Unexpressed)
+		}
+	}
+	serves(t, portOf(t, host), "from full")
+}
+
+func portOf(t *testing.T, s ctrspec.Spec) int {
+	b, err := ctrspec.ParsePort(s.Ports[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(b.HostPort)
+}
+
+// TestFoundContainerNamesWhatItLoses: a container started by hand as the issue's found one was
+// (`docker run --network appnet --network-alias api --cap-add NET_ADMIN --user 65534 --memory
+// 64m --health-cmd ... --ipc host`) read against a declaration of only its image, command and
+// ports names each thing it would lose, and the ipc mode no Spec can say.
+func TestFoundContainerNamesWhatItLoses(t *testing.T) {
+	e := requireEngine(t)
+	img := labsvcImages(t, e)
+	ctx := testCtx(t)
+	name := testName(t, "found")
+	net := name + "-net"
+	t.Cleanup(func() {
+		testenv.RemoveContainers(t, DefaultHost, name)
+		_ = exec.Command("docker", "network", "rm", net).Run()
+	})
+	if out, err := exec.Command("docker", "network", "create", net).CombinedOutput(); err != nil {
+		t.Fatalf("docker network create: %v\n%s", err, out)
+	}
+	run := exec.Command("docker", "run", "-d", "--name", name, "--network", net, "--network-alias", "api",
+		"--cap-add", "NET_ADMIN", "--user", "65534", "--memory", "64m", "--health-cmd", "/labsvc health",
+		"--ipc", "host", img.echo, "--listen", ":8080")
+	if out, err := run.CombinedOutput(); err != nil {
+		t.Fatalf("docker run: %v\n%s", err, out)
+	}
+	o, found, err := e.Inspect(ctx, name)
+	if err != nil || !found {
+		t.Fatalf("Inspect = %v, %v", found, err)
+	}
+	declared := ctrspec.Spec{Name: name, Image: img.echo, Cmd: []string{"--listen", ":8080"}}
+	changes := ctrspec.RuntimeChanges(o.Spec, declared)
+	losses := ctrspec.Losses(changes)
+	for _, want := range []string{
+		"network " + net + " → bridge, alias api lost",
+		"capabilities: NET_ADMIN dropped",
+		"user 65534 → the image's default",
+		"memory limit 64m removed",
+		"health check [CMD-SHELL /labsvc health] removed",
+		`HostConfig.IpcMode "host" lost (a manifest cannot say it)`,
+	} {
+		if !slices.Contains(losses, want) {
+			t.Errorf("losses %q lack %q", losses, want)
+		}
+	}
+	if d := Diff(declared, o); len(d) < len(losses) {
+		t.Errorf("Diff = %q, want at least the %d losses", d, len(losses))
+	}
+	// The exact declaration, drafted from the container, is no difference.
+	exact := o.Spec
+	exact.Unexpressed = nil
+	exact.Name = name
+	if d := Diff(exact, o); len(d) != 1 || !strings.Contains(d[0], "IpcMode") {
+		t.Errorf("Diff of its own reconstruction = %q, want only the ipc mode a Spec cannot say", d)
+	}
+}
