@@ -145,7 +145,9 @@ func RuntimeChanges(have, want Spec) []Change {
 	}
 	setChanges(&out, "security_opt", "security option", normList(h.SecurityOpt, nil), normList(w.SecurityOpt, nil), false)
 	for _, u := range have.Unexpressed {
-		add("unexpressed", true, "%s lost (a manifest cannot say it)", u)
+		if !slices.Contains(want.Unexpressed, u) { // a found container's record has its own
+			add("unexpressed", true, "%s lost (a manifest cannot say it)", u)
+		}
 	}
 	return out
 }

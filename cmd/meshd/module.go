@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -232,6 +233,9 @@ func writeTakePreview(w io.Writer, pv report.TakePreview) {
 		}
 		fmt.Fprintf(w, "container\t%s\tfound %s, image %s → %s\t%s\n", c.Name, short(c.FoundID), c.Image, c.NewImage, what)
 		for _, d := range c.Differences {
+			if slices.Contains(c.Losses, d) {
+				d = "LOSS: " + d
+			}
 			fmt.Fprintf(w, "\t\t%s\t\n", d)
 		}
 		if c.Changed {
@@ -254,6 +258,7 @@ func writeTakePreview(w io.Writer, pv report.TakePreview) {
 	if len(pv.Containers)+len(pv.Files)+len(pv.Created)+len(pv.Guarded) == 0 {
 		fmt.Fprintln(w, "nothing found to replace, nothing to create or guard")
 	}
+
 }
 
 // privilegedLines says, for a module that is root on a machine, who said it may be (or that no
