@@ -146,6 +146,10 @@ type SetSettings struct {
 type ModuleOnNode struct {
 	Node   string `json:"node"`
 	Module string `json:"module"`
+	// AcceptLoss, on a take, are the losses the operator accepted (`module take --accept-loss`):
+	// what the take preview said its found containers lose ("container api: capabilities:
+	// NET_ADMIN dropped"), kept in the record's history with who accepted them.
+	AcceptLoss []string `json:"accept_loss,omitempty"`
 }
 
 // CatalogueAdd adds or updates a module from its manifest's source.
