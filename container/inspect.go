@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	dcontainer "github.com/docker/docker/api/types/container"
 
@@ -346,22 +347,26 @@ func sameJSON(a, b json.RawMessage) bool {
 
 // defaultsCache holds an Engine's defaults once learned.
 type defaultsCache struct {
-	mu   sync.Mutex
-	defs *engineDefaults
+	mu     sync.Mutex
+	defs   *engineDefaults
+	failed time.Time // the last probe that could not be made: tried again a minute later
 }
 
 // defaults are the engine's defaults, learned with a probe of image the first time they are
-// asked for; nil (and nothing judged unexpressed) when the probe cannot be made.
+// asked for; nil (and nothing judged unexpressed) when the probe cannot be made, tried again a
+// minute later.
 func (e *Engine) defaults(ctx context.Context, image string) *engineDefaults {
 	e.defs.mu.Lock()
 	defer e.defs.mu.Unlock()
-	if e.defs.defs != nil || image == "" {
+	if e.defs.defs != nil || image == "" || time.Since(e.defs.failed) < time.Minute {
 		return e.defs.defs
 	}
 	name := "meshd-probe-" + randomHex(6)
 	resp, err := e.cli.ContainerCreate(ctx, &dcontainer.Config{Image: image}, &dcontainer.HostConfig{}, nil, nil, name)
 	if err != nil {
-		e.log.Warn("container: could not probe the engine's defaults", "image", image, "err", err)
+		e.defs.failed = time.Now()
+		e.log.Warn("container: could not probe the engine's defaults; what no Spec can say is not judged until it can",
+			"image", image, "err", err)
 		return nil
 	}
 	defer func() {
