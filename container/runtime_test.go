@@ -9,11 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"meshd/catalogue"
 	"meshd/ctrspec"
+	"meshd/fsm"
 	"meshd/internal/testenv"
+	"meshd/report"
 )
 
-// fullSpec declares every Runtime field a container on user-defined networks can have.
+// fullSpec is a module's manifest declaring every field a container on user-defined networks can
+// have, parsed by the catalogue and made a Spec as the host makes one (report.SpecOf).
 func fullSpec(t *testing.T, name, image string, port int) ctrspec.Spec {
 	t.Helper()
 	net1, net2, vol := name+"-a", name+"-b", name+"-data"
@@ -22,51 +26,57 @@ func fullSpec(t *testing.T, name, image string, port int) ctrspec.Spec {
 		_ = exec.Command("docker", "network", "rm", net1, net2).Run()
 		_ = exec.Command("docker", "volume", "rm", "-f", vol).Run()
 	})
-	bind := t.TempDir()
-	stop := 3
-	return ctrspec.Spec{
-		Name:    name,
-		Image:   image,
-		Env:     map[string]string{"GREETING": "full"},
-		Ports:   []string{fmt.Sprintf("127.0.0.1:%d:8080", port)},
-		Volumes: []string{vol + ":/data", bind + ":/bind:ro"},
-		Restart: "on-failure:2",
-		Labels:  ctrspec.ManagedLabels("full"),
-		Cmd:     []string{"serve", "--listen", ":8080", "--name", "full"},
-		Runtime: ctrspec.Runtime{
-			Entrypoint: []string{"/labsvc"},
-			WorkingDir: "/work",
-			User:       "65534:65534",
-			Hostname:   "fullhost",
-			Networks: []ctrspec.Network{
-				{Name: net1, Aliases: []string{"api", "api2"}, IPv4: "10.213.7.5"},
-				{Name: net2, Aliases: []string{"other"}},
-			},
-			CapAdd:      []string{"NET_ADMIN", "cap_sys_time"},
-			CapDrop:     []string{"MKNOD"},
-			Devices:     []string{"/dev/zero:/dev/zero2:r"},
-			Memory:      "64m",
-			MemorySwap:  "256m",
-			CPUs:        "0.5",
-			PidsLimit:   100,
-			Ulimits:     []string{"nofile=1024:2048"},
-			Healthcheck: &ctrspec.Healthcheck{Test: []string{"CMD", "/labsvc", "health"}, Interval: "5s", Timeout: "2s", StartPeriod: "1s", Retries: 3},
-			Logging:     &ctrspec.Logging{Driver: "json-file", Options: map[string]string{"max-size": "1m"}},
-			ExtraHosts:  []string{"db:10.1.2.3"},
-			DNS:         []string{"10.1.2.53"},
-			DNSSearch:   []string{"example.internal"},
-			DNSOptions:  []string{"ndots:2"},
-			StopSignal:  "SIGINT",
-			StopTimeout: &stop,
-			Tmpfs:       []string{"/run:size=1m"},
-			ReadOnly:    true,
-			Init:        true,
-			SecurityOpt: []string{"no-new-privileges"},
-		},
+	manifest := fmt.Sprintf(`name: full
+privileged: true
+containers:
+  - name: %s
+    image: %q
+    entrypoint: [/labsvc]
+    command: [serve, --listen, ":8080", --name, full]
+    env: {GREETING: full}
+    ports: ["127.0.0.1:%d:8080"]
+    volumes: ["%s:/data", "%s:/bind:ro"]
+    restart: always
+    labels: {com.example.team: core}
+    working_dir: /work
+    user: "65534:65534"
+    hostname: fullhost
+    networks:
+      - {name: %s, aliases: [api, api2], ipv4_address: 10.213.7.5}
+      - {name: %s, aliases: [other]}
+    cap_add: [NET_ADMIN, cap_sys_time]
+    cap_drop: [MKNOD]
+    devices: ["/dev/zero:/dev/zero2:r"]
+    memory: 64m
+    memory_swap: 256m
+    cpus: 0.5
+    pids_limit: 100
+    ulimits: ["nofile=1024:2048"]
+    healthcheck: {test: [CMD, /labsvc, health], interval: 5s, timeout: 2s, start_period: 1s, retries: 3}
+    logging: {driver: json-file, options: {max-size: 1m}}
+    extra_hosts: ["db:10.1.2.3"]
+    dns: [10.1.2.53]
+    dns_search: [example.internal]
+    dns_opt: ["ndots:2"]
+    stop_signal: SIGINT
+    stop_timeout: 3
+    tmpfs: ["/run:size=1m"]
+    read_only: true
+    init: true
+    security_opt: [no-new-privileges]
+`, name, image, port, vol, t.TempDir(), net1, net2)
+	m, err := catalogue.Parse("full.yaml", []byte(manifest))
+	if err != nil {
+		t.Fatal(err)
 	}
+	r, err := m.Resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return report.SpecOf(fsm.Resource{Module: "full", Kind: fsm.KindContainer, Container: &r.Containers[0]})
 }
 
-// TestInspectEveryKeyClassified creates a container with every field from a manifest's Spec,
+// TestInspectEveryKeyClassified creates a container with every field from a manifest,
 // then reads `docker inspect` of it: every key is classified (reproduced, or why not), the
 // container reads back as the Spec it was made from, and Diff finds nothing. A key the engine
 // adds that nobody classified fails it.
