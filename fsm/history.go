@@ -324,6 +324,9 @@ func describe(c *Command, v any) Event {
 			if b.Plan != "" {
 				e.What += " (plan " + b.Plan + ")"
 			}
+			if len(b.AcceptLoss) > 0 {
+				e.What += ", accepting the loss of: " + strings.Join(b.AcceptLoss, "; ")
+			}
 		} else {
 			e.What = fmt.Sprintf("the return of %s to adopted recorded", b.Node)
 		}

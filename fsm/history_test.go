@@ -208,4 +208,15 @@ func TestUnitHistoryNamesAcceptedLosses(t *testing.T) {
 	if e.Op != OpModuleTake || e.What != want || e.By != "operator alice" {
 		t.Errorf("the take's event: %+v, want %q by operator alice", e, want)
 	}
+	flip := cmdBy(t, OpFlip, t0.Add(2*time.Hour), "operator bob", Flip{Node: "hub", To: Converged, Plan: "p1",
+		AcceptLoss: []string{"container notes: user 65534 → the image's default"}})
+	if err := applyLog(t, f, 21, flip); err != nil {
+		t.Fatal(err)
+	}
+	evs = events(f)
+	e = evs[len(evs)-1]
+	want = "the converge of hub recorded (plan p1), accepting the loss of: container notes: user 65534 → the image's default"
+	if e.Op != OpFlip || e.What != want || e.By != "operator bob" {
+		t.Errorf("the flip's event: %+v, want %q by operator bob", e, want)
+	}
 }

@@ -67,3 +67,32 @@ func TestUnitTakePreviewNamesEachLoss(t *testing.T) {
 		t.Errorf("a container with what a manifest cannot say: %+v, want replaced with that loss", pc)
 	}
 }
+
+// Converging takes every assigned module: its preview names what their found containers lose,
+// and a loss changes the plan token.
+func TestUnitConvergePreviewNamesLosses(t *testing.T) {
+	found := ctrspec.Spec{Name: "api", Image: "lab/echo:1", Runtime: ctrspec.Runtime{CapAdd: []string{"NET_ADMIN"}}}
+	rep := &report.Report{Node: "hub", When: time.Now(), Assigned: []string{"api"}, Listeners: []report.Listener{}, Kinds: map[string]any{
+		fsm.KindContainer: &report.ContainerReport{Containers: []report.ContainerView{
+			{Name: "api", Module: "api", State: report.ContainerHeld, ID: "0123456789abcdef", Image: found.Image, Config: &found},
+		}},
+	}}
+	declared := catalogue.Container{Name: "api", Image: "lab/echo:1"}
+	d := &fsm.Declaration{Node: "hub", Mode: fsm.Adopted, Assigned: []string{"api"}, Taken: []string{},
+		Resources: []fsm.Resource{{Module: "api", Kind: fsm.KindContainer, Container: &declared}}}
+	pv, err := Converge(rep, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pv.Losses, []string{"container api: capabilities: NET_ADMIN dropped"}) {
+		t.Errorf("converge preview losses %q", pv.Losses)
+	}
+	declared.CapAdd = []string{"NET_ADMIN"}
+	exact, err := Converge(rep, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(exact.Losses) != 0 || exact.Token == pv.Token {
+		t.Errorf("declared exactly: losses %q, token %s (was %s)", exact.Losses, exact.Token, pv.Token)
+	}
+}
