@@ -82,6 +82,7 @@ containers:
 // adds that nobody classified fails it.
 func TestInspectEveryKeyClassified(t *testing.T) {
 	e := requireEngine(t)
+	requireDockerCLI(t)
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
 	host := fullSpec(t, testName(t, "full"), img.echo, freePort(t))
@@ -135,6 +136,15 @@ func TestInspectEveryKeyClassified(t *testing.T) {
 	serves(t, portOf(t, host), "from full")
 }
 
+// requireDockerCLI skips (fails under CI) without the docker command: these tests read the
+// engine as an operator does, and start a found container as a predecessor did.
+func requireDockerCLI(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("docker"); err != nil {
+		testenv.Prereq(t, "the docker command: %v", err)
+	}
+}
+
 func portOf(t *testing.T, s ctrspec.Spec) int {
 	b, err := ctrspec.ParsePort(s.Ports[0])
 	if err != nil {
@@ -149,6 +159,7 @@ func portOf(t *testing.T, s ctrspec.Spec) int {
 // ports names each thing it would lose, and the ipc mode no Spec can say.
 func TestFoundContainerNamesWhatItLoses(t *testing.T) {
 	e := requireEngine(t)
+	requireDockerCLI(t)
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
 	name := testName(t, "found")
