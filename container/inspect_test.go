@@ -3,9 +3,12 @@ package container
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	dcontainer "github.com/docker/docker/api/types/container"
+
+	"meshd/ctrspec"
 )
 
 // A key the engine adds that nobody classified is named, however deep (a network's endpoint);
@@ -40,5 +43,19 @@ func TestUnitUnexpressedAgainstTheDefaults(t *testing.T) {
 	}
 	if l := defs.ownLog(nil); l != nil {
 		t.Errorf("ownLog(nil) = %+v", l)
+	}
+}
+
+// With the engine's defaults unknown, a container's log configuration is not judged: a
+// container created with the engine's default driver is no difference.
+func TestUnitUnknownDefaultsJudgeNoLogging(t *testing.T) {
+	o := Observed{ImageRef: "web:1", Spec: ctrspec.Spec{Name: "web", Image: "web:1", Restart: "no",
+		Runtime: ctrspec.Runtime{Logging: &ctrspec.Logging{Driver: "json-file", Options: map[string]string{"max-file": "3"}}}}}
+	if d := Diff(ctrspec.Spec{Name: "web", Image: "web:1"}, o); len(d) != 0 {
+		t.Errorf("Diff with the defaults unknown = %q, want none", d)
+	}
+	o.defs = &engineDefaults{log: dcontainer.LogConfig{Type: "local"}}
+	if d := Diff(ctrspec.Spec{Name: "web", Image: "web:1"}, o); len(d) != 1 || !strings.Contains(d[0], "logging") {
+		t.Errorf("Diff with the defaults known = %q, want the log driver", d)
 	}
 }

@@ -336,9 +336,14 @@ func Diff(spec ctrspec.Spec, o Observed) []string {
 	} else if o.ImageKnown && len(o.Cmd) > 0 && !slices.Equal(o.Cmd, o.ImageCmd) {
 		d = append(d, fmt.Sprintf("cmd: declared the image's default %q, container runs %q", o.ImageCmd, o.Cmd))
 	}
-	declared := spec
+	declared, have := spec, o.asDeclared(spec)
 	declared.Logging = o.defs.ownLog(spec.Logging)
-	for _, c := range ctrspec.RuntimeChanges(o.asDeclared(spec), declared) {
+	if o.defs == nil {
+		// The engine's default log configuration is not known (its probe failed): the
+		// container's is not judged, rather than every container recreated for it.
+		declared.Logging = have.Logging
+	}
+	for _, c := range ctrspec.RuntimeChanges(have, declared) {
 		d = append(d, c.Text)
 	}
 	return d
