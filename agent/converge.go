@@ -129,12 +129,22 @@ func (s *recordAPI) postConverge(w http.ResponseWriter, req *http.Request) {
 		if ref == nil && strings.HasPrefix(pv.Firewall.Retire, "cannot be retired") {
 			ref = &api.StaleRefusal{Node: node, Preview: &pv, Reason: "the found firewall " + pv.Firewall.Retire}
 		}
+		if ref == nil && len(pv.Losses) > 0 && !body.AcceptLoss {
+			ref = &api.StaleRefusal{Node: node, Preview: &pv, Reason: fmt.Sprintf(
+				"converging %s takes modules whose found containers would lose what the modules do not declare:\n  %s\n"+
+					"declare them in the modules, or accept the loss: meshd converge %s --accept-loss (recorded in the history, with who)",
+				node, strings.Join(pv.Losses, "\n  "), node)}
+		}
 		if ref != nil {
 			api.WriteJSON(w, http.StatusConflict, api.ConvergeRefused{Error: ref.Error(), Refusal: ref})
 			return
 		}
 	}
-	v, _, err := s.propose(req, fsm.OpFlip, fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token})
+	flip := fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token}
+	if body.AcceptLoss {
+		flip.AcceptLoss = pv.Losses
+	}
+	v, _, err := s.propose(req, fsm.OpFlip, flip)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -262,7 +262,19 @@ func (s *recordAPI) moduleAction(w http.ResponseWriter, req *http.Request) {
 		api.WriteJSON(w, http.StatusNotFound, api.ErrorBody{Error: "unknown action " + req.PathValue("action")})
 		return
 	}
-	v, index, err := s.propose(req, op, fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")})
+	body := fsm.ModuleOnNode{Node: req.PathValue("node"), Module: req.PathValue("module")}
+	if op == fsm.OpModuleTake {
+		// A take that would lose what a found container has is refused without the operator's
+		// word; with it, what was accepted goes into the command and so into the history.
+		if losses := s.lossesOfTake(req.Context(), body.Node, body.Module); len(losses) > 0 {
+			if req.URL.Query().Get("accept_loss") != "true" {
+				api.WriteJSON(w, http.StatusConflict, api.ErrorBody{Error: lossRefusal(body.Node, body.Module, losses)})
+				return
+			}
+			body.AcceptLoss = losses
+		}
+	}
+	v, index, err := s.propose(req, op, body)
 	committedAt(w, index)
 	if err != nil {
 		writeErr(w, err)

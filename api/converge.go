@@ -13,6 +13,9 @@ type ConvergeRequest struct {
 	// Plan is the plan token of the preview the operator read; "" converges only when nothing
 	// will close.
 	Plan string `json:"plan,omitempty"`
+	// AcceptLoss is the operator's word that the modules the flip takes may lose what their
+	// found containers have (the preview's losses).
+	AcceptLoss bool `json:"accept_loss,omitempty"`
 }
 
 // FlipView answers a flip or a return: the node as the record holds it (its pending flip in

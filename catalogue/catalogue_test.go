@@ -60,7 +60,7 @@ func TestParseRefuses(t *testing.T) {
 		{"undeclared setting", "listen ${port}", "listen ${address}", 6, "files[0].content", "${address}"},
 		{"unknown from", "from: anywhere", "from: everywhere", 17, "openings[0].from", "everywhere"},
 		{"unknown path", "path: forwarded", "path: sideways", 17, "openings[0].path", "sideways"},
-		{"bad volume host path", "/srv/webapp:/data", "srv:/data", 14, "containers[0].volumes[0]", "relative"},
+		{"bad volume host path", "/srv/webapp:/data", "srv/webapp:/data", 14, "containers[0].volumes[0]", "relative"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"meshd/ctrspec"
 )
 
 // Module is one unit of the catalogue: files, containers and openings, with settings whose values
@@ -83,6 +85,10 @@ type Container struct {
 	Volumes []string          `json:"volumes,omitempty" yaml:"volumes"`
 	Restart string            `json:"restart,omitempty" yaml:"restart"`
 	Labels  map[string]string `json:"labels,omitempty" yaml:"labels"`
+	// Runtime is the rest of what a container is (user, networks, capabilities, limits, health
+	// check...): ctrspec.Runtime, in the same words a found container is read back in. Its
+	// values take no ${setting}.
+	ctrspec.Runtime `yaml:",inline"`
 }
 
 // Opening says a port is reachable, from where, on which path.
@@ -142,10 +148,14 @@ func (es Errors) Error() string {
 
 // schema lists the keys each mapping may hold; a key outside it is an unknown field.
 var schema = map[string][]string{
-	"":             {"name", "description", "foundation", "privileged", "settings", "files", "containers", "openings"},
-	"files[]":      {"path", "content", "mode", "owner", "create_once"},
-	"containers[]": {"name", "image", "command", "env", "ports", "volumes", "restart", "labels"},
-	"openings[]":   {"port", "proto", "from", "path", "guarded", "admit"},
+	"":        {"name", "description", "foundation", "privileged", "settings", "files", "containers", "openings"},
+	"files[]": {"path", "content", "mode", "owner", "create_once"},
+	"containers[]": append([]string{"name", "image", "command", "env", "ports", "volumes", "restart", "labels"},
+		ctrspec.RuntimeKeys...),
+	"containers[].networks[]":  ctrspec.NetworkKeys,
+	"containers[].healthcheck": ctrspec.HealthcheckKeys,
+	"containers[].logging":     ctrspec.LoggingKeys,
+	"openings[]":               {"port", "proto", "from", "path", "guarded", "admit"},
 }
 
 var (
@@ -361,6 +371,12 @@ func (p *parser) validate(m *Module) {
 		if c.Image == "" {
 			p.add(field+".image", "required")
 		}
+		c.Runtime.Check(func(f, value, reason string) {
+			if value != "" {
+				reason = fmt.Sprintf("%q %s", value, reason)
+			}
+			p.add(field+"."+f, "%s", reason)
+		})
 		switch c.Restart {
 		case "", "no", "always", "unless-stopped", "on-failure":
 		default:

@@ -129,7 +129,7 @@ func (r *Resolved) Reaches() []Reach {
 	for i, c := range r.Containers {
 		for j, v := range c.Volumes {
 			host, _, _ := strings.Cut(v, ":")
-			if Outside(r.Module, host) != "" {
+			if !NamedVolume(host) && Outside(r.Module, host) != "" {
 				out = append(out, Reach{fmt.Sprintf("containers[%d].volumes[%d]", i, j), host,
 					fmt.Sprintf("container %s mounts %s", c.Name, host), mountWhy(host)})
 			}

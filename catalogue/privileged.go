@@ -179,12 +179,12 @@ func mountWhy(p string) string {
 	return "the container writes the machine's " + n + " as root, outside the module's own places"
 }
 
-// RootEquivalent lists what in the resolved module gives it root on the machine (Reaches), each
-// with why: what `module show`, add, assign, the preview and the status page name for a
-// privileged module.
+// RootEquivalent lists what in the resolved module gives it root on the machine (Reaches and
+// its containers' Powers), each with why: what `module show`, add, assign, the preview and the
+// status page name for a privileged module.
 func (r *Resolved) RootEquivalent() []string {
 	var out []string
-	for _, x := range r.Reaches() {
+	for _, x := range append(r.Reaches(), r.Powers()...) {
 		out = append(out, fmt.Sprintf("%s (%s)", x.What, x.Why))
 	}
 	return out

@@ -3,6 +3,7 @@ package catalogue
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -183,6 +184,10 @@ func (m *Module) Resolve(node map[string]string) (*Resolved, error) {
 				add(fmt.Sprintf("%s.volumes[%d]", field, j), "%q is not /host/path:/container/path[:ro]", e)
 			case len(parts) == 3 && parts[2] != "ro" && parts[2] != "rw":
 				add(fmt.Sprintf("%s.volumes[%d]", field, j), "%q: mode %q is not ro or rw", e, parts[2])
+			case NamedVolume(parts[0]):
+				if !strings.HasPrefix(parts[1], "/") {
+					add(fmt.Sprintf("%s.volumes[%d]", field, j), "container path %q is relative", parts[1])
+				}
 			default:
 				if msg := checkPath(parts[0], m.Name); msg != "" {
 					add(fmt.Sprintf("%s.volumes[%d]", field, j), "host path: %s%s", msg, via(v))
@@ -256,4 +261,13 @@ func (m *Module) PortSettings() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// volumeNameRe is the engine's rule for a volume's name.
+var volumeNameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+// NamedVolume says a volume's source is a named volume the engine keeps ("data" in
+// "data:/var/lib/app"), not a path on the machine: it reaches nothing of the machine's.
+func NamedVolume(source string) bool {
+	return !strings.HasPrefix(source, "/") && volumeNameRe.MatchString(source)
 }

@@ -25,7 +25,7 @@ func TestNormalizeImageRef(t *testing.T) {
 // syntheticObserved is what the engine reports for a container created from spec by an engine
 // whose image sets PATH and a label; used where no engine is needed.
 func syntheticObserved(spec ctrspec.Spec) Observed {
-	cfg, hc := engineConfig(spec)
+	cfg, hc, _ := engineConfig(spec)
 	cfg.Env = append([]string{"PATH=/usr/bin:/bin"}, cfg.Env...)
 	cfg.Labels["org.example.built-by"] = "ct"
 	hc.Mounts = nil
@@ -50,7 +50,7 @@ func syntheticObserved(spec ctrspec.Spec) Observed {
 	img := &image.InspectResponse{ID: c.Image, Config: &dockerspec.DockerOCIImageConfig{
 		ImageConfig: ocispec.ImageConfig{Env: []string{"PATH=/usr/bin:/bin"}, Labels: map[string]string{"org.example.built-by": "ct"}},
 	}}
-	return observe(c, nil, img, c.Image)
+	return observe(c, nil, img, c.Image, nil)
 }
 
 var benchSpec = ctrspec.Spec{

@@ -14,6 +14,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	dcontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/go-connections/nat"
 
@@ -36,6 +37,8 @@ type Engine struct {
 	// observing the same containers asks the engine for each image once, not every pass.
 	imgMu  sync.Mutex
 	images map[string]*image.InspectResponse
+
+	defs defaultsCache
 }
 
 // maxImages bounds Engine.images; past it the cache starts again.
@@ -171,7 +174,7 @@ func (e *Engine) observe(ctx context.Context, c dcontainer.InspectResponse, raw 
 			}
 		}
 	}
-	return observe(c, raw, img, refID), nil
+	return observe(c, raw, img, refID, e.defaults(ctx, c.Image)), nil
 }
 
 // Diff is the package's Diff, for callers holding an Engine.
@@ -212,8 +215,7 @@ func (e *Engine) Create(ctx context.Context, spec ctrspec.Spec) (string, error) 
 }
 
 func (e *Engine) createAndStart(ctx context.Context, spec ctrspec.Spec) (string, error) {
-	cfg, hc := engineConfig(spec)
-	resp, err := e.cli.ContainerCreate(ctx, cfg, hc, nil, nil, spec.Name)
+	resp, err := e.create(ctx, spec, spec.Name)
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
 			return "", fmt.Errorf("create container %s: the name is in use (engine %s): %w", spec.Name, e.host, err)
@@ -235,8 +237,26 @@ func (e *Engine) createAndStart(ctx context.Context, spec ctrspec.Spec) (string,
 	return resp.ID, nil
 }
 
+// create creates the container spec declares under name, not started: its networks made first
+// when missing, and joined after the first before it starts.
+func (e *Engine) create(ctx context.Context, spec ctrspec.Spec, name string) (dcontainer.CreateResponse, error) {
+	if err := e.ensureNetworks(ctx, spec); err != nil {
+		return dcontainer.CreateResponse{}, err
+	}
+	cfg, hc, nc := engineConfig(spec)
+	resp, err := e.cli.ContainerCreate(ctx, cfg, hc, nc, nil, name)
+	if err != nil {
+		return resp, err
+	}
+	if err := e.connectNetworks(ctx, resp.ID, spec); err != nil {
+		_ = e.cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, dcontainer.RemoveOptions{Force: true})
+		return dcontainer.CreateResponse{}, err
+	}
+	return resp, nil
+}
+
 // engineConfig turns a validated Spec into the engine's configuration.
-func engineConfig(spec ctrspec.Spec) (*dcontainer.Config, *dcontainer.HostConfig) {
+func engineConfig(spec ctrspec.Spec) (*dcontainer.Config, *dcontainer.HostConfig, *network.NetworkingConfig) {
 	cfg := &dcontainer.Config{
 		Image:        spec.Image,
 		Labels:       maps0(spec.Labels),
@@ -265,7 +285,8 @@ func engineConfig(spec ctrspec.Spec) (*dcontainer.Config, *dcontainer.HostConfig
 	}
 	name, n, _ := ctrspec.ParseRestart(spec.Restart) // validated
 	hc.RestartPolicy = dcontainer.RestartPolicy{Name: dcontainer.RestartPolicyMode(name), MaximumRetryCount: n}
-	return cfg, hc
+	nc := applyRuntime(spec.Runtime, cfg, hc)
+	return cfg, hc, nc
 }
 
 // Replace puts the container spec declares in the place of old (taking a module): it checks the
@@ -431,8 +452,7 @@ func (e *Engine) Prepare(ctx context.Context, spec ctrspec.Spec, as string) (str
 	if err := e.checkImage(ctx, spec); err != nil {
 		return "", err
 	}
-	cfg, hc := engineConfig(spec)
-	resp, err := e.cli.ContainerCreate(ctx, cfg, hc, nil, nil, as)
+	resp, err := e.create(ctx, spec, as)
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
 			return "", fmt.Errorf("prepare container %s as %s: the name is in use (engine %s): %w", spec.Name, as, e.host, err)

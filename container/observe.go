@@ -49,6 +49,8 @@ type Observed struct {
 	ImageEnv    map[string]string
 	ImageLabels map[string]string
 	ImageCmd    []string
+	image       *imageRuntime   // nil when the image is gone
+	defs        *engineDefaults // nil when the engine's defaults are not known
 
 	// Raw is the engine's inspect JSON, the container's full configuration.
 	Raw json.RawMessage
@@ -79,7 +81,7 @@ func netipJoin(ip string, port uint16) string {
 
 // observe builds an Observed from the engine's answers. img is nil when the container's image is
 // gone; refImageID is what the container's reference resolves to now.
-func observe(c dcontainer.InspectResponse, raw []byte, img *image.InspectResponse, refImageID string) Observed {
+func observe(c dcontainer.InspectResponse, raw []byte, img *image.InspectResponse, refImageID string, defs *engineDefaults) Observed {
 	o := Observed{Raw: raw, RefImageID: refImageID, Env: map[string]string{}, Labels: map[string]string{}}
 	if c.ContainerJSONBase != nil {
 		o.ID = c.ID
@@ -95,9 +97,15 @@ func observe(c dcontainer.InspectResponse, raw []byte, img *image.InspectRespons
 		o.ImageEnv = envMap(img.Config.Env)
 		o.ImageLabels = maps0(img.Config.Labels)
 		o.ImageCmd = slices.Clone(img.Config.Cmd)
+		o.image = &imageRuntime{Entrypoint: img.Config.Entrypoint, WorkingDir: img.Config.WorkingDir,
+			User: img.Config.User, StopSignal: img.Config.StopSignal, Healthcheck: img.Config.Healthcheck}
 	} else if img != nil {
 		o.ImageKnown = true
+		o.image = &imageRuntime{}
 	}
+	o.defs = defs
+	o.Spec.Runtime = observeRuntime(c, o.image, defs)
+	o.Spec.Unexpressed = defs.unexpressed(raw)
 	o.Spec.Name = o.Name
 	if cfg := c.Config; cfg != nil {
 		o.ImageRef = cfg.Image
@@ -328,7 +336,41 @@ func Diff(spec ctrspec.Spec, o Observed) []string {
 	} else if o.ImageKnown && len(o.Cmd) > 0 && !slices.Equal(o.Cmd, o.ImageCmd) {
 		d = append(d, fmt.Sprintf("cmd: declared the image's default %q, container runs %q", o.ImageCmd, o.Cmd))
 	}
+	declared, have := spec, o.asDeclared(spec)
+	declared.Logging = o.defs.ownLog(spec.Logging)
+	if o.defs == nil {
+		// The engine's default log configuration is not known (its probe failed): the
+		// container's is not judged, rather than every container recreated for it.
+		declared.Logging = have.Logging
+	}
+	for _, c := range ctrspec.RuntimeChanges(have, declared) {
+		d = append(d, c.Text)
+	}
 	return d
+}
+
+// asDeclared is the container's reconstruction with what spec declares explicitly and the image
+// sets by default counted as declared: an entrypoint, working dir, user, stop signal or health
+// check that spec names and the image already has is no difference.
+func (o Observed) asDeclared(spec ctrspec.Spec) ctrspec.Spec {
+	have := o.Spec
+	img := o.image
+	if img == nil {
+		return have
+	}
+	if have.Entrypoint == nil && spec.Entrypoint != nil && slices.Equal(spec.Entrypoint, img.Entrypoint) {
+		have.Entrypoint = spec.Entrypoint
+	}
+	if have.WorkingDir == "" && spec.WorkingDir != "" && spec.WorkingDir == img.WorkingDir {
+		have.WorkingDir = spec.WorkingDir
+	}
+	if have.User == "" && spec.User != "" && spec.User == img.User {
+		have.User = spec.User
+	}
+	if have.StopSignal == "" && spec.StopSignal != "" && spec.StopSignal == img.StopSignal {
+		have.StopSignal = spec.StopSignal
+	}
+	return have
 }
 
 // inherited says whether an undeclared key may be ignored: the image sets it to the same value,

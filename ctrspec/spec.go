@@ -51,12 +51,18 @@ type Spec struct {
 	Restart string            `json:"restart,omitempty" yaml:"restart,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
 	Cmd     []string          `json:"cmd,omitempty" yaml:"cmd,omitempty"`
+	Runtime `yaml:",inline"`
+
+	// Unexpressed names what a found container carries that no Spec can say (a setting of the
+	// engine's away from its default: "HostConfig.IpcMode host"); only a container's
+	// reconstruction has it, and a container created from a Spec would lose each.
+	Unexpressed []string `json:"unexpressed,omitempty" yaml:"-"`
 }
 
 // FieldError says which field of which container's Spec is wrong and why.
 type FieldError struct {
 	Container string // the spec's name, "" if the name itself is missing
-	Field     string // "name", "image", "env", "ports[1]", "volumes[0]", "restart", "labels", "cmd"
+	Field     string // "name", "image", "env", "ports[1]", "volumes[0]", "restart", "labels", "cmd", a Runtime key
 	Value     string // the offending value
 	Reason    string
 }
@@ -126,6 +132,10 @@ func (s Spec) Validate() error {
 		if strings.Contains(a, "\x00") {
 			bad(fmt.Sprintf("cmd[%d]", i), a, "contains NUL")
 		}
+	}
+	s.Runtime.Check(bad)
+	for _, u := range s.Unexpressed {
+		bad("unexpressed", u, "a container cannot be created with what a Spec cannot say")
 	}
 	return errors.Join(errs...)
 }

@@ -379,6 +379,9 @@ func applyCatalogueAdd(r *Record, c *Command, b *CatalogueAdd) (any, error) {
 	if err := r.Catalogue.CheckAdd(m); err != nil {
 		return nil, refuse(c.Op, "", m.Name, "%v", err)
 	}
+	if err := checkVocabulary(c, m); err != nil {
+		return nil, refuse(c.Op, "", m.Name, "%v", err)
+	}
 	if err := checkAddPrivilege(r, c, b, m); err != nil {
 		return nil, err
 	}

@@ -36,7 +36,15 @@ import (
 // Record.Privileged with who), and module.confirm gives that word to a module added before. A
 // version 5 command is judged by the deny list as it was, so a replayed log holds its record.
 // The allowlist's names and places are part of this version: changing them is a new one.
-const Version = 6
+//
+// Version 7: a container's manifest says what a real container is (ctrspec.Runtime: user,
+// networks, capabilities, limits, health check... and named volumes), and what of it gives
+// power over the machine (privileged, devices, capabilities beyond the engine's default set,
+// the host's network or PID namespace: catalogue.CheckPowers) needs privileged: true and the
+// operator's word like a root-equivalent file or mount. A version 6 command is judged as it
+// was: a manifest saying any of the new fields is refused as unknown then, so a replayed log
+// holds its record.
+const Version = 7
 
 // privilegedSince is the first command version that refuses an unsaid root-equivalent module.
 const privilegedSince = 4
@@ -138,6 +146,10 @@ type SetSettings struct {
 type ModuleOnNode struct {
 	Node   string `json:"node"`
 	Module string `json:"module"`
+	// AcceptLoss, on a take, are the losses the operator accepted (`module take --accept-loss`):
+	// what the take preview said its found containers lose ("container api: capabilities:
+	// NET_ADMIN dropped"), kept in the record's history with who accepted them.
+	AcceptLoss []string `json:"accept_loss,omitempty"`
 }
 
 // CatalogueAdd adds or updates a module from its manifest's source.

@@ -40,6 +40,10 @@ func applyGenesis(r *Record, c *Command, b *Genesis) (any, error) {
 			errs = appendErrs(errs, err)
 			continue
 		}
+		if err := checkVocabulary(c, m); err != nil {
+			errs = appendErrs(errs, err)
+			continue
+		}
 		if err := checkGenesisPlaces(c, m); err != nil {
 			errs = appendErrs(errs, err)
 			continue

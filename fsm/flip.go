@@ -23,6 +23,9 @@ type Flip struct {
 	Node string `json:"node"`
 	To   Mode   `json:"to"`
 	Plan string `json:"plan,omitempty"`
+	// AcceptLoss, on a converge, are the losses the operator accepted (`meshd converge
+	// --accept-loss`), as ModuleOnNode.AcceptLoss: kept in the history with who accepted them.
+	AcceptLoss []string `json:"accept_loss,omitempty"`
 }
 
 // FlipDone records that Node carried out the intent made at Since: it is now To.

@@ -265,6 +265,8 @@ func describe(c *Command, v any) Event {
 		Expires   time.Time         `json:"expires"`
 		// Privileged is a catalogue.add's operator word (CatalogueAdd.Privileged).
 		Privileged bool `json:"privileged"`
+		// AcceptLoss are the losses a take's operator accepted (ModuleOnNode.AcceptLoss).
+		AcceptLoss []string `json:"accept_loss"`
 	}
 	_ = json.Unmarshal(c.Body, &b)
 	e := Event{Node: b.Node, Module: b.Module}
@@ -299,6 +301,9 @@ func describe(c *Command, v any) Event {
 		e.What = fmt.Sprintf("%s unassigned from %s", b.Module, b.Node)
 	case OpModuleTake:
 		e.What = fmt.Sprintf("%s taken on %s", b.Module, b.Node)
+		if len(b.AcceptLoss) > 0 {
+			e.What += ", accepting the loss of: " + strings.Join(b.AcceptLoss, "; ")
+		}
 	case OpCatalogueAdd:
 		if m, ok := v.(*catalogue.Module); ok {
 			e.Module = m.Name
@@ -318,6 +323,9 @@ func describe(c *Command, v any) Event {
 			e.What = fmt.Sprintf("the converge of %s recorded", b.Node)
 			if b.Plan != "" {
 				e.What += " (plan " + b.Plan + ")"
+			}
+			if len(b.AcceptLoss) > 0 {
+				e.What += ", accepting the loss of: " + strings.Join(b.AcceptLoss, "; ")
 			}
 		} else {
 			e.What = fmt.Sprintf("the return of %s to adopted recorded", b.Node)

@@ -187,3 +187,36 @@ func TestUnitSnapshotKeepsHistory(t *testing.T) {
 		t.Fatalf("history after a restore: %d events, before %d", len(b), len(a))
 	}
 }
+
+// A take the operator gave with --accept-loss says in the history what was accepted, and who
+// accepted it (issue 38).
+func TestUnitHistoryNamesAcceptedLosses(t *testing.T) {
+	f := NewFSM()
+	for i, c := range script(t)[:2] {
+		if err := applyLog(t, f, uint64(10+i), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take := cmdBy(t, OpModuleTake, t0.Add(time.Hour), "operator alice", ModuleOnNode{Node: "hub", Module: "webapp",
+		AcceptLoss: []string{"container webapp: capabilities: NET_ADMIN dropped", "container webapp: memory limit 64m removed"}})
+	if err := applyLog(t, f, 20, take); err != nil {
+		t.Fatal(err)
+	}
+	evs := events(f)
+	e := evs[len(evs)-1]
+	want := "webapp taken on hub, accepting the loss of: container webapp: capabilities: NET_ADMIN dropped; container webapp: memory limit 64m removed"
+	if e.Op != OpModuleTake || e.What != want || e.By != "operator alice" {
+		t.Errorf("the take's event: %+v, want %q by operator alice", e, want)
+	}
+	flip := cmdBy(t, OpFlip, t0.Add(2*time.Hour), "operator bob", Flip{Node: "hub", To: Converged, Plan: "p1",
+		AcceptLoss: []string{"container notes: user 65534 → the image's default"}})
+	if err := applyLog(t, f, 21, flip); err != nil {
+		t.Fatal(err)
+	}
+	evs = events(f)
+	e = evs[len(evs)-1]
+	want = "the converge of hub recorded (plan p1), accepting the loss of: container notes: user 65534 → the image's default"
+	if e.Op != OpFlip || e.What != want || e.By != "operator bob" {
+		t.Errorf("the flip's event: %+v, want %q by operator bob", e, want)
+	}
+}

@@ -11,6 +11,35 @@ import (
 // (catalogue.CheckPlaces) and wants the operator's own word for a privileged one.
 const placesSince = 6
 
+// powersSince is the first command version whose manifests say a container's Runtime, and that
+// judges its powers over the machine (catalogue.CheckPowers) as root-equivalent.
+const powersSince = 7
+
+// checkVocabulary refuses, for a command before powersSince, a manifest saying what only
+// version 7 can: those fields were unknown then, and a replayed log must refuse what it refused.
+func checkVocabulary(c *Command, m *catalogue.Module) error {
+	if c.V >= powersSince {
+		return nil
+	}
+	if fields := m.Vocabulary7(); len(fields) > 0 {
+		return m.FieldErr(fields[0], "unknown field(s) for command version %d: %s (they need version %d)",
+			c.V, strings.Join(fields, ", "), powersSince)
+	}
+	return nil
+}
+
+// checkPlacesAndPowers is the allowlist of version 6 (CheckPlaces) and, from version 7, the
+// containers' powers (CheckPowers), with node's settings (nil: the defaults).
+func checkPlacesAndPowers(c *Command, m *catalogue.Module, node map[string]string) error {
+	if err := m.CheckPlaces(node); err != nil {
+		return err
+	}
+	if c.V >= powersSince {
+		return m.CheckPowers(node)
+	}
+	return nil
+}
+
 // OpModuleConfirm is the operator's confirmation of a module that, judged again by the allowlist
 // after an upgrade, needs the word it was added without (Record.Unconfirmed).
 const OpModuleConfirm Op = "module.confirm"
@@ -122,7 +151,7 @@ func checkPrivilege(r *Record, n *Node, c *Command, module string) error {
 		}
 		return nil
 	}
-	if err := m.CheckPlaces(nodeValues(n, module)); err != nil {
+	if err := checkPlacesAndPowers(c, m, nodeValues(n, module)); err != nil {
 		return refuse(c.Op, n.Name, module, "with this node's settings: %v", err)
 	}
 	return nil
@@ -149,12 +178,12 @@ func checkAddPrivilege(r *Record, c *Command, b *CatalogueAdd, m *catalogue.Modu
 	case m.Privileged:
 		return nil
 	}
-	if err := m.CheckPlaces(nil); err != nil {
+	if err := checkPlacesAndPowers(c, m, nil); err != nil {
 		return refuse(c.Op, "", m.Name, "%v", err)
 	}
 	for _, name := range r.NodeNames() {
 		if n := r.Nodes[name]; has(n.Assigned, m.Name) {
-			if err := m.CheckPlaces(nodeValues(n, m.Name)); err != nil {
+			if err := checkPlacesAndPowers(c, m, nodeValues(n, m.Name)); err != nil {
 				return refuse(c.Op, name, m.Name, "with this node's settings: %v", err)
 			}
 		}
@@ -171,7 +200,7 @@ func checkGenesisPlaces(c *Command, m *catalogue.Module) error {
 	if m.Privileged {
 		return m.FieldErr("privileged", "module %s says privileged: true; genesis takes in no privileged module: add it after, with --privileged", m.Name)
 	}
-	return m.CheckPlaces(nil)
+	return checkPlacesAndPowers(c, m, nil)
 }
 
 // grantOnAdd records or drops, for a version 6 catalogue.add, the operator's word on m.

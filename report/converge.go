@@ -35,6 +35,10 @@ type ConvergePreview struct {
 	Published []PreviewPublished `json:"published"`
 	// Take are the modules assigned and not yet taken: the flip takes them.
 	Take []string `json:"take"`
+	// Losses are what the found containers of the modules it takes lose (each naming its
+	// container, as a take's preview says them): the flip is refused unless the operator
+	// accepts them (`--accept-loss`).
+	Losses []string `json:"losses,omitempty"`
 	// Tunnel says the found tunnel the node still rides and that the flip takes it over (the
 	// mesh's interface in its place with its key, address and port); empty: nothing to take.
 	Tunnel string `json:"tunnel,omitempty"`
@@ -110,6 +114,9 @@ func PlanLines(pv ConvergePreview) []string {
 	slices.Sort(rest)
 	lines = append(lines, rest...)
 	lines = append(lines, "take "+strings.Join(pv.Take, ","))
+	for _, l := range pv.Losses {
+		lines = append(lines, "loses "+l)
+	}
 	if pv.Tunnel != "" {
 		lines = append(lines, "tunnel "+pv.Tunnel)
 	}

@@ -29,7 +29,7 @@ func SpecOf(r fsm.Resource) ctrspec.Spec {
 	}
 	maps.Copy(labels, ctrspec.ManagedLabels(r.Module))
 	s := ctrspec.Spec{Name: c.Name, Image: c.Image, Env: c.Env, Ports: c.Ports, Volumes: c.Volumes,
-		Restart: c.Restart, Labels: labels}
+		Restart: c.Restart, Labels: labels, Runtime: c.Runtime.Clone()}
 	if len(c.Command) > 0 {
 		s.Cmd = slices.Clone(c.Command)
 	}

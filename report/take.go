@@ -41,6 +41,22 @@ type PreviewContainer struct {
 	Reason  string `json:"reason,omitempty"`
 	// Aside is the name it will be kept under, stopped, once replaced.
 	Aside string `json:"aside,omitempty"`
+	// Losses are the differences that lose something a service may depend on (a network, an
+	// alias, a capability, its user, a limit, its health check, what a manifest cannot say):
+	// the take is refused unless the operator accepts them (`--accept-loss`).
+	Losses []string `json:"losses,omitempty"`
+}
+
+// Losses lists every loss of the take, each naming its container ("container api: network
+// appnet → bridge, alias api lost").
+func (pv TakePreview) Losses() []string {
+	var out []string
+	for _, c := range pv.Containers {
+		for _, l := range c.Losses {
+			out = append(out, "container "+c.Name+": "+l)
+		}
+	}
+	return out
 }
 
 // PreviewFile is one held file a take replaces.

@@ -35,11 +35,11 @@ func exitCodeOf(err error) (int, bool) {
 // convergeCmd is `meshd converge NODE --preview` (what converging the node will do to what is
 // reachable on it, changing nothing) and `meshd converge NODE [--plan TOKEN]`, the flip.
 func convergeCmd(g *globals) *cobra.Command {
-	var preview bool
+	var preview, acceptLoss bool
 	var plan string
 	var wf waitFlags
 	cmd := &cobra.Command{
-		Use:   "converge NODE [--preview | --plan TOKEN]",
+		Use:   "converge NODE [--preview | --plan TOKEN] [--accept-loss]",
 		Short: "Converge a node (its migration's last step): preview what closes, then flip it in one act",
 		Long: `Converging a node is the last step of its migration, one act: every assigned module taken,
 meshd's derived filter loaded, the found firewall retired by disabling it (never flushing: its
@@ -62,17 +62,24 @@ close. The flip is recorded as an intent first; the node then carries it out and
 converged once the node reports it done (a node that dies halfway finishes after a restart). The
 command follows the node until then (--wait; --no-wait returns once the intent is recorded): exit 0
 once converged, 1 on a refusal or when the wait ends first (the intent stays in the record and the
-node still finishes it). Step back with ` + "`meshd adopt NODE`" + `.`,
+node still finishes it). Step back with ` + "`meshd adopt NODE`" + `.
+
+The modules the flip takes replace their held containers as ` + "`meshd module take`" + ` does: the preview
+lists, marked LOSS, what a found container would lose that its module does not declare (a network,
+an alias, a capability, its user, a limit, its health check, what no manifest can say), and the flip
+is refused while there is any unless --accept-loss says the operator accepts them; what was accepted
+is recorded in the history with who accepted it.`,
 		Args: exactArgs("NODE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if preview {
 				return convergePreview(g, args[0])
 			}
-			return converge(g, args[0], plan, wf)
+			return converge(g, args[0], plan, acceptLoss, wf)
 		},
 	}
 	cmd.Flags().BoolVar(&preview, "preview", false, "list what converging the node will close, retire and load; change nothing (exit 0: nothing closes, 2: something will)")
 	cmd.Flags().StringVar(&plan, "plan", "", "the plan token of the preview you read: the flip is refused if the node changed since")
+	cmd.Flags().BoolVar(&acceptLoss, "accept-loss", false, "flip even though found containers of the modules it takes lose what the preview marks LOSS (recorded in the history)")
 	wf.add(cmd, "the flip")
 	return cmd
 }
@@ -93,11 +100,11 @@ func convergePreview(g *globals, node string) error {
 	return nil
 }
 
-func converge(g *globals, node, plan string, wf waitFlags) error {
+func converge(g *globals, node, plan string, acceptLoss bool, wf waitFlags) error {
 	ctx, cancel := g.ctx()
 	defer cancel()
 	var fv api.FlipView
-	if err := g.client().Post(ctx, fmt.Sprintf("/v1/nodes/%s/converge", url.PathEscape(node)), api.ConvergeRequest{Plan: plan}, &fv); err != nil {
+	if err := g.client().Post(ctx, fmt.Sprintf("/v1/nodes/%s/converge", url.PathEscape(node)), api.ConvergeRequest{Plan: plan, AcceptLoss: acceptLoss}, &fv); err != nil {
 		return err
 	}
 	if wf.noWait {
@@ -224,6 +231,9 @@ func writeConvergePreview(w io.Writer, pv report.ConvergePreview) {
 		fmt.Fprintln(w, "nothing listens or is published on a non-loopback address")
 	}
 	fmt.Fprintf(w, "take\t%s\t\t\n", list(pv.Take))
+	for _, l := range pv.Losses {
+		fmt.Fprintf(w, "\tLOSS: %s\t\t\n", l)
+	}
 	if pv.Tunnel != "" {
 		fmt.Fprintf(w, "tunnel\t%s\t\t\n", pv.Tunnel)
 	}

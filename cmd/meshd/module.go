@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -160,10 +161,10 @@ func proto(p string) string {
 // takeCmd is `meshd module take`: the cutover of a module on an adopted node, or with --preview
 // what it will replace there, read from the node's latest report without changing anything.
 func takeCmd(g *globals) *cobra.Command {
-	var preview bool
+	var preview, acceptLoss bool
 	var wf waitFlags
 	cmd := &cobra.Command{
-		Use:   "take NODE MODULE [--preview | --wait 2m | --no-wait]",
+		Use:   "take NODE MODULE [--preview | --accept-loss] [--wait 2m | --no-wait]",
 		Short: "Take a module on an adopted node: its cutover; from now on its resources converge",
 		Long: `Take is the cutover of a module on an adopted node, done when its data has moved. The node's agent
 prepares everything first (the new containers created, not started; the files rendered; the latest
@@ -182,7 +183,15 @@ once the take is recorded.
 id, image and what the declaration changes), each held file (recorded and current hash, changed by
 something else or not), what it creates and the openings that start to be guarded. It reads the
 node's latest report; right after module assign it waits (up to 5 s) for the first report made
-after the assignment, and is refused when none comes (is the node's agent running?).`,
+after the assignment, and is refused when none comes (is the node's agent running?). Each
+difference is in plain words, and one that loses something a service may depend on (a network, an
+alias or a static address, a capability, its user, a limit, its health check, what no manifest can
+say) is marked LOSS.
+
+A take whose found containers would lose something is refused, naming each loss, unless
+--accept-loss says the operator accepts them: the losses accepted are recorded in the record's
+history with who accepted them (meshd history). Declaring them in the module instead makes the take
+an adoption in place when nothing else differs.`,
 		Args: exactArgs("NODE", "MODULE"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ctx, cancel := g.ctx()
@@ -204,7 +213,11 @@ after the assignment, and is refused when none comes (is the node's agent runnin
 			var n fsm.Node
 			pr := g.progress()
 			pr.Step(fmt.Sprintf("recording the take of %s on %s (committed through Raft before the answer)", args[1], args[0]))
-			err := g.client().Post(ctx, base+"take", nil, &n)
+			path := base + "take"
+			if acceptLoss {
+				path += "?accept_loss=true"
+			}
+			err := g.client().Post(ctx, path, nil, &n)
 			if err != nil || wf.noWait {
 				pr.Done(err == nil)
 				if err != nil {
@@ -231,6 +244,7 @@ after the assignment, and is refused when none comes (is the node's agent runnin
 		},
 	}
 	cmd.Flags().BoolVar(&preview, "preview", false, "list what the take will replace on the node; change nothing")
+	cmd.Flags().BoolVar(&acceptLoss, "accept-loss", false, "take even though the found containers lose what the preview marks LOSS (recorded in the history)")
 	wf.add(cmd, "the take")
 	return cmd
 }
@@ -244,6 +258,9 @@ func writeTakePreview(w io.Writer, pv report.TakePreview) {
 		}
 		fmt.Fprintf(w, "container\t%s\tfound %s, image %s → %s\t%s\n", c.Name, short(c.FoundID), c.Image, c.NewImage, what)
 		for _, d := range c.Differences {
+			if slices.Contains(c.Losses, d) {
+				d = "LOSS: " + d
+			}
 			fmt.Fprintf(w, "\t\t%s\t\n", d)
 		}
 		if c.Changed {
@@ -266,6 +283,11 @@ func writeTakePreview(w io.Writer, pv report.TakePreview) {
 	if len(pv.Containers)+len(pv.Files)+len(pv.Created)+len(pv.Guarded) == 0 {
 		fmt.Fprintln(w, "nothing found to replace, nothing to create or guard")
 	}
+	if losses := pv.Losses(); len(losses) > 0 {
+		fmt.Fprintf(w, "the take loses %d thing(s) marked LOSS: it is refused unless you accept them "+
+			"(meshd module take %s %s --accept-loss), or declare them in the module\n", len(losses), pv.Node, pv.Module)
+	}
+
 }
 
 // privilegedLines says, for a module that is root on a machine, who said it may be (or that no

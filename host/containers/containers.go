@@ -34,6 +34,7 @@ import (
 	"strings"
 	"time"
 
+	"meshd/catalogue"
 	"meshd/container"
 	"meshd/ctrspec"
 	"meshd/fsm"
@@ -263,6 +264,9 @@ func (d *Driver) WatchDrift(ctx context.Context, touched func(names ...string)) 
 func (p *driverPass) ownMount(r fsm.Resource, spec ctrspec.Spec) error {
 	for _, v := range spec.Volumes {
 		src, _, _ := strings.Cut(v, ":")
+		if catalogue.NamedVolume(src) { // the engine's, not a path on the machine
+			continue
+		}
 		if err := p.own.Refuse("a mount of", r.Module, src); err != nil {
 			return err
 		}

@@ -21,12 +21,15 @@ type record struct {
 	Image  string    `json:"image"`
 	At     time.Time `json:"at"`
 	// What was found at the name, kept from before anything happened to it.
-	FoundID      string          `json:"found_id,omitempty"`
-	FoundImage   string          `json:"found_image,omitempty"`
-	FoundImageID string          `json:"found_image_id,omitempty"`
-	FoundSpec    *ctrspec.Spec   `json:"found_spec,omitempty"`
-	FoundAt      time.Time       `json:"found_at,omitzero"`
-	Original     json.RawMessage `json:"original,omitempty"`
+	FoundID      string        `json:"found_id,omitempty"`
+	FoundImage   string        `json:"found_image,omitempty"`
+	FoundImageID string        `json:"found_image_id,omitempty"`
+	FoundSpec    *ctrspec.Spec `json:"found_spec,omitempty"`
+	// FoundSpecV is foundSpecRuntime for a FoundSpec that says the container's Runtime; 0 for
+	// one recorded before a Spec could (whose empty Runtime says nothing of the container).
+	FoundSpecV int             `json:"found_spec_v,omitempty"`
+	FoundAt    time.Time       `json:"found_at,omitzero"`
+	Original   json.RawMessage `json:"original,omitempty"`
 	// Replaced is the configuration of the container a take replaced, as the engine gave it just
 	// before it was stopped.
 	Replaced   json.RawMessage `json:"replaced,omitempty"`
@@ -89,13 +92,28 @@ func loadRecords(recs *pass.Records, records map[string]*record) error {
 	return nil
 }
 
+// foundSpecRuntime is the FoundSpecV of a found container's record that says its Runtime.
+const foundSpecRuntime = 2
+
+// foundSpecOf is what the record says the found container was, to compare with o: a record made
+// before a Spec said a container's Runtime is read as having o's, so a held container is not
+// reported changed by an upgrade of meshd.
+func foundSpecOf(rec *record, o container.Observed) ctrspec.Spec {
+	spec := *rec.FoundSpec
+	if rec.FoundSpecV < foundSpecRuntime {
+		spec.Runtime, spec.Unexpressed = o.Spec.Runtime, o.Spec.Unexpressed
+	}
+	return spec
+}
+
 // recordFound durably records a found container's configuration before anything else happens
 // to it, as held.
 func (p *driverPass) recordFound(name, module string, o container.Observed) (*record, error) {
 	now := time.Now().UTC()
 	spec := o.Spec
 	rec := &record{Module: module, State: report.ContainerHeld, ID: o.ID, Image: o.ImageRef, At: now,
-		FoundID: o.ID, FoundImage: o.ImageRef, FoundImageID: o.ImageID, FoundSpec: &spec, FoundAt: now, Original: o.Raw}
+		FoundID: o.ID, FoundImage: o.ImageRef, FoundImageID: o.ImageID, FoundSpec: &spec, FoundSpecV: foundSpecRuntime,
+		FoundAt: now, Original: o.Raw}
 	if err := p.put(name, rec); err != nil {
 		return nil, err
 	}

@@ -476,3 +476,19 @@ func TestUnitConfinedMountLeadingOutIsRefused(t *testing.T) {
 		t.Fatal("the container mounting its own place was not created")
 	}
 }
+
+// A found container's record made before a Spec said its Runtime says nothing of its user or
+// capabilities: read against the container, it is not changed by something else; a record made
+// now says them, and a change of them is one.
+func TestUnitFoundRecordBeforeRuntimeIsNoChange(t *testing.T) {
+	o := container.Observed{Spec: ctrspec.Spec{Name: "web", Image: "web:1",
+		Runtime: ctrspec.Runtime{User: "65534", CapAdd: []string{"NET_ADMIN"}}}}
+	old := &record{FoundSpec: &ctrspec.Spec{Name: "web", Image: "web:1"}}
+	if got := foundSpecOf(old, o); got.User != "65534" || len(got.CapAdd) != 1 {
+		t.Errorf("an old record reads as %+v, want the container's runtime", got.Runtime)
+	}
+	now := &record{FoundSpec: &ctrspec.Spec{Name: "web", Image: "web:1"}, FoundSpecV: foundSpecRuntime}
+	if got := foundSpecOf(now, o); got.User != "" || len(ctrspec.RuntimeChanges(o.Spec, got)) != 2 {
+		t.Errorf("a record made now reads as %+v, want its own (no user, no capability)", got.Runtime)
+	}
+}

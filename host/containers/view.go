@@ -30,7 +30,7 @@ func (p *driverPass) observeHeld(view *report.ContainerView, rec *record, o cont
 	}
 	if rec.FoundSpec != nil {
 		o.RefImageID = "" // a tag moved on the engine is not a change of the container
-		what = append(what, container.Diff(*rec.FoundSpec, o)...)
+		what = append(what, container.Diff(foundSpecOf(rec, o), o)...)
 	}
 	if len(what) > 0 {
 		view.Changed, view.Reason = true, report.ChangedBySomethingElse+": "+strings.Join(what, "; ")

@@ -32,6 +32,15 @@ func Converge(rep *report.Report, d *fsm.Declaration) (report.ConvergePreview, e
 	if o, ok := report.Detail[report.OpeningDetail](rep, fsm.KindOpening); ok {
 		od = &o
 	}
+	// What the modules the flip takes lose, as their takes' previews say it.
+	for _, m := range d.Assigned {
+		if slices.Contains(d.Taken, m) {
+			continue
+		}
+		if tp, err := Take(rep, d, m); err == nil {
+			pv.Losses = append(pv.Losses, tp.Losses()...)
+		}
+	}
 	return Mark(pv, d, rep.Listeners, cr, od), nil
 }
 

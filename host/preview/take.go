@@ -85,6 +85,7 @@ func Take(rep *report.Report, d *fsm.Declaration, module string) (report.TakePre
 					Changed: v.Changed, Reason: v.Reason, Differences: []string{}}
 				if v.Config != nil {
 					pc.Differences = SpecDiff(*v.Config, spec)
+					pc.Losses = ctrspec.Losses(ctrspec.RuntimeChanges(*v.Config, spec))
 				}
 				if len(pc.Differences) > 0 || v.Config == nil {
 					pc.Aside = report.AsideName(v.Name, v.ID)
@@ -104,7 +105,9 @@ func Take(rep *report.Report, d *fsm.Declaration, module string) (report.TakePre
 }
 
 // SpecDiff lists what declaring want changes of a container configured as have: image, env
-// (names only), ports, volumes, restart, command. meshd's own labels are not a difference.
+// (names only), ports, volumes, restart, command, and every Runtime field and what no manifest
+// can say (ctrspec.RuntimeChanges, in its plain words). meshd's own labels are not a
+// difference.
 func SpecDiff(have, want ctrspec.Spec) []string {
 	var out []string
 	if container.NormalizeImageRef(have.Image) != container.NormalizeImageRef(want.Image) {
@@ -146,6 +149,9 @@ func SpecDiff(have, want ctrspec.Spec) []string {
 	}
 	if want.Cmd != nil && !slices.Equal(have.Cmd, want.Cmd) {
 		out = append(out, fmt.Sprintf("command %q → %q", have.Cmd, want.Cmd))
+	}
+	for _, c := range ctrspec.RuntimeChanges(have, want) {
+		out = append(out, c.Text)
 	}
 	return out
 }
