@@ -14,6 +14,7 @@ import (
 	"github.com/docker/go-connections/nat"
 
 	"meshd/ctrspec"
+	"meshd/internal/testenv"
 )
 
 // webappSpec is a module's declaration of one labsvc container answering on hostPort.
@@ -34,7 +35,7 @@ func TestCreateServes(t *testing.T) {
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
 	name := testName(t, "webapp")
-	port := freePort(t)
+	port := testenv.FreePort(t)
 
 	id, err := e.Create(ctx, webappSpec(name, img.echo, port, "hi"))
 	if err != nil {
@@ -59,7 +60,7 @@ func TestCreateServes(t *testing.T) {
 	}
 
 	// A second container on the same name is refused, and says so.
-	if _, err := e.Create(ctx, webappSpec(name, img.echo, freePort(t), "hi")); err == nil || !strings.Contains(err.Error(), name) {
+	if _, err := e.Create(ctx, webappSpec(name, img.echo, testenv.FreePort(t), "hi")); err == nil || !strings.Contains(err.Error(), name) {
 		t.Errorf("Create on a name in use: %v, want an error naming %s", err, name)
 	}
 	// Remove is idempotent.
@@ -94,7 +95,7 @@ func TestCreatePortHeldLeavesNothing(t *testing.T) {
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
 	first, second := testName(t, "holder"), testName(t, "late")
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	if _, err := e.Create(ctx, webappSpec(first, img.echo, port, "first")); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestUnchangedSpecNeverRecreated(t *testing.T) {
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
 	name := testName(t, "steady")
-	p1, p2 := freePort(t), freePort(t)
+	p1, p2 := testenv.FreePort(t), testenv.FreePort(t)
 	dir := t.TempDir()
 	spec := ctrspec.Spec{
 		Name:    name,
@@ -202,7 +203,7 @@ func TestFoundContainerInspectedFaithfully(t *testing.T) {
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
 	name := testName(t, "legacy")
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	dir := t.TempDir()
 	id := createByHand(t, name, img.echo, port, "old", dir)
 	serves(t, port, "old from legacy")
@@ -293,7 +294,7 @@ func TestReplaceFound(t *testing.T) {
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
 	name := testName(t, "legacy")
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	oldID := createByHand(t, name, img.echo, port, "old", t.TempDir())
 	serves(t, port, "old from legacy")
 
@@ -340,7 +341,7 @@ func TestReplaceFound(t *testing.T) {
 
 	// A take that cannot start (its port held by another container) puts the old one back.
 	blocker := testName(t, "blocker")
-	other := freePort(t)
+	other := testenv.FreePort(t)
 	if _, err := e.Create(ctx, webappSpec(blocker, img.echo, other, "blocker")); err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +360,7 @@ func TestPublishedListsEveryContainer(t *testing.T) {
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
 	legacy, mine := testName(t, "legacy"), testName(t, "mine")
-	lp, mp := freePort(t), freePort(t)
+	lp, mp := testenv.FreePort(t), testenv.FreePort(t)
 	createByHand(t, legacy, img.echo, lp, "old", t.TempDir())
 	if _, err := e.Create(ctx, webappSpec(mine, img.echo, mp, "mine")); err != nil {
 		t.Fatal(err)
@@ -390,7 +391,7 @@ func TestInspectKeepsImagesByID(t *testing.T) {
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
 	name := testName(t, "cached")
-	if _, err := e.Create(ctx, webappSpec(name, img.echo, freePort(t), "cached")); err != nil {
+	if _, err := e.Create(ctx, webappSpec(name, img.echo, testenv.FreePort(t), "cached")); err != nil {
 		t.Fatal(err)
 	}
 	first, found, err := e.Inspect(ctx, name)
@@ -435,7 +436,7 @@ func BenchmarkInspect(b *testing.B) {
 	img := labsvcImages(b, e)
 	ctx := testCtx(b)
 	name := testName(b, "bench")
-	if _, err := e.Create(ctx, webappSpec(name, img.echo, freePort(b), "bench")); err != nil {
+	if _, err := e.Create(ctx, webappSpec(name, img.echo, testenv.FreePort(b), "bench")); err != nil {
 		b.Fatal(err)
 	}
 	for _, kept := range []bool{true, false} {

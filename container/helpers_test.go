@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -142,17 +141,6 @@ func testName(t testing.TB, what string) string {
 	name := fmt.Sprintf("ct-%s-%s", randHex(3), what)
 	t.Cleanup(func() { testenv.RemoveContainers(t, DefaultHost, name) })
 	return name
-}
-
-// freePort returns a loopback TCP port nothing listens on right now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // serves polls http://127.0.0.1:port/ until it answers with want in the body, or fails after

@@ -85,7 +85,7 @@ func TestInspectEveryKeyClassified(t *testing.T) {
 	requireDockerCLI(t)
 	img := labsvcImages(t, e)
 	ctx := testCtx(t)
-	host := fullSpec(t, testName(t, "full"), img.echo, freePort(t))
+	host := fullSpec(t, testName(t, "full"), img.echo, testenv.FreePort(t))
 	// Created, not started: a privileged container cannot start in every lab (a rootless engine).
 	hostMode := ctrspec.Spec{Name: testName(t, "hostmode"), Image: img.echo, Labels: ctrspec.ManagedLabels("full"),
 		Cmd: []string{"--listen", "127.0.0.1:0"}, Runtime: ctrspec.Runtime{NetworkMode: "host", PID: "host", Privileged: true}}

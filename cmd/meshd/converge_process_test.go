@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"meshd/internal/testenv"
 	"meshd/report"
 )
 
@@ -20,7 +21,7 @@ func TestProcessConvergePreview(t *testing.T) {
 	n := newNode(t)
 	n.genesis("--adopted")
 	n.startAgent("--reconcile-interval", "200ms")
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	svc := n.inNetns(labsvcBin, "serve", "--listen", fmt.Sprintf("0.0.0.0:%d", port), "--name", "undeclared")
 	if err := svc.Start(); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,16 +55,6 @@ type node struct {
 	// sealKey is the node's seal key file (MESHD_SEAL_KEY), beside its data dir: the agent's /etc
 	// is a fresh overlay each run, so the default /etc/meshd/seal.key would not last.
 	sealKey string
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // newNode gives a test its own data dir and socket, and its own network namespace for the agent,
@@ -212,7 +201,7 @@ func (n *node) kill(sig syscall.Signal) {
 func (n *node) genesis(args ...string) string {
 	n.t.Helper()
 	base := []string{"genesis", "--name", "hub", "--data-dir", n.dir, "--advertise", "127.0.0.1",
-		"--port", fmt.Sprintf("raft=%d", freePort(n.t)), "--docker-host", noDocker}
+		"--port", fmt.Sprintf("raft=%d", testenv.FreePort(n.t)), "--docker-host", noDocker}
 	return n.ok(append(base, args...)...)
 }
 
@@ -516,7 +505,7 @@ func TestGenesisWritesTheSealKeyFirst(t *testing.T) {
 	}
 	n.sealKey = filepath.Join(notADir, "seal.key")
 	base := []string{"genesis", "--name", "hub", "--data-dir", n.dir, "--advertise", "127.0.0.1",
-		"--port", fmt.Sprintf("raft=%d", freePort(t)), "--docker-host", noDocker, "--adopted"}
+		"--port", fmt.Sprintf("raft=%d", testenv.FreePort(t)), "--docker-host", noDocker, "--adopted"}
 	_, errs, code := n.run(base...)
 	if code != 1 || !strings.Contains(errs, n.sealKey) {
 		t.Fatalf("genesis with a seal key that cannot be written: exit %d %q; want exit 1 naming %s", code, errs, n.sealKey)

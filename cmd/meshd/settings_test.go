@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"meshd/api"
+	"meshd/internal/testenv"
 	"meshd/setup"
 )
 
@@ -114,7 +115,7 @@ func TestProcessNodeSet(t *testing.T) {
 		})
 	})
 	t.Run("the raft port is the record's: a restarted server binds the new one", func(t *testing.T) {
-		port := freePort(t)
+		port := testenv.FreePort(t)
 		n.ok("node", "set", "hub", fmt.Sprintf("mesh.raft=%d", port))
 		poll(t, 30*time.Second, "node.json following the record's raft port", func() string {
 			b, err := os.ReadFile(filepath.Join(n.dir, "node.json"))

@@ -185,7 +185,7 @@ func TestProcessStatusPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.genesis("--adopted")
-	pagePort := freePort(t)
+	pagePort := testenv.FreePort(t)
 	n.startAgent("--metrics", fmt.Sprintf("127.0.0.1:%d", pagePort), "--reconcile-interval", "10m")
 	n.ok("module", "add", "--privileged", manifest)
 	n.ok("module", "assign", "hub", "legacy")

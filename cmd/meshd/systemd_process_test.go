@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"meshd/api"
 	"net"
 	"os"
 	"os/exec"
@@ -11,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"meshd/api"
+	"meshd/internal/testenv"
 )
 
 // fakeSystemd listens where $NOTIFY_SOCKET will point and hands over each datagram.
@@ -59,7 +61,7 @@ func TestProcessSystemdNotifyAndSIGHUP(t *testing.T) {
 	n := newNode(t)
 	// Genesis off a terminal says its steps as plain lines on stderr.
 	_, steps, code := n.run("genesis", "--name", "hub", "--data-dir", n.dir, "--advertise", "127.0.0.1",
-		"--port", fmt.Sprintf("raft=%d", freePort(t)), "--docker-host", noDocker, "--adopted")
+		"--port", fmt.Sprintf("raft=%d", testenv.FreePort(t)), "--docker-host", noDocker, "--adopted")
 	if code != 0 || !strings.Contains(steps, "] preflight: ") || !strings.Contains(steps, "] waiting for Raft to elect this node") || strings.Contains(steps, "\r") {
 		t.Fatalf("genesis: exit %d, stderr:\n%s", code, steps)
 	}

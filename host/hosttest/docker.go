@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -93,16 +92,8 @@ func ContainerName(t *testing.T, host, what string) string {
 	return name
 }
 
-// FreePort is a TCP port on 127.0.0.1 free just now.
-func FreePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+// FreePort is a TCP port free just now (testenv.FreePort).
+func FreePort(t *testing.T) int { t.Helper(); return testenv.FreePort(t) }
 
 // Serves polls http://127.0.0.1:port/ until the answer holds want.
 func Serves(t *testing.T, port int, want string) {
