@@ -141,3 +141,19 @@ func (m *ManyApplied) events(c *Command) []Event {
 	}
 	return out
 }
+
+// TryModuleOn is the node as assigning or taking (op, the one-node op) module on it would leave
+// it, refused as the record would refuse the command; the record is not changed. A many-node
+// preview judges each node with it.
+func TryModuleOn(r *Record, op Op, node, module string) (*Node, error) {
+	n := r.Nodes[node]
+	if n == nil {
+		return nil, refuse(op, node, module, "no such node")
+	}
+	trial := detach(n).(*Node)
+	c := Command{V: Version, Op: op}
+	if err := moduleOnNode(r, &c, trial, module); err != nil {
+		return nil, err
+	}
+	return trial, nil
+}
