@@ -54,7 +54,7 @@ func selection(r *fsm.Record, in api.ModuleManyRequest) ([]string, string, error
 			}
 		}
 		if !matched {
-			return nil, "", fmt.Errorf("--match %q matches no node (the record has %d: meshd status --nodes lists them)", glob, len(r.Nodes))
+			return nil, "", fmt.Errorf("--match %q matches no node (the record has %d: meshd status --list lists them)", glob, len(r.Nodes))
 		}
 	}
 	if len(words) == 0 {
@@ -299,4 +299,17 @@ func (s *recordAPI) moduleNodes(w http.ResponseWriter, req *http.Request) {
 	}
 	v.Nodes = kept
 	api.WriteJSON(w, http.StatusOK, v)
+}
+
+// moduleStates are the modules assigned to a node, each with where it stands there, read from
+// its latest report rep.
+func moduleStates(rep *report.Report, assigned, taken []string) map[string]string {
+	if len(assigned) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(assigned))
+	for _, m := range assigned {
+		out[m], _ = report.ModuleOn(rep, m, slices.Contains(taken, m))
+	}
+	return out
 }
