@@ -112,8 +112,13 @@ func refusalReason(err error) string {
 	return err.Error()
 }
 
-// moduleMany serves POST /v1/modules/{module}/assign and /take: the preview, or the one command.
-func (s *recordAPI) moduleMany(action string) http.HandlerFunc {
+// manyActs are the record API's many-node acts and what it says of a module on its nodes: a job
+// of its own, beside the record API it reads through.
+type manyActs struct{ s *recordAPI }
+
+// act serves POST /v1/modules/{module}/assign and /take: the preview, or the one command.
+func (m manyActs) act(action string) http.HandlerFunc {
+	s := m.s
 	return func(w http.ResponseWriter, req *http.Request) {
 		module := req.PathValue("module")
 		var in api.ModuleManyRequest
@@ -152,7 +157,7 @@ func (s *recordAPI) moduleMany(action string) http.HandlerFunc {
 			return
 		}
 		if trial != nil {
-			s.previewTakes(req.Context(), trial, module, v.Nodes)
+			m.previewTakes(req.Context(), trial, module, v.Nodes)
 		}
 		v.Counts = map[string]int{}
 		var body fsm.ModuleOnNodes
@@ -222,7 +227,7 @@ func takenTrial(r *fsm.Record, module string, takes []string) (*fsm.Record, erro
 // previewTakes fills in what the take replaces on each node taking it, from its latest report.
 // A report made before the node knew of the module's assignment is waited for (up to
 // reportBehindWait for all of them together), as the one-node preview does.
-func (s *recordAPI) previewTakes(ctx context.Context, trial *fsm.Record, module string, nodes []api.ModuleManyNode) {
+func (m manyActs) previewTakes(ctx context.Context, trial *fsm.Record, module string, nodes []api.ModuleManyNode) {
 	deadline := time.Now().Add(reportBehindWait)
 	for i := range nodes {
 		n := &nodes[i]
@@ -235,7 +240,7 @@ func (s *recordAPI) previewTakes(ctx context.Context, trial *fsm.Record, module 
 			continue
 		}
 		for {
-			pv, err := preview.Take(s.fleet.report(n.Node), d, module)
+			pv, err := preview.Take(m.s.fleet.report(n.Node), d, module)
 			var behind *preview.ReportBehindError
 			if errors.As(err, &behind) && time.Now().Before(deadline) {
 				select {
@@ -254,9 +259,10 @@ func (s *recordAPI) previewTakes(ctx context.Context, trial *fsm.Record, module 
 	}
 }
 
-// moduleNodes serves GET /v1/modules/{module}/nodes: where the module stands on each node it is
+// nodes serves GET /v1/modules/{module}/nodes: where the module stands on each node it is
 // assigned to, with ?nodes=a,b (only those) and ?state=S (only those in state S).
-func (s *recordAPI) moduleNodes(w http.ResponseWriter, req *http.Request) {
+func (m manyActs) nodes(w http.ResponseWriter, req *http.Request) {
+	s := m.s
 	module := req.PathValue("module")
 	q := req.URL.Query()
 	only := map[string]bool{}
