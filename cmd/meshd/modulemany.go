@@ -182,7 +182,6 @@ func writeManyAct(w io.Writer, v api.ModuleManyView, progress *api.ModuleNodesVi
 	fmt.Fprintln(w, head)
 	state := map[string]api.ModuleOnNode{}
 	if progress != nil {
-		state = map[string]api.ModuleOnNode{}
 		for _, n := range progress.Nodes {
 			state[n.Node] = n
 		}
