@@ -89,9 +89,9 @@ func judgeMany(r *fsm.Record, action, module string, names []string) []api.Modul
 		case action == "take":
 			op, v.Change = fsm.OpModuleTake, api.ChangeTake
 		case n.Target() == fsm.Converged:
-			v.Change = api.ChangeAssignTake
+			v.Change, v.Why = api.ChangeAssignTake, "converged: what the module declares converges at once"
 		default:
-			v.Change = api.ChangeAssign
+			v.Change, v.Why = api.ChangeAssign, "prepared: what the machine lacks is created, what is found is held"
 		}
 		if v.Change != api.ChangeNone {
 			if _, err := fsm.TryModuleOn(r, op, name, module); err != nil {
@@ -254,6 +254,8 @@ func (m manyActs) previewTakes(ctx context.Context, trial *fsm.Record, module st
 				break
 			}
 			n.Take, n.Losses = &pv, pv.Losses()
+			n.Why = fmt.Sprintf("replaces %d found container(s) and %d found file(s), creates %d, guards %d opening(s)",
+				len(pv.Containers), len(pv.Files), len(pv.Created), len(pv.Guarded))
 			break
 		}
 	}

@@ -68,8 +68,9 @@ func TestUnitJudgeManyNamesEachNode(t *testing.T) {
 		}
 		return strings.Join(out, "; ")
 	}
+	prep := "prepared: what the machine lacks is created, what is found is held"
 	if got, want := say(judgeMany(r, "assign", "webapp", []string{"db-1", "web-1", "web-2", "web-9"})),
-		"db-1 assign ; web-1 assign ; web-2 unchanged already assigned; web-9 refused no such node"; got != want {
+		"db-1 assign "+prep+"; web-1 assign "+prep+"; web-2 unchanged already assigned; web-9 refused no such node"; got != want {
 		t.Errorf("assign:\n got %s\nwant %s", got, want)
 	}
 	if got := say(judgeMany(r, "take", "webapp", []string{"web-1", "web-2"})); !strings.HasPrefix(got, "web-1 refused not assigned") || !strings.HasSuffix(got, "web-2 take ") {

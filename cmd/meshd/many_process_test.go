@@ -39,6 +39,7 @@ func fleetActs(t *testing.T, hub *node) {
 		t.Fatalf("the preview of assign --match '*': %+v", pv.Act)
 	}
 	text := hub.ok("module", "assign", "fleetapp", "--nodes", "hub,edge", "--preview")
+	t.Logf("module assign fleetapp --nodes hub,edge --preview:\n%s", text)
 	for _, want := range []string{"preview (nothing changed): assign fleetapp --nodes hub,edge: 2 node(s): 2 assign", "edge", "hub"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("the preview's text does not say %q:\n%s", want, text)
