@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +63,7 @@ func (s *recordAPI) getStatus(w http.ResponseWriter, _ *http.Request) {
 	} else {
 		st.Stale = staleText(s.raftState())
 	}
+	var assigned, taken [][]string
 	s.rec.Read(func(r *fsm.Record, index uint64) {
 		st.Index = index
 		st.Privileged = privilegedModules(r)
@@ -70,6 +72,7 @@ func (s *recordAPI) getStatus(w http.ResponseWriter, _ *http.Request) {
 			st.Nodes = append(st.Nodes, api.NodeSummary{Name: n.Name, Mode: n.Mode, ModeSince: n.ModeSince,
 				ControlNode: r.Genesis != nil && r.Genesis.ControlNode == n.Name, Server: n.Server,
 				Address: n.Address, Assigned: len(n.Assigned), Taken: len(n.EffectiveTaken())})
+			assigned, taken = append(assigned, slices.Clone(n.Assigned)), append(taken, n.EffectiveTaken())
 		}
 	})
 	members := s.fleet.members()
@@ -83,7 +86,10 @@ func (s *recordAPI) getStatus(w http.ResponseWriter, _ *http.Request) {
 		if rep != nil {
 			n.ReportFrom = from
 		}
+		n.Modules = moduleStates(rep, assigned[i], taken[i])
 	}
+	counts := api.CountNodes(st.Nodes)
+	st.Counts = &counts
 	if tv := s.fleet.tunnel(); tv.Range != "" {
 		st.Tunnel = &tv
 	}

@@ -54,6 +54,10 @@ func (s *recordAPI) routes() http.Handler {
 	mux.HandleFunc("GET /v1/modules/{module}", s.getModule)
 	mux.HandleFunc("POST /v1/modules", s.addModule)
 	mux.HandleFunc("POST /v1/modules/{module}/confirm", s.confirmModule)
+	many := manyActs{s}
+	mux.HandleFunc("POST /v1/modules/{module}/assign", many.act("assign"))
+	mux.HandleFunc("POST /v1/modules/{module}/take", many.act("take"))
+	mux.HandleFunc("GET /v1/modules/{module}/nodes", many.nodes)
 	mux.HandleFunc("POST /v1/nodes/{node}/modules/{module}/{action}", s.moduleAction)
 	mux.HandleFunc("GET /v1/nodes/{node}/modules/{module}/take-preview", s.takePreview)
 	mux.HandleFunc("GET /v1/nodes/{node}/converge-preview", s.convergePreview)

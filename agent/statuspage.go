@@ -23,6 +23,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,6 +77,35 @@ type PageOverview struct {
 	// Privileged are the modules that are root on a machine, each reach with why; the
 	// unconfirmed first.
 	Privileged []api.ModulePrivilege
+}
+
+// pageSmallFleet is how many nodes the overview shows one by one (rows, cards, every board row);
+// past it, the counts and the board rows of nodes not yet done, each node on its own page.
+const pageSmallFleet = 30
+
+// Large says the fleet is past pageSmallFleet.
+func (v PageOverview) Large() bool { return len(v.Nodes) > pageSmallFleet }
+
+// Counts says the nodes by mode and by liveness, in words.
+func (v PageOverview) Counts() string {
+	modes, live := map[string]int{}, map[string]int{}
+	for _, n := range v.Nodes {
+		modes[string(n.Mode)]++
+		live[n.Liveness]++
+	}
+	say := func(m map[string]int) string {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var out []string
+		for _, k := range keys {
+			out = append(out, fmt.Sprintf("%d %s", m[k], k))
+		}
+		return strings.Join(out, ", ")
+	}
+	return fmt.Sprintf("%d nodes: %s; %s", len(v.Nodes), say(modes), say(live))
 }
 
 // pageHistory is how many of the newest events the page shows beside the board.

@@ -29,6 +29,8 @@ type StatusView struct {
 	// Privileged are the modules that are root on a machine (ModulePrivilege), the unconfirmed
 	// ones first: `meshd status` names each unconfirmed one until an operator confirms it.
 	Privileged []ModulePrivilege `json:"privileged,omitempty"`
+	// Counts are the nodes and modules counted (CountNodes): what the status says first.
+	Counts *StatusCounts `json:"counts,omitempty"`
 	// Client is set when a client's own socket answered: it holds no record, so the fields above
 	// are empty and Client says what the node itself knows.
 	Client *ClientStatus `json:"client,omitempty"`
@@ -102,4 +104,7 @@ type NodeSummary struct {
 	// node's last report reads it active again (enabled by hand: it filters beside meshd's
 	// filter), "" otherwise.
 	FirewallActiveAgain string `json:"firewall_active_again,omitempty"`
+	// Modules are the modules assigned to the node, each with where it stands there
+	// (ModuleInForce, ModulePending, ModuleFailed: report.ModuleOn).
+	Modules map[string]string `json:"modules,omitempty"`
 }

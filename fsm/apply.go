@@ -83,6 +83,12 @@ func apply(r *Record, data []byte) (any, error) {
 			return nil, err
 		}
 		return applyModule(r, &c, &b)
+	case OpModuleAssignMany, OpModuleTakeMany:
+		var b ModuleOnNodes
+		if err := decode(&b); err != nil {
+			return nil, err
+		}
+		return applyModuleMany(r, &c, &b)
 	case OpCatalogueAdd:
 		var b CatalogueAdd
 		if err := decode(&b); err != nil {
@@ -324,51 +330,60 @@ func applyModule(r *Record, c *Command, b *ModuleOnNode) (any, error) {
 	if n == nil {
 		return nil, unknownNode(r, c.Op, b.Node)
 	}
-	if r.Catalogue[b.Module] == nil {
+	if err := moduleOnNode(r, c, n, b.Module); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// moduleOnNode assigns, unassigns or takes (c.Op) module on n, which it changes only once every
+// check has passed: a refusal leaves n as it was. module.*.many calls it on a copy of each node.
+func moduleOnNode(r *Record, c *Command, n *Node, module string) error {
+	if r.Catalogue[module] == nil {
 		msg := "not in the catalogue"
-		if s := r.Catalogue.Suggest(b.Module); len(s) > 0 {
+		if s := r.Catalogue.Suggest(module); len(s) > 0 {
 			msg += "; did you mean " + strings.Join(s, " or ") + "?"
 		} else {
 			msg += " (it has: " + strings.Join(r.Catalogue.Names(), ", ") + ")"
 		}
-		return nil, refuse(c.Op, b.Node, b.Module, "%s", msg)
+		return refuse(c.Op, n.Name, module, "%s", msg)
 	}
-	assigned := has(n.Assigned, b.Module)
+	assigned := has(n.Assigned, module)
 	switch c.Op {
 	case OpModuleAssign:
 		if assigned {
-			return nil, refuse(c.Op, b.Node, b.Module, "already assigned")
+			return refuse(c.Op, n.Name, module, "already assigned")
 		}
 		trial := *n
-		trial.Assigned = insert(append([]string{}, n.Assigned...), b.Module)
-		if err := checkNode(r.Catalogue, &trial, c.Op, b.Module); err != nil {
-			return nil, err
+		trial.Assigned = insert(append([]string{}, n.Assigned...), module)
+		if err := checkNode(r.Catalogue, &trial, c.Op, module); err != nil {
+			return err
 		}
-		if err := checkPrivilege(r, &trial, c, b.Module); err != nil {
-			return nil, err
+		if err := checkPrivilege(r, &trial, c, module); err != nil {
+			return err
 		}
 		n.Assigned = trial.Assigned
 		if n.Target() == Converged {
-			n.Taken = insert(n.Taken, b.Module)
+			n.Taken = insert(n.Taken, module)
 		}
 	case OpModuleUnassign:
 		if !assigned {
-			return nil, refuse(c.Op, b.Node, b.Module, "not assigned")
+			return refuse(c.Op, n.Name, module, "not assigned")
 		}
-		n.Assigned = remove(n.Assigned, b.Module)
-		n.Taken = remove(n.Taken, b.Module)
+		n.Assigned = remove(n.Assigned, module)
+		n.Taken = remove(n.Taken, module)
 	case OpModuleTake:
 		switch {
 		case !assigned:
-			return nil, refuse(c.Op, b.Node, b.Module, "not assigned, so there is nothing to take; assign it first (meshd module assign %s %s)", b.Node, b.Module)
+			return refuse(c.Op, n.Name, module, "not assigned, so there is nothing to take; assign it first (meshd module assign %s %s)", n.Name, module)
 		case n.Target() == Converged:
-			return nil, refuse(c.Op, b.Node, b.Module, "the node is converged: every assigned module is already taken")
-		case has(n.Taken, b.Module):
-			return nil, refuse(c.Op, b.Node, b.Module, "already taken")
+			return refuse(c.Op, n.Name, module, "the node is converged: every assigned module is already taken")
+		case has(n.Taken, module):
+			return refuse(c.Op, n.Name, module, "already taken")
 		}
-		n.Taken = insert(n.Taken, b.Module)
+		n.Taken = insert(n.Taken, module)
 	}
-	return n, nil
+	return nil
 }
 
 func applyCatalogueAdd(r *Record, c *Command, b *CatalogueAdd) (any, error) {
@@ -507,6 +522,16 @@ func detach(v any) any {
 			return x
 		}
 		c := *x
+		return &c
+	case *ManyApplied:
+		if x == nil {
+			return x
+		}
+		c := *x
+		c.Nodes = make([]*Node, len(x.Nodes))
+		for i, n := range x.Nodes {
+			c.Nodes[i] = detach(n).(*Node)
+		}
 		return &c
 	case *Credential:
 		if x == nil {

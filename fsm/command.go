@@ -44,7 +44,11 @@ import (
 // operator's word like a root-equivalent file or mount. A version 6 command is judged as it
 // was: a manifest saying any of the new fields is refused as unknown then, so a replayed log
 // holds its record.
-const Version = 7
+//
+// Version 8: a module assigned or taken on many nodes in one command (module.assign.many,
+// module.take.many: many.go), all or nothing, with a history event naming each node. A version
+// 7 command knows no such op and applies as it did.
+const Version = 8
 
 // privilegedSince is the first command version that refuses an unsaid root-equivalent module.
 const privilegedSince = 4

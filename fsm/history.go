@@ -117,6 +117,11 @@ func ApplyAt(r *Record, index uint64, data []byte) (any, error) {
 			e.Index, e.At = index, c.At
 			h.Events = append(h.Events, e)
 		}
+	} else if m, ok := v.(*ManyApplied); ok {
+		for _, e := range m.events(&c) {
+			e.Index, e.At, e.Op, e.By = index, c.At, c.Op, c.By
+			h.Events = append(h.Events, e)
+		}
 	} else {
 		e := describe(&c, v)
 		e.Index, e.At, e.Op, e.By = index, c.At, c.Op, c.By

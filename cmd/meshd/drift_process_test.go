@@ -217,6 +217,7 @@ func runningAgain(ctx context.Context, eng *container.Engine, name, id string) f
 // On a client node, read from the server: a held file rewritten on the client is in the
 // server's `meshd node show CLIENT` within a second (the client's pass, its report carried by
 // gossip, the server's read); once taken, the file edited by hand is written back within a second.
+// The same lab then runs a module's assign and take on both nodes as one command each (fleetActs).
 func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 	hub, edge := newNode(t), newNode(t)
 	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
@@ -281,6 +282,7 @@ func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 		}
 		return ""
 	})
+	fleetActs(t, hub)
 }
 
 // On a client node with a Docker engine (this machine's), read from the server: a held container

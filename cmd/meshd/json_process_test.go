@@ -49,6 +49,7 @@ func jsonWalk(conf, extra, dir string) []jsonRun {
 		{path: "module list"},
 		{path: "module show", args: []string{"walkextra"}},
 		{path: "module assign", args: []string{"hub", "walkextra"}},
+		{path: "module status", args: []string{"walkextra"}},
 		{path: "module take", args: []string{"hub", "walkextra", "--preview"}},
 		{path: "module unassign", args: []string{"hub", "walkextra"}},
 		{path: "tunnel show"},

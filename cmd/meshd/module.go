@@ -90,7 +90,7 @@ manifest itself with assigned_to, taken_on and privilege.`,
 		},
 	})
 	cmd.AddCommand(addCmd(g), confirmCmd(g))
-	cmd.AddCommand(takeCmd(g))
+	cmd.AddCommand(takeCmd(g), moduleStatusCmd(g))
 	for _, c := range assignCmds(g) {
 		cmd.AddCommand(c)
 	}
@@ -122,12 +122,21 @@ arrives, node show still shows the report before the assignment; module take --p
 			"assigned to"},
 		{"unassign", "Unassign a module from a node (held files stay where they are)", "", "unassigned from"},
 	} {
-		out = append(out, &cobra.Command{
+		var sel manyFlags
+		var preview bool
+		var wf waitFlags
+		c := &cobra.Command{
 			Use:   act.name + " NODE MODULE",
 			Short: act.short,
 			Long:  act.long,
 			Args:  exactArgs("NODE", "MODULE"),
 			RunE: func(_ *cobra.Command, args []string) error {
+				if act.name == "assign" && (sel.given() || preview) {
+					if !sel.given() {
+						sel.nodes, args = []string{args[0]}, args[1:]
+					}
+					return runMany(g, "assign", args[0], sel, preview, false, wf)
+				}
 				ctx, cancel := g.ctx()
 				defer cancel()
 				var n fsm.Node
@@ -146,7 +155,16 @@ arrives, node show still shows the report before the assignment; module take --p
 					}
 				})
 			},
-		})
+		}
+		if act.name == "assign" {
+			c.Use = "assign NODE MODULE | assign MODULE (--nodes a,b | --match GLOB | --all) [--preview]"
+			c.Args = manyArgs(&sel)
+			c.Long += manyLong("assign")
+			sel.add(c)
+			c.Flags().BoolVar(&preview, "preview", false, "list each node the assign touches and what changes there; change nothing")
+			wf.add(c, "the assign (with --nodes, --match or --all)")
+		}
+		out = append(out, c)
 	}
 	return out
 }
@@ -163,8 +181,9 @@ func proto(p string) string {
 func takeCmd(g *globals) *cobra.Command {
 	var preview, acceptLoss bool
 	var wf waitFlags
+	var sel manyFlags
 	cmd := &cobra.Command{
-		Use:   "take NODE MODULE [--preview | --accept-loss] [--wait 2m | --no-wait]",
+		Use:   "take NODE MODULE | take MODULE (--nodes a,b | --match GLOB | --all) [--preview | --accept-loss] [--wait 2m | --no-wait]",
 		Short: "Take a module on an adopted node: its cutover; from now on its resources converge",
 		Long: `Take is the cutover of a module on an adopted node, done when its data has moved. The node's agent
 prepares everything first (the new containers created, not started; the files rendered; the latest
@@ -192,8 +211,11 @@ A take whose found containers would lose something is refused, naming each loss,
 --accept-loss says the operator accepts them: the losses accepted are recorded in the record's
 history with who accepted them (meshd history). Declaring them in the module instead makes the take
 an adoption in place when nothing else differs.`,
-		Args: exactArgs("NODE", "MODULE"),
+		Args: manyArgs(&sel),
 		RunE: func(_ *cobra.Command, args []string) error {
+			if sel.given() {
+				return runMany(g, "take", args[0], sel, preview, acceptLoss, wf)
+			}
 			ctx, cancel := g.ctx()
 			defer cancel()
 			base := fmt.Sprintf("/v1/nodes/%s/modules/%s/", url.PathEscape(args[0]), url.PathEscape(args[1]))
@@ -246,6 +268,8 @@ an adoption in place when nothing else differs.`,
 	cmd.Flags().BoolVar(&preview, "preview", false, "list what the take will replace on the node; change nothing")
 	cmd.Flags().BoolVar(&acceptLoss, "accept-loss", false, "take even though the found containers lose what the preview marks LOSS (recorded in the history)")
 	wf.add(cmd, "the take")
+	sel.add(cmd)
+	cmd.Long += manyLong("take")
 	return cmd
 }
 

@@ -25,7 +25,8 @@ import (
 
 // statusCmd is `meshd status`; writeStatus renders it as text.
 func statusCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var f statusFilter
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the mesh: every node's mode, liveness, held counts, the leader, assigned and taken counts",
 		Long: `Status lists every node with its mode. An adopted node is marked ADOPTED: the firewall and files
@@ -46,6 +47,14 @@ A node whose tunnel is found-down-mesh-not-up (its peers reach nothing) is named
 converged node whose retired found firewall was enabled again by hand (it filters beside meshd's
 filter) is named FOUND FIREWALL ACTIVE AGAIN.
 
+Counts come first: the nodes by mode and by liveness, and each module assigned somewhere by where it
+stands on its nodes (in force, pending, failed: meshd module status MODULE lists them). The nodes
+and the board are listed one by one up to 30 nodes, or with --list; --state keeps the nodes in a
+mode (adopted, converged), a liveness (alive, failed, left, unknown) or with a module in force or
+pending ("failed" is a node failed in gossip or a module failed on it); --module keeps the nodes a
+module is assigned to (with --state, where it is in that state). --json keeps every node unless
+--state or --module filters them; its counts are always the whole fleet's.
+
 On a client's socket, which holds no record, status shows the node itself: its mode and modules
 as its declaration from a server says, the servers it follows and which answered last, its gossip
 members, and the servers where the whole record is read (or use an operator credential).
@@ -55,20 +64,32 @@ privileged when there are any; on a client's socket nodes and voters are [] and 
 node's own view.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
 			ctx, cancel := g.ctx()
 			defer cancel()
 			var st api.StatusView
 			if err := g.client().Get(ctx, "/v1/status", &st); err != nil {
 				return err
 			}
-			return g.emit(st, func(w io.Writer) { writeStatus(w, st) })
+			f.apply(&st)
+			return g.emit(st, func(w io.Writer) { writeStatusOf(w, st, f) })
 		},
 	}
+	cmd.Flags().BoolVar(&f.list, "list", false, "list every node one by one (the default up to 30 nodes)")
+	cmd.Flags().StringVar(&f.state, "state", "", "only the nodes in this mode (adopted, converged), liveness (alive, failed, left, unknown) or with a module in force or pending")
+	cmd.Flags().StringVar(&f.module, "module", "", "only the nodes this module is assigned to (with --state: where it is in that state: in force, pending, failed)")
+	return cmd
 }
 
-// writeStatus is status's text: the leader and voters, the nodes, rejected reports, the tunnel's
-// peers, then what needs the operator (a tunnel down, a found firewall active again, adopted nodes).
-func writeStatus(w io.Writer, st api.StatusView) {
+// writeStatus is status's text with no filter.
+func writeStatus(w io.Writer, st api.StatusView) { writeStatusOf(w, st, statusFilter{}) }
+
+// writeStatusOf is status's text: the leader and voters, the counts, the nodes (f says which),
+// rejected reports, the tunnel's peers, then what needs the operator (a tunnel down, a found
+// firewall active again, adopted nodes).
+func writeStatusOf(w io.Writer, st api.StatusView, f statusFilter) {
 	if st.Client != nil {
 		writeClientStatus(w, *st.Client, time.Now())
 		return
@@ -98,14 +119,23 @@ func writeStatus(w io.Writer, st api.StatusView) {
 				p.Module, strings.Join(p.Reaches, "; "), p.Module)
 		}
 	}
+	writeCounts(w, st.Counts)
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tLIVE\tHELD\tASSIGNED\tTAKEN")
+	listed := f.listing(len(st.Nodes))
+	if listed {
+		fmt.Fprintln(w, "NODE\tMODE\tROLE\tADDRESS\tLIVE\tHELD\tASSIGNED\tTAKEN")
+	} else {
+		fmt.Fprintf(w, "%d nodes: each one with --list, some with --state or --module, one with `meshd node show NODE`\n", len(st.Nodes))
+	}
 	adopted := 0
 	for _, n := range st.Nodes {
 		mode := string(n.Mode)
 		if n.Mode == fsm.Adopted {
 			mode = "ADOPTED"
 			adopted++
+		}
+		if !listed {
+			continue
 		}
 		role := "client"
 		if n.Server {
@@ -120,7 +150,7 @@ func writeStatus(w io.Writer, st api.StatusView) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.Name, mode, role, n.Address, n.Liveness, held, n.Assigned, n.Taken)
 	}
-	if st.Board != nil {
+	if st.Board != nil && listed {
 		writeBoard(w, *st.Board)
 	}
 	var rejected []string
