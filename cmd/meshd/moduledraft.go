@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"meshd/api"
+	"meshd/container"
+	"meshd/draft"
+)
+
+// draftCmd is `meshd module draft NODE [CONTAINER...]`: manifests written from what runs on the
+// machine, one a module.
+func draftCmd(g *globals) *cobra.Command {
+	var out, dockerHost string
+	var files []string
+	var preview, noContainers bool
+	cmd := &cobra.Command{
+		Use:   "draft NODE [CONTAINER...] --out DIR [--file [MODULE=]PATH]... [--preview]",
+		Short: "Write module manifests from the containers and files found on this machine",
+		Long: `Draft writes a manifest for what runs on this machine (NODE, the node its agent is): every
+container (or those named), each exactly as it runs: its image by the reference it was created
+with (the image id it runs is checked to be what the reference names now), command, env, ports,
+volumes, restart policy, labels, and the rest of the container vocabulary (user, networks with
+aliases and addresses, capabilities, limits, health check, logging...). Containers of one Compose
+project (label com.docker.compose.project) are one module; any other container is a module of its
+own. Each host port is a setting of its module (meshd node set NODE MODULE.SETTING=PORT moves it),
+and each port published beyond loopback has an opening, forwarded from anywhere, as Docker
+publishes it past the host's own filter. --file PATH adds a file as it is on the machine (content,
+mode, owner) to MODULE, or to NODE-files. Containers meshd created are left out.
+
+A draft is exact or refused: what a manifest cannot reproduce (a setting no manifest can say, such
+as --ipc host; an image reference that now names another image than the one running; an env value
+with ${...}) is named, node, container and field, and nothing is written. Each manifest is parsed
+back with the catalogue, and says privileged: true (with why, in the preview) when it is root on
+the machine.
+
+The files go to --out DIR, one NAME.yaml a module, mode 0600: env values are kept as found, so
+keep them as private as the machine's own configuration. An existing file is never overwritten.
+--preview writes nothing and lists what each module would hold, env variables by name only; then
+review, add (meshd module add [--privileged] DIR/NAME.yaml), assign and take: a module drafted
+from what runs is adopted in place, the same containers, not restarted.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if out == "" && !preview {
+				return errors.New("module draft: give --out DIR to write the manifests, or --preview to list them")
+			}
+			ctx, cancel := g.ctx()
+			defer cancel()
+			node, names := args[0], args[1:]
+			var self api.MembersView
+			if err := g.client().Get(ctx, "/v1/members", &self); err != nil {
+				return err
+			}
+			if self.Node != node {
+				return fmt.Errorf("module draft reads the machine it runs on, which is node %s, not %s: run it on %s", self.Node, node, node)
+			}
+			in := draft.Input{Node: node}
+			if !noContainers {
+				cs, err := foundContainers(ctx, dockerHost, node, names)
+				if err != nil {
+					return err
+				}
+				in.Containers = cs
+			} else if len(names) > 0 {
+				return errors.New("module draft: --no-containers drafts files only: name no container")
+			}
+			for _, f := range files {
+				df, err := readDraftFile(f)
+				if err != nil {
+					return err
+				}
+				in.Files = append(in.Files, df)
+			}
+			res := draft.Draft(in)
+			if !preview {
+				if len(res.Refused) > 0 {
+					return fmt.Errorf("module draft: nothing written: %s", draft.Text(draft.Result{Refused: res.Refused}, ""))
+				}
+				if err := writeDrafts(out, res.Modules); err != nil {
+					return err
+				}
+			}
+			return g.emit(res, func(w io.Writer) {
+				fmt.Fprint(w, draft.Text(res, out))
+				if !preview {
+					fmt.Fprintf(w, "written: %d manifest(s) in %s; next: meshd module add [--privileged] FILE, assign, take\n", len(res.Modules), out)
+				}
+			})
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "the directory the manifests are written to (made 0700 if missing)")
+	cmd.Flags().StringArrayVar(&files, "file", nil, "[MODULE=]PATH: a file of the machine's the module holds (repeat it)")
+	cmd.Flags().BoolVar(&preview, "preview", false, "write nothing: list what each module would hold")
+	cmd.Flags().BoolVar(&noContainers, "no-containers", false, "draft only the files named with --file (the engine is not asked)")
+	cmd.Flags().StringVar(&dockerHost, "docker-host", "", "the Docker engine's address (default unix:///var/run/docker.sock)")
+	return cmd
+}
+
+// foundContainers observes the engine's containers (those named, else all), leaving out meshd's
+// own; a name the engine does not have is an error naming it.
+func foundContainers(ctx context.Context, host, node string, names []string) ([]draft.Container, error) {
+	e, err := container.New(host)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	var obs []container.Observed
+	if len(names) == 0 {
+		if obs, err = e.InspectAll(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range names {
+		o, found, err := e.Inspect(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, fmt.Errorf("module draft: node %s has no container %s (engine %s)", node, n, e.Host())
+		}
+		if o.Managed {
+			return nil, fmt.Errorf("module draft: container %s on node %s is meshd's (module %s): it is drafted already", n, node, o.Module)
+		}
+		obs = append(obs, o)
+	}
+	var out []draft.Container
+	for _, o := range obs {
+		if o.Managed {
+			continue
+		}
+		out = append(out, draft.Container{Spec: o.Spec, ImageID: o.ImageID, RefImageID: o.RefImageID, Labels: o.Labels})
+	}
+	return out, nil
+}
+
+// readDraftFile reads "[MODULE=]PATH" as the machine has it: content, mode and owner.
+func readDraftFile(arg string) (draft.File, error) {
+	module, path, ok := strings.Cut(arg, "=")
+	if !ok {
+		module, path = "", arg
+	}
+	if !filepath.IsAbs(path) {
+		return draft.File{}, fmt.Errorf("module draft: --file %s: the path must be absolute", arg)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return draft.File{}, fmt.Errorf("module draft: --file %s: %w", arg, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return draft.File{}, fmt.Errorf("module draft: --file %s: not a regular file (%s)", arg, fi.Mode().Type())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return draft.File{}, fmt.Errorf("module draft: --file %s: %w", arg, err)
+	}
+	f := draft.File{Module: module, Path: filepath.Clean(path), Content: b, Mode: uint32(fi.Mode().Perm())}
+	if fi.Mode()&os.ModeSetuid != 0 {
+		f.Mode |= 0o4000
+	}
+	if fi.Mode()&os.ModeSetgid != 0 {
+		f.Mode |= 0o2000
+	}
+	if fi.Mode()&os.ModeSticky != 0 {
+		f.Mode |= 0o1000
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		f.UID, f.GID = st.Uid, st.Gid
+	}
+	return f, nil
+}
+
+// writeDrafts writes each module's manifest to dir/NAME.yaml, 0600, refusing before it writes
+// anything when one of the files is there already.
+func writeDrafts(dir string, mods []draft.Module) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("module draft: %w", err)
+	}
+	var there []string
+	for _, m := range mods {
+		if _, err := os.Lstat(filepath.Join(dir, m.File)); err == nil {
+			there = append(there, filepath.Join(dir, m.File))
+		}
+	}
+	if len(there) > 0 {
+		slices.Sort(there)
+		return fmt.Errorf("module draft: nothing written: %s exist(s) already; move them or draft into another --out", strings.Join(there, ", "))
+	}
+	for _, m := range mods {
+		p := filepath.Join(dir, m.File)
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("module draft: %w", err)
+		}
+		_, werr := f.Write(m.Manifest)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return fmt.Errorf("module draft: write %s: %w", p, werr)
+		}
+	}
+	return nil
+}
