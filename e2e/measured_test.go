@@ -149,7 +149,8 @@ func (g *guardCounter) refusedByGuard(ctx context.Context, t *testing.T) {
 // every packet to a guarded port from anything but lo and the private interface) fails it at
 // genesis: app-redis's calls are dropped. Then issue 38's measured case (takeloss_test.go): found
 // containers as Compose leaves them are adopted in place by an exact manifest, and a simplified
-// one's take is refused naming each loss until --accept-loss.
+// one's take is refused naming each loss until --accept-loss; and one drafted with `meshd module
+// draft` is added, assigned and taken in place (draft_test.go).
 func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 	bin := labtest.Meshd(t)
 	l := labtest.Up(t, lab.PredecessorWithApps(lab.FirewallNftables))
@@ -238,6 +239,7 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 	})
 	// Issue 38, on the same hub once the rest is checked.
 	takeFoundAsItIs(ctx, t, hub)
+	takeDrafted(ctx, t, hub)
 }
 
 // The measured machine (research 012) adopted: genesis --adopted and the first assignment change

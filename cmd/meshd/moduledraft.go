@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"meshd/api"
 	"meshd/container"
 	"meshd/draft"
+	"meshd/fsm"
+	"meshd/report"
 )
 
 // draftCmd is `meshd module draft NODE [CONTAINER...]`: manifests written from what runs on the
@@ -57,8 +60,9 @@ from what runs is adopted in place, the same containers, not restarted.`,
 			ctx, cancel := g.ctx()
 			defer cancel()
 			node, names := args[0], args[1:]
+			// Which machine this is, asked of its own agent, whatever --credential says.
 			var self api.MembersView
-			if err := g.client().Get(ctx, "/v1/members", &self); err != nil {
+			if err := api.NewClient(g.socket).Get(ctx, "/v1/members", &self); err != nil {
 				return err
 			}
 			if self.Node != node {
@@ -66,6 +70,9 @@ from what runs is adopted in place, the same containers, not restarted.`,
 			}
 			in := draft.Input{Node: node}
 			if !noContainers {
+				if dockerHost == "" {
+					dockerHost = reportedEngine(ctx, g, node)
+				}
 				cs, err := foundContainers(ctx, dockerHost, node, names)
 				if err != nil {
 					return err
@@ -102,8 +109,22 @@ from what runs is adopted in place, the same containers, not restarted.`,
 	cmd.Flags().StringArrayVar(&files, "file", nil, "[MODULE=]PATH: a file of the machine's the module holds (repeat it)")
 	cmd.Flags().BoolVar(&preview, "preview", false, "write nothing: list what each module would hold")
 	cmd.Flags().BoolVar(&noContainers, "no-containers", false, "draft only the files named with --file (the engine is not asked)")
-	cmd.Flags().StringVar(&dockerHost, "docker-host", "", "the Docker engine's address (default unix:///var/run/docker.sock)")
+	cmd.Flags().StringVar(&dockerHost, "docker-host", "", "the Docker engine's address (default: the one the node's latest report names, else unix:///var/run/docker.sock)")
 	return cmd
+}
+
+// reportedEngine is the engine the node's latest report says its containers run on; "" (the
+// default engine) when the report says none.
+func reportedEngine(ctx context.Context, g *globals, node string) string {
+	var v api.NodeView
+	if err := g.client().Get(ctx, "/v1/nodes/"+url.PathEscape(node), &v); err != nil || v.Report == nil {
+		return ""
+	}
+	cr, ok := report.Detail[report.ContainerReport](v.Report, fsm.KindContainer)
+	if !ok {
+		return ""
+	}
+	return cr.Engine
 }
 
 // foundContainers observes the engine's containers (those named, else all), leaving out meshd's
