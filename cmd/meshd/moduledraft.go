@@ -89,20 +89,24 @@ from what runs is adopted in place, the same containers, not restarted.`,
 				in.Files = append(in.Files, df)
 			}
 			res := draft.Draft(in)
-			if !preview {
-				if len(res.Refused) > 0 {
-					return fmt.Errorf("module draft: nothing written: %s", draft.Text(draft.Result{Refused: res.Refused}, ""))
-				}
+			write := !preview && len(res.Refused) == 0
+			if write {
 				if err := writeDrafts(out, res.Modules); err != nil {
 					return err
 				}
 			}
-			return g.emit(res, func(w io.Writer) {
+			if err := g.emit(res, func(w io.Writer) {
 				fmt.Fprint(w, draft.Text(res, out))
-				if !preview {
+				if write {
 					fmt.Fprintf(w, "written: %d manifest(s) in %s; next: meshd module add [--privileged] FILE, assign, take\n", len(res.Modules), out)
 				}
-			})
+			}); err != nil {
+				return err
+			}
+			if len(res.Refused) > 0 {
+				return fmt.Errorf("module draft: refused, nothing written: %d thing(s) found cannot be reproduced by a manifest (listed above)", len(res.Refused))
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "the directory the manifests are written to (made 0700 if missing)")
