@@ -44,6 +44,9 @@ type Input struct {
 	Node       string
 	Containers []Container
 	Files      []File
+	// LeftOut says what was found and not drafted, and why (meshd's own containers, those a
+	// module declares already): the preview lists it.
+	LeftOut []string
 }
 
 // Refusal is one thing a draft cannot reproduce, naming it.
@@ -109,6 +112,7 @@ type FileSummary struct {
 type Result struct {
 	Node    string    `json:"node"`
 	Modules []Module  `json:"modules"`
+	LeftOut []string  `json:"left_out,omitempty"`
 	Refused []Refusal `json:"refused,omitempty"`
 }
 
@@ -120,7 +124,7 @@ func FilesModule(node string) string { return moduleName(node+"-files", "files")
 // catalogue; a problem anywhere is a Refusal and Modules is then what could be drafted, for
 // the preview only.
 func Draft(in Input) Result {
-	res := Result{Node: in.Node}
+	res := Result{Node: in.Node, LeftOut: in.LeftOut}
 	refuse := func(r Refusal) {
 		r.Node = in.Node
 		res.Refused = append(res.Refused, r)

@@ -92,12 +92,14 @@ func TestUnitDraftRoundTripsTheFoundContainer(t *testing.T) {
 	}
 }
 
-// The preview names env variables and never their values; the manifest keeps the values.
+// The preview names env variables and never their values (the manifest keeps the values), and
+// what was left out.
 func TestUnitPreviewShowsEnvNamesNotValues(t *testing.T) {
 	_, c := found(t)
-	res := Draft(Input{Node: "hub", Containers: []Container{c}})
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, LeftOut: []string{"container web is meshd's (module web)"}})
 	text := Text(res, "drafts")
-	if !strings.Contains(text, "env: API_TOKEN, MODE") || strings.Contains(text, "s3cret") {
+	if !strings.Contains(text, "env: API_TOKEN, MODE") || strings.Contains(text, "s3cret") ||
+		!strings.Contains(text, "left out: container web is meshd's (module web)") {
 		t.Errorf("preview:\n%s", text)
 	}
 	if !strings.Contains(string(res.Modules[0].Manifest), "s3cret") {

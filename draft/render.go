@@ -165,6 +165,9 @@ func Text(res Result, dir string) string {
 			fmt.Fprintf(&b, "  opening %s\n", o)
 		}
 	}
+	for _, l := range res.LeftOut {
+		fmt.Fprintf(&b, "left out: %s\n", l)
+	}
 	if len(res.Refused) > 0 {
 		fmt.Fprintf(&b, "refused: a draft reproduces what it finds exactly, and cannot reproduce:\n")
 		for _, r := range res.Refused {

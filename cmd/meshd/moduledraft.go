@@ -39,7 +39,8 @@ project (label com.docker.compose.project) are one module; any other container i
 own. Each host port is a setting of its module (meshd node set NODE MODULE.SETTING=PORT moves it),
 and each port published beyond loopback has an opening, forwarded from anywhere, as Docker
 publishes it past the host's own filter. --file PATH adds a file as it is on the machine (content,
-mode, owner) to MODULE, or to NODE-files. Containers meshd created are left out.
+mode, owner) to MODULE, or to NODE-files. Left out, each named: containers meshd created, those a
+module declares already (the node's latest report says which) and those a take keeps aside.
 
 A draft is exact or refused: what a manifest cannot reproduce (a setting no manifest can say, such
 as --ipc host; an image reference that now names another image than the one running; an env value
@@ -70,14 +71,15 @@ from what runs is adopted in place, the same containers, not restarted.`,
 			}
 			in := draft.Input{Node: node}
 			if !noContainers {
+				cr := reportedContainers(ctx, g, node)
 				if dockerHost == "" {
-					dockerHost = reportedEngine(ctx, g, node)
+					dockerHost = cr.Engine
 				}
-				cs, err := foundContainers(ctx, dockerHost, node, names)
+				cs, left, err := foundContainers(ctx, dockerHost, node, names, cr)
 				if err != nil {
 					return err
 				}
-				in.Containers = cs
+				in.Containers, in.LeftOut = cs, left
 			} else if len(names) > 0 {
 				return errors.New("module draft: --no-containers drafts files only: name no container")
 			}
@@ -117,55 +119,74 @@ from what runs is adopted in place, the same containers, not restarted.`,
 	return cmd
 }
 
-// reportedEngine is the engine the node's latest report says its containers run on; "" (the
-// default engine) when the report says none.
-func reportedEngine(ctx context.Context, g *globals, node string) string {
+// reportedContainers is the container part of the node's latest report: the engine its
+// containers run on, and those a module declares already (held, adopted, replaced, or kept
+// aside by a take). Empty when there is no report yet.
+func reportedContainers(ctx context.Context, g *globals, node string) report.ContainerReport {
 	var v api.NodeView
 	if err := g.client().Get(ctx, "/v1/nodes/"+url.PathEscape(node), &v); err != nil || v.Report == nil {
-		return ""
+		return report.ContainerReport{}
 	}
-	cr, ok := report.Detail[report.ContainerReport](v.Report, fsm.KindContainer)
-	if !ok {
-		return ""
-	}
-	return cr.Engine
+	cr, _ := report.Detail[report.ContainerReport](v.Report, fsm.KindContainer)
+	return cr
 }
 
-// foundContainers observes the engine's containers (those named, else all), leaving out meshd's
-// own; a name the engine does not have is an error naming it.
-func foundContainers(ctx context.Context, host, node string, names []string) ([]draft.Container, error) {
+// foundContainers observes the engine's containers (those named, else all). Left out, each with
+// why: meshd's own, those a module declares already (the report's), and those a take keeps
+// aside. A name the engine does not have, or one left out, is an error naming it.
+func foundContainers(ctx context.Context, host, node string, names []string, cr report.ContainerReport) ([]draft.Container, []string, error) {
 	e, err := container.New(host)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer e.Close()
+	declared := map[string]string{}
+	for _, c := range cr.Containers {
+		declared[c.Name] = c.Module
+		if c.Aside != "" {
+			declared[c.Aside] = c.Module
+		}
+	}
+	why := func(o container.Observed) string {
+		switch {
+		case o.Managed:
+			return fmt.Sprintf("container %s is meshd's (module %s)", o.Name, o.Module)
+		case declared[o.Name] != "":
+			return fmt.Sprintf("container %s is declared by module %s already", o.Name, declared[o.Name])
+		case strings.Contains(o.Name, ".meshd-replaced-"):
+			return fmt.Sprintf("container %s is one a take replaced, kept aside", o.Name)
+		}
+		return ""
+	}
 	var obs []container.Observed
 	if len(names) == 0 {
 		if obs, err = e.InspectAll(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for _, n := range names {
 		o, found, err := e.Inspect(ctx, n)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !found {
-			return nil, fmt.Errorf("module draft: node %s has no container %s (engine %s)", node, n, e.Host())
+			return nil, nil, fmt.Errorf("module draft: node %s has no container %s (engine %s)", node, n, e.Host())
 		}
-		if o.Managed {
-			return nil, fmt.Errorf("module draft: container %s on node %s is meshd's (module %s): it is drafted already", n, node, o.Module)
+		if w := why(o); w != "" {
+			return nil, nil, fmt.Errorf("module draft: on node %s, %s: it is not drafted again", node, w)
 		}
 		obs = append(obs, o)
 	}
 	var out []draft.Container
+	var left []string
 	for _, o := range obs {
-		if o.Managed {
+		if w := why(o); w != "" {
+			left = append(left, w)
 			continue
 		}
 		out = append(out, draft.Container{Spec: o.Spec, ImageID: o.ImageID, RefImageID: o.RefImageID, Labels: o.Labels})
 	}
-	return out, nil
+	return out, left, nil
 }
 
 // readDraftFile reads "[MODULE=]PATH" as the machine has it: content, mode and owner.
