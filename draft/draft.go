@@ -124,7 +124,7 @@ func FilesModule(node string) string { return moduleName(node+"-files", "files")
 // catalogue; a problem anywhere is a Refusal and Modules is then what could be drafted, for
 // the preview only.
 func Draft(in Input) Result {
-	res := Result{Node: in.Node, LeftOut: in.LeftOut}
+	res := Result{Node: in.Node, Modules: []Module{}, LeftOut: in.LeftOut}
 	refuse := func(r Refusal) {
 		r.Node = in.Node
 		res.Refused = append(res.Refused, r)
