@@ -2,11 +2,14 @@ package e2e
 
 // Issue 38's `meshd module draft`, on the hub of a lab already up: a container found as Compose
 // leaves it is drafted on the hub, the manifest added, assigned and taken, and the take adopts
-// it in place (the same container, not restarted).
+// it in place (the same container, not restarted); then every other container of the hub's
+// predecessor is drafted at once (what a module declares already left out, named), and each
+// module added, assigned and taken in place.
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,9 @@ import (
 	"meshd/internal/testenv"
 	"meshd/lab"
 )
+
+// idStarted is what a take in place keeps: the container and its start.
+const idStarted = "{{.Id}} {{.State.StartedAt}}"
 
 // draftedPort is the host port the drafted container publishes (its container port is 8080).
 const draftedPort = 28431
@@ -32,7 +38,6 @@ func takeDrafted(ctx context.Context, t *testing.T, hub *lab.Machine) {
 		if out, err := hub.Docker(ctx, run...); err != nil {
 			t.Fatalf("docker run shopapi: %v\n%s", err, out)
 		}
-		const idStarted = "{{.Id}} {{.State.StartedAt}}"
 		before := inspectHub(ctx, hub, idStarted, "shopapi")
 
 		var pv draft.Result
@@ -76,6 +81,61 @@ func takeDrafted(ctx context.Context, t *testing.T, hub *lab.Machine) {
 		}
 		if after := inspectHub(ctx, hub, idStarted, "shopapi"); after != before {
 			t.Errorf("shopapi was recreated or restarted by the take: %s, was %s", after, before)
+		}
+	})
+	t.Run("every other container of the hub is drafted, and each module taken in place", func(t *testing.T) {
+		var all draft.Result
+		if err := meshdJSON(ctx, hub, &all, "module", "draft", "hub", "--out", "/var/lib/drafts-all"); err != nil {
+			t.Fatalf("module draft hub: %v", err)
+		}
+		var names []string
+		for _, m := range all.Modules {
+			names = append(names, fmt.Sprintf("%s (%d containers)", m.Name, len(m.Containers)))
+		}
+		t.Logf("drafted %s; left out: %s", strings.Join(names, ", "), strings.Join(all.LeftOut, "; "))
+		for _, w := range []string{"container shopapi is declared by module shop already", "container api2 is meshd's (module api)"} {
+			if !slices.Contains(all.LeftOut, w) {
+				t.Errorf("left out %q lacks %q", all.LeftOut, w)
+			}
+		}
+		if len(all.Modules) == 0 {
+			t.Fatal("nothing drafted: the hub's predecessor containers are there")
+		}
+		before := map[string]string{}
+		for _, m := range all.Modules {
+			for _, c := range m.Containers {
+				before[c.Name] = inspectHub(ctx, hub, idStarted, c.Name)
+			}
+			add := []string{"module", "add", "/var/lib/drafts-all/" + m.File}
+			if len(m.Privileged) > 0 {
+				add = []string{"module", "add", "--privileged", "/var/lib/drafts-all/" + m.File}
+			}
+			for _, args := range [][]string{add, {"module", "assign", "hub", m.Name}} {
+				if out, err := meshd(ctx, hub, args...); err != nil {
+					t.Fatalf("%v: %v\n%s", args, err, out)
+				}
+			}
+		}
+		for _, m := range all.Modules {
+			if err := testenv.Poll(t, 30*time.Second, func() error {
+				pv := takePreviewJSON(ctx, t, hub, m.Name)
+				for _, c := range m.Containers {
+					if p := pv[c.Name]; p.FoundID == "" || p.Aside != "" || len(p.Differences) > 0 {
+						return fmt.Errorf("module %s: container %s not held, or not adopted in place: %+v", m.Name, c.Name, p)
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := meshd(ctx, hub, "module", "take", "hub", m.Name); err != nil {
+				t.Fatalf("take %s: %v\n%s", m.Name, err, out)
+			}
+		}
+		for name, was := range before {
+			if now := inspectHub(ctx, hub, idStarted, name); now != was {
+				t.Errorf("container %s was recreated or restarted by its take: %s, was %s", name, now, was)
+			}
 		}
 	})
 }

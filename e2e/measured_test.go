@@ -150,7 +150,8 @@ func (g *guardCounter) refusedByGuard(ctx context.Context, t *testing.T) {
 // genesis: app-redis's calls are dropped. Then issue 38's measured case (takeloss_test.go): found
 // containers as Compose leaves them are adopted in place by an exact manifest, and a simplified
 // one's take is refused naming each loss until --accept-loss; and one drafted with `meshd module
-// draft` is added, assigned and taken in place (draft_test.go).
+// draft` is added, assigned and taken in place, and so is every other container of the hub,
+// drafted at once (draft_test.go).
 func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 	bin := labtest.Meshd(t)
 	l := labtest.Up(t, lab.PredecessorWithApps(lab.FirewallNftables))
