@@ -47,6 +47,9 @@ type Input struct {
 	// LeftOut says what was found and not drafted, and why (meshd's own containers, those a
 	// module declares already): the preview lists it.
 	LeftOut []string
+	// Catalogue are the names of the modules the catalogue has: a drafted module never takes
+	// one (adding it would replace that module), it is named NAME-2, NAME-3... instead.
+	Catalogue []string
 }
 
 // Refusal is one thing a draft cannot reproduce, naming it.
@@ -166,9 +169,16 @@ func Draft(in Input) Result {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(groups)) {
-		m, err := groups[name].module(in.Node)
+		g := groups[name]
+		for i := 2; slices.Contains(in.Catalogue, g.name); i++ {
+			g.name = fmt.Sprintf("%s-%d", name, i)
+			if groups[g.name] != nil {
+				g.name = name
+			}
+		}
+		m, err := g.module(in.Node)
 		if err != nil {
-			refuse(Refusal{Module: name, Field: "manifest", Reason: err.Error()})
+			refuse(Refusal{Module: g.name, Field: "manifest", Reason: err.Error()})
 			continue
 		}
 		res.Modules = append(res.Modules, m)

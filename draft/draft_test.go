@@ -171,3 +171,16 @@ func TestUnitDraftGroupsByComposeProject(t *testing.T) {
 		t.Errorf("a plain container's module is privileged:\n%s", res.Modules[1].Manifest)
 	}
 }
+
+// A drafted module never takes the name of one the catalogue has: adding it would replace that
+// module. It is named NAME-2 (or the next number free) instead.
+func TestUnitDraftKeepsClearOfTheCatalogue(t *testing.T) {
+	_, c := found(t)
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, Catalogue: []string{"store", "shop", "shop-2"}})
+	if len(res.Refused) > 0 || len(res.Modules) != 1 {
+		t.Fatalf("draft: %+v", res)
+	}
+	if m := res.Modules[0]; m.Name != "shop-3" || m.File != "shop-3.yaml" || !strings.Contains(string(m.Manifest), "\nname: shop-3\n") {
+		t.Errorf("module %s in %s, want shop-3:\n%s", m.Name, m.File, m.Manifest)
+	}
+}

@@ -38,7 +38,8 @@ aliases and addresses, capabilities, limits, health check, logging...). Containe
 project (label com.docker.compose.project) are one module; any other container is a module of its
 own. Each host port is a setting of its module (meshd node set NODE MODULE.SETTING=PORT moves it),
 and each port published beyond loopback has an opening, forwarded from anywhere, as Docker
-publishes it past the host's own filter. --file PATH adds a file as it is on the machine (content,
+publishes it past the host's own filter. A module is never named as one the catalogue has (adding
+it would replace that one): it is NAME-2 instead. --file PATH adds a file as it is on the machine (content,
 mode, owner) to MODULE, or to NODE-files. Left out, each named: containers meshd created, those a
 module declares already (the node's latest report says which) and those a take keeps aside.
 
@@ -70,6 +71,13 @@ from what runs is adopted in place, the same containers, not restarted.`,
 				return fmt.Errorf("module draft reads the machine it runs on, which is node %s, not %s: run it on %s", self.Node, node, node)
 			}
 			in := draft.Input{Node: node}
+			var mods []api.ModuleView
+			if err := g.client().Get(ctx, "/v1/modules", &mods); err != nil {
+				return err
+			}
+			for _, m := range mods {
+				in.Catalogue = append(in.Catalogue, m.Name)
+			}
 			if !noContainers {
 				cr := reportedContainers(ctx, g, node)
 				if dockerHost == "" {
