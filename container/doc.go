@@ -7,6 +7,9 @@
 // reconciler's decision, made from its own record store (ADR 0100). This package only tells the
 // reconciler what is there (Inspect, Published), whether it differs from what a module declares
 // (Diff), and carries out the one act the reconciler chose (Create, Replace, Start, Remove).
+// For `meshd module draft` it observes every container at once (InspectAll), reads a saved
+// inspect JSON (FromInspect), and compares two containers' inspect by what inspectKeys says
+// each key is (InspectDiff).
 //
 // # Never recreate an unchanged container
 //

@@ -149,7 +149,9 @@ func (g *guardCounter) refusedByGuard(ctx context.Context, t *testing.T) {
 // every packet to a guarded port from anything but lo and the private interface) fails it at
 // genesis: app-redis's calls are dropped. Then issue 38's measured case (takeloss_test.go): found
 // containers as Compose leaves them are adopted in place by an exact manifest, and a simplified
-// one's take is refused naming each loss until --accept-loss.
+// one's take is refused naming each loss until --accept-loss; and one drafted with `meshd module
+// draft` is added, assigned and taken in place, and so is every other container of the hub,
+// drafted at once (draft_test.go).
 func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 	t.Parallel()
 	bin := labtest.Meshd(t)
@@ -239,6 +241,7 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 	})
 	// Issue 38, on the same hub once the rest is checked.
 	takeFoundAsItIs(ctx, t, hub)
+	takeDrafted(ctx, t, hub)
 }
 
 // The measured machine (research 012) adopted: genesis --adopted and the first assignment change

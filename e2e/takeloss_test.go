@@ -57,10 +57,15 @@ func apiManifest(exact bool) string {
 	return m + simple("api2")
 }
 
-// takePreviewJSON is `meshd module take hub api --preview --json`, by container name.
-func takePreviewJSON(ctx context.Context, t *testing.T, hub *lab.Machine) map[string]report.PreviewContainer {
+// takePreviewJSON is `meshd module take hub MODULE --preview --json` (MODULE api when none is
+// given), by container name.
+func takePreviewJSON(ctx context.Context, t *testing.T, hub *lab.Machine, module ...string) map[string]report.PreviewContainer {
 	t.Helper()
-	out, err := meshd(ctx, hub, "module", "take", "hub", "api", "--preview", "--json")
+	mod := "api"
+	if len(module) > 0 {
+		mod = module[0]
+	}
+	out, err := meshd(ctx, hub, "module", "take", "hub", mod, "--preview", "--json")
 	if err != nil {
 		t.Fatalf("take preview: %v\n%s", err, out)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"meshd/api"
+	"meshd/catalogue"
 )
 
 // jsonRun is how TestProcessEveryJSONParses runs one command with --json against its agent.
@@ -52,6 +53,7 @@ func jsonWalk(conf, extra, dir string) []jsonRun {
 		{path: "module status", args: []string{"walkextra"}},
 		{path: "module take", args: []string{"hub", "walkextra", "--preview"}},
 		{path: "module unassign", args: []string{"hub", "walkextra"}},
+		{path: "module draft", args: []string{"hub", "--no-containers", "--file", "walkdraft=" + conf, "--out", filepath.Join(dir, "drafts")}},
 		{path: "tunnel show"},
 		{path: "converge", args: []string{"hub", "--preview"}},
 		{path: "node set", args: []string{"hub", "legacy.port=9101"}},
@@ -133,6 +135,7 @@ func TestProcessEveryJSONParses(t *testing.T) {
 		}
 		markJSON(strings.Fields(r.path))
 	}
+	checkDrafted(t, n, filepath.Join(dir, "drafts", "walkdraft.yaml"), conf)
 
 	// The gossip key turned over on the walk's one-member mesh: a key made and used, a second
 	// made and removed.
@@ -246,4 +249,28 @@ func clip(s string) string {
 		return s[:300] + "…"
 	}
 	return s
+}
+
+// checkDrafted holds what the walk's `module draft` wrote: a 0600 manifest the catalogue reads,
+// holding the file as it is on the machine; and that a draft for another node is refused.
+func checkDrafted(t *testing.T, n *node, manifest, conf string) {
+	t.Helper()
+	fi, err := os.Stat(manifest)
+	if err != nil {
+		t.Fatalf("module draft wrote no manifest: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600 (env values are kept in it)", manifest, fi.Mode().Perm())
+	}
+	b, _ := os.ReadFile(manifest)
+	m, err := catalogue.Parse(manifest, b)
+	if err != nil {
+		t.Fatalf("the catalogue refuses the draft: %v\n%s", err, b)
+	}
+	if len(m.Files) != 1 || m.Files[0].Path != conf || m.Files[0].Content != "port = 9000\n" || m.Files[0].Mode != "0640" || !m.Privileged {
+		t.Errorf("drafted %+v, want %s as found (0640), privileged (outside the module's places)", m.Files, conf)
+	}
+	if _, errs, code := n.run("module", "draft", "edge", "--no-containers", "--preview"); code == 0 || !strings.Contains(errs, "which is node hub, not edge") {
+		t.Errorf("module draft edge on hub: exit %d, stderr %q; want refused, naming both", code, errs)
+	}
 }

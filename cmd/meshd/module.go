@@ -22,7 +22,7 @@ import (
 func moduleCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "module",
-		Short: "The catalogue, and modules on nodes: list, show, add, confirm, assign, unassign, take",
+		Short: "The catalogue, and modules on nodes: list, show, add, confirm, draft, assign, unassign, take",
 		Long: `Modules are the units of the catalogue: files, containers and openings, with settings.
 
 On an adopted node, assigning a module only prepares it: what it declares that is not on the machine
@@ -89,7 +89,7 @@ manifest itself with assigned_to, taken_on and privilege.`,
 			})
 		},
 	})
-	cmd.AddCommand(addCmd(g), confirmCmd(g))
+	cmd.AddCommand(addCmd(g), confirmCmd(g), draftCmd(g))
 	cmd.AddCommand(takeCmd(g), moduleStatusCmd(g))
 	for _, c := range assignCmds(g) {
 		cmd.AddCommand(c)

@@ -1,0 +1,186 @@
+package draft
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"meshd/catalogue"
+	"meshd/container"
+	"meshd/ctrspec"
+	"meshd/fsm"
+	"meshd/report"
+)
+
+// found reads testdata/found-api.json: `docker inspect` of a container made with `docker
+// create --network draftfix-net --network-alias api --cap-add NET_ADMIN --user 65534:65534
+// --memory 64m --health-cmd ... -e API_TOKEN=s3cret -p 8081:8080 -p 127.0.0.1:9091:9090/udp -v
+// /srv/api:/data:ro -v apidata:/var/lib/api --label com.docker.compose.project=shop ...`, its
+// reference taken to resolve to the image it runs.
+func found(t *testing.T) (container.Observed, Container) {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/found-api.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := container.FromInspect(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, Container{Spec: o.Spec, ImageID: o.ImageID, RefImageID: o.ImageID, Labels: o.Labels}
+}
+
+// specsOf parses a drafted manifest with the catalogue and makes each container's Spec as the
+// host does, without meshd's labels.
+func specsOf(t *testing.T, m Module) []ctrspec.Spec {
+	t.Helper()
+	parsed, err := catalogue.Parse(m.File, m.Manifest)
+	if err != nil {
+		t.Fatalf("the catalogue refuses the draft:\n%s\n%v", m.Manifest, err)
+	}
+	r, err := parsed.Resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []ctrspec.Spec
+	for i := range r.Containers {
+		s := report.SpecOf(fsm.Resource{Module: m.Name, Kind: fsm.KindContainer, Container: &r.Containers[i]})
+		for k := range ctrspec.ManagedLabels(m.Name) {
+			delete(s.Labels, k)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// A found container drafted, parsed back by the catalogue and made a Spec is the container:
+// Diff finds nothing, every runtime field is the one it was found with, and the host port is a
+// setting with an opening for the port published beyond loopback.
+func TestUnitDraftRoundTripsTheFoundContainer(t *testing.T) {
+	o, c := found(t)
+	res := Draft(Input{Node: "hub", Containers: []Container{c}})
+	if len(res.Refused) > 0 || len(res.Modules) != 1 {
+		t.Fatalf("draft = %d modules, refused %v", len(res.Modules), res.Refused)
+	}
+	m := res.Modules[0]
+	if m.Name != "shop" {
+		t.Errorf("module %q, want the Compose project shop", m.Name)
+	}
+	specs := specsOf(t, m)
+	if len(specs) != 1 {
+		t.Fatalf("%d containers drafted", len(specs))
+	}
+	got := specs[0]
+	if d := container.Diff(got, o); len(d) > 0 {
+		t.Errorf("the drafted container differs from the found one:\n%s\nmanifest:\n%s", strings.Join(d, "\n"), m.Manifest)
+	}
+	if !slices.Equal(got.Ports, o.Spec.Ports) || !slices.Equal(got.Volumes, o.Spec.Volumes) || got.Restart != o.Spec.Restart {
+		t.Errorf("ports %q volumes %q restart %q, want %q %q %q", got.Ports, got.Volumes, got.Restart, o.Spec.Ports, o.Spec.Volumes, o.Spec.Restart)
+	}
+	if changes := ctrspec.RuntimeChanges(o.Spec, got); len(changes) > 0 {
+		t.Errorf("runtime changes %v", changes)
+	}
+	if got.Env["API_TOKEN"] != "s3cret" || got.User != "65534:65534" || got.Networks[0].Aliases[0] != "api" {
+		t.Errorf("env, user or alias lost: %+v", got)
+	}
+	if m.Settings["draftfix_api_port_8080"] != "8081" || !slices.Equal(m.Openings, []string{"${draftfix_api_port_8080}/tcp forwarded from anywhere"}) {
+		t.Errorf("settings %v openings %q: want 8081 a setting, opened; the loopback udp port not opened", m.Settings, m.Openings)
+	}
+	if len(m.Privileged) != 2 {
+		t.Errorf("privileged because %q, want NET_ADMIN and the mount of /srv/api", m.Privileged)
+	}
+}
+
+// The preview names env variables and never their values (the manifest keeps the values), and
+// what was left out.
+func TestUnitPreviewShowsEnvNamesNotValues(t *testing.T) {
+	_, c := found(t)
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, LeftOut: []string{"container web is meshd's (module web)"}})
+	text := Text(res, "drafts")
+	if !strings.Contains(text, "env: API_TOKEN, MODE") || strings.Contains(text, "s3cret") ||
+		!strings.Contains(text, "left out: container web is meshd's (module web)") {
+		t.Errorf("preview:\n%s", text)
+	}
+	if !strings.Contains(string(res.Modules[0].Manifest), "s3cret") {
+		t.Errorf("the manifest lost the env value")
+	}
+}
+
+// What a manifest cannot reproduce refuses the draft, each thing named by node, container and
+// field (an env variable by name, never its value).
+func TestUnitDraftRefusesWhatItCannotReproduce(t *testing.T) {
+	_, c := found(t)
+	c.Spec.Unexpressed = []string{`HostConfig.IpcMode "host"`}
+	c.RefImageID = "sha256:other"
+	c.Spec.Env = map[string]string{"DSN": "postgres://${USER}@db"}
+	c.Spec.Restart = "on-failure:3"
+	c.Spec.Volumes = []string{"/srv/api:/data:z"}
+	res := Draft(Input{Node: "hub", Containers: []Container{c}})
+	var got []string
+	for _, r := range res.Refused {
+		got = append(got, r.String())
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{
+		`node hub container draftfix-api: HostConfig.IpcMode: "host": a manifest cannot say it`,
+		"node hub container draftfix-api: image: ctrx/probe:1 names sha256:other now; the container runs sha256:1da89c",
+		"node hub container draftfix-api: env DSN: its value has ${...}",
+		`node hub container draftfix-api: restart: "on-failure:3"`,
+		`node hub container draftfix-api: volumes[0]: "/srv/api:/data:z": a manifest's volume takes ro or rw, not z`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("refusals lack %q:\n%s", want, all)
+		}
+	}
+	if strings.Contains(all, "postgres") {
+		t.Errorf("a refusal shows an env value:\n%s", all)
+	}
+	if len(res.Modules) != 1 || len(res.Modules[0].Containers) != 0 {
+		t.Errorf("the refused container is drafted anyway: %+v", res.Modules)
+	}
+}
+
+// Containers of one Compose project are one module; another is a module of its own; named files
+// go to the node's files module with their mode and owner.
+func TestUnitDraftGroupsByComposeProject(t *testing.T) {
+	_, a := found(t)
+	b := a
+	b.Spec.Name, b.Spec.Ports = "draftfix-web", []string{"8082:80"}
+	solo := Container{Spec: ctrspec.Spec{Name: "Metrics_1", Image: "metrics:1"}, ImageID: "sha256:m", RefImageID: "sha256:m"}
+	f := File{Path: "/etc/predecessor/sync.conf", Content: []byte("generation 4\n"), Mode: 0o640, UID: 0, GID: 4}
+	res := Draft(Input{Node: "hub", Containers: []Container{solo, b, a}, Files: []File{f}})
+	if len(res.Refused) > 0 {
+		t.Fatal(res.Refused)
+	}
+	var names []string
+	for _, m := range res.Modules {
+		names = append(names, m.Name)
+		specsOf(t, m)
+	}
+	if want := []string{"hub-files", "metrics-1", "shop"}; !slices.Equal(names, want) {
+		t.Fatalf("modules %q, want %q", names, want)
+	}
+	if cs := res.Modules[2].Containers; len(cs) != 2 || cs[0].Name != "draftfix-api" || cs[1].Name != "draftfix-web" {
+		t.Errorf("shop holds %+v", cs)
+	}
+	if fs := res.Modules[0].Files; len(fs) != 1 || fs[0].Mode != "0640" || fs[0].Owner != "0:4" {
+		t.Errorf("files %+v", fs)
+	}
+	if len(res.Modules[1].Privileged) != 0 || strings.Contains(string(res.Modules[1].Manifest), "privileged") {
+		t.Errorf("a plain container's module is privileged:\n%s", res.Modules[1].Manifest)
+	}
+}
+
+// A drafted module never takes the name of one the catalogue has: adding it would replace that
+// module. It is named NAME-2 (or the next number free) instead.
+func TestUnitDraftKeepsClearOfTheCatalogue(t *testing.T) {
+	_, c := found(t)
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, Catalogue: []string{"store", "shop", "shop-2"}})
+	if len(res.Refused) > 0 || len(res.Modules) != 1 {
+		t.Fatalf("draft: %+v", res)
+	}
+	if m := res.Modules[0]; m.Name != "shop-3" || m.File != "shop-3.yaml" || !strings.Contains(string(m.Manifest), "\nname: shop-3\n") {
+		t.Errorf("module %s in %s, want shop-3:\n%s", m.Name, m.File, m.Manifest)
+	}
+}
