@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,15 +36,29 @@ const (
 	fleetRange = "10.99.0.0/20"
 )
 
+// Hosts is where the simulated nodes' addresses are, each its own (NodeAddr): the simulator's
+// machine holds them on its underlay link and the servers reach them there. A node needs its own
+// address as a machine has one: the bus holds at most 32 connections from one source.
+var Hosts = netip.MustParsePrefix("100.64.0.0/16")
+
+// NodeAddr is simulated node i's address in hosts.
+func NodeAddr(hosts netip.Prefix, i int) netip.Addr {
+	a := hosts.Addr()
+	for range i + 1 {
+		a = a.Next()
+	}
+	return a
+}
+
 // Servers are the bed's servers, the control-node first.
 var Servers = []string{"s1", "s2", "s3"}
 
 var serverAddr = map[string]string{"s1": "198.51.100.21", "s2": "198.51.100.22", "s3": "198.51.100.23"}
 
-// Scenario is the bed's lab: three bare machines for the servers (no engine) and one for the
-// simulated nodes.
-func Scenario() lab.Scenario {
-	sc := lab.Scenario{Name: "fleet"}
+// Scenario is the bed's lab for up to nodes simulated nodes: three bare machines for the servers
+// (no engine) and one for the simulated nodes.
+func Scenario(nodes int) lab.Scenario {
+	sc := lab.Scenario{Name: "fleet", Hosts: nodes}
 	for _, s := range Servers {
 		sc.Machines = append(sc.Machines, lab.MachineSpec{Name: s, Addr: serverAddr[s]})
 	}
@@ -57,6 +72,8 @@ type Bed struct {
 	Lab *lab.Lab
 	// killed are the servers killed so far.
 	killed map[string]bool
+	// hosts is how many node addresses the simulator's machine holds.
+	hosts int
 }
 
 // Raise makes s1 by genesis, joins s2 and s3 with server tokens, starts the three agents, waits
@@ -107,13 +124,22 @@ func Raise(ctx context.Context, l *lab.Lab, meshd, meshsim string) (*Bed, error)
 	}); err != nil {
 		return nil, err
 	}
-	tmp := "/root/fleetsim.credential"
+	// Under /var/lib, which the machine overlays (/root is the host's), and removed once read.
+	tmp := "/var/lib/fleetsim.credential"
 	if _, err := b.meshd(ctx, "s1", "operator", "credential", "create", "--name", "fleetsim", "--out", tmp); err != nil {
 		return nil, err
 	}
 	cred, err := s1.ReadFile(ctx, tmp)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := s1.Exec(ctx, "rm", "-f", tmp); err != nil {
+		return nil, err
+	}
+	for _, s := range Servers {
+		if out, err := l.Machine(s).Exec(ctx, "ip", "route", "replace", Hosts.String(), "dev", "eth0"); err != nil {
+			return nil, fmt.Errorf("%s: a route to the simulated nodes: %w\n%s", s, err, out)
+		}
 	}
 	sim := l.Machine(SimMachine)
 	if err := sim.WriteFile(ctx, credPath, cred, 0o600); err != nil {
@@ -127,6 +153,22 @@ func Raise(ctx context.Context, l *lab.Lab, meshd, meshsim string) (*Bed, error)
 		return nil, err
 	}
 	return b, nil
+}
+
+// AddHosts gives the simulator's machine the addresses of nodes 0 to n-1 (those it lacks).
+func (b *Bed) AddHosts(ctx context.Context, n int) error {
+	var batch strings.Builder
+	for i := b.hosts; i < n; i++ {
+		fmt.Fprintf(&batch, "address add %s/32 dev eth0\n", NodeAddr(Hosts, i))
+	}
+	if batch.Len() == 0 {
+		return nil
+	}
+	if out, err := b.Lab.Machine(SimMachine).ExecStdin(ctx, []byte(batch.String()), "ip", "-batch", "-"); err != nil {
+		return fmt.Errorf("%s: the nodes' addresses: %w\n%s", SimMachine, err, out)
+	}
+	b.hosts = n
+	return nil
 }
 
 // meshd runs the meshd CLI on a server.
@@ -164,7 +206,7 @@ func Bus(server string) string { return serverAddr[server] + ":" + strconv.Itoa(
 // returns it to drive; its log goes to DIR/fleet.log in the lab's directory.
 func (b *Bed) Clients(ctx context.Context, shape string) (*Remote, error) {
 	cmd := b.Lab.Machine(SimMachine).Command(ctx, "/usr/local/bin/meshsim", "clients", "--credential", credPath,
-		"--addr", simAddr, "--first-port", strconv.Itoa(FirstPort), "--shape", shape)
+		"--hosts", Hosts.String(), "--first-port", strconv.Itoa(FirstPort), "--shape", shape)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

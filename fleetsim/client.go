@@ -107,7 +107,9 @@ func enrol(ctx context.Context, name, token, addr string, gport int, shape Shape
 	if len(c.servers) == 0 {
 		c.servers = p.Bus
 	}
-	c.bus = &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&c.id, c.ca),
+	// From the node's own address, as a machine's agent calls.
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(addr)}, Timeout: 10 * time.Second}
+	c.bus = &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&c.id, c.ca), DialContext: dialer.DialContext,
 		ResponseHeaderTimeout: 90 * time.Second, IdleConnTimeout: time.Minute}}
 	if resp.Declaration.Declaration != nil {
 		c.decl, c.index = resp.Declaration.Declaration, resp.Declaration.Index

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"slices"
 	"sync"
@@ -18,9 +19,9 @@ import (
 
 // Options are a fleet's: where its nodes live and what they are.
 type Options struct {
-	// Addr is the address every simulated node binds and advertises (the simulator's machine);
-	// FirstPort the first node's gossip port, each next node the next port.
-	Addr      string
+	// Hosts holds the simulated nodes' addresses, each its own (NodeAddr), which it binds and
+	// advertises; FirstPort is the first node's gossip port, each next node the next port.
+	Hosts     netip.Prefix
 	FirstPort int
 	Shape     Shape
 	// Credential is the operator's: it makes the join tokens, adds and assigns the modules and
@@ -52,8 +53,8 @@ func New(o Options) (*Fleet, error) {
 	if o.Credential == nil || len(o.Credential.Bus) == 0 {
 		return nil, errors.New("a fleet needs an operator credential that names the servers' bus")
 	}
-	if o.Addr == "" || o.FirstPort == 0 {
-		return nil, errors.New("a fleet needs the address and first port its nodes bind")
+	if !o.Hosts.IsValid() || o.FirstPort == 0 {
+		return nil, errors.New("a fleet needs the addresses and first port its nodes bind")
 	}
 	if o.Publish == 0 {
 		o.Publish = 10 * time.Second
@@ -135,7 +136,7 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 	made := make([]*client, n)
 	start = time.Now()
 	if err := f.each(ctx, n, func(ctx context.Context, w, i int) error {
-		c, err := enrol(ctx, NodeName(first+i), tokens[i], f.o.Addr, f.o.FirstPort+first+i, f.o.Shape, f.o.Log)
+		c, err := enrol(ctx, NodeName(first+i), tokens[i], NodeAddr(f.o.Hosts, first+i).String(), f.o.FirstPort+first+i, f.o.Shape, f.o.Log)
 		made[i] = c
 		return err
 	}); err != nil {

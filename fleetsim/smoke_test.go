@@ -10,13 +10,21 @@ import (
 
 // bed raises the fleet's lab and servers for a test, and the fleet's process on the simulator's
 // machine, shaped like research 012's machine.
-func bed(t testing.TB) (*Bed, *Remote) {
+func bed(t testing.TB, nodes int) (*Bed, *Remote) {
 	t.Helper()
-	l := labtest.Up(t, Scenario())
+	start := time.Now()
+	meshd, meshsim := labtest.Meshd(t), labtest.Command(t, "meshsim")
+	t.Logf("meshd and meshsim built in %s", time.Since(start).Round(time.Millisecond))
+	l := labtest.Up(t, Scenario(nodes))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	b, err := Raise(ctx, l, labtest.Meshd(t), labtest.Command(t, "meshsim"))
+	start = time.Now()
+	b, err := Raise(ctx, l, meshd, meshsim)
 	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("three servers up in %s", time.Since(start).Round(time.Millisecond))
+	if err := b.AddHosts(ctx, nodes); err != nil {
 		t.Fatal(err)
 	}
 	fleet, err := b.Clients(context.Background(), "measured")
@@ -43,20 +51,28 @@ func bed(t testing.TB) (*Bed, *Remote) {
 // client's report, its push-pull state its own report's version (a few dozen bytes) however many
 // members there are.
 func TestFleetSmoke(t *testing.T) {
-	b, fleet := bed(t)
+	const n = 50
+	b, fleet := bed(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const n = 50
 	var er EnrolResult
 	if err := fleet.Call(Request{Op: "enrol", N: n}, &er); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d nodes enrolled in %s (%.1f joins/s), up after %s more", n, er.Enrol.Round(time.Millisecond), er.JoinsPerSecond, er.Up.Round(time.Millisecond))
+	start := time.Now()
+	var tries int
 	if err := b.poll(ctx, 30*time.Second, "every node's report on every server", func() error {
-		return fleet.Call(Request{Op: "reached"}, nil)
+		tries++
+		err := fleet.Call(Request{Op: "reached"}, nil)
+		if err != nil && tries%10 == 1 {
+			t.Logf("not yet: %v", err)
+		}
+		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("every node's report on every server after %s", time.Since(start).Round(time.Millisecond))
 	if err := fleet.Call(Request{Op: "module", Module: "fleet-a"}, nil); err != nil {
 		t.Fatal(err)
 	}

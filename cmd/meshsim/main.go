@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -41,7 +42,7 @@ usage:
       assigned to every node until each reports it in force, then the leader killed (a new
       leader, every declaration watch back, a module assigned after). Takes the lab down after
       unless --keep. As root.
-  meshsim clients --credential FILE --addr ADDR --first-port PORT [--shape measured]
+  meshsim clients --credential FILE --hosts PREFIX --first-port PORT [--shape measured]
       the fleet's own process, which run starts on the simulator's machine: it reads one JSON
       request a line on its standard input and answers one a line (fleetsim.Request).
 
@@ -115,7 +116,7 @@ func run(args []string) error {
 	if *dir == "" {
 		*dir = filepath.Join(lab.DefaultStateRoot, *name)
 	}
-	l, err := lab.Start(ctx, fleetsim.Scenario(), lab.Options{Name: *name, Dir: *dir})
+	l, err := lab.Start(ctx, fleetsim.Scenario(*nodes), lab.Options{Name: *name, Dir: *dir})
 	if !*keep {
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -130,6 +131,9 @@ func run(args []string) error {
 	}
 	bed, err := fleetsim.Raise(ctx, l, *meshd, self)
 	if err != nil {
+		return err
+	}
+	if err := bed.AddHosts(ctx, *nodes); err != nil {
 		return err
 	}
 	fleet, err := bed.Clients(ctx, *shape)
@@ -169,9 +173,9 @@ func table(w io.Writer, f fleetsim.Figures) {
 }
 
 func clients(args []string) error {
-	fs := flags("clients", "--credential FILE --addr ADDR --first-port PORT [--shape measured]")
+	fs := flags("clients", "--credential FILE --hosts PREFIX --first-port PORT [--shape measured]")
 	credFile := fs.String("credential", "", "the operator credential the fleet makes tokens and assigns with")
-	addr := fs.String("addr", "", "the address every simulated node binds and advertises")
+	hosts := fs.String("hosts", fleetsim.Hosts.String(), "the simulated nodes' addresses, which this machine holds: node i has the (i+1)th")
 	first := fs.Int("first-port", fleetsim.FirstPort, "the first node's gossip port; each next node the next")
 	shape := fs.String("shape", "measured", "what each simulated machine holds: "+strings.Join(fleetsim.ShapeNames(), ", "))
 	publish := fs.Duration("publish", 10*time.Second, "how often a node at rest publishes its report again (an agent's 10 s)")
@@ -195,7 +199,11 @@ func clients(args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	raiseFileLimit()
-	f, err := fleetsim.New(fleetsim.Options{Addr: *addr, FirstPort: *first, Shape: sh, Credential: cred, Publish: *publish,
+	prefix, err := netip.ParsePrefix(*hosts)
+	if err != nil {
+		return fmt.Errorf("--hosts: %w", err)
+	}
+	f, err := fleetsim.New(fleetsim.Options{Hosts: prefix, FirstPort: *first, Shape: sh, Credential: cred, Publish: *publish,
 		Parallel: *parallel, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))})
 	if err != nil {
 		return err
