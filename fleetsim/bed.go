@@ -76,10 +76,10 @@ type Bed struct {
 	hosts int
 }
 
-// Raise makes s1 by genesis, joins s2 and s3 with server tokens, starts the three agents, waits
-// until the three vote, and puts an operator credential and the meshsim binary on the
-// simulator's machine.
-func Raise(ctx context.Context, l *lab.Lab, meshd, meshsim string) (*Bed, error) {
+// Raise makes s1 by genesis, joins s2 and s3 with server tokens, starts the three agents (with
+// extra flags: --cpu-profile FILE, say), waits until the three vote, and puts an operator
+// credential and the meshsim binary on the simulator's machine.
+func Raise(ctx context.Context, l *lab.Lab, meshd, meshsim string, extra ...string) (*Bed, error) {
 	b := &Bed{Lab: l, killed: map[string]bool{}}
 	bin, err := os.ReadFile(meshd)
 	if err != nil {
@@ -90,7 +90,7 @@ func Raise(ctx context.Context, l *lab.Lab, meshd, meshsim string) (*Bed, error)
 			return nil, err
 		}
 	}
-	agent := []string{"agent", "--data-dir", dataDir, "--docker-host", noDocker}
+	agent := append([]string{"agent", "--data-dir", dataDir, "--docker-host", noDocker}, extra...)
 	s1 := l.Machine("s1")
 	if _, err := b.meshd(ctx, "s1", "genesis", "--name", "s1", "--adopted", "--data-dir", dataDir, "--docker-host", noDocker,
 		"--advertise", serverAddr["s1"], "--set", "mesh.range="+fleetRange); err != nil {
@@ -202,11 +202,12 @@ func (b *Bed) Status(ctx context.Context, on string) (api.StatusView, time.Durat
 // Bus is a server's bus address, as the simulated nodes call it.
 func Bus(server string) string { return serverAddr[server] + ":" + strconv.Itoa(busPort) }
 
-// Clients starts meshsim's fleet process on the simulator's machine, its nodes of shape, and
-// returns it to drive; its log goes to DIR/fleet.log in the lab's directory.
-func (b *Bed) Clients(ctx context.Context, shape string) (*Remote, error) {
+// Clients starts meshsim's fleet process on the simulator's machine, its nodes of shape with
+// memberlist's profile (Options.Profile), and returns it to drive; its log goes to
+// DIR/fleet.log in the lab's directory.
+func (b *Bed) Clients(ctx context.Context, shape, profile string) (*Remote, error) {
 	cmd := b.Lab.Machine(SimMachine).Command(ctx, "/usr/local/bin/meshsim", "clients", "--credential", credPath,
-		"--hosts", Hosts.String(), "--first-port", strconv.Itoa(FirstPort), "--shape", shape)
+		"--hosts", Hosts.String(), "--first-port", strconv.Itoa(FirstPort), "--shape", shape, "--gossip", profile)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -317,6 +318,20 @@ func (b *Bed) Kill(server string) (time.Time, error) {
 	}
 	b.killed[server] = true
 	return time.Now(), nil
+}
+
+// Stop stops each live server's agent as its unit stops (SIGTERM: a CPU profile is complete).
+func (b *Bed) Stop(ctx context.Context) error {
+	for _, s := range Servers {
+		if b.killed[s] {
+			continue
+		}
+		if err := b.Lab.Machine(s).StopService(ctx, "meshd"); err != nil {
+			return err
+		}
+		b.killed[s] = true
+	}
+	return nil
 }
 
 // poll calls f until it succeeds or wait ends, then names what it waited for.

@@ -32,9 +32,10 @@ import (
 // port) and its declaration watch on the servers' bus. Only its machine is simulated: its host
 // report is its shape's, with the declaration's files written.
 type client struct {
-	name  string
-	shape Shape
-	log   *slog.Logger
+	name    string
+	shape   Shape
+	profile string // memberlist's timers (Options.Profile)
+	log     *slog.Logger
 
 	key   ed25519.PrivateKey
 	id    tls.Certificate
@@ -64,7 +65,7 @@ type client struct {
 // enrol makes the node's keys and enrols it with token at the token's servers, as `meshd join`
 // does (the same signed request), without the machine's preflight: the simulated machine has
 // no ports of its own to check.
-func enrol(ctx context.Context, name, token, addr string, gport int, shape Shape, log *slog.Logger) (*client, error) {
+func enrol(ctx context.Context, name, token, addr string, gport int, shape Shape, profile string, log *slog.Logger) (*client, error) {
 	p, _, err := pki.ParseToken(token)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: token: %w", name, err)
@@ -102,7 +103,7 @@ func enrol(ctx context.Context, name, token, addr string, gport int, shape Shape
 	if err != nil {
 		return nil, fmt.Errorf("node %s: the CA: %w", name, err)
 	}
-	c := &client{name: name, shape: shape, log: log.With("node", name), key: key, id: id, ca: ca, ring: resp.Keyring,
+	c := &client{name: name, shape: shape, profile: profile, log: log.With("node", name), key: key, id: id, ca: ca, ring: resp.Keyring,
 		gport: gport, addr: addr, servers: resp.Servers}
 	if len(c.servers) == 0 {
 		c.servers = p.Bus
@@ -214,7 +215,7 @@ func (c *client) startGossip() error {
 			defer c.mu.Unlock()
 			return c.isServer[n]
 		},
-		Join: join, Logger: c.log})
+		Join: join, Logger: c.log, Tuning: gossip.Tuning{Profile: c.profile}})
 	if err != nil {
 		_ = tr.Shutdown()
 		return fmt.Errorf("node %s: gossip on %s: %w", c.name, hostPort(c.addr, c.gport), err)

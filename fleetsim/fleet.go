@@ -31,7 +31,11 @@ type Options struct {
 	Publish time.Duration
 	// Parallel is how many enrolments run at once.
 	Parallel int
-	Log      *slog.Logger
+	// Profile is the simulated nodes' own memberlist timers: lan (an agent's, the default) or
+	// wan (probes every 5 s), for a thousand members in one process on a small machine, whose
+	// probes of each other would otherwise take it over. The servers keep the agent's.
+	Profile string
+	Log     *slog.Logger
 }
 
 // Fleet is the simulated client nodes of one process.
@@ -136,7 +140,7 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 	made := make([]*client, n)
 	start = time.Now()
 	if err := f.each(ctx, n, func(ctx context.Context, w, i int) error {
-		c, err := enrol(ctx, NodeName(first+i), tokens[i], NodeAddr(f.o.Hosts, first+i).String(), f.o.FirstPort+first+i, f.o.Shape, f.o.Log)
+		c, err := enrol(ctx, NodeName(first+i), tokens[i], NodeAddr(f.o.Hosts, first+i).String(), f.o.FirstPort+first+i, f.o.Shape, f.o.Profile, f.o.Log)
 		made[i] = c
 		return err
 	}); err != nil {

@@ -8,9 +8,10 @@ import (
 	"meshd/internal/labtest"
 )
 
-// bed raises the fleet's lab and servers for a test, and the fleet's process on the simulator's
-// machine, shaped like research 012's machine.
-func bed(t testing.TB, nodes int) (*Bed, *Remote) {
+// bed raises the fleet's lab and servers for a test (agents with the extra flags), and the
+// fleet's process on the simulator's machine, shaped like research 012's machine, its nodes'
+// memberlist timers profile's.
+func bed(t testing.TB, nodes int, profile string, extra ...string) (*Bed, *Remote) {
 	t.Helper()
 	start := time.Now()
 	meshd, meshsim := labtest.Meshd(t), labtest.Command(t, "meshsim")
@@ -19,7 +20,7 @@ func bed(t testing.TB, nodes int) (*Bed, *Remote) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start = time.Now()
-	b, err := Raise(ctx, l, meshd, meshsim)
+	b, err := Raise(ctx, l, meshd, meshsim, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func bed(t testing.TB, nodes int) (*Bed, *Remote) {
 	if err := b.AddHosts(ctx, nodes); err != nil {
 		t.Fatal(err)
 	}
-	fleet, err := b.Clients(context.Background(), "measured")
+	fleet, err := b.Clients(context.Background(), "measured", profile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func bed(t testing.TB, nodes int) (*Bed, *Remote) {
 // members there are.
 func TestFleetSmoke(t *testing.T) {
 	const n = 50
-	b, fleet := bed(t, n)
+	b, fleet := bed(t, n, "lan")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var er EnrolResult

@@ -35,14 +35,14 @@ on disk, each on a lab machine of its own (docs/lab.md), made by genesis and joi
 tokens; the simulated nodes live in one process on a fourth lab machine.
 
 usage:
-  meshsim run [--nodes 100] [--shape measured] [--rest 30s] [--no-failover] [--json]
+  meshsim run [--nodes 100] [--shape measured] [--rest 30s] [--gossip lan] [--no-failover] [--json]
               [--meshd PATH] [--name fleet] [--dir DIR] [--keep]
       raise the bed, enrol the nodes and measure: enrolment (joins/s), the servers' CPU and
       memory at rest and each node's gossip bytes over --rest, meshd status --json, a module
       assigned to every node until each reports it in force, then the leader killed (a new
       leader, every declaration watch back, a module assigned after). Takes the lab down after
       unless --keep. As root.
-  meshsim clients --credential FILE --hosts PREFIX --first-port PORT [--shape measured]
+  meshsim clients --credential FILE --hosts PREFIX --first-port PORT [--shape measured] [--gossip lan]
       the fleet's own process, which run starts on the simulator's machine: it reads one JSON
       request a line on its standard input and answers one a line (fleetsim.Request).
 
@@ -92,6 +92,7 @@ func run(args []string) error {
 	shape := fs.String("shape", "measured", "what each simulated machine holds: "+strings.Join(fleetsim.ShapeNames(), ", "))
 	rest := fs.Duration("rest", 30*time.Second, "the window at rest the servers' CPU and the gossip bytes are measured over")
 	noFailover := fs.Bool("no-failover", false, "do not kill the leader")
+	gossipProfile := fs.String("gossip", "lan", "the simulated nodes' own memberlist timers: lan (an agent's) or wan (probes every 5 s; the servers keep lan)")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	meshd := fs.String("meshd", "", "the meshd binary the servers run (default: meshd beside meshsim)")
 	name := fs.String("name", "fleet", "the lab's name (at most 8 characters)")
@@ -136,7 +137,7 @@ func run(args []string) error {
 	if err := bed.AddHosts(ctx, *nodes); err != nil {
 		return err
 	}
-	fleet, err := bed.Clients(ctx, *shape)
+	fleet, err := bed.Clients(ctx, *shape, *gossipProfile)
 	if err != nil {
 		return err
 	}
@@ -180,6 +181,7 @@ func clients(args []string) error {
 	shape := fs.String("shape", "measured", "what each simulated machine holds: "+strings.Join(fleetsim.ShapeNames(), ", "))
 	publish := fs.Duration("publish", 10*time.Second, "how often a node at rest publishes its report again (an agent's 10 s)")
 	parallel := fs.Int("parallel", 8, "enrolments and assignments at once")
+	profile := fs.String("gossip", "lan", "the simulated nodes' own memberlist timers: lan (an agent's) or wan (probes every 5 s, for a thousand nodes on a small machine)")
 	level := fs.String("log-level", "warn", "the log's level (debug, info, warn, error), on standard error")
 	_ = fs.Parse(args)
 	sh, ok := fleetsim.Shapes()[*shape]
@@ -204,7 +206,7 @@ func clients(args []string) error {
 		return fmt.Errorf("--hosts: %w", err)
 	}
 	f, err := fleetsim.New(fleetsim.Options{Hosts: prefix, FirstPort: *first, Shape: sh, Credential: cred, Publish: *publish,
-		Parallel: *parallel, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))})
+		Parallel: *parallel, Profile: *profile, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))})
 	if err != nil {
 		return err
 	}
