@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -85,11 +86,23 @@ func enrol(ctx context.Context, name, token, addr string, gport int, shape Shape
 		Settings:     map[string]string{"mesh.gossip": strconv.Itoa(gport), "mesh.bus": strconv.Itoa(gport + busOffset)}}
 	setup.SignEnrolment(&req, key, time.Now())
 	body, _ := json.Marshal(req)
+	// A server's failure (no leader for a moment, a commit lost with its leadership) is tried
+	// again, as an operator runs the same join again: the same key and ID are enrolled once.
 	var resp *api.EnrolResponse
 	var last error
-	for _, bus := range p.Bus {
-		if resp, last = setup.EnrolOnce(ctx, bus, token, p.CA, body); last == nil {
-			break
+	var refused *setup.JoinError
+	for try := 0; resp == nil && try < enrolTries && !errors.As(last, &refused); try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Duration(try) * time.Second):
+			}
+		}
+		for _, bus := range p.Bus {
+			if resp, last = setup.EnrolOnce(ctx, bus, token, p.CA, body); last == nil || errors.As(last, &refused) {
+				break
+			}
 		}
 	}
 	if resp == nil {
@@ -360,3 +373,6 @@ func (c *client) stop() {
 // busOffset puts each simulated node's bus port (which nothing calls: the simulator serves no
 // node bus) this far above its gossip port, so its ports never meet another node's.
 const busOffset = 20000
+
+// enrolTries is how many times an enrolment a server failed (not refused) is sent.
+const enrolTries = 5

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,11 +129,18 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 	start := time.Now()
 	if err := f.each(ctx, n, func(ctx context.Context, w, i int) error {
 		var tv api.TokenView
-		if err := f.ops[w].Post(ctx, "/v1/tokens", api.TokenRequest{Mode: fsm.Adopted, TTL: "1h"}, &tv); err != nil {
-			return fmt.Errorf("join token %d of %d: %w", i+1, n, err)
+		// A token the servers failed to make is asked again (an extra token is harmless).
+		var err error
+		for try := range enrolTries {
+			if try > 0 {
+				time.Sleep(time.Duration(try) * time.Second)
+			}
+			if err = f.ops[w].Post(ctx, "/v1/tokens", api.TokenRequest{Mode: fsm.Adopted, TTL: "1h"}, &tv); err == nil {
+				tokens[i] = tv.Token
+				return nil
+			}
 		}
-		tokens[i] = tv.Token
-		return nil
+		return fmt.Errorf("join token %d of %d: %w", i+1, n, err)
 	}); err != nil {
 		return res, err
 	}
@@ -232,7 +240,17 @@ func (f *Fleet) AssignAll(ctx context.Context, module string, wait time.Duration
 	if err := f.each(ctx, len(nodes), func(ctx context.Context, w, i int) error {
 		var n fsm.Node
 		path := fmt.Sprintf("/v1/nodes/%s/modules/%s/assign", url.PathEscape(nodes[i].name), url.PathEscape(module))
-		return f.ops[w].Post(ctx, path, nil, &n)
+		// An assignment the servers failed is sent again; one a lost answer had committed says so.
+		var err error
+		for try := range enrolTries {
+			if try > 0 {
+				time.Sleep(time.Duration(try) * time.Second)
+			}
+			if err = f.ops[w].Post(ctx, path, nil, &n); err == nil || (try > 0 && strings.Contains(err.Error(), "already assigned")) {
+				return nil
+			}
+		}
+		return err
 	}); err != nil {
 		return res, fmt.Errorf("assign %s: %w", module, err)
 	}
