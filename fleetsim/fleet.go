@@ -159,7 +159,17 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 	start = time.Now()
 	err := f.each(ctx, n, func(ctx context.Context, w, i int) error {
 		c := made[i]
-		if err := c.refreshView(ctx); err != nil {
+		// A server too busy to answer is asked again, as an agent does every few seconds.
+		var err error
+		for try := range enrolTries {
+			if try > 0 {
+				time.Sleep(time.Duration(try) * time.Second)
+			}
+			if err = c.refreshView(ctx); err == nil {
+				break
+			}
+		}
+		if err != nil {
 			return err
 		}
 		if err := c.startGossip(); err != nil {
