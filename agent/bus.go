@@ -124,6 +124,7 @@ func (s *bus) runBus(ctx context.Context) {
 					ReadHeaderTimeout: busReadHeaderTimeout, ReadTimeout: busReadTimeout, WriteTimeout: busWriteTimeout,
 					IdleTimeout: busIdleTimeout, MaxHeaderBytes: busMaxHeader}
 				limited := newLimitListener(ln, busMaxConns, busMaxConnsPerIP, s.refusals, s.recordAddr)
+				limited.knownMax = s.recordConns
 				go func(hs *http.Server) {
 					if err := hs.Serve(tls.NewListener(limited, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						s.log.Error("bus stopped", "port", port, "err", err)

@@ -23,6 +23,12 @@ const (
 	// busMaxConns is how many connections from outside the record the bus holds at once; beyond
 	// it a new one is closed. The record's nodes have as many again.
 	busMaxConns = 512
+	// busConnsPerNode is how many places the record's nodes have on the bus for each node the
+	// record holds, when that is more than busMaxConns: every client watches its declaration on
+	// the first server it knows (and reads the gossip view beside it), so that server holds a
+	// connection or two of every node in the fleet, and a fixed 512 shut out the nodes past the
+	// 500th (the fleet simulator found it at 1000).
+	busConnsPerNode = 3
 	// busMaxConnsPerIP is how many of them may come from one source: a node holds one or two
 	// (its declaration watch, a report), so one source cannot take the bus from the others.
 	busMaxConnsPerIP = 32
@@ -55,6 +61,8 @@ type limitListener struct {
 	max, perIP int
 	refused    *ratelog.Log
 	known      func(netip.Addr) bool
+	// knownMax, if set, is how many connections the record's nodes may hold, when more than max.
+	knownMax func() int
 
 	mu    sync.Mutex
 	pools [2]connPool // [0] from outside the record, [1] from the record's nodes
@@ -89,9 +97,13 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if addr.IsValid() && l.known(addr) {
 			pool = 1
 		}
+		limit := l.max
+		if pool == 1 && l.knownMax != nil {
+			limit = max(limit, l.knownMax())
+		}
 		l.mu.Lock()
 		p := &l.pools[pool]
-		full := p.total >= l.max
+		full := p.total >= limit
 		mine := p.bySource[src] >= l.perIP
 		if !full && !mine {
 			p.total++
@@ -101,7 +113,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if full || mine {
 			c.Close()
 			if full {
-				l.refused.Warn("bus connection closed: the bus holds its limit of connections", "from", addr, "limit", l.max, "record_node", pool == 1)
+				l.refused.Warn("bus connection closed: the bus holds its limit of connections", "from", addr, "limit", limit, "record_node", pool == 1)
 			} else {
 				l.refused.Warn("bus connection closed: this source holds its limit of connections", "from", addr, "source", src, "limit", l.perIP)
 			}
@@ -135,6 +147,13 @@ func (c *limitedConn) Close() error {
 		return nil
 	}
 	return err
+}
+
+// recordConns is how many connections the record's nodes may hold on the bus.
+func (s *bus) recordConns() int {
+	n := 0
+	s.rec.Read(func(r *fsm.Record, _ uint64) { n = len(r.Nodes) })
+	return busConnsPerNode * n
 }
 
 // recordAddr says addr is one of the record's nodes', on the underlay or the private network.

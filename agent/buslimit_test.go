@@ -81,6 +81,50 @@ func TestUnitBusLimitCountsAnIPv6SlashSixtyFourAsOneSource(t *testing.T) {
 	}
 }
 
+// Issue 37: every client watches on the first server it knows, so at a thousand nodes that server
+// holds a connection or two of each; the record's nodes' places grow with the record. With a
+// bound of 8 and 3 places a node for 3 nodes, the record's nodes (one address each, under the
+// per-source limit) hold 9 connections; the tenth is closed, and so is one source's fifth.
+func TestUnitBusLimitGrowsWithTheRecord(t *testing.T) {
+	var nodes []netip.Addr
+	for i := range 10 {
+		nodes = append(nodes, netip.AddrFrom4([4]byte{100, 64, 0, byte(i + 1)}))
+	}
+	known := func(a netip.Addr) bool { return a.Is4() && a.As4()[0] == 100 }
+	fl := &fakeListener{addrs: make(chan netip.Addr, 64), done: make(chan struct{})}
+	l := newLimitListener(fl, 8, 4, ratelog.New(slog.New(slog.DiscardHandler), 10, time.Minute), known)
+	l.knownMax = func() int { return 3 * 3 }
+	defer fl.Close()
+	for _, a := range nodes {
+		fl.addrs <- a
+	}
+	outsider := netip.MustParseAddr("192.0.2.9")
+	for range 5 {
+		fl.addrs <- netip.MustParseAddr("192.0.2.1").Next()
+	}
+	fl.addrs <- outsider
+	var got []netip.Addr
+	for range 9 + 4 + 1 {
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		got = append(got, netsource.Addr(c))
+	}
+	for i, a := range got[:9] {
+		if a != nodes[i] {
+			t.Fatalf("connection %d came from %s, want the record's node %s", i, a, nodes[i])
+		}
+	}
+	if got[13] != outsider {
+		t.Fatalf("after 9 of the record's nodes and 4 of one source, the bus took %v, want %s", got[9:], outsider)
+	}
+	if n := l.pools[1].total; n != 9 {
+		t.Fatalf("the record's nodes hold %d places, want 9", n)
+	}
+}
+
 // Issue 26, finding 8, played from outside: sixteen addresses that open silent connections up to
 // their limit held all 512 places of the bus, and the record's own node could not reach it. Now
 // the node's connection is served while the flood holds its places, and a seventeenth address

@@ -45,6 +45,10 @@
 // reports are kept. That is how a server with a thousand nodes works on what
 // changed rather than reading the fleet on every tick.
 //
+// What a member's reports cost it is counted (Stats: reports sent, relayed, received and held,
+// its own and other nodes', and the largest push-pull state each way), so a fleet simulator can
+// show that a client carries no other client's report.
+//
 // A node removed from the mesh has its identity key revoked (Config.Revoked).
 // Each member carries its identity key in memberlist's node metadata, and
 // memberlist's alive delegate refuses a member announcing a revoked one: it

@@ -168,9 +168,13 @@ type Gossip struct {
 	// sent counts the reports this member sent of its own; relayed those of other nodes it
 	// sent another server; foreign those of other nodes it received and, reading none, dropped.
 	sent, relayed, foreign atomic.Uint64
-	lifeMu                 sync.Mutex // serialises Leave and Shutdown (memberlist panics on Leave after Shutdown)
-	hasLeft                bool
-	shutdown               bool
+	// received and receivedOthers count every report envelope that arrived, and those of other
+	// nodes; stateOut and stateIn the largest push-pull state sent and received (stats.go).
+	received, receivedOthers atomic.Uint64
+	stateOut, stateIn        atomic.Int64
+	lifeMu                   sync.Mutex // serialises Leave and Shutdown (memberlist panics on Leave after Shutdown)
+	hasLeft                  bool
+	shutdown                 bool
 }
 
 // Start creates the member, binds its ports and, if cfg.Join is set, joins

@@ -167,14 +167,21 @@ func (g *Gossip) Publish(report []byte) error {
 func (g *Gossip) receive(raw []byte, from string) (Report, bool) {
 	// A re-broadcast of what we hold already: nothing to check (one digest, one lookup).
 	digest := sha256.Sum256(raw)
+	g.received.Add(1)
 	g.mu.Lock()
-	held := g.store.holds(digest)
+	heldFor, held := g.store.holder(digest)
 	g.mu.Unlock()
 	if held {
+		if heldFor != g.cfg.Name {
+			g.receivedOthers.Add(1)
+		}
 		return Report{}, false
 	}
 
 	r, key, reason, err := verifyReportKey(raw, g.cfg.Verify)
+	if r.Node != g.cfg.Name {
+		g.receivedOthers.Add(1) // also one that does not decode: it is not this node's
+	}
 	if err == nil && r.Node != g.cfg.Name && g.cfg.Revoked != nil && g.cfg.Revoked(key) {
 		reason, err = ReasonRevoked, fmt.Errorf("report for node %q (seq %d) is signed by a revoked key: the node was removed from the mesh", r.Node, r.Seq)
 	}
@@ -304,10 +311,15 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 
 // LocalState is this member's report's version: push-pull state is a few
 // bytes a member, however many there are.
-func (d *delegate) LocalState(join bool) []byte { return (*Gossip)(d).localVersion() }
+func (d *delegate) LocalState(join bool) []byte {
+	b := (*Gossip)(d).localVersion()
+	raiseTo(&d.stateOut, len(b))
+	return b
+}
 
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	g := (*Gossip)(d)
+	raiseTo(&g.stateIn, len(buf))
 	if len(buf) == 0 {
 		return // a member with nothing to say yet
 	}

@@ -102,6 +102,18 @@ func TestReportsGoToTheServersOnly(t *testing.T) {
 	if n := ms[1].foreign.Load(); n == 0 {
 		t.Error("cl-1 was handed an older member's every report and counted none as not its own")
 	}
+	// Stats says the same to a reader outside the package (the fleet simulator).
+	if st := ms[1].Stats(); st.ReceivedOthers == 0 || st.HeldOthers != 0 || st.StateIn < 100 {
+		t.Errorf("cl-1's stats after an older member's push-pull: %+v, want others received, none held, the state's size", st)
+	}
+	for _, m := range ms[2:5] {
+		if st := m.Stats(); st.ReceivedOthers != 0 || st.HeldOthers != 0 || st.Relayed != 0 || st.Sent == 0 || st.StateOut > 64 {
+			t.Errorf("client %s's stats: %+v, want its own report sent and nothing of another node's", m.Name(), st)
+		}
+	}
+	if st := ms[0].Stats(); st.HeldOthers != 5 {
+		t.Errorf("server srv-1 holds %d reports of other nodes, want 5: %+v", st.HeldOthers, st)
+	}
 	// Digests in another server's name, asking for everything, ten times: answered once.
 	srv := ms[0]
 	srv.mu.Lock()

@@ -33,10 +33,10 @@ func (s *reportStore) moved(node string) {
 	s.at[node] = s.order.PushBack(node)
 }
 
-// holds says whether a report of exactly these bytes (by digest) is kept.
-func (s *reportStore) holds(digest [sha256.Size]byte) bool {
-	_, ok := s.byDigest[digest]
-	return ok
+// holder is the node whose kept report has these exact bytes, if one has.
+func (s *reportStore) holder(digest [sha256.Size]byte) (string, bool) {
+	n, ok := s.byDigest[digest]
+	return n, ok
 }
 
 func (s *reportStore) get(node string) (*stored, bool) {

@@ -178,7 +178,7 @@ func (l *Lab) build(ctx context.Context, sc Scenario, o Options) error {
 		return err
 	}
 	for _, dir := range neighDirs {
-		said, err := raiseNeighbourTable(dir, len(l.machines))
+		said, err := raiseNeighbourTable(dir, len(l.machines), sc.Hosts)
 		if err != nil {
 			return fmt.Errorf("the kernel's neighbour table (%s): %w", dir, err)
 		}

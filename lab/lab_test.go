@@ -319,13 +319,17 @@ func writeFakeAgent(t *testing.T) string {
 // and never lowers what is there: the default (128, 512, 1024) stays for a lab of five.
 func TestUnitNeighbourTableHoldsTheFleet(t *testing.T) {
 	def := [3]int{128, 512, 1024}
-	if got := lab.NeighThresholds(5, def); got != def {
+	if got := lab.NeighThresholds(5, 0, def); got != def {
 		t.Errorf("5 machines: %v, want the default %v kept", got, def)
 	}
-	if got := lab.NeighThresholds(100, def); got != [3]int{10000, 20000, 40000} {
+	if got := lab.NeighThresholds(100, 0, def); got != [3]int{10000, 20000, 40000} {
 		t.Errorf("100 machines: %v", got)
 	}
-	if got := lab.NeighThresholds(40, [3]int{128, 512, 100000}); got != [3]int{1600, 3200, 100000} {
+	if got := lab.NeighThresholds(40, 0, [3]int{128, 512, 100000}); got != [3]int{1600, 3200, 100000} {
 		t.Errorf("40 machines, a high gc_thresh3 already: %v", got)
+	}
+	// A fleet simulator's bed: three servers and a machine holding 1000 nodes' addresses.
+	if got := lab.NeighThresholds(4, 1000, def); got != [3]int{4016, 8032, 16064} {
+		t.Errorf("4 machines and 1000 hosts: %v", got)
 	}
 }

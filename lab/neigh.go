@@ -19,11 +19,11 @@ import (
 // neighDirs are the thresholds' directories, IPv4's and IPv6's.
 var neighDirs = []string{"/proc/sys/net/ipv4/neigh/default", "/proc/sys/net/ipv6/neigh/default"}
 
-// neighThresholds are gc_thresh1, 2 and 3 for machines on one switch: N² entries fit under
-// gc_thresh1 (no collection at all), with room to twice and four times that, and never less
-// than cur.
-func neighThresholds(machines int, cur [3]int) [3]int {
-	n := machines * machines
+// neighThresholds are gc_thresh1, 2 and 3 for machines on one switch that also talk to hosts
+// more addresses (Scenario.Hosts): N² + N·hosts entries fit under gc_thresh1 (no collection at
+// all), with room to twice and four times that, and never less than cur.
+func neighThresholds(machines, hosts int, cur [3]int) [3]int {
+	n := machines*machines + machines*hosts
 	want := [3]int{n, 2 * n, 4 * n}
 	for i := range want {
 		want[i] = max(want[i], cur[i])
@@ -31,9 +31,9 @@ func neighThresholds(machines int, cur [3]int) [3]int {
 	return want
 }
 
-// raiseNeighbourTable raises the thresholds under dir for machines; it returns what it changed
-// ("" when nothing had to).
-func raiseNeighbourTable(dir string, machines int) (string, error) {
+// raiseNeighbourTable raises the thresholds under dir for machines and hosts; it returns what it
+// changed ("" when nothing had to).
+func raiseNeighbourTable(dir string, machines, hosts int) (string, error) {
 	var cur [3]int
 	for i := range cur {
 		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("gc_thresh%d", i+1)))
@@ -47,7 +47,7 @@ func raiseNeighbourTable(dir string, machines int) (string, error) {
 			return "", fmt.Errorf("%s gc_thresh%d: %w", dir, i+1, err)
 		}
 	}
-	want := neighThresholds(machines, cur)
+	want := neighThresholds(machines, hosts, cur)
 	var said []string
 	// The third first: the kernel keeps thresh1 ≤ thresh2 ≤ thresh3 only by convention, but a
 	// reader in between should never see a lower ceiling than a floor.

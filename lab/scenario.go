@@ -15,7 +15,11 @@ import (
 type Scenario struct {
 	Name     string
 	Machines []MachineSpec
-	Probes   []ProbeSpec
+	// Hosts are the addresses beyond the machines' own that the machines talk to (a fleet
+	// simulator's machine holds one for each simulated node): the neighbour table is raised for
+	// them too.
+	Hosts  int
+	Probes []ProbeSpec
 	// Configure writes the machines' configuration while they are still powered off (what their
 	// disks hold): firewall files, wg-quick files, enabled units.
 	Configure func(ctx context.Context, l *Lab) error

@@ -63,6 +63,9 @@ var DefaultSuites = []Suite{
 	{Package: "./e2e/", Bench: "^BenchmarkDeclarationToMachine$", Benchtime: "3x", Runs: 1},
 	// A tunnel changes hands once a lab, a container is taken once: one lab, one run each.
 	{Package: "./e2e/", Bench: "^(BenchmarkTunnelTakeover|BenchmarkTunnelTakeoverRealHub|BenchmarkTakeOutage)$", Benchtime: "1x", Runs: 1},
+	// A fleet of 100 then 1000 simulated nodes against three real servers (fleetsim): a bed a
+	// size, minutes at 1000, so one run.
+	{Package: "./fleetsim/", Bench: "^BenchmarkFleet$", Benchtime: "1x", Runs: 1},
 	// The package upgraded on a systemd hub (lab/systemd): two machines, one upgrade a run.
 	{Package: "./lab/systemd/", Bench: "^BenchmarkSystemdHubUpgrade$", Benchtime: "1x", Runs: 1},
 }
@@ -459,6 +462,7 @@ func figures(b map[string]Bench, ns []string) []Figure {
 		}
 		fs = append(fs, Figure{Key: "take.outage", What: what, MeshdMs: x.Medians["outage-ms"]})
 	}
+	fs = append(fs, fleetFigures(b)...)
 	if v, ok := ms("BenchmarkNoOpPass"); ok {
 		fs = append(fs, Figure{Key: "reconcile.noop.40files", What: fmt.Sprintf("a host pass with nothing to do, 40 files (%.0f allocs)", b["BenchmarkNoOpPass"].Allocs), MeshdMs: v})
 	}
@@ -565,4 +569,43 @@ func machine() string {
 		}
 	}
 	return fmt.Sprintf("%s, %d cores (%s), %s", host, runtime.NumCPU(), cpu, runtime.Version())
+}
+
+// fleetFigures are BenchmarkFleet's, at each size it ran; the goals are issue 37's, at 1000.
+func fleetFigures(b map[string]Bench) []Figure {
+	var fs []Figure
+	for _, n := range []string{"100", "1000", "5000"} {
+		x, ok := b["BenchmarkFleet/"+n]
+		if !ok || len(x.Metrics["joins/s"]) == 0 {
+			continue
+		}
+		at1000 := n == "1000"
+		for _, f := range []struct {
+			key, unit, what, goal string
+			ms                    bool
+			met                   func(float64) bool
+		}{
+			{"joins", "joins/s", "enrolments a second", "≥ 20 joins/s", false, func(v float64) bool { return v >= 20 }},
+			{"server_cpu", "server-cpu-pct", "the busiest server's CPU at rest, % of a core", "≤ 5 %", false, func(v float64) bool { return v <= 5 }},
+			{"server_rss", "server-rss-MB", "the largest server's memory at rest, MB", "≤ 300 MB", false, func(v float64) bool { return v <= 300 }},
+			{"status", "status-ms", "`meshd status --json` on the leader", "≤ 300 ms", true, func(v float64) bool { return v <= 300 }},
+			{"assign_in_force", "assign-in-force-ms", "a module assigned to every node until each reports it in force", "≤ 10 s", true, func(v float64) bool { return v <= 10000 }},
+			{"new_leader", "new-leader-ms", "the leader killed until a new leader answers", "≤ 5 s", true, func(v float64) bool { return v <= 5000 }},
+			{"watch_back", "watch-back-ms", "the leader killed until every declaration watch on it is on another server", "≤ 5 s", true, func(v float64) bool { return v <= 5000 }},
+			{"gossip_out", "gossip-out-B/s/node", "gossip bytes a node sends a second", "", false, nil},
+		} {
+			v := x.Medians[f.unit]
+			fig := Figure{Key: "fleet." + n + "." + f.key, What: n + " simulated nodes: " + f.what}
+			if f.ms {
+				fig.MeshdMs = v
+			} else {
+				fig.Value, fig.Unit = v, f.unit
+			}
+			if at1000 && f.met != nil {
+				fig.Goal, fig.Met = f.goal, boolp(f.met(v))
+			}
+			fs = append(fs, fig)
+		}
+	}
+	return fs
 }

@@ -56,42 +56,60 @@ func Up(t testing.TB, sc lab.Scenario, opts ...lab.Options) *lab.Lab {
 	return l
 }
 
-var (
-	meshdOnce sync.Once
-	meshdPath string
-	meshdErr  error
-)
-
 // Meshd builds meshd (static, to run on any lab machine) once per test binary and returns its
 // path. MESHD_LAB_MESHD=PATH runs that binary instead (a benchmark's before and after, each
 // built once, measured back to back).
 func Meshd(t testing.TB) string {
 	t.Helper()
-	meshdOnce.Do(func() {
-		if p := os.Getenv("MESHD_LAB_MESHD"); p != "" {
-			meshdPath = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "meshd-lab-bin-")
+	if p := os.Getenv("MESHD_LAB_MESHD"); p != "" {
+		return p
+	}
+	return Command(t, "meshd")
+}
+
+var (
+	buildMu sync.Mutex
+	built   = map[string]*build{}
+)
+
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Command builds the module's command NAME (./cmd/NAME, static) once per test binary and
+// returns its path: what a test puts on a lab machine.
+func Command(t testing.TB, name string) string {
+	t.Helper()
+	buildMu.Lock()
+	b := built[name]
+	if b == nil {
+		b = &build{}
+		built[name] = b
+	}
+	buildMu.Unlock()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", name+"-lab-bin-")
 		if err != nil {
-			meshdErr = err
+			b.err = err
 			return
 		}
-		meshdPath = filepath.Join(dir, "meshd")
+		b.path = filepath.Join(dir, name)
 		root, err := lab.ModuleRoot()
 		if err != nil {
-			meshdErr = err
+			b.err = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", meshdPath, "./cmd/meshd")
+		cmd := exec.Command("go", "build", "-o", b.path, "./cmd/"+name)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			meshdErr = fmt.Errorf("build meshd: %v\n%s", err, out)
+			b.err = fmt.Errorf("build %s: %v\n%s", name, err, out)
 		}
 	})
-	if meshdErr != nil {
-		t.Fatal(meshdErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return meshdPath
+	return b.path
 }
