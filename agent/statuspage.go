@@ -23,7 +23,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,19 +92,7 @@ func (v PageOverview) Counts() string {
 		modes[string(n.Mode)]++
 		live[n.Liveness]++
 	}
-	say := func(m map[string]int) string {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var out []string
-		for _, k := range keys {
-			out = append(out, fmt.Sprintf("%d %s", m[k], k))
-		}
-		return strings.Join(out, ", ")
-	}
-	return fmt.Sprintf("%d nodes: %s; %s", len(v.Nodes), say(modes), say(live))
+	return fmt.Sprintf("%d nodes: %s; %s", len(v.Nodes), report.Counts(modes), report.Counts(live))
 }
 
 // pageHistory is how many of the newest events the page shows beside the board.

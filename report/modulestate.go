@@ -4,7 +4,12 @@ package report
 // status`, a fleet-sized assign or take following its nodes, and `meshd status`'s module counts
 // say.
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
 
 // The states of a module on a node.
 const (
@@ -60,4 +65,19 @@ func failedWhy(errs []ResourceError) string {
 		out += e.Resource + ": " + e.Reason
 	}
 	return out
+}
+
+// Counts says counts by what they count ("3 in force, 1 pending"), in a steady order: the
+// sentence a summary of many nodes leads with.
+func Counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%d %s", m[k], k))
+	}
+	return strings.Join(out, ", ")
 }

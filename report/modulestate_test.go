@@ -28,3 +28,14 @@ func TestUnitModuleOn(t *testing.T) {
 		}
 	}
 }
+
+// A summary reads the same on every run: counts in the order of their names.
+func TestCountsInASteadyOrder(t *testing.T) {
+	got := Counts(map[string]int{Pending: 2, InForce: 5, Failed: 1})
+	if want := "1 failed, 5 in force, 2 pending"; got != want {
+		t.Fatalf("Counts = %q, want %q", got, want)
+	}
+	if got := Counts(nil); got != "" {
+		t.Fatalf("Counts(nil) = %q, want empty", got)
+	}
+}

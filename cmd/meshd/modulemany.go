@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"sort"
 	"strings"
 	"time"
 
@@ -152,25 +151,11 @@ func stateCounts(counts map[string]int) string {
 	return strings.Join(out, ", ")
 }
 
-// changeCounts says a many-node act's counts by change, in a steady order.
-func changeCounts(counts map[string]int) string {
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var out []string
-	for _, k := range keys {
-		out = append(out, fmt.Sprintf("%d %s", counts[k], k))
-	}
-	return strings.Join(out, ", ")
-}
-
 // writeManyAct writes what a many-node act touched: counts first, then each node with what
 // changes there and, once followed, where the module stands (every node in a small fleet;
 // otherwise those refused, failed or pending).
 func writeManyAct(w io.Writer, v api.ModuleManyView, progress *api.ModuleNodesView) {
-	head := fmt.Sprintf("%s %s %s: %d node(s): %s", v.Action, v.Module, v.Selector, len(v.Nodes), changeCounts(v.Counts))
+	head := fmt.Sprintf("%s %s %s: %d node(s): %s", v.Action, v.Module, v.Selector, len(v.Nodes), report.Counts(v.Counts))
 	switch {
 	case v.Preview:
 		head = "preview (nothing changed): " + head
