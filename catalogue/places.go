@@ -143,6 +143,13 @@ func (r *Resolved) Reaches() []Reach {
 // privileged: true: the allowlist the record applies from command version 6 (fsm). Each refusal
 // names the field, where the path is, the setting that made it, and why it is root-equivalent.
 func (m *Module) CheckPlaces(node map[string]string) error {
+	return m.refuseUnsaid(node, (*Resolved).Reaches)
+}
+
+// refuseUnsaid refuses, with node's settings filled in and unless the module says privileged:
+// true, each root-equivalent thing found lists: its field, where it reaches (a path beyond the
+// module's places, with the setting that made it) and why it is root.
+func (m *Module) refuseUnsaid(node map[string]string, found func(*Resolved) []Reach) error {
 	if m.Privileged {
 		return nil
 	}
@@ -151,7 +158,7 @@ func (m *Module) CheckPlaces(node map[string]string) error {
 		return err
 	}
 	var errs Errors
-	for _, x := range r.Reaches() {
+	for _, x := range found(r) {
 		msg := fmt.Sprintf("%s: root on the machine (%s): a module that means it must say privileged: true, "+
 			"and be added with --privileged%s", x.What, x.Why, m.via(m.rawOf(x.Field)))
 		if x.Path != "" {

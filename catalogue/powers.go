@@ -52,22 +52,7 @@ func (r *Resolved) Powers() []Reach {
 // gives it power over the machine (Powers): the record's judgement from command version 7,
 // beside CheckPlaces. Each refusal names the field and why.
 func (m *Module) CheckPowers(node map[string]string) error {
-	if m.Privileged {
-		return nil
-	}
-	r, err := m.Resolve(node)
-	if err != nil {
-		return err
-	}
-	var errs Errors
-	for _, x := range r.Powers() {
-		errs = append(errs, &FieldError{File: m.Source, Line: m.line(x.Field), Field: x.Field,
-			Msg: fmt.Sprintf("%s: root on the machine (%s): a module that means it must say privileged: true, and be added with --privileged", x.What, x.Why)})
-	}
-	if len(errs) > 0 {
-		return errs
-	}
-	return nil
+	return m.refuseUnsaid(node, (*Resolved).Powers)
 }
 
 // Vocabulary7 lists the fields of m that a manifest could not say before command version 7
