@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,5 +207,53 @@ func TestUnitOneNodesReportCopiesNothingElse(t *testing.T) {
 	}
 	if rep := fl.report(fleetNode(4)); rep == nil || rep.Held[0].Changed || *decodes != 1 {
 		t.Fatalf("node 4 read after: %d decodes in all, want still 1", *decodes)
+	}
+}
+
+// The board, the metrics and the page read the fleet every look; over many looks each report is
+// decoded once and each node's row built once; a changed report is decoded again and its row
+// alone built again; a node removed from the record leaves the fleet and the board.
+func TestUnitBoardDecodesAndBuildsWhatChanged(t *testing.T) {
+	const n = 100
+	fl, rec, feed, decodes := fleetOf(t, n)
+	for range 10 {
+		if b := fl.board(); len(b.Rows) != n+1 {
+			t.Fatalf("board: %d rows, want %d", len(b.Rows), n+1)
+		}
+		fl.reports()
+	}
+	if built, _ := fl.boards.Built(); *decodes != n || built != n+1 {
+		t.Fatalf("10 looks at a fleet at rest: %d decodes, %d rows built; want %d and %d", *decodes, built, n, n+1)
+	}
+
+	feed.put(t, fleetReport(fleetNode(7), time.Now(), true))
+	for range 10 {
+		fl.board()
+	}
+	row := fl.board().Rows
+	if built, _ := fl.boards.Built(); *decodes != n+1 || built != n+2 {
+		t.Fatalf("one report changed: %d decodes, %d rows built; want %d and %d", *decodes, built, n+1, n+2)
+	}
+	for _, r := range row {
+		if r.Node == fleetNode(7) && !strings.Contains(strings.Join(r.Blocking, "; "), "held file /etc/app/file-00.conf") {
+			t.Fatalf("node 7's row after its report changed: %+v", r)
+		}
+	}
+
+	b, err := fsm.Encode(fsm.OpNodeRemove, time.Now(), fsm.NodeRemove{Node: fleetNode(7), Until: time.Now().Add(time.Hour), Leader: "hub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, ok := rec.Apply(&raft.Log{Index: rec.Applied() + 1, Data: b}).(fsm.Result); !ok || res.Err != nil {
+		t.Fatalf("remove node 7: %+v", res)
+	}
+	if b := fl.board(); len(b.Rows) != n {
+		t.Fatalf("board after node 7 removed: %d rows, want %d", len(b.Rows), n)
+	}
+	fl.mu.Lock()
+	_, still := fl.nodes[fleetNode(7)]
+	fl.mu.Unlock()
+	if _, kept := fl.boards.Built(); still || kept != n || *decodes != n+1 {
+		t.Fatalf("node 7 removed: still in the fleet %v, %d rows kept, %d decodes; want gone, %d, %d", still, kept, *decodes, n, n+1)
 	}
 }
