@@ -62,6 +62,50 @@ func BenchmarkBoardLook(b *testing.B) {
 	}
 }
 
+// BenchmarkPageNodes is the status page's nodes built for one render (a page streamed renders at
+// every report that arrives) over N = 100 and 1000 enrolled nodes, side by side:
+//   - whole is every node built, as the page did before pageNodes: composed and previewed;
+//   - unchanged is today's render at a fleet where no report changed since the last;
+//   - changed-N/10 is today's render after a tenth of the reports changed.
+func BenchmarkPageNodes(b *testing.B) {
+	none := func(*fsm.Record, uint64) {}
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("N=%d/whole", n), func(b *testing.B) {
+			fl, rec, _, _ := fleetOf(b, n)
+			reports := fl.stampedReports()
+			b.ResetTimer()
+			for range b.N {
+				var fresh pageNodes
+				fresh.build(rec, reports, none)
+			}
+		})
+		b.Run(fmt.Sprintf("N=%d/unchanged", n), func(b *testing.B) {
+			fl, rec, _, _ := fleetOf(b, n)
+			var c pageNodes
+			c.build(rec, fl.stampedReports(), none)
+			b.ResetTimer()
+			for range b.N {
+				c.build(rec, fl.stampedReports(), none)
+			}
+		})
+		b.Run(fmt.Sprintf("N=%d/changed-%d", n, n/10), func(b *testing.B) {
+			fl, rec, feed, _ := fleetOf(b, n)
+			var c pageNodes
+			c.build(rec, fl.stampedReports(), none)
+			now := time.Now()
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				for j := range n / 10 {
+					feed.put(b, fleetReport(fleetNode((i*n/10+j)%n), now.Add(time.Duration(i)*time.Second), false))
+				}
+				b.StartTimer()
+				c.build(rec, fl.stampedReports(), none)
+			}
+		})
+	}
+}
+
 // BenchmarkGossipViewAnswer is a server's answer to one node's gossip view call over N = 100 and
 // 1000 enrolled nodes, encoded as the bus sends it, side by side:
 //   - every-call is the answer before indexes: the view composed from the record and sent whole;

@@ -224,10 +224,18 @@ func (f *fleet) stamped(node string, own report.Report) (*report.Report, string,
 	return nil, "", 0
 }
 
-// stampedReports are the last reports of every node the record holds, by node, each with the
-// fleet's seq of its last change. What the fleet holds of a node the record no longer has is
-// dropped, unless it changed since the record was read (a node enrolled meanwhile).
-func (f *fleet) stampedReports() map[string]board.Stamped {
+// stampedReport is a node's last report, how it came (reportFrom) and the fleet's seq of its
+// last change: a reader that keeps what it made of a report keeps it while seq stays.
+type stampedReport struct {
+	rep  *report.Report
+	from string
+	seq  uint64
+}
+
+// stampedReports are the last reports of every node the record holds, by node. What the fleet
+// holds of a node the record no longer has is dropped, unless it changed since the record was
+// read (a node enrolled meanwhile).
+func (f *fleet) stampedReports() map[string]stampedReport {
 	f.mu.Lock()
 	mark := f.seq
 	f.mu.Unlock()
@@ -236,12 +244,12 @@ func (f *fleet) stampedReports() map[string]board.Stamped {
 	own := f.own()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[string]board.Stamped, len(names))
+	out := make(map[string]stampedReport, len(names))
 	held := make(map[string]bool, len(names))
 	for _, n := range names {
 		held[n] = true
-		if rep, _, seq := f.stamped(n, own); rep != nil {
-			out[n] = board.Stamped{Report: rep, Seq: seq}
+		if rep, from, seq := f.stamped(n, own); rep != nil {
+			out[n] = stampedReport{rep, from, seq}
 		}
 	}
 	for n, k := range f.nodes {
@@ -257,7 +265,7 @@ func (f *fleet) reports() map[string]*report.Report {
 	st := f.stampedReports()
 	out := make(map[string]*report.Report, len(st))
 	for n, s := range st {
-		out[n] = s.Report
+		out[n] = s.rep
 	}
 	return out
 }
@@ -265,7 +273,11 @@ func (f *fleet) reports() map[string]*report.Report {
 // board is where each node stands now (package board), each node's row built again only when
 // its report or the record changed.
 func (f *fleet) board() api.Board {
-	reports := f.stampedReports()
+	st := f.stampedReports()
+	reports := make(map[string]board.Stamped, len(st))
+	for n, s := range st {
+		reports[n] = board.Stamped{Report: s.rep, Seq: s.seq}
+	}
 	var b api.Board
 	f.rec.Read(func(r *fsm.Record, index uint64) { b = f.boards.Build(r, index, reports, time.Now()) })
 	return b

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -240,13 +241,7 @@ func TestUnitBoardDecodesAndBuildsWhatChanged(t *testing.T) {
 		}
 	}
 
-	b, err := fsm.Encode(fsm.OpNodeRemove, time.Now(), fsm.NodeRemove{Node: fleetNode(7), Until: time.Now().Add(time.Hour), Leader: "hub"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, ok := rec.Apply(&raft.Log{Index: rec.Applied() + 1, Data: b}).(fsm.Result); !ok || res.Err != nil {
-		t.Fatalf("remove node 7: %+v", res)
-	}
+	applyTo(t, rec, fsm.OpNodeRemove, fsm.NodeRemove{Node: fleetNode(7), Until: time.Now().Add(time.Hour), Leader: "hub"})
 	if b := fl.board(); len(b.Rows) != n {
 		t.Fatalf("board after node 7 removed: %d rows, want %d", len(b.Rows), n)
 	}
@@ -255,5 +250,45 @@ func TestUnitBoardDecodesAndBuildsWhatChanged(t *testing.T) {
 	fl.mu.Unlock()
 	if _, kept := fl.boards.Built(); still || kept != n || *decodes != n+1 {
 		t.Fatalf("node 7 removed: still in the fleet %v, %d rows kept, %d decodes; want gone, %d, %d", still, kept, *decodes, n, n+1)
+	}
+}
+
+// The status page's nodes, rendered at every report that arrives, are built once each while the
+// record and their reports stay: a changed report builds its node alone again (the same part a
+// fresh build makes), and a node removed from the record leaves the page.
+func TestUnitPageBuildsChangedNodesOnly(t *testing.T) {
+	const n = 50
+	fl, rec, feed, _ := fleetOf(t, n)
+	var c pageNodes
+	none := func(*fsm.Record, uint64) {}
+	for range 5 {
+		if got := c.build(rec, fl.stampedReports(), none); len(got) != n+1 {
+			t.Fatalf("page: %d nodes, want %d", len(got), n+1)
+		}
+	}
+	if c.built != n+1 {
+		t.Fatalf("5 renders at rest: %d nodes built, want %d", c.built, n+1)
+	}
+	feed.put(t, fleetReport(fleetNode(9), time.Now(), true))
+	got := c.build(rec, fl.stampedReports(), none)
+	var fresh pageNodes
+	if want := fresh.build(rec, fl.stampedReports(), none); c.built != n+2 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("node 9's report changed: %d nodes built (want %d), same as a fresh build %v", c.built, n+2, reflect.DeepEqual(got, want))
+	}
+	applyTo(t, rec, fsm.OpNodeRemove, fsm.NodeRemove{Node: fleetNode(9), Until: time.Now().Add(time.Hour), Leader: "hub"})
+	if got := c.build(rec, fl.stampedReports(), none); len(got) != n || len(c.kept) != n {
+		t.Fatalf("node 9 removed: %d nodes on the page, %d kept; want %d", len(got), len(c.kept), n)
+	}
+}
+
+// applyTo applies one command to rec at its next index, as Raft would.
+func applyTo(t testing.TB, rec *fsm.FSM, op fsm.Op, body any) {
+	t.Helper()
+	b, err := fsm.Encode(op, time.Now(), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, ok := rec.Apply(&raft.Log{Index: rec.Applied() + 1, Data: b}).(fsm.Result); !ok || res.Err != nil {
+		t.Fatalf("%s: %+v", op, res)
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"meshd/api"
 	"meshd/catalogue"
 	"meshd/fsm"
@@ -25,17 +23,10 @@ import (
 // viewRecord is a record of a genesis server hub (127.0.0.1, its bus on busPort) and n enrolled
 // nodes, with apply to change it.
 func viewRecord(t *testing.T, busPort, n int) (*fsm.FSM, func(op fsm.Op, body any)) {
-	at := time.Unix(1_700_000_000, 0)
 	f := fsm.NewFSM()
 	apply := func(op fsm.Op, body any) {
 		t.Helper()
-		b, err := fsm.Encode(op, at, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res, ok := f.Apply(&raft.Log{Index: f.Applied() + 1, Data: b}).(fsm.Result); !ok || res.Err != nil {
-			t.Fatalf("%s: %+v", op, res)
-		}
+		applyTo(t, f, op, body)
 	}
 	apply(fsm.OpGenesis, fsm.Genesis{Node: "hub", ID: "hub-id", Mode: fsm.Adopted, Advertise: "127.0.0.1",
 		Catalogue: catalogue.DefaultSources(), Settings: map[string]string{"mesh.bus": strconv.Itoa(busPort)}})
@@ -47,7 +38,7 @@ func viewRecord(t *testing.T, busPort, n int) (*fsm.FSM, func(op fsm.Op, body an
 
 func enrolNode(apply func(fsm.Op, any), name string) {
 	hash := "token-" + name
-	apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: fsm.Adopted, Expires: time.Unix(1_700_003_600, 0)})
+	apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour)})
 	apply(fsm.OpNodeEnrol, fsm.Enrol{Node: name, ID: "id-" + name, TokenHash: hash, Advertise: "127.0.0.2"})
 }
 
@@ -77,7 +68,7 @@ func TestUnitGossipViewByIndex(t *testing.T) {
 		t.Fatalf("the view composed %d times for 11 answers on one record; want 1", views.composed)
 	}
 
-	apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: "another", Mode: fsm.Adopted, Expires: time.Unix(1_700_003_600, 0)})
+	apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: "another", Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour)})
 	if v := views.answer(fleetNode(3), held); !v.Unchanged || views.composed != 2 {
 		t.Fatalf("a token created: %+v (%d compositions); want unchanged, composed again once", v, views.composed)
 	}

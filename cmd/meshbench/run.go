@@ -57,8 +57,8 @@ var DefaultSuites = []Suite{
 	{Package: "./gossip/", Bench: "^BenchmarkFleetAtRest$", Benchtime: "1x", Runs: 3},
 	// Its yardstick takes seconds a look at 1000 nodes.
 	{Package: "./agent/", Bench: "^BenchmarkHostEventsTick$", Benchtime: "3x", Runs: 3},
-	// The board's look and a node's gossip view, each beside the way before it worked on changes.
-	{Package: "./agent/", Bench: "^(BenchmarkBoardLook|BenchmarkGossipViewAnswer)$", Benchtime: "10x", Runs: 3},
+	// The board's look, the page's nodes and a node's gossip view, each beside the way before.
+	{Package: "./agent/", Bench: "^(BenchmarkBoardLook|BenchmarkPageNodes|BenchmarkGossipViewAnswer)$", Benchtime: "10x", Runs: 3},
 	// The lab's figures: whole machines, a minute or more each, so one run; each is itself an
 	// average over its window.
 	{Package: "./e2e/", Bench: "^(BenchmarkAgentFootprint|BenchmarkMeasuredNode)$", Benchtime: "1x", Runs: 1},
@@ -566,6 +566,7 @@ func changeFigures(ms func(string) (float64, bool)) []Figure {
 	looks := []struct{ bench, yard, changed, key, what, versus string }{
 		{"BenchmarkHostEventsTick", "every-report", "changed-%d", "fleet.host_events", "the leader's host-events look", "decode every report"},
 		{"BenchmarkBoardLook", "whole", "changed-%d", "fleet.board", "a look at the board", "every row built again"},
+		{"BenchmarkPageNodes", "whole", "changed-%d", "fleet.page", "the status page's nodes for a render", "every node composed and previewed"},
 		{"BenchmarkGossipViewAnswer", "every-call", "changed", "fleet.gossip_view", "a node's gossip view answered", "the view composed and sent whole"},
 	}
 	var fs []Figure
