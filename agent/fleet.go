@@ -74,17 +74,28 @@ func newFleet(self string, own func() report.Report, rec reader, g gossipReader,
 		nodes: map[string]*known{}}
 }
 
-// decodeReport is a report's payload as the agent publishes it (json), its containers decoded
-// to their own type at once: report.Containers would otherwise decode them again at each read.
+// decodeReport is a report's payload as the agent publishes it (json), each driver's part the
+// fleet's readers read (containers, openings, tunnel) typed at once: the board, status, the
+// page and the metrics would otherwise decode it again from generic JSON at each read.
 func decodeReport(b []byte) (*report.Report, error) {
 	var rep report.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return nil, err
 	}
-	if cr := report.Containers(&rep); cr != nil {
-		rep.Kinds[fsm.KindContainer] = cr
-	}
+	typed[report.ContainerReport](&rep, fsm.KindContainer)
+	typed[report.OpeningDetail](&rep, fsm.KindOpening)
+	typed[report.TunnelDetail](&rep, fsm.KindTunnel)
 	return &rep, nil
+}
+
+// typed replaces rep's part of kind, if it has one that decodes as T, by a *T.
+func typed[T any](rep *report.Report, kind string) {
+	if _, ok := rep.Kinds[kind]; !ok {
+		return
+	}
+	if v, ok := report.Detail[T](rep, kind); ok {
+		rep.Kinds[kind] = &v
+	}
 }
 
 // refresh takes in what gossip kept or dropped since the last look, decoding the reports that

@@ -292,3 +292,17 @@ func applyTo(t testing.TB, rec *fsm.FSM, op fsm.Op, body any) {
 		t.Fatalf("%s: %+v", op, res)
 	}
 }
+
+// A report's parts are typed once, as the fleet decodes it, so the board, status, the page and the
+// metrics read them without decoding them again; each reads the same part it read as JSON.
+func TestUnitFleetTypesReportPartsOnce(t *testing.T) {
+	fl, _, _, _ := fleetOf(t, 3)
+	rep := fl.report(fleetNode(1))
+	cr, ok := rep.Kinds[fsm.KindContainer].(*report.ContainerReport)
+	if !ok || len(cr.Containers) != 12 {
+		t.Fatalf("the container part as the fleet keeps it: %T", rep.Kinds[fsm.KindContainer])
+	}
+	if files, containers := heldCounts(rep); files != 12 || containers != 12 {
+		t.Fatalf("held counts: %d files, %d containers; want 12 and 12", files, containers)
+	}
+}
