@@ -25,12 +25,8 @@ func BenchmarkBoardLook(b *testing.B) {
 		b.Run(fmt.Sprintf("N=%d/whole", n), func(b *testing.B) {
 			_, rec, feed, _ := fleetOf(b, n)
 			reports := map[string]*report.Report{}
-			for node, r := range feed.all() {
-				var rep report.Report // decoded as the fleet did before: its kinds generic JSON
-				if err := json.Unmarshal(r.Payload, &rep); err != nil {
-					b.Fatal(err)
-				}
-				reports[node] = &rep
+			for node, st := range genericReports(b, feed) {
+				reports[node] = st.rep
 			}
 			b.ResetTimer()
 			for range b.N {
@@ -64,15 +60,16 @@ func BenchmarkBoardLook(b *testing.B) {
 
 // BenchmarkPageNodes is the status page's nodes built for one render (a page streamed renders at
 // every report that arrives) over N = 100 and 1000 enrolled nodes, side by side:
-//   - whole is every node built, as the page did before pageNodes: composed and previewed;
+//   - whole is every node built, as the page did before pageNodes: composed and previewed, its
+//     report's parts decoded from generic JSON;
 //   - unchanged is today's render at a fleet where no report changed since the last;
 //   - changed-N/10 is today's render after a tenth of the reports changed.
 func BenchmarkPageNodes(b *testing.B) {
 	none := func(*fsm.Record, uint64) {}
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("N=%d/whole", n), func(b *testing.B) {
-			fl, rec, _, _ := fleetOf(b, n)
-			reports := fl.stampedReports()
+			_, rec, feed, _ := fleetOf(b, n)
+			reports := genericReports(b, feed)
 			b.ResetTimer()
 			for range b.N {
 				var fresh pageNodes
@@ -148,6 +145,20 @@ func BenchmarkGossipViewAnswer(b *testing.B) {
 			b.ReportMetric(float64(size), "bytes/answer")
 		})
 	}
+}
+
+// genericReports are feed's reports decoded as the fleet decoded them before it typed their
+// parts (their kinds generic JSON): the yardsticks' reports.
+func genericReports(b *testing.B, feed *feedFake) map[string]stampedReport {
+	out := map[string]stampedReport{}
+	for node, r := range feed.all() {
+		var rep report.Report
+		if err := json.Unmarshal(r.Payload, &rep); err != nil {
+			b.Fatal(err)
+		}
+		out[node] = stampedReport{rep: &rep, from: "gossip", seq: r.Seq}
+	}
+	return out
 }
 
 // writeView is v as the bus writes it, and its size.
