@@ -60,6 +60,8 @@ type bus struct {
 	records *recordAPI
 	fwd     *forwarder
 	fleet   *fleet
+	// views is the gossip view each node reads, composed once per change (gossipview.go).
+	views *viewCache
 	// secrets are the node's (the mesh CA signs enrolled nodes' certificates); identity and
 	// caCert what the bus serves and verifies callers with.
 	secrets  *pki.NodeSecrets

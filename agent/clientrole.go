@@ -84,13 +84,31 @@ func (c *clientRole) gossipView() api.GossipView {
 	return c.view
 }
 
-// refreshView is GET /v1/gossip from a server.
+// refreshView is GET /v1/gossip from a server, sending the index of the view the node holds:
+// while it is current the answer is "unchanged", a few bytes. A server from before indexes sends
+// the whole view without one, and the next call sends none.
 func (c *clientRole) refreshView(ctx context.Context) error {
+	c.viewMu.Lock()
+	held := c.view.Index
+	c.viewMu.Unlock()
+	path := "/v1/gossip"
+	if held != 0 {
+		path += "?index=" + strconv.FormatUint(held, 10)
+	}
 	var v api.GossipView
 	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := c.busJSON(rctx, http.MethodGet, "/v1/gossip", nil, &v); err != nil {
+	if err := c.busJSON(rctx, http.MethodGet, path, nil, &v); err != nil {
 		return err
+	}
+	if v.Unchanged {
+		if v.Index == held {
+			return nil
+		}
+		c.viewMu.Lock()
+		c.view.Index = 0 // the next call asks for the whole view
+		c.viewMu.Unlock()
+		return fmt.Errorf("a server answered gossip view %d unchanged, but node %s holds view %d", v.Index, c.node.Name, held)
 	}
 	names := map[string]bool{}
 	for _, p := range v.Nodes {

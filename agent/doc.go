@@ -22,8 +22,14 @@
 //   - bus (bus.go, busauth.go, enrolproof.go): what agents and operators call, enrolment (whose
 //     used token enrols only its own node again, signed by that node's key), each node's
 //     declaration watch, the reports clients post, who may ask what;
-//   - page (statuspage.go): the status page;
-//   - fleet (fleet.go): what a server knows of every node besides the record, its reports.
+//   - page (statuspage.go, statuspage_nodes.go): the status page;
+//   - fleet (fleet.go): what a server knows of every node besides the record, its reports;
+//   - viewCache (gossipview.go): the gossip view every node reads, composed once per change.
+//
+// A server works on what changed (issue 37): the fleet decodes a report once, when it changes,
+// and stamps it with a sequence; the host-events loop, the board and the page's nodes build
+// again only what the record or a report's sequence moved; a node holding the current gossip
+// view (its index) is answered "unchanged".
 //
 // A test (rooms_test.go) keeps any receiver under 40 methods and *Agent unembedded. What crosses
 // the socket and the bus (requests, views, headers, the JSON over HTTP) is package api's; the

@@ -40,6 +40,11 @@ type fleet struct {
 	// since is feed's index of the last look; seq the fleet's last change.
 	since, seq uint64
 	nodes      map[string]*known
+	// ownRep is the serving node's own last report as reportFrom gave it, stamped ownSeq.
+	ownRep *report.Report
+	ownSeq uint64
+	// boards keeps each node's board row while its report and the record stay (board.Cache).
+	boards board.Cache
 }
 
 // known is what the fleet holds of one node: its last report as gossip carried it and as the
@@ -69,13 +74,28 @@ func newFleet(self string, own func() report.Report, rec reader, g gossipReader,
 		nodes: map[string]*known{}}
 }
 
-// decodeReport is a report's payload as the agent publishes it (json).
+// decodeReport is a report's payload as the agent publishes it (json), each driver's part the
+// fleet's readers read (containers, openings, tunnel) typed at once: the board, status, the
+// page and the metrics would otherwise decode it again from generic JSON at each read.
 func decodeReport(b []byte) (*report.Report, error) {
 	var rep report.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return nil, err
 	}
+	typed[report.ContainerReport](&rep, fsm.KindContainer)
+	typed[report.OpeningDetail](&rep, fsm.KindOpening)
+	typed[report.TunnelDetail](&rep, fsm.KindTunnel)
 	return &rep, nil
+}
+
+// typed replaces rep's part of kind, if it has one that decodes as T, by a *T.
+func typed[T any](rep *report.Report, kind string) {
+	if _, ok := rep.Kinds[kind]; !ok {
+		return
+	}
+	if v, ok := report.Detail[T](rep, kind); ok {
+		rep.Kinds[kind] = &v
+	}
 }
 
 // refresh takes in what gossip kept or dropped since the last look, decoding the reports that
@@ -177,47 +197,100 @@ func (f *fleet) report(node string) *report.Report {
 // carried and this node verified with the node's enrolled key ("gossip"), else one the node
 // posted to this server's bus over mTLS while its gossip reached no server ("bus").
 func (f *fleet) reportFrom(node string) (*report.Report, string) {
+	var own report.Report
 	if node == f.self {
-		rep := f.own()
-		if rep.When.IsZero() {
-			return nil, ""
-		}
-		return &rep, "local"
+		own = f.own()
 	}
 	f.mu.Lock()
-	f.refresh()
-	var gossiped, posted *report.Report
-	if k, ok := f.nodes[node]; ok {
-		gossiped, posted = k.gossiped, k.posted
-	}
-	f.mu.Unlock()
-	switch {
-	case gossiped != nil && (posted == nil || !posted.When.After(gossiped.When)):
-		return gossiped, "gossip"
-	case posted != nil:
-		return posted, "bus"
-	}
-	return nil, ""
+	defer f.mu.Unlock()
+	rep, from, _ := f.stamped(node, own)
+	return rep, from
 }
 
-// reports are the last reports of every node the record holds, by node.
-func (f *fleet) reports() map[string]*report.Report {
-	out := map[string]*report.Report{}
+// stamped is reportFrom's answer with the fleet's seq of the node's last change; own is the
+// serving node's report when node is that node. f.mu is held.
+func (f *fleet) stamped(node string, own report.Report) (*report.Report, string, uint64) {
+	if node == f.self {
+		if own.When.IsZero() {
+			return nil, "", 0
+		}
+		if f.ownRep == nil || !own.When.Equal(f.ownRep.When) {
+			f.ownRep = &own // a new pass of the host: each has its own time
+			f.seq++
+			f.ownSeq = f.seq
+		}
+		return f.ownRep, "local", f.ownSeq
+	}
+	f.refresh()
+	k, ok := f.nodes[node]
+	if !ok {
+		return nil, "", 0
+	}
+	switch {
+	case k.gossiped != nil && (k.posted == nil || !k.posted.When.After(k.gossiped.When)):
+		return k.gossiped, "gossip", k.seq
+	case k.posted != nil:
+		return k.posted, "bus", k.seq
+	}
+	return nil, "", 0
+}
+
+// stampedReport is a node's last report, how it came (reportFrom) and the fleet's seq of its
+// last change: a reader that keeps what it made of a report keeps it while seq stays.
+type stampedReport struct {
+	rep  *report.Report
+	from string
+	seq  uint64
+}
+
+// stampedReports are the last reports of every node the record holds, by node. What the fleet
+// holds of a node the record no longer has is dropped, unless it changed since the record was
+// read (a node enrolled meanwhile).
+func (f *fleet) stampedReports() map[string]stampedReport {
+	f.mu.Lock()
+	mark := f.seq
+	f.mu.Unlock()
 	var names []string
 	f.rec.Read(func(r *fsm.Record, _ uint64) { names = r.NodeNames() })
+	own := f.own()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]stampedReport, len(names))
+	held := make(map[string]bool, len(names))
 	for _, n := range names {
-		if rep := f.report(n); rep != nil {
-			out[n] = rep
+		held[n] = true
+		if rep, from, seq := f.stamped(n, own); rep != nil {
+			out[n] = stampedReport{rep, from, seq}
+		}
+	}
+	for n, k := range f.nodes {
+		if !held[n] && k.seq <= mark {
+			delete(f.nodes, n)
 		}
 	}
 	return out
 }
 
-// board is where each node stands now (package board).
+// reports are the last reports of every node the record holds, by node.
+func (f *fleet) reports() map[string]*report.Report {
+	st := f.stampedReports()
+	out := make(map[string]*report.Report, len(st))
+	for n, s := range st {
+		out[n] = s.rep
+	}
+	return out
+}
+
+// board is where each node stands now (package board), each node's row built again only when
+// its report or the record changed.
 func (f *fleet) board() api.Board {
-	reports := f.reports()
+	st := f.stampedReports()
+	reports := make(map[string]board.Stamped, len(st))
+	for n, s := range st {
+		reports[n] = board.Stamped{Report: s.rep, Seq: s.seq}
+	}
 	var b api.Board
-	f.rec.Read(func(r *fsm.Record, _ uint64) { b = board.Build(r, reports, time.Now()) })
+	f.rec.Read(func(r *fsm.Record, index uint64) { b = f.boards.Build(r, index, reports, time.Now()) })
 	return b
 }
 

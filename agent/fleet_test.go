@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,5 +208,101 @@ func TestUnitOneNodesReportCopiesNothingElse(t *testing.T) {
 	}
 	if rep := fl.report(fleetNode(4)); rep == nil || rep.Held[0].Changed || *decodes != 1 {
 		t.Fatalf("node 4 read after: %d decodes in all, want still 1", *decodes)
+	}
+}
+
+// The board, the metrics and the page read the fleet every look; over many looks each report is
+// decoded once and each node's row built once; a changed report is decoded again and its row
+// alone built again; a node removed from the record leaves the fleet and the board.
+func TestUnitBoardDecodesAndBuildsWhatChanged(t *testing.T) {
+	const n = 100
+	fl, rec, feed, decodes := fleetOf(t, n)
+	for range 10 {
+		if b := fl.board(); len(b.Rows) != n+1 {
+			t.Fatalf("board: %d rows, want %d", len(b.Rows), n+1)
+		}
+		fl.reports()
+	}
+	if built, _ := fl.boards.Built(); *decodes != n || built != n+1 {
+		t.Fatalf("10 looks at a fleet at rest: %d decodes, %d rows built; want %d and %d", *decodes, built, n, n+1)
+	}
+
+	feed.put(t, fleetReport(fleetNode(7), time.Now(), true))
+	for range 10 {
+		fl.board()
+	}
+	row := fl.board().Rows
+	if built, _ := fl.boards.Built(); *decodes != n+1 || built != n+2 {
+		t.Fatalf("one report changed: %d decodes, %d rows built; want %d and %d", *decodes, built, n+1, n+2)
+	}
+	for _, r := range row {
+		if r.Node == fleetNode(7) && !strings.Contains(strings.Join(r.Blocking, "; "), "held file /etc/app/file-00.conf") {
+			t.Fatalf("node 7's row after its report changed: %+v", r)
+		}
+	}
+
+	applyTo(t, rec, fsm.OpNodeRemove, fsm.NodeRemove{Node: fleetNode(7), Until: time.Now().Add(time.Hour), Leader: "hub"})
+	if b := fl.board(); len(b.Rows) != n {
+		t.Fatalf("board after node 7 removed: %d rows, want %d", len(b.Rows), n)
+	}
+	fl.mu.Lock()
+	_, still := fl.nodes[fleetNode(7)]
+	fl.mu.Unlock()
+	if _, kept := fl.boards.Built(); still || kept != n || *decodes != n+1 {
+		t.Fatalf("node 7 removed: still in the fleet %v, %d rows kept, %d decodes; want gone, %d, %d", still, kept, *decodes, n, n+1)
+	}
+}
+
+// The status page's nodes, rendered at every report that arrives, are built once each while the
+// record and their reports stay: a changed report builds its node alone again (the same part a
+// fresh build makes), and a node removed from the record leaves the page.
+func TestUnitPageBuildsChangedNodesOnly(t *testing.T) {
+	const n = 50
+	fl, rec, feed, _ := fleetOf(t, n)
+	var c pageNodes
+	none := func(*fsm.Record, uint64) {}
+	for range 5 {
+		if got := c.build(rec, fl.stampedReports(), none); len(got) != n+1 {
+			t.Fatalf("page: %d nodes, want %d", len(got), n+1)
+		}
+	}
+	if c.built != n+1 {
+		t.Fatalf("5 renders at rest: %d nodes built, want %d", c.built, n+1)
+	}
+	feed.put(t, fleetReport(fleetNode(9), time.Now(), true))
+	got := c.build(rec, fl.stampedReports(), none)
+	var fresh pageNodes
+	if want := fresh.build(rec, fl.stampedReports(), none); c.built != n+2 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("node 9's report changed: %d nodes built (want %d), same as a fresh build %v", c.built, n+2, reflect.DeepEqual(got, want))
+	}
+	applyTo(t, rec, fsm.OpNodeRemove, fsm.NodeRemove{Node: fleetNode(9), Until: time.Now().Add(time.Hour), Leader: "hub"})
+	if got := c.build(rec, fl.stampedReports(), none); len(got) != n || len(c.kept) != n {
+		t.Fatalf("node 9 removed: %d nodes on the page, %d kept; want %d", len(got), len(c.kept), n)
+	}
+}
+
+// applyTo applies one command to rec at its next index, as Raft would.
+func applyTo(t testing.TB, rec *fsm.FSM, op fsm.Op, body any) {
+	t.Helper()
+	b, err := fsm.Encode(op, time.Now(), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, ok := rec.Apply(&raft.Log{Index: rec.Applied() + 1, Data: b}).(fsm.Result); !ok || res.Err != nil {
+		t.Fatalf("%s: %+v", op, res)
+	}
+}
+
+// A report's parts are typed once, as the fleet decodes it, so the board, status, the page and the
+// metrics read them without decoding them again; each reads the same part it read as JSON.
+func TestUnitFleetTypesReportPartsOnce(t *testing.T) {
+	fl, _, _, _ := fleetOf(t, 3)
+	rep := fl.report(fleetNode(1))
+	cr, ok := rep.Kinds[fsm.KindContainer].(*report.ContainerReport)
+	if !ok || len(cr.Containers) != 12 {
+		t.Fatalf("the container part as the fleet keeps it: %T", rep.Kinds[fsm.KindContainer])
+	}
+	if files, containers := heldCounts(rep); files != 12 || containers != 12 {
+		t.Fatalf("held counts: %d files, %d containers; want 12 and 12", files, containers)
 	}
 }

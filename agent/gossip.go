@@ -355,13 +355,6 @@ func memberViews(g *gossip.Gossip) []api.MemberView {
 	return out
 }
 
-// getGossipView serves a node its gossip view on the bus.
-func (s *bus) getGossipView(w http.ResponseWriter, _ *http.Request, peer string) {
-	var v api.GossipView
-	s.rec.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, peer) })
-	api.WriteJSON(w, http.StatusOK, v)
-}
-
 // postLeave is `meshd leave`: the node leaves gossip (the others record it as left, not failed)
 // and the agent stops.
 func (a *Agent) postLeave(w http.ResponseWriter, _ *http.Request) {

@@ -76,10 +76,11 @@ func (s *recordAPI) getStatus(w http.ResponseWriter, _ *http.Request) {
 		}
 	})
 	members := s.fleet.members()
+	reports := s.fleet.stampedReports()
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
 		n.Liveness, _ = liveness(members, n.Name)
-		rep, from := s.fleet.reportFrom(n.Name)
+		rep, from := reports[n.Name].rep, reports[n.Name].from
 		n.HeldFiles, n.HeldContainers = heldCounts(rep)
 		n.Tunnel = tunnelState(rep)
 		n.FirewallActiveAgain = activeAgain(rep)

@@ -3,8 +3,6 @@ package agent
 // What a node's host report holds, as the node view (api.go) counts it for the operator.
 
 import (
-	"encoding/json"
-
 	"meshd/api"
 	"meshd/fsm"
 	"meshd/report"
@@ -25,13 +23,10 @@ func heldCounts(rep *report.Report) (files, containers int) {
 		return 0, 0
 	}
 	files = len(rep.Held)
-	if raw, ok := rep.Kinds[fsm.KindContainer]; ok && raw != nil {
-		var cr report.ContainerReport
-		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &cr) == nil {
-			for _, c := range cr.Containers {
-				if c.State == "held" {
-					containers++
-				}
+	if cr := report.Containers(rep); cr != nil {
+		for _, c := range cr.Containers {
+			if c.State == "held" {
+				containers++
 			}
 		}
 	}

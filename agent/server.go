@@ -32,6 +32,8 @@ type serverRole struct {
 	// operator's API over the record (recordapi.go).
 	fleet   *fleet
 	records *recordAPI
+	// views is the gossip view, composed once per change of the record (gossipview.go).
+	views *viewCache
 	// page is the status page (statuspage.go).
 	page *page
 
@@ -53,6 +55,7 @@ func newServerRole(c core) (*serverRole, error) {
 		return nil, fmt.Errorf("server node %s has no mesh CA key (%s): it cannot enrol nodes or sign tokens", c.node.Name, pki.Path(c.cfg.DataDir, pki.CAKeyFile))
 	}
 	s := &serverRole{core: c, rec: record.New()}
+	s.views = &viewCache{rec: s.rec}
 	s.fleet = newFleet(c.node.Name, c.host.Report, s.rec, c.gossip, c.pulse, c.log)
 	s.fwd = &forwarder{self: c.self, rec: s.rec, identity: c.identity, caCert: c.caCert}
 	s.page = &page{self: c.self, rec: s.rec, fleet: s.fleet}
@@ -88,7 +91,7 @@ func (s *serverRole) started() {
 	s.ap = autopilot.New(autopilot.Config{Name: s.node.Name, ID: s.node.ID, Raft: s.rec, Record: ar, Asker: ar, Log: s.log})
 	s.records = &recordAPI{self: s.self, rec: s.rec, fleet: s.fleet, why: s.ap.Why,
 		secrets: s.secrets, dockerHost: s.cfg.DockerHost, ask: s.ask}
-	s.bus = &bus{self: s.self, rec: s.rec, records: s.records, fwd: s.fwd, fleet: s.fleet, secrets: s.secrets,
+	s.bus = &bus{self: s.self, rec: s.rec, records: s.records, fwd: s.fwd, fleet: s.fleet, views: s.views, secrets: s.secrets,
 		identity: s.identity, caCert: s.caCert, refusals: ratelog.New(s.log.With("part", "bus"), 10, time.Minute), op: s.operatorAPI,
 		peers: s.peerBus, keyring: s.keyring}
 }
@@ -135,8 +138,8 @@ func (s *serverRole) runLoops(ctx context.Context) {
 
 // gossipView is the record's: it is always current, so refreshView has nothing to do.
 func (s *serverRole) gossipView() api.GossipView {
-	var v api.GossipView
-	s.rec.Read(func(r *fsm.Record, _ uint64) { v = gossipViewOf(r, s.node.Name) })
+	v := s.views.current()
+	v.Node = s.node.Name
 	return v
 }
 

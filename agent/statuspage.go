@@ -32,7 +32,6 @@ import (
 	"meshd/agent/record"
 	"meshd/api"
 	"meshd/fsm"
-	"meshd/host/preview"
 	"meshd/report"
 )
 
@@ -184,62 +183,23 @@ type page struct {
 	fleet *fleet
 	// streams counts the live pages streamed now (pageMaxStreams bounds it).
 	streams atomic.Int32
+	// nodes keeps each node's part of the page while its report and the record stay.
+	nodes pageNodes
 }
 
-// pageView builds the overview from this server's record and the reports it has.
+// pageView builds the overview from this server's record and the reports it has; each node's
+// part is built again only when its report or the record changed (pageNodes).
 func (s *page) pageView() PageOverview {
 	v := PageOverview{ServedBy: s.node.Name, At: time.Now(), Leads: s.rec.IsLeader()}
 	v.Leader = s.rec.Leader().Node
-	type recNode struct {
-		n       fsm.Node
-		control bool
-		decl    *fsm.Declaration
-		taken   []string
-	}
-	var nodes []recNode
-	s.rec.Read(func(r *fsm.Record, index uint64) {
+	reports := s.fleet.stampedReports() // before the record: the fleet may ask gossip
+	members := s.fleet.members()
+	nodes := s.nodes.build(s.rec, reports, func(r *fsm.Record, index uint64) {
 		v.Index = index
 		v.Privileged = privilegedModules(r)
-		for _, name := range r.NodeNames() {
-			n := r.Nodes[name]
-			d, _ := fsm.Compose(r, name)
-			nodes = append(nodes, recNode{n: *n, control: r.Genesis != nil && r.Genesis.ControlNode == name, decl: d, taken: n.EffectiveTaken()})
-		}
 	})
-	members := s.fleet.members()
-	for _, rn := range nodes {
-		n := rn.n
-		pn := PageNode{Name: n.Name, Mode: n.Mode, ModeSince: n.ModeSince, Role: "client", ControlNode: rn.control,
-			Address: n.Address, Assigned: n.Assigned, Taken: rn.taken}
-		if n.Server {
-			pn.Role = "server"
-		}
-		pn.Liveness, _ = liveness(members, n.Name)
-		rep, from := s.fleet.reportFrom(n.Name)
-		pn.Report, pn.ReportFrom = rep, from
-		if rep != nil {
-			pn.Held = rep.Held
-			var cr report.ContainerReport
-			if api.DecodeInto(rep.Kinds[fsm.KindContainer], &cr) {
-				pn.Containers, pn.EngineError = cr.Containers, cr.EngineError
-			}
-			var od report.OpeningDetail
-			if api.DecodeInto(rep.Kinds[fsm.KindOpening], &od) {
-				pn.Firewall, pn.Openings = od.Firewall, od.Openings
-			}
-			api.DecodeInto(rep.Kinds[fsm.KindTunnel], &pn.Tunnel)
-		}
-		switch {
-		case rn.decl == nil:
-			pn.PreviewError = "no declaration for this node"
-		default:
-			pv, err := preview.Converge(rep, rn.decl)
-			if err != nil {
-				pn.PreviewError = err.Error()
-			} else {
-				pn.Preview = &pv
-			}
-		}
+	for _, pn := range nodes {
+		pn.Liveness, _ = liveness(members, pn.Name)
 		v.Nodes = append(v.Nodes, pn)
 	}
 	if tv := s.fleet.tunnel(); tv.Range != "" {

@@ -20,6 +20,13 @@ type GossipView struct {
 	// Revoked are the identity keys of removed nodes (`meshd node remove`): the node's gossip
 	// refuses a member announcing one and drops every report one signed.
 	Revoked []string `json:"revoked,omitempty"`
+	// Index names this view: a digest of its nodes and revoked keys, so every server gives the
+	// same view the same index. A node sends back the index it holds (GET /v1/gossip?index=N)
+	// and is answered Unchanged while its view is current. 0 from a server before it.
+	Index uint64 `json:"index,omitempty"`
+	// Unchanged says the view the asker holds (its index) is current: Nodes and Revoked are not
+	// sent again.
+	Unchanged bool `json:"unchanged,omitempty"`
 }
 
 // Peer is the node called name in the view.

@@ -17,11 +17,18 @@ const Overdue = 60 * time.Second
 // Build is the board of the record r with each node's last report (a node missing from reports
 // has made none that this reader has) at now.
 func Build(r *fsm.Record, reports map[string]*report.Report, now time.Time) api.Board {
+	return assemble(r, func(n *fsm.Node) api.BoardRow {
+		rep := reports[n.Name]
+		return timed(buildRow(r, n, rep), n, rep, now)
+	})
+}
+
+// assemble is the board of r with each node's row as row gives it, and the summary's counts.
+func assemble(r *fsm.Record, row func(n *fsm.Node) api.BoardRow) api.Board {
 	b := api.Board{Rows: []api.BoardRow{}}
 	for _, name := range r.NodeNames() {
 		n := r.Nodes[name]
-		row := buildRow(r, n, reports[name], now)
-		b.Rows = append(b.Rows, row)
+		b.Rows = append(b.Rows, row(n))
 		b.Nodes++
 		if n.Mode == fsm.Converged && n.Flip == nil {
 			b.Converged++
@@ -48,7 +55,9 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-func buildRow(r *fsm.Record, n *fsm.Node, rep *report.Report, now time.Time) api.BoardRow {
+// buildRow is node n's row from the record and its report, but for what the time now changes
+// (timed): a row the cache keeps while neither changes.
+func buildRow(r *fsm.Record, n *fsm.Node, rep *report.Report) api.BoardRow {
 	row := api.BoardRow{Node: n.Name, Mode: n.Mode}
 	if rep != nil {
 		row.LastHeard = rep.When
@@ -79,10 +88,22 @@ func buildRow(r *fsm.Record, n *fsm.Node, rep *report.Report, now time.Time) api
 			break
 		}
 	}
+	row.Blocking = blocking(r, n, rep, row.Next)
+	return row
+}
+
+// timed is row at now: how long n has been adopted, and the report's age first among what is in
+// the way when it is overdue. It copies what it changes, so a kept row is never written.
+func timed(row api.BoardRow, n *fsm.Node, rep *report.Report, now time.Time) api.BoardRow {
 	if n.Mode == fsm.Adopted {
 		row.AdoptedFor = now.Sub(n.ModeSince).Round(time.Second)
 	}
-	row.Blocking = blocking(r, n, rep, row.Next, now)
+	if rep == nil {
+		return row
+	}
+	if age := now.Sub(rep.When); age > Overdue {
+		row.Blocking = append([]string{fmt.Sprintf("not heard from for %ds", int(age.Seconds()))}, row.Blocking...)
+	}
 	return row
 }
 
@@ -92,14 +113,11 @@ func joinedConverged(n *fsm.Node) bool {
 	return n.Mode == fsm.Converged && n.ModeSince.Equal(n.EnrolledAt)
 }
 
-// blocking reads what is in the way of next from the node's last report.
-func blocking(r *fsm.Record, n *fsm.Node, rep *report.Report, next string, now time.Time) []string {
+// blocking reads what is in the way of next from the node's last report (its age aside: timed).
+func blocking(r *fsm.Record, n *fsm.Node, rep *report.Report, next string) []string {
 	var out []string
 	if rep == nil {
 		return []string{"no report from this node yet"}
-	}
-	if age := now.Sub(rep.When); age > Overdue {
-		out = append(out, fmt.Sprintf("not heard from for %ds", int(age.Seconds())))
 	}
 	for _, f := range rep.Held {
 		if f.Changed {

@@ -182,10 +182,27 @@ func without(list []string, s string) []string {
 
 // refreshView reads the gossip view (every node's key and ports) from a server, as a client agent
 // does: the servers' gossip addresses to join, whom to send the report to, the keys to verify by.
+// It sends the index of the view it holds, and an "unchanged" answer leaves that view.
 func (c *client) refreshView(ctx context.Context) error {
+	c.mu.Lock()
+	held := c.view.Index
+	c.mu.Unlock()
+	path := "/v1/gossip"
+	if held != 0 {
+		path += "?index=" + strconv.FormatUint(held, 10)
+	}
 	var v api.GossipView
-	if err := c.busGet(ctx, "/v1/gossip", &v, nil); err != nil {
+	if err := c.busGet(ctx, path, &v, nil); err != nil {
 		return err
+	}
+	if v.Unchanged {
+		if v.Index != held {
+			c.mu.Lock()
+			c.view.Index = 0
+			c.mu.Unlock()
+			return fmt.Errorf("node %s: a server answered gossip view %d unchanged; it holds %d", c.name, v.Index, held)
+		}
+		return nil
 	}
 	keys, servers := map[string]ed25519.PublicKey{}, map[string]bool{}
 	for _, p := range v.Nodes {

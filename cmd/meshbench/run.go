@@ -57,6 +57,8 @@ var DefaultSuites = []Suite{
 	{Package: "./gossip/", Bench: "^BenchmarkFleetAtRest$", Benchtime: "1x", Runs: 3},
 	// Its yardstick takes seconds a look at 1000 nodes.
 	{Package: "./agent/", Bench: "^BenchmarkHostEventsTick$", Benchtime: "3x", Runs: 3},
+	// The board's look, the page's nodes and a node's gossip view, each beside the way before.
+	{Package: "./agent/", Bench: "^(BenchmarkBoardLook|BenchmarkPageNodes|BenchmarkGossipViewAnswer)$", Benchtime: "10x", Runs: 3},
 	// The lab's figures: whole machines, a minute or more each, so one run; each is itself an
 	// average over its window.
 	{Package: "./e2e/", Bench: "^(BenchmarkAgentFootprint|BenchmarkMeasuredNode)$", Benchtime: "1x", Runs: 1},
@@ -335,21 +337,7 @@ func figures(b map[string]Bench, ns []string) []Figure {
 		fs = append(fs, Figure{Key: "gossip.spread." + n, What: "a changed host report reaching all " + n + " members", MeshdMs: m,
 			VsMs: model, Versus: "memberlist's epidemic model", Ratio: model / m})
 	}
-	for _, n := range []int{100, 1000} {
-		pre := fmt.Sprintf("BenchmarkHostEventsTick/N=%d/", n)
-		every, ok := ms(pre + "every-report")
-		if !ok {
-			continue
-		}
-		if v, ok := ms(pre + "unchanged"); ok {
-			fs = append(fs, Figure{Key: fmt.Sprintf("fleet.host_events.%d", n), What: fmt.Sprintf("the leader's host-events look, %d nodes, none changed", n),
-				MeshdMs: v, VsMs: every, Versus: "decode every report", Ratio: every / v})
-		}
-		if v, ok := ms(fmt.Sprintf("%schanged-%d", pre, n/10)); ok {
-			fs = append(fs, Figure{Key: fmt.Sprintf("fleet.host_events.%d.changed", n), What: fmt.Sprintf("the leader's host-events look, %d nodes, %d changed", n, n/10),
-				MeshdMs: v, VsMs: every, Versus: "decode every report", Ratio: every / v})
-		}
-	}
+	fs = append(fs, changeFigures(ms)...)
 	if w, ok := b["BenchmarkDriftDetection/watch"]; ok && w.Medians["p50-ms"] > 0 {
 		f := Figure{Key: "drift.file.p50", What: "a held file rewritten until the report says so, p50", MeshdMs: w.Medians["p50-ms"], Goal: "≤ 1 s"}
 		f.Met = boolp(f.MeshdMs <= 1000)
@@ -569,6 +557,41 @@ func machine() string {
 		}
 	}
 	return fmt.Sprintf("%s, %d cores (%s), %s", host, runtime.NumCPU(), cpu, runtime.Version())
+}
+
+// changeFigures are a server's looks that work on what changed (issue 37), at 100 and 1000
+// nodes: each at rest and after some changed, beside the same look as it was before (its
+// benchmark's yardstick).
+func changeFigures(ms func(string) (float64, bool)) []Figure {
+	looks := []struct{ bench, yard, changed, key, what, versus string }{
+		{"BenchmarkHostEventsTick", "every-report", "changed-%d", "fleet.host_events", "the leader's host-events look", "decode every report"},
+		{"BenchmarkBoardLook", "whole", "changed-%d", "fleet.board", "a look at the board", "every row built again"},
+		{"BenchmarkPageNodes", "whole", "changed-%d", "fleet.page", "the status page's nodes for a render", "every node composed and previewed"},
+		{"BenchmarkGossipViewAnswer", "every-call", "changed", "fleet.gossip_view", "a node's gossip view answered", "the view composed and sent whole"},
+	}
+	var fs []Figure
+	for _, l := range looks {
+		for _, n := range []int{100, 1000} {
+			pre := fmt.Sprintf("%s/N=%d/", l.bench, n)
+			yard, ok := ms(pre + l.yard)
+			if !ok {
+				continue
+			}
+			changed, count := l.changed, "the view changed"
+			if strings.Contains(changed, "%d") {
+				changed, count = fmt.Sprintf(changed, n/10), fmt.Sprintf("%d changed", n/10)
+			}
+			if v, ok := ms(pre + "unchanged"); ok {
+				fs = append(fs, Figure{Key: fmt.Sprintf("%s.%d", l.key, n), What: fmt.Sprintf("%s, %d nodes, none changed", l.what, n),
+					MeshdMs: v, VsMs: yard, Versus: l.versus, Ratio: yard / v})
+			}
+			if v, ok := ms(pre + changed); ok {
+				fs = append(fs, Figure{Key: fmt.Sprintf("%s.%d.changed", l.key, n), What: fmt.Sprintf("%s, %d nodes, %s", l.what, n, count),
+					MeshdMs: v, VsMs: yard, Versus: l.versus, Ratio: yard / v})
+			}
+		}
+	}
+	return fs
 }
 
 // fleetFigures are BenchmarkFleet's, at each size it ran; the goals are issue 37's, at 1000.

@@ -179,3 +179,36 @@ func TestOnlyAndMerge(t *testing.T) {
 		t.Fatalf("merged benches %v, updates %+v", earlier.Benches, earlier.Updates)
 	}
 }
+
+// The looks that work on what changed stand beside their yardstick (the look as it was before):
+// the host events, the board and the gossip view, at rest and after a change.
+func TestChangeFigures(t *testing.T) {
+	out := "BenchmarkBoardLook/N=1000/whole-2 \t 10\t 34000000 ns/op\n" +
+		"BenchmarkBoardLook/N=1000/unchanged-2 \t 10\t 680000 ns/op\n" +
+		"BenchmarkBoardLook/N=1000/changed-100-2 \t 10\t 10700000 ns/op\n" +
+		"BenchmarkGossipViewAnswer/N=100/every-call-2 \t 10\t 131500 ns/op\t 10471 bytes/answer\n" +
+		"BenchmarkGossipViewAnswer/N=100/unchanged-2 \t 10\t 3800 ns/op\t 95 bytes/answer\n" +
+		"BenchmarkGossipViewAnswer/N=100/changed-2 \t 10\t 164000 ns/op\t 10502 bytes/answer\n"
+	b := map[string]Bench{}
+	parse([]byte(out), b)
+	for name, x := range b {
+		x.MedianNs = median(x.Runs)
+		b[name] = x
+	}
+	got := map[string]Figure{}
+	for _, f := range figures(b, nil) {
+		got[f.Key] = f
+	}
+	if f := got["fleet.board.1000"]; f.MeshdMs != 0.68 || f.VsMs != 34 || f.Ratio < 49 {
+		t.Fatalf("board at rest: %+v", f)
+	}
+	if f := got["fleet.board.1000.changed"]; f.MeshdMs != 10.7 || !strings.Contains(f.What, "100 changed") {
+		t.Fatalf("board, a tenth changed: %+v", f)
+	}
+	if f := got["fleet.gossip_view.100"]; f.MeshdMs != 0.0038 || f.VsMs != 0.1315 {
+		t.Fatalf("gossip view unchanged: %+v", f)
+	}
+	if f := got["fleet.gossip_view.100.changed"]; f.MeshdMs != 0.164 || !strings.Contains(f.What, "the view changed") {
+		t.Fatalf("gossip view changed: %+v", f)
+	}
+}
