@@ -140,6 +140,8 @@ type measuredCtr struct {
 	served int
 	// forwardPort is the container port forwarded to (what a forwarding rule matches).
 	forwardPort int
+	// imageCmd runs the image's own command (it serves on 8080) instead of serve --listen.
+	imageCmd bool
 	// project is the Compose project a container was started by, "" for none: it runs on the
 	// project's network (NetworkOf) as Compose leaves it (composeArgs).
 	project string
@@ -198,9 +200,11 @@ func measuredLayout(n int) (measuredHub, error) {
 			listen:  []int{BrokerPort, BrokerManagementPort}, served: MeasuredBrokerPort, forwardPort: BrokerPort},
 		{name: "predecessor-registry", image: ImageName, publish: []string{fmt.Sprintf("%d:%d", RegistryPort, RegistryPort)},
 			listen: []int{RegistryPort}, served: RegistryPort, forwardPort: RegistryPort},
+		// webapp as the catalogue's module declares it (its image's own command, serving 8080), so
+		// its take adopts it in place.
 		{name: "webapp", image: "lab/echo:1", publish: []string{fmt.Sprintf("%d:%d", WebappPort, WebappPort)},
-			listen: []int{WebappPort}, served: WebappPort, forwardPort: WebappPort,
-			extra: []string{"-e", "GREETING=hello", "-v", "/etc/webapp:/etc/webapp:ro"}},
+			served: WebappPort, forwardPort: WebappPort, imageCmd: true,
+			extra: []string{"-e", "GREETING=hello", "-v", "/srv/webapp:/data"}},
 	}
 	for i := 1; i <= services; i++ {
 		p, inside := 8100+i, 8100+i
@@ -406,9 +410,12 @@ func populateMeasured(ctx context.Context, hub *Machine, lay measuredHub) error 
 			args = append(args, "-p", p)
 		}
 		args = append(args, c.extra...)
-		args = append(args, c.image, "serve", "--name", c.name)
-		for _, p := range c.listen {
-			args = append(args, "--listen", fmt.Sprintf(":%d", p))
+		args = append(args, c.image)
+		if !c.imageCmd {
+			args = append(args, "serve", "--name", c.name)
+			for _, p := range c.listen {
+				args = append(args, "--listen", fmt.Sprintf(":%d", p))
+			}
 		}
 		wg.Add(1)
 		sem <- struct{}{}
