@@ -37,12 +37,12 @@ type operator struct {
 	commands int
 }
 
-func (o *operator) run(ctx context.Context, t *testing.T, args ...string) string {
-	t.Helper()
+func (o *operator) run(ctx context.Context, tb testing.TB, args ...string) string {
+	tb.Helper()
 	o.commands++
 	out, err := meshd(ctx, o.hub, args...)
 	if err != nil {
-		t.Fatalf("meshd %s: %v\n%s", strings.Join(args, " "), err, out)
+		tb.Fatalf("meshd %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
 }
@@ -139,7 +139,7 @@ func containerStates(ctx context.Context, hub *lab.Machine) (map[string]report.C
 }
 
 // allInState polls until every named container is reported in state by its module.
-func allInState(ctx context.Context, t *testing.T, hub *lab.Machine, names []string, state string) {
+func allInState(ctx context.Context, t testing.TB, hub *lab.Machine, names []string, state string) {
 	t.Helper()
 	if err := testenv.Poll(t, 3*time.Minute, func() error {
 		by, err := containerStates(ctx, hub)
@@ -161,56 +161,79 @@ func allInState(ctx context.Context, t *testing.T, hub *lab.Machine, names []str
 	}
 }
 
-// takeMeasuredFromDrafts walks issue 38's migration of the measured hub (adopted, webapp
-// assigned): ids are its predecessor's containers, dumpBefore its firewall before genesis,
-// adopting the time from genesis to webapp held and commands the operator's meshd commands in it.
-func takeMeasuredFromDrafts(ctx context.Context, t *testing.T, l *lab.Lab, hub *lab.Machine, ids []string, dumpBefore string, adopting time.Duration, commands int) {
-	op := &operator{hub: hub, commands: commands}
-	before := inspectAll(ctx, t, hub, ids)
-	walk := time.Now()
+// migration is what the walk from drafts did and took.
+type migration struct {
+	modules []draft.Module
+	// taken are the containers taken, webapp's too.
+	taken []string
+	// commands are the operator's meshd commands in the walk.
+	commands int
+	// toHeld runs from the draft to every module added and assigned and each container held;
+	// takes from the first take to every container reported adopted.
+	toHeld, takes time.Duration
+}
 
+// migrateFromDrafts walks issue 38's migration on the measured hub (adopted, webapp assigned,
+// its agent running): `module draft hub --out DIR` for every container but webapp (the
+// catalogue's), `module add` each module (--privileged where the draft says so) and `module
+// assign MODULE --nodes hub`; once every container is held, `module take MODULE --nodes hub` each
+// and webapp's (--no-wait: the walk then waits for every container reported adopted, in place).
+// want is how many containers the draft must find.
+func migrateFromDrafts(ctx context.Context, tb testing.TB, hub *lab.Machine, want int) migration {
+	tb.Helper()
+	op := &operator{hub: hub}
+	began := time.Now()
 	var all draft.Result
 	op.commands++
 	if err := meshdJSON(ctx, hub, &all, "module", "draft", "hub", "--out", draftsDir); err != nil {
-		t.Fatalf("module draft hub: %v", err)
+		tb.Fatalf("module draft hub: %v", err)
 	}
-	drafted := 0
-	var names []string
+	var names, ctrs []string
 	for _, m := range all.Modules {
-		drafted += len(m.Containers)
 		names = append(names, fmt.Sprintf("%s (%d)", m.Name, len(m.Containers)))
+		for _, c := range m.Containers {
+			ctrs = append(ctrs, c.Name)
+		}
 	}
-	t.Logf("drafted %d modules, %d containers: %s; left out: %s", len(all.Modules), drafted, strings.Join(names, ", "), strings.Join(all.LeftOut, "; "))
-	if len(all.Refused) > 0 || drafted != len(ids)-1 {
-		t.Fatalf("the draft refused %+v, or drafted %d containers of %d (webapp is the catalogue's)", all.Refused, drafted, len(ids)-1)
+	tb.Logf("drafted %d modules, %d containers: %s; left out: %s", len(all.Modules), len(ctrs), strings.Join(names, ", "), strings.Join(all.LeftOut, "; "))
+	if len(all.Refused) > 0 || len(ctrs) != want {
+		tb.Fatalf("the draft refused %+v, or drafted %d containers, want %d", all.Refused, len(ctrs), want)
 	}
-	var ctrs []string
 	for _, m := range all.Modules {
 		add := []string{"module", "add", draftsDir + "/" + m.File}
 		if len(m.Privileged) > 0 {
 			add = []string{"module", "add", "--privileged", draftsDir + "/" + m.File}
 		}
-		op.run(ctx, t, add...)
-		op.run(ctx, t, "module", "assign", m.Name, "--nodes", "hub", "--no-wait")
-		for _, c := range m.Containers {
-			ctrs = append(ctrs, c.Name)
-		}
+		op.run(ctx, tb, add...)
+		op.run(ctx, tb, "module", "assign", m.Name, "--nodes", "hub", "--no-wait")
 	}
-	// Each take is judged on the node's report: every container is held before its take.
-	allInState(ctx, t, hub, ctrs, report.ContainerHeld)
-	assigned := time.Now()
+	// A take is judged on the node's latest report: every container is held before its take.
+	allInState(ctx, tb, hub, ctrs, report.ContainerHeld)
+	held := time.Now()
 	for _, m := range all.Modules {
-		op.run(ctx, t, "module", "take", m.Name, "--nodes", "hub", "--no-wait")
+		op.run(ctx, tb, "module", "take", m.Name, "--nodes", "hub", "--no-wait")
 	}
-	op.run(ctx, t, "module", "take", "webapp", "--nodes", "hub", "--no-wait")
-	allInState(ctx, t, hub, append(ctrs, "webapp"), report.ContainerAdopted)
+	op.run(ctx, tb, "module", "take", "webapp", "--nodes", "hub", "--no-wait")
+	ctrs = append(ctrs, "webapp")
+	allInState(ctx, tb, hub, ctrs, report.ContainerAdopted)
+	return migration{modules: all.Modules, taken: ctrs, commands: op.commands, toHeld: held.Sub(began), takes: time.Since(held)}
+}
+
+// takeMeasuredFromDrafts is the migration from drafts on the measured hub TestAdoptMeasuredMachine
+// adopted (webapp assigned): ids are its predecessor's containers, dumpBefore its firewall before
+// genesis, adopting the time from genesis to webapp held and commands the operator's meshd
+// commands in it. Then the hub converges.
+func takeMeasuredFromDrafts(ctx context.Context, t *testing.T, l *lab.Lab, hub *lab.Machine, ids []string, dumpBefore string, adopting time.Duration, commands int) {
+	before := inspectAll(ctx, t, hub, ids)
+	mig := migrateFromDrafts(ctx, t, hub, len(ids)-1)
 	taken := time.Now()
 	// The operator's time: genesis to webapp held, then the draft to every container taken (the
 	// test's checks between the two left out).
+	walk := mig.toHeld + mig.takes
 	t.Logf("measured.drafts_to_taken: %d containers taken in place, %d modules; %d operator commands from genesis; "+
-		"%s from genesis (%s genesis to webapp held, %s the draft to all taken: %s draft, add and assign; %s the takes)",
-		len(ctrs)+1, len(all.Modules)+1, op.commands, (adopting + taken.Sub(walk)).Round(time.Millisecond), adopting.Round(time.Millisecond),
-		taken.Sub(walk).Round(time.Millisecond), assigned.Sub(walk).Round(time.Millisecond), taken.Sub(assigned).Round(time.Millisecond))
+		"%s from genesis (%s genesis to webapp held, %s the draft to all taken: %s to every module added, assigned and held; %s the takes)",
+		len(mig.taken), len(mig.modules)+1, commands+mig.commands, (adopting + walk).Round(time.Millisecond), adopting.Round(time.Millisecond),
+		walk.Round(time.Millisecond), mig.toHeld.Round(time.Millisecond), mig.takes.Round(time.Millisecond))
 	callsSince(t, l, taken, 4, "peer-webapp", "peer-svc03", "svc01-worker-redis")
 
 	t.Run("every take adopted its container in place", func(t *testing.T) {
