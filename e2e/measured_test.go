@@ -249,6 +249,9 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 // ones over IPv4 and IPv6, the workers calling their redis and the broker on the bridge — holds
 // with zero failures; outside never reaches the store or the broker's port; the found firewall
 // differs only by meshd's marked rules; the 12 synced files are byte for byte what they were.
+// Then, with the firewall as measured, issue 38's migration from drafts on the same hub
+// (measured_draft_test.go): all 60 containers drafted, added, assigned and taken in place, and
+// the hub converged onto the drafted openings with every probe answering as before.
 //
 // The scenario is the full 60 containers with the firewall as measured: the lab raises it in
 // about 20 s (measured on the lab host, vfs engine). The firewall that filters only incoming
