@@ -249,6 +249,9 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 // ones over IPv4 and IPv6, the workers calling their redis and the broker on the bridge — holds
 // with zero failures; outside never reaches the store or the broker's port; the found firewall
 // differs only by meshd's marked rules; the 12 synced files are byte for byte what they were.
+// Then, with the firewall as measured, issue 38's migration from drafts on the same hub
+// (measured_draft_test.go): all 60 containers drafted, added, assigned and taken in place, and
+// the hub converged onto the drafted openings with every probe answering as before.
 //
 // The scenario is the full 60 containers with the firewall as measured: the lab raises it in
 // about 20 s (measured on the lab host, vfs engine). The firewall that filters only incoming
@@ -272,7 +275,11 @@ func testAdoptMeasured(t *testing.T, fw lab.MeasuredFirewall, containers int) {
 	raising := time.Now()
 	l := labtest.Up(t, sc)
 	t.Logf("scenario %s raised in %s", sc.Name, time.Since(raising).Round(time.Millisecond))
-	ctx := testenv.Context(t, 6*time.Minute)
+	budget := 6 * time.Minute
+	if fw == lab.MeasuredFull {
+		budget = 15 * time.Minute // and the migration from drafts
+	}
+	ctx := testenv.Context(t, budget)
 	hub, outside := l.Machine("hub"), l.Machine("outside")
 	agentLogsOnFailure(t, 4000, hub)
 	installMeshd(ctx, t, bin, hub)
@@ -330,6 +337,7 @@ func testAdoptMeasured(t *testing.T, fw lab.MeasuredFirewall, containers int) {
 
 	// The broker's management port is held on loopback and the registry's port: both given
 	// elsewhere at genesis.
+	genesisAt := time.Now()
 	if out, err := meshd(ctx, hub, hubGenesis("--adopted", "--port", "registry=5001", "--port", "broker.management=15673")...); err != nil {
 		t.Fatalf("adopted genesis on the measured machine: %v\n%s", err, out)
 	}
@@ -372,4 +380,8 @@ func testAdoptMeasured(t *testing.T, fw lab.MeasuredFirewall, containers int) {
 			t.Fatalf("the predecessor's containers changed:\nbefore %s\nafter  %s", ids, now)
 		}
 	})
+	if fw == lab.MeasuredFull {
+		// Issue 38: the same hub migrated from drafts (genesis and webapp's assignment so far).
+		takeMeasuredFromDrafts(ctx, t, l, hub, strings.Fields(ids), dumpBefore, assigned.Sub(genesisAt), 2)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -139,6 +140,11 @@ type measuredCtr struct {
 	served int
 	// forwardPort is the container port forwarded to (what a forwarding rule matches).
 	forwardPort int
+	// imageCmd runs the image's own command (it serves on 8080) instead of serve --listen.
+	imageCmd bool
+	// project is the Compose project a container was started by, "" for none: it runs on the
+	// project's network (NetworkOf) as Compose leaves it (composeArgs).
+	project string
 }
 
 // measuredHub is the measured hub's containers for n containers in all: the predecessor's
@@ -147,10 +153,36 @@ type measuredCtr struct {
 // port, MeasuredSharedInsidePort); and pairs svcNN-redis (6379 on the bridge, unpublished) and
 // svcNN-worker (a container calling its redis and the broker at their bridge addresses on the
 // standard ports). n = 60 gives 52 published containers and 4 pairs; n = 12 gives 10 and 1.
+// Services svc03 to svc14 (as many as there are) are Compose services, three to a project
+// (MeasuredProjects): each on its project's network, listening on MeasuredComposePort inside.
 type measuredHub struct {
-	ctrs    []measuredCtr
-	workers []string
-	redises []string
+	ctrs     []measuredCtr
+	workers  []string
+	redises  []string
+	projects []string
+}
+
+// MeasuredProjects are the Compose projects of the measured hub, three services each.
+var MeasuredProjects = []string{"shop", "blog", "crm", "wiki"}
+
+// MeasuredComposePort is where a Compose service of the measured hub listens inside its
+// container: its published port is another (81NN).
+const MeasuredComposePort = 8080
+
+// MeasuredNetwork is the network Compose creates for a project: PROJECT_default.
+func MeasuredNetwork(project string) string { return project + "_default" }
+
+// composeArgs are the docker run arguments Compose gives service svc of project: its labels, its
+// project's network with the service's name as an alias, and what the services' file sets (a
+// non-root user, an added capability, a memory limit, a health check).
+func composeArgs(project, svc string) []string {
+	return []string{
+		"--label", "com.docker.compose.project=" + project, "--label", "com.docker.compose.service=" + svc,
+		"--label", "com.docker.compose.container-number=1", "--label", "com.docker.compose.oneoff=False",
+		"--network", MeasuredNetwork(project), "--network-alias", svc,
+		"--user", "65534", "--cap-add", "NET_ADMIN", "--memory", "64m",
+		"--health-cmd", "/labsvc probe", "--health-interval", "30s",
+	}
 }
 
 func measuredLayout(n int) (measuredHub, error) {
@@ -168,17 +200,27 @@ func measuredLayout(n int) (measuredHub, error) {
 			listen:  []int{BrokerPort, BrokerManagementPort}, served: MeasuredBrokerPort, forwardPort: BrokerPort},
 		{name: "predecessor-registry", image: ImageName, publish: []string{fmt.Sprintf("%d:%d", RegistryPort, RegistryPort)},
 			listen: []int{RegistryPort}, served: RegistryPort, forwardPort: RegistryPort},
+		// webapp as the catalogue's module declares it (its image's own command, serving 8080), so
+		// its take adopts it in place.
 		{name: "webapp", image: "lab/echo:1", publish: []string{fmt.Sprintf("%d:%d", WebappPort, WebappPort)},
-			listen: []int{WebappPort}, served: WebappPort, forwardPort: WebappPort,
-			extra: []string{"-e", "GREETING=hello", "-v", "/etc/webapp:/etc/webapp:ro"}},
+			served: WebappPort, forwardPort: WebappPort, imageCmd: true,
+			extra: []string{"-e", "GREETING=hello", "-v", "/srv/webapp:/data"}},
 	}
 	for i := 1; i <= services; i++ {
 		p, inside := 8100+i, 8100+i
 		if i <= 2 {
 			inside = MeasuredSharedInsidePort // svc01 and svc02: one port inside, each its own published
 		}
-		lay.ctrs = append(lay.ctrs, measuredCtr{name: fmt.Sprintf("svc%02d", i), image: ImageName,
-			publish: []string{fmt.Sprintf("%d:%d", p, inside)}, listen: []int{inside}, served: p, forwardPort: inside})
+		c := measuredCtr{name: fmt.Sprintf("svc%02d", i), image: ImageName}
+		if k := (i - 3) / 3; i >= 3 && k < len(MeasuredProjects) {
+			inside, c.project = MeasuredComposePort, MeasuredProjects[k]
+			c.extra = composeArgs(c.project, c.name)
+			if !slices.Contains(lay.projects, c.project) {
+				lay.projects = append(lay.projects, c.project)
+			}
+		}
+		c.publish, c.listen, c.served, c.forwardPort = []string{fmt.Sprintf("%d:%d", p, inside)}, []int{inside}, p, inside
+		lay.ctrs = append(lay.ctrs, c)
 	}
 	for i := 1; i <= pairs; i++ {
 		name := fmt.Sprintf("svc%02d-redis", i)
@@ -286,8 +328,16 @@ func measuredNftables(lay measuredHub, fw MeasuredFirewall) string {
 	if fw == MeasuredFull {
 		b.WriteString("\tchain forward {\n\t\ttype filter hook forward priority filter; policy drop;\n")
 		b.WriteString("\t\tct state established,related accept\n\t\tiifname \"docker0\" accept\n")
+		if len(lay.projects) > 0 {
+			// Compose's networks: a bridge each, named by the engine (br-ID).
+			b.WriteString("\t\tiifname \"br-*\" accept\n")
+		}
 		for _, c := range lay.served() {
-			fmt.Fprintf(&b, "\t\toifname \"docker0\" tcp dport %d accept comment %q\n", c.forwardPort, c.name)
+			bridge := "docker0"
+			if c.project != "" {
+				bridge = "br-*"
+			}
+			fmt.Fprintf(&b, "\t\toifname %q tcp dport %d accept comment %q\n", bridge, c.forwardPort, c.name)
 		}
 		b.WriteString("\t}\n")
 	}
@@ -344,6 +394,12 @@ func configureMeasured(ctx context.Context, hub *Machine, lay measuredHub, fw Me
 // populateMeasured creates the hub's containers, several at a time (each `docker run` on a vfs
 // engine copies the image; one after the other, 60 would take minutes).
 func populateMeasured(ctx context.Context, hub *Machine, lay measuredHub) error {
+	for _, p := range lay.projects {
+		if _, err := hub.Docker(ctx, "network", "create", "--label", "com.docker.compose.project="+p,
+			"--label", "com.docker.compose.network=default", MeasuredNetwork(p)); err != nil {
+			return err
+		}
+	}
 	const parallel = 8
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
@@ -354,9 +410,12 @@ func populateMeasured(ctx context.Context, hub *Machine, lay measuredHub) error 
 			args = append(args, "-p", p)
 		}
 		args = append(args, c.extra...)
-		args = append(args, c.image, "serve", "--name", c.name)
-		for _, p := range c.listen {
-			args = append(args, "--listen", fmt.Sprintf(":%d", p))
+		args = append(args, c.image)
+		if !c.imageCmd {
+			args = append(args, "serve", "--name", c.name)
+			for _, p := range c.listen {
+				args = append(args, "--listen", fmt.Sprintf(":%d", p))
+			}
 		}
 		wg.Add(1)
 		sem <- struct{}{}

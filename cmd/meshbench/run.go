@@ -416,6 +416,10 @@ func figures(b map[string]Bench, ns []string) []Figure {
 		p := Figure{Key: "measured.noop_pass", What: "measured control-node: a pass with nothing to do", MeshdMs: x.Medians["noop-pass-ms"], Goal: "< 50 ms"}
 		p.Met = boolp(p.MeshdMs < 50)
 		fs = append(fs, r, p)
+		if x.Medians["migrate-ms"] > 0 {
+			fs = append(fs, Figure{Key: "measured.drafts_to_taken", What: fmt.Sprintf("measured control-node: module draft to all 60 containers taken in place (%.0f operator commands from genesis)", x.Medians["commands"]),
+				MeshdMs: x.Medians["migrate-ms"]})
+		}
 	}
 	// A gap of 0 is a figure (no probe call failed), so these are read whenever measured.
 	if x, ok := b["BenchmarkTunnelTakeover"]; ok && len(x.Metrics["gap-ms"]) > 0 {
