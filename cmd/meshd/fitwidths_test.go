@@ -79,3 +79,20 @@ func TestTablesFitEveryWidth(t *testing.T) {
 		}
 	}
 }
+
+// node show with no containers wrote the CONTAINER header over nothing; an empty table says "-",
+// as HELD FILE and WRITTEN FILE do.
+func TestNodeShowEmptyTablesSayDash(t *testing.T) {
+	rep := &report.Report{Node: "web1", Kinds: map[string]any{fsm.KindContainer: report.ContainerReport{Engine: "unix:///var/run/docker.sock", Reachable: true}}}
+	var b strings.Builder
+	writeNodeView(&b, api.NodeView{Node: &fsm.Node{Name: "web1"}, Report: rep})
+	for _, head := range []string{"HELD FILE\t", "WRITTEN FILE\t", "CONTAINER\t"} {
+		i := strings.Index(b.String(), head)
+		if i < 0 {
+			t.Fatalf("no %q table:\n%s", head, b.String())
+		}
+		if rows := strings.SplitN(b.String()[i:], "\n", 3); rows[1] != "-" {
+			t.Errorf("empty %s table: its row is %q, want -", strings.TrimSpace(head), rows[1])
+		}
+	}
+}

@@ -276,6 +276,9 @@ func printContainers(w io.Writer, raw any) {
 	}
 	fmt.Fprintf(w, "\ncontainers\tengine %s\n", engine)
 	fmt.Fprintf(w, "\nCONTAINER\tMODULE\tSTATE\tIMAGE\tPORTS\n")
+	if len(cr.Containers) == 0 {
+		fmt.Fprintln(w, "-")
+	}
 	for _, c := range cr.Containers {
 		state := containerState(c.State)
 		if c.Changed {
