@@ -141,7 +141,7 @@ func (s *recordAPI) postConverge(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	flip := fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token}
+	flip := fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token, Takes: pv.Take}
 	if body.AcceptLoss {
 		flip.AcceptLoss = pv.Losses
 	}
