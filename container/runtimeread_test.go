@@ -69,3 +69,39 @@ func TestEmptyEntrypointReadsAsNone(t *testing.T) {
 		t.Errorf("created with entrypoint [\"\"]: Diff = %q, want none", d)
 	}
 }
+
+// A manifest's `restart: on-failure:5` (the catalogue refused it, though docker run and Compose
+// take it) creates the container with a retry limit of 5, reads back as on-failure:5, and a
+// declaration of another limit is a difference.
+func TestRestartRetryLimitRoundTrips(t *testing.T) {
+	e := requireEngine(t)
+	img := labsvcImages(t, e)
+	ctx := testCtx(t)
+	name := testName(t, "retry")
+	spec := specOf(t, fmt.Sprintf("name: retry\ncontainers:\n  - name: %s\n    image: %q\n    restart: on-failure:5\n", name, img.echo))
+	if _, err := e.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	c, err := rawClient(t).ContainerInspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.HostConfig.RestartPolicy; p.Name != "on-failure" || p.MaximumRetryCount != 5 {
+		t.Fatalf("the engine's restart policy: %+v, want on-failure with 5 retries", p)
+	}
+	o, _, err := e.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Spec.Restart != "on-failure:5" {
+		t.Errorf("read back restart %q, want on-failure:5", o.Spec.Restart)
+	}
+	if d := Diff(spec, o); len(d) != 0 {
+		t.Errorf("Diff of its own declaration = %q, want none", d)
+	}
+	other := spec
+	other.Restart = "on-failure:3"
+	if d := Diff(other, o); !slices.Contains(d, "restart: declared on-failure:3, container has on-failure:5") {
+		t.Errorf("Diff against on-failure:3 = %q", d)
+	}
+}
