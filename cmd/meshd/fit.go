@@ -147,6 +147,9 @@ func layTable(rows [][]string, width int) []string {
 // with none, each row's cells on one line. Every line is wrapped to width.
 func records(rows [][]string, width int) []string {
 	head := rows[0]
+	if len(rows) == 1 { // a header alone, or one row: said as it is
+		head = nil
+	}
 	for _, c := range head {
 		if c != strings.ToUpper(c) || strings.ToLower(c) == c && c != "" {
 			head = nil

@@ -96,3 +96,13 @@ func TestNodeShowEmptyTablesSayDash(t *testing.T) {
 		}
 	}
 }
+
+// A table too narrow for its columns that is a header alone still says its header.
+func TestRecordsKeepAHeaderAlone(t *testing.T) {
+	out := rendered(t, 40, func(w io.Writer) {
+		fmt.Fprintln(w, "PEER\tADDRESS\tENROLLED\tENDPOINT\tLAST HEARD\tRX\tTX")
+	})
+	if !strings.Contains(out, "PEER") || !strings.Contains(out, "TX") {
+		t.Errorf("the header alone at 40 columns: %q", out)
+	}
+}
