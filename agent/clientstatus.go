@@ -24,10 +24,16 @@ func (c *clientRole) getStatus(w http.ResponseWriter, _ *http.Request) {
 	cs.Servers = append([]string{}, c.servers...)
 	cs.Answered, cs.AnsweredAt = c.answered, c.answeredAt
 	c.serversMu.Unlock()
+	// The node's own gossip, as a server's status says its own: a client runs one too.
+	gs := api.GossipSummary{Node: c.node.Name, Rejected: map[string]uint64{}}
 	if g := c.gossip.member(); g != nil {
 		cs.Members = memberViews(g)
+		gs.Running = true
+		for r, n := range g.Rejected() {
+			gs.Rejected[string(r)] = n
+		}
 	}
 	cs.Record = fmt.Sprintf("node %s is a client: the whole record is read on a server (%s) or with an operator credential (meshd operator credential create)",
 		c.node.Name, strings.Join(c.serverNames(), ", "))
-	api.WriteJSON(w, http.StatusOK, api.StatusView{ServedBy: c.node.Name, Client: &cs})
+	api.WriteJSON(w, http.StatusOK, api.StatusView{ServedBy: c.node.Name, Gossip: gs, Client: &cs})
 }

@@ -124,7 +124,8 @@ func (s *recordAPI) postConverge(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if !pending { // a flip already recorded is finished whatever the node reports now
+	if !pending && !pv.Converged { // a flip recorded is finished whatever the node reports now;
+		// a converged node's is refused by the record, as already converged
 		ref := checkPlan(node, body.Plan, pv, s.plans.get)
 		if ref == nil && strings.HasPrefix(pv.Firewall.Retire, "cannot be retired") {
 			ref = &api.StaleRefusal{Node: node, Preview: &pv, Reason: "the found firewall " + pv.Firewall.Retire}
@@ -140,7 +141,7 @@ func (s *recordAPI) postConverge(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	flip := fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token}
+	flip := fsm.Flip{Node: node, To: fsm.Converged, Plan: pv.Token, Takes: pv.Take}
 	if body.AcceptLoss {
 		flip.AcceptLoss = pv.Losses
 	}

@@ -278,6 +278,9 @@ func TestClientSocketAnswersItsStatusAndRefusesTheRecord(t *testing.T) {
 		len(cs.Servers) != 1 || cs.Answered != "127.0.0.1:1" || !strings.Contains(cs.Record, "read on a server (hub, s2) or with an operator credential") {
 		t.Errorf("status on the client's socket: %+v", cs)
 	}
+	if st.Gossip.Node != "web1" || st.Gossip.Rejected == nil { // its own gossip, not a blank server's
+		t.Errorf("status on the client's socket: gossip %+v", st.Gossip)
+	}
 	for _, p := range []string{"GET /v1/nodes/hub", "POST /v1/nodes/hub/modules/evil/assign", "POST /v1/tokens", "GET /v1/snapshot", "POST /v1/keyring"} {
 		method, path, _ := strings.Cut(p, " ")
 		rec := httptest.NewRecorder()

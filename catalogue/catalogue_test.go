@@ -94,6 +94,23 @@ func TestParseReportsEveryProblem(t *testing.T) {
 	}
 }
 
+// docker run and Compose accept on-failure with a retry limit; the catalogue refused it. It is
+// a policy now, and a limit on another policy, or not a number, is still refused, named.
+func TestRestartRetryLimit(t *testing.T) {
+	for policy, refused := range map[string]string{
+		"on-failure:5": "", "on-failure": "", "on-failure:0": "",
+		"on-failure:x": "retry limit", "always:3": "only on-failure takes a retry limit", "on-failure:-1": "retry limit",
+	} {
+		_, err := Parse("webapp.yaml", []byte(strings.Replace(good, "restart: unless-stopped", "restart: "+policy, 1)))
+		switch {
+		case refused == "" && err != nil:
+			t.Errorf("restart %s refused: %v", policy, err)
+		case refused != "" && (err == nil || !strings.Contains(err.Error(), ".restart") || !strings.Contains(err.Error(), refused)):
+			t.Errorf("restart %s: %v, want refused naming %q", policy, err, refused)
+		}
+	}
+}
+
 func TestCatalogueConflicts(t *testing.T) {
 	cat, err := Default()
 	if err != nil {

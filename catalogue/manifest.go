@@ -377,10 +377,8 @@ func (p *parser) validate(m *Module) {
 			}
 			p.add(field+"."+f, "%s", reason)
 		})
-		switch c.Restart {
-		case "", "no", "always", "unless-stopped", "on-failure":
-		default:
-			p.add(field+".restart", "%q is not a restart policy (no, always, unless-stopped, on-failure)", c.Restart)
+		if _, _, err := ctrspec.ParseRestart(c.Restart); err != nil {
+			p.add(field+".restart", "%q is not a restart policy (no, always, unless-stopped, on-failure[:N]): %v", c.Restart, err)
 		}
 		for j, g := range m.Containers[:i] {
 			if g.Name == c.Name {

@@ -346,6 +346,9 @@ func (mg *Migration) converge(ctx context.Context, rng *rand.Rand, node string) 
 		pr := Op{Client: migrationClient(w), Via: via(rng), Node: node, Kind: KindPreview}
 		p, out := w.send(ctx, pr, []string{"converge", node, "--preview", "--json"})
 		var pv report.ConvergePreview
+		if err := json.Unmarshal([]byte(out), &pv); err == nil && pv.Converged {
+			return true, "" // an earlier converge was carried out, its answer lost
+		}
 		if err := json.Unmarshal([]byte(out), &pv); err != nil || pv.Token == "" {
 			last = fmt.Sprintf("preview #%d: %s %s", p.ID, p.Answer, p.Output)
 			mg.pause(ctx)

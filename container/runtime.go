@@ -180,8 +180,13 @@ func observeRuntime(c dcontainer.InspectResponse, img *imageRuntime, defs *engin
 	hostname := ""
 	if cfg := c.Config; cfg != nil {
 		hostname = cfg.Hostname
-		if len(cfg.Entrypoint) > 0 && (img == nil || !slices.Equal(cfg.Entrypoint, img.Entrypoint)) {
+		switch {
+		case len(cfg.Entrypoint) > 0 && (img == nil || !slices.Equal(cfg.Entrypoint, img.Entrypoint)):
 			r.Entrypoint = slices.Clone([]string(cfg.Entrypoint))
+		case len(cfg.Entrypoint) == 0 && img != nil && len(img.Entrypoint) > 0:
+			// The engine stores the image's entrypoint in the container's configuration unless
+			// the create said another: none here is `--entrypoint ""`, the image's overridden.
+			r.Entrypoint = ctrspec.NoEntrypoint()
 		}
 		if img == nil || cfg.WorkingDir != img.WorkingDir {
 			r.WorkingDir = cfg.WorkingDir

@@ -383,6 +383,9 @@ func quoted(xs []string) string {
 	if xs == nil {
 		return ""
 	}
+	if slices.Equal(xs, NoEntrypoint()) {
+		return "none"
+	}
 	return fmt.Sprintf("%q", xs)
 }
 

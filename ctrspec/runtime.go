@@ -18,7 +18,8 @@ import (
 // catalogue's Container, so a manifest and a found container's reconstruction say it in the
 // same words.
 type Runtime struct {
-	// Entrypoint replaces the image's; nil keeps it.
+	// Entrypoint replaces the image's; nil keeps it, [""] (NoEntrypoint) runs none, as
+	// `docker run --entrypoint ""` does: the command alone.
 	Entrypoint []string `json:"entrypoint,omitempty" yaml:"entrypoint,omitempty"`
 	// WorkingDir, User and StopSignal replace the image's; "" keeps it.
 	WorkingDir string `json:"working_dir,omitempty" yaml:"working_dir,omitempty"`
@@ -164,6 +165,10 @@ var (
 	ulimitRE = regexp.MustCompile(`^[a-z]+$`)
 	sizeRE   = regexp.MustCompile(`^([0-9]+)([bkmg]?)$`)
 )
+
+// NoEntrypoint is the Entrypoint that runs none, overriding the image's: [""], what `docker run
+// --entrypoint ""` sends and Compose's `entrypoint: ""` means. The engine stores it as none.
+func NoEntrypoint() []string { return []string{""} }
 
 // Check checks each Runtime field, calling bad for every problem with the field's manifest key
 // ("cap_add[1]", "networks[0].aliases[2]").

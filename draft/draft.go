@@ -248,8 +248,10 @@ func (g *group) container(c Container, bad func(field, reason string)) (draftCon
 			fail("env "+k, "its value has ${...}, which a manifest reads as a setting's reference")
 		}
 	}
-	if name, n, err := ctrspec.ParseRestart(s.Restart); err != nil || n > 0 {
-		fail("restart", fmt.Sprintf("%q: a manifest says no, always, unless-stopped or on-failure without a retry limit", s.Restart))
+	if name, n, err := ctrspec.ParseRestart(s.Restart); err != nil {
+		fail("restart", fmt.Sprintf("%q: a manifest says no, always, unless-stopped or on-failure[:N]", s.Restart))
+	} else if n > 0 {
+		mc.Restart = fmt.Sprintf("%s:%d", name, n)
 	} else if name != ctrspec.RestartNo {
 		mc.Restart = name
 	}

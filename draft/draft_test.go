@@ -114,7 +114,7 @@ func TestUnitDraftRefusesWhatItCannotReproduce(t *testing.T) {
 	c.Spec.Unexpressed = []string{`HostConfig.IpcMode "host"`}
 	c.RefImageID = "sha256:other"
 	c.Spec.Env = map[string]string{"DSN": "postgres://${USER}@db"}
-	c.Spec.Restart = "on-failure:3"
+	c.Spec.Restart = "sometimes"
 	c.Spec.Volumes = []string{"/srv/api:/data:z"}
 	res := Draft(Input{Node: "hub", Containers: []Container{c}})
 	var got []string
@@ -126,7 +126,7 @@ func TestUnitDraftRefusesWhatItCannotReproduce(t *testing.T) {
 		`node hub container draftfix-api: HostConfig.IpcMode: "host": a manifest cannot say it`,
 		"node hub container draftfix-api: image: ctrx/probe:1 names sha256:other now; the container runs sha256:1da89c",
 		"node hub container draftfix-api: env DSN: its value has ${...}",
-		`node hub container draftfix-api: restart: "on-failure:3"`,
+		`node hub container draftfix-api: restart: "sometimes"`,
 		`node hub container draftfix-api: volumes[0]: "/srv/api:/data:z": a manifest's volume takes ro or rw, not z`,
 	} {
 		if !strings.Contains(all, want) {
@@ -182,5 +182,23 @@ func TestUnitDraftKeepsClearOfTheCatalogue(t *testing.T) {
 	}
 	if m := res.Modules[0]; m.Name != "shop-3" || m.File != "shop-3.yaml" || !strings.Contains(string(m.Manifest), "\nname: shop-3\n") {
 		t.Errorf("module %s in %s, want shop-3:\n%s", m.Name, m.File, m.Manifest)
+	}
+}
+
+// A restart policy with a retry limit (`docker run --restart on-failure:3`, Compose's
+// `restart: on-failure:3`) refused the draft; it is drafted as it is, and the catalogue reads it
+// back the same.
+func TestUnitDraftKeepsARestartRetryLimit(t *testing.T) {
+	_, c := found(t)
+	c.Spec.Restart = "on-failure:3"
+	res := Draft(Input{Node: "hub", Containers: []Container{c}})
+	if len(res.Refused) > 0 || len(res.Modules) != 1 {
+		t.Fatalf("refused: %v", res.Refused)
+	}
+	if !strings.Contains(string(res.Modules[0].Manifest), "restart: on-failure:3") {
+		t.Errorf("manifest:\n%s", res.Modules[0].Manifest)
+	}
+	if specs := specsOf(t, res.Modules[0]); len(specs) != 1 || specs[0].Restart != "on-failure:3" {
+		t.Errorf("read back: %+v", specs)
 	}
 }

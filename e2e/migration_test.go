@@ -566,6 +566,7 @@ func testMigration(t *testing.T, fw lab.FirewallKind) {
 			[2]string{"peer1 enrolled", ""},
 			[2]string{"webapp taken on hub", "root on hub's socket"},
 			[2]string{"the converge of hub recorded", "root on hub's socket"},
+			[2]string{"mesh taken on hub, by its converge", "root on hub's socket"},
 			[2]string{"hub is converged", ""},
 			[2]string{"peer2 is converged", ""})
 		out, _ := meshd(ctx, hub, "history")

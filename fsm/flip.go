@@ -26,6 +26,11 @@ type Flip struct {
 	// AcceptLoss, on a converge, are the losses the operator accepted (`meshd converge
 	// --accept-loss`), as ModuleOnNode.AcceptLoss: kept in the history with who accepted them.
 	AcceptLoss []string `json:"accept_loss,omitempty"`
+	// Takes, on a converge, are the modules it takes (assigned, not yet taken), as the proposer's
+	// preview named them: each is a "taken" event in the history, as a module take's is. A flip
+	// without it (one proposed before it was named) appends only its own event, so a replayed
+	// log holds the history it held, at the same command version.
+	Takes []string `json:"takes,omitempty"`
 }
 
 // FlipDone records that Node carried out the intent made at Since: it is now To.

@@ -2,8 +2,9 @@ package fsm
 
 // The history: what happened to the mesh when, and who did it, kept in the record itself so it
 // survives snapshots and restores (Raft compacts its log; the log alone forgets). Every command
-// applied from version historySince on appends one event, named by its raft index, with the
-// command's op, the node and module it is about, its By and its own time; the host events that
+// applied from version historySince on appends one event (a converge naming what it takes, one
+// more a module taken), named by its raft index, with the command's op, the node and module it
+// is about, its By and its own time; the host events that
 // matter come in as OpHostEvents, which the leader proposes when a node's report shows a
 // condition start or end (each standing condition is one event, not one per report). The history
 // is bounded by HistoryKeep (a count and an age, measured on the command's own time), so Apply
@@ -12,6 +13,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -126,9 +128,33 @@ func ApplyAt(r *Record, index uint64, data []byte) (any, error) {
 		e := describe(&c, v)
 		e.Index, e.At, e.Op, e.By = index, c.At, c.Op, c.By
 		h.Events = append(h.Events, e)
+		for _, t := range takenByConverge(&c, v) {
+			t.Index, t.At, t.Op, t.By = index, c.At, c.Op, c.By
+			h.Events = append(h.Events, t)
+		}
 	}
 	h.prune(c.At)
 	return v, nil
+}
+
+// takenByConverge are the "taken" events of a converge that names what it takes (Flip.Takes):
+// one a module still assigned, as `meshd module take` records one, under the flip's index.
+func takenByConverge(c *Command, v any) []Event {
+	n, ok := v.(*Node)
+	if c.Op != OpFlip || !ok {
+		return nil
+	}
+	var b Flip
+	if json.Unmarshal(c.Body, &b) != nil || b.To != Converged {
+		return nil
+	}
+	var out []Event
+	for _, m := range b.Takes {
+		if slices.Contains(n.Assigned, m) {
+			out = append(out, Event{Node: n.Name, Module: m, What: fmt.Sprintf("%s taken on %s, by its converge", m, n.Name)})
+		}
+	}
+	return out
 }
 
 // hostEventsApplied is what an OpHostEvents produced: the events to append (ApplyAt names them

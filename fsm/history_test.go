@@ -8,6 +8,7 @@ package fsm
 import (
 	"bytes"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +219,47 @@ func TestUnitHistoryNamesAcceptedLosses(t *testing.T) {
 	want = "the converge of hub recorded (plan p1), accepting the loss of: container notes: user 65534 → the image's default"
 	if e.Op != OpFlip || e.What != want || e.By != "operator bob" {
 		t.Errorf("the flip's event: %+v, want %q by operator bob", e, want)
+	}
+}
+
+// Converging a node takes every assigned module, and the history said only "the converge of hub
+// recorded": a reader looking for when a module was taken found nothing. A converge naming what
+// it takes appends one "taken" event a module, under its own index and By; one that names none
+// (an older proposer's, replayed) appends its one event as before.
+func TestUnitHistoryNamesWhatAConvergeTakes(t *testing.T) {
+	for _, named := range []bool{true, false} {
+		f := NewFSM()
+		for i, c := range script(t)[:3] {
+			if err := applyLog(t, f, uint64(10+i), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, m := range []string{"notes"} {
+			if err := applyLog(t, f, uint64(20+i), cmd(t, OpModuleAssign, t0.Add(time.Hour), ModuleOnNode{Node: "hub", Module: m})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flip := Flip{Node: "hub", To: Converged, Plan: "p1"}
+		if named {
+			flip.Takes = []string{"notes", "gone"} // gone: not assigned, named by no event
+		}
+		before := len(events(f))
+		if err := applyLog(t, f, 30, cmdBy(t, OpFlip, t0.Add(2*time.Hour), "operator bob", flip)); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range events(f)[before:] {
+			if e.Index != 30 || e.Op != OpFlip || e.By != "operator bob" || e.Node != "hub" {
+				t.Errorf("named %v: event %+v not the flip's", named, e)
+			}
+			got = append(got, e.Module+": "+e.What)
+		}
+		want := []string{": the converge of hub recorded (plan p1)"}
+		if named {
+			want = append(want, "notes: notes taken on hub, by its converge")
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("named %v: events %q, want %q", named, got, want)
+		}
 	}
 }

@@ -51,8 +51,12 @@ type ConvergePreview struct {
 	// WillClose counts the sockets and published ports marked MarkWillClose.
 	WillClose int `json:"will_close"`
 	// Token is the plan token: the short hex sha256 of what the preview saw and decided (not
-	// when, nor the pids), so that a later flip can check nothing changed since.
+	// when, nor the pids), so that a later flip can check nothing changed since; "" on a node
+	// already converged (Converged), which has nothing to flip.
 	Token string `json:"token"`
+	// Converged says the node is converged already: the preview lists what it listens on, and
+	// offers no plan (its flip would be refused as already converged).
+	Converged bool `json:"converged"`
 }
 
 // Verdict is how one socket or published port is marked: MarkDeclared by Module (through

@@ -53,7 +53,9 @@ and protocol; the mesh's own ports are declared by mesh) or "will close". It als
 the flip will take, the found firewall it will retire and how (ufw: ` + "`ufw disable`" + `; nftables: its
 tables moved aside; plain iptables: its own rules saved and removed), and the derived filter meshd
 will load, as nft prints it; it ends with a plan token, a digest of what it saw and decided (pids and the time left out).
-Exit codes: 0 when nothing will close, 2 when something will, 1 on error.
+Exit codes: 0 when nothing will close, 2 when something will, 1 on error. On a node already
+converged it says so and gives no plan token (--json: "converged": true, "token": ""), exit 0:
+there is nothing to flip.
 
 Without --preview it flips the node. With --plan TOKEN (the preview's) it is refused when the node
 changed since that preview (something new listening, a module assigned since, the found firewall
@@ -94,7 +96,7 @@ func convergePreview(g *globals, node string) error {
 	if err := g.emit(pv, func(w io.Writer) { writeConvergePreview(w, pv) }); err != nil {
 		return err
 	}
-	if pv.WillClose > 0 {
+	if pv.WillClose > 0 && !pv.Converged {
 		return exitStatus{code: 2}
 	}
 	return nil
@@ -216,6 +218,10 @@ func writeFlipped(w io.Writer, nv api.NodeView) {
 }
 
 func writeConvergePreview(w io.Writer, pv report.ConvergePreview) {
+	if pv.Converged {
+		writeConverged(w, pv)
+		return
+	}
 	fmt.Fprintf(w, "converging %s (%s) will (from its report of %s):\n", pv.Node, pv.Mode, pv.ReportAt.Format("2006-01-02T15:04:05Z07:00"))
 	for _, l := range pv.Listeners {
 		proc := "-"
@@ -257,6 +263,12 @@ func writeConvergePreview(w io.Writer, pv report.ConvergePreview) {
 		fmt.Fprintln(w, "nothing will close\t\t\t")
 	}
 	fmt.Fprintf(w, "plan token\t%s\t\t\n", pv.Token)
+}
+
+// writeConverged is the preview of a node already converged: no plan to give, what to do instead.
+func writeConverged(w io.Writer, pv report.ConvergePreview) {
+	fmt.Fprintf(w, "%s is already converged: nothing to flip, so no plan token\n", pv.Node)
+	fmt.Fprintf(w, "what reaches it: `meshd node show %s`; to step it back: `meshd adopt %s`\n", pv.Node, pv.Node)
 }
 
 // hostPort is "addr:port", an IPv6 address in brackets; an empty address is the unspecified one.

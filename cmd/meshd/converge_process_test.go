@@ -112,6 +112,19 @@ func TestProcessConvergePreview(t *testing.T) {
 	if _, errs, code := n.run("converge", "hub"); code != 1 || !strings.Contains(errs, "already converged") {
 		t.Fatalf("converging a converged node: exit %d, %s", code, errs)
 	}
+	// A new user's loop: the preview of a converged node handed out a plan token, and the flip
+	// with it was refused as already converged. The preview says so and offers no token.
+	if out, errs, code := n.run("converge", "hub", "--preview"); code != 0 || !strings.Contains(out, "hub is already converged") || strings.Contains(out, "plan token\t") || strings.Contains(out, "plan token ") {
+		t.Fatalf("the preview of a converged node: exit %d\n%s%s", code, out, errs)
+	}
+	var conv report.ConvergePreview
+	n.jsonOf(&conv, "converge", "hub", "--preview")
+	if !conv.Converged || conv.Token != "" {
+		t.Fatalf("--json preview of a converged node: converged %v, token %q", conv.Converged, conv.Token)
+	}
+	if _, errs, code := n.run("converge", "hub", "--plan", after.Token); code != 1 || !strings.Contains(errs, "already converged") {
+		t.Fatalf("converging a converged node with its old plan: exit %d, %s", code, errs)
+	}
 	var adopted struct{ Name, Mode string }
 	n.jsonOf(&adopted, "adopt", "hub", "--wait", "60s")
 	if adopted.Name != "hub" || adopted.Mode != "adopted" {

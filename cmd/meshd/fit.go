@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -16,19 +17,18 @@ import (
 // of lines holding tabs; its columns are sized over all of its lines, so a column starts at the
 // same offset on every line. On a terminal, a table wider than it has its widest columns narrowed
 // (the narrow ones, and the first when it takes at most a third, keep their width; the last keeps
-// a third; none is made narrower than its longest word where that fits) and each cell wrapped
-// inside its own column: nothing is cut off. Piped, or with --wide, every line is written
-// whole, as scripts and grep read it.
+// a third) and each cell wrapped inside its own column: nothing is cut off. A line breaks only at
+// a space, after a comma, or after a '/' of a path: never inside an address, a port, a name or a
+// key, so no column is narrower than its longest such token. A table whose columns cannot all
+// hold theirs is written a record at a time instead, one "header: value" line per cell (a table
+// with no header: its cells on one line, wrapped), rather than in columns a few letters wide.
+// Piped, or with --wide, every line is written whole, as scripts and grep read it.
 
 // fallbackWidth is the width of a terminal that says none, with COLUMNS unset.
 const fallbackWidth = 80
 
 // gap is the spaces between two columns.
 const gap = 2
-
-// minColumn is the narrowest a column is made to fit: under it a table overflows the terminal
-// rather than wrap its cells a few letters at a time.
-const minColumn = 6
 
 // width is what the text output is fitted to: 0 (whole lines) with --wide or when stdout is no
 // terminal; else the terminal's width, COLUMNS when the terminal says none.
@@ -88,20 +88,30 @@ func layTable(rows [][]string, width int) []string {
 		n = max(n, len(r)-1)
 	}
 	nat := make([]int, n+1)
+	floor := make([]int, n+1)
 	for _, r := range rows {
 		for j, c := range r {
 			if j < len(r)-1 || len(r)-1 == n {
 				nat[j] = max(nat[j], runes(c))
+				floor[j] = max(floor[j], longestToken(c))
 			}
 		}
 	}
 	cols := nat
 	if width > 0 && !fits(rows, nat, width) {
-		cols = narrowTable(rows, nat, width-gap*n)
+		var ok bool
+		if cols, ok = narrowTable(nat, floor, width-gap*n); !ok {
+			return records(rows, width)
+		}
 	}
 	offs := make([]int, n+1)
 	for j := 1; j <= n; j++ {
 		offs[j] = offs[j-1] + cols[j-1] + gap
+	}
+	for _, r := range rows { // a short row's last cell spans to the line's end: its tokens too
+		if j := len(r) - 1; width > 0 && j < n && offs[j]+longestToken(r[j]) > width {
+			return records(rows, width)
+		}
 	}
 	var out []string
 	for _, r := range rows {
@@ -109,8 +119,8 @@ func layTable(rows [][]string, width int) []string {
 		height := 1
 		for j, c := range r {
 			room := cols[j]
-			if j == len(r)-1 && j < n { // a short row's last cell spans to the line's end
-				room = max(width-offs[j], minColumn)
+			if j == len(r)-1 && j < n {
+				room = width - offs[j]
 			}
 			chunks[j] = wrapCell(c, room, width)
 			height = max(height, len(chunks[j]))
@@ -132,6 +142,52 @@ func layTable(rows [][]string, width int) []string {
 	return out
 }
 
+// records is a table too narrow for its columns, a row at a time: under a header (a first row
+// all in capitals), each row a block of "header: value" lines, blocks parted by a blank line;
+// with none, each row's cells on one line. Every line is wrapped to width.
+func records(rows [][]string, width int) []string {
+	head := rows[0]
+	if len(rows) == 1 { // a header alone, or one row: said as it is
+		head = nil
+	}
+	for _, c := range head {
+		if c != strings.ToUpper(c) || strings.ToLower(c) == c && c != "" {
+			head = nil
+			break
+		}
+	}
+	if head == nil {
+		var out []string
+		for _, r := range rows {
+			var cells []string
+			for _, c := range r {
+				if c = strings.TrimSpace(c); c != "" {
+					cells = append(cells, c)
+				}
+			}
+			out = append(out, fitPlain(strings.Join(cells, "  "), width)...)
+		}
+		return out
+	}
+	var out []string
+	for i, r := range rows[1:] {
+		if i > 0 && strings.TrimSpace(r[0]) != "" {
+			out = append(out, "")
+		}
+		for j, c := range r {
+			if c = strings.TrimSpace(c); c == "" {
+				continue
+			}
+			line := c
+			if j < len(head) && (j < len(r)-1 || len(r) == len(head)) {
+				line = strings.ToLower(strings.TrimSpace(head[j])) + ": " + c
+			}
+			out = append(out, fitPlain(line, width)...)
+		}
+	}
+	return out
+}
+
 // fits says whether every row is at most width wide with the columns at their natural widths.
 func fits(rows [][]string, nat []int, width int) bool {
 	for _, r := range rows {
@@ -146,97 +202,62 @@ func fits(rows [][]string, nat []int, width int) bool {
 	return true
 }
 
-// floorCaps are the most a column keeps for its longest word when it is narrowed, tried in turn
-// until the floors fit; then every column may be narrowed to minColumn.
-var floorCaps = []int{16, 10}
-
-// narrowTable is the columns' widths in room. The last column, a table's words (a track, a
-// description, what happened), is kept at least a third of room, and the others narrowed in
-// the rest (narrow); where they cannot be, every column is narrowed together.
-func narrowTable(rows [][]string, nat []int, room int) []int {
+// narrowTable is the columns' widths in room, none under its floor (its longest token); ok is
+// false when the floors do not fit. The last column, a table's words (a track, a description,
+// what happened), is kept at least a third of room, and the others narrowed in the rest
+// (narrow); where they cannot be, every column is narrowed together.
+func narrowTable(nat, floor []int, room int) (cols []int, ok bool) {
+	if sum(floor) > room {
+		return nil, false
+	}
 	if n := len(nat) - 1; n > 0 {
-		last := min(nat[n], room/3)
-		if cols, ok := narrow(rows, nat[:n], room-last); ok {
-			return append(cols, room-sum(cols))
+		last := max(min(nat[n], room/3), floor[n])
+		if cols, ok := narrow(nat[:n], floor[:n], room-last); ok {
+			return append(cols, room-sum(cols)), true
 		}
 	}
-	cols, _ := narrow(rows, nat, room)
-	return cols
+	return narrow(nat, floor, room)
 }
 
-// narrow is the widths of the columns nat gives the natural widths of, in room: the first
-// column keeps its width when it takes at most a third (it names the row), and no column is
-// narrowed under its longest word (up to a cap of floorCaps). Where that cannot fit, every
-// column may be narrowed to minColumn, and ok is false.
-func narrow(rows [][]string, nat []int, room int) (cols []int, ok bool) {
-	longest := make([]int, len(nat))
-	for _, r := range rows {
-		for j, c := range r[:min(len(r), len(nat))] {
-			for _, word := range strings.Fields(c) {
-				longest[j] = max(longest[j], min(runes(word), nat[j]))
-			}
+// narrow is the widths of the columns nat gives the natural widths of, in room, none under its
+// floor: the first column keeps its width when it takes at most a third (it names the row).
+func narrow(nat, floor []int, room int) (cols []int, ok bool) {
+	if sum(floor) > room {
+		return nil, false
+	}
+	if nat[0] <= room/3 {
+		fl := append([]int{nat[0]}, floor[1:]...)
+		if sum(fl) <= room {
+			return share(nat, fl, room), true
 		}
 	}
-	floor := make([]int, len(nat))
-	for _, limit := range floorCaps {
-		for j := range floor {
-			floor[j] = min(longest[j], limit)
-		}
-		if nat[0] <= room/3 {
-			fl := append([]int{nat[0]}, floor[1:]...)
-			if sum(fl) <= room {
-				return share(nat, fl, room), true
-			}
-		}
-		if sum(floor) <= room {
-			return share(nat, floor, room), true
-		}
-	}
-	for j := range floor {
-		floor[j] = min(nat[j], minColumn)
-	}
-	return share(nat, floor, room), false
+	return share(nat, floor, room), true
 }
 
-// share gives each column its natural width when it is at most an even share of room, then a
-// column whose floor is more than an even share its floor, and the rest an even share of what
-// those leave: the widest columns wrap, the narrow ones keep every cell on one line.
+// share fills room up to one level: a column narrower than it keeps its natural width, one whose
+// floor is above it its floor, the rest the level; what is left over goes to the leftmost that
+// still wrap. The widest columns wrap, the narrow ones keep every cell on one line. The floors
+// fit room.
 func share(nat, floor []int, room int) []int {
-	cols := make([]int, len(nat))
-	left := make([]int, 0, len(nat))
-	for j := range nat {
-		left = append(left, j)
+	widths := func(level int) ([]int, int) {
+		cols := make([]int, len(nat))
+		for j := range nat {
+			cols[j] = min(nat[j], max(floor[j], level))
+		}
+		return cols, sum(cols)
 	}
-	fix := func(width func(j int) int, when func(j, each int) bool) bool {
-		each := room / len(left)
-		var rest []int
-		for _, j := range left {
-			if when(j, each) {
-				cols[j] = width(j)
-				room -= cols[j]
-			} else {
-				rest = append(rest, j)
-			}
+	level := 0
+	for hi := slices.Max(nat); level < hi; level++ {
+		if _, s := widths(level + 1); s > room {
+			break
 		}
-		fixed := len(rest) < len(left)
-		left = rest
-		return fixed
 	}
-	natural := func(j int) int { return nat[j] }
-	floored := func(j int) int { return floor[j] }
-	for len(left) > 0 {
-		if fix(natural, func(j, each int) bool { return nat[j] <= each }) ||
-			fix(floored, func(j, each int) bool { return floor[j] > each }) {
-			continue
+	cols, s := widths(level)
+	for j := range cols {
+		if s < room && cols[j] < nat[j] {
+			cols[j]++
+			s++
 		}
-		each := room / len(left)
-		for i, j := range left {
-			cols[j] = max(each, minColumn)
-			if i < room%len(left) { // the remainder to the leftmost
-				cols[j]++
-			}
-		}
-		break
 	}
 	return cols
 }
@@ -304,23 +325,24 @@ func wrapUnits(s string, width int) []string {
 	return append(lines, cur)
 }
 
-// wrapWords breaks s between words into lines at most width wide; a longer word is cut, after a
-// '-', '/', ',' or '.' in it where there is one.
+// wrapWords breaks s between words into lines at most width wide; a longer word is broken only
+// where it may be (pieces), and a piece longer than a line is written whole.
 func wrapWords(s string, width int) []string {
 	width = max(width, 1)
 	var lines []string
 	cur := ""
 	for _, word := range strings.Split(s, " ") {
-		for runes(word) > width {
+		if runes(word) > width {
 			if cur != "" {
 				lines, cur = append(lines, cur), ""
 			}
-			r := []rune(word)
-			cut := width
-			if i := strings.LastIndexAny(string(r[:width]), "-/,."); i > 0 {
-				cut = runes(string(r[:width])[:i+1])
+			for _, p := range pieces(word) {
+				if cur != "" && runes(cur)+runes(p) > width {
+					lines, cur = append(lines, cur), ""
+				}
+				cur += p
 			}
-			lines, word = append(lines, string(r[:cut])), string(r[cut:])
+			continue
 		}
 		switch {
 		case cur == "":
@@ -332,6 +354,33 @@ func wrapWords(s string, width int) []string {
 		}
 	}
 	return append(lines, cur)
+}
+
+// pieces is a word cut where a line may break inside it: after a comma, and after each '/' of
+// a path (a word starting with one). An address, a port, a name or a key is one piece.
+func pieces(word string) []string {
+	var out []string
+	from := 0
+	for i, r := range word {
+		if r == ',' || r == '/' && word[0] == '/' && i > 0 {
+			out, from = append(out, word[from:i+1]), i+1
+		}
+	}
+	if from < len(word) {
+		out = append(out, word[from:])
+	}
+	return out
+}
+
+// longestToken is the widest piece of any word of c: the narrowest c wraps to whole.
+func longestToken(c string) int {
+	n := 0
+	for _, w := range strings.Fields(c) {
+		for _, p := range pieces(w) {
+			n = max(n, runes(p))
+		}
+	}
+	return n
 }
 
 func runes(s string) int { return utf8.RuneCountInString(s) }

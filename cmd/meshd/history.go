@@ -45,7 +45,8 @@ index, its time, the node and module it is about, and who gave it ("operator NAM
 credential, "root on NODE's socket" on a server's own socket, "-" for what an agent did of itself);
 and the host events that matter, read from the nodes' reports (a held file changed by something
 else, a found firewall enabled again by hand, the tunnel's state, a take stepped back), each once
-when it starts and, where it says so, once when it ends.
+when it starts and, where it says so, once when it ends. A converge names each module it takes
+("MODULE taken on NODE, by its converge"), under its own record index.
 
 The history lives in the record, so it survives snapshots and restores. It is bounded: the last
 2000 events, none older than 30 days, unless ` + "`meshd history keep`" + ` says otherwise.

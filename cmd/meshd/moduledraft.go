@@ -148,24 +148,7 @@ func foundContainers(ctx context.Context, host, node string, names []string, cr 
 		return nil, nil, err
 	}
 	defer e.Close()
-	declared := map[string]string{}
-	for _, c := range cr.Containers {
-		declared[c.Name] = c.Module
-		if c.Aside != "" {
-			declared[c.Aside] = c.Module
-		}
-	}
-	why := func(o container.Observed) string {
-		switch {
-		case o.Managed:
-			return fmt.Sprintf("container %s is meshd's (module %s)", o.Name, o.Module)
-		case declared[o.Name] != "":
-			return fmt.Sprintf("container %s is declared by module %s already", o.Name, declared[o.Name])
-		case strings.Contains(o.Name, ".meshd-replaced-"):
-			return fmt.Sprintf("container %s is one a take replaced, kept aside", o.Name)
-		}
-		return ""
-	}
+	why := func(o container.Observed) string { return leftOut(o, node, cr) }
 	var obs []container.Observed
 	if len(names) == 0 {
 		if obs, err = e.InspectAll(ctx); err != nil {
@@ -195,6 +178,30 @@ func foundContainers(ctx context.Context, host, node string, names []string, cr 
 		out = append(out, draft.Container{Spec: o.Spec, ImageID: o.ImageID, RefImageID: o.RefImageID, Labels: o.Labels})
 	}
 	return out, left, nil
+}
+
+// leftOut is why the draft leaves o out, "" when it drafts it: meshd's own, one a take replaced
+// and keeps aside (cr, node's report, names it; its name says so too), or one a module declares
+// already.
+func leftOut(o container.Observed, node string, cr report.ContainerReport) string {
+	if o.Managed {
+		return fmt.Sprintf("container %s is meshd's (module %s)", o.Name, o.Module)
+	}
+	for _, c := range cr.Containers {
+		if c.Aside == o.Name {
+			return fmt.Sprintf("container %s is the found %s that module %s's take replaced, kept aside stopped "+
+				"(meshd node original %s container %s)", o.Name, c.Name, c.Module, node, c.Name)
+		}
+	}
+	if strings.Contains(o.Name, ".meshd-replaced-") {
+		return fmt.Sprintf("container %s is one a take replaced, kept aside", o.Name)
+	}
+	for _, c := range cr.Containers {
+		if c.Name == o.Name {
+			return fmt.Sprintf("container %s is declared by module %s already", o.Name, c.Module)
+		}
+	}
+	return ""
 }
 
 // readDraftFile reads "[MODULE=]PATH" as the machine has it: content, mode and owner.

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"meshd/container"
 	"meshd/draft"
+	"meshd/report"
 )
 
 // A draft writes each manifest 0600 into a directory it makes 0700, and never overwrites: when one
@@ -54,5 +56,29 @@ func TestUnitReadDraftFile(t *testing.T) {
 	}
 	if _, err := readDraftFile("relative/path"); err == nil || !strings.Contains(err.Error(), "absolute") {
 		t.Errorf("a relative path: %v", err)
+	}
+}
+
+// A container a take keeps aside was left out as "declared by module webapp already", which it
+// is not: the module declares the container that replaced it. The reason names the take.
+func TestUnitDraftLeavesOutWithTheRealReason(t *testing.T) {
+	cr := report.ContainerReport{Containers: []report.ContainerView{
+		{Name: "webapp", Module: "webapp", State: report.ContainerReplaced, Aside: "webapp.meshd-replaced-0123456789ab"},
+		{Name: "cache", Module: "cache", State: "held"},
+	}}
+	for name, want := range map[string]string{
+		"webapp.meshd-replaced-0123456789ab": "is the found webapp that module webapp's take replaced, kept aside stopped (meshd node original hub container webapp)",
+		"old.meshd-replaced-fedcba987654":    "is one a take replaced, kept aside",
+		"webapp":                             "is declared by module webapp already",
+		"cache":                              "is declared by module cache already",
+		"other":                              "",
+	} {
+		got := leftOut(container.Observed{Name: name}, "hub", cr)
+		if want == "" && got != "" || !strings.Contains(got, want) {
+			t.Errorf("%s left out as %q, want %q", name, got, want)
+		}
+	}
+	if got := leftOut(container.Observed{Name: "x", Managed: true, Module: "web"}, "hub", cr); !strings.Contains(got, "is meshd's (module web)") {
+		t.Errorf("meshd's own: %q", got)
 	}
 }

@@ -201,36 +201,7 @@ Before the node's host first reported it reads "host report none yet" (--json: n
 			if err := g.client().Get(ctx, "/v1/nodes/"+url.PathEscape(args[0]), &v); err != nil {
 				return err
 			}
-			return g.emit(v, func(w io.Writer) {
-				n := v.Node
-				mode := string(n.Mode)
-				if n.Mode == fsm.Adopted {
-					mode = "ADOPTED (found files and containers are held until their module is taken)"
-				}
-				fmt.Fprintf(w, "node\t%s\n", n.Name)
-				fmt.Fprintf(w, "id\t%s\n", n.ID)
-				fmt.Fprintf(w, "mode\t%s, since %s\n", mode, n.ModeSince.Format("2006-01-02 15:04:05Z07:00"))
-				role := "client"
-				if n.Server {
-					role = "server"
-				}
-				if v.ControlNode {
-					role += ", control-node"
-				}
-				fmt.Fprintf(w, "role\t%s\n", role)
-				fmt.Fprintf(w, "address\t%s\n", n.Address)
-				fmt.Fprintf(w, "advertise\t%s\n", n.Advertise)
-				fmt.Fprintf(w, "assigned\t%s\n", list(n.Assigned))
-				fmt.Fprintf(w, "taken\t%s\n", list(v.Taken))
-				for i, k := range sortedKeys(n.Settings) {
-					label := ""
-					if i == 0 {
-						label = "settings"
-					}
-					fmt.Fprintf(w, "%s\t%s=%s\n", label, k, n.Settings[k])
-				}
-				printReport(w, v.Report)
-			})
+			return g.emit(v, func(w io.Writer) { writeNodeView(w, v) })
 		},
 	})
 	cmd.AddCommand(originalCmd(g))
@@ -305,6 +276,9 @@ func printContainers(w io.Writer, raw any) {
 	}
 	fmt.Fprintf(w, "\ncontainers\tengine %s\n", engine)
 	fmt.Fprintf(w, "\nCONTAINER\tMODULE\tSTATE\tIMAGE\tPORTS\n")
+	if len(cr.Containers) == 0 {
+		fmt.Fprintln(w, "-")
+	}
 	for _, c := range cr.Containers {
 		state := containerState(c.State)
 		if c.Changed {
@@ -689,4 +663,36 @@ func operatorCmd(g *globals) *cobra.Command {
 	rf.AddCommand(removePeerCmd(g), transferLeaderCmd(g), recoverCmd(g))
 	op.AddCommand(rf, sealKeyCmd(g), credentialCmd(g))
 	return op
+}
+
+// writeNodeView is `meshd node show`'s text: the node's record, then its host's last report.
+func writeNodeView(w io.Writer, v api.NodeView) {
+	n := v.Node
+	mode := string(n.Mode)
+	if n.Mode == fsm.Adopted {
+		mode = "ADOPTED (found files and containers are held until their module is taken)"
+	}
+	fmt.Fprintf(w, "node\t%s\n", n.Name)
+	fmt.Fprintf(w, "id\t%s\n", n.ID)
+	fmt.Fprintf(w, "mode\t%s, since %s\n", mode, n.ModeSince.Format("2006-01-02 15:04:05Z07:00"))
+	role := "client"
+	if n.Server {
+		role = "server"
+	}
+	if v.ControlNode {
+		role += ", control-node"
+	}
+	fmt.Fprintf(w, "role\t%s\n", role)
+	fmt.Fprintf(w, "address\t%s\n", n.Address)
+	fmt.Fprintf(w, "advertise\t%s\n", n.Advertise)
+	fmt.Fprintf(w, "assigned\t%s\n", list(n.Assigned))
+	fmt.Fprintf(w, "taken\t%s\n", list(v.Taken))
+	for i, k := range sortedKeys(n.Settings) {
+		label := ""
+		if i == 0 {
+			label = "settings"
+		}
+		fmt.Fprintf(w, "%s\t%s=%s\n", label, k, n.Settings[k])
+	}
+	printReport(w, v.Report)
 }

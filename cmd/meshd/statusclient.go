@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,11 +27,21 @@ func writeClientStatus(w io.Writer, cs api.ClientStatus, now time.Time) {
 		fmt.Fprintf(w, "declaration: record index %d\taddress: %s\n", cs.Index, report.OrDash(cs.Address))
 		fmt.Fprintf(w, "assigned: %s\ttaken: %s\n", list(cs.Assigned), list(cs.Taken))
 	}
-	answered := "none answered yet"
-	if cs.Answered != "" {
-		answered = fmt.Sprintf("%s answered last, %s ago", cs.Answered, now.Sub(cs.AnsweredAt).Round(time.Second))
+	// Each server once, the one that answered last marked where it is listed.
+	servers := make([]string, 0, len(cs.Servers))
+	for _, s := range cs.Servers {
+		if s == cs.Answered {
+			s += fmt.Sprintf(" (answered last, %s ago)", now.Sub(cs.AnsweredAt).Round(time.Second))
+		}
+		servers = append(servers, s)
 	}
-	fmt.Fprintf(w, "servers: %s\t%s\n", strings.Join(cs.Servers, ", "), answered)
+	switch {
+	case cs.Answered == "":
+		servers = append(servers, "(none answered yet)")
+	case !slices.Contains(cs.Servers, cs.Answered):
+		servers = append(servers, fmt.Sprintf("%s, no longer followed, answered last, %s ago", cs.Answered, now.Sub(cs.AnsweredAt).Round(time.Second)))
+	}
+	fmt.Fprintf(w, "servers: %s\n", strings.Join(servers, ", "))
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "MEMBER\tADDRESS\tSTATE")
 	for _, m := range cs.Members {

@@ -24,9 +24,12 @@ func TestClientStatusText(t *testing.T) {
 	tw.Flush()
 	text := b.String()
 	for _, want := range []string{"node: web1 (client)", "mode: ADOPTED", "record index 42", "10.99.0.2", "assigned: mesh", "taken: -",
-		"198.51.100.1:7947 answered last, 3s ago", "hub  ", "alive", "read on a server (hub)"} {
+		"servers: 198.51.100.1:7947 (answered last, 3s ago)\n", "hub  ", "alive", "read on a server (hub)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("client status lacks %q:\n%s", want, text)
 		}
+	}
+	if n := strings.Count(text, "198.51.100.1:7947"); n != 1 { // a new user read it twice on one line
+		t.Errorf("the server's address written %d times:\n%s", n, text)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -324,6 +325,7 @@ func execIn(ctx context.Context, name, dir string, args []string) int {
 		fmt.Fprintf(os.Stderr, "meshlab exec: lab %s has no machine %q\n", l.Name, machine)
 		return 1
 	}
+	cmdArgs = passTerminal(cmdArgs, os.Environ())
 	cmd := m.Command(ctx, cmdArgs[0], cmdArgs[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -335,6 +337,26 @@ func execIn(ctx context.Context, name, dir string, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// terminalEnv are the caller's variables a command run by exec is given: what its terminal is,
+// so meshd fits its tables to it. A machine's commands start with no other of the caller's.
+var terminalEnv = []string{"COLUMNS", "LINES", "TERM"}
+
+// passTerminal is args run under env(1) with those of terminalEnv environ sets, or args as
+// they are when it sets none (env, inside the machine, since its environment is set there).
+func passTerminal(args, environ []string) []string {
+	var set []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(terminalEnv, k) {
+			set = append(set, kv)
+		}
+	}
+	if len(set) == 0 {
+		return args
+	}
+	return append(append([]string{"env"}, set...), args...)
 }
 
 // service installs the meshd agent on a machine (meshd's own unit, returning once the agent is

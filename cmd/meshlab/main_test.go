@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -85,5 +86,19 @@ func TestUpOnALabThatIsUp(t *testing.T) {
 	_, errs, code := meshlab(t, "up", "--name", "twice", "--dir", dir)
 	if code != 1 || strings.Count(errs, "meshlab down") != 1 || !strings.Contains(errs, "lab twice is up already") {
 		t.Errorf("meshlab up on a lab that is up: exit %d\n%s", code, errs)
+	}
+}
+
+// A new user's `meshlab exec hub -- meshd tunnel show` wrapped at 80 columns whatever COLUMNS
+// said: a machine's command starts with none of the caller's environment. Its terminal's
+// variables are passed (through env in the machine), and nothing else of the caller's.
+func TestExecPassesTheTerminal(t *testing.T) {
+	got := passTerminal([]string{"meshd", "tunnel", "show"}, []string{"HOME=/home/u", "COLUMNS=81", "DOCKER_HOST=tcp://x", "TERM=xterm-256color"})
+	want := []string{"env", "COLUMNS=81", "TERM=xterm-256color", "meshd", "tunnel", "show"}
+	if !slices.Equal(got, want) {
+		t.Errorf("passTerminal: %q, want %q", got, want)
+	}
+	if got := passTerminal([]string{"ls"}, []string{"HOME=/home/u"}); !slices.Equal(got, []string{"ls"}) {
+		t.Errorf("passTerminal with no terminal variables: %q", got)
 	}
 }

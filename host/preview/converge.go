@@ -46,7 +46,8 @@ func Converge(rep *report.Report, d *fsm.Declaration) (report.ConvergePreview, e
 
 // Mark is the preview's decision: each socket and published port on a non-loopback
 // address marked against d's openings and the mesh's own ports, the modules to take, the
-// found firewall's retirement (od nil: not reported), and the plan token. It is pure.
+// found firewall's retirement (od nil: not reported), and the plan token (none on a node already
+// converged). It is pure.
 func Mark(pv report.ConvergePreview, d *fsm.Declaration, ls []report.Listener, cr *report.ContainerReport, od *report.OpeningDetail) report.ConvergePreview {
 	for _, l := range ls {
 		if l.Addr.Unmap().IsLoopback() {
@@ -87,6 +88,10 @@ func Mark(pv report.ConvergePreview, d *fsm.Declaration, ls []report.Listener, c
 	}
 	pv.Firewall = retirement(od)
 	pv.Filter, pv.FilterError = openings.FilterText(d)
+	if d.Mode == fsm.Converged { // nothing to flip: a token would only lead to a refusal
+		pv.Converged = true
+		return pv
+	}
 	pv.Token = planToken(pv)
 	return pv
 }

@@ -325,3 +325,17 @@ func TestUnitConvergePreviewNamesTheFoundTunnelItTakes(t *testing.T) {
 		t.Errorf("the plan's changes do not name the tunnel: %q", ch)
 	}
 }
+
+// A converged node has nothing to flip: its preview says so and gives no plan token, which the
+// flip would only refuse as already converged.
+func TestUnitConvergePreviewOfAConvergedNode(t *testing.T) {
+	d := previewDecl()
+	ls, cr, od := previewSeen()
+	if pv := mark(d, ls, cr, od); pv.Converged || pv.Token == "" {
+		t.Fatalf("adopted: converged %v, token %q", pv.Converged, pv.Token)
+	}
+	d.Mode = fsm.Converged
+	if pv := mark(d, ls, cr, od); !pv.Converged || pv.Token != "" {
+		t.Fatalf("converged: converged %v, token %q", pv.Converged, pv.Token)
+	}
+}
