@@ -37,7 +37,7 @@ func dnats(d *xt.Dump) []dnat {
 				v = f[i+1]
 			}
 			switch f[i] {
-			case "-m", "-j":
+			case "-m", "-j", "--comment":
 				i++
 			case "!":
 				if v == "-i" && i+2 < len(f) {
