@@ -272,9 +272,7 @@ func nftMatch(raw json.RawMessage) match {
 func both(a, b match) match {
 	if b.isSrc {
 		// The source part stays a source match; the family check guards it.
-		inner := b
-		inner.isSrc = true
-		return match{isSrc: true, src: inner.src, neg: inner.neg, test: a.test}
+		return match{isSrc: true, src: b.src, neg: b.neg, test: a.test}
 	}
 	return match{unknown: b.unknown, test: func(p *packet) res {
 		if a.test(p) == no {
