@@ -133,9 +133,8 @@ func (t *table) run(c *chain, p *packet, s set, depth int) (outcome, error) {
 				o.dropped = append(o.dropped, r.where)
 			}
 		case vReturn:
-			if how != maybe {
-				o.returned = o.returned.or(m)
-			}
+			// Those that may meet it return (and, when only may, go on here too).
+			o.returned = o.returned.or(m)
 		case vJump, vGoto:
 			sub := t.chains[r.target]
 			if sub == nil {
@@ -148,11 +147,11 @@ func (t *table) run(c *chain, p *packet, s set, depth int) (outcome, error) {
 			o.accepted = o.accepted.or(so.accepted)
 			if how != maybe {
 				o.dropped = append(o.dropped, so.dropped...)
-				if r.verdict == vJump {
-					rest = rest.or(so.returned)
-				} else {
-					o.returned = o.returned.or(so.returned)
-				}
+			}
+			if r.verdict == vJump {
+				rest = rest.or(so.returned)
+			} else {
+				o.returned = o.returned.or(so.returned)
 			}
 		}
 		s = rest

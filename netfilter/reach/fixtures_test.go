@@ -3,7 +3,7 @@ package reach
 // Rulesets in iptables-save's form, shaped as Docker 20.10, ufw, ufw-docker's after.rules and a
 // hand-written rules.v4 leave them on a machine. Docker publishes 8080 (webapp, 172.17.0.2),
 // 9090 (metrics, 172.17.0.3), 7001 (172.17.0.4) and 6000 (172.17.0.5), each on the same port
-// inside; 5000 has no DNAT (a port of the machine itself, or of Docker's proxy).
+// inside, and udp 5353 (172.17.0.6); 5000 has no DNAT (a port of the machine itself, or of Docker's proxy).
 
 const dockerNat = `*nat
 :PREROUTING ACCEPT [0:0]
@@ -20,6 +20,7 @@ const dockerNat = `*nat
 -A DOCKER ! -i docker0 -p tcp -m tcp --dport 9090 -j DNAT --to-destination 172.17.0.3:9090
 -A DOCKER ! -i docker0 -p tcp -m tcp --dport 7001 -j DNAT --to-destination 172.17.0.4:7001
 -A DOCKER ! -i docker0 -p tcp -m tcp --dport 6000 -j DNAT --to-destination 172.17.0.5:6000
+-A DOCKER ! -i docker0 -p udp -m udp --dport 5353 -j DNAT --to-destination 172.17.0.6:5353
 COMMIT
 `
 
@@ -38,6 +39,7 @@ const dockerChains = `:DOCKER - [0:0]
 -A DOCKER -d 172.17.0.3/32 ! -i docker0 -o docker0 -p tcp -m tcp --dport 9090 -j ACCEPT
 -A DOCKER -d 172.17.0.4/32 ! -i docker0 -o docker0 -p tcp -m tcp --dport 7001 -j ACCEPT
 -A DOCKER -d 172.17.0.5/32 ! -i docker0 -o docker0 -p tcp -m tcp --dport 6000 -j ACCEPT
+-A DOCKER -d 172.17.0.6/32 ! -i docker0 -o docker0 -p udp -m udp --dport 5353 -j ACCEPT
 -A DOCKER-ISOLATION-STAGE-1 -i docker0 ! -o docker0 -j DOCKER-ISOLATION-STAGE-2
 -A DOCKER-ISOLATION-STAGE-1 -j RETURN
 -A DOCKER-ISOLATION-STAGE-2 -o docker0 -j DROP

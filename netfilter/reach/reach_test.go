@@ -79,6 +79,11 @@ func TestUnitUFWDockerRules(t *testing.T) {
 	check(t, rs, 9090, []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "203.0.113.0/24"},
 		"-A ufw-docker-logging-deny -j DROP")
 	check(t, rs, 7001, []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"})
+	// Its rule for DNS answers (udp from source port 53 to 1024-65535) lets anyone in who sends
+	// from port 53: the client chooses its source port, so all of IPv4 reaches udp 5353.
+	if a := rs.Reach(Port{HostPort: 5353, Proto: "udp"}); !slices.Equal(a.From, []string{"0.0.0.0/0"}) {
+		t.Errorf("udp 5353: %+v, want all of IPv4 (ufw's IPv6 input closes it)", a)
+	}
 }
 
 // A plain rules.v4 dropping in DOCKER-USER what is new toward docker0 closes 9090 to everyone,
