@@ -21,12 +21,16 @@ type dnat struct {
 	unknown string
 }
 
-// dnats reads the DNAT rules of a nat table.
-func dnats(d *xt.Dump) []dnat {
+// dnats reads the DNAT rules of a nat table, and the bridges its DOCKER chain names (Docker's
+// "-A DOCKER -i BRIDGE -j RETURN", and each DNAT's "! -i BRIDGE").
+func dnats(d *xt.Dump, bridges map[string]bool) []dnat {
 	var out []dnat
 	name := xt.Name(d.Backend, d.V6) + " nat"
 	for _, r := range d.Rules {
 		f := tokens(r.Line)
+		if r.Chain == "DOCKER" && len(f) == 6 && f[2] == "-i" && f[4] == "-j" && f[5] == "RETURN" {
+			bridges[f[3]] = true
+		}
 		if r.Mark != "" || !strings.Contains(r.Line, "-j DNAT") {
 			continue
 		}
@@ -42,6 +46,7 @@ func dnats(d *xt.Dump) []dnat {
 			case "!":
 				if v == "-i" && i+2 < len(f) {
 					n.bridge = f[i+2]
+					bridges[n.bridge] = true
 					i += 2
 				} else {
 					n.unknown = "a negated match other than ! -i"

@@ -37,6 +37,9 @@ type packet struct {
 	// origDport is the port the client addressed (conntrack's original destination port).
 	origDport uint16
 	oif       string // the container's bridge (forwarded); "" when not known
+	// bridges are the container bridges Docker's nat rules name: a packet from outside comes in
+	// on none of them.
+	bridges map[string]bool
 }
 
 // match is one condition of a rule: on the source (src, neg: the source not in src), or else a
@@ -226,10 +229,13 @@ func (r *rule) apply(p *packet, s set) (set, res, error) {
 // loopback nor a container bridge; any other name is not known.
 func iifOutside(name string, neg bool) match {
 	n := strings.TrimRight(name, "+*")
-	if name == "lo" || isBridge(n) {
-		return match{test: func(*packet) res { return of(neg) }}
-	}
-	return match{unknown: fmt.Sprintf("matches the input interface %s, which a packet from outside may or may not come in on", name)}
+	return match{unknown: fmt.Sprintf("matches the input interface %s, which a packet from outside may or may not come in on", name),
+		test: func(p *packet) res {
+			if name == "lo" || isBridge(n) || p.bridges[name] {
+				return of(neg)
+			}
+			return unk
+		}}
 }
 
 // isBridge says whether an interface name (or a wildcard's stem) is a Docker bridge's.

@@ -47,19 +47,20 @@ func (a Answer) Closed() bool { return a.Refused == "" && len(a.From) == 0 }
 
 // Ruleset is the machine's found firewall as a packet from outside meets it.
 type Ruleset struct {
-	tables []*table
-	dnat   []dnat
+	tables  []*table
+	dnat    []dnat
+	bridges map[string]bool
 }
 
 // Parse makes a Ruleset of iptables-save dumps (filter and nat tables, any backend and family)
 // and of `nft -j list ruleset` with `nft -a list ruleset` (either may be empty: no nftables).
 func Parse(filters, nats []*xt.Dump, nftJSON, nftText []byte) (*Ruleset, error) {
-	rs := &Ruleset{}
+	rs := &Ruleset{bridges: map[string]bool{}}
 	for _, d := range filters {
 		rs.tables = append(rs.tables, fromDump(d))
 	}
 	for _, d := range nats {
-		rs.dnat = append(rs.dnat, dnats(d)...)
+		rs.dnat = append(rs.dnat, dnats(d, rs.bridges)...)
 	}
 	if len(strings.TrimSpace(string(nftJSON))) > 0 {
 		ts, err := fromNftJSON(nftJSON, nftTexts(nftText))
@@ -147,7 +148,7 @@ func (rs *Ruleset) Reach(p Port) Answer {
 
 // family is the sources of one family that reach p, and what stops the others.
 func (rs *Ruleset) family(p Port, v6 bool) (set, []string, error) {
-	pk := packet{v6: v6, proto: p.Proto, input: true, dport: p.HostPort, origDport: p.HostPort}
+	pk := packet{v6: v6, proto: p.Proto, input: true, dport: p.HostPort, origDport: p.HostPort, bridges: rs.bridges}
 	for _, n := range rs.dnat {
 		if n.v6 != v6 {
 			continue
