@@ -158,6 +158,8 @@ func nftRule(where string, exprs []json.RawMessage) rule {
 				if k == "goto" {
 					r.verdict = vGoto
 				}
+			case "vmap":
+				ctStateVmap(&r, v)
 			case "counter", "log", "mangle", "notrack":
 			case "limit", "quota":
 				r.matches = append(r.matches, match{test: func(*packet) res { return maybe }})
@@ -167,6 +169,32 @@ func nftRule(where string, exprs []json.RawMessage) rule {
 		}
 	}
 	return r
+}
+
+// ctStateVmap reads "ct state vmap { established : accept, new : jump x, ... }": a new
+// connection takes the verdict "new" maps to, and meets no other; a map on anything else is not
+// understood.
+func ctStateVmap(r *rule, raw json.RawMessage) {
+	var vm struct {
+		Key  struct{ Ct *struct{ Key string } } `json:"key"`
+		Data struct {
+			Set [][2]json.RawMessage `json:"set"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &vm); err != nil || vm.Key.Ct == nil || vm.Key.Ct.Key != "state" {
+		r.unknown = "verdict map " + string(raw) + " is not understood"
+		return
+	}
+	for _, e := range vm.Data.Set {
+		var k string
+		if json.Unmarshal(e[0], &k) != nil || k != "new" {
+			continue
+		}
+		v := nftRule(r.where, []json.RawMessage{e[1]})
+		r.verdict, r.target, r.unknown = v.verdict, v.target, v.unknown
+		return
+	}
+	r.matches = append(r.matches, match{test: func(*packet) res { return no }})
 }
 
 // nftMatch reads one match: what it compares, the operator and the value.

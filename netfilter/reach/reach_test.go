@@ -165,3 +165,19 @@ func TestUnitSets(t *testing.T) {
 		t.Errorf("10/8 without 10.1/16 = %v", got)
 	}
 }
+
+// nftables' "ct state vmap": a new connection takes the verdict "new" maps to.
+func TestUnitNftablesCtStateVmap(t *testing.T) {
+	js := `{"nftables":[{"table":{"family":"inet","name":"f","handle":1}},
+{"chain":{"family":"inet","table":"f","name":"forward","handle":1,"type":"filter","hook":"forward","prio":0,"policy":"drop"}},
+{"chain":{"family":"inet","table":"f","name":"fw_new","handle":2}},
+{"rule":{"family":"inet","table":"f","chain":"forward","handle":3,"expr":[{"vmap":{"key":{"ct":{"key":"state"}},"data":{"set":[["invalid",{"drop":null}],["established",{"accept":null}],["related",{"accept":null}],["new",{"jump":{"target":"fw_new"}}]]}}}]}},
+{"rule":{"family":"inet","table":"f","chain":"fw_new","handle":4,"expr":[{"match":{"op":"==","left":{"payload":{"protocol":"tcp","field":"dport"}},"right":8080}},{"accept":null}]}}]}`
+	rs, err := Parse([]*xt.Dump{dump(dockerOnly, "filter", false)}, []*xt.Dump{dump(dockerNat, "nat", false)}, []byte(js), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, rs, 8080, []string{Anywhere})
+	// 9090: closed over IPv4; over IPv6 (the proxy, on input, which nothing filters) open.
+	check(t, rs, 9090, []string{"::/0"}, "nft inet f chain forward policy drop")
+}
