@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"meshd/ctrspec"
+	"meshd/netfilter/reach"
 )
 
 // ComposeProject is the label Docker Compose puts on each container of a project: the
@@ -50,6 +51,14 @@ type Input struct {
 	// Catalogue are the names of the modules the catalogue has: a drafted module never takes
 	// one (adding it would replace that module), it is named NAME-2, NAME-3... instead.
 	Catalogue []string
+	// Firewall says who outside reaches each published port through the machine's found
+	// firewall (reach.Read's Ruleset); nil refuses every port published beyond loopback.
+	Firewall Reacher
+}
+
+// Reacher answers who outside reaches a published port (reach.Ruleset does).
+type Reacher interface {
+	Reach(reach.Port) reach.Answer
 }
 
 // Refusal is one thing a draft cannot reproduce, naming it.
@@ -83,7 +92,10 @@ type Module struct {
 	Containers []ContainerSummary `json:"containers,omitempty"`
 	Files      []FileSummary      `json:"files,omitempty"`
 	Openings   []string           `json:"openings,omitempty"`
-	Settings   map[string]string  `json:"settings,omitempty"`
+	// Closed are the ports published beyond loopback that nobody outside reaches through the
+	// found firewall: they get no opening, and each names what closes it.
+	Closed   []string          `json:"closed,omitempty"`
+	Settings map[string]string `json:"settings,omitempty"`
 	// Privileged lists why the module is root on the machine (it then says privileged: true).
 	Privileged []string `json:"privileged,omitempty"`
 	// Manifest is the YAML written to File; never in the preview (env values are in it).
@@ -137,7 +149,7 @@ func Draft(in Input) Result {
 		if g := groups[name]; g != nil {
 			return g
 		}
-		g := &group{name: name, settings: map[string]string{}}
+		g := &group{name: name, settings: map[string]string{}, fw: in.Firewall}
 		groups[name] = g
 		return g
 	}
@@ -210,7 +222,7 @@ type draftContainer struct {
 // loopback an opening; ok is false when it cannot be reproduced (bad said why).
 func (g *group) container(c Container, bad func(field, reason string)) (draftContainer, bool) {
 	s := c.Spec
-	n0 := len(g.openings)
+	n0, c0 := len(g.openings), len(g.closed)
 	ok := true
 	fail := func(field, reason string) { bad(field, reason); ok = false }
 	for _, u := range s.Unexpressed {
@@ -270,7 +282,7 @@ func (g *group) container(c Container, bad func(field, reason string)) (draftCon
 	ports, opens, pok := g.ports(s, fail)
 	mc.Ports = ports
 	if !ok || !pok {
-		g.openings = g.openings[:n0]
+		g.openings, g.closed = g.openings[:n0], g.closed[:c0]
 		return draftContainer{}, false
 	}
 	g.openings = append(g.openings, opens...)
@@ -278,7 +290,8 @@ func (g *group) container(c Container, bad func(field, reason string)) (draftCon
 }
 
 // ports turns each published port into "[hostip:]${setting}:containerport[/udp]", the setting
-// holding the host port, and an opening for each bound beyond loopback.
+// holding the host port, and for each bound beyond loopback the openings the found firewall
+// lets in (g.reached).
 func (g *group) ports(s ctrspec.Spec, fail func(field, reason string)) ([]string, []manifestOpening, bool) {
 	var out []string
 	var opens []manifestOpening
@@ -317,14 +330,44 @@ func (g *group) ports(s ctrspec.Spec, fail func(field, reason string)) ([]string
 				m += "/" + b.Proto
 			}
 			out = append(out, m)
-			if !strings.HasPrefix(b.HostIP, "127.") {
-				opens = append(opens, manifestOpening{Port: ref, Proto: b.Proto, From: "anywhere", Path: "forwarded"})
+			if strings.HasPrefix(b.HostIP, "127.") {
+				continue
 			}
-			continue
+			o, good := g.reached(ref, b, func(reason string) { fail(field, fmt.Sprintf("%q: %s", p, reason)) })
+			if good {
+				opens = append(opens, o...)
+				continue
+			}
 		}
 		ok = false
 	}
 	return out, opens, ok
+}
+
+// reached is the openings of a port published beyond loopback (ref, its setting's reference):
+// forwarded from exactly whom the found firewall lets in, one opening a source (anywhere, or each
+// prefix), none when nobody outside reaches it (g.closed then names what closes it). Not knowing
+// who reaches it is a refusal (bad), never an opening from anywhere.
+func (g *group) reached(ref string, b ctrspec.PortBinding, bad func(reason string)) ([]manifestOpening, bool) {
+	if g.fw == nil {
+		bad("the found firewall was not read, so who outside reaches the port is not known")
+		return nil, false
+	}
+	a := g.fw.Reach(reach.Port{HostIP: b.HostIP, HostPort: b.HostPort, Proto: b.Proto})
+	if a.Refused != "" {
+		bad(fmt.Sprintf("who outside reaches host port %s is not known: the found firewall's rule %s", a.Port, a.Refused))
+		return nil, false
+	}
+	if a.Closed() {
+		g.closed = append(g.closed, fmt.Sprintf("%s/%s (host port %s): closed by the found firewall (%s)",
+			ref, b.Proto, a.Port, strings.Join(a.ClosedBy, "; ")))
+		return nil, true
+	}
+	var out []manifestOpening
+	for _, from := range a.From {
+		out = append(out, manifestOpening{Port: ref, Proto: b.Proto, From: from, Path: "forwarded"})
+	}
+	return out, true
 }
 
 // draftFile is f in the manifest's words, refused when a manifest cannot carry its bytes.

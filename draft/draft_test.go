@@ -10,8 +10,23 @@ import (
 	"meshd/container"
 	"meshd/ctrspec"
 	"meshd/fsm"
+	"meshd/netfilter/reach"
 	"meshd/report"
 )
+
+// firewall answers for the found firewall in these tests: by host port, else from anywhere.
+type firewall map[uint16]reach.Answer
+
+func (f firewall) Reach(p reach.Port) reach.Answer {
+	if a, ok := f[p.HostPort]; ok {
+		a.Port = p
+		return a
+	}
+	return reach.Answer{Port: p, From: []string{reach.Anywhere}}
+}
+
+// open is a machine whose firewall lets anywhere reach every published port.
+var open = firewall{}
 
 // found reads testdata/found-api.json: `docker inspect` of a container made with `docker
 // create --network draftfix-net --network-alias api --cap-add NET_ADMIN --user 65534:65534
@@ -59,7 +74,7 @@ func specsOf(t *testing.T, m Module) []ctrspec.Spec {
 // setting with an opening for the port published beyond loopback.
 func TestUnitDraftRoundTripsTheFoundContainer(t *testing.T) {
 	o, c := found(t)
-	res := Draft(Input{Node: "hub", Containers: []Container{c}})
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, Firewall: open})
 	if len(res.Refused) > 0 || len(res.Modules) != 1 {
 		t.Fatalf("draft = %d modules, refused %v", len(res.Modules), res.Refused)
 	}
@@ -96,7 +111,7 @@ func TestUnitDraftRoundTripsTheFoundContainer(t *testing.T) {
 // what was left out.
 func TestUnitPreviewShowsEnvNamesNotValues(t *testing.T) {
 	_, c := found(t)
-	res := Draft(Input{Node: "hub", Containers: []Container{c}, LeftOut: []string{"container web is meshd's (module web)"}})
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, LeftOut: []string{"container web is meshd's (module web)"}, Firewall: open})
 	text := Text(res, "drafts")
 	if !strings.Contains(text, "env: API_TOKEN, MODE") || strings.Contains(text, "s3cret") ||
 		!strings.Contains(text, "left out: container web is meshd's (module web)") {
@@ -116,7 +131,7 @@ func TestUnitDraftRefusesWhatItCannotReproduce(t *testing.T) {
 	c.Spec.Env = map[string]string{"DSN": "postgres://${USER}@db"}
 	c.Spec.Restart = "sometimes"
 	c.Spec.Volumes = []string{"/srv/api:/data:z"}
-	res := Draft(Input{Node: "hub", Containers: []Container{c}})
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, Firewall: open})
 	var got []string
 	for _, r := range res.Refused {
 		got = append(got, r.String())
@@ -149,7 +164,7 @@ func TestUnitDraftGroupsByComposeProject(t *testing.T) {
 	b.Spec.Name, b.Spec.Ports = "draftfix-web", []string{"8082:80"}
 	solo := Container{Spec: ctrspec.Spec{Name: "Metrics_1", Image: "metrics:1"}, ImageID: "sha256:m", RefImageID: "sha256:m"}
 	f := File{Path: "/etc/predecessor/sync.conf", Content: []byte("generation 4\n"), Mode: 0o640, UID: 0, GID: 4}
-	res := Draft(Input{Node: "hub", Containers: []Container{solo, b, a}, Files: []File{f}})
+	res := Draft(Input{Node: "hub", Containers: []Container{solo, b, a}, Files: []File{f}, Firewall: open})
 	if len(res.Refused) > 0 {
 		t.Fatal(res.Refused)
 	}
@@ -176,7 +191,7 @@ func TestUnitDraftGroupsByComposeProject(t *testing.T) {
 // module. It is named NAME-2 (or the next number free) instead.
 func TestUnitDraftKeepsClearOfTheCatalogue(t *testing.T) {
 	_, c := found(t)
-	res := Draft(Input{Node: "hub", Containers: []Container{c}, Catalogue: []string{"store", "shop", "shop-2"}})
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, Catalogue: []string{"store", "shop", "shop-2"}, Firewall: open})
 	if len(res.Refused) > 0 || len(res.Modules) != 1 {
 		t.Fatalf("draft: %+v", res)
 	}
@@ -191,7 +206,7 @@ func TestUnitDraftKeepsClearOfTheCatalogue(t *testing.T) {
 func TestUnitDraftKeepsARestartRetryLimit(t *testing.T) {
 	_, c := found(t)
 	c.Spec.Restart = "on-failure:3"
-	res := Draft(Input{Node: "hub", Containers: []Container{c}})
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, Firewall: open})
 	if len(res.Refused) > 0 || len(res.Modules) != 1 {
 		t.Fatalf("refused: %v", res.Refused)
 	}
@@ -200,5 +215,56 @@ func TestUnitDraftKeepsARestartRetryLimit(t *testing.T) {
 	}
 	if specs := specsOf(t, res.Modules[0]); len(specs) != 1 || specs[0].Restart != "on-failure:3" {
 		t.Errorf("read back: %+v", specs)
+	}
+}
+
+// Issue 38: an opening says whom the found firewall lets in, never more. A port the firewall
+// keeps to the LAN is opened from the LAN's prefixes, one opening each; a port nobody outside
+// reaches gets no opening and the preview names the rule that closes it; a port whose reach
+// depends on a rule that cannot be read refuses the draft, naming the rule.
+func TestUnitDraftOpensOnlyWhatTheFoundFirewallLetsIn(t *testing.T) {
+	_, c := found(t)
+	metrics := Container{Spec: ctrspec.Spec{Name: "metrics", Image: "metrics:1", Ports: []string{"9090:9090", "9100:9100"}},
+		ImageID: "sha256:m", RefImageID: "sha256:m"}
+	drop := "iptables-nft filter: -A DOCKER-USER -o docker0 -m conntrack --ctstate NEW -j DROP"
+	fw := firewall{
+		8081: {From: []string{"10.0.0.0/8", "192.168.0.0/16"}},
+		9090: {ClosedBy: []string{drop}},
+	}
+	res := Draft(Input{Node: "hub", Containers: []Container{c, metrics}, Firewall: fw})
+	if len(res.Refused) > 0 || len(res.Modules) != 2 {
+		t.Fatalf("draft: %+v", res)
+	}
+	m, shop := res.Modules[0], res.Modules[1]
+	if want := []string{"${metrics_port_9100}/tcp forwarded from anywhere"}; !slices.Equal(m.Openings, want) {
+		t.Errorf("metrics openings %q, want %q", m.Openings, want)
+	}
+	if len(m.Closed) != 1 || !strings.Contains(m.Closed[0], "${metrics_port_9090}/tcp (host port 9090/tcp): closed by the found firewall ("+drop+")") {
+		t.Errorf("metrics closed %q", m.Closed)
+	}
+	if want := []string{"${draftfix_api_port_8080}/tcp forwarded from 10.0.0.0/8", "${draftfix_api_port_8080}/tcp forwarded from 192.168.0.0/16"}; !slices.Equal(shop.Openings, want) {
+		t.Errorf("shop openings %q, want %q", shop.Openings, want)
+	}
+	for _, mod := range res.Modules {
+		specsOf(t, mod) // the catalogue reads each back
+	}
+	parsed, err := catalogue.Parse(m.File, m.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := parsed.Resolve(nil); err != nil || len(r.Openings) != 1 || r.Openings[0].Port != 9100 {
+		t.Errorf("metrics resolves to openings %+v (%v), want 9100's alone:\n%s", r.Openings, err, m.Manifest)
+	}
+	if text := Text(res, "drafts"); !strings.Contains(text, "  no opening: ${metrics_port_9090}/tcp (host port 9090/tcp): closed by the found firewall ("+drop+")") {
+		t.Errorf("preview:\n%s", text)
+	}
+
+	rule := "iptables-nft filter: -A DOCKER-USER -m set --match-set admins src -j RETURN: match --match-set admins is not understood"
+	res = Draft(Input{Node: "hub", Containers: []Container{metrics}, Firewall: firewall{9090: {Refused: rule}}})
+	if len(res.Refused) != 1 || !strings.Contains(res.Refused[0].String(), `node hub container metrics: ports[0]: "9090:9090": who outside reaches host port 9090/tcp is not known: the found firewall's rule `+rule) {
+		t.Errorf("refused %v", res.Refused)
+	}
+	if res = Draft(Input{Node: "hub", Containers: []Container{metrics}}); len(res.Refused) != 2 {
+		t.Errorf("no firewall read, refused %v; want both ports refused", res.Refused)
 	}
 }

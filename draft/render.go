@@ -19,7 +19,9 @@ type group struct {
 	containers []draftContainer
 	files      []manifestFile
 	openings   []manifestOpening
+	closed     []string
 	settings   map[string]string
+	fw         Reacher
 }
 
 // manifest is a module in the catalogue's keys, each left out at its default.
@@ -75,7 +77,7 @@ func (g *group) module(node string) (Module, error) {
 	if len(names) > 0 {
 		m.Description += ": " + strings.Join(names, ", ")
 	}
-	out := Module{Name: g.name, File: g.name + ".yaml", Settings: m.Settings, Openings: openingTexts(g.openings)}
+	out := Module{Name: g.name, File: g.name + ".yaml", Settings: m.Settings, Openings: openingTexts(g.openings), Closed: g.closed}
 	for _, c := range g.containers {
 		out.Containers = append(out.Containers, ContainerSummary{Name: c.c.Name, Image: c.c.Image, ImageID: c.imageID,
 			Env: c.envNames, Ports: c.c.Ports, Volumes: c.c.Volumes, Runtime: c.c.Runtime.Used()})
@@ -163,6 +165,9 @@ func Text(res Result, dir string) string {
 		}
 		for _, o := range m.Openings {
 			fmt.Fprintf(&b, "  opening %s\n", o)
+		}
+		for _, c := range m.Closed {
+			fmt.Fprintf(&b, "  no opening: %s\n", c)
 		}
 	}
 	for _, l := range res.LeftOut {

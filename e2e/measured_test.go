@@ -241,7 +241,7 @@ func TestAdoptKeepsPredecessorAppsServing(t *testing.T) {
 	})
 	// Issue 38, on the same hub once the rest is checked.
 	takeFoundAsItIs(ctx, t, hub)
-	takeDrafted(ctx, t, hub)
+	takeDrafted(ctx, t, l)
 }
 
 // The measured machine (research 012) adopted: genesis --adopted and the first assignment change

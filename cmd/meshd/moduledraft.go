@@ -18,6 +18,8 @@ import (
 	"meshd/container"
 	"meshd/draft"
 	"meshd/fsm"
+	"meshd/netfilter"
+	"meshd/netfilter/reach"
 	"meshd/report"
 )
 
@@ -36,16 +38,26 @@ with (the image id it runs is checked to be what the reference names now), comma
 volumes, restart policy, labels, and the rest of the container vocabulary (user, networks with
 aliases and addresses, capabilities, limits, health check, logging...). Containers of one Compose
 project (label com.docker.compose.project) are one module; any other container is a module of its
-own. Each host port is a setting of its module (meshd node set NODE MODULE.SETTING=PORT moves it),
-and each port published beyond loopback has an opening, forwarded from anywhere, as Docker
-publishes it past the host's own filter. A module is never named as one the catalogue has (adding
-it would replace that one): it is NAME-2 instead. --file PATH adds a file as it is on the machine (content,
+own. Each host port is a setting of its module (meshd node set NODE MODULE.SETTING=PORT moves it).
+A module is never named as one the catalogue has (adding it would replace that one): it is NAME-2
+instead.
+
+Each port published beyond loopback gets the openings the machine's found firewall gives it, never
+more: draft reads the ruleset (iptables and ip6tables, either backend, with ufw's and Docker's
+chains, and nftables) and follows a new connection from outside through Docker's DNAT and every
+forwarding filter. A port anywhere reaches is opened forwarded from anywhere; one the firewall
+keeps to some networks gets one opening from each (192.168.0.0/16; 0.0.0.0/0 when all of IPv4 but
+no IPv6 reaches it); one nobody outside reaches gets none, and the preview says "no opening: ...
+closed by the found firewall (RULE)". A rule the answer depends on that draft cannot read (an
+ipset, a mark, an interface other than loopback or a container bridge, firewalld's zones) refuses
+the draft, naming the rule. --file PATH adds a file as it is on the machine (content,
 mode, owner) to MODULE, or to NODE-files. Left out, each named: containers meshd created, those a
 module declares already (the node's latest report says which) and those a take keeps aside.
 
 A draft is exact or refused: what a manifest cannot reproduce (a setting no manifest can say, such
 as --ipc host; an image reference that now names another image than the one running; an env value
-with ${...}) is named, node, container and field, and nothing is written. Each manifest is parsed
+with ${...}; a port whose reach cannot be read) is named, node, container and field, and nothing is
+written. Each manifest is parsed
 back with the catalogue, and says privileged: true (with why, in the preview) when it is root on
 the machine.
 
@@ -88,6 +100,12 @@ from what runs is adopted in place, the same containers, not restarted.`,
 					return err
 				}
 				in.Containers, in.LeftOut = cs, left
+				// Who outside reaches each published port, as the machine's found firewall says.
+				fw, err := reach.Read(ctx, netfilter.Env{})
+				if err != nil {
+					return fmt.Errorf("module draft: read the found firewall on node %s (drafting reads it as root): %w", node, err)
+				}
+				in.Firewall = fw
 			} else if len(names) > 0 {
 				return errors.New("module draft: --no-containers drafts files only: name no container")
 			}

@@ -44,6 +44,11 @@ func Bin(backend string, v6 bool, suffix string) string { return Name(backend, v
 // the backend's tools are absent or the backend holds no filter table. An iptables-nft table
 // that nft rules made unreadable to iptables is an error naming it.
 func Read(ctx context.Context, env netfilter.Env, backend string, v6 bool) (*Dump, bool, error) {
+	return ReadTable(ctx, env, backend, v6, "filter")
+}
+
+// ReadTable is Read of another table (nat, where Docker's DNAT of published ports is).
+func ReadTable(ctx context.Context, env netfilter.Env, backend string, v6 bool, table string) (*Dump, bool, error) {
 	// A legacy table is made the first time anything reads it in a network namespace: look in
 	// /proc first, so detecting the firewall never leaves a legacy filter table behind.
 	if backend == "legacy" {
@@ -53,30 +58,30 @@ func Read(ctx context.Context, env netfilter.Env, backend string, v6 bool) (*Dum
 			names = "/proc/net/ip6_tables_names"
 		}
 		b, err := env.Run(ctx, "cat", names)
-		if err != nil || !bytes.Contains(append([]byte("\n"), b...), []byte("\nfilter\n")) {
+		if err != nil || !bytes.Contains(append([]byte("\n"), b...), []byte("\n"+table+"\n")) {
 			return nil, false, nil
 		}
 	}
 	name := Name(backend, v6)
 	// stderr too: iptables-nft-save warns there, exiting 0, about a table it cannot show.
-	out, err := env.Run(ctx, "sh", "-c", Bin(backend, v6, "-save")+" -t filter 2>&1")
+	out, err := env.Run(ctx, "sh", "-c", Bin(backend, v6, "-save")+" -t "+table+" 2>&1")
 	if err != nil {
 		if strings.Contains(err.Error(), "exit status 127") || strings.Contains(err.Error(), "not found") {
 			return nil, false, nil
 		}
 		if strings.Contains(err.Error(), "incompatible") {
-			return nil, false, fmt.Errorf("%s filter table is unreadable (changed by a tool meshd does not speak): %w", name, err)
+			return nil, false, fmt.Errorf("%s %s table is unreadable (changed by a tool meshd does not speak): %w", name, table, err)
 		}
 		// legacy: no filter table loaded ("Table does not exist")
 		if strings.Contains(err.Error(), "does not exist") || bytes.Contains(out, []byte("does not exist")) {
 			return nil, false, nil
 		}
-		return nil, false, fmt.Errorf("read %s filter table: %w", name, err)
+		return nil, false, fmt.Errorf("read %s %s table: %w", name, table, err)
 	}
 	if bytes.Contains(out, []byte("incompatible")) {
-		return nil, false, fmt.Errorf("%s filter table is unreadable (changed by a tool meshd does not speak): %s", name, firstLineWith(out, "incompatible"))
+		return nil, false, fmt.Errorf("%s %s table is unreadable (changed by a tool meshd does not speak): %s", name, table, firstLineWith(out, "incompatible"))
 	}
-	d := parse(out)
+	d := parseTable(out, table)
 	d.Backend, d.V6 = backend, v6
 	if len(d.Policies) == 0 {
 		return d, false, nil
@@ -93,7 +98,12 @@ func firstLineWith(b []byte, s string) string {
 	return ""
 }
 
-func parse(out []byte) *Dump {
+func parse(out []byte) *Dump { return parseTable(out, "filter") }
+
+// Parse reads one table of an iptables-save dump (its policies and rules; other tables skipped).
+func Parse(out []byte, table string) *Dump { return parseTable(out, table) }
+
+func parseTable(out []byte, table string) *Dump {
 	d := &Dump{Policies: map[string]string{}}
 	inFilter := false
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -102,7 +112,7 @@ func parse(out []byte) *Dump {
 		l := strings.TrimSpace(sc.Text())
 		switch {
 		case strings.HasPrefix(l, "*"):
-			inFilter = l == "*filter"
+			inFilter = l == "*"+table
 		case !inFilter:
 		case strings.HasPrefix(l, ":"):
 			f := strings.Fields(l[1:])
