@@ -302,7 +302,7 @@ func routedOpening(r *Record, n *Node, t TunnelView) *catalogue.PortOpening {
 		return nil
 	}
 	turns := len(r.Tunnel.Carried) > 0
-	for _, name := range r.NodeNames() {
+	for _, name := range r.sortedNames() {
 		if o := r.Nodes[name]; !turns && o.WireGuardKey != "" && o.Address != "" && onFoundTunnel(r, o) {
 			turns = true
 		}
@@ -374,7 +374,7 @@ func composeTunnel(r *Record, n *Node) TunnelView {
 				Endpoint: c.Endpoint, Keepalive: KeepaliveSeconds, Carried: true})
 		}
 	}
-	for _, name := range r.NodeNames() {
+	for _, name := range r.sortedNames() {
 		o := r.Nodes[name]
 		if name == n.Name || o.WireGuardKey == "" || o.Address == "" {
 			continue
