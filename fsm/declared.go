@@ -60,6 +60,7 @@ func facing(r *Record, n *Node) string {
 func (p pending) applied(r *Record, v any) Touched {
 	one := Touched{Nodes: []string{p.node}}
 	if n := r.Nodes[p.node]; n != nil && facing(r, n) != p.facing {
+		r.forgetLists()
 		one = Touched{All: true}
 	}
 	switch p.op {
@@ -101,6 +102,9 @@ func (p pending) applied(r *Record, v any) Touched {
 			break
 		}
 		r.forgetModule(m.Name)
+		if m.Name == catalogue.MeshModule {
+			r.forgetLists() // the tunnel ports' defaults
+		}
 		return r.withMoved(Touched{All: m.Name == catalogue.MeshModule}, m.Name, true)
 	case OpModuleConfirm:
 		// Only a module that may reach already is confirmed: MayReach stays true.

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"net/netip"
 	"sort"
 	"sync"
 
@@ -22,6 +23,10 @@ type derived struct {
 	servers []string
 	names   []string
 	listed  bool // servers and names are worked out
+	// peers are the nodes as peers of the others' tunnels, sorted by key; peered says they are
+	// worked out.
+	peers  []peerEntry
+	peered bool
 	// fresh works everything out again on each call, as before issue 37: the benchmark's
 	// yardstick and the tests' reference.
 	fresh bool
@@ -168,19 +173,62 @@ func (r *Record) sortedNames() []string {
 	return r.derived.names
 }
 
+// peerEntry is one node as a peer of the others' tunnels; onFound says its traffic still goes
+// through its found tunnel (only the hub peers it).
+type peerEntry struct {
+	peer    TunnelPeer
+	onFound bool
+}
+
+// tunnelPeers are the nodes with an overlay key and an address as peers, sorted by key: shared,
+// the caller copies what it keeps.
+func (r *Record) tunnelPeers(rng netip.Prefix) []peerEntry {
+	d := &r.derived
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.peered && !d.fresh {
+		return d.peers
+	}
+	var peers []peerEntry // a new slice: a reader may still hold the last
+	for name, o := range r.Nodes {
+		if o.WireGuardKey == "" || o.Address == "" {
+			continue
+		}
+		p := TunnelPeer{Name: name, PublicKey: o.WireGuardKey, AllowedIPs: []string{o.Address + "/32"}, Keepalive: KeepaliveSeconds}
+		if name == r.Tunnel.Hub {
+			p.AllowedIPs = []string{rng.String()} // the hub routes the range: carried peers are reached through it
+		}
+		if port, err := MeshPort(r, o, "tunnel"); err == nil && o.Advertise != "" {
+			if a, err := netip.ParseAddr(o.Advertise); err == nil {
+				p.Endpoint = netip.AddrPortFrom(a, port).String()
+			}
+		}
+		peers = append(peers, peerEntry{peer: p, onFound: onFoundTunnel(r, o)})
+	}
+	sort.Slice(peers, func(i, j int) bool {
+		a, b := peers[i].peer, peers[j].peer
+		return a.PublicKey < b.PublicKey || a.PublicKey == b.PublicKey && a.Name < b.Name
+	})
+	d.peers, d.peered = peers, true
+	return peers
+}
+
 // forgetAll drops everything derived: a command that changed what it does not follow node by
 // node (genesis, a tunnel taken, a node removed).
 func (r *Record) forgetAll() {
 	r.derived.mu.Lock()
 	defer r.derived.mu.Unlock()
 	r.derived.reach, r.derived.servers, r.derived.names, r.derived.listed = nil, nil, nil, false
+	r.derived.peers, r.derived.peered = nil, false
 }
 
-// forgetLists drops the servers' addresses and the names: a node enrolled or a server removed.
+// forgetLists drops the servers' addresses, the names and the peers: a node enrolled, a server
+// removed, or what the others see of a node changed (facing).
 func (r *Record) forgetLists() {
 	r.derived.mu.Lock()
 	defer r.derived.mu.Unlock()
 	r.derived.servers, r.derived.names, r.derived.listed = nil, nil, false
+	r.derived.peers, r.derived.peered = nil, false
 }
 
 // forgetModule drops module's reach: the catalogue holds another manifest for it.
