@@ -41,7 +41,7 @@ func applyTouching(r *Record, data []byte) (v any, t Touched, err error) {
 	if v, err = apply(r, data); err != nil {
 		return v, Touched{}, err
 	}
-	return v, p.applied(r, v), nil
+	return v, p.afterApply(r, v), nil
 }
 
 // apply decodes one command and dispatches it by op: one switch, every op of the record in one

@@ -54,6 +54,18 @@ func facing(r *Record, n *Node) string {
 	return fmt.Sprintf("%q %q %q %t %q %t %d", n.WireGuardKey, n.Address, n.Advertise, n.Server, n.FoundTunnel, n.TookTunnel, port)
 }
 
+// afterApply is applied, and when that fails (a fault in working something out again) every
+// node touched and nothing kept: the command has applied, and stands.
+func (p pending) afterApply(r *Record, v any) (t Touched) {
+	defer func() {
+		if recover() != nil {
+			r.forgetAll()
+			t = Touched{All: true}
+		}
+	}()
+	return p.applied(r, v)
+}
+
 // applied brings what the record keeps derived up to date after the command applied (it
 // returned v) and says which declarations it touched. A command added to apply and not here
 // touches every declaration and drops everything derived: slow, never wrong.
