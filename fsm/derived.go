@@ -10,11 +10,11 @@ import (
 
 // derived is what commands and Compose work out from the whole record, kept between commands so
 // that a command's cost does not grow with the fleet (issue 37): each module's reach beyond its
-// places (RootEquivalent) node by node, the servers' addresses, the sorted node names. It is a
-// function of the record alone and is never encoded: a restored or decoded record starts with
-// none and builds it again as it is read, so no server's record differs by it. Apply brings it
-// up to date after each command for what that command changed (record.forget); Compose, under
-// a reader's lock, fills in what is missing, so mu guards it.
+// places (RootEquivalent) node by node, the servers' addresses, the sorted node names, the nodes
+// as the tunnel's peers. It is a function of the record alone and is never encoded: a restored
+// or decoded record starts with none and builds it again as it is read, so no server's record
+// differs by it. Apply brings it up to date after each command for what that command changed
+// (pending.applied); Compose, under a reader's lock, fills in what is missing, so mu guards it.
 type derived struct {
 	mu sync.Mutex
 	// reach is, by module, its reach worked out so far; a module missing is worked out whole
