@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,4 +307,48 @@ func TestUnitRestoreTouchesEveryDeclaration(t *testing.T) {
 	if got := g.Declared("web-1"); got <= before || got != indexOf(g) {
 		t.Fatalf("Declared after the restore: %d (before %d, record at %d)", got, before, indexOf(g))
 	}
+}
+
+// Watches compose under the read lock, side by side, while commands apply: what the record keeps
+// is filled in and dropped under its own lock (go test -race holds it).
+func TestUnitComposeWhileCommandsApply(t *testing.T) {
+	f := NewFSM()
+	next := fleetOf(t, f, 6)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				f.Read(func(r *Record, _ uint64) {
+					_, _ = Compose(r, fmt.Sprintf("web-%d", 1+w))
+					_ = r.Unconfirmed()
+				})
+			}
+		}()
+	}
+	for i := range 60 {
+		// A manifest added again drops its reach, and a node enrolled the lists: the watches
+		// work them out again side by side.
+		var c []byte
+		switch i % 3 {
+		case 0:
+			c = cmd(t, OpModuleAssign, t0.Add(time.Hour), ModuleOnNode{Node: fmt.Sprintf("web-%d", 1+i/3%6), Module: "notes"})
+		case 1:
+			c = cmd(t, OpCatalogueAdd, t0.Add(time.Hour), CatalogueAdd{Source: src("notes", fmt.Sprintf("settings: {port: 8081}\nfiles: [{path: /etc/notes/n.conf, content: \"%d\"}]\n", i))})
+		default:
+			c = cmd(t, OpModuleUnassign, t0.Add(time.Hour), ModuleOnNode{Node: fmt.Sprintf("web-%d", 1+i/3%6), Module: "notes"})
+		}
+		if err := applyLog(t, f, next+uint64(i), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
 }
