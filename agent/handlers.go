@@ -331,29 +331,11 @@ func (s *recordAPI) getDeclaration(w http.ResponseWriter, req *http.Request) {
 	api.WriteJSON(w, http.StatusOK, v)
 }
 
-// waitDeclaration returns at once when the record is already past index (the caller may have
-// missed a change); otherwise it waits until a write changes the node's composed declaration.
+// waitDeclaration returns at once when a command touched the node's declaration past index (the
+// caller may have missed a change); otherwise it waits until one does (fsm.Touched): a command
+// about other nodes wakes it to read one number, and composes nothing.
 func (s *recordAPI) waitDeclaration(ctx context.Context, name string, index uint64) {
-	compose := func() (b []byte, cur uint64) {
-		s.rec.Read(func(r *fsm.Record, i uint64) {
-			cur = i
-			if d, err := fsm.Compose(r, name); err == nil {
-				b, _ = json.Marshal(d)
-			}
-		})
-		return b, cur
-	}
-	base, cur := compose()
-	if cur > index {
-		return
-	}
-	for ctx.Err() == nil {
-		s.rec.Wait(ctx, cur)
-		var now []byte
-		if now, cur = compose(); !bytes.Equal(now, base) {
-			return
-		}
-	}
+	s.rec.WaitDeclared(ctx, name, index)
 }
 
 func (s *recordAPI) raftPeers(w http.ResponseWriter, _ *http.Request) {

@@ -206,8 +206,8 @@ func (s *serverRole) operatorAPI() http.Handler {
 	return s.api
 }
 
-// watchOwnDeclaration composes the node's declaration each time the record changes and passes it
-// on when it differs from the last one.
+// watchOwnDeclaration composes the node's declaration each time a command touches it and passes
+// it on when it differs from the last one.
 func (s *serverRole) watchOwnDeclaration(ctx context.Context) {
 	if err := s.rec.WaitCaughtUp(ctx); err != nil {
 		return
@@ -239,6 +239,6 @@ func (s *serverRole) watchOwnDeclaration(ctx context.Context) {
 				}
 			}
 		}
-		s.rec.Wait(ctx, index)
+		s.rec.WaitDeclared(ctx, s.node.Name, index)
 	}
 }

@@ -20,17 +20,28 @@ var nodeNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 // ending the process: the same entry is replayed by every server on every start, so a panic
 // would stop all of them for good. Apply checks before it changes anything, so a panic in the
 // checks leaves the record as it was; wherever it happens, it happens alike on every server.
-func Apply(r *Record, data []byte) (v any, err error) {
+func Apply(r *Record, data []byte) (any, error) {
+	v, _, err := applyTouching(r, data)
+	return v, err
+}
+
+// applyTouching is Apply, saying also which declarations the command touched (Touched).
+func applyTouching(r *Record, data []byte) (v any, t Touched, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			var c struct {
 				Op Op `json:"op"`
 			}
 			_ = json.Unmarshal(data, &c)
-			v, err = nil, refuse(c.Op, "", "", "the command could not be applied (a fault in this server: %v); refused, the record is as it was", p)
+			r.forgetAll()
+			v, t, err = nil, Touched{}, refuse(c.Op, "", "", "the command could not be applied (a fault in this server: %v); refused, the record is as it was", p)
 		}
 	}()
-	return apply(r, data)
+	p := pendingFor(r, data)
+	if v, err = apply(r, data); err != nil {
+		return v, Touched{}, err
+	}
+	return v, p.afterApply(r, v), nil
 }
 
 // apply decodes one command and dispatches it by op: one switch, every op of the record in one

@@ -133,20 +133,6 @@ func (r Resource) ID() string {
 	return r.Kind
 }
 
-// serverAddresses are the record's servers' advertise addresses, sorted, each once.
-func serverAddresses(r *Record) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, n := range r.Nodes {
-		if n.Server && n.Advertise != "" && !seen[n.Advertise] {
-			seen[n.Advertise] = true
-			out = append(out, n.Advertise)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
 // Compose returns the declaration for node. It fails only for a node the record does not know or
 // a module that no longer resolves, which Apply refuses to let happen.
 func Compose(r *Record, node string) (*Declaration, error) {

@@ -17,4 +17,12 @@
 // module.confirm (privileged.go). Such an unconfirmed module keeps working where it is assigned
 // and is listed (Record.Unconfirmed) until the word is given; nothing at upgrade changes the
 // record. Compose tells the host which resources are confined (Resource.Confined).
+//
+// A command costs what it is about, not the fleet (issue 37). What is worked out from the whole
+// record (each module's reach, the servers' addresses, the names, the tunnel's peers) is kept in
+// the record, never encoded, and brought up to date by Apply for what each command changed
+// (derived.go); and each applied command names the nodes whose declarations it may have changed
+// (Touched, declared.go), which the FSM keeps by node (FSM.Declared) for the declaration watches.
+// Naming a node that did not change costs a compose; missing one would leave a node behind, so a
+// command the rules do not know touches every node and drops what is kept.
 package fsm

@@ -105,13 +105,19 @@ type HistoryKeepSet struct {
 // ApplyAt applies one encoded command committed at raft index index, as Apply does, and appends
 // what it did to the history. A refused command appends nothing: the record is as it was.
 func ApplyAt(r *Record, index uint64, data []byte) (any, error) {
-	v, err := Apply(r, data)
+	v, _, err := applyAtTouching(r, index, data)
+	return v, err
+}
+
+// applyAtTouching is ApplyAt, saying also which declarations the command touched.
+func applyAtTouching(r *Record, index uint64, data []byte) (any, Touched, error) {
+	v, t, err := applyTouching(r, data)
 	if err != nil {
-		return v, err
+		return v, t, err
 	}
 	var c Command
 	if json.Unmarshal(data, &c) != nil || c.V < historySince {
-		return v, nil
+		return v, t, nil
 	}
 	h := r.history()
 	if evs, ok := v.(hostEventsApplied); ok {
@@ -134,7 +140,7 @@ func ApplyAt(r *Record, index uint64, data []byte) (any, error) {
 		}
 	}
 	h.prune(c.At)
-	return v, nil
+	return v, t, nil
 }
 
 // takenByConverge are the "taken" events of a converge that names what it takes (Flip.Takes):

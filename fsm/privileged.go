@@ -83,45 +83,11 @@ func (r *Record) Unconfirmed() []Unconfirmed {
 	return out
 }
 
-// RootEquivalent is what makes module root on a machine, each with why: with its defaults and
-// with each assigned node's settings, each said once; and that it says privileged: true. Empty
-// for a module that stays in its own places.
-func (r *Record) RootEquivalent(module string) []string {
-	m := r.Catalogue[module]
-	if m == nil {
-		return nil
-	}
-	seen := map[string]bool{}
-	var out []string
-	note := func(vals map[string]string) {
-		res, err := m.Resolve(vals)
-		if err != nil {
-			return
-		}
-		for _, s := range res.RootEquivalent() {
-			if !seen[s] {
-				seen[s] = true
-				out = append(out, s)
-			}
-		}
-	}
-	note(nil)
-	for _, name := range r.NodeNames() {
-		if n := r.Nodes[name]; has(n.Assigned, module) {
-			note(nodeValues(n, module))
-		}
-	}
-	if m.Privileged && len(out) == 0 {
-		out = append(out, "it says privileged: true")
-	}
-	return out
-}
-
 // MayReach says whether module may go beyond its own places on a machine: the operator said so
 // (a Grant), or it is unconfirmed and keeps working as it did until the operator confirms it.
 // Compose tells the host to confine every other module (Resource.Confined).
 func (r *Record) MayReach(module string) bool {
-	return r.Privileged[module] != nil || len(r.RootEquivalent(module)) > 0
+	return r.Privileged[module] != nil || r.reachesBeyond(module)
 }
 
 // checkPrivilege refuses, for a command of privilegedSince or newer, module on node n when its
@@ -141,7 +107,7 @@ func checkPrivilege(r *Record, n *Node, c *Command, module string) error {
 		return nil
 	case r.Privileged[module] != nil:
 		return nil
-	case len(r.RootEquivalent(module)) > 0:
+	case r.reachesBeyond(module):
 		if c.Op == OpModuleAssign {
 			return refuse(c.Op, n.Name, module, "module %s is root on a machine and no operator has said it may be (it was added before this version): "+
 				"confirm it first (meshd module confirm %s), or add it again in its own places", module, module)
@@ -231,7 +197,7 @@ func applyModuleConfirm(r *Record, c *Command, b *ModuleConfirm) (any, error) {
 	case r.Privileged[b.Module] != nil:
 		g := r.Privileged[b.Module]
 		return nil, refuse(c.Op, "", b.Module, "already said privileged (by %s, %s)", orSomeone(g.By), g.At.UTC().Format(time.RFC3339))
-	case len(r.RootEquivalent(b.Module)) == 0:
+	case !r.reachesBeyond(b.Module):
 		return nil, refuse(c.Op, "", b.Module, "module %s stays in its own places and needs no privilege: nothing to confirm", b.Module)
 	}
 	if r.Privileged == nil {

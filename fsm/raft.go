@@ -22,6 +22,11 @@ type FSM struct {
 	index   uint64
 	applied uint64
 	changed chan struct{}
+	// declared is, by node, the record's index when a command last touched the node's
+	// declaration (Touched); allAt the index when one last touched every node's. Neither is
+	// encoded: a restore touches every node.
+	declared map[string]uint64
+	allAt    uint64
 }
 
 // Result is what FSM.Apply returns to the proposer through raft's ApplyFuture.
@@ -38,10 +43,58 @@ func NewFSM() *FSM { return &FSM{rec: NewRecord(), changed: make(chan struct{})}
 func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	v, err := ApplyAt(f.rec, l.Index, l.Data)
+	v, t, err := applyAtTouching(f.rec, l.Index, l.Data)
 	f.applied = l.Index
 	f.advance(l.Index)
+	f.touch(t)
 	return Result{Value: detach(v), Err: err}
+}
+
+// touch records that the command just applied, at the record's index, touched t. Called with
+// mu held.
+func (f *FSM) touch(t Touched) {
+	if t.All {
+		f.allAt, f.declared = f.index, nil
+		return
+	}
+	if len(t.Nodes) > 0 && f.declared == nil {
+		f.declared = map[string]uint64{}
+	}
+	for _, n := range t.Nodes {
+		f.declared[n] = f.index
+	}
+}
+
+// declaredAt is the record's index when node's declaration was last touched. Called with mu
+// held.
+func (f *FSM) declaredAt(node string) uint64 { return max(f.allAt, f.declared[node]) }
+
+// Declared is the record's index when a command last touched node's declaration: a composed
+// declaration at index i is still the node's while Declared(node) <= i. A node the record does
+// not know has the index of the last command that touched every node (an enrolment does).
+func (f *FSM) Declared(node string) uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.declaredAt(node)
+}
+
+// WaitDeclared blocks until a command touches node's declaration past index, or ctx is done; it
+// returns the record's index then. It wakes on every change and looks at one number, so a
+// watch costs nothing when a command is about other nodes.
+func (f *FSM) WaitDeclared(ctx context.Context, node string, index uint64) uint64 {
+	for {
+		f.mu.RLock()
+		at, cur, ch := f.declaredAt(node), f.index, f.changed
+		f.mu.RUnlock()
+		if at > index {
+			return cur
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return cur
+		}
+	}
 }
 
 // advance moves the record's index to at least to (and at least one past where it was) and
@@ -98,6 +151,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.rec = rec
 	f.advance(index)
+	f.touch(Touched{All: true})
 	return nil
 }
 

@@ -43,6 +43,10 @@ type Record struct {
 	// History is what happened when and who did it (history.go); nil until the first command of
 	// version 5.
 	History *History `json:"history,omitempty"`
+
+	// derived is what is worked out from the rest and kept between commands (derived.go):
+	// never encoded.
+	derived derived
 }
 
 // Revocation is a removed node's identity key.

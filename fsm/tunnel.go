@@ -302,7 +302,7 @@ func routedOpening(r *Record, n *Node, t TunnelView) *catalogue.PortOpening {
 		return nil
 	}
 	turns := len(r.Tunnel.Carried) > 0
-	for _, name := range r.NodeNames() {
+	for _, name := range r.sortedNames() {
 		if o := r.Nodes[name]; !turns && o.WireGuardKey != "" && o.Address != "" && onFoundTunnel(r, o) {
 			turns = true
 		}
@@ -374,28 +374,19 @@ func composeTunnel(r *Record, n *Node) TunnelView {
 				Endpoint: c.Endpoint, Keepalive: KeepaliveSeconds, Carried: true})
 		}
 	}
-	for _, name := range r.NodeNames() {
-		o := r.Nodes[name]
-		if name == n.Name || o.WireGuardKey == "" || o.Address == "" {
-			continue
-		}
+	for _, e := range r.tunnelPeers(rng) {
 		// A node still on its found tunnel is reached through the hub, which routes the range:
 		// its found tunnel would drop a handshake from a key it does not know.
-		if n.Name != r.Tunnel.Hub && onFoundTunnel(r, o) {
+		if e.peer.Name == n.Name || n.Name != r.Tunnel.Hub && e.onFound {
 			continue
 		}
-		p := TunnelPeer{Name: name, PublicKey: o.WireGuardKey, AllowedIPs: []string{o.Address + "/32"}, Keepalive: KeepaliveSeconds}
-		if name == r.Tunnel.Hub {
-			p.AllowedIPs = []string{rng.String()} // the hub routes the range: carried peers are reached through it
-		}
-		if port, err := MeshPort(r, o, "tunnel"); err == nil && o.Advertise != "" {
-			if a, err := netip.ParseAddr(o.Advertise); err == nil {
-				p.Endpoint = netip.AddrPortFrom(a, port).String()
-			}
-		}
+		p := e.peer
+		p.AllowedIPs = cloneStrings(p.AllowedIPs)
 		v.Peers = append(v.Peers, p)
 	}
-	sort.Slice(v.Peers, func(i, j int) bool { return v.Peers[i].PublicKey < v.Peers[j].PublicKey })
+	if n.Name == r.Tunnel.Hub {
+		sort.SliceStable(v.Peers, func(i, j int) bool { return v.Peers[i].PublicKey < v.Peers[j].PublicKey })
+	}
 	return v
 }
 

@@ -72,6 +72,15 @@ func (s *Service) Read(fn func(r *fsm.Record, index uint64)) { s.fsm.Read(fn) }
 // Wait blocks until the record changed past index, or ctx ends; it returns the index then.
 func (s *Service) Wait(ctx context.Context, index uint64) uint64 { return s.fsm.Wait(ctx, index) }
 
+// Declared is the record's index when a command last touched node's declaration.
+func (s *Service) Declared(node string) uint64 { return s.fsm.Declared(node) }
+
+// WaitDeclared blocks until a command touched node's declaration past index, or ctx ends
+// (fsm.FSM.WaitDeclared).
+func (s *Service) WaitDeclared(ctx context.Context, node string, index uint64) uint64 {
+	return s.fsm.WaitDeclared(ctx, node, index)
+}
+
 // Index is the index of the last command the record applied.
 func (s *Service) Index() uint64 { return s.fsm.Applied() }
 

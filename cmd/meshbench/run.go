@@ -59,6 +59,9 @@ var DefaultSuites = []Suite{
 	{Package: "./agent/", Bench: "^BenchmarkHostEventsTick$", Benchtime: "3x", Runs: 3},
 	// The board's look, the page's nodes and a node's gossip view, each beside the way before.
 	{Package: "./agent/", Bench: "^(BenchmarkBoardLook|BenchmarkPageNodes|BenchmarkGossipViewAnswer)$", Benchtime: "10x", Runs: 3},
+	// One command and the watches' composes on 100 and 1000 nodes; the yardstick (before issue
+	// 37) takes about 10 s a command at 1000.
+	{Package: "./fsm/", Bench: "^BenchmarkComposeFleet$", Benchtime: "2x", Runs: 3},
 	// The lab's figures: whole machines, a minute or more each, so one run; each is itself an
 	// average over its window.
 	{Package: "./e2e/", Bench: "^(BenchmarkAgentFootprint|BenchmarkMeasuredNode)$", Benchtime: "1x", Runs: 1},
@@ -457,6 +460,21 @@ func figures(b map[string]Bench, ns []string) []Figure {
 	fs = append(fs, fleetFigures(b)...)
 	if v, ok := ms("BenchmarkNoOpPass"); ok {
 		fs = append(fs, Figure{Key: "reconcile.noop.40files", What: fmt.Sprintf("a host pass with nothing to do, 40 files (%.0f allocs)", b["BenchmarkNoOpPass"].Allocs), MeshdMs: v})
+	}
+	for _, n := range []int{100, 1000} {
+		for _, c := range []struct{ key, bench, what string }{
+			{"assign_all", "assign-all", "a module assigned to all %d nodes (module.assign.many)"},
+			{"assign_one", "assign-one", "a module assigned to one of %d nodes"},
+		} {
+			pre := fmt.Sprintf("BenchmarkComposeFleet/N=%d/%s/", n, c.bench)
+			after, ok := ms(pre + "after")
+			before, ok2 := ms(pre + "before")
+			if !ok || !ok2 {
+				continue
+			}
+			fs = append(fs, Figure{Key: fmt.Sprintf("fsm.command.%d.%s", n, c.key), What: fmt.Sprintf(c.what, n) + " and the declaration watches' composes",
+				MeshdMs: after, VsMs: before, Versus: "before issue 37: nothing kept, every watch composing", Ratio: before / after})
+		}
 	}
 	if v, ok := ms("BenchmarkCompose"); ok {
 		fs = append(fs, Figure{Key: "fsm.compose", What: "compose one node's declaration from the record", MeshdMs: v})

@@ -83,6 +83,22 @@ func TestParse(t *testing.T) {
 	if v := b["BenchmarkReportSpread/10"].Metrics["ms-to-all"]; len(v) != 1 || v[0] != 324.7 {
 		t.Fatalf("spread metrics %v", b["BenchmarkReportSpread/10"].Metrics)
 	}
+	fleet := "BenchmarkComposeFleet/N=100/assign-all/before-2 \t 2\t 86256805 ns/op\t 101.0 composes/op\n" +
+		"BenchmarkComposeFleet/N=100/assign-all/after-2 \t 2\t 8865332 ns/op\t 100.0 composes/op\n"
+	parse([]byte(fleet), b)
+	for name, x := range b {
+		x.MedianNs = median(x.Runs)
+		b[name] = x
+	}
+	var f Figure
+	for _, x := range figures(b, nil) {
+		if x.Key == "fsm.command.100.assign_all" {
+			f = x
+		}
+	}
+	if f.MeshdMs < 8.86 || f.MeshdMs > 8.87 || f.VsMs < 86.2 || f.Ratio < 9.7 || f.Ratio > 9.8 {
+		t.Fatalf("the fleet's command figure: %+v", f)
+	}
 	if m := median([]float64{5, 1, 3, 100}); m != 4 {
 		t.Fatalf("median %v, want 4", m)
 	}
