@@ -118,6 +118,11 @@ type EnrolResult struct {
 	// Up is how long until each enrolled node had the gossip view, its member and its first
 	// report sent.
 	Up time.Duration `json:"up_ns"`
+	// UpView, UpGossip and UpPublish are a node's mean time in each step of coming up: reading
+	// the gossip view, starting its member and joining the servers', and its first report.
+	UpView    time.Duration `json:"up_view_ns"`
+	UpGossip  time.Duration `json:"up_gossip_ns"`
+	UpPublish time.Duration `json:"up_publish_ns"`
 }
 
 // Enrol adds n nodes: a join token each from the operator, then the enrolments, then each node's
@@ -157,8 +162,15 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 	res.Enrol = time.Since(start)
 	res.JoinsPerSecond = float64(n) / res.Enrol.Seconds()
 	start = time.Now()
+	var stepMu sync.Mutex
+	step := func(d *time.Duration, since time.Time) {
+		stepMu.Lock()
+		*d += time.Since(since) / time.Duration(n)
+		stepMu.Unlock()
+	}
 	err := f.each(ctx, n, func(ctx context.Context, w, i int) error {
 		c := made[i]
+		at := time.Now()
 		// A server too busy to answer is asked again, as an agent does every few seconds.
 		var err error
 		for try := range enrolTries {
@@ -172,12 +184,17 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 		if err != nil {
 			return err
 		}
+		step(&res.UpView, at)
+		at = time.Now()
 		if err := c.startGossip(); err != nil {
 			return err
 		}
+		step(&res.UpGossip, at)
+		at = time.Now()
 		if err := c.publish(); err != nil {
 			return err
 		}
+		step(&res.UpPublish, at)
 		f.mu.Lock()
 		f.clients = append(f.clients, c)
 		f.mu.Unlock()

@@ -39,6 +39,8 @@ type MeasureOptions struct {
 	Rest time.Duration
 	// NoFailover skips killing the leader (the bed is still whole after).
 	NoFailover bool
+	// EnrolOnly stops after the enrolment (a profile of the servers then holds it alone).
+	EnrolOnly bool
 	// Log receives each step as it ends.
 	Log io.Writer
 }
@@ -58,6 +60,11 @@ func Measure(ctx context.Context, b *Bed, fleet *Remote, n int, o MeasureOptions
 	}
 	say("%d nodes enrolled: tokens %s, enrolments %s (%.1f joins/s), gossip and first reports %s", n,
 		fig.Enrol.Tokens.Round(time.Millisecond), fig.Enrol.Enrol.Round(time.Millisecond), fig.Enrol.JoinsPerSecond, fig.Enrol.Up.Round(time.Millisecond))
+	say("coming up, a node's mean: gossip view %s, gossip joined %s, first report %s", fig.Enrol.UpView.Round(time.Millisecond),
+		fig.Enrol.UpGossip.Round(time.Millisecond), fig.Enrol.UpPublish.Round(time.Millisecond))
+	if o.EnrolOnly {
+		return fig, nil
+	}
 	if err := b.poll(ctx, 60*time.Second, "every node's report on every server", func() error {
 		return fleet.Call(Request{Op: "reached"}, nil)
 	}); err != nil {
