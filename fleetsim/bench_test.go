@@ -65,11 +65,17 @@ func benchFleet(b *testing.B, n int, rest time.Duration) {
 	profile := cmp.Or(os.Getenv("MESHD_BENCH_FLEET_GOSSIP"), "lan")
 	// MESHD_BENCH_FLEET_ENROL_ONLY=1 stops after the enrolment (its profile alone).
 	enrolOnly := os.Getenv("MESHD_BENCH_FLEET_ENROL_ONLY") != ""
+	// MESHD_BENCH_FLEET_BATCHES=K enrols in K steps, each while the ones before run;
+	// MESHD_BENCH_FLEET_WHOLE_VIEW=1 has the nodes read the gossip view whole, as before deltas.
+	batches, _ := strconv.Atoi(os.Getenv("MESHD_BENCH_FLEET_BATCHES"))
+	if os.Getenv("MESHD_BENCH_FLEET_WHOLE_VIEW") != "" {
+		simExtra = append(simExtra, "--whole-view")
+	}
 	bd, fleet := bed(b, n, profile, extra, simExtra...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	b.StartTimer()
-	fig, err := Measure(ctx, bd, fleet, n, MeasureOptions{Rest: rest, Log: os.Stderr, NoFailover: cpuprof != "", EnrolOnly: enrolOnly})
+	fig, err := Measure(ctx, bd, fleet, n, MeasureOptions{Rest: rest, Log: os.Stderr, NoFailover: cpuprof != "", EnrolOnly: enrolOnly, Batches: batches})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -36,6 +36,7 @@ type client struct {
 	name    string
 	shape   Shape
 	profile string // memberlist's timers (Options.Profile)
+	whole   bool   // asks for the whole gossip view, never a delta (Options.WholeView)
 	log     *slog.Logger
 
 	key   ed25519.PrivateKey
@@ -190,7 +191,10 @@ func (c *client) refreshView(ctx context.Context) error {
 	c.mu.Unlock()
 	path := "/v1/gossip"
 	if held != 0 {
-		path += "?index=" + strconv.FormatUint(held, 10) + "&delta=1"
+		path += "?index=" + strconv.FormatUint(held, 10)
+		if !c.whole {
+			path += "&delta=1"
+		}
 	}
 	var v api.GossipView
 	if err := c.busGet(ctx, path, &v, nil); err != nil {

@@ -36,7 +36,10 @@ type Options struct {
 	// wan (probes every 5 s), for a thousand members in one process on a small machine, whose
 	// probes of each other would otherwise take it over. The servers keep the agent's.
 	Profile string
-	Log     *slog.Logger
+	// WholeView makes the nodes read the gossip view as agents before deltas did: whole again
+	// each time it changed (for a measure beside today's).
+	WholeView bool
+	Log       *slog.Logger
 }
 
 // Fleet is the simulated client nodes of one process.
@@ -154,6 +157,9 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 	start = time.Now()
 	if err := f.each(ctx, n, func(ctx context.Context, w, i int) error {
 		c, err := enrol(ctx, NodeName(first+i), tokens[i], NodeAddr(f.o.Hosts, first+i).String(), f.o.FirstPort+first+i, f.o.Shape, f.o.Profile, f.o.Log)
+		if c != nil {
+			c.whole = f.o.WholeView
+		}
 		made[i] = c
 		return err
 	}); err != nil {
