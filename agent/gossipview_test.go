@@ -144,8 +144,15 @@ func TestUnitGossipViewAcrossARollingUpgrade(t *testing.T) {
 		t.Fatalf("from the new server: %d nodes, index %d then %d", len(second.Nodes), first.Index, second.Index)
 	}
 	enrolNode(apply, "late")
-	if _, ok := refresh("after an enrolment").Peer("late"); !ok {
+	after := refresh("after an enrolment")
+	if _, ok := after.Peer("late"); !ok {
 		t.Fatal("the view after node late enrolled does not hold it")
+	}
+	// The change came as a delta, and the view the node made of it is the whole view.
+	var whole api.GossipView
+	rec.Read(func(r *fsm.Record, _ uint64) { whole = gossipViewOf(r, fleetNode(1)) })
+	if !reflect.DeepEqual(after.Nodes, whole.Nodes) || after.Index != viewIndex(whole) {
+		t.Fatalf("the node's view after the change: %+v; want %+v", after, whole)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -155,6 +162,9 @@ func TestUnitGossipViewAcrossARollingUpgrade(t *testing.T) {
 	}
 	if sizes[3] > 100 || sizes[2] < 5*sizes[3] {
 		t.Fatalf("answer sizes %v: the unchanged answer should be tiny beside the view", sizes)
+	}
+	if sizes[4] > 300 || 2*sizes[4] > sizes[2] {
+		t.Fatalf("answer sizes %v: the answer after one enrolment should be its change alone", sizes)
 	}
 	mu.Unlock()
 
