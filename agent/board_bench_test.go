@@ -129,7 +129,7 @@ func BenchmarkGossipViewAnswer(b *testing.B) {
 			var size int
 			b.ResetTimer()
 			for range b.N {
-				size = writeView(b, views.answer(fleetNode(1), held))
+				size = writeView(b, views.answer(fleetNode(1), held, false))
 			}
 			b.ReportMetric(float64(size), "bytes/answer")
 		})
@@ -140,10 +140,30 @@ func BenchmarkGossipViewAnswer(b *testing.B) {
 			for range b.N {
 				views.at = 0 // as if the record had moved
 				views.v.Index = 0
-				size = writeView(b, views.answer(fleetNode(1), "1")) // a node holding an older view
+				size = writeView(b, views.answer(fleetNode(1), "1", false)) // a node holding an older view
 			}
 			b.ReportMetric(float64(size), "bytes/answer")
 		})
+		// One node joined since the asker's view: the whole view again (join-whole, an agent from
+		// before deltas) or the change since (join-delta), the delta made again each time, as
+		// for the first asker after a join.
+		for _, delta := range []bool{false, true} {
+			name := map[bool]string{false: "join-whole", true: "join-delta"}[delta]
+			b.Run(fmt.Sprintf("N=%d/%s", n, name), func(b *testing.B) {
+				rec := fleetRecord(b, n-1)
+				views := &viewCache{rec: rec}
+				held := strconv.FormatUint(views.current().Index, 10)
+				joinOne(b, rec, n-1)
+				views.current()
+				var size int
+				b.ResetTimer()
+				for range b.N {
+					views.deltas = nil
+					size = writeView(b, views.answer(fleetNode(1), held, delta))
+				}
+				b.ReportMetric(float64(size), "bytes/answer")
+			})
+		}
 	}
 }
 
@@ -162,6 +182,14 @@ func genericReports(b *testing.B, feed *feedFake) map[string]stampedReport {
 }
 
 // writeView is v as the bus writes it, and its size.
+// joinOne enrols node i into a fleetRecord's record.
+func joinOne(b *testing.B, rec *fsm.FSM, i int) {
+	hash := fmt.Sprintf("token-join-%d", i)
+	applyTo(b, rec, fsm.OpTokenCreate, fsm.TokenCreate{Hash: hash, Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour)})
+	applyTo(b, rec, fsm.OpNodeEnrol, fsm.Enrol{Node: fleetNode(i), ID: fmt.Sprintf("id-%d", i), TokenHash: hash,
+		Settings: map[string]string{"mesh.range": "10.96.0.0/16"}})
+}
+
 func writeView(b *testing.B, v api.GossipView) int {
 	w := httptest.NewRecorder()
 	api.WriteJSON(w, 200, v)

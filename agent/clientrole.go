@@ -85,15 +85,16 @@ func (c *clientRole) gossipView() api.GossipView {
 }
 
 // refreshView is GET /v1/gossip from a server, sending the index of the view the node holds:
-// while it is current the answer is "unchanged", a few bytes. A server from before indexes sends
-// the whole view without one, and the next call sends none.
+// while it is current the answer is "unchanged", a few bytes; once it moved, the change since
+// (delta=1), or the whole view from a server that keeps no delta from it. A server from before
+// indexes sends the whole view without one, and the next call sends none.
 func (c *clientRole) refreshView(ctx context.Context) error {
 	c.viewMu.Lock()
-	held := c.view.Index
+	held, had := c.view.Index, c.view
 	c.viewMu.Unlock()
 	path := "/v1/gossip"
 	if held != 0 {
-		path += "?index=" + strconv.FormatUint(held, 10)
+		path += "?index=" + strconv.FormatUint(held, 10) + "&delta=1"
 	}
 	var v api.GossipView
 	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -109,6 +110,16 @@ func (c *clientRole) refreshView(ctx context.Context) error {
 		c.view.Index = 0 // the next call asks for the whole view
 		c.viewMu.Unlock()
 		return fmt.Errorf("a server answered gossip view %d unchanged, but node %s holds view %d", v.Index, c.node.Name, held)
+	}
+	if v.Delta {
+		whole, ok := had.ApplyDelta(v)
+		if !ok {
+			c.viewMu.Lock()
+			c.view.Index = 0 // the next call asks for the whole view
+			c.viewMu.Unlock()
+			return fmt.Errorf("a server answered a gossip view delta from view %d, but node %s holds view %d", v.Since, c.node.Name, held)
+		}
+		v = whole
 	}
 	names := map[string]bool{}
 	for _, p := range v.Nodes {

@@ -52,13 +52,13 @@ func TestUnitGossipViewByIndex(t *testing.T) {
 	var old api.GossipView
 	rec.Read(func(r *fsm.Record, _ uint64) { old = gossipViewOf(r, fleetNode(3)) })
 
-	full := views.answer(fleetNode(3), "")
+	full := views.answer(fleetNode(3), "", false)
 	if full.Index == 0 || full.Unchanged || !reflect.DeepEqual(full.Nodes, old.Nodes) || full.Node != fleetNode(3) {
 		t.Fatalf("no index sent: %+v; want the whole view as before, with its index", full)
 	}
 	held := strconv.FormatUint(full.Index, 10)
 	for range 10 {
-		v := views.answer(fleetNode(3), held)
+		v := views.answer(fleetNode(3), held, false)
 		b, _ := json.Marshal(v)
 		if !v.Unchanged || v.Nodes != nil || v.Index != full.Index || len(b) > 100 {
 			t.Fatalf("the current index sent: %s; want unchanged, under 100 bytes", b)
@@ -69,15 +69,15 @@ func TestUnitGossipViewByIndex(t *testing.T) {
 	}
 
 	apply(fsm.OpTokenCreate, fsm.TokenCreate{Hash: "another", Mode: fsm.Adopted, Expires: time.Now().Add(time.Hour)})
-	if v := views.answer(fleetNode(3), held); !v.Unchanged || views.composed != 2 {
+	if v := views.answer(fleetNode(3), held, false); !v.Unchanged || views.composed != 2 {
 		t.Fatalf("a token created: %+v (%d compositions); want unchanged, composed again once", v, views.composed)
 	}
 	enrolNode(apply, "late")
-	v := views.answer(fleetNode(3), held)
+	v := views.answer(fleetNode(3), held, false)
 	if _, ok := v.Peer("late"); v.Unchanged || !ok || v.Index == full.Index {
 		t.Fatalf("a node enrolled: %+v; want the new view with node late, a new index", v)
 	}
-	if w := views.answer(fleetNode(3), "12345"); w.Unchanged || len(w.Nodes) != 22 {
+	if w := views.answer(fleetNode(3), "12345", false); w.Unchanged || len(w.Nodes) != 22 {
 		t.Fatalf("an index of no current view: %+v; want the whole view", w)
 	}
 }
@@ -144,8 +144,15 @@ func TestUnitGossipViewAcrossARollingUpgrade(t *testing.T) {
 		t.Fatalf("from the new server: %d nodes, index %d then %d", len(second.Nodes), first.Index, second.Index)
 	}
 	enrolNode(apply, "late")
-	if _, ok := refresh("after an enrolment").Peer("late"); !ok {
+	after := refresh("after an enrolment")
+	if _, ok := after.Peer("late"); !ok {
 		t.Fatal("the view after node late enrolled does not hold it")
+	}
+	// The change came as a delta, and the view the node made of it is the whole view.
+	var whole api.GossipView
+	rec.Read(func(r *fsm.Record, _ uint64) { whole = gossipViewOf(r, fleetNode(1)) })
+	if !reflect.DeepEqual(after.Nodes, whole.Nodes) || after.Index != viewIndex(whole) {
+		t.Fatalf("the node's view after the change: %+v; want %+v", after, whole)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -155,6 +162,9 @@ func TestUnitGossipViewAcrossARollingUpgrade(t *testing.T) {
 	}
 	if sizes[3] > 100 || sizes[2] < 5*sizes[3] {
 		t.Fatalf("answer sizes %v: the unchanged answer should be tiny beside the view", sizes)
+	}
+	if sizes[4] > 300 || 2*sizes[4] > sizes[2] {
+		t.Fatalf("answer sizes %v: the answer after one enrolment should be its change alone", sizes)
 	}
 	mu.Unlock()
 
@@ -183,4 +193,41 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(b)
 	w.n += n
 	return n, err
+}
+
+// A join changes every node's view; a node that asks for the change (delta=1) gets the joined
+// node alone, the same bytes at 20 nodes as at 200, and makes of it the very view a whole answer
+// gives. A node that does not ask (an agent from before) gets the whole view, as it did; so does
+// one holding a view the server no longer keeps.
+func TestUnitGossipViewDeltaPerJoin(t *testing.T) {
+	size := map[int]int{}
+	for _, n := range []int{20, 200} {
+		rec, apply := viewRecord(t, 4701, n)
+		views := &viewCache{rec: rec}
+		had := views.answer(fleetNode(3), "", true)
+		held := strconv.FormatUint(had.Index, 10)
+		enrolNode(apply, fleetNode(n))
+		whole := views.answer(fleetNode(3), "", false)
+
+		d := views.answer(fleetNode(3), held, true)
+		if !d.Delta || len(d.Nodes) != 1 || d.Nodes[0].Name != fleetNode(n) || d.Since != had.Index || d.Index != whole.Index {
+			t.Fatalf("N=%d: the answer after one join to a node asking for the change: %+v", n, d)
+		}
+		b, _ := json.Marshal(d)
+		size[n] = len(b)
+		got, ok := had.ApplyDelta(d)
+		if !ok || !reflect.DeepEqual(got.Nodes, whole.Nodes) || got.Index != whole.Index || !reflect.DeepEqual(got.Revoked, whole.Revoked) {
+			t.Fatalf("N=%d: the view made of the change differs from the whole view:\n%+v\n%+v", n, got, whole)
+		}
+		if old := views.answer(fleetNode(3), held, false); old.Delta || len(old.Nodes) != n+2 {
+			t.Fatalf("N=%d: a node not asking for the change got %d nodes, delta %v; want the whole view", n, len(old.Nodes), old.Delta)
+		}
+		if w := views.answer(fleetNode(3), "12345", true); w.Delta || len(w.Nodes) != n+2 {
+			t.Fatalf("N=%d: a node holding an unknown view got %d nodes, delta %v; want the whole view", n, len(w.Nodes), w.Delta)
+		}
+	}
+	if size[20] != size[200] {
+		t.Fatalf("one join's change is %d bytes at 20 nodes and %d at 200; want the same", size[20], size[200])
+	}
+	t.Logf("one join's change: %d bytes at 20 and at 200 nodes", size[200])
 }

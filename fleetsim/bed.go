@@ -204,10 +204,11 @@ func Bus(server string) string { return serverAddr[server] + ":" + strconv.Itoa(
 
 // Clients starts meshsim's fleet process on the simulator's machine, its nodes of shape with
 // memberlist's profile (Options.Profile), and returns it to drive; its log goes to
-// DIR/fleet.log in the lab's directory.
-func (b *Bed) Clients(ctx context.Context, shape, profile string) (*Remote, error) {
-	cmd := b.Lab.Machine(SimMachine).Command(ctx, "/usr/local/bin/meshsim", "clients", "--credential", credPath,
-		"--hosts", Hosts.String(), "--first-port", strconv.Itoa(FirstPort), "--shape", shape, "--gossip", profile)
+// DIR/fleet.log in the lab's directory; extra are more of `meshsim clients`'s flags.
+func (b *Bed) Clients(ctx context.Context, shape, profile string, extra ...string) (*Remote, error) {
+	args := append([]string{"clients", "--credential", credPath,
+		"--hosts", Hosts.String(), "--first-port", strconv.Itoa(FirstPort), "--shape", shape, "--gossip", profile}, extra...)
+	cmd := b.Lab.Machine(SimMachine).Command(ctx, "/usr/local/bin/meshsim", args...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

@@ -48,28 +48,49 @@ func BenchmarkFleet(b *testing.B) {
 	}
 }
 
+// simProfile is where the fleet's process writes its CPU profile, on the simulator's machine.
+const simProfile = "/tmp/meshsim-cpu.pprof"
+
 func benchFleet(b *testing.B, n int, rest time.Duration) {
 	b.StopTimer()
 	// MESHD_BENCH_PROFILE=DIR: each server's CPU profile of the run (no failover: a killed
-	// leader writes none) in DIR/fleet-N-SERVER.pprof.
+	// leader writes none) in DIR/fleet-N-SERVER.pprof, the fleet process's in DIR/fleet-N-sim.pprof.
 	cpuprof := os.Getenv("MESHD_BENCH_PROFILE")
-	var extra []string
+	var extra, simExtra []string
 	if cpuprof != "" {
 		extra = []string{"--cpu-profile", dataDir + "/cpu.pprof"}
+		simExtra = []string{"--cpu-profile", simProfile}
 	}
 	// MESHD_BENCH_FLEET_GOSSIP=wan relaxes the simulated nodes' own probes (Options.Profile).
 	profile := cmp.Or(os.Getenv("MESHD_BENCH_FLEET_GOSSIP"), "lan")
-	bd, fleet := bed(b, n, profile, extra...)
+	// MESHD_BENCH_FLEET_ENROL_ONLY=1 stops after the enrolment (its profile alone).
+	enrolOnly := os.Getenv("MESHD_BENCH_FLEET_ENROL_ONLY") != ""
+	// MESHD_BENCH_FLEET_BATCHES=K enrols in K steps, each while the ones before run;
+	// MESHD_BENCH_FLEET_WHOLE_VIEW=1 has the nodes read the gossip view whole, as before deltas.
+	batches, _ := strconv.Atoi(os.Getenv("MESHD_BENCH_FLEET_BATCHES"))
+	if os.Getenv("MESHD_BENCH_FLEET_WHOLE_VIEW") != "" {
+		simExtra = append(simExtra, "--whole-view")
+	}
+	bd, fleet := bed(b, n, profile, extra, simExtra...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	b.StartTimer()
-	fig, err := Measure(ctx, bd, fleet, n, MeasureOptions{Rest: rest, Log: os.Stderr, NoFailover: cpuprof != ""})
+	fig, err := Measure(ctx, bd, fleet, n, MeasureOptions{Rest: rest, Log: os.Stderr, NoFailover: cpuprof != "", EnrolOnly: enrolOnly, Batches: batches})
 	if err != nil {
 		b.Fatal(err)
 	}
 	if cpuprof != "" {
 		if err := bd.Stop(ctx); err != nil {
 			b.Fatal(err)
+		}
+		// The fleet's process writes its profile as it ends.
+		if err := fleet.Close(); err != nil {
+			b.Errorf("the fleet's process: %v", err)
+		}
+		if p, err := bd.Lab.Machine(SimMachine).ReadFile(ctx, simProfile); err != nil {
+			b.Errorf("the fleet's profile: %v", err)
+		} else if err := os.WriteFile(fmt.Sprintf("%s/fleet-%d-sim.pprof", cpuprof, n), p, 0o644); err != nil {
+			b.Error(err)
 		}
 		for _, s := range Servers {
 			p, err := bd.Lab.Machine(s).ReadFile(ctx, dataDir+"/cpu.pprof")

@@ -36,6 +36,7 @@ type client struct {
 	name    string
 	shape   Shape
 	profile string // memberlist's timers (Options.Profile)
+	whole   bool   // asks for the whole gossip view, never a delta (Options.WholeView)
 	log     *slog.Logger
 
 	key   ed25519.PrivateKey
@@ -182,14 +183,18 @@ func without(list []string, s string) []string {
 
 // refreshView reads the gossip view (every node's key and ports) from a server, as a client agent
 // does: the servers' gossip addresses to join, whom to send the report to, the keys to verify by.
-// It sends the index of the view it holds, and an "unchanged" answer leaves that view.
+// It sends the index of the view it holds: an "unchanged" answer leaves that view, a delta
+// (the change since it, asked with delta=1) is applied to it.
 func (c *client) refreshView(ctx context.Context) error {
 	c.mu.Lock()
-	held := c.view.Index
+	held, had := c.view.Index, c.view
 	c.mu.Unlock()
 	path := "/v1/gossip"
 	if held != 0 {
 		path += "?index=" + strconv.FormatUint(held, 10)
+		if !c.whole {
+			path += "&delta=1"
+		}
 	}
 	var v api.GossipView
 	if err := c.busGet(ctx, path, &v, nil); err != nil {
@@ -203,6 +208,16 @@ func (c *client) refreshView(ctx context.Context) error {
 			return fmt.Errorf("node %s: a server answered gossip view %d unchanged; it holds %d", c.name, v.Index, held)
 		}
 		return nil
+	}
+	if v.Delta {
+		whole, ok := had.ApplyDelta(v)
+		if !ok {
+			c.mu.Lock()
+			c.view.Index = 0
+			c.mu.Unlock()
+			return fmt.Errorf("node %s: a server answered a gossip view delta from %d; it holds %d", c.name, v.Since, held)
+		}
+		v = whole
 	}
 	keys, servers := map[string]ed25519.PublicKey{}, map[string]bool{}
 	for _, p := range v.Nodes {

@@ -92,6 +92,9 @@ type Remote struct {
 	in   io.WriteCloser
 	out  *bufio.Scanner
 	wait func() error
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // NewRemote speaks to a fleet's process through its standard input (in) and output (out); wait
@@ -129,11 +132,13 @@ func (r *Remote) Call(req Request, res any) error {
 	return json.Unmarshal(a.Result, res)
 }
 
-// Close ends the fleet's process (its input closes) and waits for it.
+// Close ends the fleet's process (its input closes) and waits for it; again, it says the same.
 func (r *Remote) Close() error {
-	err := r.in.Close()
-	if werr := r.wait(); werr != nil && !errors.Is(werr, io.EOF) {
-		return werr
-	}
-	return err
+	r.closeOnce.Do(func() {
+		r.closeErr = r.in.Close()
+		if werr := r.wait(); werr != nil && !errors.Is(werr, io.EOF) {
+			r.closeErr = werr
+		}
+	})
+	return r.closeErr
 }

@@ -36,7 +36,10 @@ type Options struct {
 	// wan (probes every 5 s), for a thousand members in one process on a small machine, whose
 	// probes of each other would otherwise take it over. The servers keep the agent's.
 	Profile string
-	Log     *slog.Logger
+	// WholeView makes the nodes read the gossip view as agents before deltas did: whole again
+	// each time it changed (for a measure beside today's).
+	WholeView bool
+	Log       *slog.Logger
 }
 
 // Fleet is the simulated client nodes of one process.
@@ -118,6 +121,11 @@ type EnrolResult struct {
 	// Up is how long until each enrolled node had the gossip view, its member and its first
 	// report sent.
 	Up time.Duration `json:"up_ns"`
+	// UpView, UpGossip and UpPublish are a node's mean time in each step of coming up: reading
+	// the gossip view, starting its member and joining the servers', and its first report.
+	UpView    time.Duration `json:"up_view_ns"`
+	UpGossip  time.Duration `json:"up_gossip_ns"`
+	UpPublish time.Duration `json:"up_publish_ns"`
 }
 
 // Enrol adds n nodes: a join token each from the operator, then the enrolments, then each node's
@@ -149,6 +157,9 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 	start = time.Now()
 	if err := f.each(ctx, n, func(ctx context.Context, w, i int) error {
 		c, err := enrol(ctx, NodeName(first+i), tokens[i], NodeAddr(f.o.Hosts, first+i).String(), f.o.FirstPort+first+i, f.o.Shape, f.o.Profile, f.o.Log)
+		if c != nil {
+			c.whole = f.o.WholeView
+		}
 		made[i] = c
 		return err
 	}); err != nil {
@@ -157,8 +168,15 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 	res.Enrol = time.Since(start)
 	res.JoinsPerSecond = float64(n) / res.Enrol.Seconds()
 	start = time.Now()
+	var stepMu sync.Mutex
+	step := func(d *time.Duration, since time.Time) {
+		stepMu.Lock()
+		*d += time.Since(since) / time.Duration(n)
+		stepMu.Unlock()
+	}
 	err := f.each(ctx, n, func(ctx context.Context, w, i int) error {
 		c := made[i]
+		at := time.Now()
 		// A server too busy to answer is asked again, as an agent does every few seconds.
 		var err error
 		for try := range enrolTries {
@@ -172,12 +190,17 @@ func (f *Fleet) Enrol(ctx context.Context, n int) (EnrolResult, error) {
 		if err != nil {
 			return err
 		}
+		step(&res.UpView, at)
+		at = time.Now()
 		if err := c.startGossip(); err != nil {
 			return err
 		}
+		step(&res.UpGossip, at)
+		at = time.Now()
 		if err := c.publish(); err != nil {
 			return err
 		}
+		step(&res.UpPublish, at)
 		f.mu.Lock()
 		f.clients = append(f.clients, c)
 		f.mu.Unlock()

@@ -39,6 +39,11 @@ type MeasureOptions struct {
 	Rest time.Duration
 	// NoFailover skips killing the leader (the bed is still whole after).
 	NoFailover bool
+	// EnrolOnly stops after the enrolment (a profile of the servers then holds it alone).
+	EnrolOnly bool
+	// Batches enrols the n in this many steps, each while the nodes before it run (their
+	// gossip views change under them); 0 or 1 enrols them at once.
+	Batches int
 	// Log receives each step as it ends.
 	Log io.Writer
 }
@@ -53,11 +58,32 @@ func Measure(ctx context.Context, b *Bed, fleet *Remote, n int, o MeasureOptions
 			fmt.Fprintf(o.Log, "fleetsim: "+format+"\n", args...)
 		}
 	}
-	if err := fleet.Call(Request{Op: "enrol", N: n}, &fig.Enrol); err != nil {
-		return fig, err
+	batches := max(o.Batches, 1)
+	fig.Enrol.Nodes = n
+	for i := range batches {
+		var r EnrolResult
+		m := n/batches + min(1, max(0, n%batches-i))
+		if err := fleet.Call(Request{Op: "enrol", N: m}, &r); err != nil {
+			return fig, err
+		}
+		if batches > 1 {
+			say("batch %d: %d nodes enrolled at %.1f joins/s, up in %s", i+1, m, r.JoinsPerSecond, r.Up.Round(time.Millisecond))
+		}
+		fig.Enrol.Tokens += r.Tokens
+		fig.Enrol.Enrol += r.Enrol
+		fig.Enrol.Up += r.Up
+		fig.Enrol.UpView += r.UpView * time.Duration(m) / time.Duration(n)
+		fig.Enrol.UpGossip += r.UpGossip * time.Duration(m) / time.Duration(n)
+		fig.Enrol.UpPublish += r.UpPublish * time.Duration(m) / time.Duration(n)
 	}
+	fig.Enrol.JoinsPerSecond = float64(n) / fig.Enrol.Enrol.Seconds()
 	say("%d nodes enrolled: tokens %s, enrolments %s (%.1f joins/s), gossip and first reports %s", n,
 		fig.Enrol.Tokens.Round(time.Millisecond), fig.Enrol.Enrol.Round(time.Millisecond), fig.Enrol.JoinsPerSecond, fig.Enrol.Up.Round(time.Millisecond))
+	say("coming up, a node's mean: gossip view %s, gossip joined %s, first report %s", fig.Enrol.UpView.Round(time.Millisecond),
+		fig.Enrol.UpGossip.Round(time.Millisecond), fig.Enrol.UpPublish.Round(time.Millisecond))
+	if o.EnrolOnly {
+		return fig, nil
+	}
 	if err := b.poll(ctx, 60*time.Second, "every node's report on every server", func() error {
 		return fleet.Call(Request{Op: "reached"}, nil)
 	}); err != nil {

@@ -11,7 +11,7 @@ import (
 // bed raises the fleet's lab and servers for a test (agents with the extra flags), and the
 // fleet's process on the simulator's machine, shaped like research 012's machine, its nodes'
 // memberlist timers profile's.
-func bed(t testing.TB, nodes int, profile string, extra ...string) (*Bed, *Remote) {
+func bed(t testing.TB, nodes int, profile string, extra []string, simExtra ...string) (*Bed, *Remote) {
 	t.Helper()
 	start := time.Now()
 	meshd, meshsim := labtest.Meshd(t), labtest.Command(t, "meshsim")
@@ -28,7 +28,7 @@ func bed(t testing.TB, nodes int, profile string, extra ...string) (*Bed, *Remot
 	if err := b.AddHosts(ctx, nodes); err != nil {
 		t.Fatal(err)
 	}
-	fleet, err := b.Clients(context.Background(), "measured", profile)
+	fleet, err := b.Clients(context.Background(), "measured", profile, simExtra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func bed(t testing.TB, nodes int, profile string, extra ...string) (*Bed, *Remot
 // members there are.
 func TestFleetSmoke(t *testing.T) {
 	const n = 50
-	b, fleet := bed(t, n, "lan")
+	b, fleet := bed(t, n, "lan", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var er EnrolResult

@@ -613,6 +613,16 @@ func changeFigures(ms func(string) (float64, bool)) []Figure {
 			}
 		}
 	}
+	// A node's view after one join: the change since its view beside the whole view again.
+	for _, n := range []int{100, 1000} {
+		pre := fmt.Sprintf("BenchmarkGossipViewAnswer/N=%d/", n)
+		whole, ok1 := ms(pre + "join-whole")
+		delta, ok2 := ms(pre + "join-delta")
+		if ok1 && ok2 {
+			fs = append(fs, Figure{Key: fmt.Sprintf("fleet.gossip_view.%d.join", n), What: fmt.Sprintf("a node's gossip view after one join, %d nodes: the change since its view", n),
+				MeshdMs: delta, VsMs: whole, Versus: "the whole view sent again", Ratio: whole / delta})
+		}
+	}
 	return fs
 }
 

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -183,7 +184,20 @@ func clients(args []string) error {
 	parallel := fs.Int("parallel", 8, "enrolments and assignments at once")
 	profile := fs.String("gossip", "lan", "the simulated nodes' own memberlist timers: lan (an agent's) or wan (probes every 5 s, for a thousand nodes on a small machine)")
 	level := fs.String("log-level", "warn", "the log's level (debug, info, warn, error), on standard error")
+	wholeView := fs.Bool("whole-view", false, "the nodes read the gossip view whole each time it changed, as agents before deltas")
+	cpuProfile := fs.String("cpu-profile", "", "write the fleet process's CPU profile to this file, from start to exit")
 	_ = fs.Parse(args)
+	if *cpuProfile != "" {
+		pf, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fmt.Errorf("--cpu-profile %s: %w", *cpuProfile, err)
+		}
+		defer func() { pprof.StopCPUProfile(); pf.Close() }()
+	}
 	sh, ok := fleetsim.Shapes()[*shape]
 	if !ok {
 		return fmt.Errorf("--shape %s: not one of %s", *shape, strings.Join(fleetsim.ShapeNames(), ", "))
@@ -206,7 +220,7 @@ func clients(args []string) error {
 		return fmt.Errorf("--hosts: %w", err)
 	}
 	f, err := fleetsim.New(fleetsim.Options{Hosts: prefix, FirstPort: *first, Shape: sh, Credential: cred, Publish: *publish,
-		Parallel: *parallel, Profile: *profile, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))})
+		Parallel: *parallel, Profile: *profile, WholeView: *wholeView, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))})
 	if err != nil {
 		return err
 	}
