@@ -220,15 +220,7 @@ func runningAgain(ctx context.Context, eng *container.Engine, name, id string) f
 // The same lab then runs a module's assign and take on both nodes as one command each (fleetActs).
 func TestProcessDriftSeenAtOnceFromAClient(t *testing.T) {
 	hub, edge := newNode(t), newNode(t)
-	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
-	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
-	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
-	var tv api.TokenView
-	hub.jsonOf(&tv, "token", "create", "--adopted")
-	if out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
-		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
-	}
-	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+	hubAndClient(t, hub, edge, noDocker)
 
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "edge-app.conf")
@@ -307,15 +299,7 @@ func TestProcessDriftContainersSeenAtOnceFromAClient(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
-	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
-	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
-	var tv api.TokenView
-	hub.jsonOf(&tv, "token", "create", "--adopted")
-	if out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
-		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
-	}
-	edge.startAgent("--docker-host", container.DefaultHost, "--reconcile-interval", "10m")
+	hubAndClient(t, hub, edge, container.DefaultHost)
 
 	dir := t.TempDir()
 	for name, m := range map[string]string{

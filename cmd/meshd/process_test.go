@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"meshd/api"
 	"meshd/fsm"
 	"meshd/internal/testenv"
 	"meshd/pki"
@@ -515,4 +516,19 @@ func TestGenesisWritesTheSealKeyFirst(t *testing.T) {
 			t.Errorf("%s was written although its seal key never was", p)
 		}
 	}
+}
+
+// hubAndClient links hub (192.0.2.1) and edge (192.0.2.2), raises hub by an adopted genesis with
+// its agent, and enrols edge as a client named edge, its agent on dockerHost.
+func hubAndClient(t *testing.T, hub, edge *node, dockerHost string) {
+	t.Helper()
+	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
+	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
+	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+	var tv api.TokenView
+	hub.jsonOf(&tv, "token", "create", "--adopted")
+	if out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
+		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
+	}
+	edge.startAgent("--docker-host", dockerHost, "--reconcile-interval", "10m")
 }

@@ -14,15 +14,7 @@ import (
 // server it follows once.
 func TestProcessClientStatus(t *testing.T) {
 	hub, edge := newNode(t), newNode(t)
-	link(t, hub, edge, "192.0.2.1", "192.0.2.2")
-	hub.genesis("--adopted", "--advertise", "192.0.2.1", "--port", "bus=17070")
-	hub.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
-	var tv api.TokenView
-	hub.jsonOf(&tv, "token", "create", "--adopted")
-	if out, errs, code := edge.joinIn(tv.Token, "--name", "edge", "--data-dir", edge.dir); code != 0 {
-		t.Fatalf("join: exit %d\n%s%s", code, out, errs)
-	}
-	edge.startAgent("--docker-host", noDocker, "--reconcile-interval", "10m")
+	hubAndClient(t, hub, edge, noDocker)
 	var st api.StatusView
 	poll(t, 30*time.Second, "the client's status with its gossip and a server's answer", func() string {
 		out, errs, code := edge.run("status", "--json")
