@@ -51,6 +51,10 @@ type Input struct {
 	// Catalogue are the names of the modules the catalogue has: a drafted module never takes
 	// one (adding it would replace that module), it is named NAME-2, NAME-3... instead.
 	Catalogue []string
+	// Declared names the module of the catalogue declaring each container name. A found container
+	// of such a name is left out: its manifest could not be added beside that module's, which
+	// holds it once assigned here.
+	Declared map[string]string
 	// Firewall says who outside reaches each published port through the machine's found
 	// firewall (reach.Read's Ruleset); nil refuses every port published beyond loopback.
 	Firewall Reacher
@@ -139,7 +143,7 @@ func FilesModule(node string) string { return moduleName(node+"-files", "files")
 // catalogue; a problem anywhere is a Refusal and Modules is then what could be drafted, for
 // the preview only.
 func Draft(in Input) Result {
-	res := Result{Node: in.Node, Modules: []Module{}, LeftOut: in.LeftOut}
+	res := Result{Node: in.Node, Modules: []Module{}, LeftOut: slices.Clone(in.LeftOut)}
 	refuse := func(r Refusal) {
 		r.Node = in.Node
 		res.Refused = append(res.Refused, r)
@@ -156,6 +160,11 @@ func Draft(in Input) Result {
 	cs := slices.Clone(in.Containers)
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Spec.Name < cs[j].Spec.Name })
 	for _, c := range cs {
+		if mod, ok := in.Declared[c.Spec.Name]; ok {
+			res.LeftOut = append(res.LeftOut, fmt.Sprintf("container %s: module %s of the catalogue declares a container of this name; "+
+				"assign it here to hold this one (meshd module assign %s %s), then preview its take", c.Spec.Name, mod, in.Node, mod))
+			continue
+		}
 		name := moduleName(c.Spec.Name, "ctr")
 		if p := c.Labels[ComposeProject]; p != "" {
 			name = moduleName(p, "compose")

@@ -268,3 +268,22 @@ func TestUnitDraftOpensOnlyWhatTheFoundFirewallLetsIn(t *testing.T) {
 		t.Errorf("no firewall read, refused %v; want both ports refused", res.Refused)
 	}
 }
+
+// A found container whose name a module of the catalogue declares (not assigned on this node) is
+// left out, naming the module and how to hold it: a manifest beside that module's would be
+// refused by `module add` (a new-user run drafted webapp-2 and could not add it).
+func TestUnitDraftLeavesOutAContainerTheCatalogueDeclares(t *testing.T) {
+	_, c := found(t)
+	res := Draft(Input{Node: "hub", Containers: []Container{c}, Firewall: open,
+		Catalogue: []string{"shop"}, Declared: map[string]string{c.Spec.Name: "shop"}})
+	if len(res.Refused) > 0 || len(res.Modules) != 0 {
+		t.Fatalf("drafted %+v, refused %v: want the container left out", res.Modules, res.Refused)
+	}
+	want := "container " + c.Spec.Name + ": module shop of the catalogue declares a container of this name; assign it here to hold this one (meshd module assign hub shop)"
+	if len(res.LeftOut) != 1 || !strings.HasPrefix(res.LeftOut[0], want) {
+		t.Errorf("left out %q, want %q", res.LeftOut, want)
+	}
+	if text := Text(res, "drafts"); !strings.Contains(text, "left out: "+want) {
+		t.Errorf("preview:\n%s", text)
+	}
+}

@@ -52,7 +52,8 @@ closed by the found firewall (RULE)". A rule the answer depends on that draft ca
 ipset, a mark, an interface other than loopback or a container bridge, firewalld's zones) refuses
 the draft, naming the rule. --file PATH adds a file as it is on the machine (content,
 mode, owner) to MODULE, or to NODE-files. Left out, each named: containers meshd created, those a
-module declares already (the node's latest report says which) and those a take keeps aside.
+module declares already (the node's latest report says which), those a take keeps aside, and
+those whose name a module of the catalogue declares (assign that module here to hold them).
 
 A draft is exact or refused: what a manifest cannot reproduce (a setting no manifest can say, such
 as --ipc host; an image reference that now names another image than the one running; an env value
@@ -87,8 +88,12 @@ from what runs is adopted in place, the same containers, not restarted.`,
 			if err := g.client().Get(ctx, "/v1/modules", &mods); err != nil {
 				return err
 			}
+			in.Declared = map[string]string{}
 			for _, m := range mods {
 				in.Catalogue = append(in.Catalogue, m.Name)
+				for _, c := range m.Containers {
+					in.Declared[c.Name] = m.Name
+				}
 			}
 			if !noContainers {
 				cr := reportedContainers(ctx, g, node)
